@@ -1,0 +1,153 @@
+// Package nvidia reads NVIDIA GPUs through NVML and returns plain Go values.
+//
+// Every NVML call may fail on some GPU model or driver: NOT_SUPPORTED and
+// NO_PERMISSION leave one reading unset (the exporter then omits one series),
+// GPU_IS_LOST marks the whole device down, and anything else is recorded in
+// Device.Errors so that it can be counted, never silently dropped.
+package nvidia
+
+import "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+// Opt is a reading that NVML may not have given. The zero value is unset.
+type Opt[T any] struct {
+	Value T
+	OK    bool
+}
+
+func some[T any](v T) Opt[T] { return Opt[T]{Value: v, OK: true} }
+
+// Identity holds the static facts of a device. They are cached per index so
+// that a device that stops answering can still be named in its down series.
+type Identity struct {
+	Index        int
+	UUID         string
+	Name         string
+	PCIBusID     string
+	Serial       string
+	VBIOSVersion string
+}
+
+// MIG describes a MIG instance: a device of its own inside a parent GPU.
+type MIG struct {
+	ParentUUID        string
+	ParentIndex       int
+	Profile           string // e.g. "1g.10gb", or "1c.3g.40gb" for a compute instance
+	GPUInstanceID     int
+	ComputeInstanceID int
+	// SliceFraction is the share of the parent's compute slices this instance
+	// holds (1/7 for 1g on a 7-slice GPU), used to attribute a fraction of a GPU.
+	SliceFraction float64
+}
+
+// Clock names the clock domains the exporter reads.
+type Clock string
+
+const (
+	ClockGraphics Clock = "graphics"
+	ClockSM       Clock = "sm"
+	ClockMemory   Clock = "memory"
+)
+
+// ECCCounter is one of NVML's four total ECC counters.
+type ECCCounter struct {
+	Type  string // "corrected" or "uncorrected"
+	Scope string // "volatile" (since driver load) or "aggregate" (lifetime)
+}
+
+// RemappedRows is the row-remapping state of Ampere and later GPUs.
+type RemappedRows struct {
+	Correctable   int
+	Uncorrectable int
+	Pending       bool
+	Failed        bool
+}
+
+// Process is a compute process running on a device.
+type Process struct {
+	PID uint32
+	// UsedMemory is unset when NVML reports NVML_VALUE_NOT_AVAILABLE, as it
+	// does without the permission to see other users' processes.
+	UsedMemory Opt[uint64]
+}
+
+// CallError is an unexpected NVML failure: one that is not the GPU model
+// lacking the feature, and not the GPU being lost.
+type CallError struct {
+	Call   string
+	Return nvml.Return
+}
+
+func (e CallError) Error() string { return e.Call + ": " + e.Return.Error() }
+
+// Device is one GPU or MIG instance as read in one scrape.
+type Device struct {
+	Identity
+	MIG *MIG // nil for a whole GPU
+
+	// Up is false when the device is lost or did not answer in time; Down
+	// then says why and no readings are set.
+	Up   bool
+	Down string
+
+	Utilization        Opt[float64] // ratios 0..1
+	MemoryUtilization  Opt[float64]
+	EncoderUtilization Opt[float64]
+	DecoderUtilization Opt[float64]
+
+	MemoryTotal    Opt[uint64] // bytes
+	MemoryUsed     Opt[uint64]
+	MemoryReserved Opt[uint64]
+
+	Temperature       Opt[float64] // °C
+	MemoryTemperature Opt[float64]
+
+	Power       Opt[float64] // W
+	PowerLimit  Opt[float64]
+	Energy      Opt[float64] // J since driver load
+	FanSpeed    Opt[float64] // ratio of maximum
+	PState      Opt[int]
+	Clocks      map[Clock]float64 // Hz
+	MaxClocks   map[Clock]float64
+	Throttle    map[string]bool // nil when the reasons cannot be read
+	MIGEnabled  Opt[bool]       // on MIG-capable whole GPUs only
+	PCIeTX      Opt[float64]    // bytes/s
+	PCIeRX      Opt[float64]
+	PCIeReplays Opt[uint64]
+
+	PCIeLinkGeneration    Opt[int]
+	PCIeLinkWidth         Opt[int]
+	PCIeLinkMaxGeneration Opt[int]
+	PCIeLinkMaxWidth      Opt[int]
+
+	ECC                 map[ECCCounter]uint64
+	RetiredPages        map[string]uint64 // by cause
+	RetiredPagesPending Opt[bool]
+	RemappedRows        Opt[RemappedRows]
+
+	Processes []Process
+	Errors    []CallError
+}
+
+// Node is what one scrape read from NVML.
+type Node struct {
+	DriverVersion string
+	CUDAVersion   string // e.g. "12.4"
+	Devices       []Device
+}
+
+// ThrottleReasons maps NVML's clock throttle (event) reason bits to the
+// label values the exporter emits. A bit NVML does not know is not listed.
+var ThrottleReasons = []struct {
+	Bit  uint64
+	Name string
+}{
+	{nvml.ClocksThrottleReasonGpuIdle, "gpu_idle"},
+	{nvml.ClocksThrottleReasonApplicationsClocksSetting, "applications_clocks_setting"},
+	{nvml.ClocksThrottleReasonSwPowerCap, "sw_power_cap"},
+	{nvml.ClocksThrottleReasonHwSlowdown, "hw_slowdown"},
+	{nvml.ClocksThrottleReasonSyncBoost, "sync_boost"},
+	{nvml.ClocksThrottleReasonSwThermalSlowdown, "sw_thermal_slowdown"},
+	{nvml.ClocksThrottleReasonHwThermalSlowdown, "hw_thermal_slowdown"},
+	{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"},
+	{nvml.ClocksThrottleReasonDisplayClockSetting, "display_clocks_setting"},
+}

@@ -1,0 +1,414 @@
+package nvidia
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// reader reads one device. It collects unexpected errors and stops at the
+// first GPU_IS_LOST, because every later call would fail the same way.
+type reader struct {
+	hasMemoryV2 bool
+	lost        bool
+	errs        []CallError
+}
+
+// ok reports whether ret carries a reading, and files the failure otherwise.
+func (r *reader) ok(call string, ret nvml.Return) bool {
+	switch ret {
+	case nvml.SUCCESS:
+		return true
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NO_PERMISSION, nvml.ERROR_FUNCTION_NOT_FOUND:
+		// The GPU model, driver or our privileges lack this reading: omit it.
+		return false
+	case nvml.ERROR_GPU_IS_LOST:
+		r.lost = true
+		return false
+	default:
+		r.errs = append(r.errs, CallError{Call: call, Return: ret})
+		return false
+	}
+}
+
+func (r *reader) readGPU(index int, h nvml.Device) Device {
+	d := Device{Identity: Identity{Index: index}}
+	steps := []func(*Device, nvml.Device){
+		r.identity, r.utilization, r.memory, r.thermal, r.power, r.clocks,
+		r.throttle, r.pcie, r.ecc, r.retirement, r.migMode, r.processes,
+	}
+	for _, step := range steps {
+		if r.lost {
+			break
+		}
+		step(&d, h)
+	}
+	return r.finish(d)
+}
+
+func (r *reader) finish(d Device) Device {
+	d.Errors = r.errs
+	if r.lost {
+		return Device{Identity: d.Identity, MIG: d.MIG, Down: "GPU is lost", Errors: d.Errors}
+	}
+	d.Up = true
+	return d
+}
+
+func (r *reader) identity(d *Device, h nvml.Device) {
+	if v, ret := h.GetUUID(); r.ok("GetUUID", ret) {
+		d.UUID = v
+	}
+	if v, ret := h.GetName(); r.ok("GetName", ret) {
+		d.Name = v
+	}
+	if v, ret := h.GetPciInfo(); r.ok("GetPciInfo", ret) {
+		d.PCIBusID = busID(v.BusId)
+	}
+	if v, ret := h.GetSerial(); r.ok("GetSerial", ret) {
+		d.Serial = v
+	}
+	if v, ret := h.GetVbiosVersion(); r.ok("GetVbiosVersion", ret) {
+		d.VBIOSVersion = v
+	}
+}
+
+// busID turns NVML's fixed C char array into the lower-case "0000:3b:00.0"
+// form that sysfs and the device plugins use.
+func busID(raw [32]int8) string {
+	var b strings.Builder
+	for _, c := range raw {
+		if c == 0 {
+			break
+		}
+		b.WriteByte(byte(c))
+	}
+	return strings.ToLower(b.String())
+}
+
+func (r *reader) utilization(d *Device, h nvml.Device) {
+	if u, ret := h.GetUtilizationRates(); r.ok("GetUtilizationRates", ret) {
+		d.Utilization = some(percent(u.Gpu))
+		d.MemoryUtilization = some(percent(u.Memory))
+	}
+	if u, _, ret := h.GetEncoderUtilization(); r.ok("GetEncoderUtilization", ret) {
+		d.EncoderUtilization = some(percent(u))
+	}
+	if u, _, ret := h.GetDecoderUtilization(); r.ok("GetDecoderUtilization", ret) {
+		d.DecoderUtilization = some(percent(u))
+	}
+}
+
+func percent(v uint32) float64 { return float64(v) / 100 }
+
+func (r *reader) memory(d *Device, h nvml.Device) {
+	if r.hasMemoryV2 {
+		// v2 separates the memory the driver reserves from the memory in use,
+		// which v1 counts as used.
+		if m, ret := h.GetMemoryInfo_v2(); r.ok("GetMemoryInfo_v2", ret) {
+			d.MemoryTotal, d.MemoryUsed, d.MemoryReserved = some(m.Total), some(m.Used), some(m.Reserved)
+			return
+		}
+		if r.lost {
+			return
+		}
+	}
+	if m, ret := h.GetMemoryInfo(); r.ok("GetMemoryInfo", ret) {
+		d.MemoryTotal, d.MemoryUsed = some(m.Total), some(m.Used)
+	}
+}
+
+func (r *reader) thermal(d *Device, h nvml.Device) {
+	if t, ret := h.GetTemperature(nvml.TEMPERATURE_GPU); r.ok("GetTemperature", ret) {
+		d.Temperature = some(float64(t))
+	}
+	if v, ok := r.field(h, nvml.FI_DEV_MEMORY_TEMP); ok {
+		d.MemoryTemperature = some(v)
+	}
+	if v, ret := h.GetFanSpeed(); r.ok("GetFanSpeed", ret) {
+		d.FanSpeed = some(percent(v))
+	}
+}
+
+func (r *reader) power(d *Device, h nvml.Device) {
+	if mw, ret := h.GetPowerUsage(); r.ok("GetPowerUsage", ret) {
+		d.Power = some(float64(mw) / 1000)
+	}
+	if mw, ret := h.GetEnforcedPowerLimit(); r.ok("GetEnforcedPowerLimit", ret) {
+		d.PowerLimit = some(float64(mw) / 1000)
+	}
+	if mj, ret := h.GetTotalEnergyConsumption(); r.ok("GetTotalEnergyConsumption", ret) {
+		d.Energy = some(float64(mj) / 1000)
+	}
+	if p, ret := h.GetPerformanceState(); r.ok("GetPerformanceState", ret) && p != nvml.PSTATE_UNKNOWN {
+		d.PState = some(int(p))
+	}
+}
+
+var clockTypes = []struct {
+	clock Clock
+	typ   nvml.ClockType
+}{
+	{ClockGraphics, nvml.CLOCK_GRAPHICS},
+	{ClockSM, nvml.CLOCK_SM},
+	{ClockMemory, nvml.CLOCK_MEM},
+}
+
+func (r *reader) clocks(d *Device, h nvml.Device) {
+	for _, c := range clockTypes {
+		if mhz, ret := h.GetClockInfo(c.typ); r.ok("GetClockInfo", ret) {
+			if d.Clocks == nil {
+				d.Clocks = map[Clock]float64{}
+			}
+			d.Clocks[c.clock] = float64(mhz) * 1e6
+		}
+		if mhz, ret := h.GetMaxClockInfo(c.typ); r.ok("GetMaxClockInfo", ret) {
+			if d.MaxClocks == nil {
+				d.MaxClocks = map[Clock]float64{}
+			}
+			d.MaxClocks[c.clock] = float64(mhz) * 1e6
+		}
+	}
+}
+
+func (r *reader) throttle(d *Device, h nvml.Device) {
+	// The "throttle" entry point is deprecated in favour of "event reasons"
+	// but exists in every driver, where the new one would crash old drivers.
+	mask, ret := h.GetCurrentClocksThrottleReasons()
+	if !r.ok("GetCurrentClocksThrottleReasons", ret) {
+		return
+	}
+	d.Throttle = make(map[string]bool, len(ThrottleReasons))
+	for _, reason := range ThrottleReasons {
+		d.Throttle[reason.Name] = mask&reason.Bit != 0
+	}
+}
+
+func (r *reader) pcie(d *Device, h nvml.Device) {
+	// NVML reports PCIe throughput in KB/s over a 20 ms sample.
+	if kb, ret := h.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES); r.ok("GetPcieThroughput", ret) {
+		d.PCIeTX = some(float64(kb) * 1024)
+	}
+	if kb, ret := h.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES); r.ok("GetPcieThroughput", ret) {
+		d.PCIeRX = some(float64(kb) * 1024)
+	}
+	if v, ret := h.GetPcieReplayCounter(); r.ok("GetPcieReplayCounter", ret) {
+		d.PCIeReplays = some(uint64(v))
+	}
+	if v, ret := h.GetCurrPcieLinkGeneration(); r.ok("GetCurrPcieLinkGeneration", ret) {
+		d.PCIeLinkGeneration = some(v)
+	}
+	if v, ret := h.GetCurrPcieLinkWidth(); r.ok("GetCurrPcieLinkWidth", ret) {
+		d.PCIeLinkWidth = some(v)
+	}
+	if v, ret := h.GetMaxPcieLinkGeneration(); r.ok("GetMaxPcieLinkGeneration", ret) {
+		d.PCIeLinkMaxGeneration = some(v)
+	}
+	if v, ret := h.GetMaxPcieLinkWidth(); r.ok("GetMaxPcieLinkWidth", ret) {
+		d.PCIeLinkMaxWidth = some(v)
+	}
+}
+
+var eccCounters = []struct {
+	counter ECCCounter
+	errType nvml.MemoryErrorType
+	scope   nvml.EccCounterType
+}{
+	{ECCCounter{"corrected", "volatile"}, nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC},
+	{ECCCounter{"corrected", "aggregate"}, nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.AGGREGATE_ECC},
+	{ECCCounter{"uncorrected", "volatile"}, nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC},
+	{ECCCounter{"uncorrected", "aggregate"}, nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC},
+}
+
+func (r *reader) ecc(d *Device, h nvml.Device) {
+	for _, c := range eccCounters {
+		if v, ret := h.GetTotalEccErrors(c.errType, c.scope); r.ok("GetTotalEccErrors", ret) {
+			if d.ECC == nil {
+				d.ECC = map[ECCCounter]uint64{}
+			}
+			d.ECC[c.counter] = v
+		}
+	}
+}
+
+func (r *reader) retirement(d *Device, h nvml.Device) {
+	for _, c := range []struct {
+		cause nvml.PageRetirementCause
+		name  string
+	}{
+		{nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, "single_bit_ecc"},
+		{nvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, "double_bit_ecc"},
+	} {
+		if pages, ret := h.GetRetiredPages(c.cause); r.ok("GetRetiredPages", ret) {
+			if d.RetiredPages == nil {
+				d.RetiredPages = map[string]uint64{}
+			}
+			d.RetiredPages[c.name] = uint64(len(pages))
+		}
+	}
+	if v, ret := h.GetRetiredPagesPendingStatus(); r.ok("GetRetiredPagesPendingStatus", ret) {
+		d.RetiredPagesPending = some(v == nvml.FEATURE_ENABLED)
+	}
+	if corr, unc, pending, failed, ret := h.GetRemappedRows(); r.ok("GetRemappedRows", ret) {
+		d.RemappedRows = some(RemappedRows{Correctable: corr, Uncorrectable: unc, Pending: pending, Failed: failed})
+	}
+}
+
+func (r *reader) migMode(d *Device, h nvml.Device) {
+	if current, _, ret := h.GetMigMode(); r.ok("GetMigMode", ret) {
+		d.MIGEnabled = some(current == nvml.DEVICE_MIG_ENABLE)
+	}
+}
+
+// processes reads compute processes. On a GPU in MIG mode the parent's list
+// needs privileges and mixes instances, so each MIG instance reads its own.
+func (r *reader) processes(d *Device, h nvml.Device) {
+	if d.MIGEnabled.OK && d.MIGEnabled.Value {
+		return
+	}
+	if procs, ret := h.GetComputeRunningProcesses(); r.ok("GetComputeRunningProcesses", ret) {
+		d.Processes = convertProcesses(procs)
+	}
+}
+
+func convertProcesses(procs []nvml.ProcessInfo) []Process {
+	out := make([]Process, 0, len(procs))
+	for _, p := range procs {
+		proc := Process{PID: p.Pid}
+		if p.UsedGpuMemory != math.MaxUint64 { // NVML_VALUE_NOT_AVAILABLE
+			proc.UsedMemory = some(p.UsedGpuMemory)
+		}
+		out = append(out, proc)
+	}
+	return out
+}
+
+// field reads one NVML field value as a float.
+func (r *reader) field(h nvml.Device, id uint32) (float64, bool) {
+	values := []nvml.FieldValue{{FieldId: id}}
+	if !r.ok("GetFieldValues", h.GetFieldValues(values)) {
+		return 0, false
+	}
+	if !r.ok(fmt.Sprintf("GetFieldValues(%d)", id), nvml.Return(values[0].NvmlReturn)) {
+		return 0, false
+	}
+	return fieldValue(values[0])
+}
+
+func fieldValue(v nvml.FieldValue) (float64, bool) {
+	b := v.Value
+	u64 := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+	switch nvml.ValueType(v.ValueType) {
+	case nvml.VALUE_TYPE_DOUBLE:
+		return math.Float64frombits(u64), true
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return float64(uint32(u64)), true
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+		return float64(u64), true
+	case nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		return float64(int64(u64)), true
+	case nvml.VALUE_TYPE_SIGNED_INT:
+		return float64(int32(uint32(u64))), true
+	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
+		return float64(uint16(u64)), true
+	}
+	return 0, false
+}
+
+// readMIGInstances reads the MIG devices of a GPU in MIG mode. NVML gives
+// memory and processes per instance; utilization needs GPM or DCGM.
+func (r *reader) readMIGInstances(parent Device, h nvml.Device) []Device {
+	max, ret := h.GetMaxMigDeviceCount()
+	if !r.ok("GetMaxMigDeviceCount", ret) {
+		return nil
+	}
+	parentSlices := 0
+	var out []Device
+	for i := range max {
+		mh, ret := h.GetMigDeviceHandleByIndex(i)
+		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
+			continue // an empty slot: not every MIG slot holds an instance
+		}
+		mr := &reader{hasMemoryV2: r.hasMemoryV2}
+		if !mr.ok("GetMigDeviceHandleByIndex", ret) {
+			r.errs = append(r.errs, mr.errs...)
+			continue
+		}
+		if parentSlices == 0 {
+			parentSlices = maxSlices(h)
+		}
+		out = append(out, mr.readMIG(parent, mh, parentSlices))
+	}
+	return out
+}
+
+// maxSlices is the number of compute slices of the whole GPU: 7 on
+// A100/H100, 4 on A30. It is the slice count of the full-GPU profile.
+func maxSlices(h nvml.Device) int {
+	if info, ret := h.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_7_SLICE); ret == nvml.SUCCESS && info.SliceCount > 0 {
+		return int(info.SliceCount)
+	}
+	if info, ret := h.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_4_SLICE); ret == nvml.SUCCESS && info.SliceCount > 0 {
+		return int(info.SliceCount)
+	}
+	return 0
+}
+
+func (r *reader) readMIG(parent Device, h nvml.Device, parentSlices int) Device {
+	d := Device{
+		Identity: Identity{Index: parent.Index, PCIBusID: parent.PCIBusID},
+		MIG:      &MIG{ParentUUID: parent.UUID, ParentIndex: parent.Index},
+	}
+	if v, ret := h.GetUUID(); r.ok("GetUUID", ret) {
+		d.UUID = v
+	}
+	if v, ret := h.GetName(); r.ok("GetName", ret) {
+		d.Name = v
+	}
+	if v, ret := h.GetGpuInstanceId(); r.ok("GetGpuInstanceId", ret) {
+		d.MIG.GPUInstanceID = v
+	}
+	if v, ret := h.GetComputeInstanceId(); r.ok("GetComputeInstanceId", ret) {
+		d.MIG.ComputeInstanceID = v
+	}
+	var attrs nvml.DeviceAttributes
+	if v, ret := h.GetAttributes(); r.ok("GetAttributes", ret) {
+		attrs = v
+		if parentSlices > 0 {
+			d.MIG.SliceFraction = float64(v.GpuInstanceSliceCount) / float64(parentSlices)
+		}
+	}
+	d.MIG.Profile = migProfile(d.Name, attrs)
+	if !r.lost {
+		r.memory(&d, h)
+	}
+	if !r.lost {
+		if procs, ret := h.GetComputeRunningProcesses(); r.ok("GetComputeRunningProcesses", ret) {
+			d.Processes = convertProcesses(procs)
+		}
+	}
+	return r.finish(d)
+}
+
+var migNameProfile = regexp.MustCompile(`MIG (\d+c\.)?\d+g\.\d+gb$`)
+
+// migProfile names the instance as nvidia-smi does ("3g.40gb"). Drivers put
+// it at the end of the MIG device's name; older ones do not, and then it is
+// built from the instance's slices and memory.
+func migProfile(name string, a nvml.DeviceAttributes) string {
+	if m := migNameProfile.FindString(name); m != "" {
+		return strings.TrimPrefix(m, "MIG ")
+	}
+	if a.GpuInstanceSliceCount == 0 {
+		return ""
+	}
+	gb := int(math.Round(float64(a.MemorySizeMB) / 1024))
+	if a.ComputeInstanceSliceCount > 0 && a.ComputeInstanceSliceCount < a.GpuInstanceSliceCount {
+		return fmt.Sprintf("%dc.%dg.%dgb", a.ComputeInstanceSliceCount, a.GpuInstanceSliceCount, gb)
+	}
+	return fmt.Sprintf("%dg.%dgb", a.GpuInstanceSliceCount, gb)
+}
