@@ -126,20 +126,27 @@ func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time) 
 		}
 		return p, s.gate("identity")
 	}
+	// NVML cannot measure a GPU in MIG mode as a whole.
+	migged := func(key string) (uint32, nvml.Return) {
+		if len(spec.MIG) > 0 {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return s.u32(key, 100)
+	}
 	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
-		g, ret := s.u32("utilization", 100)
+		g, ret := migged("utilization")
 		if ret != nvml.SUCCESS {
 			return nvml.Utilization{}, ret
 		}
-		m, ret := s.u32("memory_utilization", 100)
+		m, ret := migged("memory_utilization")
 		return nvml.Utilization{Gpu: g, Memory: m}, ret
 	}
 	d.GetEncoderUtilizationFunc = func() (uint32, uint32, nvml.Return) {
-		v, ret := s.u32("encoder_utilization", 100)
+		v, ret := migged("encoder_utilization")
 		return v, 167000, ret
 	}
 	d.GetDecoderUtilizationFunc = func() (uint32, uint32, nvml.Return) {
-		v, ret := s.u32("decoder_utilization", 100)
+		v, ret := migged("decoder_utilization")
 		return v, 167000, ret
 	}
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {

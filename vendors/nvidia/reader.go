@@ -359,15 +359,18 @@ func maxSlices(h nvml.Device) int {
 }
 
 func (r *reader) readMIG(parent Device, h nvml.Device, parentSlices int) Device {
+	// The parent's model, not the MIG device's name ("… MIG 1g.10gb"), so
+	// that fleets aggregate by model across MIG and whole GPUs.
 	d := Device{
-		Identity: Identity{Index: parent.Index, PCIBusID: parent.PCIBusID},
+		Identity: Identity{Index: parent.Index, Name: parent.Name, PCIBusID: parent.PCIBusID},
 		MIG:      &MIG{ParentUUID: parent.UUID, ParentIndex: parent.Index},
 	}
 	if v, ret := h.GetUUID(); r.ok("GetUUID", ret) {
 		d.UUID = v
 	}
+	var name string
 	if v, ret := h.GetName(); r.ok("GetName", ret) {
-		d.Name = v
+		name = v
 	}
 	if v, ret := h.GetGpuInstanceId(); r.ok("GetGpuInstanceId", ret) {
 		d.MIG.GPUInstanceID = v
@@ -382,7 +385,7 @@ func (r *reader) readMIG(parent Device, h nvml.Device, parentSlices int) Device 
 			d.MIG.SliceFraction = float64(v.GpuInstanceSliceCount) / float64(parentSlices)
 		}
 	}
-	d.MIG.Profile = migProfile(d.Name, attrs)
+	d.MIG.Profile = migProfile(name, attrs)
 	if !r.lost {
 		r.memory(&d, h)
 	}

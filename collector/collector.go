@@ -1,0 +1,201 @@
+// Package collector turns one node snapshot per scrape into Prometheus
+// metrics: device metrics per vendor, attribution and self-metrics.
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const namespace = "xpu"
+
+// Collector emits the metrics of one source family from a snapshot.
+type Collector interface {
+	Update(ctx context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error
+}
+
+// Config carries what collectors need from the outside world. Tests and demo
+// mode fill it with simulated backends.
+type Config struct {
+	Logger *slog.Logger
+	NVML   nvml.Interface
+	Now    func() time.Time
+}
+
+type factory struct {
+	enabled *bool
+	new     func(Config) (Collector, error)
+}
+
+var (
+	factoriesMu sync.Mutex
+	factories   = map[string]factory{}
+)
+
+// registerCollector declares a collector and its --collector.<name> flag,
+// in the style of node_exporter.
+func registerCollector(name string, enabledByDefault bool, help string, newFn func(Config) (Collector, error)) {
+	def := "false"
+	state := "disabled"
+	if enabledByDefault {
+		def, state = "true", "enabled"
+	}
+	flag := kingpin.Flag("collector."+name, fmt.Sprintf("%s (default: %s).", help, state)).Default(def).Bool()
+	factoriesMu.Lock()
+	defer factoriesMu.Unlock()
+	factories[name] = factory{enabled: flag, new: newFn}
+}
+
+// Enable switches collectors on or off regardless of flags, for tests and
+// programs that embed the exporter.
+func Enable(states map[string]bool) error {
+	factoriesMu.Lock()
+	defer factoriesMu.Unlock()
+	for name, on := range states {
+		f, ok := factories[name]
+		if !ok {
+			return fmt.Errorf("unknown collector %q", name)
+		}
+		*f.enabled = on
+	}
+	return nil
+}
+
+// Exporter gathers every enabled collector from one shared snapshot.
+type Exporter struct {
+	logger     *slog.Logger
+	collectors map[string]Collector
+	names      []string
+	snapshots  *snapshotter
+
+	duration *prometheus.Desc
+	success  *prometheus.Desc
+}
+
+// New builds the enabled collectors.
+func New(cfg Config) (*Exporter, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	e := &Exporter{
+		logger:     cfg.Logger,
+		collectors: map[string]Collector{},
+		snapshots:  &snapshotter{sources: map[string]source{}, now: cfg.Now},
+		duration: prometheus.NewDesc(namespace+"_scrape_collector_duration_seconds",
+			"Time a collector took in this scrape, including its part of the node snapshot.", []string{"collector"}, nil),
+		success: prometheus.NewDesc(namespace+"_scrape_collector_success",
+			"1 if the collector succeeded in this scrape, 0 if it failed or missed the deadline.", []string{"collector"}, nil),
+	}
+	factoriesMu.Lock()
+	defer factoriesMu.Unlock()
+	for name, f := range factories {
+		if !*f.enabled {
+			continue
+		}
+		c, err := f.new(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("collector %s: %w", name, err)
+		}
+		e.collectors[name] = c
+		e.names = append(e.names, name)
+		if src, ok := c.(source); ok {
+			e.snapshots.sources[name] = src
+		}
+	}
+	sort.Strings(e.names)
+	return e, nil
+}
+
+// Close releases what collectors hold, such as the NVML library.
+func (e *Exporter) Close() {
+	for _, c := range e.collectors {
+		if closer, ok := c.(interface{ Close() }); ok {
+			closer.Close()
+		}
+	}
+}
+
+// Collectors lists the enabled collectors.
+func (e *Exporter) Collectors() []string { return e.names }
+
+// Snapshot returns the node as it is now, sharing a snapshot already being
+// built by a concurrent scrape. It is nil when ctx ends first.
+func (e *Exporter) Snapshot(ctx context.Context) *Snapshot { return e.snapshots.get(ctx) }
+
+// Bind returns a prometheus.Collector for one scrape bounded by ctx.
+func (e *Exporter) Bind(ctx context.Context) prometheus.Collector {
+	return scrape{e: e, ctx: ctx}
+}
+
+type scrape struct {
+	e   *Exporter
+	ctx context.Context
+}
+
+// Describe sends nothing: the exporter is an unchecked collector, because
+// owner labels make label sets differ from device to device.
+func (scrape) Describe(chan<- *prometheus.Desc) {}
+
+func (s scrape) Collect(ch chan<- prometheus.Metric) {
+	e := s.e
+	snap := e.Snapshot(s.ctx)
+	if snap == nil {
+		for _, name := range e.names {
+			e.report(ch, name, 0, errors.New("deadline passed while waiting for the node snapshot"))
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, name := range e.names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			err := e.update(s.ctx, name, snap, ch)
+			d := time.Since(start)
+			if r, ok := snap.sources[name]; ok {
+				d += r.duration
+				if err == nil {
+					err = r.err
+				}
+			}
+			e.report(ch, name, d, err)
+		}()
+	}
+	wg.Wait()
+}
+
+// update runs one collector, turning a panic into a failure of that
+// collector alone.
+func (e *Exporter) update(ctx context.Context, name string, snap *Snapshot, ch chan<- prometheus.Metric) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return e.collectors[name].Update(ctx, snap, ch)
+}
+
+func (e *Exporter) report(ch chan<- prometheus.Metric, name string, d time.Duration, err error) {
+	success := 1.0
+	if err != nil {
+		success = 0
+		// Debug only: collectors log state changes themselves, once, rather
+		// than the same failure at every scrape.
+		e.logger.Debug("collector failed", "collector", name, "duration_seconds", d.Seconds(), "err", err)
+	}
+	ch <- prometheus.MustNewConstMetric(e.duration, prometheus.GaugeValue, d.Seconds(), name)
+	ch <- prometheus.MustNewConstMetric(e.success, prometheus.GaugeValue, success, name)
+}

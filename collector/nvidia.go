@@ -1,0 +1,271 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/nvidia"
+)
+
+func init() {
+	registerCollector("nvidia", true, "NVIDIA GPUs through NVML", newNvidiaCollector)
+}
+
+var (
+	deviceInfo   = gauge("device_info", "Static facts of a device; always 1.")
+	deviceUp     = gauge("device_up", "1 if the device answered in this scrape, 0 if it is lost or did not answer in time.")
+	utilization  = gauge("utilization_ratio", "Fraction of the last sample period during which a kernel ran on the device.")
+	memUtil      = gauge("memory_utilization_ratio", "Fraction of the last sample period during which device memory was read or written.")
+	encoderUtil  = gauge("encoder_utilization_ratio", "Utilization of the video encoder.")
+	decoderUtil  = gauge("decoder_utilization_ratio", "Utilization of the video decoder.")
+	memUsed      = gauge("memory_used_bytes", "Device memory in use by processes.")
+	memTotal     = gauge("memory_total_bytes", "Device memory in total.")
+	memReserved  = gauge("memory_reserved_bytes", "Device memory reserved by the driver and firmware.")
+	temperature  = gauge("temperature_celsius", "Temperature of a device sensor.")
+	power        = gauge("power_watts", "Power draw of the device.")
+	powerLimit   = gauge("power_limit_watts", "Power limit the driver enforces on the device.")
+	energy       = counter("energy_joules_total", "Energy the device consumed since the driver was loaded.")
+	fanSpeed     = gauge("fan_speed_ratio", "Fan speed as a fraction of its maximum.")
+	clock        = gauge("clock_hertz", "Current clock frequency of a clock domain.")
+	clockMax     = gauge("clock_max_hertz", "Maximum clock frequency of a clock domain.")
+	throttled    = gauge("clock_throttled", "1 if clocks are held down for this reason now.")
+	pstate       = gauge("performance_state", "Performance state, 0 (P0, fastest) to 15 (slowest).")
+	pcieTraffic  = gauge("pcie_throughput_bytes_per_second", "PCIe throughput over the last 20 ms sample.")
+	pcieReplays  = counter("pcie_replays_total", "PCIe replays (link-level retransmissions) since the driver was loaded.")
+	pcieGen      = gauge("pcie_link_generation", "Current PCIe link generation.")
+	pcieWidth    = gauge("pcie_link_width", "Current PCIe link width in lanes.")
+	pcieMaxGen   = gauge("pcie_link_max_generation", "Maximum PCIe link generation of the device and slot.")
+	pcieMaxWidth = gauge("pcie_link_max_width", "Maximum PCIe link width in lanes.")
+	eccErrors    = counter("ecc_errors_total", "Memory ECC errors; scope volatile counts since the driver was loaded, aggregate over the device's life.")
+	retired      = counter("retired_pages_total", "Device memory pages retired, by cause.")
+	retiredPend  = gauge("retired_pages_pending", "1 if pages are waiting to be retired at the next reboot.")
+	remapped     = gauge("remapped_rows", "Memory rows remapped, by outcome.")
+	remapPending = gauge("remapped_rows_pending", "1 if a row remapping waits for a GPU reset.")
+	remapFailed  = gauge("remapped_rows_failed", "1 if a row remapping failed: the GPU should be serviced.")
+	migEnabled   = gauge("mig_mode_enabled", "1 if the GPU is in MIG mode.")
+	nvmlErrors   = counter("nvml_errors_total", "Unexpected NVML call failures (not counting features a GPU model lacks).")
+)
+
+type nvidiaCollector struct {
+	client *nvidia.Client
+	logger *slog.Logger
+
+	mu         sync.Mutex
+	lastErr    string            // logged on change only
+	down       map[string]string // device → why it is down, logged on change only
+	driver     string
+	cuda       string
+	callErrors map[[2]string]float64 // call, error → count
+}
+
+func newNvidiaCollector(cfg Config) (Collector, error) {
+	lib := cfg.NVML
+	if lib == nil {
+		lib = nvml.New()
+	}
+	return &nvidiaCollector{client: nvidia.New(lib), logger: cfg.Logger, callErrors: map[[2]string]float64{}, down: map[string]string{}}, nil
+}
+
+func (c *nvidiaCollector) Close() { c.client.Shutdown() }
+
+func (c *nvidiaCollector) readDevices(ctx context.Context) ([]*Device, error) {
+	node, err := c.client.Read(ctx)
+	c.logChange(err)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.driver, c.cuda = node.DriverVersion, node.CUDAVersion
+	c.mu.Unlock()
+	devs := make([]*Device, 0, len(node.Devices))
+	for i := range node.Devices {
+		nd := &node.Devices[i]
+		c.countErrors(nd.Errors)
+		d := &Device{
+			Vendor:     "nvidia",
+			Index:      strconv.Itoa(nd.Index),
+			UUID:       nd.UUID,
+			Model:      nd.Name,
+			Up:         nd.Up,
+			vendorData: nd,
+		}
+		if nd.MIG != nil {
+			d.MIG = &MIGInstance{
+				ParentUUID: nd.MIG.ParentUUID,
+				Profile:    nd.MIG.Profile,
+				Instance:   strconv.Itoa(nd.MIG.GPUInstanceID),
+				Fraction:   nd.MIG.SliceFraction,
+			}
+		}
+		for _, p := range nd.Processes {
+			proc := Process{PID: p.PID}
+			if p.UsedMemory.OK {
+				proc.MemoryUsed = &p.UsedMemory.Value
+			}
+			d.Processes = append(d.Processes, proc)
+		}
+		c.logDown(d, nd.Down)
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// logChange logs the collector's health when it changes: one line when the
+// driver is missing, not one per scrape.
+func (c *nvidiaCollector) logChange(err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if msg == c.lastErr {
+		return
+	}
+	c.lastErr = msg
+	switch {
+	case errors.Is(err, nvidia.ErrNoDriver):
+		c.logger.Info("NVIDIA collector has no driver to talk to; serving no NVIDIA devices until one appears (disable with --no-collector.nvidia)", "err", err)
+	case err != nil:
+		c.logger.Error("NVIDIA collector failed", "err", err)
+	default:
+		c.logger.Info("NVIDIA collector reading devices through NVML")
+	}
+}
+
+func (c *nvidiaCollector) logDown(d *Device, why string) {
+	key := d.Index + "/" + d.UUID
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down[key] == why {
+		return
+	}
+	if why == "" {
+		c.logger.Info("NVIDIA device is back", "gpu", d.Index, "uuid", d.UUID)
+		delete(c.down, key)
+		return
+	}
+	c.logger.Warn("NVIDIA device down", "gpu", d.Index, "uuid", d.UUID, "reason", why)
+	c.down[key] = why
+}
+
+func (c *nvidiaCollector) countErrors(errs []nvidia.CallError) {
+	if len(errs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range errs {
+		c.callErrors[[2]string{e.Call, e.Return.Error()}]++
+	}
+}
+
+func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
+	e := emitter{ch: ch}
+	c.mu.Lock()
+	driver, cuda := c.driver, c.cuda
+	for k, v := range c.callErrors {
+		e.emit(nvmlErrors, labels{names: []string{"call", "error"}, values: k[:]}, v)
+	}
+	c.mu.Unlock()
+	for _, d := range snap.Devices {
+		nd, ok := d.vendorData.(*nvidia.Device)
+		if !ok {
+			continue
+		}
+		l := deviceLabels(d)
+		e.emit(deviceInfo, l.with("driver_version", driver).with("cuda_version", cuda).
+			with("pci_bus_id", nd.PCIBusID).with("serial", nd.Serial).with("vbios_version", nd.VBIOSVersion), 1)
+		e.emit(deviceUp, l, boolValue(nd.Up))
+		if nd.Up {
+			emitNvidiaReadings(e, l, nd)
+		}
+	}
+	return nil
+}
+
+func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
+	opt := func(m metric, l labels, v nvidia.Opt[float64]) {
+		if v.OK {
+			e.emit(m, l, v.Value)
+		}
+	}
+	opt(utilization, l, d.Utilization)
+	opt(memUtil, l, d.MemoryUtilization)
+	opt(encoderUtil, l, d.EncoderUtilization)
+	opt(decoderUtil, l, d.DecoderUtilization)
+	optU64(e, memUsed, l, d.MemoryUsed)
+	optU64(e, memTotal, l, d.MemoryTotal)
+	optU64(e, memReserved, l, d.MemoryReserved)
+	opt(temperature, l.with("sensor", "gpu"), d.Temperature)
+	opt(temperature, l.with("sensor", "memory"), d.MemoryTemperature)
+	opt(power, l, d.Power)
+	opt(powerLimit, l, d.PowerLimit)
+	opt(energy, l, d.Energy)
+	opt(fanSpeed, l, d.FanSpeed)
+	if d.PState.OK {
+		e.emit(pstate, l, float64(d.PState.Value))
+	}
+	for _, c := range []nvidia.Clock{nvidia.ClockGraphics, nvidia.ClockSM, nvidia.ClockMemory} {
+		if v, ok := d.Clocks[c]; ok {
+			e.emit(clock, l.with("clock", string(c)), v)
+		}
+		if v, ok := d.MaxClocks[c]; ok {
+			e.emit(clockMax, l.with("clock", string(c)), v)
+		}
+	}
+	for _, r := range nvidia.ThrottleReasons {
+		if v, ok := d.Throttle[r.Name]; ok {
+			e.emit(throttled, l.with("reason", r.Name), boolValue(v))
+		}
+	}
+	opt(pcieTraffic, l.with("direction", "tx"), d.PCIeTX)
+	opt(pcieTraffic, l.with("direction", "rx"), d.PCIeRX)
+	optU64(e, pcieReplays, l, d.PCIeReplays)
+	optInt(e, pcieGen, l, d.PCIeLinkGeneration)
+	optInt(e, pcieWidth, l, d.PCIeLinkWidth)
+	optInt(e, pcieMaxGen, l, d.PCIeLinkMaxGeneration)
+	optInt(e, pcieMaxWidth, l, d.PCIeLinkMaxWidth)
+	for _, t := range []string{"corrected", "uncorrected"} {
+		for _, s := range []string{"volatile", "aggregate"} {
+			if v, ok := d.ECC[nvidia.ECCCounter{Type: t, Scope: s}]; ok {
+				e.emit(eccErrors, l.with("type", t).with("scope", s), float64(v))
+			}
+		}
+	}
+	for _, cause := range []string{"single_bit_ecc", "double_bit_ecc"} {
+		if v, ok := d.RetiredPages[cause]; ok {
+			e.emit(retired, l.with("cause", cause), float64(v))
+		}
+	}
+	if d.RetiredPagesPending.OK {
+		e.emit(retiredPend, l, boolValue(d.RetiredPagesPending.Value))
+	}
+	if rr := d.RemappedRows; rr.OK {
+		e.emit(remapped, l.with("outcome", "correctable"), float64(rr.Value.Correctable))
+		e.emit(remapped, l.with("outcome", "uncorrectable"), float64(rr.Value.Uncorrectable))
+		e.emit(remapPending, l, boolValue(rr.Value.Pending))
+		e.emit(remapFailed, l, boolValue(rr.Value.Failed))
+	}
+	if d.MIGEnabled.OK {
+		e.emit(migEnabled, l, boolValue(d.MIGEnabled.Value))
+	}
+}
+
+func optU64(e emitter, m metric, l labels, v nvidia.Opt[uint64]) {
+	if v.OK {
+		e.emit(m, l, float64(v.Value))
+	}
+}
+
+func optInt(e emitter, m metric, l labels, v nvidia.Opt[int]) {
+	if v.OK {
+		e.emit(m, l, float64(v.Value))
+	}
+}

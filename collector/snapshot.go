@@ -1,0 +1,122 @@
+package collector
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Device is one accelerator (or MIG instance) of the node as seen in one
+// scrape, in vendor-neutral terms. Collectors that need vendor readings keep
+// them in vendorData.
+type Device struct {
+	Vendor string // nvidia, amd, habana
+	Index  string // node-local index, the `gpu` label
+	UUID   string
+	Model  string
+	MIG    *MIGInstance // nil for a whole device
+	Up     bool
+
+	Processes []Process
+
+	vendorData any
+}
+
+// MIGInstance places a MIG device inside its parent GPU.
+type MIGInstance struct {
+	ParentUUID string
+	Profile    string
+	Instance   string
+	// Fraction is the share of the parent GPU's compute this instance holds.
+	Fraction float64
+}
+
+// Process is a process that a vendor reports on a device.
+type Process struct {
+	PID uint32
+	// MemoryUsed is nil when the vendor cannot tell.
+	MemoryUsed *uint64
+}
+
+// Snapshot is everything one scrape read from the node. Every collector of
+// that scrape reads the same snapshot, so the hardware is queried once.
+type Snapshot struct {
+	Time    time.Time
+	Devices []*Device
+	sources map[string]sourceResult
+}
+
+type sourceResult struct {
+	duration time.Duration
+	err      error
+}
+
+// source reads devices into the snapshot. A collector that is also a source
+// is asked for its devices before any collector runs.
+type source interface {
+	readDevices(ctx context.Context) ([]*Device, error)
+}
+
+// snapshotter builds snapshots and coalesces concurrent scrapes (an HA pair
+// of Prometheus servers) onto one build, so hardware is queried once.
+type snapshotter struct {
+	sources map[string]source
+	now     func() time.Time
+
+	mu       sync.Mutex
+	inflight *build
+}
+
+type build struct {
+	done chan struct{}
+	snap *Snapshot
+}
+
+// get returns a snapshot: the one being built right now if there is one,
+// else a new one built under ctx. A caller whose ctx ends first gets nil.
+func (s *snapshotter) get(ctx context.Context) *Snapshot {
+	s.mu.Lock()
+	b := s.inflight
+	leader := b == nil
+	if leader {
+		b = &build{done: make(chan struct{})}
+		s.inflight = b
+	}
+	s.mu.Unlock()
+
+	if leader {
+		b.snap = s.build(ctx)
+		s.mu.Lock()
+		s.inflight = nil
+		s.mu.Unlock()
+		close(b.done)
+		return b.snap
+	}
+	select {
+	case <-b.done:
+		return b.snap
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+func (s *snapshotter) build(ctx context.Context) *Snapshot {
+	snap := &Snapshot{Time: s.now(), sources: make(map[string]sourceResult, len(s.sources))}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, src := range s.sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			devs, err := src.readDevices(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			snap.Devices = append(snap.Devices, devs...)
+			snap.sources[name] = sourceResult{duration: time.Since(start), err: err}
+		}()
+	}
+	wg.Wait()
+	sortDevices(snap.Devices)
+	return snap
+}

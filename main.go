@@ -1,0 +1,161 @@
+// Command xpu_exporter serves GPU and AI-accelerator metrics, each sample
+// labelled at scrape time with the workload that owns the device.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/xpu-exporter/xpu_exporter/collector"
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+const program = "xpu_exporter"
+
+func main() {
+	var (
+		metricsPath = kingpin.Flag("web.telemetry-path",
+			"Path under which to expose metrics.").Default("/metrics").String()
+		maxRequests = kingpin.Flag("web.max-requests",
+			"Maximum number of scrapes served at once; further ones get 503. 0 means no limit.").Default("40").Int()
+		scrapeTimeout = kingpin.Flag("scrape.timeout",
+			"Deadline of a scrape when Prometheus does not send X-Prometheus-Scrape-Timeout-Seconds.").Default("10s").Duration()
+		timeoutOffset = kingpin.Flag("scrape.timeout-offset",
+			"Time kept back from Prometheus' scrape timeout to write the response; devices that have not answered by then are reported down.").Default("500ms").Duration()
+		nvmlLibrary = kingpin.Flag("nvidia.nvml-library",
+			"Path of libnvidia-ml.so; empty finds the driver's library the usual way.").Default("").String()
+		demoMode = kingpin.Flag("demo",
+			"Serve a simulated GPU node instead of real hardware (try it on any machine).").Bool()
+		scenarioPath = kingpin.Flag("demo.scenario",
+			"Scenario file for --demo; empty uses the embedded 8-GPU node. Format: README.md, \"Demo scenarios\".").Default("").String()
+		toolkitFlags = kingpinflag.AddFlags(kingpin.CommandLine, ":9835")
+	)
+	logConfig := &promslog.Config{}
+	promslogflag.AddFlags(kingpin.CommandLine, logConfig)
+	kingpin.Version(version.Print(program))
+	kingpin.CommandLine.UsageWriter(os.Stdout)
+	kingpin.HelpFlag.Short('h')
+	kingpin.Parse()
+	logger := promslog.New(logConfig)
+
+	if *scenarioPath != "" && !*demoMode {
+		logger.Error("--demo.scenario needs --demo")
+		os.Exit(2)
+	}
+	cfg := collector.Config{Logger: logger}
+	if *demoMode {
+		scenario, source, err := loadScenario(*scenarioPath)
+		if err != nil {
+			logger.Error("cannot start demo mode", "err", err)
+			os.Exit(2)
+		}
+		logger.Warn("DEMO MODE: serving a simulated node, no real hardware is read", "scenario", source, "node", scenario.Node, "devices", len(scenario.Devices))
+		cfg.NVML = scenario.NVML(time.Now(), time.Now)
+	} else if *nvmlLibrary != "" {
+		cfg.NVML = nvml.New(nvml.WithLibraryPath(*nvmlLibrary))
+	}
+
+	logger.Info("starting "+program, "version", version.Info(), "build_context", version.BuildContext())
+	exporter, err := collector.New(cfg)
+	if err != nil {
+		logger.Error("cannot create collectors", "err", err)
+		os.Exit(1)
+	}
+	logger.Info("enabled collectors", "collectors", exporter.Collectors())
+
+	base := prometheus.NewRegistry()
+	base.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(*demoMode),
+	)
+
+	mux := http.NewServeMux()
+	mux.Handle(*metricsPath, newMetricsHandler(exporter, base, handlerOpts{
+		defaultTimeout: *scrapeTimeout,
+		timeoutOffset:  *timeoutOffset,
+		maxRequests:    *maxRequests,
+		logger:         logger,
+	}))
+	if *metricsPath != "/" {
+		landing, err := landingPage(*metricsPath, *demoMode)
+		if err != nil {
+			logger.Error("cannot build landing page", "err", err)
+			os.Exit(1)
+		}
+		mux.Handle("/", landing)
+	}
+
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		logger.Info("shutting down")
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	if err := web.ListenAndServe(srv, toolkitFlags, logger); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		logger.Error("server failed", "err", err)
+		os.Exit(1)
+	}
+	exporter.Close()
+}
+
+func loadScenario(path string) (*demo.Scenario, string, error) {
+	if path == "" {
+		return demo.Default(), "embedded default", nil
+	}
+	s, err := demo.Load(path)
+	return s, path, err
+}
+
+// buildInfo is xpu_exporter_build_info, with a demo label so that dashboards
+// and alerts can tell simulated nodes from real ones.
+func buildInfo(demoMode bool) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "xpu_exporter_build_info",
+		Help: "A metric with a constant '1' value labelled by version, revision, branch, goversion and whether the exporter runs in demo mode.",
+		ConstLabels: prometheus.Labels{
+			"version":   version.Version,
+			"revision":  version.GetRevision(),
+			"branch":    version.Branch,
+			"goversion": version.GoVersion,
+			"demo":      fmt.Sprint(demoMode),
+		},
+	})
+	g.Set(1)
+	return g
+}
+
+func landingPage(metricsPath string, demoMode bool) (http.Handler, error) {
+	desc := "Prometheus exporter for GPUs and AI accelerators, with the workload that owns each device on every sample."
+	if demoMode {
+		desc = "DEMO MODE: this exporter serves a simulated node, not real hardware. " + desc
+	}
+	return web.NewLandingPage(web.LandingConfig{
+		Name:        program,
+		Description: desc,
+		Version:     version.Info(),
+		Links: []web.LandingLinks{
+			{Address: metricsPath, Text: "Metrics"},
+		},
+	})
+}
