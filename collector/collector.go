@@ -77,8 +77,9 @@ type Exporter struct {
 	names      []string
 	snapshots  *snapshotter
 
-	duration *prometheus.Desc
-	success  *prometheus.Desc
+	duration  *prometheus.Desc
+	success   *prometheus.Desc
+	coalesced *prometheus.Desc
 }
 
 // New builds the enabled collectors.
@@ -97,6 +98,8 @@ func New(cfg Config) (*Exporter, error) {
 			"Time a collector took in this scrape, including its part of the node snapshot.", []string{"collector"}, nil),
 		success: prometheus.NewDesc(namespace+"_scrape_collector_success",
 			"1 if the collector succeeded in this scrape, 0 if it failed or missed the deadline.", []string{"collector"}, nil),
+		coalesced: prometheus.NewDesc(namespace+"_scrape_coalesced_total",
+			"Scrapes served from a node snapshot that a concurrent scrape was already taking.", nil, nil),
 	}
 	factoriesMu.Lock()
 	defer factoriesMu.Unlock()
@@ -151,6 +154,7 @@ func (scrape) Describe(chan<- *prometheus.Desc) {}
 func (s scrape) Collect(ch chan<- prometheus.Metric) {
 	e := s.e
 	snap := e.Snapshot(s.ctx)
+	ch <- prometheus.MustNewConstMetric(e.coalesced, prometheus.CounterValue, float64(e.snapshots.coalesced.Load()))
 	if snap == nil {
 		for _, name := range e.names {
 			e.report(ch, name, 0, errors.New("deadline passed while waiting for the node snapshot"))

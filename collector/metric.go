@@ -61,10 +61,17 @@ func (e emitter) emit(m metric, l labels, v float64) {
 
 // deviceLabels identifies a device on every series: gpu, uuid, vendor,
 // model, and for MIG instances their parent, profile and instance.
+//
+// A device that stopped answering before it was ever identified has only
+// gpu and vendor: an empty uuid or model would be a made-up value.
 func deviceLabels(d *Device) labels {
-	l := labels{
-		names:  []string{"gpu", "uuid", "vendor", "model"},
-		values: []string{d.Index, d.UUID, d.Vendor, d.Model},
+	l := labels{names: []string{"gpu"}, values: []string{d.Index}}
+	if d.UUID != "" {
+		l = l.with("uuid", d.UUID)
+	}
+	l = l.with("vendor", d.Vendor)
+	if d.Model != "" {
+		l = l.with("model", d.Model)
 	}
 	if d.MIG != nil {
 		l.names = append(l.names, "parent_uuid", "mig_profile", "mig_instance")

@@ -180,8 +180,10 @@ func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pr
 			continue
 		}
 		l := deviceLabels(d)
-		e.emit(deviceInfo, l.with("driver_version", driver).with("cuda_version", cuda).
-			with("pci_bus_id", nd.PCIBusID).with("serial", nd.Serial).with("vbios_version", nd.VBIOSVersion), 1)
+		if d.UUID != "" {
+			e.emit(deviceInfo, l.with("driver_version", driver).with("cuda_version", cuda).
+				with("pci_bus_id", nd.PCIBusID).with("serial", nd.Serial).with("vbios_version", nd.VBIOSVersion), 1)
+		}
 		e.emit(deviceUp, l, boolValue(nd.Up))
 		if nd.Up {
 			emitNvidiaReadings(e, l, nd)

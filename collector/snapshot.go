@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,6 +66,8 @@ type snapshotter struct {
 
 	mu       sync.Mutex
 	inflight *build
+	// coalesced counts scrapes served from another scrape's snapshot.
+	coalesced atomic.Uint64
 }
 
 type build struct {
@@ -92,6 +95,7 @@ func (s *snapshotter) get(ctx context.Context) *Snapshot {
 		close(b.done)
 		return b.snap
 	}
+	s.coalesced.Add(1)
 	select {
 	case <-b.done:
 		return b.snap

@@ -203,6 +203,9 @@ func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time) 
 	}
 	d.GetCurrentClocksThrottleReasonsFunc = throttle
 	d.GetCurrentClocksEventReasonsFunc = throttle
+	d.GetSupportedClocksThrottleReasonsFunc = func() (uint64, nvml.Return) {
+		return nvml.ClocksThrottleReasonAll, s.gate("throttle_reasons")
+	}
 	d.GetPcieThroughputFunc = func(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
 		if c == nvml.PCIE_UTIL_TX_BYTES {
 			return s.u32("pcie_tx", 1.0/1024)

@@ -102,17 +102,31 @@ func (c *Client) Read(ctx context.Context) (Node, error) {
 		}()
 	}
 	for i := range count {
-		select {
-		case devs, ok := <-results[i]:
-			if !ok {
-				devs = []Device{c.down(i, "previous query still running")}
-			}
-			node.Devices = append(node.Devices, devs...)
-		case <-ctx.Done():
-			node.Devices = append(node.Devices, c.down(i, "timeout"))
-		}
+		node.Devices = append(node.Devices, c.await(ctx, i, results[i])...)
 	}
 	return node, nil
+}
+
+// await takes device index's answer, or reports it down once ctx is done.
+// An answer already there when ctx ends still counts.
+func (c *Client) await(ctx context.Context, index int, result <-chan []Device) []Device {
+	select {
+	case devs, ok := <-result:
+		if !ok {
+			return []Device{c.down(index, "previous query still running")}
+		}
+		return devs
+	case <-ctx.Done():
+	}
+	select {
+	case devs, ok := <-result:
+		if ok {
+			return devs
+		}
+		return []Device{c.down(index, "previous query still running")}
+	default:
+		return []Device{c.down(index, "timeout")}
+	}
 }
 
 func (c *Client) claim(index int) bool {
@@ -144,9 +158,11 @@ func (c *Client) down(index int, why string) Device {
 // readIndex reads the GPU at index and its MIG instances. A panic inside the
 // driver binding or a mock marks this device down and nothing else.
 func (c *Client) readIndex(index int) (devs []Device) {
+	gpu := &Device{Identity: Identity{Index: index}}
 	defer func() {
 		if r := recover(); r != nil {
-			devs = []Device{c.down(index, fmt.Sprintf("panic: %v", r))}
+			// gpu holds what was read before the panic, its identity first.
+			devs = []Device{{Identity: gpu.Identity, Down: fmt.Sprintf("panic: %v", r)}}
 		}
 	}()
 	h, ret := c.lib.DeviceGetHandleByIndex(index)
@@ -154,15 +170,15 @@ func (c *Client) readIndex(index int) (devs []Device) {
 		return []Device{c.down(index, "get handle: "+ret.Error())}
 	}
 	r := &reader{hasMemoryV2: c.hasMemoryV2}
-	gpu := r.readGPU(index, h)
+	r.readGPU(h, gpu)
 	if gpu.Up {
 		c.mu.Lock()
 		c.identities[index] = gpu.Identity
 		c.mu.Unlock()
 	}
-	devs = append(devs, gpu)
+	devs = append(devs, *gpu)
 	if gpu.Up && gpu.MIGEnabled.OK && gpu.MIGEnabled.Value {
-		devs = append(devs, r.readMIGInstances(gpu, h)...)
+		devs = append(devs, r.readMIGInstances(*gpu, h)...)
 	}
 	return devs
 }

@@ -34,8 +34,9 @@ func (r *reader) ok(call string, ret nvml.Return) bool {
 	}
 }
 
-func (r *reader) readGPU(index int, h nvml.Device) Device {
-	d := Device{Identity: Identity{Index: index}}
+// readGPU fills d step by step, so that a panic part-way leaves what was
+// read so far (the identity comes first).
+func (r *reader) readGPU(h nvml.Device, d *Device) {
 	steps := []func(*Device, nvml.Device){
 		r.identity, r.utilization, r.memory, r.thermal, r.power, r.clocks,
 		r.throttle, r.pcie, r.ecc, r.retirement, r.migMode, r.processes,
@@ -44,9 +45,9 @@ func (r *reader) readGPU(index int, h nvml.Device) Device {
 		if r.lost {
 			break
 		}
-		step(&d, h)
+		step(d, h)
 	}
-	return r.finish(d)
+	*d = r.finish(*d)
 }
 
 func (r *reader) finish(d Device) Device {
@@ -181,9 +182,17 @@ func (r *reader) throttle(d *Device, h nvml.Device) {
 	if !r.ok("GetCurrentClocksThrottleReasons", ret) {
 		return
 	}
+	// Reasons the GPU model cannot report are left out rather than shown as
+	// never throttling.
+	supported := uint64(nvml.ClocksThrottleReasonAll)
+	if s, ret := h.GetSupportedClocksThrottleReasons(); r.ok("GetSupportedClocksThrottleReasons", ret) {
+		supported = s
+	}
 	d.Throttle = make(map[string]bool, len(ThrottleReasons))
 	for _, reason := range ThrottleReasons {
-		d.Throttle[reason.Name] = mask&reason.Bit != 0
+		if supported&reason.Bit != 0 {
+			d.Throttle[reason.Name] = mask&reason.Bit != 0
+		}
 	}
 }
 

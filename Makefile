@@ -1,0 +1,55 @@
+# xpu_exporter — `make test` runs every check CI runs; `make demo` runs the
+# exporter on a simulated node.
+GO        ?= go
+PROMTOOL  ?= promtool
+BIN       := xpu_exporter
+PKG       := github.com/prometheus/common/version
+VERSION   := $(shell cat VERSION 2>/dev/null || echo 0.0.0-dev)
+REVISION  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+BRANCH    := $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X $(PKG).Branch=$(BRANCH) \
+             -X $(PKG).BuildUser=xpu_exporter -X $(PKG).BuildDate=$(shell date -u +%Y%m%d-%H:%M:%S)
+
+# go-nvml's cgo bindings declare NVML functions deprecated by newer drivers;
+# the warnings say nothing about this project.
+export CGO_ENABLED := 1
+export CGO_CFLAGS  := -Wno-deprecated-declarations
+
+.PHONY: all build demo test vet fmt-check unit e2e test-deps bench clean
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
+
+demo: build
+	./$(BIN) --demo
+
+## test: everything CI checks.
+test: test-deps vet fmt-check unit
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# Unit and end-to-end tests: e2e/ builds the real binary and scrapes it.
+unit:
+	$(GO) test -count=1 ./...
+
+# The tests need promtool (Debian's prometheus package). CI runs as root;
+# elsewhere sudo is used when it is there.
+test-deps:
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
+	  echo "installing Debian's prometheus package for promtool"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus >/dev/null; }
+
+## bench: scrape-path benchmarks (speed and memory targets live here, not in tests).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./collector/ ./vendors/...
+
+clean:
+	rm -f $(BIN)

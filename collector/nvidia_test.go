@@ -1,0 +1,285 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files from the current output")
+
+// testClock is a fixed moment, so that scenario generators give the same
+// values at every run.
+var (
+	testStart = time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	testNow   = testStart.Add(90 * time.Minute)
+)
+
+func loadScenario(t testing.TB, name string) *demo.Scenario {
+	t.Helper()
+	if name == "default" {
+		return demo.Default()
+	}
+	s, err := demo.Load(filepath.Join("..", "fixtures", "scenarios", name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newTestExporter(t testing.TB, s *demo.Scenario, collectors map[string]bool) *Exporter {
+	t.Helper()
+	states := map[string]bool{}
+	for name := range factories {
+		states[name] = collectors[name]
+	}
+	if err := Enable(states); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// scrapeText gathers one scrape under timeout and renders it as the text
+// exposition, without the durations, which vary from run to run.
+func scrapeText(t testing.TB, e *Exporter, timeout time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(e.Bind(ctx))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if mf.GetName() == "xpu_scrape_collector_duration_seconds" {
+			continue
+		}
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.String()
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("..", "fixtures", "golden", "collector", name+".prom")
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./collector -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (run go test ./collector -update and review the diff):\n%s", path, diffLines(string(want), got))
+	}
+}
+
+// diffLines lists the lines only one side has: enough to read a failure.
+func diffLines(want, got string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	w, g := in(want), in(got)
+	var b strings.Builder
+	for _, l := range strings.Split(want, "\n") {
+		if !g[l] {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if !w[l] {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	return b.String()
+}
+
+func TestNvidiaGolden(t *testing.T) {
+	for _, tc := range []struct {
+		scenario string
+		process  bool
+	}{
+		{scenario: "default"},
+		{scenario: "mig", process: true},
+		{scenario: "not-supported"},
+		{scenario: "lost"},
+		{scenario: "no-driver"},
+		{scenario: "panic"},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			e := newTestExporter(t, loadScenario(t, tc.scenario), map[string]bool{"nvidia": true, "process": tc.process})
+			golden(t, "nvidia-"+tc.scenario, scrapeText(t, e, 5*time.Second))
+		})
+	}
+}
+
+// seriesCount counts the exposition lines of one family.
+func seriesCount(text, family string) int {
+	return len(regexp.MustCompile(`(?m)^`+family+`[{ ]`).FindAllString(text, -1))
+}
+
+func TestNvidiaHealthyNode(t *testing.T) {
+	out := scrapeText(t, newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true}), 5*time.Second)
+	// 8 GPUs plus the 4 MIG instances of GPU 4.
+	for family, want := range map[string]int{
+		"xpu_device_info":          12,
+		"xpu_device_up":            12,
+		"xpu_memory_total_bytes":   12,
+		"xpu_utilization_ratio":    7, // NVML cannot measure a GPU in MIG mode as a whole, nor its instances
+		"xpu_power_watts":          8,
+		"xpu_clock_throttled":      8 * 9,
+		"xpu_ecc_errors_total":     8 * 4,
+		"xpu_temperature_celsius":  8 * 2,
+		"xpu_fan_speed_ratio":      0, // H100 SXM has no fans
+		"xpu_nvml_errors_total":    0,
+		"xpu_mig_mode_enabled":     8,
+		"xpu_process_memory_bytes": 0, // the process collector is off
+	} {
+		if got := seriesCount(out, family); got != want {
+			t.Errorf("%s: %d series, want %d", family, got, want)
+		}
+	}
+	for _, line := range []string{
+		`xpu_device_up{gpu="4",mig_instance="1",mig_profile="3g.40gb",model="NVIDIA H100 80GB HBM3",parent_uuid="GPU-2b149611-0000-4000-8000-000000000004",uuid="MIG-2b149611-0004-4000-8000-000000000000",vendor="nvidia"} 1`,
+		`xpu_clock_throttled{gpu="6",model="NVIDIA H100 80GB HBM3",reason="hw_thermal_slowdown",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 1`,
+		`xpu_clock_throttled{gpu="7",model="NVIDIA H100 80GB HBM3",reason="gpu_idle",uuid="GPU-2b149611-0000-4000-8000-000000000007",vendor="nvidia"} 1`,
+		`xpu_memory_total_bytes{gpu="0",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000000",vendor="nvidia"} 8.589934592e+10`,
+		`xpu_scrape_collector_success{collector="nvidia"} 1`,
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("missing %s", line)
+		}
+	}
+}
+
+func TestNvidiaNotSupportedOmitsOnlyThatSeries(t *testing.T) {
+	out := scrapeText(t, newTestExporter(t, loadScenario(t, "not-supported"), map[string]bool{"nvidia": true}), 5*time.Second)
+	for family, want := range map[string]int{
+		"xpu_device_up":                        1,
+		"xpu_utilization_ratio":                1,
+		"xpu_power_watts":                      1,
+		"xpu_ecc_errors_total":                 4,
+		"xpu_retired_pages_total":              2,
+		"xpu_pcie_throughput_bytes_per_second": 2,
+		"xpu_energy_joules_total":              0,
+		"xpu_fan_speed_ratio":                  0,
+		"xpu_power_limit_watts":                0,
+		"xpu_clock_max_hertz":                  0,
+		"xpu_remapped_rows":                    0,
+		"xpu_retired_pages_pending":            0,
+		"xpu_mig_mode_enabled":                 0,
+		"xpu_pcie_link_generation":             0,
+	} {
+		if got := seriesCount(out, family); got != want {
+			t.Errorf("%s: %d series, want %d", family, got, want)
+		}
+	}
+	// The unexpected error is counted, not hidden.
+	if !strings.Contains(out, `xpu_nvml_errors_total{call="GetRetiredPagesPendingStatus",error="ERROR_UNKNOWN"} 1`) {
+		t.Errorf("unexpected NVML error not counted:\n%s", out)
+	}
+}
+
+func TestNvidiaLostGPUIsDownOthersServed(t *testing.T) {
+	out := scrapeText(t, newTestExporter(t, loadScenario(t, "lost"), map[string]bool{"nvidia": true}), 5*time.Second)
+	for _, line := range []string{
+		`xpu_device_up{gpu="0",model="NVIDIA H100 80GB HBM3",uuid="GPU-00000000-0000-4000-8000-000000000000",vendor="nvidia"} 1`,
+		`xpu_device_up{gpu="1",vendor="nvidia"} 0`,
+		`xpu_utilization_ratio{gpu="0",model="NVIDIA H100 80GB HBM3",uuid="GPU-00000000-0000-4000-8000-000000000000",vendor="nvidia"} 0.5`,
+		`xpu_scrape_collector_success{collector="nvidia"} 1`,
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("missing %s in\n%s", line, out)
+		}
+	}
+	if n := seriesCount(out, "xpu_utilization_ratio"); n != 1 {
+		t.Errorf("the lost GPU must have no readings; got %d utilization series", n)
+	}
+}
+
+func TestNvidiaHangingCallMissesDeadline(t *testing.T) {
+	e := newTestExporter(t, loadScenario(t, "hang"), map[string]bool{"nvidia": true})
+	for i, why := range []string{"first scrape", "second scrape, while the first query is still stuck"} {
+		start := time.Now()
+		out := scrapeText(t, e, 200*time.Millisecond)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("%s: scrape took %v, it must end at its deadline", why, took)
+		}
+		if !strings.Contains(out, `xpu_device_up{gpu="0",vendor="nvidia"} 0`) {
+			t.Errorf("%s (%d): hanging GPU not reported down:\n%s", why, i, out)
+		}
+		if !strings.Contains(out, `xpu_device_up{gpu="1",model="NVIDIA H100 80GB HBM3",uuid="GPU-00000000-0000-4000-8000-00000000000b",vendor="nvidia"} 1`) {
+			t.Errorf("%s: the other GPU must still be served:\n%s", why, out)
+		}
+	}
+}
+
+func TestNvidiaNoDriver(t *testing.T) {
+	out := scrapeText(t, newTestExporter(t, loadScenario(t, "no-driver"), map[string]bool{"nvidia": true}), time.Second)
+	if !strings.Contains(out, `xpu_scrape_collector_success{collector="nvidia"} 0`) {
+		t.Errorf("no driver must fail the nvidia collector:\n%s", out)
+	}
+	if n := seriesCount(out, "xpu_device_up"); n != 0 {
+		t.Errorf("no driver, yet %d devices", n)
+	}
+}
+
+func TestConcurrentScrapesShareOneSnapshot(t *testing.T) {
+	e := newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true})
+	var builds atomic.Int32
+	release := make(chan struct{})
+	orig := e.snapshots.sources["nvidia"]
+	e.snapshots.sources["nvidia"] = sourceFunc(func(ctx context.Context) ([]*Device, error) {
+		builds.Add(1)
+		<-release
+		return orig.readDevices(ctx)
+	})
+	results := make(chan *Snapshot, 2)
+	for range 2 {
+		go func() { results <- e.Snapshot(context.Background()) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.snapshots.coalesced.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	a, b := <-results, <-results
+	if a != b || builds.Load() != 1 {
+		t.Errorf("two concurrent scrapes made %d builds (same snapshot: %v)", builds.Load(), a == b)
+	}
+}
+
+type sourceFunc func(context.Context) ([]*Device, error)
+
+func (f sourceFunc) readDevices(ctx context.Context) ([]*Device, error) { return f(ctx) }
