@@ -1,0 +1,391 @@
+// Package e2e builds the real xpu_exporter binary, runs it as a user would
+// and checks what it serves over HTTP.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "xpu-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "xpu_exporter")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Dir = ".."
+	build.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build xpu_exporter: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// exporter is a running xpu_exporter process.
+type exporter struct {
+	addr string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs bytes.Buffer
+}
+
+func (e *exporter) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.logs.Write(p)
+}
+
+func (e *exporter) Logs() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.logs.String()
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// start runs the binary with args and waits until it accepts connections.
+func start(t *testing.T, args ...string) *exporter {
+	t.Helper()
+	e := &exporter{addr: freePort(t)}
+	e.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + e.addr}, args...)...)
+	e.cmd.Stdout, e.cmd.Stderr = e, e
+	if err := e.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { e.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		e.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			e.cmd.Process.Kill()
+			t.Errorf("exporter did not stop on SIGINT")
+		}
+		if t.Failed() {
+			t.Logf("exporter logs:\n%s", e.Logs())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			t.Fatalf("exporter exited early:\n%s", e.Logs())
+		default:
+		}
+		if c, err := net.Dial("tcp", e.addr); err == nil {
+			c.Close()
+			return e
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("exporter did not listen on %s:\n%s", e.addr, e.Logs())
+	return nil
+}
+
+func get(t *testing.T, client *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func promtoolCheck(t *testing.T, exposition string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found: install Debian's prometheus package (make test-deps does)")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(exposition)
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// value returns the sample value of the one series matching selector, a
+// metric name followed by label matchers as they appear in the exposition.
+func value(t *testing.T, exposition, name string, labels ...string) float64 {
+	t.Helper()
+	var found []float64
+	for _, line := range strings.Split(exposition, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if ok {
+			v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+			if err != nil {
+				t.Fatalf("bad sample %q", line)
+			}
+			found = append(found, v)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s%v: %d series, want 1", name, labels, len(found))
+	}
+	return found[0]
+}
+
+// families issue 2 promises on the demo node, with their types.
+var wantFamilies = map[string]string{
+	"xpu_device_info":                       "gauge",
+	"xpu_device_up":                         "gauge",
+	"xpu_utilization_ratio":                 "gauge",
+	"xpu_memory_utilization_ratio":          "gauge",
+	"xpu_encoder_utilization_ratio":         "gauge",
+	"xpu_decoder_utilization_ratio":         "gauge",
+	"xpu_memory_used_bytes":                 "gauge",
+	"xpu_memory_total_bytes":                "gauge",
+	"xpu_memory_reserved_bytes":             "gauge",
+	"xpu_temperature_celsius":               "gauge",
+	"xpu_power_watts":                       "gauge",
+	"xpu_power_limit_watts":                 "gauge",
+	"xpu_energy_joules_total":               "counter",
+	"xpu_clock_hertz":                       "gauge",
+	"xpu_clock_max_hertz":                   "gauge",
+	"xpu_clock_throttled":                   "gauge",
+	"xpu_performance_state":                 "gauge",
+	"xpu_pcie_throughput_bytes_per_second":  "gauge",
+	"xpu_pcie_link_generation":              "gauge",
+	"xpu_pcie_link_width":                   "gauge",
+	"xpu_pcie_link_max_generation":          "gauge",
+	"xpu_pcie_link_max_width":               "gauge",
+	"xpu_pcie_replays_total":                "counter",
+	"xpu_ecc_errors_total":                  "counter",
+	"xpu_retired_pages_total":               "counter",
+	"xpu_remapped_rows":                     "gauge",
+	"xpu_mig_mode_enabled":                  "gauge",
+	"xpu_scrape_collector_duration_seconds": "gauge",
+	"xpu_scrape_collector_success":          "gauge",
+	"xpu_exporter_build_info":               "gauge",
+	"go_goroutines":                         "gauge",
+	"process_resident_memory_bytes":         "gauge",
+}
+
+func TestDemoServesEveryFamilyAndValuesMove(t *testing.T) {
+	e := start(t, "--demo")
+	url := "http://" + e.addr + "/metrics"
+	code, first := get(t, http.DefaultClient, url)
+	if code != http.StatusOK {
+		t.Fatalf("status %d:\n%s", code, first)
+	}
+	for family, typ := range wantFamilies {
+		if !strings.Contains(first, "# TYPE "+family+" "+typ+"\n") {
+			t.Errorf("family %s (%s) missing", family, typ)
+		}
+	}
+	promtoolCheck(t, first)
+	if !strings.Contains(first, `demo="true"`) {
+		t.Error("build info does not say demo")
+	}
+	if !strings.Contains(e.Logs(), "DEMO MODE") {
+		t.Error("demo mode is not announced in the log")
+	}
+	if regexp.MustCompile(`[{,](job|instance)="`).MatchString(first) {
+		t.Error("exporter must not emit the reserved target labels job or instance")
+	}
+
+	time.Sleep(1100 * time.Millisecond)
+	_, second := get(t, http.DefaultClient, url)
+	gpu0 := `uuid="GPU-2b149611-0000-4000-8000-000000000000"`
+	e1, e2 := value(t, first, "xpu_energy_joules_total", gpu0), value(t, second, "xpu_energy_joules_total", gpu0)
+	if e2 <= e1 {
+		t.Errorf("energy counter did not grow between scrapes: %v then %v", e1, e2)
+	}
+	p1, p2 := value(t, first, "xpu_power_watts", gpu0), value(t, second, "xpu_power_watts", gpu0)
+	if p1 == p2 {
+		t.Errorf("power did not move between scrapes: %v", p1)
+	}
+
+	code, landing := get(t, http.DefaultClient, "http://"+e.addr+"/")
+	if code != http.StatusOK || !strings.Contains(landing, "DEMO MODE") || !strings.Contains(landing, `href="/metrics"`) {
+		t.Errorf("landing page (%d) lacks the demo notice or the metrics link:\n%s", code, landing)
+	}
+}
+
+func TestScrapeTimeoutHeaderBoundsAHungGPU(t *testing.T) {
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/hang.yaml", "--scrape.timeout-offset=100ms")
+	req, _ := http.NewRequest(http.MethodGet, "http://"+e.addr+"/metrics", nil)
+	req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", "0.5")
+	started := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if took := time.Since(started); took > 2*time.Second {
+		t.Errorf("scrape with a 0.5s timeout took %v", took)
+	}
+	if !strings.Contains(string(body), `xpu_device_up{gpu="0",vendor="nvidia"} 0`) ||
+		!strings.Contains(string(body), `xpu_device_up{gpu="1",model="NVIDIA H100 80GB HBM3",uuid="GPU-00000000-0000-4000-8000-00000000000b",vendor="nvidia"} 1`) {
+		t.Errorf("want the hung GPU down and the other up:\n%s", body)
+	}
+}
+
+func TestNoDriverStillServesSelfMetrics(t *testing.T) {
+	e := start(t, "--nvidia.nvml-library=/nonexistent/libnvidia-ml.so.1")
+	code, body := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	if !strings.Contains(body, `xpu_scrape_collector_success{collector="nvidia"} 0`) || !strings.Contains(body, "xpu_exporter_build_info{") {
+		t.Errorf("want self-metrics with the nvidia collector failing:\n%s", body)
+	}
+	get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+	if n := strings.Count(e.Logs(), "no driver"); n != 1 {
+		t.Errorf("the missing driver is logged %d times over two scrapes, want once:\n%s", n, e.Logs())
+	}
+}
+
+func TestBadScenarioIsRejectedClearly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(path, []byte("devices:\n  - model: X\n    memory_total: 1GiB\n    metrics: {utilisation: 0.5}\n"), 0o644)
+	out, err := exec.Command(binary, "--demo", "--demo.scenario="+path).CombinedOutput()
+	if code := exitCode(err); code != 2 {
+		t.Fatalf("exit code %d, want 2:\n%s", code, out)
+	}
+	if !strings.Contains(string(out), "devices[0]: metrics.utilisation: unknown metric") {
+		t.Errorf("error does not name the bad field:\n%s", out)
+	}
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func TestTLSAndBasicAuth(t *testing.T) {
+	dir := t.TempDir()
+	certPEM, keyPEM := selfSigned(t)
+	os.WriteFile(filepath.Join(dir, "cert.pem"), certPEM, 0o600)
+	os.WriteFile(filepath.Join(dir, "key.pem"), keyPEM, 0o600)
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  prometheus: %s\n",
+		filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), hash)
+	os.WriteFile(filepath.Join(dir, "web.yml"), []byte(config), 0o600)
+
+	e := start(t, "--demo", "--web.config.file="+filepath.Join(dir, "web.yml"))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 10 * time.Second}
+	url := "https://" + e.addr + "/metrics"
+
+	for _, tc := range []struct {
+		user, password string
+		want           int
+	}{
+		{"prometheus", "s3cret", http.StatusOK},
+		{"prometheus", "wrong", http.StatusUnauthorized},
+		{"", "", http.StatusUnauthorized},
+	} {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+		if tc.user != "" {
+			req.SetBasicAuth(tc.user, tc.password)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("user %q password %q: status %d, want %d", tc.user, tc.password, resp.StatusCode, tc.want)
+		}
+		if tc.want == http.StatusOK && !regexp.MustCompile(`(?m)^xpu_device_up\{`).Match(body) {
+			t.Errorf("authorised scrape has no device metrics")
+		}
+	}
+	if _, err := http.Get("http://" + e.addr + "/metrics"); err == nil {
+		// A plain HTTP request to a TLS port gets a 400 from Go's server,
+		// never metrics.
+		code, body := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+		if code == http.StatusOK || strings.Contains(body, "xpu_") {
+			t.Errorf("plain HTTP served metrics (%d)", code)
+		}
+	}
+}
+
+func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "xpu-exporter-e2e"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
