@@ -418,7 +418,8 @@ func migProfile(name string, a nvml.DeviceAttributes) string {
 	if a.GpuInstanceSliceCount == 0 {
 		return ""
 	}
-	gb := int(math.Round(float64(a.MemorySizeMB) / 1024))
+	// NVIDIA's profile names round the memory up: 4864 MiB is "5gb", 40192 MiB "40gb".
+	gb := int(math.Ceil(float64(a.MemorySizeMB) / 1024))
 	if a.ComputeInstanceSliceCount > 0 && a.ComputeInstanceSliceCount < a.GpuInstanceSliceCount {
 		return fmt.Sprintf("%dc.%dg.%dgb", a.ComputeInstanceSliceCount, a.GpuInstanceSliceCount, gb)
 	}

@@ -1,0 +1,86 @@
+package demo
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultScenario(t *testing.T) {
+	s := Default()
+	if len(s.Devices) < 8 {
+		t.Fatalf("the default scenario has %d GPUs, want at least 8", len(s.Devices))
+	}
+	migs := 0
+	for _, d := range s.Devices {
+		if d.Model != "NVIDIA H100 80GB HBM3" {
+			t.Errorf("device %s: model %q did not come from defaults", d.UUID, d.Model)
+		}
+		migs += len(d.MIG)
+	}
+	if migs < 2 {
+		t.Errorf("want a GPU with several MIG instances, got %d instances", migs)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"empty", "node: x\n", "devices: a scenario needs at least one device"},
+		{"unknown top-level key", "nodes: x\n", "field nodes not found"},
+		{"missing model", "devices:\n  - memory_total: 1GiB\n", "devices[0]: model: missing"},
+		{"unknown metric", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {utilisation: 1}}\n", "devices[0]: metrics.utilisation: unknown metric"},
+		{"bad quantity", "devices:\n  - {model: X, memory_total: 80 gigs}\n", `"80 gigs" is not a number or byte size`},
+		{"min above max", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {power: {min: 9, max: 1}}}\n", "min 9 is above max 1"},
+		{"bad shape", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {power: {shape: zigzag, min: 1, max: 2}}}\n", `unknown shape "zigzag"`},
+		{"negative rate", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {energy: {rate: -1}}}\n", "rate must not be negative"},
+		{"bad fault", "devices:\n  - {model: X, memory_total: 1GiB, faults: {unsupported: [warp_drive]}}\n", `faults.unsupported: unknown call "warp_drive"`},
+		{"bad hang_for", "devices:\n  - {model: X, memory_total: 1GiB, faults: {hang: [power], hang_for: soon}}\n", `faults.hang_for: "soon"`},
+		{"bad profile", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 9g.1gb}]}\n", "mig[0].profile"},
+		{"too many slices", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 4g.40gb, gpu_instance: 1}, {profile: 4g.40gb, gpu_instance: 2}]}\n", "use 8 compute slices"},
+		{"duplicate uuid", "devices:\n  - {model: X, memory_total: 1GiB, uuid: GPU-1}\n  - {model: X, memory_total: 1GiB, uuid: GPU-1}\n", "devices[1]: uuid: uuid GPU-1 is already used"},
+		{"duplicate pid", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7}, {pid: 7}]}\n", "processes[1].pid: 7 listed twice"},
+		{"processes on a MIG parent", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7}], mig: [{profile: 1g.10gb}]}\n", "runs processes in its MIG instances"},
+		{"bad throttle reason", "devices:\n  - {model: X, memory_total: 1GiB, throttle_reasons: [tired]}\n", `unknown reason "tired"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Parse error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestValueGenerators(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	parse := func(y string) Value {
+		t.Helper()
+		s, err := Parse([]byte("devices:\n  - {model: X, memory_total: 1GiB, metrics: {power: " + y + "}}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Devices[0].Metrics["power"]
+	}
+	fixed := parse("80GiB")
+	if got := fixed.At(start, start.Add(time.Hour)); got != 80*(1<<30) {
+		t.Errorf("fixed 80GiB = %v", got)
+	}
+	ctr := parse("{start: 100, rate: 2}")
+	if got := ctr.At(start, start.Add(10*time.Second)); got != 120 {
+		t.Errorf("counter after 10s = %v, want 120", got)
+	}
+	for _, shape := range []string{"sine", "sawtooth", "square", "noise"} {
+		v := parse("{shape: " + shape + ", min: 10, max: 20, period: 1m}")
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for i := range 600 {
+			x := v.At(start, start.Add(time.Duration(i)*100*time.Millisecond))
+			lo, hi = math.Min(lo, x), math.Max(hi, x)
+		}
+		if lo < 10 || hi > 20 || hi-lo < 5 {
+			t.Errorf("%s over one period ranged %v..%v, want a spread within 10..20", shape, lo, hi)
+		}
+	}
+}

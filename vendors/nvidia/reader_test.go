@@ -1,0 +1,130 @@
+package nvidia
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+)
+
+func TestMIGProfile(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		attrs nvml.DeviceAttributes
+		want  string
+	}{
+		{"NVIDIA A100-SXM4-40GB MIG 1g.5gb", nvml.DeviceAttributes{}, "1g.5gb"},
+		{"NVIDIA H100 80GB HBM3 MIG 3g.40gb", nvml.DeviceAttributes{GpuInstanceSliceCount: 2}, "3g.40gb"},
+		{"NVIDIA A100-SXM4-80GB MIG 1c.3g.40gb", nvml.DeviceAttributes{}, "1c.3g.40gb"},
+		// Older drivers name MIG devices without the profile.
+		{"A100-SXM4-40GB", nvml.DeviceAttributes{GpuInstanceSliceCount: 1, ComputeInstanceSliceCount: 1, MemorySizeMB: 4864}, "1g.5gb"},
+		{"A100-SXM4-80GB", nvml.DeviceAttributes{GpuInstanceSliceCount: 3, ComputeInstanceSliceCount: 1, MemorySizeMB: 40192}, "1c.3g.40gb"},
+		{"", nvml.DeviceAttributes{}, ""},
+	} {
+		if got := migProfile(tc.name, tc.attrs); got != tc.want {
+			t.Errorf("migProfile(%q, %+v) = %q, want %q", tc.name, tc.attrs, got, tc.want)
+		}
+	}
+}
+
+func TestBusID(t *testing.T) {
+	var raw [32]int8
+	for i, c := range "00000000:3B:00.0" {
+		raw[i] = int8(c)
+	}
+	if got := busID(raw); got != "00000000:3b:00.0" {
+		t.Errorf("busID = %q", got)
+	}
+}
+
+func TestFieldValue(t *testing.T) {
+	f := func(typ nvml.ValueType, bits uint64) nvml.FieldValue {
+		v := nvml.FieldValue{ValueType: uint32(typ)}
+		binary.LittleEndian.PutUint64(v.Value[:], bits)
+		return v
+	}
+	for _, tc := range []struct {
+		v    nvml.FieldValue
+		want float64
+		ok   bool
+	}{
+		{f(nvml.VALUE_TYPE_DOUBLE, math.Float64bits(41.5)), 41.5, true},
+		{f(nvml.VALUE_TYPE_UNSIGNED_INT, 0xFFFFFFFF00000051), 81, true}, // high bytes are not part of a 32-bit value
+		{f(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, 1<<40), 1 << 40, true},
+		{f(nvml.VALUE_TYPE_SIGNED_LONG_LONG, uint64(math.MaxUint64)), -1, true},
+		{f(nvml.VALUE_TYPE_SIGNED_INT, 0xFFFFFFFE), -2, true},
+		{f(nvml.VALUE_TYPE_UNSIGNED_SHORT, 0x10002), 2, true},
+		{f(nvml.ValueType(99), 1), 0, false},
+	} {
+		got, ok := fieldValue(tc.v)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("fieldValue(type %d) = %v, %v; want %v, %v", tc.v.ValueType, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestReturnClassification(t *testing.T) {
+	for _, tc := range []struct {
+		ret      nvml.Return
+		ok, lost bool
+		errors   int
+	}{
+		{nvml.SUCCESS, true, false, 0},
+		{nvml.ERROR_NOT_SUPPORTED, false, false, 0},
+		{nvml.ERROR_NO_PERMISSION, false, false, 0},
+		{nvml.ERROR_FUNCTION_NOT_FOUND, false, false, 0},
+		{nvml.ERROR_GPU_IS_LOST, false, true, 0},
+		{nvml.ERROR_UNKNOWN, false, false, 1},
+		{nvml.ERROR_TIMEOUT, false, false, 1},
+	} {
+		r := &reader{}
+		if ok := r.ok("Call", tc.ret); ok != tc.ok || r.lost != tc.lost || len(r.errs) != tc.errors {
+			t.Errorf("%v: ok=%v lost=%v errors=%d; want %v %v %d", tc.ret, ok, r.lost, len(r.errs), tc.ok, tc.lost, tc.errors)
+		}
+	}
+}
+
+// A device whose handle cannot be had is reported down, with the reason.
+func TestReadHandleFailure(t *testing.T) {
+	lib := &mock.Interface{
+		InitFunc:                       func() nvml.Return { return nvml.SUCCESS },
+		ExtensionsFunc:                 func() nvml.ExtendedInterface { return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }} },
+		DeviceGetCountFunc:             func() (int, nvml.Return) { return 1, nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc:     func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_UNKNOWN },
+		SystemGetDriverVersionFunc:     func() (string, nvml.Return) { return "", nvml.ERROR_NOT_SUPPORTED },
+		SystemGetCudaDriverVersionFunc: func() (int, nvml.Return) { return 12080, nvml.SUCCESS },
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	node, err := New(lib).Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.CUDAVersion != "12.8" || len(node.Devices) != 1 || node.Devices[0].Up || node.Devices[0].Down != "get handle: ERROR_UNKNOWN" {
+		t.Errorf("got %+v", node)
+	}
+}
+
+func TestInitRetriesUntilDriverAppears(t *testing.T) {
+	ret := nvml.ERROR_LIBRARY_NOT_FOUND
+	calls := 0
+	lib := &mock.Interface{
+		InitFunc:       func() nvml.Return { calls++; return ret },
+		ExtensionsFunc: func() nvml.ExtendedInterface { return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }} },
+	}
+	c := New(lib)
+	if err := c.Init(); err != ErrNoDriver {
+		t.Fatalf("Init = %v, want ErrNoDriver", err)
+	}
+	ret = nvml.SUCCESS
+	if err := c.Init(); err != nil {
+		t.Fatalf("Init after the driver appeared = %v", err)
+	}
+	if err := c.Init(); err != nil || calls != 2 {
+		t.Fatalf("Init once initialised = %v after %d NVML calls, want nil after 2", err, calls)
+	}
+}
