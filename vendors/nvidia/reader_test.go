@@ -91,8 +91,10 @@ func TestReturnClassification(t *testing.T) {
 // A device whose handle cannot be had is reported down, with the reason.
 func TestReadHandleFailure(t *testing.T) {
 	lib := &mock.Interface{
-		InitFunc:                       func() nvml.Return { return nvml.SUCCESS },
-		ExtensionsFunc:                 func() nvml.ExtendedInterface { return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }} },
+		InitFunc: func() nvml.Return { return nvml.SUCCESS },
+		ExtensionsFunc: func() nvml.ExtendedInterface {
+			return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }}
+		},
 		DeviceGetCountFunc:             func() (int, nvml.Return) { return 1, nvml.SUCCESS },
 		DeviceGetHandleByIndexFunc:     func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_UNKNOWN },
 		SystemGetDriverVersionFunc:     func() (string, nvml.Return) { return "", nvml.ERROR_NOT_SUPPORTED },
@@ -113,8 +115,10 @@ func TestInitRetriesUntilDriverAppears(t *testing.T) {
 	ret := nvml.ERROR_LIBRARY_NOT_FOUND
 	calls := 0
 	lib := &mock.Interface{
-		InitFunc:       func() nvml.Return { calls++; return ret },
-		ExtensionsFunc: func() nvml.ExtendedInterface { return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }} },
+		InitFunc: func() nvml.Return { calls++; return ret },
+		ExtensionsFunc: func() nvml.ExtendedInterface {
+			return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }}
+		},
 	}
 	c := New(lib)
 	if err := c.Init(); err != ErrNoDriver {
