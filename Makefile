@@ -15,18 +15,22 @@ LDFLAGS   := -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X $(PK
 export CGO_ENABLED := 1
 export CGO_CFLAGS  := -Wno-deprecated-declarations
 
-.PHONY: all build demo test vet fmt-check unit e2e test-deps bench clean
+.PHONY: all build demo test vet fmt-check unit build-deps test-deps bench clean
+
+# apt-get as root, else through sudo: CI runs as root, developers may not.
+APT_INSTALL = SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq
 
 all: build
 
-build:
+build: build-deps
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
 
 demo: build
 	./$(BIN) --demo
 
 ## test: everything CI checks.
-test: test-deps vet fmt-check unit
+test: build-deps test-deps vet fmt-check unit
 
 vet:
 	$(GO) vet ./...
@@ -39,13 +43,13 @@ fmt-check:
 unit:
 	$(GO) test -count=1 ./...
 
-# The tests need promtool (Debian's prometheus package). CI runs as root;
-# elsewhere sudo is used when it is there.
+# NVML is reached through cgo, so building needs a C compiler.
+build-deps:
+	@command -v gcc >/dev/null 2>&1 || { echo "installing gcc (cgo needs it for NVML)"; $(APT_INSTALL) gcc libc6-dev >/dev/null; }
+
+# The tests need promtool and a Prometheus server (Debian's prometheus package).
 test-deps:
-	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
-	  echo "installing Debian's prometheus package for promtool"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus >/dev/null; }
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { echo "installing Debian's prometheus package"; $(APT_INSTALL) prometheus >/dev/null; }
 
 ## bench: scrape-path benchmarks (speed and memory targets live here, not in tests).
 bench:

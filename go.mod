@@ -1,6 +1,6 @@
 module github.com/xpu-exporter/xpu_exporter
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-0 // indirect
