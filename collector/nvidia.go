@@ -108,6 +108,9 @@ func (c *nvidiaCollector) readDevices(ctx context.Context) ([]*Device, error) {
 			if p.UsedMemory.OK {
 				proc.MemoryUsed = &p.UsedMemory.Value
 			}
+			if p.SMUtilization.OK {
+				proc.Utilization = &p.SMUtilization.Value
+			}
 			d.Processes = append(d.Processes, proc)
 		}
 		c.logDown(d, nd.Down)

@@ -37,6 +37,9 @@ type Process struct {
 	PID uint32
 	// MemoryUsed is nil when the vendor cannot tell.
 	MemoryUsed *uint64
+	// Utilization is the process's share of the device's compute time since
+	// the previous scrape (0..1); nil when the vendor has no sample.
+	Utilization *float64
 }
 
 // Snapshot is everything one scrape read from the node. Every collector of

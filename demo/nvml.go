@@ -264,6 +264,29 @@ func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time) 
 	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 		return s.processes(spec.Processes, 0, 0)
 	}
+	d.GetProcessUtilizationFunc = func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		if ret := s.gate("processes"); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		// One sample per process at the current time, as NVML gives one per
+		// sampling period.
+		ts := uint64(now().UnixMicro())
+		if ts <= lastSeen {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		var out []nvml.ProcessUtilizationSample
+		for _, p := range spec.Processes {
+			if p.Utilization == nil {
+				continue
+			}
+			sm := uint32(math.Round(math.Max(0, p.Utilization.At(start, now())) * 100))
+			out = append(out, nvml.ProcessUtilizationSample{Pid: p.PID, TimeStamp: ts, SmUtil: sm, MemUtil: sm / 2})
+		}
+		if len(out) == 0 {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return out, nvml.SUCCESS
+	}
 	migs := make([]nvml.Device, len(spec.MIG))
 	for j := range spec.MIG {
 		migs[j] = s.newMIG(&spec.MIG[j])
@@ -348,6 +371,10 @@ func (s *sim) newMIG(m *MIGSpec) nvml.Device {
 	}
 	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 		return s.processes(m.Processes, uint32(m.GPUInstance), uint32(m.ComputeInstance))
+	}
+	// NVML does not sample per-process utilization inside MIG instances.
+	d.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	return d
 }

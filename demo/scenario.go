@@ -84,6 +84,9 @@ type MIGSpec struct {
 type ProcessSpec struct {
 	PID        uint32 `yaml:"pid"`
 	MemoryUsed *Value `yaml:"memory_used"`
+	// Utilization is the share of the device's SM time this process uses
+	// (0..1); NVML samples it per process. Unset: no samples.
+	Utilization *Value `yaml:"utilization"`
 }
 
 // Faults are failures injected into one device's NVML answers. The names are

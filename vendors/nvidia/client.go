@@ -28,12 +28,14 @@ type Client struct {
 	// identities are remembered so that a device that stops answering is
 	// still reported under its own name.
 	identities map[int]Identity
+	// lastSeen is the newest per-process utilization sample per device.
+	lastSeen map[int]uint64
 }
 
 // New returns a client over an NVML implementation: nvml.New() in
 // production, a go-nvml mock in tests and demo mode.
 func New(lib nvml.Interface) *Client {
-	return &Client{lib: lib, stuck: map[int]bool{}, identities: map[int]Identity{}}
+	return &Client{lib: lib, stuck: map[int]bool{}, identities: map[int]Identity{}, lastSeen: map[int]uint64{}}
 }
 
 // Init loads and initialises NVML. The exporter calls it at every scrape until
@@ -169,11 +171,14 @@ func (c *Client) readIndex(index int) (devs []Device) {
 	if ret != nvml.SUCCESS {
 		return []Device{c.down(index, "get handle: "+ret.Error())}
 	}
-	r := &reader{hasMemoryV2: c.hasMemoryV2}
+	c.mu.Lock()
+	r := &reader{hasMemoryV2: c.hasMemoryV2, lastSeen: c.lastSeen[index]}
+	c.mu.Unlock()
 	r.readGPU(h, gpu)
 	if gpu.Up {
 		c.mu.Lock()
 		c.identities[index] = gpu.Identity
+		c.lastSeen[index] = r.lastSeen
 		c.mu.Unlock()
 	}
 	devs = append(devs, *gpu)

@@ -68,6 +68,13 @@ type Process struct {
 	// UsedMemory is unset when NVML reports NVML_VALUE_NOT_AVAILABLE, as it
 	// does without the permission to see other users' processes.
 	UsedMemory Opt[uint64]
+	// Utilization of the device's engines by this process, averaged over
+	// NVML's samples since the previous scrape (ratios 0..1). Unset when NVML
+	// has no sample of the process in that time or cannot sample (MIG).
+	SMUtilization      Opt[float64]
+	MemoryUtilization  Opt[float64]
+	EncoderUtilization Opt[float64]
+	DecoderUtilization Opt[float64]
 }
 
 // CallError is an unexpected NVML failure: one that is not the GPU model

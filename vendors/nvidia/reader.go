@@ -13,8 +13,12 @@ import (
 // first GPU_IS_LOST, because every later call would fail the same way.
 type reader struct {
 	hasMemoryV2 bool
-	lost        bool
-	errs        []CallError
+	// lastSeen is the timestamp (µs) of the newest per-process utilization
+	// sample read at the previous scrape, so each scrape averages only the
+	// samples taken since.
+	lastSeen uint64
+	lost     bool
+	errs     []CallError
 }
 
 // ok reports whether ret carries a reading, and files the failure otherwise.
@@ -280,6 +284,48 @@ func (r *reader) processes(d *Device, h nvml.Device) {
 	}
 	if procs, ret := h.GetComputeRunningProcesses(); r.ok("GetComputeRunningProcesses", ret) {
 		d.Processes = convertProcesses(procs)
+	}
+	if len(d.Processes) > 0 && !r.lost {
+		r.processUtilization(d, h)
+	}
+}
+
+// processUtilization averages NVML's per-process samples since the last
+// scrape. It is what splits a shared GPU's utilization between its owners.
+func (r *reader) processUtilization(d *Device, h nvml.Device) {
+	samples, ret := h.GetProcessUtilization(r.lastSeen)
+	if ret == nvml.ERROR_NOT_FOUND {
+		return // no process ran a kernel since the last scrape
+	}
+	if !r.ok("GetProcessUtilization", ret) {
+		return
+	}
+	type sum struct{ sm, mem, enc, dec, n float64 }
+	sums := map[uint32]*sum{}
+	for _, s := range samples {
+		if s.TimeStamp <= r.lastSeen {
+			continue
+		}
+		r.lastSeen = max(r.lastSeen, s.TimeStamp)
+		a := sums[s.Pid]
+		if a == nil {
+			a = &sum{}
+			sums[s.Pid] = a
+		}
+		a.sm += percent(s.SmUtil)
+		a.mem += percent(s.MemUtil)
+		a.enc += percent(s.EncUtil)
+		a.dec += percent(s.DecUtil)
+		a.n++
+	}
+	for i := range d.Processes {
+		p := &d.Processes[i]
+		if a := sums[p.PID]; a != nil {
+			p.SMUtilization = some(a.sm / a.n)
+			p.MemoryUtilization = some(a.mem / a.n)
+			p.EncoderUtilization = some(a.enc / a.n)
+			p.DecoderUtilization = some(a.dec / a.n)
+		}
 	}
 }
 

@@ -132,3 +132,47 @@ func TestInitRetriesUntilDriverAppears(t *testing.T) {
 		t.Fatalf("Init once initialised = %v after %d NVML calls, want nil after 2", err, calls)
 	}
 }
+
+func TestProcessUtilizationAveragesSamplesSinceLastScrape(t *testing.T) {
+	samples := []nvml.ProcessUtilizationSample{
+		{Pid: 10, TimeStamp: 100, SmUtil: 40, MemUtil: 10},
+		{Pid: 10, TimeStamp: 200, SmUtil: 60, MemUtil: 30},
+		{Pid: 11, TimeStamp: 150, SmUtil: 5},
+		{Pid: 99, TimeStamp: 160, SmUtil: 50}, // exited before the process list was read
+	}
+	var asked []uint64
+	dev := &mock.Device{
+		GetProcessUtilizationFunc: func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+			asked = append(asked, lastSeen)
+			var out []nvml.ProcessUtilizationSample
+			for _, s := range samples {
+				if s.TimeStamp > lastSeen {
+					out = append(out, s)
+				}
+			}
+			if len(out) == 0 {
+				return nil, nvml.ERROR_NOT_FOUND
+			}
+			return out, nvml.SUCCESS
+		},
+	}
+	r := &reader{}
+	d := &Device{Processes: []Process{{PID: 10}, {PID: 11}, {PID: 12}}}
+	r.processUtilization(d, dev)
+	want := []Opt[float64]{some(0.5), some(0.05), {}}
+	for i, p := range d.Processes {
+		if p.SMUtilization != want[i] {
+			t.Errorf("pid %d: SM utilization %+v, want %+v", p.PID, p.SMUtilization, want[i])
+		}
+	}
+	if d.Processes[0].MemoryUtilization != some(0.2) {
+		t.Errorf("pid 10 memory utilization %+v, want 0.2", d.Processes[0].MemoryUtilization)
+	}
+	// The next scrape asks only for newer samples; there are none, which is
+	// not an error.
+	d2 := &Device{Processes: []Process{{PID: 10}}}
+	r.processUtilization(d2, dev)
+	if asked[1] != 200 || d2.Processes[0].SMUtilization.OK || len(r.errs) != 0 {
+		t.Errorf("second read asked since %d, got %+v, errors %v", asked[1], d2.Processes[0], r.errs)
+	}
+}
