@@ -293,7 +293,8 @@ func (r *reader) processes(d *Device, h nvml.Device) {
 // processUtilization averages NVML's per-process samples since the last
 // scrape. It is what splits a shared GPU's utilization between its owners.
 func (r *reader) processUtilization(d *Device, h nvml.Device) {
-	samples, ret := h.GetProcessUtilization(r.lastSeen)
+	since := r.lastSeen
+	samples, ret := h.GetProcessUtilization(since)
 	if ret == nvml.ERROR_NOT_FOUND {
 		return // no process ran a kernel since the last scrape
 	}
@@ -303,7 +304,8 @@ func (r *reader) processUtilization(d *Device, h nvml.Device) {
 	type sum struct{ sm, mem, enc, dec, n float64 }
 	sums := map[uint32]*sum{}
 	for _, s := range samples {
-		if s.TimeStamp <= r.lastSeen {
+		// NVML returns samples in no particular order.
+		if s.TimeStamp <= since {
 			continue
 		}
 		r.lastSeen = max(r.lastSeen, s.TimeStamp)
