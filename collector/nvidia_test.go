@@ -283,3 +283,21 @@ func TestConcurrentScrapesShareOneSnapshot(t *testing.T) {
 type sourceFunc func(context.Context) ([]*Device, error)
 
 func (f sourceFunc) readDevices(ctx context.Context) ([]*Device, error) { return f(ctx) }
+
+func TestHungSourceFailsOnlyItself(t *testing.T) {
+	e := newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true})
+	release := make(chan struct{})
+	defer close(release)
+	e.snapshots.sources["nvidia"] = sourceFunc(func(ctx context.Context) ([]*Device, error) {
+		<-release // a driver call that never returns, deaf to ctx
+		return nil, nil
+	})
+	for _, want := range []string{"no answer before the scrape deadline", "previous read still running"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		snap := e.Snapshot(ctx)
+		cancel()
+		if err := snap.sources["nvidia"].err; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("source error %v, want %q", err, want)
+		}
+	}
+}

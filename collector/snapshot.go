@@ -2,6 +2,8 @@ package collector
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +71,7 @@ type snapshotter struct {
 
 	mu       sync.Mutex
 	inflight *build
+	busy     map[string]bool // sources whose read has not returned yet
 	// coalesced counts scrapes served from another scrape's snapshot.
 	coalesced atomic.Uint64
 }
@@ -107,23 +110,76 @@ func (s *snapshotter) get(ctx context.Context) *Snapshot {
 	}
 }
 
+// build reads every source in parallel. A source that has not answered when
+// ctx ends is reported failed and left to finish in the background; it is
+// not read again until it has, so a hung driver cannot pile up goroutines.
 func (s *snapshotter) build(ctx context.Context) *Snapshot {
 	snap := &Snapshot{Time: s.now(), sources: make(map[string]sourceResult, len(s.sources))}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
+	type answer struct {
+		name string
+		devs []*Device
+		res  sourceResult
+	}
+	answers := make(chan answer, len(s.sources))
+	waiting := 0
+	srcCtx, cancel := sourceContext(ctx)
+	defer cancel()
 	for name, src := range s.sources {
-		wg.Add(1)
+		if !s.claim(name) {
+			snap.sources[name] = sourceResult{err: errors.New("previous read still running")}
+			continue
+		}
+		waiting++
 		go func() {
-			defer wg.Done()
+			defer s.release(name)
 			start := time.Now()
-			devs, err := src.readDevices(ctx)
-			mu.Lock()
-			defer mu.Unlock()
-			snap.Devices = append(snap.Devices, devs...)
-			snap.sources[name] = sourceResult{duration: time.Since(start), err: err}
+			devs, err := src.readDevices(srcCtx)
+			answers <- answer{name, devs, sourceResult{duration: time.Since(start), err: err}}
 		}()
 	}
-	wg.Wait()
+	started := time.Now()
+	for ; waiting > 0; waiting-- {
+		select {
+		case a := <-answers:
+			snap.Devices = append(snap.Devices, a.devs...)
+			snap.sources[a.name] = a.res
+		case <-ctx.Done():
+			for name := range s.sources {
+				if _, ok := snap.sources[name]; !ok {
+					snap.sources[name] = sourceResult{duration: time.Since(started), err: fmt.Errorf("no answer before the scrape deadline: %w", ctx.Err())}
+				}
+			}
+			waiting = 0
+		}
+	}
 	sortDevices(snap.Devices)
 	return snap
+}
+
+// sourceContext gives sources a deadline a little before the scrape's, so
+// that a source that honours its context (reporting late devices down)
+// answers before the snapshot stops waiting for it.
+func sourceContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	grace := min(100*time.Millisecond, time.Until(deadline)/10)
+	return context.WithDeadline(ctx, deadline.Add(-grace))
+}
+
+func (s *snapshotter) claim(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[name] {
+		return false
+	}
+	s.busy[name] = true
+	return true
+}
+
+func (s *snapshotter) release(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.busy, name)
 }
