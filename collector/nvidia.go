@@ -50,7 +50,24 @@ var (
 	remapFailed  = gauge("remapped_rows_failed", "1 if a row remapping failed: the GPU should be serviced.")
 	migEnabled   = gauge("mig_mode_enabled", "1 if the GPU is in MIG mode.")
 	nvmlErrors   = counter("nvml_errors_total", "Unexpected NVML call failures (not counting features a GPU model lacks).")
+	nvlinkUp     = gauge("nvlink_up", "1 if the NVLink is up.")
+	nvlinkErrors = counter("nvlink_errors_total", "NVLink data-link errors by type: replay, recovery, crc_flit, crc_data.")
+	nvlinkBytes  = gauge("nvlink_throughput_bytes_per_second", "NVLink throughput over all links, averaged since the previous scrape (GPM).")
 )
+
+// profilingMetrics are GPM readings, averaged since the previous scrape.
+var profilingMetrics = []struct {
+	key string
+	m   metric
+}{
+	{nvidia.ProfSMActive, gauge("sm_active_ratio", "Fraction of time at least one warp was active on an SM, averaged over all SMs.")},
+	{nvidia.ProfSMOccupancy, gauge("sm_occupancy_ratio", "Fraction of the maximum warps resident on the SMs.")},
+	{nvidia.ProfTensorActive, gauge("tensor_active_ratio", "Fraction of time any tensor core pipe was active.")},
+	{nvidia.ProfDRAMActive, gauge("dram_active_ratio", "Fraction of time the device memory interface was busy.")},
+	{nvidia.ProfFP16Active, gauge("fp16_active_ratio", "Fraction of time the FP16 pipe was active.")},
+	{nvidia.ProfFP32Active, gauge("fp32_active_ratio", "Fraction of time the FP32 pipe was active.")},
+	{nvidia.ProfFP64Active, gauge("fp64_active_ratio", "Fraction of time the FP64 pipe was active.")},
+}
 
 type nvidiaCollector struct {
 	client *nvidia.Client
@@ -230,8 +247,17 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
 			e.emit(throttled, l.with("reason", r.Name), boolValue(v))
 		}
 	}
-	opt(pcieTraffic, l.with("direction", "tx"), d.PCIeTX)
-	opt(pcieTraffic, l.with("direction", "rx"), d.PCIeRX)
+	// GPM averages PCIe traffic since the previous scrape; NVML's counter is
+	// a 20 ms sample. The average is the better reading, so it wins.
+	pcieTX, pcieRX := d.PCIeTX, d.PCIeRX
+	if v, ok := d.Profiling[nvidia.ProfPCIeTX]; ok {
+		pcieTX = nvidia.Opt[float64]{Value: v, OK: true}
+	}
+	if v, ok := d.Profiling[nvidia.ProfPCIeRX]; ok {
+		pcieRX = nvidia.Opt[float64]{Value: v, OK: true}
+	}
+	opt(pcieTraffic, l.with("direction", "tx"), pcieTX)
+	opt(pcieTraffic, l.with("direction", "rx"), pcieRX)
 	optU64(e, pcieReplays, l, d.PCIeReplays)
 	optInt(e, pcieGen, l, d.PCIeLinkGeneration)
 	optInt(e, pcieWidth, l, d.PCIeLinkWidth)
@@ -260,6 +286,26 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
 	}
 	if d.MIGEnabled.OK {
 		e.emit(migEnabled, l, boolValue(d.MIGEnabled.Value))
+	}
+	for _, link := range d.NVLinks {
+		ll := l.with("link", strconv.Itoa(link.Link))
+		e.emit(nvlinkUp, ll, boolValue(link.Up))
+		for _, t := range []string{"replay", "recovery", "crc_flit", "crc_data"} {
+			if v, ok := link.Errors[t]; ok {
+				e.emit(nvlinkErrors, ll.with("type", t), float64(v))
+			}
+		}
+	}
+	if v, ok := d.Profiling[nvidia.ProfNVLinkTX]; ok {
+		e.emit(nvlinkBytes, l.with("direction", "tx"), v)
+	}
+	if v, ok := d.Profiling[nvidia.ProfNVLinkRX]; ok {
+		e.emit(nvlinkBytes, l.with("direction", "rx"), v)
+	}
+	for _, p := range profilingMetrics {
+		if v, ok := d.Profiling[p.key]; ok {
+			e.emit(p.m, l, v)
+		}
 	}
 }
 

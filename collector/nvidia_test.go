@@ -41,6 +41,11 @@ func loadScenario(t testing.TB, name string) *demo.Scenario {
 
 func newTestExporter(t testing.TB, s *demo.Scenario, collectors map[string]bool) *Exporter {
 	t.Helper()
+	return newTestExporterAt(t, s, collectors, func() time.Time { return testNow })
+}
+
+func newTestExporterAt(t testing.TB, s *demo.Scenario, collectors map[string]bool, now func() time.Time) *Exporter {
+	t.Helper()
 	states := map[string]bool{}
 	for name := range factories {
 		states[name] = collectors[name]
@@ -48,7 +53,7 @@ func newTestExporter(t testing.TB, s *demo.Scenario, collectors map[string]bool)
 	if err := Enable(states); err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow }})
+	e, err := New(Config{NVML: s.NVML(testStart, now), Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,5 +304,35 @@ func TestHungSourceFailsOnlyItself(t *testing.T) {
 		if err := snap.sources["nvidia"].err; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("source error %v, want %q", err, want)
 		}
+	}
+}
+
+func TestNvidiaProfilingNeedsTwoScrapes(t *testing.T) {
+	now := testNow
+	e := newTestExporterAt(t, demo.Default(), map[string]bool{"nvidia": true}, func() time.Time { return now })
+	first := scrapeText(t, e, 5*time.Second)
+	if n := seriesCount(first, "xpu_sm_active_ratio"); n != 0 {
+		t.Errorf("first scrape has %d GPM readings; GPM needs two samples", n)
+	}
+	now = now.Add(15 * time.Second)
+	second := scrapeText(t, e, 5*time.Second)
+	// 7 whole GPUs and 4 MIG instances are profiled; GPU 4 is in MIG mode.
+	if n := seriesCount(second, "xpu_sm_active_ratio"); n != 11 {
+		t.Errorf("second scrape: %d xpu_sm_active_ratio series, want 11:\n%s", n, second)
+	}
+	for _, line := range []string{
+		// GPU 7 idles: every pipe at 0.
+		`xpu_sm_active_ratio{gpu="7",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000007",vendor="nvidia"} 0`,
+		// A MIG instance's utilization is GPM's graphics activity.
+		`xpu_utilization_ratio{gpu="4",mig_instance="13",mig_profile="1g.10gb",model="NVIDIA H100 80GB HBM3",parent_uuid="GPU-2b149611-0000-4000-8000-000000000004",uuid="MIG-2b149611-0004-4000-8000-000000000002",vendor="nvidia"} 0.12`,
+		`xpu_nvlink_up{gpu="6",link="11",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 0`,
+		`xpu_pcie_throughput_bytes_per_second{direction="tx",gpu="7",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000007",vendor="nvidia"} 100000`,
+	} {
+		if !strings.Contains(second, line+"\n") {
+			t.Errorf("missing %s", line)
+		}
+	}
+	if n := seriesCount(second, "xpu_nvlink_throughput_bytes_per_second"); n != 14 {
+		t.Errorf("%d NVLink throughput series, want 14 (7 GPUs × 2 directions)", n)
 	}
 }

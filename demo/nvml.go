@@ -21,6 +21,8 @@ func (s *Scenario) NVML(start time.Time, now func() time.Time) nvml.Interface {
 		devices = append(devices, newGPU(&s.Devices[i], i, start, now))
 	}
 	lib.ExtensionsFunc = func() nvml.ExtendedInterface { return ext }
+	lib.GpmSampleAllocFunc = func() (nvml.GpmSample, nvml.Return) { return newGPMSample(), nvml.SUCCESS }
+	lib.GpmMetricsGetFunc = gpmMetricsGet
 	lib.InitFunc = func() nvml.Return {
 		if s.NoDriver {
 			return nvml.ERROR_LIBRARY_NOT_FOUND
@@ -287,6 +289,67 @@ func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time) 
 		}
 		return out, nvml.SUCCESS
 	}
+	d.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
+		if ret := s.gate("nvlink"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		if spec.NVLinks == nil || link >= *spec.NVLinks {
+			if link == 0 {
+				return 0, nvml.ERROR_NOT_SUPPORTED
+			}
+			return 0, nvml.ERROR_INVALID_ARGUMENT
+		}
+		if slices.Contains(spec.NVLinksDown, link) {
+			return nvml.FEATURE_DISABLED, nvml.SUCCESS
+		}
+		return nvml.FEATURE_ENABLED, nvml.SUCCESS
+	}
+	nvlinkKeys := map[nvml.NvLinkErrorCounter]string{
+		nvml.NVLINK_ERROR_DL_REPLAY: "nvlink_replay_errors", nvml.NVLINK_ERROR_DL_RECOVERY: "nvlink_recovery_errors",
+		nvml.NVLINK_ERROR_DL_CRC_FLIT: "nvlink_crc_flit_errors", nvml.NVLINK_ERROR_DL_CRC_DATA: "nvlink_crc_data_errors",
+	}
+	d.GetNvLinkErrorCounterFunc = func(link int, c nvml.NvLinkErrorCounter) (uint64, nvml.Return) {
+		if ret := s.gate("nvlink"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return s.u64(nvlinkKeys[c], 1)
+	}
+	gpmSupported := func() (nvml.GpmSupport, nvml.Return) {
+		profiled := false
+		for _, k := range ProfilingKeys {
+			_, ok := spec.Metrics[k]
+			for _, m := range spec.MIG {
+				_, inMIG := m.Metrics[k]
+				ok = ok || inMIG
+			}
+			profiled = profiled || ok
+		}
+		var support nvml.GpmSupport
+		if profiled {
+			support.IsSupportedDevice = 1
+		}
+		return support, s.gate("gpm")
+	}
+	d.GpmQueryDeviceSupportFunc = gpmSupported
+	d.GpmSampleGetFunc = func(sample nvml.GpmSample) nvml.Return {
+		if ret := s.gate("gpm"); ret != nvml.SUCCESS {
+			return ret
+		}
+		sample.(*gpmSample).take(s.profiler(spec.Metrics), now())
+		return nvml.SUCCESS
+	}
+	d.GpmMigSampleGetFunc = func(gi int, sample nvml.GpmSample) nvml.Return {
+		if ret := s.gate("gpm"); ret != nvml.SUCCESS {
+			return ret
+		}
+		for _, m := range spec.MIG {
+			if m.GPUInstance == gi {
+				sample.(*gpmSample).take(s.profiler(m.Metrics), now())
+				return nvml.SUCCESS
+			}
+		}
+		return nvml.ERROR_NOT_FOUND
+	}
 	migs := make([]nvml.Device, len(spec.MIG))
 	for j := range spec.MIG {
 		migs[j] = s.newMIG(&spec.MIG[j])
@@ -377,4 +440,75 @@ func (s *sim) newMIG(m *MIGSpec) nvml.Device {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	return d
+}
+
+// gpmSample is a simulated GPM sample: it remembers whose readings it took
+// and when, and GpmMetricsGet evaluates them at the later sample's time.
+type gpmSample struct {
+	mock.GpmSample
+	profile func(key string, at time.Time) (float64, bool)
+	at      time.Time
+}
+
+func newGPMSample() *gpmSample {
+	g := &gpmSample{}
+	g.FreeFunc = func() nvml.Return { return nvml.SUCCESS }
+	return g
+}
+
+func (g *gpmSample) take(profile func(string, time.Time) (float64, bool), at time.Time) {
+	g.profile, g.at = profile, at
+}
+
+// profiler evaluates profiling metrics of one device or MIG instance; PCIe
+// comes from the device's pcie_tx and pcie_rx.
+func (s *sim) profiler(metrics map[string]Value) func(string, time.Time) (float64, bool) {
+	return func(key string, at time.Time) (float64, bool) {
+		v, ok := metrics[key]
+		if !ok && (key == "pcie_tx" || key == "pcie_rx") {
+			v, ok = s.spec.Metrics[key]
+		}
+		if !ok {
+			return 0, false
+		}
+		v.Phase += float64(s.index) * 0.137
+		return math.Max(0, v.At(s.start, at)), true
+	}
+}
+
+var gpmKeys = map[nvml.GpmMetricId]struct {
+	key   string
+	scale float64 // to NVML's units: percent, MiB/s
+}{
+	nvml.GPM_METRIC_GRAPHICS_UTIL:           {"graphics_active", 100},
+	nvml.GPM_METRIC_SM_UTIL:                 {"sm_active", 100},
+	nvml.GPM_METRIC_SM_OCCUPANCY:            {"sm_occupancy", 100},
+	nvml.GPM_METRIC_ANY_TENSOR_UTIL:         {"tensor_active", 100},
+	nvml.GPM_METRIC_DRAM_BW_UTIL:            {"dram_active", 100},
+	nvml.GPM_METRIC_FP16_UTIL:               {"fp16_active", 100},
+	nvml.GPM_METRIC_FP32_UTIL:               {"fp32_active", 100},
+	nvml.GPM_METRIC_FP64_UTIL:               {"fp64_active", 100},
+	nvml.GPM_METRIC_PCIE_TX_PER_SEC:         {"pcie_tx", 1.0 / (1 << 20)},
+	nvml.GPM_METRIC_PCIE_RX_PER_SEC:         {"pcie_rx", 1.0 / (1 << 20)},
+	nvml.GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: {"nvlink_tx", 1.0 / (1 << 20)},
+	nvml.GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: {"nvlink_rx", 1.0 / (1 << 20)},
+}
+
+func gpmMetricsGet(mg *nvml.GpmMetricsGetType) nvml.Return {
+	s1, ok1 := mg.Sample1.(*gpmSample)
+	s2, ok2 := mg.Sample2.(*gpmSample)
+	if !ok1 || !ok2 || s2.profile == nil || !s2.at.After(s1.at) {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	for i := range mg.NumMetrics {
+		m := &mg.Metrics[i]
+		k, known := gpmKeys[nvml.GpmMetricId(m.MetricId)]
+		v, ok := s2.profile(k.key, s2.at)
+		if !known || !ok {
+			m.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+			continue
+		}
+		m.NvmlReturn, m.Value = uint32(nvml.SUCCESS), v*k.scale
+	}
+	return nvml.SUCCESS
 }

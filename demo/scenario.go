@@ -65,9 +65,13 @@ type DeviceSpec struct {
 	MaxClocksMHz    map[string]Value `yaml:"max_clocks_mhz"`
 	Metrics         map[string]Value `yaml:"metrics"`
 	ThrottleReasons []string         `yaml:"throttle_reasons"`
-	MIG             []MIGSpec        `yaml:"mig"`
-	Processes       []ProcessSpec    `yaml:"processes"`
-	Faults          Faults           `yaml:"faults"`
+	// NVLinks is the number of NVLinks (18 on H100 SXM); NVLinksDown lists
+	// the ones that are down.
+	NVLinks     *int          `yaml:"nvlinks"`
+	NVLinksDown []int         `yaml:"nvlinks_down"`
+	MIG         []MIGSpec     `yaml:"mig"`
+	Processes   []ProcessSpec `yaml:"processes"`
+	Faults      Faults        `yaml:"faults"`
 }
 
 // MIGSpec is one MIG instance of a GPU.
@@ -78,6 +82,9 @@ type MIGSpec struct {
 	ComputeInstance int           `yaml:"compute_instance"`
 	MemoryUsed      *Value        `yaml:"memory_used"`
 	Processes       []ProcessSpec `yaml:"processes"`
+	// Metrics takes the profiling keys (ProfilingKeys): GPM measures MIG
+	// instances one by one.
+	Metrics map[string]Value `yaml:"metrics"`
 }
 
 // ProcessSpec is a compute process on a device.
@@ -137,10 +144,25 @@ var MetricKeys = map[string]string{
 	"retired_pages_double_bit":    "count",
 	"remapped_rows_correctable":   "count",
 	"remapped_rows_uncorrectable": "count",
+	"nvlink_replay_errors":        "count per link (counter)",
+	"nvlink_recovery_errors":      "count per link (counter)",
+	"nvlink_crc_flit_errors":      "count per link (counter)",
+	"nvlink_crc_data_errors":      "count per link (counter)",
+}
+
+// ProfilingKeys are the GPM readings a scenario can drive: all ratios 0..1
+// but nvlink_tx and nvlink_rx (bytes/s). GPM also reports PCIe throughput,
+// taken from pcie_tx and pcie_rx.
+var ProfilingKeys = []string{"graphics_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "fp16_active", "fp32_active", "fp64_active", "nvlink_tx", "nvlink_rx"}
+
+func init() {
+	for _, k := range ProfilingKeys {
+		MetricKeys[k] = "GPM profiling"
+	}
 }
 
 // faultOnlyKeys name NVML calls that are not a single metric.
-var faultOnlyKeys = []string{"identity", "memory", "power_limit", "max_clocks", "throttle_reasons", "mig", "processes", "retired_pages_pending", "remapped_rows"}
+var faultOnlyKeys = []string{"identity", "memory", "power_limit", "max_clocks", "throttle_reasons", "mig", "processes", "retired_pages_pending", "remapped_rows", "nvlink", "gpm"}
 
 var throttleNames = []string{"gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clocks_setting"}
 
@@ -224,6 +246,9 @@ func (d *DeviceSpec) inherit(def DeviceSpec) {
 	d.Metrics = mergeValues(def.Metrics, d.Metrics)
 	if d.ThrottleReasons == nil {
 		d.ThrottleReasons = def.ThrottleReasons
+	}
+	if d.NVLinks == nil {
+		d.NVLinks = def.NVLinks
 	}
 }
 
@@ -318,6 +343,19 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 		gis[m.GPUInstance] = true
 		claim(m.UUID, where+".uuid")
 		checkProcs(where+".processes", m.Processes)
+		for _, k := range sortedKeys(m.Metrics) {
+			if !slices.Contains(ProfilingKeys, k) {
+				bad("%s.metrics.%s: a MIG instance takes only profiling metrics (%s)", where, k, strings.Join(ProfilingKeys, ", "))
+			}
+		}
+	}
+	if d.NVLinks != nil && (*d.NVLinks < 0 || *d.NVLinks > 36) {
+		bad("nvlinks: %d; a GPU has 0 to 36", *d.NVLinks)
+	}
+	for _, l := range d.NVLinksDown {
+		if d.NVLinks == nil || l < 0 || l >= *d.NVLinks {
+			bad("nvlinks_down: link %d does not exist", l)
+		}
 	}
 	if slicesUsed > 7 {
 		bad("mig: the instances use %d compute slices; a GPU has 7", slicesUsed)

@@ -30,12 +30,15 @@ type Client struct {
 	identities map[int]Identity
 	// lastSeen is the newest per-process utilization sample per device.
 	lastSeen map[int]uint64
+	// gpm keeps each device's previous GPM sample. Only the goroutine that
+	// reads a device touches its entry, and never two at once (see stuck).
+	gpm map[int]*gpmDevice
 }
 
 // New returns a client over an NVML implementation: nvml.New() in
 // production, a go-nvml mock in tests and demo mode.
 func New(lib nvml.Interface) *Client {
-	return &Client{lib: lib, stuck: map[int]bool{}, identities: map[int]Identity{}, lastSeen: map[int]uint64{}}
+	return &Client{lib: lib, stuck: map[int]bool{}, identities: map[int]Identity{}, lastSeen: map[int]uint64{}, gpm: map[int]*gpmDevice{}}
 }
 
 // Init loads and initialises NVML. The exporter calls it at every scrape until
@@ -66,6 +69,9 @@ func (c *Client) Shutdown() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.initialized {
+		for _, g := range c.gpm {
+			g.sweep() // nothing is marked seen: every sample is freed
+		}
 		c.lib.Shutdown()
 		c.initialized = false
 	}
@@ -172,8 +178,14 @@ func (c *Client) readIndex(index int) (devs []Device) {
 		return []Device{c.down(index, "get handle: "+ret.Error())}
 	}
 	c.mu.Lock()
-	r := &reader{hasMemoryV2: c.hasMemoryV2, lastSeen: c.lastSeen[index]}
+	g := c.gpm[index]
+	if g == nil {
+		g = &gpmDevice{states: map[string]*gpmState{}, seen: map[string]bool{}}
+		c.gpm[index] = g
+	}
+	r := &reader{lib: c.lib, gpm: g, hasMemoryV2: c.hasMemoryV2, lastSeen: c.lastSeen[index]}
 	c.mu.Unlock()
+	defer g.sweep()
 	r.readGPU(h, gpu)
 	if gpu.Up {
 		c.mu.Lock()

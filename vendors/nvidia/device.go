@@ -131,8 +131,19 @@ type Device struct {
 	RetiredPagesPending Opt[bool]
 	RemappedRows        Opt[RemappedRows]
 
+	NVLinks []NVLink
+	// Profiling holds GPM readings by the Prof* names.
+	Profiling map[string]float64
+
 	Processes []Process
 	Errors    []CallError
+}
+
+// NVLink is one NVLink of a GPU.
+type NVLink struct {
+	Link   int
+	Up     bool
+	Errors map[string]uint64 // replay, recovery, crc_flit, crc_data
 }
 
 // Node is what one scrape read from NVML.

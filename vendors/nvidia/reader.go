@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -12,6 +13,8 @@ import (
 // reader reads one device. It collects unexpected errors and stops at the
 // first GPU_IS_LOST, because every later call would fail the same way.
 type reader struct {
+	lib         nvml.Interface
+	gpm         *gpmDevice
 	hasMemoryV2 bool
 	// lastSeen is the timestamp (µs) of the newest per-process utilization
 	// sample read at the previous scrape, so each scrape averages only the
@@ -26,14 +29,14 @@ func (r *reader) ok(call string, ret nvml.Return) bool {
 	switch ret {
 	case nvml.SUCCESS:
 		return true
-	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NO_PERMISSION, nvml.ERROR_FUNCTION_NOT_FOUND:
-		// The GPU model, driver or our privileges lack this reading: omit it.
-		return false
 	case nvml.ERROR_GPU_IS_LOST:
 		r.lost = true
 		return false
 	default:
-		r.errs = append(r.errs, CallError{Call: call, Return: ret})
+		// The GPU model, driver or our privileges may lack a reading: omit it.
+		if !benign(ret) {
+			r.errs = append(r.errs, CallError{Call: call, Return: ret})
+		}
 		return false
 	}
 }
@@ -44,6 +47,7 @@ func (r *reader) readGPU(h nvml.Device, d *Device) {
 	steps := []func(*Device, nvml.Device){
 		r.identity, r.utilization, r.memory, r.thermal, r.power, r.clocks,
 		r.throttle, r.pcie, r.ecc, r.retirement, r.migMode, r.processes,
+		r.nvlink, r.profiling,
 	}
 	for _, step := range steps {
 		if r.lost {
@@ -343,6 +347,50 @@ func convertProcesses(procs []nvml.ProcessInfo) []Process {
 	return out
 }
 
+// profiling samples GPM for the whole GPU; a GPU in MIG mode is profiled per
+// instance instead.
+func (r *reader) profiling(d *Device, h nvml.Device) {
+	if d.MIGEnabled.OK && d.MIGEnabled.Value {
+		return
+	}
+	if r.gpmSupported(h) {
+		r.profile(d, "", h.GpmSampleGet)
+	}
+}
+
+var nvlinkCounters = []struct {
+	counter nvml.NvLinkErrorCounter
+	name    string
+}{
+	{nvml.NVLINK_ERROR_DL_REPLAY, "replay"},
+	{nvml.NVLINK_ERROR_DL_RECOVERY, "recovery"},
+	{nvml.NVLINK_ERROR_DL_CRC_FLIT, "crc_flit"},
+	{nvml.NVLINK_ERROR_DL_CRC_DATA, "crc_data"},
+}
+
+// nvlink reads the state and error counters of every NVLink of the GPU.
+func (r *reader) nvlink(d *Device, h nvml.Device) {
+	for link := 0; link < nvml.NVLINK_MAX_LINKS && !r.lost; link++ {
+		state, ret := h.GetNvLinkState(link)
+		if ret == nvml.ERROR_INVALID_ARGUMENT || (link == 0 && benign(ret)) {
+			return // past the GPU's last link, or a GPU without NVLink
+		}
+		if !r.ok("GetNvLinkState", ret) {
+			continue
+		}
+		l := NVLink{Link: link, Up: state == nvml.FEATURE_ENABLED}
+		for _, c := range nvlinkCounters {
+			if v, ret := h.GetNvLinkErrorCounter(link, c.counter); r.ok("GetNvLinkErrorCounter", ret) {
+				if l.Errors == nil {
+					l.Errors = map[string]uint64{}
+				}
+				l.Errors[c.name] = v
+			}
+		}
+		d.NVLinks = append(d.NVLinks, l)
+	}
+}
+
 // field reads one NVML field value as a float.
 func (r *reader) field(h nvml.Device, id uint32) (float64, bool) {
 	values := []nvml.FieldValue{{FieldId: id}}
@@ -390,7 +438,7 @@ func (r *reader) readMIGInstances(parent Device, h nvml.Device) []Device {
 		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
 			continue // an empty slot: not every MIG slot holds an instance
 		}
-		mr := &reader{hasMemoryV2: r.hasMemoryV2}
+		mr := &reader{lib: r.lib, gpm: r.gpm, hasMemoryV2: r.hasMemoryV2}
 		if !mr.ok("GetMigDeviceHandleByIndex", ret) {
 			r.errs = append(r.errs, mr.errs...)
 			continue
@@ -398,7 +446,7 @@ func (r *reader) readMIGInstances(parent Device, h nvml.Device) []Device {
 		if parentSlices == 0 {
 			parentSlices = maxSlices(h)
 		}
-		out = append(out, mr.readMIG(parent, mh, parentSlices))
+		out = append(out, mr.readMIG(parent, h, mh, parentSlices))
 	}
 	return out
 }
@@ -415,7 +463,7 @@ func maxSlices(h nvml.Device) int {
 	return 0
 }
 
-func (r *reader) readMIG(parent Device, h nvml.Device, parentSlices int) Device {
+func (r *reader) readMIG(parent Device, parentHandle, h nvml.Device, parentSlices int) Device {
 	// The parent's model, not the MIG device's name ("… MIG 1g.10gb"), so
 	// that fleets aggregate by model across MIG and whole GPUs.
 	d := Device{
@@ -449,6 +497,15 @@ func (r *reader) readMIG(parent Device, h nvml.Device, parentSlices int) Device 
 	if !r.lost {
 		if procs, ret := h.GetComputeRunningProcesses(); r.ok("GetComputeRunningProcesses", ret) {
 			d.Processes = convertProcesses(procs)
+		}
+	}
+	if !r.lost && r.gpmSupported(parentHandle) {
+		gi := d.MIG.GPUInstanceID
+		r.profile(&d, strconv.Itoa(gi), func(s nvml.GpmSample) nvml.Return { return parentHandle.GpmMigSampleGet(gi, s) })
+		// NVML has no utilization of a MIG instance but GPM's graphics
+		// engine activity, which is what DCGM reports for instances too.
+		if v, ok := d.Profiling[ProfGraphicsActive]; ok {
+			d.Utilization = some(v)
 		}
 	}
 	return r.finish(d)
