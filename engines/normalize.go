@@ -1,0 +1,504 @@
+package engines
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Engine names an inference engine. Its value is what the collector puts in
+// the engine label.
+type Engine string
+
+// The engines this package knows.
+const (
+	VLLM   Engine = "vllm"
+	SGLang Engine = "sglang"
+	TGI    Engine = "tgi"
+	Triton Engine = "triton"
+	NIM    Engine = "nim"
+)
+
+var specs = map[Engine]spec{
+	VLLM:   vllmSpec,
+	SGLang: sglangSpec,
+	TGI:    tgiSpec,
+	Triton: tritonSpec,
+	NIM:    nimSpec,
+}
+
+// detectOrder puts NIM last: it is recognised by unprefixed vLLM-style names,
+// which are the least specific.
+var detectOrder = []Engine{VLLM, SGLang, TGI, Triton, NIM}
+
+// ParseEngine validates an engine name taken from configuration.
+func ParseEngine(name string) (Engine, error) {
+	if _, ok := specs[Engine(name)]; !ok {
+		known := make([]string, len(detectOrder))
+		for i, e := range detectOrder {
+			known[i] = string(e)
+		}
+		return "", fmt.Errorf("unknown inference engine %q (known: %s)", name, strings.Join(known, ", "))
+	}
+	return Engine(name), nil
+}
+
+// Detect guesses which engine exposed families, for targets configured
+// without one.
+func Detect(families map[string]*dto.MetricFamily) (Engine, error) {
+	for _, e := range detectOrder {
+		for name := range families {
+			if specs[e].owns(name) {
+				return e, nil
+			}
+		}
+	}
+	return "", errors.New("no metric of a known inference engine found")
+}
+
+// Normalize maps the families scraped from engine onto the canonical
+// families. defaultModel names the model of series whose engine reports none
+// (TGI never does).
+//
+// Like prometheus.Gatherer, Normalize returns what it could map together
+// with an error describing the series it had to skip. The samples are sorted
+// by name, then labels.
+func Normalize(engine Engine, families map[string]*dto.MetricFamily, defaultModel string) ([]Sample, error) {
+	s, ok := specs[engine]
+	if !ok {
+		return nil, fmt.Errorf("unknown inference engine %q", engine)
+	}
+	n := normalizer{spec: s, families: families, defaultModel: defaultModel}
+	var (
+		out  []Sample
+		errs []error
+	)
+	for _, m := range s.mappings {
+		chosen := map[string]Sample{}
+		for _, src := range m.from {
+			got, err := n.read(familyByName[m.family], m, src)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			for key, sample := range got {
+				if _, taken := chosen[key]; !taken {
+					chosen[key] = sample
+				}
+			}
+		}
+		for _, sample := range chosen {
+			out = append(out, sample)
+		}
+	}
+	slices.SortFunc(out, func(a, b Sample) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(labelKey(a.Labels), labelKey(b.Labels)))
+	})
+	return out, errors.Join(errs...)
+}
+
+// spec is how one engine's metrics map onto the canonical families.
+type spec struct {
+	// owns tells whether a metric family name is one this engine exposes.
+	owns func(name string) bool
+	// model is the engine label naming the model, if the engine has one.
+	model string
+	// keep renames the engine labels that tell models apart. Every other
+	// label, engine core and rank labels included, is aggregated away.
+	keep     map[string]string
+	mappings []mapping
+}
+
+// mapping feeds one canonical family.
+type mapping struct {
+	family string
+	// from lists engine series, preferred first. For each canonical label
+	// set the first source that has it wins, so a release exposing both an
+	// old and a new name yields one series, from the new name.
+	from []source
+	// set adds a constant label, such as the token type.
+	set label
+	// outcome turns the engine's reason for ending a request into the
+	// outcome label.
+	outcome *outcomes
+}
+
+type label struct{ name, value string }
+
+// source is an engine metric family feeding a mapping.
+type source struct {
+	name string
+	// match keeps only the series with this label value: TRT-LLM packs
+	// several readings into one family.
+	match label
+	// div converts values, sums and bucket bounds to base units. Dividing
+	// by a power of ten keeps 100 ms exactly 0.1 s.
+	div float64
+	// hsum takes the _sum of a histogram as a counter: TGI counts tokens
+	// only as per-request histograms.
+	hsum bool
+	// over divides the value by this source's series with the same
+	// canonical labels.
+	over *source
+	// count makes the value a cumulative duration and this source's series
+	// with the same canonical labels its observation count, giving a
+	// histogram with only the +Inf bucket: the mean is right and no
+	// quantile is made up.
+	count *source
+}
+
+func sources(names ...string) []source {
+	out := make([]source, len(names))
+	for i, name := range names {
+		out[i] = source{name: name}
+	}
+	return out
+}
+
+func (s source) divisor() float64 {
+	if s.div == 0 {
+		return 1
+	}
+	return s.div
+}
+
+func (s source) matches(m *dto.Metric) bool {
+	if s.match.name == "" {
+		return true
+	}
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == s.match.name {
+			return lp.GetValue() == s.match.value
+		}
+	}
+	return false
+}
+
+// outcomes maps an engine label carrying the reason a request ended.
+type outcomes struct {
+	label  string
+	values map[string]string
+	// other is the outcome of any other reason, or of no reason at all.
+	other string
+}
+
+func (o *outcomes) of(reason string) string {
+	if v, ok := o.values[reason]; ok {
+		return v
+	}
+	return o.other
+}
+
+type normalizer struct {
+	spec         spec
+	families     map[string]*dto.MetricFamily
+	defaultModel string
+}
+
+// read turns one source into samples keyed by their canonical labels.
+func (n *normalizer) read(f Family, m mapping, src source) (map[string]Sample, error) {
+	switch {
+	case src.over != nil:
+		return n.ratio(f, m, src)
+	case src.count != nil:
+		return n.durations(f, m, src)
+	}
+	out := map[string]Sample{}
+	broken := map[string]bool{}
+	var errs []error
+	for _, metric := range n.families[src.name].GetMetric() {
+		if !src.matches(metric) {
+			continue
+		}
+		labels := n.labels(metric, m)
+		key := labelKey(labels)
+		s, err := src.sample(f.Kind, metric)
+		if prev, ok := out[key]; ok && err == nil {
+			s, err = merge(f, prev, s)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", seriesName(src.name, metric), err))
+			broken[key] = true
+			continue
+		}
+		s.Name, s.Kind, s.Labels = f.Name, f.Kind, labels
+		out[key] = s
+	}
+	// A series that lost one of its parts would be silently wrong.
+	for key := range broken {
+		delete(out, key)
+	}
+	return out, errors.Join(errs...)
+}
+
+func (n *normalizer) ratio(f Family, m mapping, src source) (map[string]Sample, error) {
+	num, errNum := n.sums(m, src)
+	den, errDen := n.sums(m, *src.over)
+	out := map[string]Sample{}
+	for key, p := range num {
+		d, ok := den[key]
+		if !ok || !(d.value > 0) {
+			continue
+		}
+		out[key] = Sample{Name: f.Name, Kind: f.Kind, Labels: p.labels, Value: p.value / d.value}
+	}
+	return out, errors.Join(errNum, errDen)
+}
+
+func (n *normalizer) durations(f Family, m mapping, src source) (map[string]Sample, error) {
+	sums, errSum := n.sums(m, src)
+	counts, errCount := n.sums(m, *src.count)
+	errs := []error{errSum, errCount}
+	out := map[string]Sample{}
+	for key, p := range sums {
+		c, ok := counts[key]
+		if !ok {
+			continue
+		}
+		count, err := toCount(c.value)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s%s: %w", src.count.name, key, err))
+			continue
+		}
+		out[key] = Sample{
+			Name: f.Name, Kind: f.Kind, Labels: p.labels,
+			Buckets: []Bucket{{UpperBound: math.Inf(1), Count: count}},
+			Count:   count,
+			Sum:     p.value,
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+type point struct {
+	labels map[string]string
+	value  float64
+}
+
+// sums reads a source's gauge or counter series, adding up those that share
+// canonical labels.
+func (n *normalizer) sums(m mapping, src source) (map[string]point, error) {
+	out := map[string]point{}
+	var errs []error
+	for _, metric := range n.families[src.name].GetMetric() {
+		if !src.matches(metric) {
+			continue
+		}
+		v, err := scalar(metric)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", seriesName(src.name, metric), err))
+			continue
+		}
+		labels := n.labels(metric, m)
+		key := labelKey(labels)
+		p := out[key]
+		p.labels = labels
+		p.value += v / src.divisor()
+		out[key] = p
+	}
+	return out, errors.Join(errs...)
+}
+
+// labels builds the canonical labels of an engine series.
+func (n *normalizer) labels(metric *dto.Metric, m mapping) map[string]string {
+	out := map[string]string{modelLabel: n.defaultModel}
+	reason := ""
+	for _, lp := range metric.GetLabel() {
+		name, value := lp.GetName(), lp.GetValue()
+		if value == "" {
+			// An empty label value is the same as no label.
+			continue
+		}
+		switch {
+		case n.spec.model != "" && name == n.spec.model:
+			out[modelLabel] = value
+		case m.outcome != nil && name == m.outcome.label:
+			reason = value
+		default:
+			if to, ok := n.spec.keep[name]; ok {
+				out[to] = value
+			}
+		}
+	}
+	if m.set.name != "" {
+		out[m.set.name] = m.set.value
+	}
+	if m.outcome != nil {
+		out[outcomeLabel] = m.outcome.of(reason)
+	}
+	return out
+}
+
+// sample reads one engine series as the given canonical kind.
+func (s source) sample(kind Kind, metric *dto.Metric) (Sample, error) {
+	switch {
+	case kind == Histogram:
+		return histogram(metric, s.divisor())
+	case s.hsum:
+		h := metric.GetHistogram()
+		if h == nil {
+			return Sample{}, errors.New("not a histogram")
+		}
+		return Sample{Value: h.GetSampleSum() / s.divisor()}, nil
+	}
+	v, err := scalar(metric)
+	return Sample{Value: v / s.divisor()}, err
+}
+
+func scalar(m *dto.Metric) (float64, error) {
+	switch {
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue(), nil
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue(), nil
+	case m.GetUntyped() != nil:
+		// OpenMetrics counters reach the text parser as untyped _total
+		// series.
+		return m.GetUntyped().GetValue(), nil
+	}
+	return 0, errors.New("not a gauge or counter")
+}
+
+// histogram converts a classic histogram, completing a missing +Inf bucket
+// from the count and rejecting what Prometheus would misread.
+func histogram(m *dto.Metric, div float64) (Sample, error) {
+	h := m.GetHistogram()
+	if h == nil {
+		return Sample{}, errors.New("not a histogram")
+	}
+	buckets := make([]Bucket, 0, len(h.GetBucket())+1)
+	for _, b := range h.GetBucket() {
+		if math.IsNaN(b.GetUpperBound()) {
+			return Sample{}, errors.New("bucket bound is NaN")
+		}
+		c, err := bucketCount(b.CumulativeCount, b.CumulativeCountFloat)
+		if err != nil {
+			return Sample{}, fmt.Errorf("bucket le=%g: %w", b.GetUpperBound(), err)
+		}
+		buckets = append(buckets, Bucket{UpperBound: b.GetUpperBound(), Count: c})
+	}
+	slices.SortFunc(buckets, func(a, b Bucket) int { return cmp.Compare(a.UpperBound, b.UpperBound) })
+	for i := 1; i < len(buckets); i++ {
+		if buckets[i].UpperBound == buckets[i-1].UpperBound {
+			return Sample{}, fmt.Errorf("bucket le=%g appears twice", buckets[i].UpperBound)
+		}
+		if buckets[i].Count < buckets[i-1].Count {
+			return Sample{}, fmt.Errorf("bucket le=%g holds fewer observations than the one below", buckets[i].UpperBound)
+		}
+	}
+	count, hasCount, err := sampleCount(h)
+	if err != nil {
+		return Sample{}, err
+	}
+	last := len(buckets) - 1
+	switch {
+	case last >= 0 && math.IsInf(buckets[last].UpperBound, 1):
+		if hasCount && count != buckets[last].Count {
+			return Sample{}, fmt.Errorf("count %d differs from the +Inf bucket %d", count, buckets[last].Count)
+		}
+	case hasCount:
+		if last >= 0 && count < buckets[last].Count {
+			return Sample{}, fmt.Errorf("count %d is below bucket le=%g", count, buckets[last].UpperBound)
+		}
+		buckets = append(buckets, Bucket{UpperBound: math.Inf(1), Count: count})
+	case last >= 0:
+		buckets = append(buckets, Bucket{UpperBound: math.Inf(1), Count: buckets[last].Count})
+	default:
+		return Sample{}, errors.New("histogram has neither buckets nor a count")
+	}
+	for i := range buckets {
+		buckets[i].UpperBound /= div
+		if i > 0 && buckets[i].UpperBound <= buckets[i-1].UpperBound {
+			return Sample{}, errors.New("bucket bounds collapse when converted to base units")
+		}
+	}
+	return Sample{Buckets: buckets, Count: buckets[len(buckets)-1].Count, Sum: h.GetSampleSum() / div}, nil
+}
+
+func sampleCount(h *dto.Histogram) (uint64, bool, error) {
+	if h.SampleCount == nil && h.SampleCountFloat == nil {
+		return 0, false, nil
+	}
+	c, err := bucketCount(h.SampleCount, h.SampleCountFloat)
+	if err != nil {
+		return 0, false, fmt.Errorf("count: %w", err)
+	}
+	return c, true, nil
+}
+
+// bucketCount reads an observation count, which the text parser stores as a
+// float when it is not a whole number.
+func bucketCount(integer *uint64, float *float64) (uint64, error) {
+	if float != nil {
+		return toCount(*float)
+	}
+	if integer == nil {
+		return 0, errors.New("missing")
+	}
+	return *integer, nil
+}
+
+func toCount(v float64) (uint64, error) {
+	if !(v >= 0 && v < math.Exp2(64)) || v != math.Trunc(v) {
+		return 0, fmt.Errorf("%g is not a count of observations", v)
+	}
+	return uint64(v), nil
+}
+
+// merge adds up two series that collapsed into the same canonical labels.
+func merge(f Family, a, b Sample) (Sample, error) {
+	if f.Kind != Histogram {
+		if f.max {
+			a.Value = max(a.Value, b.Value)
+		} else {
+			a.Value += b.Value
+		}
+		return a, nil
+	}
+	if !slices.EqualFunc(a.Buckets, b.Buckets, func(x, y Bucket) bool { return x.UpperBound == y.UpperBound }) {
+		return Sample{}, errors.New("cannot add up histograms with different buckets")
+	}
+	buckets := make([]Bucket, len(a.Buckets))
+	for i := range buckets {
+		buckets[i] = Bucket{UpperBound: a.Buckets[i].UpperBound, Count: a.Buckets[i].Count + b.Buckets[i].Count}
+	}
+	a.Buckets = buckets
+	a.Count += b.Count
+	a.Sum += b.Sum
+	return a, nil
+}
+
+// labelKey renders labels in a stable, unambiguous order.
+func labelKey(labels map[string]string) string {
+	names := make([]string, 0, len(labels))
+	for name := range labels {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, name := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(name)
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(labels[name]))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// seriesName names an engine series in errors.
+func seriesName(family string, m *dto.Metric) string {
+	labels := make(map[string]string, len(m.GetLabel()))
+	for _, lp := range m.GetLabel() {
+		labels[lp.GetName()] = lp.GetValue()
+	}
+	return family + labelKey(labels)
+}

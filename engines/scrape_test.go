@@ -1,0 +1,261 @@
+package engines
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+const textContentType = "text/plain; version=0.0.4; charset=utf-8"
+
+func serve(t *testing.T, contentType string, status int, body string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		w.WriteHeader(status)
+		fmt.Fprint(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func scrape(t *testing.T, url string, maxBytes int64) (map[string]*dto.MetricFamily, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return Scrape(ctx, nil, url, maxBytes)
+}
+
+func TestScrapeSendsAcceptPreferringText(t *testing.T) {
+	accept := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accept <- r.Header.Get("Accept")
+		w.Header().Set("Content-Type", textContentType)
+		fmt.Fprint(w, "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"m\"} 3\n")
+	}))
+	defer srv.Close()
+
+	families, err := scrape(t, srv.URL, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := families["sglang:num_running_reqs"].GetMetric()[0].GetGauge().GetValue(); got != 3 {
+		t.Errorf("num_running_reqs = %v, want 3", got)
+	}
+	if got := <-accept; !strings.HasPrefix(got, "text/plain;version=0.0.4") || !strings.Contains(got, "application/openmetrics-text") {
+		t.Errorf("Accept = %q, want text/plain first and OpenMetrics accepted", got)
+	}
+}
+
+func TestScrapeOpenMetrics(t *testing.T) {
+	// What prometheus_client serves vLLM's metrics as when asked for
+	// OpenMetrics: counters named without _total, _created series, # EOF.
+	const body = `# HELP vllm:num_requests_running Number of requests currently running on GPU.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 2.0
+# HELP vllm:prompt_tokens Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{model_name="m"} 5.0
+vllm:prompt_tokens_created{model_name="m"} 1.7537953269352946e+09
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 1.0
+vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_count{model_name="m"} 2.0
+vllm:time_to_first_token_seconds_sum{model_name="m"} 0.35
+vllm:time_to_first_token_seconds_created{model_name="m"} 1.7537953269352946e+09
+# EOF
+`
+	url := serve(t, "application/openmetrics-text; version=1.0.0; charset=utf-8", http.StatusOK, body)
+	families, err := scrape(t, url, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := Normalize(VLLM, families, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `# TYPE xpu_inference_requests_running gauge
+xpu_inference_requests_running{model="m"} 2
+# TYPE xpu_inference_time_to_first_token_seconds histogram
+xpu_inference_time_to_first_token_seconds_bucket{le="0.1",model="m"} 1
+xpu_inference_time_to_first_token_seconds_bucket{le="+Inf",model="m"} 2
+xpu_inference_time_to_first_token_seconds_sum{model="m"} 0.35
+xpu_inference_time_to_first_token_seconds_count{model="m"} 2
+# TYPE xpu_inference_tokens_total counter
+xpu_inference_tokens_total{model="m",type="prompt"} 5
+`
+	if got := render(samples); got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestScrapeKeepsLabelValuesVerbatim(t *testing.T) {
+	url := serve(t, textContentType, http.StatusOK, `# TYPE num_requests_running gauge
+num_requests_running{model_name="say \"hi\"\\n\nüñí ✓"} 1
+`)
+	families, err := scrape(t, url, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "say \"hi\"\\n\nüñí ✓"
+	if got := families["num_requests_running"].GetMetric()[0].GetLabel()[0].GetValue(); got != want {
+		t.Errorf("label value = %q, want %q", got, want)
+	}
+}
+
+func TestScrapeErrors(t *testing.T) {
+	tests := []struct {
+		name        string
+		contentType string
+		status      int
+		body        string
+		wantErr     string
+	}{
+		{"not found", textContentType, http.StatusNotFound, "no metrics here\n", "unexpected status 404 Not Found"},
+		{"server error", textContentType, http.StatusServiceUnavailable, "", "unexpected status 503 Service Unavailable"},
+		{"invalid exposition", textContentType, http.StatusOK, "vllm:num_requests_running{model_name=\"m\" 1\n", "parsing metrics"},
+		{"unknown type", textContentType, http.StatusOK, "# TYPE x bogus\nx 1\n", "unknown metric type"},
+		{"no final newline", textContentType, http.StatusOK, "x 1", "unexpected end of input stream"},
+		{"duplicate series", textContentType, http.StatusOK, "# TYPE x gauge\nx{a=\"1\"} 1\nx{a=\"1\"} 2\n", "duplicate series x{a=\"1\"}"},
+		{"duplicate histogram", textContentType, http.StatusOK, `# TYPE h histogram
+h_bucket{le="1"} 1
+h_bucket{le="+Inf"} 1
+h_count 1
+h_bucket{le="1"} 1
+h_bucket{le="+Inf"} 1
+h_count 1
+`, "duplicate bucket le=1"},
+		{"HTML error page served as 200", "text/html", http.StatusOK, "<html><body>Bad gateway</body></html>\n", "parsing metrics"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := serve(t, tt.contentType, tt.status, tt.body)
+			families, err := scrape(t, url, 1<<20)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error = %v, want one containing %q", err, tt.wantErr)
+			}
+			if families != nil {
+				t.Errorf("got families %v alongside the error", families)
+			}
+		})
+	}
+}
+
+func TestScrapeErrorHidesPassword(t *testing.T) {
+	url := serve(t, textContentType, http.StatusUnauthorized, "")
+	_, err := scrape(t, strings.Replace(url, "http://", "http://user:s3cret@", 1), 1<<20)
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error = %v, want one without the password", err)
+	}
+}
+
+func TestScrapeConnectionRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+
+	_, err = scrape(t, "http://"+addr+"/metrics", 1<<20)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("error = %v, want connection refused", err)
+	}
+}
+
+func TestScrapeHonoursDeadline(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer srv.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Scrape(ctx, http.DefaultClient, srv.URL, 1<<20)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error = %v, want the deadline exceeded", err)
+	}
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("Scrape returned after %v, long after its 100ms deadline", elapsed)
+	}
+}
+
+func TestScrapeSizeLimit(t *testing.T) {
+	const body = "# TYPE x gauge\nx 1\n"
+	for _, tt := range []struct {
+		name    string
+		limit   int64
+		wantErr error
+	}{
+		{"body of exactly the limit", int64(len(body)), nil},
+		{"one byte over", int64(len(body)) - 1, ErrTooLarge},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := scrape(t, serve(t, textContentType, http.StatusOK, body), tt.limit)
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("error = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestScrapeRefusesNonPositiveLimit(t *testing.T) {
+	if _, err := scrape(t, serve(t, textContentType, http.StatusOK, "x 1\n"), 0); err == nil {
+		t.Error("Scrape accepted a size limit of 0")
+	}
+}
+
+// TestScrapeHugeBodyStopsAtLimit streams 50 MB and checks that Scrape gives
+// up at the 1 MiB limit instead of reading, or holding, the rest.
+func TestScrapeHugeBodyStopsAtLimit(t *testing.T) {
+	const bodySize = 50 << 20
+	chunk := bytes.Repeat([]byte("vllm:num_requests_running{model_name=\"m\"} 1\n"), 1500)
+	written := make(chan int, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", textContentType)
+		n := 0
+		for n < bodySize {
+			m, err := w.Write(chunk)
+			n += m
+			if err != nil {
+				break
+			}
+		}
+		written <- n
+	}))
+	defer srv.Close()
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := scrape(t, srv.URL, 1<<20)
+	runtime.ReadMemStats(&after)
+
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("error = %v, want ErrTooLarge", err)
+	}
+	n, alloc := <-written, after.TotalAlloc-before.TotalAlloc
+	t.Logf("server wrote %d KiB, Scrape allocated %d KiB", n>>10, alloc>>10)
+	if n >= bodySize {
+		t.Errorf("server wrote all %d bytes: the client kept reading past its limit", n)
+	}
+	if alloc > 32<<20 {
+		t.Errorf("Scrape allocated %d MiB for a 1 MiB limit", alloc>>20)
+	}
+}

@@ -1,0 +1,27 @@
+package engines
+
+import "strings"
+
+// sglangSpec covers SGLang from the 0.4 docs example to 0.5.10. Scheduler
+// series carry tp_rank, which is aggregated away like every rank label; the
+// tokenizer's histograms never had it.
+var sglangSpec = spec{
+	owns:  func(name string) bool { return strings.HasPrefix(name, "sglang:") },
+	model: "model_name",
+	mappings: []mapping{
+		{family: requestsRunning, from: sources("sglang:num_running_reqs")},
+		{family: requestsWaiting, from: sources("sglang:num_queue_reqs")},
+		// token_usage is the share of the KV token pool in use.
+		{family: kvCacheUsage, from: sources("sglang:token_usage")},
+		{family: tokensTotal, set: label{tokenTypeLabel, tokenTypePrompt}, from: sources("sglang:prompt_tokens_total")},
+		{family: tokensTotal, set: label{tokenTypeLabel, tokenTypeGeneration}, from: sources("sglang:generation_tokens_total")},
+		{family: timeToFirstToken, from: sources("sglang:time_to_first_token_seconds")},
+		// Before inter_token_latency_seconds existed,
+		// time_per_output_token_seconds was observed every token (its
+		// count tracks generation_tokens_total in the 0.4 example). Later
+		// releases observe it once per request, so it is only a fallback.
+		{family: interTokenLatency, from: sources("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")},
+		{family: requestDuration, from: sources("sglang:e2e_request_latency_seconds")},
+		{family: queueTime, from: sources("sglang:queue_time_seconds")},
+	},
+}
