@@ -1,0 +1,366 @@
+package process
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+)
+
+// Cgroup is what a process's /proc/<pid>/cgroup says about its owner. Every
+// field is empty when the file does not say. Pod and Slurm fields can both be
+// set: Slurm run inside Kubernetes (slurmd in a pod) nests job cgroups under
+// the pod's, and which of the two owns a device is the caller's decision.
+type Cgroup struct {
+	// Path is the cgroup path the owner was read from (the Slurm one when
+	// both a pod and a job are found), as written in the file, relative to
+	// the reader's cgroup namespace. When no owner is recognised it is the
+	// most specific path in the file, for diagnostics.
+	Path string
+
+	// PodUID is the Kubernetes pod UID in its canonical form: the dashed,
+	// lower-case 36-character UUID, or for static pods, whose UID is the
+	// kubelet's 32-hex config hash, that hash.
+	PodUID string
+	// ContainerID is the 64-hex container runtime ID, without the runtime
+	// prefix (cri-containerd-, crio-, docker-) that the systemd cgroup driver
+	// adds. It is empty for processes in the pod cgroup itself.
+	ContainerID string
+
+	// SlurmJobID is the numeric Slurm job ID of a job_<id> directory.
+	SlurmJobID string
+	// SlurmSLUID is set instead of SlurmJobID on Slurm 26.05+ cgroup v2
+	// nodes, where the job directory is named by the job's SLUID (for
+	// example s5K1KKYAYG5D00). Resolving it to a job ID is the slurm
+	// package's job.
+	SlurmSLUID string
+	// SlurmStep is the step: a number, "batch", "extern" or "interactive"
+	// (a heterogeneous step reads "0+1"). Empty for processes in the job
+	// cgroup outside any step.
+	SlurmStep string
+
+	// Unit is the innermost systemd unit (a .service or .scope) and Slice
+	// the innermost .slice enclosing it. They are set only for processes
+	// that belong to neither a pod nor a Slurm job: under those owners the
+	// units are the runtime's plumbing (cri-containerd-….scope,
+	// slurmstepd.scope), not the owner.
+	Unit  string
+	Slice string
+}
+
+// cgroupLine is one hierarchy of /proc/<pid>/cgroup: "ID:controllers:path".
+type cgroupLine struct {
+	controllers string
+	path        string
+}
+
+// ParseCgroup reads the content of a /proc/<pid>/cgroup file, in the cgroup
+// v1, v2 or hybrid format. It never fails: what it does not recognise it
+// leaves empty.
+//
+// Under cgroup v1 each controller hierarchy can place a process differently,
+// so each kind of owner is looked for in the hierarchies in order of how
+// reliably that owner's software moves processes there:
+//   - the unified (v2) hierarchy first, as on a pure v2 node it is the only
+//     one, and on a hybrid node systemd and runc place processes there too
+//     (where nothing does, its path is "/" and matches no owner);
+//   - then freezer: Slurm's proctrack/cgroup uses only freezer unless
+//     task/cgroup is also configured (real captures in fixtures/slurm show
+//     memory and devices at "/" while freezer holds the job), and container
+//     runtimes join every mounted controller, freezer included;
+//   - then memory, cpu, cpuacct, devices, pids, cpuset, blkio;
+//   - name=systemd last, because it follows systemd's view rather than the
+//     workload manager's: runtimes with the cgroupfs driver may leave it at
+//     the runtime's service. For the same reason it is the first place to
+//     look for a systemd unit.
+func ParseCgroup(content []byte) Cgroup {
+	lines := parseCgroupLines(content)
+	var cg Cgroup
+
+	for _, l := range lines {
+		if pod, container, ok := matchKubernetes(l.path); ok {
+			cg.Path, cg.PodUID, cg.ContainerID = l.path, pod, container
+			break
+		}
+	}
+	for _, l := range lines {
+		job, sluid, step, ok := matchSlurm(l.path)
+		switch {
+		case !ok:
+		case cg.SlurmJobID == "" && cg.SlurmSLUID == "":
+			cg.Path, cg.SlurmJobID, cg.SlurmSLUID, cg.SlurmStep = l.path, job, sluid, step
+		case cg.SlurmStep == "" && job == cg.SlurmJobID && sluid == cg.SlurmSLUID:
+			// slurmstepd sits at job level in freezer and at step level
+			// in the other v1 controllers: take the step from wherever
+			// the same job has one.
+			cg.SlurmStep = step
+		}
+	}
+	if cg.Path != "" {
+		return cg
+	}
+	for _, l := range systemdOrder(lines) {
+		if unit, slice, ok := matchSystemd(l.path); ok {
+			cg.Path, cg.Unit, cg.Slice = l.path, unit, slice
+			return cg
+		}
+	}
+	for _, l := range lines {
+		if l.path != "/" {
+			cg.Path = l.path
+			return cg
+		}
+	}
+	if len(lines) > 0 {
+		cg.Path = lines[0].path
+	}
+	return cg
+}
+
+// parseCgroupLines returns the well-formed lines, ordered by how reliably
+// they place a process (see ParseCgroup).
+func parseCgroupLines(content []byte) []cgroupLine {
+	var lines []cgroupLine
+	for raw := range bytes.SplitSeq(content, []byte("\n")) {
+		fields := strings.SplitN(string(raw), ":", 3)
+		if len(fields) != 3 {
+			continue
+		}
+		// The kernel marks the cgroup of an exited process whose cgroup was
+		// removed; the path before the mark is still its owner's.
+		path := strings.TrimSuffix(fields[2], " (deleted)")
+		if !strings.HasPrefix(path, "/") {
+			continue
+		}
+		lines = append(lines, cgroupLine{controllers: fields[1], path: path})
+	}
+	// Stable, so that the kernel's order breaks ties.
+	slices.SortStableFunc(lines, func(a, b cgroupLine) int { return lineRank(a) - lineRank(b) })
+	return lines
+}
+
+var controllerRank = []string{"", "freezer", "memory", "cpu", "cpuacct", "devices", "pids", "cpuset", "blkio"}
+
+// lineRank orders hierarchies for ownership; unknown controllers come after
+// the known ones, and name=systemd last of all.
+func lineRank(l cgroupLine) int {
+	if l.controllers == "name=systemd" {
+		return len(controllerRank) + 1
+	}
+	best := len(controllerRank)
+	for c := range strings.SplitSeq(l.controllers, ",") {
+		for rank, known := range controllerRank {
+			if c == known && rank < best {
+				best = rank
+			}
+		}
+	}
+	return best
+}
+
+// systemdOrder moves the name=systemd hierarchy to the front: it is
+// systemd's own view of the process.
+func systemdOrder(lines []cgroupLine) []cgroupLine {
+	n := len(lines)
+	if n == 0 || lines[n-1].controllers != "name=systemd" {
+		return lines
+	}
+	return append([]cgroupLine{lines[n-1]}, lines[:n-1]...)
+}
+
+// matchKubernetes recognises the pod and container of the kubelet's cgroup
+// layouts, wherever they are nested (kind and other containerised kubelets
+// put them under the node container's cgroup, and --cgroup-root renames the
+// top slice to e.g. kubelet-kubepods.slice):
+//
+//	systemd driver:  …/kubepods-burstable-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope
+//	cgroupfs driver: …/kubepods/burstable/pod<uid>/<id>
+func matchKubernetes(path string) (podUID, containerID string, ok bool) {
+	parts := strings.Split(path, "/")
+	seenKubepods := false
+	for i, part := range parts {
+		if !seenKubepods {
+			seenKubepods = strings.Contains(part, "kubepods")
+			continue
+		}
+		uid, isPod := podUIDFromComponent(part)
+		if !isPod {
+			continue
+		}
+		if i+1 < len(parts) {
+			containerID = containerIDFromComponent(parts[i+1])
+		}
+		return uid, containerID, true
+	}
+	return "", "", false
+}
+
+// podUIDFromComponent accepts "pod<uid>" (cgroupfs) and
+// "<anything>-pod<uid_with_underscores>.slice" (systemd).
+func podUIDFromComponent(part string) (string, bool) {
+	var raw string
+	if trimmed, ok := strings.CutSuffix(part, ".slice"); ok {
+		i := strings.LastIndex(trimmed, "-pod")
+		if i < 0 {
+			return "", false
+		}
+		raw = trimmed[i+len("-pod"):]
+	} else if rest, ok := strings.CutPrefix(part, "pod"); ok {
+		raw = rest
+	} else {
+		return "", false
+	}
+	return canonicalPodUID(raw)
+}
+
+// canonicalPodUID returns raw as a lower-case dashed UUID, or as a 32-hex
+// static pod hash.
+func canonicalPodUID(raw string) (string, bool) {
+	raw = strings.ToLower(strings.ReplaceAll(raw, "_", "-"))
+	switch len(raw) {
+	case 32:
+		return raw, isHex(raw)
+	case 36:
+		for i := range len(raw) {
+			dash := i == 8 || i == 13 || i == 18 || i == 23
+			if dash != (raw[i] == '-') || !dash && !isHex(raw[i:i+1]) {
+				return "", false
+			}
+		}
+		return raw, true
+	}
+	return "", false
+}
+
+// containerIDFromComponent strips the systemd driver's runtime prefix and
+// .scope suffix; what remains must be a 64-hex runtime ID. CRI-O's conmon
+// monitor (crio-conmon-<id>.scope) is not the container and gives no ID.
+func containerIDFromComponent(part string) string {
+	id := strings.TrimSuffix(part, ".scope")
+	for _, prefix := range []string{"cri-containerd-", "crio-", "docker-"} {
+		if rest, ok := strings.CutPrefix(id, prefix); ok {
+			id = rest
+			break
+		}
+	}
+	if len(id) != 64 || !isHex(id) {
+		return ""
+	}
+	return id
+}
+
+// matchSlurm recognises the Slurm cgroup layouts:
+//
+//	v1:  …/slurm/uid_<uid>/job_<id>/step_<step>/task_<n>
+//	     …/slurm_<nodename>/uid_<uid>/job_<id>/…        (multiple-slurmd builds)
+//	v2:  …/slurmstepd.scope/job_<id>/step_<step>/user/task_<n>
+//	     …/<nodename>_slurmstepd.scope/job_<id>/…       (multiple-slurmd builds)
+//	     …/slurmstepd.scope/<SLUID>/step_<step>/…       (26.05+ default)
+//
+// The job directory must follow the Slurm root directly (after uid_<uid> on
+// v1), so that a job_ directory elsewhere in a path is not taken for a job.
+func matchSlurm(path string) (jobID, sluid, step string, ok bool) {
+	parts := strings.Split(path, "/")
+	for i, part := range parts {
+		if !isSlurmRoot(part) {
+			continue
+		}
+		j := i + 1
+		if j < len(parts) && strings.HasPrefix(parts[j], "uid_") && isDigits(parts[j][len("uid_"):]) {
+			j++
+		}
+		if j >= len(parts) {
+			continue
+		}
+		if id, isJob := strings.CutPrefix(parts[j], "job_"); isJob && isDigits(id) {
+			jobID = id
+		} else if isSLUID(parts[j]) {
+			sluid = parts[j]
+		} else {
+			continue
+		}
+		if j+1 < len(parts) {
+			if s, isStep := strings.CutPrefix(parts[j+1], "step_"); isStep && isStepName(s) {
+				step = s
+			}
+		}
+		return jobID, sluid, step, true
+	}
+	return "", "", "", false
+}
+
+func isSlurmRoot(part string) bool {
+	return part == "slurm" || strings.HasPrefix(part, "slurm_") ||
+		part == "slurmstepd.scope" || strings.HasSuffix(part, "_slurmstepd.scope")
+}
+
+// crockford is the alphabet of Slurm's SLUIDs (src/common/sluid.c).
+const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// isSLUID accepts the form Slurm writes: "s" and 13 Crockford base32 digits.
+func isSLUID(s string) bool {
+	if len(s) != 14 || s[0] != 's' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if strings.IndexByte(crockford, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// isStepName accepts numeric steps, the named ones (batch, extern,
+// interactive) and heterogeneous components ("0+1").
+func isStepName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || c == '+') {
+			return false
+		}
+	}
+	return true
+}
+
+// matchSystemd takes the innermost .service or .scope component as the unit
+// and the innermost .slice above it as the slice.
+func matchSystemd(path string) (unit, slice string, ok bool) {
+	parts := strings.Split(path, "/")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if strings.HasSuffix(parts[i], ".service") || strings.HasSuffix(parts[i], ".scope") {
+			unit = parts[i]
+			for j := i - 1; j >= 0; j-- {
+				if strings.HasSuffix(parts[j], ".slice") {
+					slice = parts[j]
+					break
+				}
+			}
+			return unit, slice, true
+		}
+	}
+	return "", "", false
+}
+
+func isHex(s string) bool {
+	for i := range len(s) {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func isDigits(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

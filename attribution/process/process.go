@@ -1,0 +1,253 @@
+// Package process reads what procfs says about who owns a process: its
+// cgroup (Kubernetes pod, Slurm job, systemd unit), its user and its command.
+// Everything it reads comes from processes that may be hostile, so every read
+// is size-bounded and no input makes it panic.
+package process
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Read limits. A cgroup file is a dozen short lines and status a few KiB.
+// An environment may take megabytes (the kernel allows a quarter of the
+// stack limit), far more than is worth reading for one variable. A passwd
+// file with a hundred thousand users is under 10 MiB.
+const (
+	maxCgroupSize  = 64 << 10
+	maxStatusSize  = 64 << 10
+	maxCommSize    = 4 << 10
+	maxEnvironSize = 1 << 20
+	maxPasswdSize  = 16 << 20
+)
+
+var errTooLarge = errors.New("file too large")
+
+// Info is what the exporter needs to know about one process.
+type Info struct {
+	PID int
+	// Comm is the kernel's command name (at most 15 bytes, from
+	// /proc/<pid>/comm): the thread name the process gave itself, or the
+	// executable's base name.
+	Comm string
+	// UID is the real user ID from /proc/<pid>/status.
+	UID int
+	// User is the name of UID in the passwd file, or UID in decimal when it
+	// has none there.
+	User   string
+	Cgroup Cgroup
+}
+
+// Reader reads process facts from a procfs tree. It is safe for concurrent
+// use and must not be copied after first use.
+type Reader struct {
+	// Root is the procfs mount point: /proc (the default when empty) on a
+	// host, the host's procfs mounted elsewhere in a container, or a fixture
+	// tree in tests.
+	Root string
+	// PasswdPath is the passwd file that names UIDs, normally
+	// <rootfs>/etc/passwd. Users known only to NSS services (LDAP, SSSD)
+	// are not in it and are reported by number. Empty disables naming.
+	PasswdPath string
+
+	mu     sync.Mutex
+	passwd passwdCache
+}
+
+// passwdCache holds the parsed passwd file until the file changes.
+type passwdCache struct {
+	modTime time.Time
+	size    int64
+	names   map[int]string
+}
+
+// Process reads the cgroup, user and command of pid. A process that does not
+// exist, or exits while it is read, gives an error matching fs.ErrNotExist.
+func (r *Reader) Process(pid int) (Info, error) {
+	if pid <= 0 {
+		return Info{}, fmt.Errorf("invalid pid %d", pid)
+	}
+	info := Info{PID: pid}
+
+	cgroup, err := r.readProcFile(pid, "cgroup", maxCgroupSize, false)
+	if err != nil {
+		return Info{}, err
+	}
+	info.Cgroup = ParseCgroup(cgroup)
+
+	// Uid comes early in status; a status made longer than the limit by a
+	// huge Groups line still has it, so truncation is harmless here.
+	status, err := r.readProcFile(pid, "status", maxStatusSize, true)
+	if err != nil {
+		return Info{}, err
+	}
+	uid, ok := parseStatusUID(status)
+	if !ok {
+		return Info{}, fmt.Errorf("read /proc/%d/status: no Uid line", pid)
+	}
+	info.UID = uid
+	info.User = r.userName(uid)
+
+	comm, err := r.readProcFile(pid, "comm", maxCommSize, true)
+	if err != nil {
+		return Info{}, err
+	}
+	info.Comm = string(bytes.TrimSuffix(comm, []byte("\n")))
+
+	return info, nil
+}
+
+// SlurmJobFromEnviron returns the SLURM_JOB_ID (or the older SLURM_JOBID)
+// that slurmstepd put in the environment of pid, or "" when there is none.
+//
+// This is the fallback for nodes whose cgroups say nothing about jobs
+// (proctrack/linuxproc, proctrack/pgid). A process may rewrite its own
+// environment, so a cgroup path or scontrol listpids, which the user cannot
+// forge, is to be preferred. Reading another user's environment needs
+// CAP_SYS_PTRACE; without it the error matches fs.ErrPermission.
+func (r *Reader) SlurmJobFromEnviron(pid int) (string, error) {
+	if pid <= 0 {
+		return "", fmt.Errorf("invalid pid %d", pid)
+	}
+	environ, err := r.readProcFile(pid, "environ", maxEnvironSize, true)
+	if err != nil {
+		return "", err
+	}
+	if len(environ) == maxEnvironSize {
+		// The last variable may have been cut: keep only whole ones.
+		environ = environ[:bytes.LastIndexByte(environ, 0)+1]
+	}
+	var fallback string
+	for entry := range bytes.SplitSeq(environ, []byte{0}) {
+		key, value, found := bytes.Cut(entry, []byte("="))
+		if !found || !isDigits(string(value)) {
+			continue
+		}
+		switch string(key) {
+		case "SLURM_JOB_ID":
+			return string(value), nil
+		case "SLURM_JOBID":
+			fallback = string(value)
+		}
+	}
+	return fallback, nil
+}
+
+// readProcFile reads /proc/<pid>/<name> up to limit bytes. A longer file is
+// an error unless truncateOK.
+func (r *Reader) readProcFile(pid int, name string, limit int64, truncateOK bool) ([]byte, error) {
+	root := r.Root
+	if root == "" {
+		root = "/proc"
+	}
+	path := filepath.Join(root, strconv.Itoa(pid), name)
+	data, err := readLimited(path, limit, truncateOK)
+	if errors.Is(err, syscall.ESRCH) {
+		// Reading a file of a process that has just exited fails with
+		// ESRCH rather than ENOENT; to callers both mean "gone".
+		err = fmt.Errorf("%w (%w)", fs.ErrNotExist, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read /proc/%d/%s: %w", pid, name, err)
+	}
+	return data, nil
+}
+
+// readLimited reads at most limit bytes of path. Files in procfs report a
+// size of zero, so the limit is enforced on the read itself.
+func readLimited(path string, limit int64, truncateOK bool) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		if !truncateOK {
+			return nil, fmt.Errorf("%w: more than %d bytes", errTooLarge, limit)
+		}
+		data = data[:limit]
+	}
+	return data, nil
+}
+
+// parseStatusUID returns the real UID, the first of the four on the Uid
+// line ("Uid:\t<real>\t<effective>\t<saved>\t<fs>").
+func parseStatusUID(status []byte) (int, bool) {
+	for line := range bytes.SplitSeq(status, []byte("\n")) {
+		rest, ok := bytes.CutPrefix(line, []byte("Uid:"))
+		if !ok {
+			continue
+		}
+		fields := bytes.Fields(rest)
+		if len(fields) == 0 {
+			return 0, false
+		}
+		uid, err := strconv.ParseUint(string(fields[0]), 10, 32)
+		if err != nil {
+			return 0, false
+		}
+		return int(uid), true
+	}
+	return 0, false
+}
+
+// userName names uid from the passwd file, re-reading the file only when
+// its size or modification time changes. Any failure to read it falls back
+// to the number: a missing name must not hide the process.
+func (r *Reader) userName(uid int) string {
+	numeric := strconv.Itoa(uid)
+	if r.PasswdPath == "" {
+		return numeric
+	}
+	st, err := os.Stat(r.PasswdPath)
+	if err != nil {
+		return numeric
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.passwd.names == nil || !st.ModTime().Equal(r.passwd.modTime) || st.Size() != r.passwd.size {
+		data, err := readLimited(r.PasswdPath, maxPasswdSize, false)
+		if err != nil {
+			return numeric
+		}
+		r.passwd = passwdCache{modTime: st.ModTime(), size: st.Size(), names: parsePasswd(data)}
+	}
+	if name, ok := r.passwd.names[uid]; ok {
+		return name
+	}
+	return numeric
+}
+
+// parsePasswd maps UIDs to names. As with getpwuid, the first entry for a
+// UID wins; NIS compat lines (+, -) and malformed lines are skipped.
+func parsePasswd(data []byte) map[int]string {
+	names := make(map[int]string)
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		fields := bytes.SplitN(line, []byte(":"), 4)
+		if len(fields) < 4 || len(fields[0]) == 0 || fields[0][0] == '+' || fields[0][0] == '-' || fields[0][0] == '#' {
+			continue
+		}
+		uid, err := strconv.ParseUint(string(fields[2]), 10, 32)
+		if err != nil {
+			continue
+		}
+		if _, seen := names[int(uid)]; !seen {
+			names[int(uid)] = string(fields[0])
+		}
+	}
+	return names
+}

@@ -1,0 +1,365 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults for the zero values of Client's fields.
+const (
+	DefaultPath      = "scontrol"
+	DefaultTimeout   = 5 * time.Second
+	DefaultCacheTTL  = 5 * time.Minute
+	DefaultCacheSize = 4096
+)
+
+const (
+	// maxOutput bounds scontrol's stdout: a detailed job record is about
+	// 1.5 KiB, and even an array job's records fit many times over.
+	maxOutput = 1 << 20
+	// maxStderr keeps enough of an error message to report it.
+	maxStderr = 4 << 10
+	// notFoundTTL bounds how long "no such job" is remembered: the answer
+	// for a job that ended is final, but a job ID seen in a cgroup before
+	// slurmctld has committed it is not.
+	notFoundTTL = 30 * time.Second
+	// waitDelay is how long Wait waits for scontrol's output pipes after
+	// killing it, in case a child process still holds them.
+	waitDelay = time.Second
+)
+
+var errOutputTooLarge = fmt.Errorf("output exceeds %d bytes", maxOutput)
+
+// Client runs scontrol on behalf of the exporter. Job metadata is cached per
+// job ID, since a job's user, account, partition and QoS do not change while
+// it runs, and concurrent requests for one job share a single scontrol run.
+// The zero value is ready to use; a Client must not be copied after first
+// use.
+type Client struct {
+	// Path is the scontrol binary; empty means DefaultPath, looked up in
+	// $PATH.
+	Path string
+	// Timeout bounds each scontrol run, after which it is killed; zero
+	// means DefaultTimeout.
+	Timeout time.Duration
+	// CacheTTL is how long a job's metadata is reused; zero means
+	// DefaultCacheTTL.
+	CacheTTL time.Duration
+	// CacheSize bounds the number of cached jobs; zero means
+	// DefaultCacheSize.
+	CacheSize int
+
+	mu sync.Mutex
+	// noJSON is set once scontrol has rejected --json (Slurm before 23.02,
+	// or built without a JSON serializer), so that it is not asked again.
+	noJSON   bool
+	cache    map[string]cacheEntry
+	inflight map[string]*call
+}
+
+type cacheEntry struct {
+	job     Job
+	err     error
+	expires time.Time
+}
+
+// call is one scontrol run that concurrent callers wait for.
+type call struct {
+	done chan struct{}
+	job  Job
+	err  error
+}
+
+// Job returns the metadata of the job id: a numeric job ID, an array task
+// ("123_4"), a heterogeneous component ("123+1") or a SLUID. scontrol runs
+// with --json where it supports it and in text form otherwise, always with
+// --details so that per-node GPU indices are included. An unknown job gives
+// an error matching ErrJobNotFound.
+//
+// If ctx ends first Job returns ctx's error, but scontrol runs on (bounded
+// by Timeout) so that its answer is cached for the next caller.
+func (c *Client) Job(ctx context.Context, id string) (Job, error) {
+	if !validJobArg(id) {
+		return Job{}, fmt.Errorf("invalid slurm job ID %q", id)
+	}
+
+	c.mu.Lock()
+	if e, ok := c.cache[id]; ok && time.Now().Before(e.expires) {
+		c.mu.Unlock()
+		return e.job.clone(), e.err
+	}
+	cl, running := c.inflight[id]
+	if !running {
+		cl = &call{done: make(chan struct{})}
+		if c.inflight == nil {
+			c.inflight = make(map[string]*call)
+		}
+		c.inflight[id] = cl
+		go c.fetch(context.WithoutCancel(ctx), id, cl)
+	}
+	c.mu.Unlock()
+
+	select {
+	case <-cl.done:
+		return cl.job.clone(), cl.err
+	case <-ctx.Done():
+		return Job{}, fmt.Errorf("slurm job %s: %w", id, ctx.Err())
+	}
+}
+
+// ResolveSLUID returns the numeric job ID of the job that Slurm 26.05+ names
+// by sluid in cgroup v2 paths. It asks scontrol for the job by its SLUID
+// (through Job, so the answer is cached like any job's) rather than listing
+// every job of the cluster to search for it, which would cost the controller
+// far more on a large cluster. Where scontrol does not accept SLUIDs, the
+// job of a process is still found with ListPIDs.
+func (c *Client) ResolveSLUID(ctx context.Context, sluid string) (string, error) {
+	if !isSLUID(sluid) {
+		return "", fmt.Errorf("invalid SLUID %q", sluid)
+	}
+	job, err := c.Job(ctx, sluid)
+	if err != nil {
+		return "", err
+	}
+	return job.ID, nil
+}
+
+// ListPIDs returns the processes of the job steps running on this node, as
+// slurmd knows them: the way to attribute processes on nodes whose cgroups
+// say nothing about jobs (proctrack/linuxproc or pgid). It must run on the
+// node, as root or as the jobs' owner. No running step is no error.
+func (c *Client) ListPIDs(ctx context.Context) ([]StepProcess, error) {
+	out, err := c.run(ctx, "listpids")
+	if err != nil {
+		var se *scontrolError
+		if errors.As(err, &se) && strings.Contains(se.stderr, "No job steps") {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return ParseListPIDs(out)
+}
+
+func (c *Client) fetch(ctx context.Context, id string, cl *call) {
+	job, err := c.fetchJob(ctx, id)
+
+	c.mu.Lock()
+	delete(c.inflight, id)
+	switch {
+	case err == nil:
+		e := cacheEntry{job: job, expires: time.Now().Add(c.cacheTTL())}
+		c.store(id, e)
+		// Asked by SLUID or array task, the job is also known by its ID.
+		if job.ID != id {
+			c.store(job.ID, e)
+		}
+	case errors.Is(err, ErrJobNotFound):
+		c.store(id, cacheEntry{err: err, expires: time.Now().Add(min(notFoundTTL, c.cacheTTL()))})
+	}
+	c.mu.Unlock()
+
+	cl.job, cl.err = job, err
+	close(cl.done)
+}
+
+func (c *Client) fetchJob(ctx context.Context, id string) (Job, error) {
+	c.mu.Lock()
+	tryJSON := !c.noJSON
+	c.mu.Unlock()
+
+	if tryJSON {
+		out, err := c.run(ctx, "--json", "--details", "show", "job", id)
+		switch {
+		case err == nil:
+			jobs, err := ParseJobJSON(out)
+			if err != nil {
+				return Job{}, fmt.Errorf("scontrol --json show job %s: %w", id, err)
+			}
+			return pickJob(jobs, id)
+		case !jsonUnsupported(err):
+			return Job{}, err
+		}
+		c.mu.Lock()
+		c.noJSON = true
+		c.mu.Unlock()
+	}
+
+	out, err := c.run(ctx, "--details", "show", "job", id)
+	if err != nil {
+		return Job{}, err
+	}
+	jobs, err := ParseJobText(out)
+	if err != nil {
+		return Job{}, fmt.Errorf("scontrol show job %s: %w", id, err)
+	}
+	return pickJob(jobs, id)
+}
+
+// store adds e to the cache, making room if it is full: first by dropping
+// expired entries, then the entry closest to expiry.
+func (c *Client) store(id string, e cacheEntry) {
+	if c.cache == nil {
+		c.cache = make(map[string]cacheEntry)
+	}
+	size := c.CacheSize
+	if size <= 0 {
+		size = DefaultCacheSize
+	}
+	if _, ok := c.cache[id]; !ok && len(c.cache) >= size {
+		now := time.Now()
+		oldest := ""
+		for k, v := range c.cache {
+			if now.After(v.expires) {
+				delete(c.cache, k)
+			} else if oldest == "" || v.expires.Before(c.cache[oldest].expires) {
+				oldest = k
+			}
+		}
+		if len(c.cache) >= size {
+			delete(c.cache, oldest)
+		}
+	}
+	c.cache[id] = e
+}
+
+func (c *Client) cacheTTL() time.Duration {
+	if c.CacheTTL <= 0 {
+		return DefaultCacheTTL
+	}
+	return c.CacheTTL
+}
+
+// scontrolError is scontrol exiting with an error. Its message is on stderr,
+// or with --json in the JSON on stdout.
+type scontrolError struct {
+	args   string
+	stdout string
+	stderr string
+	err    error
+}
+
+func (e *scontrolError) Error() string {
+	msg := strings.Join(strings.Fields(e.stderr), " ")
+	if msg == "" {
+		return fmt.Sprintf("scontrol %s: %v", e.args, e.err)
+	}
+	return fmt.Sprintf("scontrol %s: %v: %s", e.args, e.err, msg)
+}
+
+func (e *scontrolError) Unwrap() error { return e.err }
+
+// Is makes scontrol's "Invalid job id specified" match ErrJobNotFound.
+func (e *scontrolError) Is(target error) bool {
+	return target == ErrJobNotFound &&
+		(strings.Contains(e.stderr, "Invalid job id") || strings.Contains(e.stdout, "Invalid job id"))
+}
+
+// jsonUnsupported tells a scontrol that does not know --json (getopt's
+// "unrecognized option '--json'" before 23.02) or cannot serialize JSON
+// (a build without the serializer/json plugin) from other failures.
+func jsonUnsupported(err error) bool {
+	var se *scontrolError
+	if !errors.As(err, &se) {
+		return false
+	}
+	msg := strings.ToLower(se.stderr)
+	for _, s := range []string{"unrecognized option", "invalid option", "unknown option", "serializer", "data_parser"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// run runs scontrol with args under the Client's timeout and returns its
+// bounded stdout.
+func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	path := c.Path
+	if path == "" {
+		path = DefaultPath
+	}
+	stdout := &boundedBuffer{limit: maxOutput, failOnOverflow: true}
+	stderr := &boundedBuffer{limit: maxStderr}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = waitDelay
+
+	err := cmd.Run()
+	joined := strings.Join(args, " ")
+	switch {
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("scontrol %s: %w", joined, ctx.Err())
+	case stdout.overflow:
+		return nil, fmt.Errorf("scontrol %s: %w", joined, errOutputTooLarge)
+	case err != nil:
+		return nil, &scontrolError{args: joined, stdout: string(stdout.buf[:min(len(stdout.buf), maxStderr)]), stderr: string(stderr.buf), err: err}
+	}
+	return stdout.buf, nil
+}
+
+// boundedBuffer keeps at most limit bytes. When failOnOverflow is set it
+// fails the write beyond the limit, which makes os/exec close the pipe so
+// that a runaway scontrol stops on EPIPE instead of filling memory.
+type boundedBuffer struct {
+	buf            []byte
+	limit          int
+	failOnOverflow bool
+	overflow       bool
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	room := b.limit - len(b.buf)
+	if len(p) <= room {
+		b.buf = append(b.buf, p...)
+		return len(p), nil
+	}
+	b.buf = append(b.buf, p[:room]...)
+	b.overflow = true
+	if b.failOnOverflow {
+		return room, errOutputTooLarge
+	}
+	return len(p), nil
+}
+
+// validJobArg accepts what Job may pass to scontrol: a job ID, an array
+// task, a heterogeneous component or a SLUID. Anything else, in particular
+// anything starting with "-", never reaches scontrol's command line.
+func validJobArg(id string) bool {
+	if isSLUID(id) || isJobNumber(id) {
+		return true
+	}
+	for _, sep := range []string{"_", "+"} {
+		if job, part, ok := strings.Cut(id, sep); ok && isJobNumber(job) && isJobNumber(part) {
+			return true
+		}
+	}
+	return false
+}
+
+// crockford is the alphabet of SLUIDs (Slurm's src/common/sluid.c).
+const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// isSLUID accepts the form Slurm prints: "s" and 13 Crockford base32 digits.
+func isSLUID(s string) bool {
+	if len(s) != 14 || s[0] != 's' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if strings.IndexByte(crockford, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,368 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeScontrol writes a shell script standing in for scontrol. Each run
+// appends its arguments to a log, which calls returns.
+func fakeScontrol(t *testing.T, body string) (path string, calls func() []string) {
+	t.Helper()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls.log")
+	path = filepath.Join(dir, "scontrol")
+	script := "#!/bin/sh\necho \"$*\" >> '" + log + "'\n" + body + "\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, func() []string {
+		data, err := os.ReadFile(log)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	}
+}
+
+// fixturePath returns the absolute path of a fixture, for use in scripts.
+func fixturePath(t *testing.T, name string) string {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join(fixtures, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// jsonFromArgs prints a minimal data_parser response for the job ID given
+// as the last argument.
+const jsonFromArgs = `for last; do :; done
+printf '{"jobs":[{"job_id":%s,"user_name":"alice","job_state":["RUNNING"],"nodes":"n1","gres_detail":["gpu:1(IDX:0)"]}]}' "$last"`
+
+func TestClientJSON(t *testing.T) {
+	path, calls := fakeScontrol(t, `case "$1" in
+--json) cat '`+fixturePath(t, "constructed/scontrol-show-job-json-v0.0.41.json")+`' ;;
+*) echo "text form asked although JSON works" >&2; exit 1 ;;
+esac`)
+	c := &Client{Path: path}
+
+	job, err := c.Job(context.Background(), "4242")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := withName(multinodeJob, "llama finetune"); !reflect.DeepEqual(job, want) {
+		t.Errorf("Job() =\n%+v\nwant\n%+v", job, want)
+	}
+	if got, want := calls(), []string{"--json --details show job 4242"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("scontrol runs = %q, want %q", got, want)
+	}
+}
+
+func TestClientTextFallback(t *testing.T) {
+	// Slurm 22.05 rejects --json exactly so (the recorded message).
+	path, calls := fakeScontrol(t, `if [ "$1" = "--json" ]; then
+  cat '`+fixturePath(t, "22.05/linuxproc-plainfile-gres/scontrol-json-attempt.txt")+`' >&2
+  exit 1
+fi
+for last; do :; done
+cat '`+fixturePath(t, "22.05/cgroup-v1-task-cgroup")+`/scontrol-show-job-d-job'"$last"'.txt'`)
+	c := &Client{Path: path}
+
+	for _, tc := range []struct {
+		id   string
+		want Job
+	}{
+		{id: "16", want: Job{ID: "16", Name: "gpu-sleep", User: "root", Partition: "debug", State: "RUNNING",
+			NodeList: "vm", GPUs: map[string][]int{"vm": {0}}}},
+		{id: "17", want: Job{ID: "17", Name: "srun-gpu1", User: "root", Partition: "debug", State: "RUNNING",
+			NodeList: "vm", GPUs: map[string][]int{"vm": {1}}}},
+	} {
+		job, err := c.Job(context.Background(), tc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(job, tc.want) {
+			t.Errorf("Job(%s) =\n%+v\nwant\n%+v", tc.id, job, tc.want)
+		}
+	}
+	// --json is tried once, then remembered as unsupported.
+	want := []string{"--json --details show job 16", "--details show job 16", "--details show job 17"}
+	if got := calls(); !reflect.DeepEqual(got, want) {
+		t.Errorf("scontrol runs = %q, want %q", got, want)
+	}
+}
+
+func TestClientTimeout(t *testing.T) {
+	// The shell's child keeps the output pipes open after the shell is
+	// killed; the run must still end soon after the timeout, long before
+	// the child does.
+	path, calls := fakeScontrol(t, "sleep 5")
+	c := &Client{Path: path, Timeout: 200 * time.Millisecond}
+
+	start := time.Now()
+	_, err := c.Job(context.Background(), "1")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Job() error = %v, want context.DeadlineExceeded", err)
+	}
+	if elapsed := time.Since(start); elapsed > 200*time.Millisecond+waitDelay+time.Second {
+		t.Errorf("Job() took %v with a 200ms timeout", elapsed)
+	}
+	// A timeout is not an answer: the next request runs scontrol again.
+	if _, err := c.Job(context.Background(), "1"); err == nil {
+		t.Fatal("second Job() succeeded")
+	}
+	if n := len(calls()); n != 2 {
+		t.Errorf("scontrol ran %d times, want 2", n)
+	}
+}
+
+func TestClientGarbage(t *testing.T) {
+	tests := []struct {
+		name, body string
+	}{
+		{name: "JSON form", body: `printf 'hello\000world\n'`},
+		{name: "text form", body: `if [ "$1" = "--json" ]; then echo "scontrol: unrecognized option '--json'" >&2; exit 1; fi
+printf 'Segmentation fault\n\377\376'`},
+		{name: "failure without message", body: "exit 3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path, _ := fakeScontrol(t, tc.body)
+			c := &Client{Path: path}
+			job, err := c.Job(context.Background(), "5")
+			if err == nil {
+				t.Fatalf("Job() = %+v, want an error", job)
+			}
+			if errors.Is(err, ErrJobNotFound) {
+				t.Errorf("error %v matches ErrJobNotFound", err)
+			}
+		})
+	}
+
+	t.Run("output limit", func(t *testing.T) {
+		path, _ := fakeScontrol(t, "exec yes JobId=1")
+		c := &Client{Path: path}
+		if _, err := c.Job(context.Background(), "5"); !errors.Is(err, errOutputTooLarge) {
+			t.Errorf("Job() error = %v, want errOutputTooLarge", err)
+		}
+	})
+}
+
+func TestClientNotFound(t *testing.T) {
+	path, calls := fakeScontrol(t, `echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1`)
+	c := &Client{Path: path}
+
+	for range 3 {
+		_, err := c.Job(context.Background(), "999")
+		if !errors.Is(err, ErrJobNotFound) {
+			t.Fatalf("Job() error = %v, want ErrJobNotFound", err)
+		}
+	}
+	if n := len(calls()); n != 1 {
+		t.Errorf("scontrol ran %d times, want 1: not found is cached", n)
+	}
+}
+
+func TestClientCacheAndCoalescing(t *testing.T) {
+	path, calls := fakeScontrol(t, "sleep 0.3\n"+jsonFromArgs)
+	c := &Client{Path: path}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			job, err := c.Job(context.Background(), "77")
+			if err == nil && (job.ID != "77" || job.User != "alice") {
+				err = errors.New("wrong job " + job.ID)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+
+	job, err := c.Job(context.Background(), "77")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(calls()); n != 1 {
+		t.Errorf("scontrol ran %d times for 9 requests, want 1", n)
+	}
+
+	// The cache hands out copies.
+	job.GPUs["n1"][0] = 7
+	again, err := c.Job(context.Background(), "77")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GPUs["n1"][0] != 0 {
+		t.Errorf("cached job changed through a returned copy: %+v", again)
+	}
+}
+
+func TestClientCacheExpiry(t *testing.T) {
+	path, calls := fakeScontrol(t, jsonFromArgs)
+	c := &Client{Path: path, CacheTTL: 50 * time.Millisecond}
+
+	if _, err := c.Job(context.Background(), "1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := c.Job(context.Background(), "1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(calls()); n != 2 {
+		t.Errorf("scontrol ran %d times, want 2 after the entry expired", n)
+	}
+}
+
+func TestClientCacheBound(t *testing.T) {
+	path, _ := fakeScontrol(t, jsonFromArgs)
+	c := &Client{Path: path, CacheSize: 2}
+
+	for _, id := range []string{"1", "2", "3", "4"} {
+		if _, err := c.Job(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cache) != 2 {
+		t.Errorf("cache holds %d jobs, want 2", len(c.cache))
+	}
+	if _, ok := c.cache["4"]; !ok {
+		t.Error("the newest job is not cached")
+	}
+}
+
+func TestClientCallerGivesUp(t *testing.T) {
+	path, calls := fakeScontrol(t, "sleep 0.3\n"+jsonFromArgs)
+	c := &Client{Path: path}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Job(ctx, "9"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Job() error = %v, want context.DeadlineExceeded", err)
+	}
+	// The run went on and its answer serves the next caller.
+	time.Sleep(600 * time.Millisecond)
+	job, err := c.Job(context.Background(), "9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.ID != "9" {
+		t.Errorf("Job() = %+v", job)
+	}
+	if n := len(calls()); n != 1 {
+		t.Errorf("scontrol ran %d times, want 1", n)
+	}
+}
+
+func TestClientRejectsArguments(t *testing.T) {
+	path, calls := fakeScontrol(t, jsonFromArgs)
+	c := &Client{Path: path}
+
+	for _, id := range []string{"", "--help", "-1", "12 13", "12;reboot", "s5K1KKYAYG5DU0", "1_", "_1"} {
+		if _, err := c.Job(context.Background(), id); err == nil {
+			t.Errorf("Job(%q) succeeded, want an error", id)
+		}
+	}
+	if _, err := c.ResolveSLUID(context.Background(), "4242"); err == nil {
+		t.Error("ResolveSLUID(4242) succeeded, want an error")
+	}
+	if got := calls(); got != nil {
+		t.Errorf("scontrol ran with %q", got)
+	}
+	for _, id := range []string{"123_4", "123+1", "s5K1KKYAYG5D00"} {
+		if !validJobArg(id) {
+			t.Errorf("validJobArg(%q) = false", id)
+		}
+	}
+}
+
+func TestClientResolveSLUID(t *testing.T) {
+	path, calls := fakeScontrol(t, `printf '{"jobs":[{"job_id":4245,"user_name":"alice","job_state":["RUNNING"]}]}'`)
+	c := &Client{Path: path}
+
+	id, err := c.ResolveSLUID(context.Background(), "s5K1KKYAYG5D00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != "4245" {
+		t.Errorf("ResolveSLUID() = %q, want 4245", id)
+	}
+	// The job is then known by its ID too.
+	job, err := c.Job(context.Background(), "4245")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.User != "alice" {
+		t.Errorf("Job(4245) = %+v", job)
+	}
+	if got, want := calls(), []string{"--json --details show job s5K1KKYAYG5D00"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("scontrol runs = %q, want %q", got, want)
+	}
+}
+
+func TestClientListPIDs(t *testing.T) {
+	t.Run("real output", func(t *testing.T) {
+		path, calls := fakeScontrol(t, "cat '"+fixturePath(t, "22.05/linuxproc-plainfile-gres/scontrol-listpids.txt")+"'")
+		c := &Client{Path: path}
+		procs, err := c.ListPIDs(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(procs) != 9 || procs[8] != (StepProcess{PID: 17010, JobID: "5", StepID: "0"}) {
+			t.Errorf("ListPIDs() = %+v", procs)
+		}
+		if got := calls(); !reflect.DeepEqual(got, []string{"listpids"}) {
+			t.Errorf("scontrol runs = %q", got)
+		}
+	})
+	t.Run("no steps", func(t *testing.T) {
+		path, _ := fakeScontrol(t, `echo "No job steps exist on this node." >&2; exit 1`)
+		c := &Client{Path: path}
+		procs, err := c.ListPIDs(context.Background())
+		if err != nil || procs != nil {
+			t.Errorf("ListPIDs() = %v, %v; want nothing and no error", procs, err)
+		}
+	})
+	t.Run("failure", func(t *testing.T) {
+		path, _ := fakeScontrol(t, `echo "Unable to connect to slurmstepd" >&2; exit 1`)
+		c := &Client{Path: path}
+		if _, err := c.ListPIDs(context.Background()); err == nil || !strings.Contains(err.Error(), "Unable to connect") {
+			t.Errorf("ListPIDs() error = %v, want scontrol's message", err)
+		}
+	})
+}
+
+func TestClientDefaultPath(t *testing.T) {
+	path, calls := fakeScontrol(t, jsonFromArgs)
+	t.Setenv("PATH", filepath.Dir(path))
+	c := &Client{}
+	if _, err := c.Job(context.Background(), "3"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(calls()); n != 1 {
+		t.Errorf("scontrol from $PATH ran %d times, want 1", n)
+	}
+}

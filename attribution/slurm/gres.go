@@ -1,0 +1,270 @@
+package slurm
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Output from scontrol is trusted no more than any other input:
+// "IDX:0-999999999", "n[0-99999999]" or a megabyte of repeated ranges must
+// fail or be cut short, not allocate gigabytes.
+const (
+	// maxGPUIndex is far above any real node (the largest have 16 GPUs, or
+	// 7 MIG instances on each of 8).
+	maxGPUIndex = 1023
+	// maxHosts bounds the host names expanded from one scontrol output:
+	// above the node count of the largest Slurm clusters.
+	maxHosts = 1 << 16
+	// maxGPUEntries bounds the GPU indices kept from one scontrol output,
+	// over all its nodes: 8 GPUs on each of 8192 nodes.
+	maxGPUEntries = 1 << 16
+)
+
+var errTooMany = errors.New("expands to too many entries")
+
+// budget is what remains of the bounds for one scontrol output. The parsers
+// read the records of one job (several for array and heterogeneous jobs),
+// far below the bounds; past them, node and GPU lists are dropped rather
+// than guessed at.
+type budget struct {
+	hosts      int
+	gpuEntries int
+}
+
+func newBudget() *budget { return &budget{hosts: maxHosts, gpuEntries: maxGPUEntries} }
+
+// expand expands a host list within the budget. A list that does not parse
+// uses the budget up: it may have expanded a great deal before failing, and
+// the output that holds it is garbage.
+func (b *budget) expand(hostlist string) ([]string, error) {
+	hosts, err := expandHostlist(hostlist, b.hosts)
+	if err != nil {
+		b.hosts = 0
+		return nil, err
+	}
+	b.hosts -= len(hosts)
+	return hosts, nil
+}
+
+// addGPUs records the GPUs of one GRES allocation on each of nodes in
+// job.GPUs, merging indices reported for the same node twice. An allocation
+// that does not parse or does not fit the budget is left out.
+func (b *budget) addGPUs(job *Job, nodes []string, gres string) {
+	idx, err := gresGPUIndices(gres)
+	if err != nil || len(idx) == 0 || len(nodes)*len(idx) > b.gpuEntries {
+		return
+	}
+	b.gpuEntries -= len(nodes) * len(idx)
+	if job.GPUs == nil {
+		job.GPUs = make(map[string][]int)
+	}
+	for _, node := range nodes {
+		merged := append(job.GPUs[node], idx...)
+		slices.Sort(merged)
+		job.GPUs[node] = slices.Compact(merged)
+	}
+}
+
+// indexSet collects GPU indices without duplicates, so that repeated ranges
+// cost no memory.
+type indexSet [maxGPUIndex + 1]bool
+
+func (s *indexSet) sorted() []int {
+	var idx []int
+	for i, ok := range s {
+		if ok {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// gresGPUIndices returns the GPU indices, sorted, of a GRES allocation as
+// scontrol and data_parser print it per node:
+//
+//	gpu:2(IDX:0-1)                       Slurm 20.11+
+//	gpu:a100:2(IDX:0,3)                  typed
+//	gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)  several types
+//	gpu(IDX:0-1,4)                       Slurm 19.05 and older
+//	gpu:1(IDX:0),mps:100(100/100)        other GRES are ignored
+//
+// An empty string or "(null)" has no GPUs. Counts without indices
+// (JOB_GRES=gpu:2, TresPerNode=gres:gpu:2) say nothing about which GPUs and
+// are not accepted here.
+func gresGPUIndices(gres string) ([]int, error) {
+	var set indexSet
+	for item := range splitTopLevel(gres) {
+		name := item
+		if i := strings.IndexAny(item, ":("); i >= 0 {
+			name = item[:i]
+		}
+		if name != "gpu" {
+			continue
+		}
+		start := strings.Index(item, "(IDX:")
+		if start < 0 {
+			continue
+		}
+		list := item[start+len("(IDX:"):]
+		end := strings.IndexByte(list, ')')
+		if end < 0 {
+			return nil, fmt.Errorf("GRES %q: unterminated IDX list", gres)
+		}
+		list = list[:end]
+		if list == "" || list == "N/A" {
+			continue
+		}
+		if err := set.addList(list); err != nil {
+			return nil, fmt.Errorf("GRES %q: %w", gres, err)
+		}
+	}
+	return set.sorted(), nil
+}
+
+// parseIndexList parses "0-1,4" into [0 1 4], sorted and without
+// duplicates. Every index must be at most maxGPUIndex.
+func parseIndexList(s string) ([]int, error) {
+	var set indexSet
+	if err := set.addList(s); err != nil {
+		return nil, err
+	}
+	return set.sorted(), nil
+}
+
+func (s *indexSet) addList(list string) error {
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, err := parseRange(part, maxGPUIndex)
+		if err != nil {
+			return fmt.Errorf("index list %q: %w", list, err)
+		}
+		for i := lo; i <= hi; i++ {
+			s[i] = true
+		}
+	}
+	return nil
+}
+
+// splitTopLevel splits s at the commas that are not inside parentheses or
+// brackets, which separate GRES items and host list entries.
+func splitTopLevel(s string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		depth, start := 0, 0
+		for i := range len(s) {
+			switch s[i] {
+			case '(', '[':
+				depth++
+			case ')', ']':
+				depth--
+			case ',':
+				if depth == 0 {
+					if i > start && !yield(s[start:i]) {
+						return
+					}
+					start = i + 1
+				}
+			}
+		}
+		if start < len(s) {
+			yield(s[start:])
+		}
+	}
+}
+
+// parseRange parses "3" or "0-7" with both ends in [0, limit].
+func parseRange(s string, limit int) (lo, hi int, err error) {
+	loStr, hiStr, isRange := strings.Cut(s, "-")
+	if lo, err = parseBounded(loStr, limit); err != nil {
+		return 0, 0, err
+	}
+	hi = lo
+	if isRange {
+		if hi, err = parseBounded(hiStr, limit); err != nil {
+			return 0, 0, err
+		}
+		if hi < lo {
+			return 0, 0, fmt.Errorf("range %q is reversed", s)
+		}
+	}
+	return lo, hi, nil
+}
+
+func parseBounded(s string, limit int) (int, error) {
+	if s == "" || len(s) > 9 || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q is not a number", s)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, err
+	}
+	if n > limit {
+		return 0, fmt.Errorf("%d is over the limit of %d", n, limit)
+	}
+	return n, nil
+}
+
+// expandHostlist expands Slurm's compressed host lists such as
+// "gpu-[01-03,07],login1" or "rack[1-2]-n[01-02]" into at most limit
+// names. Zero padding follows the width of the range's lower bound, as in
+// Slurm. "(null)" and "" are empty.
+func expandHostlist(s string, limit int) ([]string, error) {
+	if s == "" || s == "(null)" {
+		return nil, nil
+	}
+	var hosts []string
+	for item := range splitTopLevel(s) {
+		expanded, err := expandHost(item, limit-len(hosts))
+		if err != nil {
+			return nil, fmt.Errorf("host list %q: %w", s, err)
+		}
+		hosts = append(hosts, expanded...)
+	}
+	return hosts, nil
+}
+
+// expandHost expands one host pattern into at most limit names.
+func expandHost(pattern string, limit int) ([]string, error) {
+	open := strings.IndexByte(pattern, '[')
+	if open < 0 {
+		if strings.Contains(pattern, "]") {
+			return nil, fmt.Errorf("unbalanced %q", pattern)
+		}
+		if limit < 1 {
+			return nil, errTooMany
+		}
+		return []string{pattern}, nil
+	}
+	closing := strings.IndexByte(pattern[open:], ']')
+	if closing < 0 {
+		return nil, fmt.Errorf("unbalanced %q", pattern)
+	}
+	prefix, ranges, rest := pattern[:open], pattern[open+1:open+closing], pattern[open+closing+1:]
+	if strings.Contains(prefix, "]") {
+		return nil, fmt.Errorf("unbalanced %q", pattern)
+	}
+	suffixes, err := expandHost(rest, limit)
+	if err != nil {
+		return nil, err
+	}
+
+	var hosts []string
+	for r := range strings.SplitSeq(ranges, ",") {
+		lo, hi, err := parseRange(r, 999_999_999)
+		if err != nil {
+			return nil, err
+		}
+		if (hi-lo+1)*len(suffixes) > limit-len(hosts) {
+			return nil, errTooMany
+		}
+		loStr, _, _ := strings.Cut(r, "-")
+		for n := lo; n <= hi; n++ {
+			for _, suffix := range suffixes {
+				hosts = append(hosts, fmt.Sprintf("%s%0*d%s", prefix, len(loStr), n, suffix))
+			}
+		}
+	}
+	return hosts, nil
+}

@@ -1,0 +1,54 @@
+// Package slurm reads job metadata from Slurm's scontrol: who owns a job
+// (user, account, partition, QoS), where it runs and which GPUs it holds on
+// each node, and which processes of this node belong to which job.
+//
+// scontrol is used rather than slurmrestd because it is on every compute node
+// and needs no token; its text output exists in every Slurm version, its
+// JSON output (data_parser) from 23.02 on, and the parsers here read both.
+package slurm
+
+import (
+	"errors"
+	"slices"
+)
+
+// ErrJobNotFound is returned when Slurm does not know the job, typically
+// because it ended longer ago than MinJobAge.
+var ErrJobNotFound = errors.New("slurm job not found")
+
+// Job is what the exporter labels a job's devices with.
+type Job struct {
+	// ID is the numeric job ID; for an array task, the task's own ID.
+	ID        string
+	Name      string
+	User      string
+	Account   string
+	Partition string
+	QOS       string
+	// State is the base job state, such as RUNNING or COMPLETING. In a
+	// cached Job it is the state when it was fetched.
+	State string
+	// NodeList is the job's nodes as Slurm writes them, in host list form
+	// ("gpu-node[07-08]"); empty for a job without nodes.
+	NodeList string
+	// GPUs maps a node name to the indices of the GPUs the job holds there,
+	// sorted. These are Slurm GRES indices, positions in the node's list of
+	// GPU devices, not NVML indices: the two agree when the devices are
+	// listed in /dev/nvidia<N> order (File=/dev/nvidia[0-7]). A node whose
+	// allocation has no indices (no GPUs, or a format not understood) is
+	// absent.
+	GPUs map[string][]int
+}
+
+// clone returns a copy that shares nothing with j, so that the cache cannot
+// be modified through a returned Job.
+func (j Job) clone() Job {
+	if j.GPUs != nil {
+		gpus := make(map[string][]int, len(j.GPUs))
+		for node, idx := range j.GPUs {
+			gpus[node] = slices.Clone(idx)
+		}
+		j.GPUs = gpus
+	}
+	return j
+}

@@ -1,0 +1,483 @@
+package slurm
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+const fixtures = "../../fixtures/slurm"
+
+func readFixture(t testing.TB, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(fixtures, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// multinodeJob is the job of the constructed text and JSON fixtures.
+var multinodeJob = Job{
+	ID:        "4242",
+	User:      "alice",
+	Account:   "ml-research",
+	Partition: "gpu",
+	QOS:       "high",
+	State:     "RUNNING",
+	NodeList:  "gpu-node[07-08]",
+	GPUs:      map[string][]int{"gpu-node07": {0, 1, 2, 3}, "gpu-node08": {4, 6}},
+}
+
+func withName(j Job, name string) Job {
+	j.Name = name
+	return j
+}
+
+func TestParseJobText(t *testing.T) {
+	tests := []struct {
+		file string
+		want Job
+	}{
+		{
+			// Real 22.05, batch job holding GPU 0, account unset.
+			file: "22.05/cgroup-v1-task-cgroup/scontrol-show-job-d-job16.txt",
+			want: Job{ID: "16", Name: "gpu-sleep", User: "root", Partition: "debug", State: "RUNNING",
+				NodeList: "vm", GPUs: map[string][]int{"vm": {0}}},
+		},
+		{
+			// Real 22.05, srun step holding GPU 1.
+			file: "22.05/cgroup-v1-task-cgroup/scontrol-show-job-d-job17.txt",
+			want: Job{ID: "17", Name: "srun-gpu1", User: "root", Partition: "debug", State: "RUNNING",
+				NodeList: "vm", GPUs: map[string][]int{"vm": {1}}},
+		},
+		{
+			// Real 22.05, account set, no GRES ("GRES=" empty).
+			file: "22.05/cgroup-v1-task-cgroup/scontrol-show-job-d-job15.txt",
+			want: Job{ID: "15", Name: "plain-sleep", User: "root", Account: "testacct", Partition: "debug",
+				State: "RUNNING", NodeList: "vm"},
+		},
+		{
+			// Real 22.05 without --details: TresPerNode=gres:gpu:1 is a
+			// count, not indices.
+			file: "22.05/cgroup-v1-task-cgroup/scontrol-show-job16.txt",
+			want: Job{ID: "16", Name: "gpu-sleep", User: "root", Partition: "debug", State: "RUNNING",
+				NodeList: "vm"},
+		},
+		{
+			// Real 22.05 on proctrack/cgroup and proctrack/linuxproc nodes.
+			file: "22.05/cgroup-v1-proctrack-only/scontrol-show-job-d-job12.txt",
+			want: Job{ID: "12", Name: "gpu-sleep", User: "root", Partition: "debug", State: "RUNNING",
+				NodeList: "vm", GPUs: map[string][]int{"vm": {0}}},
+		},
+		{
+			file: "22.05/linuxproc/scontrol-show-job-d-job7.txt",
+			want: Job{ID: "7", Name: "gpu-sleep", User: "root", Partition: "debug", State: "RUNNING",
+				NodeList: "vm", GPUs: map[string][]int{"vm": {0}}},
+		},
+		{
+			// Real 22.05: --gres=gpu:0 gives no GPU.
+			file: "22.05/linuxproc/scontrol-show-job-d-job9.txt",
+			want: Job{ID: "9", Name: "srun-gpu", User: "root", Partition: "debug", State: "RUNNING",
+				NodeList: "vm"},
+		},
+		{
+			// Real 22.05: --qos=normal on a cluster without QoS, QOS=(null).
+			file: "22.05/linuxproc-plainfile-gres/scontrol-show-job-d-job4.txt",
+			want: Job{ID: "4", Name: "qos-try", User: "root", Partition: "debug", State: "RUNNING",
+				NodeList: "vm"},
+		},
+		{
+			file: "constructed/scontrol-show-job-d-multinode.txt",
+			want: withName(multinodeJob, "llama finetune run=3 (lr sweep)"),
+		},
+		{
+			file: "constructed/scontrol-show-job-d-array-19.05.txt",
+			want: Job{ID: "88231", Name: "sweep_array.sh", User: "30412", Account: "physics", Partition: "gpu-long",
+				QOS: "normal", State: "RUNNING", NodeList: "g[009-010],g012",
+				GPUs: map[string][]int{"g009": {0, 1, 4}, "g010": {0, 1, 4}}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			jobs, err := ParseJobText(readFixture(t, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(jobs) != 1 {
+				t.Fatalf("got %d records, want 1", len(jobs))
+			}
+			if !reflect.DeepEqual(jobs[0], tc.want) {
+				t.Errorf("ParseJobText() =\n%+v\nwant\n%+v", jobs[0], tc.want)
+			}
+		})
+	}
+}
+
+func TestParseJobTextAll(t *testing.T) {
+	// Real 22.05 `scontrol show job -d` of all jobs: 18 records, the
+	// CANCELLED ones keeping JOB_GRES but no indices.
+	jobs, err := ParseJobText(readFixture(t, "22.05/cgroup-v1-task-cgroup/scontrol-show-job-d-all.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 18 {
+		t.Fatalf("got %d records, want 18", len(jobs))
+	}
+	states := make(map[string]int)
+	withGPUs := []string{}
+	for _, j := range jobs {
+		states[j.State]++
+		if len(j.GPUs) > 0 {
+			withGPUs = append(withGPUs, j.ID)
+		}
+	}
+	if states["RUNNING"] != 4 || states["CANCELLED"] != 14 {
+		t.Errorf("states = %v, want 4 RUNNING and 14 CANCELLED", states)
+	}
+	if !reflect.DeepEqual(withGPUs, []string{"16", "17"}) {
+		t.Errorf("jobs with GPU indices = %v, want [16 17]", withGPUs)
+	}
+
+	job, err := pickJob(jobs, "17")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Name != "srun-gpu1" || !reflect.DeepEqual(job.GPUs, map[string][]int{"vm": {1}}) {
+		t.Errorf("pickJob(17) = %+v", job)
+	}
+	if _, err := pickJob(jobs, "99"); err == nil {
+		t.Error("pickJob(99) among 18 records succeeded, want an error")
+	}
+}
+
+func TestParseJobTextRejects(t *testing.T) {
+	for _, out := range []string{
+		"",
+		"slurm_load_jobs error: Invalid job id specified\n",
+		"   UserId=root(0) GroupId=root(0)\n",
+		"JobId=abc JobName=x\n",
+		"\x00\xff garbage",
+	} {
+		if jobs, err := ParseJobText([]byte(out)); err == nil {
+			t.Errorf("ParseJobText(%q) = %+v, want an error", out, jobs)
+		}
+	}
+}
+
+func TestParseJobTextBounds(t *testing.T) {
+	out := "JobId=1 JobName=big\n" +
+		"     Nodes=a[0-39999] CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)\n" +
+		// 4000 more nodes fit the host budget, but 8 GPUs on each do not
+		// fit what remains of the GPU budget.
+		"     Nodes=c[0-3999] CPU_IDs=0 Mem=0 GRES=gpu:8(IDX:0-7)\n" +
+		"     Nodes=d1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:2-3)\n" +
+		// 40000 more names do not fit the host budget, which is then
+		// spent: nothing after it is expanded.
+		"     Nodes=b[0-39999] CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:1)\n" +
+		"     Nodes=e1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:1)\n"
+	jobs, err := ParseJobText([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus := jobs[0].GPUs
+	if len(gpus) != 40001 {
+		t.Errorf("%d nodes with GPUs, want 40001 (a0…a39999 and d1)", len(gpus))
+	}
+	if !reflect.DeepEqual(gpus["a0"], []int{0}) || !reflect.DeepEqual(gpus["d1"], []int{2, 3}) {
+		t.Errorf("a0 = %v, d1 = %v", gpus["a0"], gpus["d1"])
+	}
+	for _, node := range []string{"c0", "b0", "e1"} {
+		if gpus[node] != nil {
+			t.Errorf("%s = %v, want nothing past the bounds", node, gpus[node])
+		}
+	}
+}
+
+func TestSplitPairs(t *testing.T) {
+	tests := []struct {
+		line string
+		want []pair
+	}{
+		{
+			line: "Partition=debug AllocNode:Sid=localhost:15258",
+			want: []pair{{"Partition", "debug"}, {"AllocNode:Sid", "localhost:15258"}},
+		},
+		{
+			line: "JobId=1 JobName=a b=c d",
+			want: []pair{{"JobId", "1"}, {"JobName", "a b=c d"}},
+		},
+		{
+			line: "Reason=ReqNodeNotAvail, UnavailableNodes:n[1-2] Dependency=(null)",
+			want: []pair{{"Reason", "ReqNodeNotAvail, UnavailableNodes:n[1-2]"}, {"Dependency", "(null)"}},
+		},
+		{
+			line: "Power=",
+			want: []pair{{"Power", ""}},
+		},
+		{
+			line: "NodeName=vm Arch=x86_64 CoresPerSocket=8 ",
+			want: []pair{{"NodeName", "vm"}, {"Arch", "x86_64"}, {"CoresPerSocket", "8"}},
+		},
+		{line: "no pairs here", want: nil},
+	}
+	for _, tc := range tests {
+		if got := splitPairs(tc.line); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("splitPairs(%q) = %q, want %q", tc.line, got, tc.want)
+		}
+	}
+}
+
+func TestParseJobJSON(t *testing.T) {
+	t.Run("v0.0.41 scontrol", func(t *testing.T) {
+		jobs, err := ParseJobJSON(readFixture(t, "constructed/scontrol-show-job-json-v0.0.41.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := withName(multinodeJob, "llama finetune")
+		if len(jobs) != 1 || !reflect.DeepEqual(jobs[0], want) {
+			t.Errorf("ParseJobJSON() =\n%+v\nwant\n%+v", jobs, want)
+		}
+	})
+
+	t.Run("v0.0.38 squeue, real 22.05", func(t *testing.T) {
+		jobs, err := ParseJobJSON(readFixture(t, "22.05/cgroup-v1-task-cgroup/squeue.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) != 18 {
+			t.Fatalf("got %d jobs, want 18", len(jobs))
+		}
+		got, err := pickJob(jobs, "16")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Job{ID: "16", Name: "gpu-sleep", User: "root", Partition: "debug", State: "RUNNING",
+			NodeList: "vm", GPUs: map[string][]int{"vm": {0}}}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("job 16 =\n%+v\nwant\n%+v", got, want)
+		}
+		got, _ = pickJob(jobs, "15")
+		if got.Account != "testacct" || got.QOS != "" || got.GPUs != nil {
+			t.Errorf("job 15 = %+v, want account testacct, no QoS, no GPUs", got)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		tests := []struct {
+			name, out string
+			notFound  bool
+		}{
+			{name: "invalid job id", notFound: true,
+				out: `{"jobs":[],"errors":[{"description":"","error_number":2017,"error":"Invalid job id specified","source":"slurm_load_job()"}]}`},
+			{name: "no jobs, no errors", notFound: true, out: `{"jobs":[],"errors":[]}`},
+			{name: "controller down",
+				out: `{"jobs":[],"errors":[{"description":"","error_number":1007,"error":"Unable to contact slurm controller (connect failure)"}]}`},
+			{name: "not JSON", out: "JobId=1 JobName=x\n"},
+			{name: "job_state of the wrong type", out: `{"jobs":[{"job_id":1,"job_state":{"a":1}}]}`},
+			{name: "job_id missing", out: `{"jobs":[{"name":"x"}]}`},
+			{name: "job_id negative", out: `{"jobs":[{"job_id":-1}]}`},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				jobs, err := ParseJobJSON([]byte(tc.out))
+				if err == nil {
+					t.Fatalf("ParseJobJSON() = %+v, want an error", jobs)
+				}
+				if errors.Is(err, ErrJobNotFound) != tc.notFound {
+					t.Errorf("error %v: errors.Is(ErrJobNotFound) = %v, want %v", err, !tc.notFound, tc.notFound)
+				}
+			})
+		}
+	})
+
+	t.Run("gres_detail not one per node", func(t *testing.T) {
+		jobs, err := ParseJobJSON([]byte(`{"jobs":[{"job_id":5,"nodes":"n[1-2]","job_state":["RUNNING","COMPLETING"],"gres_detail":["gpu:1(IDX:0)"]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if jobs[0].GPUs != nil || jobs[0].State != "RUNNING" || jobs[0].NodeList != "n[1-2]" {
+			t.Errorf("got %+v, want nodes n[1-2], no GPUs, state RUNNING", jobs[0])
+		}
+	})
+
+	t.Run("user by number", func(t *testing.T) {
+		jobs, err := ParseJobJSON([]byte(`{"jobs":[{"job_id":5,"user_id":30412,"user_name":""}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if jobs[0].User != "30412" {
+			t.Errorf("User = %q, want the UID", jobs[0].User)
+		}
+	})
+}
+
+func TestGRESGPUIndices(t *testing.T) {
+	tests := []struct {
+		gres    string
+		want    []int
+		wantErr bool
+	}{
+		{gres: "gpu:2(IDX:0-1)", want: []int{0, 1}},
+		{gres: "gpu:a100:2(IDX:0,3)", want: []int{0, 3}},
+		{gres: "gpu(IDX:0-1,4)", want: []int{0, 1, 4}},
+		{gres: "gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)", want: []int{0, 2}},
+		{gres: "gpu:1(IDX:3),mps:100(0/100,100/100)", want: []int{3}},
+		{gres: "gpu:1g.10gb:2(IDX:5-6)", want: []int{5, 6}},
+		{gres: "shard:4(IDX:0)", want: nil},
+		{gres: "gpu:2", want: nil},
+		{gres: "gpu:0(IDX:N/A)", want: nil},
+		{gres: "", want: nil},
+		{gres: "(null)", want: nil},
+		{gres: "gpu:2(IDX:0-999999999)", wantErr: true},
+		{gres: "gpu:2(IDX:1-0)", wantErr: true},
+		{gres: "gpu:2(IDX:0-1", wantErr: true},
+		{gres: "gpu:2(IDX:a)", wantErr: true},
+		{gres: "gpu:2(IDX:-1)", wantErr: true},
+	}
+	for _, tc := range tests {
+		got, err := gresGPUIndices(tc.gres)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("gresGPUIndices(%q) error = %v, wantErr %v", tc.gres, err, tc.wantErr)
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("gresGPUIndices(%q) = %v, want %v", tc.gres, got, tc.want)
+		}
+	}
+}
+
+func TestExpandHostlist(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []string
+		wantErr bool
+	}{
+		{in: "vm", want: []string{"vm"}},
+		{in: "gpu-node[07-08]", want: []string{"gpu-node07", "gpu-node08"}},
+		{in: "g[009-010],g012", want: []string{"g009", "g010", "g012"}},
+		{in: "n[1-3,10]", want: []string{"n1", "n2", "n3", "n10"}},
+		{in: "rack[1-2]-n[01-02]", want: []string{"rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"}},
+		{in: "(null)", want: nil},
+		{in: "", want: nil},
+		{in: "n[0-99999999]", wantErr: true},
+		{in: "a[1-200]b[1-400]", wantErr: true},
+		{in: "n[1-2", wantErr: true},
+		{in: "n]1", wantErr: true},
+		{in: "n[2-1]", wantErr: true},
+	}
+	for _, tc := range tests {
+		got, err := expandHostlist(tc.in, maxHosts)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("expandHostlist(%q) error = %v, wantErr %v", tc.in, err, tc.wantErr)
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("expandHostlist(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestParseListPIDs(t *testing.T) {
+	got, err := ParseListPIDs(readFixture(t, "22.05/cgroup-v1-task-cgroup/scontrol-listpids.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []StepProcess{
+		{PID: 18723, JobID: "16", StepID: "batch"},
+		{PID: 18724, JobID: "16", StepID: "batch"},
+		{PID: 18711, JobID: "15", StepID: "batch"},
+		{PID: 18716, JobID: "15", StepID: "batch"},
+		{PID: 18728, JobID: "18", StepID: "0"},
+		{PID: 18727, JobID: "17", StepID: "0"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseListPIDs() =\n%v\nwant\n%v", got, want)
+	}
+
+	got, err = ParseListPIDs([]byte("PID      JOBID    STEPID   LOCALID GLOBALID\n" +
+		"-1       13073    extern   0       0\n" +
+		"3913206  13073    extern   -       -\n" +
+		"garbage\n" +
+		"12       x        batch    0       0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []StepProcess{{PID: 3913206, JobID: "13073", StepID: "extern"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseListPIDs() = %v, want %v", got, want)
+	}
+
+	for _, out := range []string{"", "No job steps exist on this node.\n", "18723 16 batch 0 0\n"} {
+		if _, err := ParseListPIDs([]byte(out)); err == nil {
+			t.Errorf("ParseListPIDs(%q) succeeded, want an error", out)
+		}
+	}
+}
+
+func FuzzParseJobText(f *testing.F) {
+	for _, name := range []string{
+		"22.05/cgroup-v1-task-cgroup/scontrol-show-job-d-job16.txt",
+		"22.05/cgroup-v1-task-cgroup/scontrol-show-job-d-all.txt",
+		"constructed/scontrol-show-job-d-multinode.txt",
+		"constructed/scontrol-show-job-d-array-19.05.txt",
+	} {
+		f.Add(readFixture(f, name))
+	}
+	f.Add([]byte("JobId=1\n Nodes=n[0-999999] GRES=gpu:9(IDX:0-999999999)\n"))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		jobs, err := ParseJobText(out)
+		if err != nil {
+			return
+		}
+		entries := 0
+		for _, j := range jobs {
+			for _, idx := range j.GPUs {
+				entries += len(idx)
+			}
+		}
+		if entries > maxGPUEntries {
+			t.Errorf("%d GPU indices, over the bound of %d", entries, maxGPUEntries)
+		}
+		for _, j := range jobs {
+			if !isJobNumber(j.ID) {
+				t.Errorf("job ID %q is not a job number", j.ID)
+			}
+			if len(j.GPUs) > maxHosts {
+				t.Errorf("unbounded expansion: %d nodes with GPUs", len(j.GPUs))
+			}
+			for node, idx := range j.GPUs {
+				if len(idx) == 0 || len(idx) > maxGPUIndex+1 {
+					t.Errorf("node %q has %d GPU indices", node, len(idx))
+				}
+				for i, v := range idx {
+					if v < 0 || v > maxGPUIndex || i > 0 && idx[i-1] >= v {
+						t.Errorf("node %q: indices %v not sorted, unique and in range", node, idx)
+						break
+					}
+				}
+			}
+		}
+	})
+}
+
+func FuzzParseIndexList(f *testing.F) {
+	for _, s := range []string{"0", "0-1", "0-1,4", "0,3", "0-999999999", "1-0", "", ",", "0-", "-", "7,7,7"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		idx, err := parseIndexList(s)
+		if err != nil {
+			return
+		}
+		if len(idx) == 0 || len(idx) > maxGPUIndex+1 {
+			t.Fatalf("parseIndexList(%q) returned %d indices", s, len(idx))
+		}
+		for i, v := range idx {
+			if v < 0 || v > maxGPUIndex || i > 0 && idx[i-1] >= v {
+				t.Fatalf("parseIndexList(%q) = %v: not sorted, unique and in range", s, idx)
+			}
+		}
+	})
+}

@@ -1,0 +1,192 @@
+package slurm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// restOfLine are the keys whose value runs to the end of the line: scontrol
+// prints them unquoted and last on their line, and they may contain spaces
+// and "=" (job names, comments, command lines, paths).
+var restOfLine = map[string]bool{
+	"JobName":       true,
+	"Comment":       true,
+	"AdminComment":  true,
+	"SystemComment": true,
+	"Command":       true,
+	"WorkDir":       true,
+	"StdErr":        true,
+	"StdIn":         true,
+	"StdOut":        true,
+}
+
+type pair struct{ key, value string }
+
+// ParseJobText parses the records of `scontrol show job` (with or without
+// --details): records start with "JobId=" at the beginning of a line and
+// hold space-separated Key=Value pairs over several indented lines. With
+// --details, lines starting with "Nodes=" give the CPUs, memory and GRES
+// allocated on a group of nodes, from which Job.GPUs is filled.
+func ParseJobText(out []byte) ([]Job, error) {
+	var (
+		jobs []Job
+		cur  *Job
+		b    = newBudget()
+	)
+	for raw := range bytes.SplitSeq(out, []byte("\n")) {
+		line := strings.TrimSpace(string(raw))
+		if strings.HasPrefix(string(raw), "JobId=") {
+			jobs = append(jobs, Job{})
+			cur = &jobs[len(jobs)-1]
+		}
+		if cur == nil || line == "" {
+			continue
+		}
+		pairs := splitPairs(line)
+		if len(pairs) > 0 && pairs[0].key == "Nodes" {
+			// "Nodes=<host list> CPU_IDs=… Mem=… GRES=<allocation>"
+			// (GRES_IDX= before Slurm 20.02).
+			nodes, err := b.expand(pairs[0].value)
+			if err != nil {
+				continue
+			}
+			for _, p := range pairs[1:] {
+				if p.key == "GRES" || p.key == "GRES_IDX" {
+					b.addGPUs(cur, nodes, p.value)
+				}
+			}
+			continue
+		}
+		for _, p := range pairs {
+			applyTextField(cur, p)
+		}
+	}
+
+	valid := jobs[:0]
+	for _, j := range jobs {
+		if isJobNumber(j.ID) {
+			valid = append(valid, j)
+		}
+	}
+	if len(valid) == 0 {
+		return nil, errors.New("no job record in scontrol output")
+	}
+	return valid, nil
+}
+
+func applyTextField(j *Job, p pair) {
+	switch p.key {
+	case "JobId":
+		if j.ID == "" {
+			j.ID = p.value
+		}
+	case "JobName":
+		j.Name = p.value
+	case "UserId":
+		j.User = userFromText(p.value)
+	case "Account":
+		j.Account = nullable(p.value)
+	case "Partition":
+		j.Partition = nullable(p.value)
+	case "QOS":
+		j.QOS = nullable(p.value)
+	case "JobState":
+		j.State = p.value
+	case "NodeList":
+		j.NodeList = nullable(p.value)
+	}
+}
+
+// splitPairs splits one line into Key=Value pairs. A word that does not
+// start with a key continues the previous value, so values with spaces
+// survive unless they contain " Word=", which only restOfLine values do.
+func splitPairs(line string) []pair {
+	var pairs []pair
+	words := strings.Split(line, " ")
+	for i, w := range words {
+		key, value, ok := strings.Cut(w, "=")
+		if ok && isTextKey(key) {
+			if restOfLine[key] {
+				value = strings.Join(append([]string{value}, words[i+1:]...), " ")
+				return append(pairs, pair{key, strings.TrimSpace(value)})
+			}
+			pairs = append(pairs, pair{key, value})
+			continue
+		}
+		if len(pairs) > 0 {
+			last := &pairs[len(pairs)-1]
+			last.value = strings.TrimSpace(last.value + " " + w)
+		}
+	}
+	return pairs
+}
+
+// isTextKey accepts scontrol's keys: letters, digits, "_", and the ":" and
+// "/" of keys like AllocNode:Sid and CPUs/Task.
+func isTextKey(s string) bool {
+	if s == "" || !isLetter(s[0]) {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !isLetter(c) && !('0' <= c && c <= '9') && c != '_' && c != ':' && c != '/' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+
+// userFromText turns "alice(1000)" into "alice", and a UID Slurm could not
+// name, "(null)(1000)" or "1000(1000)", into "1000".
+func userFromText(v string) string {
+	open := strings.LastIndexByte(v, '(')
+	if open < 0 || !strings.HasSuffix(v, ")") {
+		return nullable(v)
+	}
+	if name := nullable(v[:open]); name != "" {
+		return name
+	}
+	return v[open+1 : len(v)-1]
+}
+
+// nullable maps Slurm's "(null)" for an unset field to "".
+func nullable(v string) string {
+	if v == "(null)" {
+		return ""
+	}
+	return v
+}
+
+// isJobNumber accepts a job ID as scontrol prints it: decimal, at most
+// 32 bits.
+func isJobNumber(s string) bool {
+	if s == "" || len(s) > 10 {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// pickJob selects the job asked for among the records scontrol returned for
+// id: asking for an array or heterogeneous job's ID returns all its parts,
+// and asking for an array task (123_4) or a SLUID returns one record whose
+// JobId differs from what was asked.
+func pickJob(jobs []Job, id string) (Job, error) {
+	for _, j := range jobs {
+		if j.ID == id {
+			return j, nil
+		}
+	}
+	if len(jobs) == 1 {
+		return jobs[0], nil
+	}
+	return Job{}, fmt.Errorf("%d job records for %s, none with that ID", len(jobs), id)
+}
