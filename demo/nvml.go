@@ -21,6 +21,7 @@ func (s *Scenario) NVML(start time.Time, now func() time.Time) nvml.Interface {
 		devices = append(devices, newGPU(&s.Devices[i], i, start, now))
 	}
 	lib.ExtensionsFunc = func() nvml.ExtendedInterface { return ext }
+	lib.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return newEventSet(s, devices, start), nvml.SUCCESS }
 	lib.GpmSampleAllocFunc = func() (nvml.GpmSample, nvml.Return) { return newGPMSample(), nvml.SUCCESS }
 	lib.GpmMetricsGetFunc = gpmMetricsGet
 	lib.InitFunc = func() nvml.Return {
@@ -289,6 +290,13 @@ func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time) 
 		}
 		return out, nvml.SUCCESS
 	}
+	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
+		if ret := s.gate("events"); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError | nvml.EventTypeSingleBitEccError | nvml.EventTypePState, nvml.SUCCESS
+	}
+	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return s.gate("events") }
 	d.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
 		if ret := s.gate("nvlink"); ret != nvml.SUCCESS {
 			return 0, ret

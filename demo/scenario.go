@@ -51,6 +51,19 @@ type Scenario struct {
 	NoDriver      bool         `yaml:"no_driver"`
 	Defaults      DeviceSpec   `yaml:"defaults"`
 	Devices       []DeviceSpec `yaml:"devices"`
+	Events        []EventSpec  `yaml:"events"`
+}
+
+// EventSpec is an NVML event the simulated driver raises: once At after
+// start, then, if Every is set, again every Every.
+type EventSpec struct {
+	Device int    `yaml:"device"` // index in devices
+	Type   string `yaml:"type"`   // xid (default), double_bit_ecc, single_bit_ecc
+	XID    uint64 `yaml:"xid"`
+	At     string `yaml:"at"`
+	Every  string `yaml:"every"`
+
+	at, every time.Duration
 }
 
 // DeviceSpec is one simulated GPU. Unset fields take the scenario defaults.
@@ -162,7 +175,7 @@ func init() {
 }
 
 // faultOnlyKeys name NVML calls that are not a single metric.
-var faultOnlyKeys = []string{"identity", "memory", "power_limit", "max_clocks", "throttle_reasons", "mig", "processes", "retired_pages_pending", "remapped_rows", "nvlink", "gpm"}
+var faultOnlyKeys = []string{"identity", "memory", "power_limit", "max_clocks", "throttle_reasons", "mig", "processes", "retired_pages_pending", "remapped_rows", "nvlink", "gpm", "events"}
 
 var throttleNames = []string{"gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clocks_setting"}
 
@@ -215,10 +228,53 @@ func Parse(b []byte) (*Scenario, error) {
 			errs = append(errs, fmt.Errorf("devices[%d]: %w", i, err))
 		}
 	}
+	for i := range s.Events {
+		if err := s.Events[i].validate(len(s.Devices)); err != nil {
+			errs = append(errs, fmt.Errorf("events[%d]: %w", i, err))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return &s, nil
+}
+
+func (e *EventSpec) validate(devices int) error {
+	if e.Device < 0 || e.Device >= devices {
+		return fmt.Errorf("device: %d is not a device index (0..%d)", e.Device, devices-1)
+	}
+	switch e.Type {
+	case "":
+		e.Type = "xid"
+	case "xid", "double_bit_ecc", "single_bit_ecc":
+	default:
+		return fmt.Errorf("type: %q is not xid, double_bit_ecc or single_bit_ecc", e.Type)
+	}
+	if e.Type == "xid" && e.XID == 0 {
+		return errors.New("xid: an xid event needs its code, e.g. 79 (GPU fell off the bus)")
+	}
+	var err error
+	if e.at, err = parseDuration(e.At, 0); err != nil {
+		return fmt.Errorf("at: %w", err)
+	}
+	if e.every, err = parseDuration(e.Every, 0); err != nil {
+		return fmt.Errorf("every: %w", err)
+	}
+	if e.Every != "" && e.every < time.Second {
+		return errors.New("every: events repeat at most once a second")
+	}
+	return nil
+}
+
+func parseDuration(s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration such as 30s or 5m", s)
+	}
+	return d, nil
 }
 
 func hashString(s string) uint32 {

@@ -1,0 +1,141 @@
+package nvidia
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Event is an NVML event of one device.
+type Event struct {
+	Index int
+	UUID  string
+	// Type is "xid", "double_bit_ecc" or "single_bit_ecc".
+	Type string
+	// XID is the Xid error code of an "xid" event.
+	XID uint64
+	// GPUInstance is the MIG GPU instance the event concerns, or -1.
+	GPUInstance int
+	Time        time.Time
+}
+
+// eventTypes are the events the exporter listens for, by NVML bit.
+var eventTypes = []struct {
+	bit  uint64
+	name string
+}{
+	{nvml.EventTypeXidCriticalError, "xid"},
+	{nvml.EventTypeDoubleBitEccError, "double_bit_ecc"},
+	{nvml.EventTypeSingleBitEccError, "single_bit_ecc"},
+}
+
+// ErrNoEvents is returned by Listen when no device supports the events.
+var ErrNoEvents = errors.New("no NVIDIA device supports XID or ECC events")
+
+// ListenStatus says what Listen could register, for logs and self-metrics.
+type ListenStatus struct {
+	Devices     int // devices registered for at least one event type
+	Unsupported int // devices without event support
+}
+
+// Listen registers every device for XID and ECC events and calls handle for
+// each event until ctx ends. ready is called once registration is done. It
+// is the exporter's one piece of background work: events happen between
+// scrapes and would be lost otherwise.
+func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle func(Event)) error {
+	if err := c.Init(); err != nil {
+		return err
+	}
+	set, ret := c.lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("create NVML event set: %s", ret.Error())
+	}
+	defer set.Free()
+
+	count, ret := c.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("count NVIDIA devices: %s", ret.Error())
+	}
+	var status ListenStatus
+	uuids := map[string]int{} // UUID → index, to name the device of an event
+	for i := range count {
+		h, ret := c.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			status.Unsupported++
+			continue
+		}
+		uuid, _ := h.GetUUID()
+		uuids[uuid] = i
+		supported, ret := h.GetSupportedEventTypes()
+		var mask uint64
+		for _, t := range eventTypes {
+			mask |= t.bit
+		}
+		if ret != nvml.SUCCESS || supported&mask == 0 || h.RegisterEvents(supported&mask, set) != nvml.SUCCESS {
+			status.Unsupported++
+			continue
+		}
+		status.Devices++
+	}
+	if ready != nil {
+		ready(status)
+	}
+	if status.Devices == 0 {
+		return ErrNoEvents
+	}
+	for {
+		// A short wait keeps shutdown prompt; NVML has no way to interrupt
+		// a wait in progress.
+		data, ret := set.Wait(500)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch ret {
+		case nvml.SUCCESS:
+			if ev, ok := convertEvent(data, uuids); ok {
+				handle(ev)
+			}
+		case nvml.ERROR_TIMEOUT:
+		default:
+			// A lost GPU or a driver hiccup: keep listening for the others,
+			// without spinning.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func convertEvent(data nvml.EventData, uuids map[string]int) (Event, bool) {
+	ev := Event{Index: -1, GPUInstance: -1, Time: time.Now()}
+	for _, t := range eventTypes {
+		if data.EventType&t.bit != 0 {
+			ev.Type = t.name
+		}
+	}
+	if ev.Type == "" {
+		return ev, false
+	}
+	if data.Device != nil {
+		if uuid, ret := data.Device.GetUUID(); ret == nvml.SUCCESS {
+			ev.UUID = uuid
+			if i, ok := uuids[uuid]; ok {
+				ev.Index = i
+			}
+		}
+	}
+	if ev.Type == "xid" {
+		ev.XID = data.EventData
+	}
+	// NVML sets the instance ids to all ones when the event is not about a
+	// MIG instance.
+	if data.GpuInstanceId != ^uint32(0) {
+		ev.GPUInstance = int(data.GpuInstanceId)
+	}
+	return ev, true
+}
