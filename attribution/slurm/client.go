@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +55,9 @@ type Client struct {
 	// CacheSize bounds the number of cached jobs; zero means
 	// DefaultCacheSize.
 	CacheSize int
+	// SqueuePath is the squeue binary, used to list the jobs running on a
+	// node; empty means "squeue" in $PATH.
+	SqueuePath string
 
 	mu sync.Mutex
 	// noJSON is set once scontrol has rejected --json (Slurm before 23.02,
@@ -60,6 +65,52 @@ type Client struct {
 	noJSON   bool
 	cache    map[string]cacheEntry
 	inflight map[string]*call
+	// nodeJobs caches the jobs running on a node briefly: every scrape
+	// needs them, and squeue asks slurmctld.
+	nodeJobs        []string
+	nodeJobsNode    string
+	nodeJobsExpires time.Time
+}
+
+// nodeJobsTTL is how long the list of a node's running jobs is reused: a job
+// that starts is seen by the scrape after at most this long.
+const nodeJobsTTL = 10 * time.Second
+
+// NodeJobs returns the IDs of the jobs running on node, from squeue. Their
+// GRES allocation (Job) tells which GPUs they hold even before any of their
+// processes uses one.
+func (c *Client) NodeJobs(ctx context.Context, node string) ([]string, error) {
+	if node == "" || strings.HasPrefix(node, "-") {
+		return nil, fmt.Errorf("invalid node name %q", node)
+	}
+	c.mu.Lock()
+	if c.nodeJobsNode == node && time.Now().Before(c.nodeJobsExpires) {
+		jobs := slices.Clone(c.nodeJobs)
+		c.mu.Unlock()
+		return jobs, nil
+	}
+	c.mu.Unlock()
+	path := c.SqueuePath
+	if path == "" {
+		path = "squeue"
+	}
+	out, err := c.runBinary(ctx, path, "--noheader", "--nodelist", node, "--states", "RUNNING", "--format", "%A")
+	if err != nil {
+		return nil, err
+	}
+	var jobs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if id := strings.TrimSpace(line); id != "" {
+			if !validJobArg(id) {
+				return nil, fmt.Errorf("squeue: unexpected job ID %q", id)
+			}
+			jobs = append(jobs, id)
+		}
+	}
+	c.mu.Lock()
+	c.nodeJobs, c.nodeJobsNode, c.nodeJobsExpires = jobs, node, time.Now().Add(nodeJobsTTL)
+	c.mu.Unlock()
+	return slices.Clone(jobs), nil
 }
 
 type cacheEntry struct {
@@ -246,9 +297,9 @@ type scontrolError struct {
 func (e *scontrolError) Error() string {
 	msg := strings.Join(strings.Fields(e.stderr), " ")
 	if msg == "" {
-		return fmt.Sprintf("scontrol %s: %v", e.args, e.err)
+		return fmt.Sprintf("%s: %v", e.args, e.err)
 	}
-	return fmt.Sprintf("scontrol %s: %v: %s", e.args, e.err, msg)
+	return fmt.Sprintf("%s: %v: %s", e.args, e.err, msg)
 }
 
 func (e *scontrolError) Unwrap() error { return e.err }
@@ -279,6 +330,14 @@ func jsonUnsupported(err error) bool {
 // run runs scontrol with args under the Client's timeout and returns its
 // bounded stdout.
 func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
+	path := c.Path
+	if path == "" {
+		path = DefaultPath
+	}
+	return c.runBinary(ctx, path, args...)
+}
+
+func (c *Client) runBinary(ctx context.Context, path string, args ...string) ([]byte, error) {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -286,10 +345,6 @@ func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	path := c.Path
-	if path == "" {
-		path = DefaultPath
-	}
 	stdout := &boundedBuffer{limit: maxOutput, failOnOverflow: true}
 	stderr := &boundedBuffer{limit: maxStderr}
 	cmd := exec.CommandContext(ctx, path, args...)
@@ -297,12 +352,12 @@ func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
 	cmd.WaitDelay = waitDelay
 
 	err := cmd.Run()
-	joined := strings.Join(args, " ")
+	joined := filepath.Base(path) + " " + strings.Join(args, " ")
 	switch {
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("scontrol %s: %w", joined, ctx.Err())
+		return nil, fmt.Errorf("%s: %w", joined, ctx.Err())
 	case stdout.overflow:
-		return nil, fmt.Errorf("scontrol %s: %w", joined, errOutputTooLarge)
+		return nil, fmt.Errorf("%s: %w", joined, errOutputTooLarge)
 	case err != nil:
 		return nil, &scontrolError{args: joined, stdout: string(stdout.buf[:min(len(stdout.buf), maxStderr)]), stderr: string(stderr.buf), err: err}
 	}

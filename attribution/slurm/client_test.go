@@ -366,3 +366,27 @@ func TestClientDefaultPath(t *testing.T) {
 		t.Errorf("scontrol from $PATH ran %d times, want 1", n)
 	}
 }
+
+func TestNodeJobs(t *testing.T) {
+	squeue, calls := fakeScontrol(t, `printf '  101\n102\n\n'`)
+	c := &Client{SqueuePath: squeue}
+	for range 2 {
+		jobs, err := c.NodeJobs(context.Background(), "gpu-node-01")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(jobs, []string{"101", "102"}) {
+			t.Errorf("jobs %v", jobs)
+		}
+	}
+	if got := calls(); len(got) != 1 || got[0] != "--noheader --nodelist gpu-node-01 --states RUNNING --format %A" {
+		t.Errorf("squeue runs %q, want one (the second answer comes from the cache)", got)
+	}
+	if _, err := c.NodeJobs(context.Background(), "--all"); err == nil {
+		t.Error("a node name that is an option must be refused")
+	}
+	bad, _ := fakeScontrol(t, `echo '--uid=0'`)
+	if _, err := (&Client{SqueuePath: bad}).NodeJobs(context.Background(), "n1"); err == nil {
+		t.Error("garbage from squeue must be an error")
+	}
+}
