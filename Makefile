@@ -29,8 +29,10 @@ build: build-deps
 demo: build
 	./$(BIN) --demo
 
+include mixin/mixin.mk
+
 ## test: everything CI checks.
-test: build-deps test-deps vet fmt-check unit
+test: build-deps test-deps vet fmt-check unit mixin-check
 
 vet:
 	$(GO) vet ./...
@@ -57,3 +59,4 @@ bench:
 
 clean:
 	rm -f $(BIN)
+	rm -rf bin

@@ -1,0 +1,3 @@
+(import 'device.libsonnet') +
+(import 'fleet.libsonnet') +
+(import 'inference.libsonnet')

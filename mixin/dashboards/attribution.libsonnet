@@ -1,0 +1,133 @@
+// Workload attribution and chargeback: who holds the devices, how much of
+// them they use, and what that costs, per Kubernetes namespace, workload
+// and pod and per Slurm account, user and job.
+local g = import '../lib/grafana.libsonnet';
+local common = import 'common.libsonnet';
+
+{
+  local c = $._config,
+  local d = common(c),
+  local s = d.selector,
+  // Slurm jobs have no namespace: their panels ignore that variable.
+  local slurm = d.nodeSelector,
+  local ns = '%s, namespace=~"$namespace"' % d.cluster,
+  local noPrice = 'no price configured',
+  local costNote = ' Cost comes from the prices configured in the exporter (xpu_device_hourly_cost); without one this panel says "%s" rather than showing a cost of zero.' % noPrice,
+  local gpuHours = ' GPU-hours count whole GPUs: a time-slice replica 1/N, a MIG instance its fraction of the GPU.',
+  local pods = std.join(', ', [c.clusterLabel, 'node'] + c.ownerLabels.kubernetes + c.podLabelAllowList),
+  local jobs = std.join(', ', [c.clusterLabel, 'node'] + c.ownerLabels.slurm),
+
+  grafanaDashboards+:: {
+    'xpu-attribution.json': g.dashboard(
+      c,
+      'xpu-attribution',
+      'Workload attribution & chargeback',
+      'Devices allocated and used, GPU-hours, cost, energy and CO2 per namespace, workload, pod, Slurm account, user and job.',
+      d.variables,
+      [
+        g.row('Totals over the time range'),
+        g.stat('Cost', 'What all devices cost over the time range.' + costNote, [
+          g.target('sum by (currency) (%s)' % d.overRange('cluster:xpu_cost_per_hour:sum{%s}' % d.cluster), '{{currency}}', instant=true),
+        ], noValue=noPrice) + g.size(6, 4),
+        g.stat('Idle cost', 'The part of that cost spent on unused device capacity.' + costNote, [
+          g.target('sum by (currency) (%s)' % d.overRange('cluster:xpu_idle_cost_per_hour:sum{%s}' % d.cluster), '{{currency}}', instant=true),
+        ], noValue=noPrice) + g.size(6, 4),
+        g.stat('Energy', 'Energy drawn by the devices over the time range.', [
+          g.target('sum(%s)' % d.overRange('cluster:xpu_energy_kwh_per_hour:sum{%s}' % d.cluster), instant=true),
+        ], unit='kwatth') + g.size(6, 4),
+        g.stat('CO2', 'Emissions of that energy at the configured grid carbon intensity.', [
+          g.target('sum(%s)' % d.overRange('cluster:xpu_co2_grams_per_hour:sum{%s}' % d.cluster), instant=true),
+        ], unit='massg') + g.size(6, 4),
+
+        g.row('Kubernetes'),
+        g.timeseries('Allocated GPUs by namespace', 'Devices allocated to the pods of each namespace.' + gpuHours, [
+          g.target('namespace:xpu_allocated_devices:sum{%s}' % ns, '{{namespace}}'),
+        ], stack=true, min=0),
+        g.timeseries('Utilized GPUs by namespace', 'Devices worth of utilization, from the per-owner split on shared devices.', [
+          g.target('namespace:xpu_utilized_devices:sum{%s}' % ns, '{{namespace}}'),
+        ], stack=true, min=0),
+        g.table('Namespaces over the time range', 'GPU-hours allocated and utilized, their ratio, energy and CO2.' + gpuHours, [
+          g.target(d.overRange('namespace:xpu_allocated_devices:sum{%s}' % ns), instant=true),
+          g.target(d.overRange('namespace:xpu_utilized_devices:sum{%s}' % ns), instant=true),
+          g.target('sum_over_time(namespace:xpu_utilized_devices:sum{%(ns)s}[$__range]) / sum_over_time(namespace:xpu_allocated_devices:sum{%(ns)s}[$__range])' % { ns: ns }, instant=true),
+          g.target(d.overRange('namespace:xpu_energy_kwh_per_hour:sum{%s}' % ns), instant=true),
+          g.target(d.overRange('namespace:xpu_co2_grams_per_hour:sum{%s}' % ns), instant=true),
+        ], [
+          { name: 'GPU-hours allocated', unit: 'short' },
+          { name: 'GPU-hours utilized', unit: 'short' },
+          { name: 'Efficiency', unit: 'percentunit' },
+          { name: 'Energy', unit: 'kwatth' },
+          { name: 'CO2', unit: 'massg' },
+        ]) + g.size(24),
+        g.table('Workloads over the time range', 'GPU-hours per Deployment, StatefulSet, Job or other owning workload.' + gpuHours, [
+          g.target(d.overRange('namespace_workload:xpu_allocated_devices:sum{%s}' % ns), instant=true),
+          g.target(d.overRange('namespace_workload:xpu_utilized_devices:sum{%s}' % ns), instant=true),
+        ], [
+          { name: 'GPU-hours allocated', unit: 'short' },
+          { name: 'GPU-hours utilized', unit: 'short' },
+        ]),
+        g.table('Pods now', 'Devices each container holds now, how much of them it uses, and its device memory.', [
+          g.target('sum by (%s) (xpu_workload_allocated_devices{%s, pod!=""})' % [pods, s], instant=true),
+          g.target('sum by (%s) (device_owner:xpu_utilized_devices:ratio{%s, pod!=""})' % [pods, s], instant=true),
+          g.target('sum by (%s) (xpu_workload_memory_used_bytes{%s, pod!=""})' % [pods, s], instant=true),
+        ], [
+          { name: 'Allocated GPUs', unit: 'short' },
+          { name: 'Utilized GPUs', unit: 'short' },
+          { name: 'Memory used', unit: 'bytes' },
+        ]),
+
+        g.row('Slurm'),
+        g.timeseries('Allocated GPUs by account', 'Devices allocated to the jobs of each Slurm account.' + gpuHours, [
+          g.target('slurm_account:xpu_allocated_devices:sum{%s}' % d.cluster, '{{slurm_account}}'),
+        ], stack=true, min=0),
+        g.table('Accounts over the time range', 'GPU-hours allocated and utilized, energy and CO2 per Slurm account.' + gpuHours, [
+          g.target(d.overRange('slurm_account:xpu_allocated_devices:sum{%s}' % d.cluster), instant=true),
+          g.target(d.overRange('slurm_account:xpu_utilized_devices:sum{%s}' % d.cluster), instant=true),
+          g.target(d.overRange('slurm_account:xpu_energy_kwh_per_hour:sum{%s}' % d.cluster), instant=true),
+          g.target(d.overRange('slurm_account:xpu_co2_grams_per_hour:sum{%s}' % d.cluster), instant=true),
+        ], [
+          { name: 'GPU-hours allocated', unit: 'short' },
+          { name: 'GPU-hours utilized', unit: 'short' },
+          { name: 'Energy', unit: 'kwatth' },
+          { name: 'CO2', unit: 'massg' },
+        ]),
+        g.table('Users now', 'Devices each Slurm user holds now and how much of them they use.', [
+          g.target('sum by (%s, slurm_account, slurm_user) (xpu_workload_allocated_devices{%s, slurm_user!=""})' % [c.clusterLabel, slurm], instant=true),
+          g.target('sum by (%s, slurm_account, slurm_user) (device_owner:xpu_utilized_devices:ratio{%s, slurm_user!=""})' % [c.clusterLabel, slurm], instant=true),
+        ], [
+          { name: 'Allocated GPUs', unit: 'short' },
+          { name: 'Utilized GPUs', unit: 'short' },
+        ]),
+        g.table('Jobs now', 'Devices each Slurm job holds now and how much of them it uses.', [
+          g.target('sum by (%s) (xpu_workload_allocated_devices{%s, slurm_job_id!=""})' % [jobs, slurm], instant=true),
+          g.target('sum by (%s) (device_owner:xpu_utilized_devices:ratio{%s, slurm_job_id!=""})' % [jobs, slurm], instant=true),
+        ], [
+          { name: 'Allocated GPUs', unit: 'short' },
+          { name: 'Utilized GPUs', unit: 'short' },
+        ]),
+
+        g.row('Cost'),
+        g.timeseries('Cost per hour by namespace', 'What each namespace pays per hour for its allocations.' + costNote, [
+          g.target('namespace:xpu_cost_per_hour:sum{%s}' % ns, '{{namespace}} ({{currency}})'),
+        ], stack=true, min=0, noValue=noPrice),
+        g.table('Cost by namespace over the time range', 'Allocation cost and the part of it left unused.' + costNote, [
+          g.target(d.overRange('namespace:xpu_cost_per_hour:sum{%s}' % ns), instant=true),
+          g.target(d.overRange('namespace:xpu_idle_cost_per_hour:sum{%s}' % ns), instant=true),
+        ], [
+          { name: 'Cost', unit: 'short' },
+          { name: 'Idle cost', unit: 'short' },
+        ], noValue=noPrice),
+        g.table('Cost by Slurm account over the time range', 'Allocation cost and the part of it left unused.' + costNote, [
+          g.target(d.overRange('slurm_account:xpu_cost_per_hour:sum{%s}' % d.cluster), instant=true),
+          g.target(d.overRange('slurm_account:xpu_idle_cost_per_hour:sum{%s}' % d.cluster), instant=true),
+        ], [
+          { name: 'Cost', unit: 'short' },
+          { name: 'Idle cost', unit: 'short' },
+        ], noValue=noPrice),
+        g.table('Cost by pod now', 'What each pod pays per hour for its allocation now.' + costNote, [
+          g.target('sum by (%s, currency) (device_owner:xpu_cost_per_hour:allocated{%s, pod!=""})' % [pods, s], instant=true),
+        ], [{ name: 'Cost per hour', unit: 'short' }], noValue=noPrice),
+      ]
+    ),
+  },
+}

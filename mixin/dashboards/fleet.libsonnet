@@ -1,0 +1,86 @@
+// Fleet overview: capacity, use and health across clusters.
+local g = import '../lib/grafana.libsonnet';
+local util = import '../lib/util.libsonnet';
+local common = import 'common.libsonnet';
+
+{
+  local c = $._config,
+  local d = common(c),
+  local s = d.selector,
+  local byCluster = 'by (%s)' % c.clusterLabel,
+  local physical = 'xpu_device_info{%s, parent_uuid=""}' % s,
+
+  grafanaDashboards+:: {
+    'xpu-fleet-overview.json': g.dashboard(
+      c,
+      'xpu-fleet-overview',
+      'Fleet overview',
+      'Devices, utilization, allocation, power, cost and health of every cluster.',
+      d.variables,
+      [
+        g.row('Fleet'),
+        g.stat('Devices', 'Physical devices (MIG instances count as part of their GPU).', [
+          g.target('count(%s)' % physical, instant=true),
+        ]) + g.size(4, 4),
+        g.stat('Devices down', 'Devices that stopped answering the driver (xpu_device_up = 0).', [
+          g.target('count(xpu_device_up{%s} == 0) or vector(0)' % s, instant=true),
+        ]) + g.size(4, 4),
+        g.stat('Utilization', 'Mean utilization of all devices.', [
+          g.target('avg(xpu_utilization_ratio{%s})' % s, instant=true),
+        ], unit='percentunit') + g.size(4, 4),
+        g.stat('Allocated', 'Share of the physical devices allocated to a pod, Slurm job or process.', [
+          g.target('sum(xpu_workload_allocated_devices{%s}) / count(%s)' % [s, physical], instant=true),
+        ], unit='percentunit') + g.size(4, 4),
+        g.stat('Idle', 'Share of the devices below %s utilization, allocated or not.' % util.percent(c.idleUtilizationThreshold), [
+          g.target('(count(xpu_utilization_ratio{%(s)s} < %(t)g) or vector(0)) / count(xpu_utilization_ratio{%(s)s})' % { s: s, t: c.idleUtilizationThreshold }, instant=true),
+        ], unit='percentunit') + g.size(4, 4),
+        g.stat('Cost per hour', 'What the devices cost per hour, from the prices configured in the exporter (xpu_device_hourly_cost). Shows "no price configured" when the exporter has no price.', [
+          g.target('sum by (currency) (cluster:xpu_cost_per_hour:sum{%s})' % d.cluster, '{{currency}}', instant=true),
+        ], noValue='no price configured') + g.size(4, 4),
+
+        g.row('Clusters'),
+        g.table('Clusters', 'One row per cluster.', [
+          g.target('count %s (%s)' % [byCluster, physical], instant=true),
+          g.target('avg %s (xpu_utilization_ratio{%s})' % [byCluster, s], instant=true),
+          g.target('sum %s (xpu_workload_allocated_devices{%s})' % [byCluster, s], instant=true),
+          g.target('sum %s (xpu_power_watts{%s})' % [byCluster, s], instant=true),
+          g.target('sum %s (cluster:xpu_co2_grams_per_hour:sum{%s})' % [byCluster, d.cluster], instant=true),
+        ], [
+          { name: 'Devices', unit: 'short' },
+          { name: 'Utilization', unit: 'percentunit' },
+          { name: 'Allocated devices', unit: 'short' },
+          { name: 'Power', unit: 'watt' },
+          { name: 'CO2 per hour', unit: 'massg' },
+        ]) + g.size(24, 6),
+        g.timeseries('Utilization by cluster', 'Mean device utilization.', [
+          g.target('avg %s (xpu_utilization_ratio{%s})' % [byCluster, s], '{{%s}}' % c.clusterLabel),
+        ], unit='percentunit', min=0, max=1),
+        g.timeseries('Capacity, allocation and use', 'Physical devices, devices allocated to owners, and devices worth of utilization (GPU-hours per hour).', [
+          g.target('count(%s)' % physical, 'devices'),
+          g.target('sum(xpu_workload_allocated_devices{%s})' % s, 'allocated'),
+          g.target('sum(device_owner:xpu_utilized_devices:ratio{%s})' % s, 'utilized'),
+        ], min=0),
+
+        g.row('Models'),
+        g.table('Devices by model', 'Physical devices and mean utilization per vendor and model.', [
+          g.target('model:xpu_devices:count{%s}' % d.cluster, instant=true),
+          g.target('model:xpu_utilization:avg{%s}' % d.cluster, instant=true),
+        ], [
+          { name: 'Devices', unit: 'short' },
+          { name: 'Utilization', unit: 'percentunit' },
+        ]),
+        g.timeseries('Utilization by model', 'Mean device utilization per model.', [
+          g.target('model:xpu_utilization:avg{%s}' % d.cluster, '{{%s}} {{model}}' % c.clusterLabel),
+        ], unit='percentunit', min=0, max=1),
+
+        g.row('Power and health'),
+        g.timeseries('Power by cluster', 'Power drawn by the devices.', [
+          g.target('sum %s (xpu_power_watts{%s})' % [byCluster, s], '{{%s}}' % c.clusterLabel),
+        ], unit='watt', min=0),
+        g.table('Devices with a lowered health score', 'Devices scoring below 1; the XPU / Health & reliability dashboard shows why.', [
+          g.target('device:xpu_health:score{%s, node=~"$node", namespace=~"$namespace"} < 1' % d.cluster, instant=true),
+        ], [{ name: 'Health score', unit: 'percentunit' }]),
+      ]
+    ),
+  },
+}

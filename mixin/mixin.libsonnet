@@ -1,0 +1,6 @@
+// The xpu_exporter monitoring mixin: prometheusAlerts, prometheusRules and
+// grafanaDashboards, configured through _config (config.libsonnet).
+(import 'config.libsonnet') +
+(import 'alerts/alerts.libsonnet') +
+(import 'rules/rules.libsonnet') +
+(import 'dashboards/dashboards.libsonnet')

@@ -1,0 +1,570 @@
+package mixin_test
+
+// Lint for the monitoring mixin in the spirit of mixtool: the mixin is
+// evaluated with the go-jsonnet library and its alerts, rules and
+// dashboards are checked against the project's conventions. PromQL is
+// parsed by promtool (every expression, dashboards included, written out
+// as recording rules), so the heavy Prometheus module stays out of go.mod.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-jsonnet"
+	"gopkg.in/yaml.v3"
+)
+
+type rule struct {
+	Alert       string            `json:"alert" yaml:"alert,omitempty"`
+	Record      string            `json:"record" yaml:"record,omitempty"`
+	Expr        string            `json:"expr" yaml:"expr"`
+	For         string            `json:"for" yaml:"for,omitempty"`
+	Labels      map[string]string `json:"labels" yaml:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations" yaml:"annotations,omitempty"`
+}
+
+type group struct {
+	Name     string `json:"name" yaml:"name"`
+	Interval string `json:"interval" yaml:"interval,omitempty"`
+	Rules    []rule `json:"rules" yaml:"rules"`
+}
+
+type target struct {
+	Expr string `json:"expr"`
+}
+
+type panel struct {
+	ID          int                      `json:"id"`
+	Type        string                   `json:"type"`
+	Title       string                   `json:"title"`
+	Description string                   `json:"description"`
+	Targets     []target                 `json:"targets"`
+	GridPos     struct{ X, Y, W, H int } `json:"gridPos"`
+	FieldConfig struct {
+		Defaults struct {
+			NoValue string `json:"noValue"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
+}
+
+type variable struct {
+	Name  string `json:"name"`
+	Type  string `json:"type"`
+	Query any    `json:"query"`
+	Hide  int    `json:"hide"`
+}
+
+type dashboard struct {
+	UID        string  `json:"uid"`
+	Title      string  `json:"title"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []variable `json:"list"`
+	} `json:"templating"`
+}
+
+type mixin struct {
+	Config     map[string]any           `json:"config"`
+	Alerts     struct{ Groups []group } `json:"alerts"`
+	Rules      struct{ Groups []group } `json:"rules"`
+	Dashboards map[string]dashboard     `json:"dashboards"`
+}
+
+// evaluate evaluates the mixin with a _config override (jsonnet object
+// literal) and returns its three outputs and resolved config.
+func evaluate(t *testing.T, config string) mixin {
+	t.Helper()
+	vm := jsonnet.MakeVM()
+	out, err := vm.EvaluateAnonymousSnippet("mixin_test.jsonnet", fmt.Sprintf(`
+		local m = (import 'mixin.libsonnet') + { _config+:: %s };
+		{
+			config: m._config,
+			alerts: m.prometheusAlerts,
+			rules: m.prometheusRules,
+			dashboards: m.grafanaDashboards,
+		}`, config))
+	if err != nil {
+		t.Fatalf("evaluating the mixin: %v", err)
+	}
+	var m mixin
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("decoding the mixin: %v", err)
+	}
+	return m
+}
+
+func (m mixin) allRules() []rule {
+	var rules []rule
+	for _, g := range append(m.Alerts.Groups, m.Rules.Groups...) {
+		rules = append(rules, g.Rules...)
+	}
+	return rules
+}
+
+func (m mixin) records() map[string]bool {
+	records := map[string]bool{}
+	for _, r := range m.allRules() {
+		if r.Record != "" {
+			records[r.Record] = true
+		}
+	}
+	return records
+}
+
+var (
+	grafanaVariable = regexp.MustCompile(`\$\{?(\w+)\}?`)
+	labelValues     = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
+)
+
+// queries returns every PromQL expression of the dashboards, keyed by
+// where it comes from, with Grafana's variables replaced by values PromQL
+// accepts.
+func (m mixin) queries() map[string]string {
+	grafana := func(expr string) string {
+		return grafanaVariable.ReplaceAllStringFunc(expr, func(v string) string {
+			switch strings.Trim(v, "${}") {
+			case "__rate_interval", "__interval":
+				return "5m"
+			case "__range":
+				return "1d"
+			}
+			return "value"
+		})
+	}
+	queries := map[string]string{}
+	for file, d := range m.Dashboards {
+		for _, p := range d.Panels {
+			for i, t := range p.Targets {
+				queries[fmt.Sprintf("%s panel %q target %d", file, p.Title, i)] = grafana(t.Expr)
+			}
+		}
+		for _, v := range d.Templating.List {
+			if q, ok := v.Query.(string); ok && v.Type == "query" {
+				if sub := labelValues.FindStringSubmatch(q); sub != nil {
+					queries[fmt.Sprintf("%s variable %s", file, v.Name)] = grafana(sub[1])
+				}
+			}
+		}
+	}
+	return queries
+}
+
+func TestAlertConventions(t *testing.T) {
+	m := evaluate(t, "{}")
+	runbook, err := os.ReadFile("runbook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantGroups := map[string]int{"xpu-device": 8, "xpu-fleet": 3, "xpu-inference": 6}
+	if len(m.Alerts.Groups) != len(wantGroups) {
+		t.Errorf("%d alert groups, want %d", len(m.Alerts.Groups), len(wantGroups))
+	}
+	name := regexp.MustCompile(`^Xpu(?:[A-Z][a-z0-9]+)+$`)
+	seen := map[string]bool{}
+	total := 0
+	for _, g := range m.Alerts.Groups {
+		if want, ok := wantGroups[g.Name]; !ok || len(g.Rules) != want {
+			t.Errorf("alert group %s has %d alerts, want %d", g.Name, len(g.Rules), want)
+		}
+		for _, r := range g.Rules {
+			total++
+			if !name.MatchString(r.Alert) || len(r.Alert) > 40 {
+				t.Errorf("alert name %q: want CamelCase starting with Xpu, at most 40 characters", r.Alert)
+			}
+			if seen[r.Alert] {
+				t.Errorf("alert %s defined twice", r.Alert)
+			}
+			seen[r.Alert] = true
+			if s := r.Labels["severity"]; !slices.Contains([]string{"critical", "warning", "info"}, s) {
+				t.Errorf("%s: severity %q", r.Alert, s)
+			}
+			if _, err := time.ParseDuration(r.For); err != nil {
+				t.Errorf("%s: for %q: %v", r.Alert, r.For, err)
+			}
+			summary := r.Annotations["summary"]
+			if summary == "" || strings.Contains(summary, "{{") || !strings.HasSuffix(summary, ".") {
+				t.Errorf("%s: summary %q: want an untemplated sentence ending with a period", r.Alert, summary)
+			}
+			description := r.Annotations["description"]
+			if !strings.Contains(description, "{{") {
+				t.Errorf("%s: description is not templated", r.Alert)
+			}
+			// Every alert but the fleet-wide idle fraction is about one
+			// device or server and names its owner.
+			if r.Alert != "XpuFleetIdleFractionHigh" {
+				for _, label := range []string{"$labels.pod", "$labels.slurm_job_id", "$labels.unit"} {
+					if !strings.Contains(description, label) {
+						t.Errorf("%s: description does not name the owner (%s)", r.Alert, label)
+					}
+				}
+			}
+			if g.Name != "xpu-inference" && r.Alert != "XpuFleetIdleFractionHigh" && !strings.Contains(description, "$labels.uuid") {
+				t.Errorf("%s: description does not name the device", r.Alert)
+			}
+			anchor := strings.ToLower(r.Alert)
+			if want := fmt.Sprintf(m.Config["runbookURLPattern"].(string), anchor); r.Annotations["runbook_url"] != want {
+				t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+			}
+			if !strings.Contains(string(runbook), "\n## "+r.Alert+"\n") {
+				t.Errorf("%s: no section in runbook.md", r.Alert)
+			}
+		}
+	}
+	if total != 17 {
+		t.Errorf("%d alerts, want 17", total)
+	}
+}
+
+func TestRuleConventions(t *testing.T) {
+	m := evaluate(t, "{}")
+	record := regexp.MustCompile(`^[a-z_]+:xpu_[a-z0-9_]+:[a-z0-9_]+$`)
+	names := map[string]bool{}
+	for _, g := range append(m.Alerts.Groups, m.Rules.Groups...) {
+		if names[g.Name] {
+			t.Errorf("group %s defined twice", g.Name)
+		}
+		names[g.Name] = true
+		if len(g.Rules) > 20 {
+			t.Errorf("group %s has %d rules, want at most 20", g.Name, len(g.Rules))
+		}
+	}
+	for _, g := range m.Rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" || !record.MatchString(r.Record) {
+				t.Errorf("group %s: %q is not a recording rule named level:xpu_metric:operations", g.Name, r.Record+r.Alert)
+			}
+		}
+	}
+}
+
+// Every aggregation and join keeps the cluster label, whatever it is
+// called, so the same rules serve one cluster or many.
+func TestAggregationsKeepCluster(t *testing.T) {
+	clause := regexp.MustCompile(`\b(by|on)\s*\(([^)]*)\)`)
+	for _, label := range []string{"cluster", "k8s_cluster"} {
+		m := evaluate(t, fmt.Sprintf("{ clusterLabel: %q }", label))
+		exprs := map[string]string{}
+		for _, r := range m.Rules.Groups {
+			for _, rr := range r.Rules {
+				exprs[rr.Record] += rr.Expr
+			}
+		}
+		for name, expr := range exprs {
+			for _, c := range clause.FindAllStringSubmatch(expr, -1) {
+				if !slices.Contains(strings.Split(strings.ReplaceAll(c[2], " ", ""), ","), label) {
+					t.Errorf("clusterLabel %s: %s: %q drops it", label, name, c[0])
+				}
+			}
+		}
+	}
+}
+
+func TestConfigKnobs(t *testing.T) {
+	m := evaluate(t, `{
+		showMultiCluster: true,
+		podLabelAllowList: ['team'],
+		gridCarbonIntensityByCluster: { 'eu-1': 50, 'us-2': 350 },
+	}`)
+	var co2, ttft string
+	for _, r := range m.allRules() {
+		switch {
+		case r.Record == "namespace:xpu_co2_grams_per_hour:sum":
+			co2 = r.Expr
+		case r.Alert == "XpuInferenceTtftHigh":
+			ttft = r.Expr
+		}
+	}
+	for _, want := range []string{
+		`namespace:xpu_energy_kwh_per_hour:sum{cluster="eu-1"} * 50`,
+		`namespace:xpu_energy_kwh_per_hour:sum{cluster="us-2"} * 350`,
+		`namespace:xpu_energy_kwh_per_hour:sum{cluster!~"eu-1|us-2"} * 400`,
+	} {
+		if !strings.Contains(co2, want) {
+			t.Errorf("CO2 rule %q lacks %q", co2, want)
+		}
+	}
+	if !strings.Contains(ttft, "workload_kind, team, slurm_job_id") {
+		t.Errorf("inference alerts drop the allowed pod label: %q", ttft)
+	}
+	for file, d := range m.Dashboards {
+		for _, v := range d.Templating.List {
+			if v.Name == "cluster" && v.Hide != 0 {
+				t.Errorf("%s: cluster variable hidden with showMultiCluster", file)
+			}
+		}
+	}
+	checkPromQL(t, m, m.queries())
+}
+
+func TestDashboards(t *testing.T) {
+	m := evaluate(t, "{}")
+	wantUIDs := map[string]string{
+		"xpu-fleet-overview.json": "xpu-fleet-overview",
+		"xpu-attribution.json":    "xpu-attribution",
+		"xpu-profiling.json":      "xpu-profiling",
+		"xpu-inference.json":      "xpu-inference",
+		"xpu-health.json":         "xpu-health",
+	}
+	if len(m.Dashboards) != len(wantUIDs) {
+		t.Errorf("%d dashboards, want %d", len(m.Dashboards), len(wantUIDs))
+	}
+	uids := map[string]bool{}
+	for file, d := range m.Dashboards {
+		if d.UID != wantUIDs[file] {
+			t.Errorf("%s: uid %q, want the stable %q", file, d.UID, wantUIDs[file])
+		}
+		if uids[d.UID] {
+			t.Errorf("%s: uid %q used twice", file, d.UID)
+		}
+		uids[d.UID] = true
+		if d.Title == "" {
+			t.Errorf("%s: no title", file)
+		}
+		var variables []string
+		for _, v := range d.Templating.List {
+			variables = append(variables, v.Name)
+			if v.Name == "cluster" && v.Hide != 2 {
+				t.Errorf("%s: cluster variable shown without showMultiCluster", file)
+			}
+		}
+		if len(variables) < 4 || !slices.Equal(variables[:4], []string{"datasource", "cluster", "node", "namespace"}) {
+			t.Errorf("%s: variables %v, want datasource, cluster, node, namespace first", file, variables)
+		}
+		ids := map[int]bool{}
+		cells := map[[2]int]string{}
+		for _, p := range d.Panels {
+			if ids[p.ID] {
+				t.Errorf("%s: panel id %d used twice", file, p.ID)
+			}
+			ids[p.ID] = true
+			if g := p.GridPos; g.W < 1 || g.H < 1 || g.X+g.W > 24 {
+				t.Errorf("%s: panel %q placed at %+v, outside the 24-column grid", file, p.Title, g)
+			}
+			for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+				for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+					if other, ok := cells[[2]int{x, y}]; ok {
+						t.Errorf("%s: panels %q and %q overlap", file, other, p.Title)
+					}
+					cells[[2]int{x, y}] = p.Title
+				}
+			}
+			if p.Type == "row" {
+				continue
+			}
+			if p.Title == "" || p.Description == "" || len(p.Targets) == 0 {
+				t.Errorf("%s: panel %q needs a title, a description and a query", file, p.Title)
+			}
+			// A missing price must not read as a cost of zero.
+			for _, q := range p.Targets {
+				if strings.Contains(q.Expr, "cost_per_hour") &&
+					(p.FieldConfig.Defaults.NoValue != "no price configured" ||
+						!strings.Contains(p.Description, "no price configured")) {
+					t.Errorf("%s: cost panel %q does not say when no price is configured", file, p.Title)
+				}
+			}
+		}
+	}
+}
+
+// Every expression parses: promtool checks a rule file holding the
+// mixin's rules plus every dashboard query as a recording rule.
+func TestPromQLParses(t *testing.T) {
+	m := evaluate(t, "{}")
+	checkPromQL(t, m, m.queries())
+}
+
+func checkPromQL(t *testing.T, m mixin, queries map[string]string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (Debian: apt-get install prometheus)")
+	}
+	dashboards := group{Name: "dashboard-queries"}
+	keys := slices.Sorted(maps.Keys(queries))
+	for i, k := range keys {
+		dashboards.Rules = append(dashboards.Rules, rule{Record: fmt.Sprintf("dashboard:query_%d:check", i), Expr: queries[k]})
+	}
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	out, err := yaml.Marshal(map[string][]group{"groups": append(append(m.Alerts.Groups, m.Rules.Groups...), dashboards)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := exec.Command(promtool, "check", "rules", file).CombinedOutput(); err != nil {
+		// promtool names the failing rule by index: map it back.
+		for i, k := range keys {
+			msg = []byte(strings.ReplaceAll(string(msg), fmt.Sprintf("dashboard:query_%d:check", i), k))
+		}
+		t.Errorf("promtool check rules: %v\n%s", err, msg)
+	}
+}
+
+// Every metric the rules and dashboards read is one the exporter exposes
+// (testdata/exporter-metrics.txt) or one the mixin records.
+func TestMetricNames(t *testing.T) {
+	m := evaluate(t, "{}")
+	f, err := os.Open("testdata/exporter-metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	exposed := map[string]bool{}
+	for s := bufio.NewScanner(f); s.Scan(); {
+		if line := strings.TrimSpace(s.Text()); line != "" && !strings.HasPrefix(line, "#") {
+			exposed[line] = true
+		}
+	}
+	records := m.records()
+	exprs := m.queries()
+	for _, r := range m.allRules() {
+		exprs[r.Alert+r.Record] += "\n" + r.Expr
+	}
+	token := regexp.MustCompile(`[A-Za-z0-9_:]+`)
+	used := map[string]bool{}
+	for where, expr := range exprs {
+		for _, name := range token.FindAllString(expr, -1) {
+			switch {
+			case strings.Contains(name, ":") && !records[name]:
+				t.Errorf("%s: %s is not recorded by the mixin", where, name)
+			case strings.HasPrefix(name, "xpu_") && !exposed[name]:
+				t.Errorf("%s: %s is not exposed by the exporter", where, name)
+			}
+			used[name] = true
+		}
+	}
+	for record := range records {
+		if !used[record] {
+			t.Errorf("%s is recorded but no alert or dashboard reads it", record)
+		}
+	}
+}
+
+// promrules/tests has a firing and a non-firing case for every alert and
+// a test of every recording rule.
+func TestPromrulesTestsCoverEveryRule(t *testing.T) {
+	m := evaluate(t, "{}")
+	files, err := filepath.Glob("../promrules/tests/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no promtool tests: %v", err)
+	}
+	firing, quiet, tested := map[string]bool{}, map[string]bool{}, ""
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var suite struct {
+			Tests []struct {
+				Alerts []struct {
+					Alertname string `yaml:"alertname"`
+					ExpAlerts []any  `yaml:"exp_alerts"`
+				} `yaml:"alert_rule_test"`
+				Exprs []struct {
+					Expr string `yaml:"expr"`
+				} `yaml:"promql_expr_test"`
+			} `yaml:"tests"`
+		}
+		if err := yaml.Unmarshal(data, &suite); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for _, test := range suite.Tests {
+			for _, a := range test.Alerts {
+				if len(a.ExpAlerts) > 0 {
+					firing[a.Alertname] = true
+				} else {
+					quiet[a.Alertname] = true
+				}
+			}
+			for _, e := range test.Exprs {
+				tested += e.Expr + "\n"
+			}
+		}
+	}
+	for _, r := range m.allRules() {
+		switch {
+		case r.Alert != "" && !(firing[r.Alert] && quiet[r.Alert]):
+			t.Errorf("%s: needs a firing and a non-firing test (firing %v, non-firing %v)", r.Alert, firing[r.Alert], quiet[r.Alert])
+		case r.Record != "" && !regexp.MustCompile(`\b`+regexp.QuoteMeta(r.Record)+`\b`).MatchString(tested):
+			t.Errorf("%s: no promql_expr_test", r.Record)
+		}
+	}
+}
+
+// The committed promrules/ and dashboards/ are what the mixin renders.
+func TestGeneratedFilesUpToDate(t *testing.T) {
+	for render, dir := range map[string]string{"promrules.jsonnet": "../promrules", "dashboards.jsonnet": "../dashboards"} {
+		vm := jsonnet.MakeVM()
+		data, err := os.ReadFile(render)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, err := vm.EvaluateAnonymousSnippet(render, string(data))
+		if err != nil {
+			t.Fatalf("%s: %v", render, err)
+		}
+		var contents map[string]string
+		if err := json.Unmarshal([]byte(files), &contents); err != nil {
+			t.Fatalf("%s: %v", render, err)
+		}
+		for name, want := range contents {
+			got, err := os.ReadFile(filepath.Join(dir, name))
+			// jsonnet -S -m ends every file with a newline.
+			if err != nil || string(got) != want+"\n" {
+				t.Errorf("%s/%s is out of date: run make promrules dashboards", dir, name)
+			}
+		}
+	}
+}
+
+// The README's kube-prometheus snippet compiles and yields the rules and
+// dashboards.
+func TestKubePrometheusImport(t *testing.T) {
+	vm := jsonnet.MakeVM()
+	vm.Importer(&jsonnet.FileImporter{JPaths: []string{"testdata/jsonnet-path"}})
+	out, err := vm.EvaluateFile("testdata/kube-prometheus-import.jsonnet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kp struct {
+		Dashboards struct {
+			Items []struct {
+				Metadata struct{ Name, Namespace string }
+			}
+		} `json:"grafana-dashboardDefinitions"`
+		Rule struct {
+			Kind string
+			Spec struct{ Groups []group }
+		} `json:"xpu-exporter-prometheusRule"`
+	}
+	if err := json.Unmarshal([]byte(out), &kp); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(kp.Dashboards.Items); n != 5 {
+		t.Errorf("%d dashboard ConfigMaps, want 5", n)
+	}
+	alerts, records := 0, 0
+	for _, g := range kp.Rule.Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				alerts++
+			} else {
+				records++
+			}
+		}
+	}
+	if kp.Rule.Kind != "PrometheusRule" || alerts != 17 || records == 0 {
+		t.Errorf("%s with %d alerts and %d recording rules, want a PrometheusRule with 17 alerts and the recording rules", kp.Rule.Kind, alerts, records)
+	}
+}

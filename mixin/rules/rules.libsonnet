@@ -1,0 +1,2 @@
+(import 'health.libsonnet') +
+(import 'usage.libsonnet')

@@ -1,0 +1,199 @@
+// Allocation, GPU-hours, cost, energy and CO2 per owner, and fleet
+// utilization per model. Every aggregation keeps the cluster label.
+//
+// The allocation and chargeback groups run at a fixed interval and record
+// per-hour values (devices = GPU-hours per hour, cost per hour, kWh per
+// hour, gCO2 per hour), so a total over any period is
+//   sum_over_time(RULE[period]) * interval / 1h
+// e.g. sum_over_time(namespace:xpu_allocated_devices:sum[30d]) / 60 is the
+// GPU-hours of the last 30 days at the default 1m interval.
+//
+// device_owner:* rules hold one series per (device, owner) pair; the
+// per-namespace/workload/account rules sum them.
+local util = import '../lib/util.libsonnet';
+
+{
+  local c = $._config,
+  local fmt = c {
+    key: util.labels(c.deviceKeyLabels),
+  },
+
+  // The levels owners are accounted at, and the matcher that keeps only
+  // owners of that kind.
+  local levels = [
+    { name: 'namespace', labels: ['namespace'], filter: 'namespace!=""' },
+    { name: 'namespace_workload', labels: ['namespace', 'workload', 'workload_kind'], filter: 'namespace!=""' },
+    { name: 'slurm_account', labels: ['slurm_account'], filter: 'slurm_account!=""' },
+  ],
+  local chargebackLevels = [levels[0], levels[2]],
+  // series: a recorded series, or a raw one (with the exporter selector).
+  local sumBy(level, extra, series) = 'sum by (%s) (%s{%s})\n' % [
+    util.labels([c.clusterLabel] + level.labels + extra),
+    series,
+    if std.startsWith(series, 'xpu_') then '%s, %s' % [c.xpuSelector, level.filter] else level.filter,
+  ],
+
+  // Price and energy exist per physical GPU. A MIG instance's allocation
+  // already is a fraction of its GPU, so its uuid is replaced by the
+  // parent's to join the GPU's price and energy; per-instance price or
+  // energy series, if any, are left out so nothing counts twice.
+  local onGpu(expr) = 'label_replace(\n%s,\n  "uuid", "$1", "parent_uuid", "(.+)"\n)\n' % util.indent(expr),
+  local allocationOnGpu = onGpu('xpu_workload_allocated_devices{%(xpuSelector)s}' % c),
+
+  local co2(levelName) =
+    local energy = '%s:xpu_energy_kwh_per_hour:sum' % levelName;
+    local overrides = c.gridCarbonIntensityByCluster;
+    local clusters = std.objectFields(overrides);
+    {
+      record: '%s:xpu_co2_grams_per_hour:sum' % levelName,
+      // One arm per cluster with its own grid intensity, the default for
+      // the rest.
+      expr: std.join('\nor ', [
+        '%s{%s="%s"} * %g' % [energy, c.clusterLabel, cluster, overrides[cluster]]
+        for cluster in clusters
+      ] + [
+        if clusters == [] then '%s * %g' % [energy, c.gridCarbonIntensity]
+        else '%s{%s!~"%s"} * %g' % [energy, c.clusterLabel, util.regex(clusters), c.gridCarbonIntensity],
+      ]) + '\n',
+    },
+
+  prometheusRules+:: {
+    groups+: [
+      {
+        name: 'xpu-allocation.rules',
+        interval: c.usageRulesInterval,
+        rules: [
+          {
+            // The fraction of a whole GPU an owner keeps busy. The per-owner
+            // split of a shared GPU already is a share of the whole device;
+            // a MIG instance's utilization is relative to the instance, so
+            // it is scaled by the instance's share of its GPU.
+            record: 'device_owner:xpu_utilized_devices:ratio',
+            expr: |||
+              xpu_workload_utilization_ratio{%(xpuSelector)s, workload_kind!="unattributed", parent_uuid=""}
+              or xpu_workload_utilization_ratio{%(xpuSelector)s, workload_kind!="unattributed", parent_uuid!=""}
+                * xpu_workload_allocated_devices{%(xpuSelector)s, parent_uuid!=""}
+            ||| % fmt,
+          },
+        ] + [
+          {
+            // Devices allocated in whole GPUs (a time-slice replica counts
+            // 1/N, a MIG instance its fraction): allocation-based GPU-hours
+            // per hour.
+            record: '%s:xpu_allocated_devices:sum' % level.name,
+            expr: sumBy(level, [], 'xpu_workload_allocated_devices'),
+          }
+          for level in levels
+        ] + [
+          {
+            // Utilization-weighted GPU-hours per hour.
+            record: '%s:xpu_utilized_devices:sum' % level.name,
+            expr: sumBy(level, [], 'device_owner:xpu_utilized_devices:ratio'),
+          }
+          for level in levels
+        ],
+      },
+      {
+        name: 'xpu-chargeback.rules',
+        interval: c.usageRulesInterval,
+        rules: [
+          {
+            // Chargeback: each owner pays for its allocation, used or not.
+            record: 'device_owner:xpu_cost_per_hour:allocated',
+            expr: allocationOnGpu + |||
+              * on (%(key)s) group_left (currency)
+              xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""}
+            ||| % fmt,
+          },
+          {
+            // The part of that cost the owner leaves unused; an owner with
+            // no utilization reading counts as fully idle.
+            record: 'device_owner:xpu_idle_cost_per_hour:allocated',
+            expr: onGpu(|||
+              clamp_min(
+                xpu_workload_allocated_devices{%(xpuSelector)s}
+                  - (
+                    device_owner:xpu_utilized_devices:ratio
+                    or 0 * xpu_workload_allocated_devices{%(xpuSelector)s}
+                  ),
+                0
+              )
+            ||| % fmt) + |||
+              * on (%(key)s) group_left (currency)
+              xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""}
+            ||| % fmt,
+          },
+          {
+            // Energy is split like cost: an owner answers for the idle power
+            // of the devices it holds. J/s / 1000 = kWh per hour.
+            record: 'device_owner:xpu_energy_kwh_per_hour:allocated',
+            expr: allocationOnGpu + |||
+              * on (%(key)s) group_left ()
+              rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[5m]) / 1000
+            ||| % fmt,
+          },
+          {
+            record: 'cluster:xpu_cost_per_hour:sum',
+            expr: |||
+              sum by (%(clusterLabel)s, currency) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})
+            ||| % fmt,
+          },
+          {
+            // What the unused part of every device costs, allocated or not.
+            record: 'cluster:xpu_idle_cost_per_hour:sum',
+            expr: |||
+              sum by (%(clusterLabel)s, currency) (
+                xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""}
+                  * on (%(key)s) group_left ()
+                  (1 - xpu_utilization_ratio{%(xpuSelector)s})
+              )
+            ||| % fmt,
+          },
+          {
+            record: 'cluster:xpu_energy_kwh_per_hour:sum',
+            expr: |||
+              sum by (%(clusterLabel)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[5m])) / 1000
+            ||| % fmt,
+          },
+        ] + std.flattenArrays([
+          [
+            {
+              record: '%s:xpu_cost_per_hour:sum' % level.name,
+              expr: sumBy(level, ['currency'], 'device_owner:xpu_cost_per_hour:allocated'),
+            },
+            {
+              record: '%s:xpu_idle_cost_per_hour:sum' % level.name,
+              expr: sumBy(level, ['currency'], 'device_owner:xpu_idle_cost_per_hour:allocated'),
+            },
+            {
+              record: '%s:xpu_energy_kwh_per_hour:sum' % level.name,
+              expr: sumBy(level, [], 'device_owner:xpu_energy_kwh_per_hour:allocated'),
+            },
+          ]
+          for level in chargebackLevels
+        ]) + [
+          co2(levelName)
+          for levelName in ['cluster'] + [level.name for level in chargebackLevels]
+        ],
+      },
+      {
+        name: 'xpu-fleet.rules',
+        rules: [
+          {
+            record: 'model:xpu_utilization:avg',
+            expr: |||
+              avg by (%(clusterLabel)s, vendor, model) (xpu_utilization_ratio{%(xpuSelector)s})
+            ||| % fmt,
+          },
+          {
+            // Physical devices only: MIG instances are part of their GPU.
+            record: 'model:xpu_devices:count',
+            expr: |||
+              count by (%(clusterLabel)s, vendor, model) (xpu_device_info{%(xpuSelector)s, parent_uuid=""})
+            ||| % fmt,
+          },
+        ],
+      },
+    ],
+  },
+}
