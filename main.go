@@ -45,6 +45,7 @@ func main() {
 		scenarioPath = kingpin.Flag("demo.scenario",
 			"Scenario file for --demo; empty uses the embedded 8-GPU node. Format: README.md, \"Demo scenarios\".").Default("").String()
 		toolkitFlags = kingpinflag.AddFlags(kingpin.CommandLine, ":9835")
+		attrFlags    = addAttributionFlags(kingpin.CommandLine)
 	)
 	logConfig := &promslog.Config{}
 	promslogflag.AddFlags(kingpin.CommandLine, logConfig)
@@ -59,6 +60,8 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := collector.Config{Logger: logger}
+	var passwd string // the demo's users; empty reads the host's
+	nodeName := attrFlags.node()
 	if *demoMode {
 		scenario, source, err := loadScenario(*scenarioPath)
 		if err != nil {
@@ -67,9 +70,24 @@ func main() {
 		}
 		logger.Warn("DEMO MODE: serving a simulated node, no real hardware is read", "scenario", source, "node", scenario.Node, "devices", len(scenario.Devices))
 		cfg.NVML = scenario.NVML(time.Now(), time.Now)
+		sim, err := scenario.StartAttribution()
+		if err != nil {
+			logger.Error("cannot start the demo's attribution sources", "err", err)
+			os.Exit(1)
+		}
+		defer sim.Close()
+		attrFlags.useDemo(sim)
+		passwd, nodeName = sim.Passwd, scenario.Node
 	} else if *nvmlLibrary != "" {
 		cfg.NVML = nvml.New(nvml.WithLibraryPath(*nvmlLibrary))
 	}
+	resolver, closeAttribution, err := attrFlags.resolver(logger, passwd)
+	defer closeAttribution()
+	if err != nil {
+		logger.Error("cannot set up attribution", "err", err)
+		os.Exit(2)
+	}
+	cfg.Attribution = resolver
 
 	logger.Info("starting "+program, "version", version.Info(), "build_context", version.BuildContext())
 	exporter, err := collector.New(cfg)
@@ -93,6 +111,7 @@ func main() {
 		maxRequests:    *maxRequests,
 		logger:         logger,
 	}))
+	mux.Handle("/devices", &devicesHandler{exporter: exporter, node: nodeName, demo: *demoMode, timeout: *scrapeTimeout, logger: logger})
 	if *metricsPath != "/" {
 		landing, err := landingPage(*metricsPath, *demoMode)
 		if err != nil {
@@ -156,6 +175,7 @@ func landingPage(metricsPath string, demoMode bool) (http.Handler, error) {
 		Version:     version.Info(),
 		Links: []web.LandingLinks{
 			{Address: metricsPath, Text: "Metrics"},
+			{Address: "/devices", Text: "Devices", Description: "every device now, with the pod, job or unit using it (JSON: ?format=json)"},
 		},
 	})
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
 )
 
 const namespace = "xpu"
@@ -28,7 +30,9 @@ type Collector interface {
 type Config struct {
 	Logger *slog.Logger
 	NVML   nvml.Interface
-	Now    func() time.Time
+	// Attribution resolves device owners; nil leaves devices unowned.
+	Attribution *attribution.Resolver
+	Now         func() time.Time
 }
 
 type factory struct {
@@ -93,7 +97,7 @@ func New(cfg Config) (*Exporter, error) {
 	e := &Exporter{
 		logger:     cfg.Logger,
 		collectors: map[string]Collector{},
-		snapshots:  &snapshotter{sources: map[string]source{}, busy: map[string]bool{}, now: cfg.Now},
+		snapshots:  &snapshotter{sources: map[string]source{}, busy: map[string]bool{}, resolver: cfg.Attribution, now: cfg.Now},
 		duration: prometheus.NewDesc(namespace+"_scrape_collector_duration_seconds",
 			"Time a collector took in this scrape, including its part of the node snapshot.", []string{"collector"}, nil),
 		success: prometheus.NewDesc(namespace+"_scrape_collector_success",

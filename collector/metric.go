@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
 )
 
 // metric is one family: its name, help and type are fixed; its label names
@@ -59,12 +61,30 @@ func (e emitter) emit(m metric, l labels, v float64) {
 	e.ch <- prometheus.MustNewConstMetric(m.desc(l.names), m.typ, v, l.values...)
 }
 
-// deviceLabels identifies a device on every series: gpu, uuid, vendor,
-// model, and for MIG instances their parent, profile and instance.
+// deviceLabels are the labels of every device series: the device's identity
+// and, when it has exactly one owner, the owner's labels.
+func deviceLabels(d *Device) labels {
+	l := identityLabels(d)
+	if o, ok := d.owner(); ok {
+		l = l.withOwner(o)
+	}
+	return l
+}
+
+func (l labels) withOwner(o attribution.Owner) labels {
+	names, values := o.Labels()
+	return labels{
+		names:  append(l.names[:len(l.names):len(l.names)], names...),
+		values: append(l.values[:len(l.values):len(l.values)], values...),
+	}
+}
+
+// identityLabels identify a device: gpu, uuid, vendor, model, and for MIG
+// instances their parent, profile and instance.
 //
 // A device that stopped answering before it was ever identified has only
 // gpu and vendor: an empty uuid or model would be a made-up value.
-func deviceLabels(d *Device) labels {
+func identityLabels(d *Device) labels {
 	l := labels{names: []string{"gpu"}, values: []string{d.Index}}
 	if d.UUID != "" {
 		l = l.with("uuid", d.UUID)

@@ -109,6 +109,8 @@ func (c *nvidiaCollector) readDevices(ctx context.Context) ([]*Device, error) {
 			Index:      strconv.Itoa(nd.Index),
 			UUID:       nd.UUID,
 			Model:      nd.Name,
+			PCIBusID:   nd.PCIBusID,
+			HasMIG:     nd.MIGEnabled.OK && nd.MIGEnabled.Value,
 			Up:         nd.Up,
 			vendorData: nd,
 		}
@@ -119,6 +121,17 @@ func (c *nvidiaCollector) readDevices(ctx context.Context) ([]*Device, error) {
 				Instance:   strconv.Itoa(nd.MIG.GPUInstanceID),
 				Fraction:   nd.MIG.SliceFraction,
 			}
+		}
+		if nd.MemoryUsed.OK {
+			v := float64(nd.MemoryUsed.Value)
+			d.MemoryUsed = &v
+		}
+		if nd.MemoryTotal.OK {
+			v := float64(nd.MemoryTotal.Value)
+			d.MemoryTotal = &v
+		}
+		if nd.Utilization.OK {
+			d.Utilization = &nd.Utilization.Value
 		}
 		for _, p := range nd.Processes {
 			proc := Process{PID: p.PID}
@@ -200,8 +213,10 @@ func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pr
 			continue
 		}
 		l := deviceLabels(d)
+		// Static facts only: an owner would make the series change with
+		// every new pod.
 		if d.UUID != "" {
-			e.emit(deviceInfo, l.with("driver_version", driver).with("cuda_version", cuda).
+			e.emit(deviceInfo, identityLabels(d).with("driver_version", driver).with("cuda_version", cuda).
 				with("pci_bus_id", nd.PCIBusID).with("serial", nd.Serial).with("vbios_version", nd.VBIOSVersion), 1)
 		}
 		e.emit(deviceUp, l, boolValue(nd.Up))

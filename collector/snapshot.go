@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,16 +15,39 @@ import (
 // scrape, in vendor-neutral terms. Collectors that need vendor readings keep
 // them in vendorData.
 type Device struct {
-	Vendor string // nvidia, amd, habana
-	Index  string // node-local index, the `gpu` label
-	UUID   string
-	Model  string
-	MIG    *MIGInstance // nil for a whole device
+	Vendor   string // nvidia, amd, habana
+	Index    string // node-local index, the `gpu` label
+	UUID     string
+	Model    string
+	PCIBusID string
+	MIG      *MIGInstance // nil for a whole device
+	// HasMIG is set on a GPU in MIG mode, whose instances are devices of
+	// their own.
+	HasMIG bool
 	Up     bool
 
 	Processes []Process
+	// MemoryUsed and Utilization are the device readings attribution splits
+	// between owners; nil when the vendor has none.
+	MemoryUsed  *float64
+	MemoryTotal *float64
+	Utilization *float64
+
+	// Claims are the device's owners and ProcessOwner says which process
+	// runs for which of them (see attribution.Ownership).
+	Claims       []attribution.Claim
+	ProcessOwner map[uint32]int
 
 	vendorData any
+}
+
+// owner is the device's owner when it has exactly one: only then do its
+// series carry owner labels, so that sum() over a shared device stays right.
+func (d *Device) owner() (attribution.Owner, bool) {
+	if len(d.Claims) != 1 {
+		return attribution.Owner{}, false
+	}
+	return d.Claims[0].Owner, true
 }
 
 // MIGInstance places a MIG device inside its parent GPU.
@@ -50,6 +75,9 @@ type Snapshot struct {
 	Time    time.Time
 	Devices []*Device
 	sources map[string]sourceResult
+	// Attribution is the state of each attribution source; empty when
+	// attribution is off.
+	Attribution []attribution.Source
 }
 
 type sourceResult struct {
@@ -66,8 +94,9 @@ type source interface {
 // snapshotter builds snapshots and coalesces concurrent scrapes (an HA pair
 // of Prometheus servers) onto one build, so hardware is queried once.
 type snapshotter struct {
-	sources map[string]source
-	now     func() time.Time
+	sources  map[string]source
+	resolver *attribution.Resolver // nil: no attribution
+	now      func() time.Time
 
 	mu       sync.Mutex
 	inflight *build
@@ -153,7 +182,35 @@ func (s *snapshotter) build(ctx context.Context) *Snapshot {
 		}
 	}
 	sortDevices(snap.Devices)
+	if s.resolver != nil {
+		s.attribute(ctx, snap)
+	}
 	return snap
+}
+
+// attribute resolves the owners of every device that answered.
+func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
+	devs := make([]attribution.Device, 0, len(snap.Devices))
+	for _, d := range snap.Devices {
+		if d.UUID == "" {
+			continue // never identified: nothing can be allocated to it
+		}
+		ad := attribution.Device{UUID: d.UUID, Vendor: d.Vendor, Index: atoi(d.Index), PCIBusID: d.PCIBusID, MIGInstance: -1}
+		if d.MIG != nil {
+			ad.ParentUUID, ad.MIGInstance = d.MIG.ParentUUID, atoi(d.MIG.Instance)
+		}
+		for _, p := range d.Processes {
+			ad.PIDs = append(ad.PIDs, p.PID)
+		}
+		devs = append(devs, ad)
+	}
+	res := s.resolver.Resolve(ctx, devs)
+	for _, d := range snap.Devices {
+		if own := res.Devices[d.UUID]; own != nil {
+			d.Claims, d.ProcessOwner = own.Claims, own.Process
+		}
+	}
+	snap.Attribution = res.Sources
 }
 
 // sourceContext gives sources a deadline a little before the scrape's, so

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
 )
 
 //go:embed default.yaml
@@ -52,6 +54,13 @@ type Scenario struct {
 	Defaults      DeviceSpec   `yaml:"defaults"`
 	Devices       []DeviceSpec `yaml:"devices"`
 	Events        []EventSpec  `yaml:"events"`
+	// Kubernetes is the node as its kubelet reports it: pods with their
+	// containers' device IDs, and the allocatable devices (the fake
+	// kubelet's fixture format, see fixtures/kubelet/).
+	Kubernetes yaml.Node  `yaml:"kubernetes"`
+	Slurm      *SlurmSpec `yaml:"slurm"`
+
+	kube *kubelettest.Fixture
 }
 
 // EventSpec is an NVML event the simulated driver raises: once At after
@@ -100,9 +109,16 @@ type MIGSpec struct {
 	Metrics map[string]Value `yaml:"metrics"`
 }
 
-// ProcessSpec is a compute process on a device.
+// ProcessSpec is a compute process on a device. It runs in at most one of a
+// pod (namespace/name), a Slurm job or a systemd unit; with none it runs in
+// a login session.
 type ProcessSpec struct {
 	PID        uint32 `yaml:"pid"`
+	Pod        string `yaml:"pod"`
+	SlurmJob   string `yaml:"slurm_job"`
+	Unit       string `yaml:"unit"`
+	User       string `yaml:"user"`
+	Command    string `yaml:"command"`
 	MemoryUsed *Value `yaml:"memory_used"`
 	// Utilization is the share of the device's SM time this process uses
 	// (0..1); NVML samples it per process. Unset: no samples.
@@ -228,6 +244,11 @@ func Parse(b []byte) (*Scenario, error) {
 			errs = append(errs, fmt.Errorf("devices[%d]: %w", i, err))
 		}
 	}
+	var err error
+	if s.kube, err = kubernetesFixture(&s.Kubernetes, s.Node); err != nil {
+		errs = append(errs, fmt.Errorf("kubernetes: %w", err))
+	}
+	errs = append(errs, s.validateOwners()...)
 	for i := range s.Events {
 		if err := s.Events[i].validate(len(s.Devices)); err != nil {
 			errs = append(errs, fmt.Errorf("events[%d]: %w", i, err))

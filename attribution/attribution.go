@@ -1,0 +1,133 @@
+// Package attribution tells who owns each device of the node at scrape time:
+// the Kubernetes containers it is allocated to, the Slurm jobs that hold it,
+// or on bare metal the systemd units and users of its processes. Its
+// subpackages read the sources; this package applies the ownership rules of
+// the design: allocation decides who owns a device, processes only refine
+// the split between co-owners, and a process that belongs to no owner is
+// never counted as one.
+package attribution
+
+// Kind is the kind of an owner.
+type Kind string
+
+// The kinds of owners.
+const (
+	Kubernetes Kind = "kubernetes"
+	Slurm      Kind = "slurm"
+	Process    Kind = "process"
+)
+
+// Owner is who holds a device. Only the fields of its Kind are set.
+type Owner struct {
+	Kind Kind
+
+	// Kubernetes: the container the device is allocated to.
+	Namespace    string
+	Pod          string
+	Container    string
+	Workload     string
+	WorkloadKind string
+	PodUID       string
+	// PodLabels are the values of the allow-listed pod labels, in the order
+	// of Resolver.PodLabelNames.
+	PodLabels []string
+
+	// Slurm: the job.
+	SlurmJobID     string
+	SlurmJobName   string
+	SlurmUser      string
+	SlurmAccount   string
+	SlurmPartition string
+	SlurmQOS       string
+
+	// Process (bare metal): the systemd unit, user and command.
+	Unit    string
+	User    string
+	Command string
+}
+
+// Labels returns the owner labels of the design that device series carry,
+// in a fixed order. Values that are unknown are left out, never empty.
+func (o Owner) Labels() (names, values []string) {
+	add := func(name, value string) {
+		if value != "" {
+			names = append(names, name)
+			values = append(values, value)
+		}
+	}
+	switch o.Kind {
+	case Kubernetes:
+		add("namespace", o.Namespace)
+		add("pod", o.Pod)
+		add("container", o.Container)
+		add("workload", o.Workload)
+		add("workload_kind", o.WorkloadKind)
+	case Slurm:
+		add("slurm_job_id", o.SlurmJobID)
+		add("slurm_user", o.SlurmUser)
+		add("slurm_account", o.SlurmAccount)
+		add("slurm_partition", o.SlurmPartition)
+		add("slurm_qos", o.SlurmQOS)
+	case Process:
+		add("unit", o.Unit)
+		add("user", o.User)
+		add("command", o.Command)
+	}
+	return names, values
+}
+
+// Key identifies the owner among others.
+func (o Owner) Key() string {
+	_, values := o.Labels()
+	key := string(o.Kind)
+	for _, v := range values {
+		key += "\xff" + v
+	}
+	return key
+}
+
+// Claim is an owner's hold on one device.
+type Claim struct {
+	Owner Owner
+	// Share is the fraction of the device allocated to the owner: 1, or 1/N
+	// for one of N time-slicing replicas; 0 when it is not known.
+	Share float64
+}
+
+// Ownership is who owns one device in this scrape.
+type Ownership struct {
+	Claims []Claim
+	// Process maps each process of the device whose owner is known to the
+	// index of its claim in Claims, or to Unattributed when the process
+	// belongs to none of them (a host daemon on an allocated GPU). Processes
+	// that could not be resolved (they exited, or their pod is unknown) are
+	// absent.
+	Process map[uint32]int
+}
+
+// Unattributed marks a process that belongs to no owner of its device.
+const Unattributed = -1
+
+// Device is what attribution needs to know of a device.
+type Device struct {
+	UUID       string
+	Vendor     string
+	Index      int    // node-local index, as Slurm's GRES indices count
+	PCIBusID   string // any form NVML or sysfs uses
+	ParentUUID string // the GPU of a MIG instance
+	// MIGInstance is the GPU instance id of a MIG device, or -1.
+	MIGInstance int
+	PIDs        []uint32
+}
+
+// Source is the state of one attribution source in a scrape.
+type Source struct {
+	Name string
+	Err  error // nil when the source answered
+}
+
+// Result is the ownership of every device, by UUID.
+type Result struct {
+	Devices map[string]*Ownership
+	Sources []Source
+}

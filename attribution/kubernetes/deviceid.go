@@ -1,0 +1,345 @@
+package kubernetes
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Vendor names, as the exporter's vendor label spells them.
+const (
+	VendorNVIDIA = "nvidia"
+	VendorAMD    = "amd"
+	VendorHabana = "habana"
+)
+
+// maxDeviceIDLen bounds a device-plugin ID. The longest real one is the
+// legacy MIG form, under 60 bytes; anything far longer is not an ID.
+const maxDeviceIDLen = 256
+
+// ErrUnknownDeviceID is matched (errors.Is) by every error of
+// NormalizeDeviceID: the ID has a shape this package does not know, so the
+// device it names cannot be joined to a vendor's device.
+var ErrUnknownDeviceID = errors.New("unknown device ID shape")
+
+// DeviceIDError says which ID of which resource could not be normalised.
+// Callers log each distinct one once: the kubelet repeats it every scrape.
+type DeviceIDError struct {
+	Resource string
+	ID       string
+	Reason   string
+}
+
+func (e *DeviceIDError) Error() string {
+	return fmt.Sprintf("device ID %q of resource %q: %s", e.ID, e.Resource, e.Reason)
+}
+
+// Unwrap makes every DeviceIDError match ErrUnknownDeviceID.
+func (e *DeviceIDError) Unwrap() error { return ErrUnknownDeviceID }
+
+// DeviceRef is what a device-plugin ID says about the device it names, in
+// the terms a vendor library reports, so that an allocation can be joined to
+// a device. Exactly one of UUID, PCIBusID, Index, Serial and Partition is set.
+type DeviceRef struct {
+	// Vendor is VendorNVIDIA, VendorAMD or VendorHabana, taken from the
+	// resource name's domain or, for a resource matched by a custom pattern,
+	// from an ID shape only one vendor uses. Empty when neither tells.
+	Vendor string
+	// ID is the device-plugin ID without its sharing suffix: all replicas
+	// of one device have the same ID.
+	ID string
+	// UUID is an NVIDIA GPU UUID ("GPU-…") or MIG device UUID ("MIG-…", or
+	// the legacy "MIG-GPU-<uuid>/<gi>/<ci>" that drivers before R470 report).
+	UUID string
+	// LegacyMIG is set when UUID has the legacy MIG form.
+	LegacyMIG LegacyMIG
+	// PCIBusID is the PCI address, domain:bus:device.function, lower case
+	// with a 4-digit domain ("0000:c1:00.0"): AMD and Gaudi device plugins.
+	PCIBusID string
+	// Index is a node-local device index: the NVIDIA plugin's index ID
+	// strategy ("3", or "3:1" for MIG instance 1 of GPU 3), or a Gaudi
+	// "hlN" device name ("N").
+	Index string
+	// Serial is a Gaudi serial number, the ID the Intel Gaudi device plugin
+	// advertises.
+	Serial string
+	// Partition is an AMD compute partition that is not a PCI function of
+	// its own ("amdgpu_xcp_30" on MI300 in CPX mode).
+	Partition string
+	// Shared says the ID is one of several replicas of the device that the
+	// device plugin advertises for time-slicing or MPS: NVIDIA "<id>::<n>",
+	// AMD "<id>-slice-<n>".
+	Shared bool
+	// Replica is n of a shared ID.
+	Replica int
+}
+
+// LegacyMIG is a MIG device named the pre-R470 way: the parent GPU's UUID,
+// GPU instance ID and compute instance ID.
+type LegacyMIG struct {
+	ParentUUID      string
+	GPUInstance     int
+	ComputeInstance int
+}
+
+// Key identifies the physical (or MIG) device across all its replicas.
+func (d DeviceRef) Key() string { return d.Vendor + "/" + d.ID }
+
+// NormalizeDeviceID parses the device-plugin ID id of resource (for example
+// "nvidia.com/gpu" and "GPU-1d2e…::2"). The ID shapes are those the device
+// plugins create:
+//
+//   - NVIDIA k8s-device-plugin: GPU and MIG UUIDs with the default ID
+//     strategy, "<gpu index>" and "<gpu index>:<mig index>" with the index
+//     strategy, and "<id>::<n>" for replica n when time-slicing or MPS
+//     sharing is configured (internal/rm AnnotatedID).
+//   - ROCm k8s-device-plugin: the GPU's PCI address, "amdgpu_xcp_<n>" for a
+//     partition, and "<id>-slice-<n>" for time-slicing replicas.
+//   - Intel Gaudi device plugin: the device's serial number. PCI addresses
+//     and "hl<n>" names are accepted as well.
+//
+// An ID of another shape gives a *DeviceIDError.
+func NormalizeDeviceID(resource, id string) (DeviceRef, error) {
+	fail := func(reason string) (DeviceRef, error) {
+		return DeviceRef{}, &DeviceIDError{Resource: resource, ID: id, Reason: reason}
+	}
+	if id == "" {
+		return fail("empty")
+	}
+	if len(id) > maxDeviceIDLen {
+		return fail(fmt.Sprintf("longer than %d bytes", maxDeviceIDLen))
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] >= 0x7f {
+			return fail("contains a space, control or non-ASCII byte")
+		}
+	}
+
+	base, replica, shared, err := splitReplica(id)
+	if err != nil {
+		return fail(err.Error())
+	}
+	if base == "" {
+		return fail("nothing before the replica suffix")
+	}
+	ref := DeviceRef{ID: base, Shared: shared, Replica: replica}
+
+	var ok bool
+	switch vendor := resourceVendor(resource); vendor {
+	case VendorNVIDIA:
+		ok = parseNVIDIA(&ref, base)
+	case VendorAMD:
+		ok = parsePCI(&ref, base) || parseAMDPartition(&ref, base)
+	case VendorHabana:
+		ok = parsePCI(&ref, base) || parseHabanaName(&ref, base) || parseSerial(&ref, base)
+	default:
+		// A resource from a custom pattern: only shapes that cannot be
+		// mistaken for another vendor's, since a bare index or serial
+		// could be anything.
+		ok = parseNVIDIAUUID(&ref, base) || parsePCI(&ref, base)
+	}
+	if !ok {
+		return fail("not an ID its device plugin creates")
+	}
+	if ref.Vendor == "" {
+		ref.Vendor = resourceVendor(resource)
+	}
+	// PCI addresses are written in several ways; replicas must share a key.
+	if ref.PCIBusID != "" {
+		ref.ID = ref.PCIBusID
+	}
+	return ref, nil
+}
+
+// resourceVendor maps a resource name's domain to its vendor.
+func resourceVendor(resource string) string {
+	domain, _, _ := strings.Cut(resource, "/")
+	switch domain {
+	case "nvidia.com":
+		return VendorNVIDIA
+	case "amd.com":
+		return VendorAMD
+	case "habana.ai":
+		return VendorHabana
+	}
+	return ""
+}
+
+// splitReplica removes a sharing suffix: NVIDIA's "::<n>" or the ROCm
+// plugin's "-slice-<n>".
+func splitReplica(id string) (base string, replica int, shared bool, err error) {
+	if b, n, found := strings.Cut(id, "::"); found {
+		base, shared = b, true
+		replica, err = parseReplica(n)
+	} else if i := strings.LastIndex(id, "-slice-"); i >= 0 {
+		base, shared = id[:i], true
+		replica, err = parseReplica(id[i+len("-slice-"):])
+	} else {
+		return id, 0, false, nil
+	}
+	if err == nil && (strings.Contains(base, "::") || strings.Contains(base, "-slice-")) {
+		err = errors.New("more than one replica suffix")
+	}
+	return base, replica, shared, err
+}
+
+func parseReplica(s string) (int, error) {
+	if !isDigits(s) || len(s) > 6 {
+		return 0, fmt.Errorf("replica %q is not a small decimal number", s)
+	}
+	n, _ := strconv.Atoi(s)
+	return n, nil
+}
+
+func parseNVIDIA(ref *DeviceRef, s string) bool {
+	if parseNVIDIAUUID(ref, s) {
+		return true
+	}
+	// The index ID strategy: "3" or, for a MIG device, "3:1".
+	gpu, mig, isMIG := strings.Cut(s, ":")
+	if isIndex(gpu) && (!isMIG || isIndex(mig)) {
+		ref.Index, ref.Vendor = s, VendorNVIDIA
+		return true
+	}
+	return false
+}
+
+// parseNVIDIAUUID accepts "GPU-<uuid>", "MIG-<uuid>" and the legacy
+// "MIG-GPU-<uuid>/<gi>/<ci>".
+func parseNVIDIAUUID(ref *DeviceRef, s string) bool {
+	switch {
+	case strings.HasPrefix(s, "MIG-GPU-"):
+		parent, rest, _ := strings.Cut(s[len("MIG-"):], "/")
+		gi, ci, found := strings.Cut(rest, "/")
+		if !found || !isUUID(parent[len("GPU-"):]) || !isIndex(gi) || !isIndex(ci) {
+			return false
+		}
+		giN, _ := strconv.Atoi(gi)
+		ciN, _ := strconv.Atoi(ci)
+		ref.LegacyMIG = LegacyMIG{ParentUUID: parent, GPUInstance: giN, ComputeInstance: ciN}
+	case strings.HasPrefix(s, "GPU-"), strings.HasPrefix(s, "MIG-"):
+		if !isUUID(s[len("GPU-"):]) {
+			return false
+		}
+	default:
+		return false
+	}
+	ref.UUID, ref.Vendor = s, VendorNVIDIA
+	return true
+}
+
+// parsePCI accepts [domain:]bus:device.function in hexadecimal, with a
+// domain of up to 8 digits (NVML writes 8, sysfs 4).
+func parsePCI(ref *DeviceRef, s string) bool {
+	parts := strings.Split(s, ":")
+	domain := "0"
+	switch len(parts) {
+	case 3:
+		domain = parts[0]
+		if len(domain) < 4 || len(domain) > 8 || !isHex(domain) {
+			return false
+		}
+		parts = parts[1:]
+	case 2:
+	default:
+		return false
+	}
+	bus := parts[0]
+	dev, fn, found := strings.Cut(parts[1], ".")
+	if !found || len(bus) != 2 || !isHex(bus) || len(dev) != 2 || !isHex(dev) ||
+		len(fn) != 1 || fn[0] < '0' || fn[0] > '7' {
+		return false
+	}
+	d, _ := strconv.ParseUint(domain, 16, 32)
+	ref.PCIBusID = fmt.Sprintf("%04x:%s:%s.%s", d, strings.ToLower(bus), strings.ToLower(dev), fn)
+	return true
+}
+
+func parseAMDPartition(ref *DeviceRef, s string) bool {
+	n, ok := strings.CutPrefix(s, "amdgpu_xcp_")
+	if !ok || !isIndex(n) {
+		return false
+	}
+	ref.Partition = s
+	return true
+}
+
+func parseHabanaName(ref *DeviceRef, s string) bool {
+	n, ok := strings.CutPrefix(s, "hl")
+	if !ok || !isIndex(n) {
+		return false
+	}
+	ref.Index = n
+	return true
+}
+
+// parseSerial accepts a Gaudi serial number: letters and digits, with
+// dashes or underscores inside.
+func parseSerial(ref *DeviceRef, s string) bool {
+	if len(s) > 64 || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isAlnum(s[i]) && s[i] != '-' && s[i] != '_' {
+			return false
+		}
+	}
+	ref.Serial = s
+	return true
+}
+
+// isUUID accepts the 8-4-4-4-12 hexadecimal form NVML prints.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if s[i] != '-' {
+				return false
+			}
+		default:
+			if !isHex(s[i : i+1]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isIndex accepts a decimal device or instance index without a sign or
+// leading zeros.
+func isIndex(s string) bool {
+	return isDigits(s) && len(s) <= 4 && (s == "0" || s[0] != '0')
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func isHex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}

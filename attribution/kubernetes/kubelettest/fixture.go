@@ -1,0 +1,182 @@
+// Package kubelettest is a fake kubelet: real gRPC servers for the
+// pod-resources v1 and Pods v1alpha1 APIs on unix sockets, laid out as a
+// kubelet lays them out, serving a node described by a fixture that can be
+// changed while it runs. Tests use it, and so does the exporter's demo mode,
+// so nothing here depends on package testing.
+package kubelettest
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+)
+
+// Fixture is the node the fake kubelet serves.
+type Fixture struct {
+	Node string `json:"node"`
+	Pods []Pod  `json:"pods"`
+	// Allocatable is every healthy device the device plugins advertise,
+	// allocated or not, one ID per replica of a shared device.
+	Allocatable []Devices `json:"allocatable,omitempty"`
+}
+
+// Pod is a pod on the node.
+type Pod struct {
+	Namespace       string            `json:"namespace"`
+	Name            string            `json:"name"`
+	UID             string            `json:"uid"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	Annotations     map[string]string `json:"annotations,omitempty"`
+	OwnerReferences []OwnerReference  `json:"ownerReferences,omitempty"`
+	Containers      []Container       `json:"containers"`
+}
+
+// OwnerReference is an owner of a pod.
+type OwnerReference struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	UID        string `json:"uid,omitempty"`
+	Controller bool   `json:"controller,omitempty"`
+}
+
+// Container is a container of a pod and the devices allocated to it.
+type Container struct {
+	Name    string    `json:"name"`
+	Devices []Devices `json:"devices,omitempty"`
+}
+
+// Devices is the device-plugin IDs of one resource.
+type Devices struct {
+	Resource string   `json:"resource"`
+	IDs      []string `json:"ids"`
+}
+
+// LoadFixture reads a fixture from a YAML or JSON file. Unknown fields are
+// errors, so that a misspelt key does not silently drop data.
+func LoadFixture(path string) (*Fixture, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f Fixture
+	if err := yaml.UnmarshalStrict(b, &f); err != nil {
+		return nil, fmt.Errorf("kubelet fixture %s: %w", path, err)
+	}
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("kubelet fixture %s: %w", path, err)
+	}
+	return &f, nil
+}
+
+// Validate checks that pods are named and unique, so that watch events and
+// pod-resources answers are well defined.
+func (f *Fixture) Validate() error {
+	var errs []error
+	names := map[string]bool{}
+	uids := map[string]bool{}
+	for i, p := range f.Pods {
+		if err := p.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("pods[%d]: %w", i, err))
+			continue
+		}
+		if key := p.Namespace + "/" + p.Name; names[key] {
+			errs = append(errs, fmt.Errorf("pods[%d]: duplicate pod %s", i, key))
+		} else {
+			names[key] = true
+		}
+		if uids[p.UID] {
+			errs = append(errs, fmt.Errorf("pods[%d]: duplicate uid %s", i, p.UID))
+		}
+		uids[p.UID] = true
+	}
+	return errors.Join(errs...)
+}
+
+func (p Pod) validate() error {
+	if p.Namespace == "" || p.Name == "" || p.UID == "" {
+		return fmt.Errorf("pod %s/%s: namespace, name and uid are required", p.Namespace, p.Name)
+	}
+	for _, c := range p.Containers {
+		if c.Name == "" {
+			return fmt.Errorf("pod %s/%s: a container has no name", p.Namespace, p.Name)
+		}
+	}
+	return nil
+}
+
+// corePod is the pod as the kubelet Pods API sends it. Each container's
+// limits count its devices per resource, as its spec would request them.
+func (p Pod) corePod(node string) *corev1.Pod {
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   p.Namespace,
+			Name:        p.Name,
+			UID:         types.UID(p.UID),
+			Labels:      p.Labels,
+			Annotations: p.Annotations,
+		},
+		Spec:   corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	for _, o := range p.OwnerReferences {
+		controller := o.Controller
+		pod.OwnerReferences = append(pod.OwnerReferences, metav1.OwnerReference{
+			APIVersion: o.APIVersion,
+			Kind:       o.Kind,
+			Name:       o.Name,
+			UID:        types.UID(o.UID),
+			Controller: &controller,
+		})
+	}
+	for _, c := range p.Containers {
+		ctr := corev1.Container{Name: c.Name, Image: "registry.example/" + c.Name + ":latest"}
+		for _, d := range c.Devices {
+			if ctr.Resources.Limits == nil {
+				ctr.Resources.Limits = corev1.ResourceList{}
+			}
+			q := ctr.Resources.Limits[corev1.ResourceName(d.Resource)]
+			q.Add(*resource.NewQuantity(int64(len(d.IDs)), resource.DecimalSI))
+			ctr.Resources.Limits[corev1.ResourceName(d.Resource)] = q
+		}
+		pod.Spec.Containers = append(pod.Spec.Containers, ctr)
+	}
+	return pod
+}
+
+// clone deep-copies a fixture so that the server owns its state.
+func (f *Fixture) clone() *Fixture {
+	out := &Fixture{Node: f.Node, Allocatable: cloneDevices(f.Allocatable)}
+	for _, p := range f.Pods {
+		out.Pods = append(out.Pods, p.clone())
+	}
+	return out
+}
+
+func (p Pod) clone() Pod {
+	out := p
+	out.Labels = maps.Clone(p.Labels)
+	out.Annotations = maps.Clone(p.Annotations)
+	out.OwnerReferences = append([]OwnerReference(nil), p.OwnerReferences...)
+	out.Containers = nil
+	for _, c := range p.Containers {
+		out.Containers = append(out.Containers, Container{Name: c.Name, Devices: cloneDevices(c.Devices)})
+	}
+	return out
+}
+
+func cloneDevices(ds []Devices) []Devices {
+	var out []Devices
+	for _, d := range ds {
+		out = append(out, Devices{Resource: d.Resource, IDs: append([]string(nil), d.IDs...)})
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+package kubelettest
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
+)
+
+// podResourcesService serves pod-resources v1 the way the kubelet does.
+type podResourcesService struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	s *Server
+}
+
+func (p *podResourcesService) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	if err := p.s.wait(ctx); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	_, pods, _ := p.s.snapshot()
+	resp := &podresourcesv1.ListPodResourcesResponse{}
+	for _, pod := range pods {
+		resp.PodResources = append(resp.PodResources, podResources(pod))
+	}
+	return resp, nil
+}
+
+func (p *podResourcesService) Get(ctx context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
+	if err := p.s.wait(ctx); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	_, pods, _ := p.s.snapshot()
+	for _, pod := range pods {
+		if pod.Namespace == req.GetPodNamespace() && pod.Name == req.GetPodName() {
+			return &podresourcesv1.GetPodResourcesResponse{PodResources: podResources(pod)}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "pod %s not found in namespace %s", req.GetPodName(), req.GetPodNamespace())
+}
+
+// GetAllocatableResources answers, like the kubelet, with one entry per
+// device.
+func (p *podResourcesService) GetAllocatableResources(ctx context.Context, _ *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
+	if err := p.s.wait(ctx); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	_, _, alloc := p.s.snapshot()
+	resp := &podresourcesv1.AllocatableResourcesResponse{}
+	for _, d := range alloc {
+		for _, id := range d.IDs {
+			resp.Devices = append(resp.Devices, &podresourcesv1.ContainerDevices{
+				ResourceName: d.Resource,
+				DeviceIds:    []string{id},
+			})
+		}
+	}
+	return resp, nil
+}
+
+func podResources(p Pod) *podresourcesv1.PodResources {
+	out := &podresourcesv1.PodResources{Namespace: p.Namespace, Name: p.Name}
+	for _, c := range p.Containers {
+		ctr := &podresourcesv1.ContainerResources{Name: c.Name}
+		for _, d := range c.Devices {
+			ctr.Devices = append(ctr.Devices, &podresourcesv1.ContainerDevices{
+				ResourceName: d.Resource,
+				DeviceIds:    append([]string(nil), d.IDs...),
+			})
+		}
+		out.Containers = append(out.Containers, ctr)
+	}
+	return out
+}
+
+// podsService serves the Pods v1alpha1 API the way the kubelet does: pods
+// as v1.Pod protobuf bytes.
+type podsService struct {
+	podsv1alpha1.UnimplementedPodsServer
+	s *Server
+}
+
+func (p *podsService) ListPods(ctx context.Context, _ *podsv1alpha1.ListPodsRequest) (*podsv1alpha1.ListPodsResponse, error) {
+	if err := p.s.wait(ctx); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	node, pods, _ := p.s.snapshot()
+	resp := &podsv1alpha1.ListPodsResponse{}
+	for _, pod := range pods {
+		b, err := pod.corePod(node).Marshal()
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "marshalling pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		}
+		resp.Pods = append(resp.Pods, b)
+	}
+	return resp, nil
+}
+
+func (p *podsService) GetPod(ctx context.Context, req *podsv1alpha1.GetPodRequest) (*podsv1alpha1.GetPodResponse, error) {
+	if err := p.s.wait(ctx); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	node, pods, _ := p.s.snapshot()
+	for _, pod := range pods {
+		if pod.UID == req.GetPodUID() {
+			b, err := pod.corePod(node).Marshal()
+			if err != nil {
+				return nil, status.Errorf(codes.Internal, "marshalling pod %s/%s: %v", pod.Namespace, pod.Name, err)
+			}
+			return &podsv1alpha1.GetPodResponse{Pod: b}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "pod with UID %s not found", req.GetPodUID())
+}
+
+// WatchPods sends every pod as ADDED, then INITIAL_SYNC_COMPLETE, then each
+// change as it happens.
+func (p *podsService) WatchPods(_ *podsv1alpha1.WatchPodsRequest, stream podsv1alpha1.Pods_WatchPodsServer) error {
+	w, node, pods := p.s.subscribe()
+	defer p.s.unsubscribe(w)
+	for _, pod := range pods {
+		b, err := pod.corePod(node).Marshal()
+		if err != nil {
+			return status.Errorf(codes.Internal, "marshalling pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		}
+		if err := stream.Send(&podsv1alpha1.WatchPodsEvent{Type: podsv1alpha1.EventType_ADDED, Pod: b}); err != nil {
+			return err
+		}
+	}
+	if err := stream.Send(&podsv1alpha1.WatchPodsEvent{Type: podsv1alpha1.EventType_INITIAL_SYNC_COMPLETE}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-w.overflow:
+			return status.Error(codes.ResourceExhausted, "watcher fell behind; watch again")
+		case ev := <-w.events:
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}

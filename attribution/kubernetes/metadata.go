@@ -1,0 +1,309 @@
+package kubernetes
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// mirrorPodAnnotation holds, on the API server's mirror of a static pod,
+// the UID the kubelet knows the pod by, which is the one in its cgroup path.
+const mirrorPodAnnotation = "kubernetes.io/config.mirror"
+
+// PodMeta is what the exporter knows about a pod beyond its name.
+type PodMeta struct {
+	UID       string
+	Namespace string
+	Name      string
+	// Labels are all the pod's labels. They are shared: do not modify.
+	Labels map[string]string
+	// Workload and WorkloadKind name what runs the pod (ResolveWorkload).
+	Workload     string
+	WorkloadKind string
+}
+
+// MetadataSource is a cache of pod metadata for the node, kept current by a
+// watch in the background, so lookups never wait on the network.
+type MetadataSource interface {
+	// Name names the source for logs and the source label of the
+	// exporter's attribution self-metrics.
+	Name() string
+	// Pod looks a pod up by namespace and name.
+	Pod(namespace, name string) (PodMeta, bool)
+	// PodByUID looks a pod up by UID, as found in a process's cgroup path.
+	PodByUID(uid string) (PodMeta, bool)
+	// Healthy is nil while the cache is being kept current, else why not.
+	Healthy() error
+	// Close stops the watch.
+	Close() error
+}
+
+var (
+	_ MetadataSource = (*PodsAPISource)(nil)
+	_ MetadataSource = (*APIServerSource)(nil)
+	_ MetadataSource = NoMetadata{}
+)
+
+// Source names.
+const (
+	SourcePodsAPI   = "kubelet-pods-api"
+	SourceAPIServer = "apiserver"
+	SourceNone      = "none"
+)
+
+// MetadataConfig says where pod metadata may come from.
+type MetadataConfig struct {
+	// PodsAPISocket is the kubelet Pods API socket; empty skips the kubelet.
+	PodsAPISocket string
+	// Kubeconfig is a kubeconfig file for the API server. Empty means the
+	// in-cluster configuration, when the exporter runs in a pod.
+	Kubeconfig string
+	// NodeName scopes the API server watch to this node's pods (normally
+	// from the downward API, spec.nodeName). Without it the API server is
+	// not used: the exporter never watches every pod of a cluster.
+	NodeName string
+	Logger   *slog.Logger
+}
+
+// NewMetadataSource starts the first source that the configuration and the
+// node allow, in this order:
+//
+//  1. the kubelet Pods API, when its socket exists: node-local, no RBAC;
+//  2. a metadata-only watch of this node's pods through the API server,
+//     when NodeName is set and a kubeconfig is given or the exporter runs
+//     in a cluster;
+//  3. none: namespace, pod and container still come from pod-resources.
+//
+// The choice is made once. A kubeconfig that is given but cannot be loaded
+// is an error rather than a silent fall-through to no metadata.
+func NewMetadataSource(cfg MetadataConfig) (MetadataSource, error) {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PodsAPISocket != "" {
+		ok, err := isSocket(cfg.PodsAPISocket)
+		switch {
+		case ok:
+			logger.Info("Pod metadata from the kubelet Pods API", "socket", cfg.PodsAPISocket)
+			return StartPodsAPISource(cfg.PodsAPISocket, logger)
+		case err != nil:
+			logger.Info("Kubelet Pods API not available", "socket", cfg.PodsAPISocket, "err", err)
+		}
+	}
+	if cfg.NodeName == "" {
+		logger.Info("No pod metadata: no kubelet Pods API, and no node name to scope an API server watch to")
+		return NoMetadata{}, nil
+	}
+	restCfg, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if restCfg == nil {
+		logger.Info("No pod metadata: no kubelet Pods API, not in a cluster and no kubeconfig given")
+		return NoMetadata{}, nil
+	}
+	logger.Info("Pod metadata from the API server", "host", restCfg.Host, "node", cfg.NodeName)
+	return StartAPIServerSource(restCfg, cfg.NodeName, logger)
+}
+
+// restConfig loads kubeconfig, or the in-cluster configuration when it is
+// empty. It returns nil, nil when there is no kubeconfig and no cluster.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %q: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("in-cluster configuration: %w", err)
+	}
+	return c, nil
+}
+
+func isSocket(path string) (bool, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return false, fmt.Errorf("%s is not a socket", path)
+	}
+	return true, nil
+}
+
+// NoMetadata is the source used when there is none: it knows no pod.
+type NoMetadata struct{}
+
+// Name implements MetadataSource.
+func (NoMetadata) Name() string { return SourceNone }
+
+// Pod implements MetadataSource: no pod is known.
+func (NoMetadata) Pod(string, string) (PodMeta, bool) { return PodMeta{}, false }
+
+// PodByUID implements MetadataSource: no pod is known.
+func (NoMetadata) PodByUID(string) (PodMeta, bool) { return PodMeta{}, false }
+
+// Healthy implements MetadataSource: having no source is not a failure.
+func (NoMetadata) Healthy() error { return nil }
+
+// Close implements MetadataSource.
+func (NoMetadata) Close() error { return nil }
+
+// podMeta builds a PodMeta from a pod's object metadata.
+func podMeta(m *metav1.ObjectMeta) PodMeta {
+	owners := make([]Owner, 0, len(m.OwnerReferences))
+	for _, o := range m.OwnerReferences {
+		owners = append(owners, Owner{
+			APIVersion: o.APIVersion,
+			Kind:       o.Kind,
+			Name:       o.Name,
+			Controller: o.Controller != nil && *o.Controller,
+		})
+	}
+	workload, kind := ResolveWorkload(m.Name, m.Labels, owners)
+	return PodMeta{
+		UID:          string(m.UID),
+		Namespace:    m.Namespace,
+		Name:         m.Name,
+		Labels:       m.Labels,
+		Workload:     workload,
+		WorkloadKind: kind,
+	}
+}
+
+type podKey struct{ namespace, name string }
+
+type cachedPod struct {
+	meta    PodMeta
+	created time.Time
+	// altUID is the kubelet's UID of a static pod's mirror.
+	altUID string
+	// generation is the watch stream that last reported the pod.
+	generation uint64
+}
+
+// podCache indexes pods by UID and by namespace/name. A StatefulSet pod
+// that is replaced keeps its name under a new UID, and the kubelet may
+// still be reporting the old one, terminating, after the new one arrives.
+// So the name index points at the most recently created of them, and a
+// deletion clears it only if it is still the deleted pod's.
+type podCache struct {
+	mu     sync.RWMutex
+	byUID  map[string]*cachedPod
+	byName map[podKey]string
+	alias  map[string]string // static pod UID → mirror pod UID
+}
+
+func newPodCache() *podCache {
+	return &podCache{
+		byUID:  map[string]*cachedPod{},
+		byName: map[podKey]string{},
+		alias:  map[string]string{},
+	}
+}
+
+func (c *podCache) upsert(m *metav1.ObjectMeta, generation uint64) {
+	if m.UID == "" {
+		return
+	}
+	p := &cachedPod{
+		meta:       podMeta(m),
+		created:    m.CreationTimestamp.Time,
+		altUID:     m.Annotations[mirrorPodAnnotation],
+		generation: generation,
+	}
+	uid := string(m.UID)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.byUID[uid]; ok && old.altUID != "" {
+		delete(c.alias, old.altUID)
+	}
+	c.byUID[uid] = p
+	key := podKey{m.Namespace, m.Name}
+	if other, ok := c.byUID[c.byName[key]]; !ok || other == p || !other.created.After(p.created) {
+		c.byName[key] = uid
+	}
+	if p.altUID != "" && p.altUID != uid {
+		c.alias[p.altUID] = uid
+	}
+}
+
+func (c *podCache) remove(uid string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(uid)
+}
+
+func (c *podCache) removeLocked(uid string) {
+	p, ok := c.byUID[uid]
+	if !ok {
+		return
+	}
+	delete(c.byUID, uid)
+	k := podKey{p.meta.Namespace, p.meta.Name}
+	if c.byName[k] == uid {
+		delete(c.byName, k)
+	}
+	if p.altUID != "" && c.alias[p.altUID] == uid {
+		delete(c.alias, p.altUID)
+	}
+}
+
+// sweep removes the pods no stream since generation has reported: after a
+// re-watch has replayed every pod, those are the ones deleted while the
+// watch was down.
+func (c *podCache) sweep(generation uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid, p := range c.byUID {
+		if p.generation < generation {
+			c.removeLocked(uid)
+		}
+	}
+}
+
+func (c *podCache) pod(namespace, name string) (PodMeta, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	uid, ok := c.byName[podKey{namespace, name}]
+	if !ok {
+		return PodMeta{}, false
+	}
+	return c.byUID[uid].meta, true
+}
+
+// podByUID accepts a UID in any letter case, as cgroup paths may carry it.
+func (c *podCache) podByUID(uid string) (PodMeta, bool) {
+	uid = strings.ToLower(uid)
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if p, ok := c.byUID[uid]; ok {
+		return p.meta, true
+	}
+	if mirror, ok := c.alias[uid]; ok {
+		return c.byUID[mirror].meta, true
+	}
+	return PodMeta{}, false
+}
+
+func (c *podCache) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.byUID)
+}

@@ -1,0 +1,292 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
+)
+
+const fixtureDir = "../../fixtures/kubelet"
+
+func dialFake(t *testing.T, k *kubelettest.Server, opts ...Option) *Client {
+	t.Helper()
+	c, err := Dial(k.PodResourcesSocket(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// The demo node's fixture, end to end: pod-resources over a real socket,
+// replica counting from the allocatable devices, normalisation.
+func TestClientH100Fixture(t *testing.T) {
+	k := kubelettest.StartFile(t, filepath.Join(fixtureDir, "h100-node.yaml"))
+	c := dialFake(t, k)
+	ctx := context.Background()
+
+	pods, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 11 {
+		t.Errorf("List returned %d pods, want 11", len(pods))
+	}
+	allocatable, err := c.Allocatable(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs, errs := Allocations(pods, allocatable, mustMatcher(t))
+	if len(errs) != 0 {
+		t.Fatalf("normalisation errors: %v", errs)
+	}
+
+	type owner struct{ pod, ctr string }
+	got := map[string][]owner{}
+	shares := map[string]float64{}
+	for _, a := range allocs {
+		got[a.Device.UUID] = append(got[a.Device.UUID], owner{a.Namespace + "/" + a.Pod, a.Container})
+		s, ok := a.Share()
+		if !ok {
+			t.Errorf("%+v: unknown share", a)
+		}
+		shares[a.Namespace+"/"+a.Pod] += s
+	}
+	gpu := func(i int) string { return fmt.Sprintf("GPU-2b149611-0000-4000-8000-%012x", i) }
+	mig := func(i int) string { return fmt.Sprintf("MIG-2b149611-0004-4000-8000-%012x", i) }
+	want := map[string][]owner{
+		gpu(0): {{"inference/llm-serve-7d9f8b6c5d-x2k4q", "vllm"}},
+		gpu(1): {{"inference/llm-serve-7d9f8b6c5d-x2k4q", "vllm"}},
+		gpu(2): {{"notebooks/jupyter-alice", "notebook"}, {"notebooks/jupyter-bob", "notebook"}, {"gpu-operator/gpu-health-probe-7xk2m", "probe"}},
+		gpu(3): {{"search/embeddings-0", "tei"}},
+		gpu(5): {{"batch/data-prep-x7k2p", "prep"}},
+		gpu(6): {{"inference/llama-405b-0", "vllm-leader"}},
+		mig(0): {{"ray/raycluster-llm-gpu-group-worker-q8n4d", "ray-worker"}},
+		mig(1): {{"eval/nightly-eval-29480160-5sx8k", "eval"}},
+		mig(2): {{"training/bert-finetune-worker-0", "pytorch"}},
+	}
+	if len(got) != len(want) {
+		t.Errorf("devices held: %v, want %v", got, want)
+	}
+	for uuid, w := range want {
+		if fmt.Sprint(got[uuid]) != fmt.Sprint(w) {
+			t.Errorf("%s held by %v, want %v", uuid, got[uuid], w)
+		}
+	}
+	// Four replicas advertised, three allocated: a quarter each.
+	for _, p := range []string{"notebooks/jupyter-alice", "notebooks/jupyter-bob", "gpu-operator/gpu-health-probe-7xk2m"} {
+		if shares[p] != 0.25 {
+			t.Errorf("%s holds %v of GPU 2, want 0.25", p, shares[p])
+		}
+	}
+	if shares["inference/llm-serve-7d9f8b6c5d-x2k4q"] != 2 {
+		t.Errorf("llm-serve holds %v devices, want 2", shares["inference/llm-serve-7d9f8b6c5d-x2k4q"])
+	}
+}
+
+func TestClientOtherVendorFixtures(t *testing.T) {
+	tests := []struct {
+		file string
+		want map[string]float64 // device key → share
+	}{
+		{"amd-mi300x-node.yaml", map[string]float64{
+			"amd/0000:0c:00.0": 1, "amd/0000:22:00.0": 1, "amd/0000:38:00.0": 0.5,
+		}},
+		{"gaudi2-node.yaml", map[string]float64{
+			"habana/AM30012345": 1, "habana/AM30012346": 1,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			k := kubelettest.StartFile(t, filepath.Join(fixtureDir, tt.file))
+			c := dialFake(t, k)
+			pods, err := c.List(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			allocatable, err := c.Allocatable(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			allocs, errs := Allocations(pods, allocatable, mustMatcher(t))
+			if len(errs) != 0 {
+				t.Fatal(errs)
+			}
+			got := map[string]float64{}
+			for _, a := range allocs {
+				s, _ := a.Share()
+				got[a.Device.Key()] += s
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("shares = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// bigNode makes a node whose List response is about pods*perPod*50 bytes.
+func bigNode(pods, idsPerContainer int) *kubelettest.Fixture {
+	fx := &kubelettest.Fixture{Node: "big"}
+	for i := range pods {
+		var ids []string
+		for j := range idsPerContainer {
+			ids = append(ids, fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", i, j))
+		}
+		fx.Pods = append(fx.Pods, kubelettest.Pod{
+			Namespace: fmt.Sprintf("team-%04d", i%100),
+			Name:      fmt.Sprintf("worker-%06d-abcdefghij", i),
+			UID:       fmt.Sprintf("00000000-0000-4000-8000-%012x", i),
+			Containers: []kubelettest.Container{
+				{Name: "main", Devices: []kubelettest.Devices{{Resource: "nvidia.com/gpu", IDs: ids}}},
+				{Name: "sidecar"},
+			},
+		})
+	}
+	return fx
+}
+
+// 5,000 pods make a response well over gRPC's default 4 MiB limit and under
+// MaxReceiveBytes: it must be read whole.
+func TestClientLargeResponse(t *testing.T) {
+	k := kubelettest.Start(t, bigNode(5000, 24), kubelettest.WithoutPodsAPI())
+	c := dialFake(t, k)
+	pods, err := c.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 5000 {
+		t.Fatalf("got %d pods, want 5000", len(pods))
+	}
+	size := 0
+	for _, p := range pods {
+		size += len(p.Namespace) + len(p.Name)
+		for _, ctr := range p.Containers {
+			for _, d := range ctr.Devices {
+				for _, id := range d.IDs {
+					size += len(id)
+				}
+			}
+		}
+	}
+	if size < 4<<20 || size > MaxReceiveBytes {
+		t.Errorf("response carried %d bytes of names and IDs; the test needs 4 MiB to %d", size, MaxReceiveBytes)
+	}
+	last := pods[4999]
+	if last.Name != "worker-004999-abcdefghij" || len(last.Containers) != 2 || len(last.Containers[0].Devices[0].IDs) != 24 {
+		t.Errorf("last pod = %+v", last)
+	}
+}
+
+// A response beyond MaxReceiveBytes is an error, not a crash, and does not
+// break the connection for the calls after it.
+func TestClientResponseTooLarge(t *testing.T) {
+	k := kubelettest.Start(t, bigNode(15000, 32), kubelettest.WithoutPodsAPI())
+	c := dialFake(t, k)
+	_, err := c.List(context.Background())
+	if status.Code(errors.Unwrap(err)) != codes.ResourceExhausted {
+		t.Fatalf("List error = %v, want ResourceExhausted", err)
+	}
+	if _, err := c.Allocatable(context.Background()); err != nil {
+		t.Errorf("call after the oversized response: %v", err)
+	}
+}
+
+func TestClientDeadlineWhenKubeletHangs(t *testing.T) {
+	k := kubelettest.Start(t, bigNode(1, 1), kubelettest.WithoutPodsAPI())
+	k.SetHang(true)
+
+	t.Run("call timeout", func(t *testing.T) {
+		c := dialFake(t, k, WithCallTimeout(200*time.Millisecond))
+		start := time.Now()
+		_, err := c.List(context.Background())
+		elapsed := time.Since(start)
+		if status.Code(errors.Unwrap(err)) != codes.DeadlineExceeded {
+			t.Errorf("List error = %v, want DeadlineExceeded", err)
+		}
+		if elapsed < 200*time.Millisecond || elapsed > 2*time.Second {
+			t.Errorf("List returned after %v, want about 200ms", elapsed)
+		}
+	})
+	t.Run("caller's earlier deadline", func(t *testing.T) {
+		c := dialFake(t, k, WithCallTimeout(time.Minute))
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := c.Allocatable(ctx)
+		if status.Code(errors.Unwrap(err)) != codes.DeadlineExceeded {
+			t.Errorf("Allocatable error = %v, want DeadlineExceeded", err)
+		}
+		if elapsed := time.Since(start); elapsed > 2*time.Second {
+			t.Errorf("Allocatable returned after %v, want about 100ms", elapsed)
+		}
+	})
+	k.SetHang(false)
+	c := dialFake(t, k)
+	if _, err := c.List(context.Background()); err != nil {
+		t.Errorf("List after the kubelet recovered: %v", err)
+	}
+}
+
+// The kubelet restarts: calls fail while it is away, quickly, and the same
+// Client works as soon as it is back.
+func TestClientKubeletRestart(t *testing.T) {
+	k := kubelettest.Start(t, bigNode(3, 1), kubelettest.WithoutPodsAPI())
+	c := dialFake(t, k)
+	ctx := context.Background()
+	if _, err := c.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	k.Stop()
+	for range 3 {
+		start := time.Now()
+		_, err := c.List(ctx)
+		if err == nil {
+			t.Fatal("List succeeded with the kubelet stopped")
+		}
+		if !strings.Contains(err.Error(), k.PodResourcesSocket()) {
+			t.Errorf("error %q does not name the socket", err)
+		}
+		if elapsed := time.Since(start); elapsed > time.Second {
+			t.Errorf("List with the kubelet stopped took %v", elapsed)
+		}
+	}
+
+	if err := k.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := c.List(ctx)
+	if err != nil {
+		t.Fatalf("first List after the kubelet restarted: %v", err)
+	}
+	if len(pods) != 3 {
+		t.Errorf("got %d pods, want 3", len(pods))
+	}
+}
+
+func TestClientNoKubelet(t *testing.T) {
+	c, err := Dial(filepath.Join(t.TempDir(), "kubelet.sock"), WithCallTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if _, err := c.List(context.Background()); err == nil {
+		t.Fatal("List succeeded without a kubelet")
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("List without a kubelet took %v; it must fail fast, not wait for the call timeout", elapsed)
+	}
+	if _, err := Dial(""); err == nil {
+		t.Error("Dial accepted an empty socket path")
+	}
+}

@@ -1,0 +1,280 @@
+package attribution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+	"github.com/xpu-exporter/xpu_exporter/attribution/process"
+	"github.com/xpu-exporter/xpu_exporter/attribution/slurm"
+)
+
+type fakeKubelet struct {
+	pods        []kubernetes.PodResources
+	allocatable []kubernetes.ResourceDevices
+	err         error
+}
+
+func (f *fakeKubelet) List(context.Context) ([]kubernetes.PodResources, error) { return f.pods, f.err }
+func (f *fakeKubelet) Allocatable(context.Context) ([]kubernetes.ResourceDevices, error) {
+	return f.allocatable, f.err
+}
+
+type fakeMetadata map[string]kubernetes.PodMeta // by UID
+
+func (fakeMetadata) Name() string { return "fake" }
+func (f fakeMetadata) Pod(ns, name string) (kubernetes.PodMeta, bool) {
+	for _, m := range f {
+		if m.Namespace == ns && m.Name == name {
+			return m, true
+		}
+	}
+	return kubernetes.PodMeta{}, false
+}
+func (f fakeMetadata) PodByUID(uid string) (kubernetes.PodMeta, bool) { m, ok := f[uid]; return m, ok }
+func (fakeMetadata) Healthy() error                                   { return nil }
+func (fakeMetadata) Close() error                                     { return nil }
+
+// procfs writes a procfs tree: pid → cgroup path (v2), owned by uid 1000.
+func procfs(t *testing.T, procs map[uint32]string) *process.Reader {
+	t.Helper()
+	root := t.TempDir()
+	for pid, cgroup := range procs {
+		dir := filepath.Join(root, fmt.Sprint(pid))
+		os.MkdirAll(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::"+cgroup+"\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "status"), []byte("Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "comm"), []byte("python3\n"), 0o644)
+	}
+	passwd := filepath.Join(root, "passwd")
+	os.WriteFile(passwd, []byte("alice:x:1000:1000::/home/alice:/bin/bash\n"), 0o644)
+	return &process.Reader{Root: root, PasswdPath: passwd}
+}
+
+func podCgroup(uid string) string {
+	return "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") +
+		".slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope"
+}
+
+const (
+	gpuA    = "GPU-a0000000-0000-4000-8000-000000000000"
+	gpuB    = "GPU-b0000000-0000-4000-8000-000000000000"
+	gpuM    = "GPU-c0000000-0000-4000-8000-000000000000"
+	gpuIdle = "GPU-d0000000-0000-4000-8000-000000000000"
+	mig1    = "MIG-e0000000-0000-4000-8000-000000000001"
+	mig2    = "MIG-e0000000-0000-4000-8000-000000000002"
+	uidA    = "aaaaaaaa-0000-4000-8000-000000000001"
+	uidB    = "bbbbbbbb-0000-4000-8000-000000000002"
+	uidC    = "cccccccc-0000-4000-8000-000000000003"
+)
+
+func pod(ns, name, container, resource string, ids ...string) kubernetes.PodResources {
+	return kubernetes.PodResources{Namespace: ns, Name: name, Containers: []kubernetes.ContainerResources{
+		{Name: container, Devices: []kubernetes.ResourceDevices{{Resource: resource, IDs: ids}}},
+	}}
+}
+
+func TestResolveKubernetes(t *testing.T) {
+	devices := []Device{
+		{UUID: gpuA, Vendor: "nvidia", Index: 0, MIGInstance: -1, PIDs: []uint32{100}},
+		{UUID: gpuB, Vendor: "nvidia", Index: 1, MIGInstance: -1, PIDs: []uint32{200, 300, 900}},
+		{UUID: gpuM, Vendor: "nvidia", Index: 2, MIGInstance: -1},
+		{UUID: mig1, Vendor: "nvidia", Index: 2, ParentUUID: gpuM, MIGInstance: 1},
+		{UUID: mig2, Vendor: "nvidia", Index: 2, ParentUUID: gpuM, MIGInstance: 2},
+		{UUID: gpuIdle, Vendor: "nvidia", Index: 3, MIGInstance: -1},
+	}
+	kubelet := &fakeKubelet{
+		pods: []kubernetes.PodResources{
+			pod("ml", "train-a", "trainer", "nvidia.com/gpu", gpuA),
+			pod("ml", "infer-b", "server", "nvidia.com/gpu", gpuB+"::0"),
+			pod("web", "infer-c", "server", "nvidia.com/gpu", gpuB+"::1"),
+			pod("ml", "mig-x", "main", "nvidia.com/mig-3g.40gb", mig1),
+			pod("ml", "mig-y", "main", "nvidia.com/mig-1g.10gb", mig2),
+		},
+		allocatable: []kubernetes.ResourceDevices{
+			{Resource: "nvidia.com/gpu", IDs: []string{gpuA, gpuB + "::0", gpuB + "::1", gpuB + "::2", gpuB + "::3", gpuIdle}},
+			{Resource: "nvidia.com/mig-3g.40gb", IDs: []string{mig1}},
+			{Resource: "nvidia.com/mig-1g.10gb", IDs: []string{mig2}},
+		},
+	}
+	meta := fakeMetadata{
+		uidA: {UID: uidA, Namespace: "ml", Name: "train-a", Workload: "train", WorkloadKind: "Job"},
+		uidB: {UID: uidB, Namespace: "ml", Name: "infer-b", Workload: "infer", WorkloadKind: "Deployment"},
+		uidC: {UID: uidC, Namespace: "web", Name: "infer-c", Workload: "infer-c", WorkloadKind: "Pod"},
+	}
+	r := New(Config{
+		Kubelet:  kubelet,
+		Metadata: meta,
+		Procfs: procfs(t, map[uint32]string{
+			100: podCgroup(uidA),
+			200: podCgroup(uidB),
+			300: podCgroup(uidC),
+			900: "/system.slice/nvidia-persistenced.service",
+		}),
+	})
+	res := r.Resolve(context.Background(), devices)
+	for _, s := range res.Sources {
+		if s.Err != nil {
+			t.Errorf("source %s: %v", s.Name, s.Err)
+		}
+	}
+	claims := func(uuid string) string {
+		var out []string
+		for _, c := range res.Devices[uuid].Claims {
+			out = append(out, fmt.Sprintf("%s/%s/%s %s/%s share=%g", c.Owner.Namespace, c.Owner.Pod, c.Owner.Container, c.Owner.WorkloadKind, c.Owner.Workload, c.Share))
+		}
+		return strings.Join(out, "; ")
+	}
+	for uuid, want := range map[string]string{
+		gpuA:    "ml/train-a/trainer Job/train share=1",
+		gpuB:    "ml/infer-b/server Deployment/infer share=0.25; web/infer-c/server Pod/infer-c share=0.25",
+		mig1:    "ml/mig-x/main / share=1",
+		mig2:    "ml/mig-y/main / share=1",
+		gpuM:    "ml/mig-x/main / share=0; ml/mig-y/main / share=0",
+		gpuIdle: "",
+	} {
+		if got := claims(uuid); got != want {
+			t.Errorf("%s: claims %q, want %q", uuid, got, want)
+		}
+	}
+	b := res.Devices[gpuB].Process
+	if b[200] != 0 || b[300] != 1 || b[900] != Unattributed {
+		t.Errorf("GPU-b processes %v: want 200→0, 300→1 and the host daemon 900 unattributed", b)
+	}
+	if res.Devices[gpuA].Process[100] != 0 {
+		t.Errorf("GPU-a processes %v", res.Devices[gpuA].Process)
+	}
+}
+
+func TestResolveWithoutPodMetadataLeavesPodProcessesUnresolved(t *testing.T) {
+	r := New(Config{
+		Kubelet: &fakeKubelet{pods: []kubernetes.PodResources{pod("ml", "a", "c", "nvidia.com/gpu", gpuA)}},
+		Procfs:  procfs(t, map[uint32]string{100: podCgroup(uidA)}),
+	})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGInstance: -1, PIDs: []uint32{100}}})
+	own := res.Devices[gpuA]
+	if len(own.Claims) != 1 || own.Claims[0].Owner.Pod != "a" {
+		t.Fatalf("claims %+v", own.Claims)
+	}
+	if _, ok := own.Process[100]; ok {
+		t.Errorf("a pod process cannot be matched without pod metadata, yet it is: %v", own.Process)
+	}
+}
+
+func TestResolveKubeletDown(t *testing.T) {
+	r := New(Config{Kubelet: &fakeKubelet{err: errors.New("connection refused")}})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGInstance: -1}})
+	if len(res.Devices[gpuA].Claims) != 0 {
+		t.Errorf("claims without a kubelet: %+v", res.Devices[gpuA].Claims)
+	}
+	if len(res.Sources) != 1 || res.Sources[0].Name != SourceKubelet || res.Sources[0].Err == nil {
+		t.Errorf("sources %+v, want the kubelet down", res.Sources)
+	}
+}
+
+func TestResolveBareMetal(t *testing.T) {
+	r := New(Config{Procfs: procfs(t, map[uint32]string{
+		10: "/system.slice/ollama.service",
+		11: "/system.slice/ollama.service",
+		20: "/user.slice/user-1000.slice/session-3.scope",
+	})})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: gpuA, MIGInstance: -1, PIDs: []uint32{10, 11, 20}},
+		{UUID: gpuB, MIGInstance: -1, PIDs: []uint32{777}}, // exited since NVML listed it
+	})
+	own := res.Devices[gpuA]
+	if len(own.Claims) != 2 {
+		t.Fatalf("claims %+v, want ollama.service and the session", own.Claims)
+	}
+	if o := own.Claims[0].Owner; o.Unit != "ollama.service" || o.User != "alice" || o.Command != "python3" || own.Claims[0].Share != 0.5 {
+		t.Errorf("first claim %+v", own.Claims[0])
+	}
+	if own.Process[10] != 0 || own.Process[11] != 0 || own.Process[20] != 1 {
+		t.Errorf("processes %v", own.Process)
+	}
+	if len(res.Devices[gpuB].Claims) != 0 {
+		t.Errorf("an exited process made an owner: %+v", res.Devices[gpuB].Claims)
+	}
+	if res.Sources[0].Err != nil {
+		t.Errorf("one vanished process is no procfs failure: %v", res.Sources[0].Err)
+	}
+}
+
+func TestResolveHiddenPIDs(t *testing.T) {
+	r := New(Config{Procfs: procfs(t, nil)})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGInstance: -1, PIDs: []uint32{10, 11}}})
+	if err := res.Sources[0].Err; err == nil || !strings.Contains(err.Error(), "hostPID") {
+		t.Errorf("procfs error %v, want one that says the host's PIDs are not visible", err)
+	}
+}
+
+// fakeBinary writes a shell script standing in for scontrol or squeue.
+func fakeBinary(t *testing.T, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestResolveSlurm(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+41) printf 'JobId=41 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:2\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:2(IDX:0-1)\n' ;;
+42) printf 'JobId=42 JobName=idle\n   UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A\n   Priority=1 Nice=0 Account=chem QOS=high\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=4-7 Mem=0 GRES=gpu:1(IDX:2)\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '41\n42\n'`)
+	r := New(Config{
+		Slurm:    &slurm.Client{Path: scontrol, SqueuePath: squeue},
+		NodeName: "node1",
+		Procfs:   procfs(t, map[uint32]string{500: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_0"}),
+	})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: "GPU-0", Index: 0, MIGInstance: -1, PIDs: []uint32{500}},
+		{UUID: "GPU-1", Index: 1, MIGInstance: -1},
+		{UUID: "GPU-2", Index: 2, MIGInstance: -1},
+		{UUID: "GPU-3", Index: 3, MIGInstance: -1},
+	})
+	for _, s := range res.Sources {
+		if s.Err != nil {
+			t.Errorf("source %s: %v", s.Name, s.Err)
+		}
+	}
+	want := map[string]Owner{
+		"GPU-0": {Kind: Slurm, SlurmJobID: "41", SlurmJobName: "train", SlurmUser: "alice", SlurmAccount: "physics", SlurmPartition: "gpu", SlurmQOS: "normal"},
+		"GPU-1": {Kind: Slurm, SlurmJobID: "41", SlurmJobName: "train", SlurmUser: "alice", SlurmAccount: "physics", SlurmPartition: "gpu", SlurmQOS: "normal"},
+		"GPU-2": {Kind: Slurm, SlurmJobID: "42", SlurmJobName: "idle", SlurmUser: "bob", SlurmAccount: "chem", SlurmPartition: "gpu", SlurmQOS: "high"},
+	}
+	for uuid, o := range want {
+		c := res.Devices[uuid].Claims
+		if len(c) != 1 || c[0].Owner.Key() != o.Key() || c[0].Owner.SlurmJobName != o.SlurmJobName {
+			t.Errorf("%s: claims %+v, want %+v", uuid, c, o)
+		}
+	}
+	if res.Devices["GPU-0"].Process[500] != 0 {
+		t.Errorf("the job's process is not matched to its claim: %v", res.Devices["GPU-0"].Process)
+	}
+	if len(res.Devices["GPU-3"].Claims) != 0 {
+		t.Errorf("GPU-3 is in no job's GRES, yet has claims %+v", res.Devices["GPU-3"].Claims)
+	}
+}
+
+func TestNormalizeBusID(t *testing.T) {
+	for in, want := range map[string]string{
+		"00000000:3B:00.0": "0000:3b:00.0",
+		"0000:3b:00.0":     "0000:3b:00.0",
+		"0001:c1:00.0":     "0001:c1:00.0",
+	} {
+		if got := normalizeBusID(in); got != want {
+			t.Errorf("normalizeBusID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

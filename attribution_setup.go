@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+	"github.com/xpu-exporter/xpu_exporter/attribution/process"
+	"github.com/xpu-exporter/xpu_exporter/attribution/slurm"
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+// attributionFlags say where owners come from. Each source switches itself
+// off, with one log line, on a node that does not have it, unless it was
+// asked for explicitly.
+type attributionFlags struct {
+	kubernetes, processes, slurm          *bool
+	podResourcesSocket, podsAPISocket     *string
+	kubeconfig, nodeName                  *string
+	resources, podLabels                  *[]string
+	procfs, rootfs                        *string
+	scontrol, squeue, slurmNode           *string
+	setPodResources, setProcfs, setSlurm  bool
+	setScontrol, setSqueue, setSlurmNodes bool
+}
+
+func addAttributionFlags(a *kingpin.Application) *attributionFlags {
+	f := &attributionFlags{}
+	f.kubernetes = a.Flag("attribution.kubernetes",
+		"Attribute devices to the Kubernetes containers they are allocated to (kubelet pod-resources API). Off when the socket does not exist.").Default("true").Bool()
+	f.podResourcesSocket = a.Flag("kubernetes.pod-resources-socket",
+		"Kubelet pod-resources API socket.").Default(kubernetes.DefaultPodResourcesSocket).IsSetByUser(&f.setPodResources).String()
+	f.podsAPISocket = a.Flag("kubernetes.pods-api-socket",
+		"Kubelet Pods API socket (Kubernetes 1.37+): pod metadata without RBAC. Used when it exists.").Default(kubernetes.DefaultPodsAPISocket).String()
+	f.kubeconfig = a.Flag("kubernetes.kubeconfig",
+		"Kubeconfig for the API server pod-metadata watch when there is no Pods API; empty uses the in-cluster configuration.").Default("").String()
+	f.nodeName = a.Flag("kubernetes.node-name",
+		"This node's name, scoping the API server watch to its pods (the chart sets NODE_NAME from the downward API).").Envar("NODE_NAME").Default("").String()
+	f.resources = a.Flag("kubernetes.resource",
+		"Extra device-plugin resource name pattern whose devices are accelerators, e.g. example.com/npu-*. Repeatable; added to "+strings.Join(kubernetes.DefaultResourcePatterns, ", ")+".").Strings()
+	f.podLabels = a.Flag("kubernetes.pod-label",
+		"Pod label copied onto xpu_workload_info as label_<name>. Repeatable.").Strings()
+	f.processes = a.Flag("attribution.processes",
+		"Attribute GPU processes to pods, Slurm jobs or systemd units through procfs (needs the host's PID namespace).").Default("true").Bool()
+	f.procfs = a.Flag("path.procfs", "procfs mountpoint.").Default("/proc").IsSetByUser(&f.setProcfs).String()
+	f.rootfs = a.Flag("path.rootfs", "rootfs mountpoint, for /etc/passwd.").Default("/").String()
+	f.slurm = a.Flag("attribution.slurm",
+		"Attribute devices to Slurm jobs (scontrol, squeue). Off when scontrol is not found.").Default("true").IsSetByUser(&f.setSlurm).Bool()
+	f.scontrol = a.Flag("slurm.scontrol-path", "scontrol binary.").Default("scontrol").IsSetByUser(&f.setScontrol).String()
+	f.squeue = a.Flag("slurm.squeue-path", "squeue binary.").Default("squeue").IsSetByUser(&f.setSqueue).String()
+	f.slurmNode = a.Flag("slurm.node-name", "This node's name in Slurm; empty means the short host name.").Default("").IsSetByUser(&f.setSlurmNodes).String()
+	return f
+}
+
+// useDemo points every source the user did not set at the demo's
+// simulated one, so that demo mode runs the real attribution code.
+func (f *attributionFlags) useDemo(a *demo.Attribution) {
+	if a.Kubelet != nil && !f.setPodResources {
+		*f.podResourcesSocket = a.Kubelet.PodResourcesSocket()
+		*f.podsAPISocket = a.Kubelet.PodsAPISocket()
+	}
+	if !f.setProcfs {
+		*f.procfs = a.Procfs
+	}
+	if a.Scontrol != "" {
+		if !f.setScontrol {
+			*f.scontrol = a.Scontrol
+		}
+		if !f.setSqueue {
+			*f.squeue = a.Squeue
+		}
+		if !f.setSlurmNodes {
+			*f.slurmNode = a.Node
+		}
+	}
+}
+
+// resolver builds the attribution resolver, and what must be closed with it.
+func (f *attributionFlags) resolver(logger *slog.Logger, passwd string) (*attribution.Resolver, func(), error) {
+	cfg := attribution.Config{Logger: logger}
+	var closers []func()
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	if *f.kubernetes {
+		if _, err := os.Stat(*f.podResourcesSocket); err != nil && !f.setPodResources {
+			logger.Info("Kubernetes attribution off: no kubelet pod-resources socket", "socket", *f.podResourcesSocket)
+		} else {
+			client, err := kubernetes.Dial(*f.podResourcesSocket)
+			if err != nil {
+				return nil, closeAll, err
+			}
+			closers = append(closers, func() { client.Close() })
+			cfg.Kubelet = client
+			patterns := append(append([]string{}, kubernetes.DefaultResourcePatterns...), *f.resources...)
+			if cfg.Resources, err = kubernetes.NewResourceMatcher(patterns...); err != nil {
+				return nil, closeAll, fmt.Errorf("--kubernetes.resource: %w", err)
+			}
+			if cfg.PodLabels, err = kubernetes.NewLabelAllowList(*f.podLabels...); err != nil {
+				return nil, closeAll, fmt.Errorf("--kubernetes.pod-label: %w", err)
+			}
+			meta, err := kubernetes.NewMetadataSource(kubernetes.MetadataConfig{
+				PodsAPISocket: *f.podsAPISocket, Kubeconfig: *f.kubeconfig, NodeName: *f.nodeName, Logger: logger,
+			})
+			if err != nil {
+				return nil, closeAll, fmt.Errorf("pod metadata: %w", err)
+			}
+			closers = append(closers, func() { meta.Close() })
+			if meta.Name() != kubernetes.SourceNone {
+				cfg.Metadata = meta
+			}
+		}
+	}
+	if *f.processes {
+		if passwd == "" {
+			passwd = filepath.Join(*f.rootfs, "etc", "passwd")
+		}
+		cfg.Procfs = &process.Reader{Root: *f.procfs, PasswdPath: passwd}
+	}
+	if *f.slurm {
+		if _, err := exec.LookPath(*f.scontrol); err != nil && !f.setSlurm && !f.setScontrol {
+			logger.Debug("Slurm attribution off: scontrol not found", "path", *f.scontrol)
+		} else {
+			cfg.Slurm = &slurm.Client{Path: *f.scontrol, SqueuePath: *f.squeue}
+			cfg.NodeName = *f.slurmNode
+			if cfg.NodeName == "" {
+				host, err := os.Hostname()
+				if err != nil {
+					return nil, closeAll, fmt.Errorf("slurm node name: %w", err)
+				}
+				cfg.NodeName, _, _ = strings.Cut(host, ".")
+			}
+			logger.Info("Slurm attribution on", "scontrol", *f.scontrol, "node", cfg.NodeName)
+		}
+	}
+	if cfg.Kubelet == nil && cfg.Procfs == nil && cfg.Slurm == nil {
+		return nil, closeAll, nil
+	}
+	return attribution.New(cfg), closeAll, nil
+}
+
+// node is this node's name, for /devices.
+func (f *attributionFlags) node() string {
+	for _, n := range []string{*f.nodeName, *f.slurmNode} {
+		if n != "" {
+			return n
+		}
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return host
+}

@@ -1,0 +1,187 @@
+package collector
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
+)
+
+func init() {
+	registerCollector("attribution", true, "Who uses each device: the xpu_workload_* families and attribution self-metrics", newAttributionCollector)
+}
+
+var (
+	deviceOwners      = gauge("device_owners", "Number of owners (containers, Slurm jobs, units) of the device.")
+	workloadInfo      = gauge("workload_info", "An owner of a device on this node, with its descriptive labels; always 1.")
+	workloadAllocated = gauge("workload_allocated_devices", "Devices allocated to the owner: 1 for a whole device, 1/N for one of N time-slicing replicas, the slice fraction of a MIG instance.")
+	workloadMemory    = gauge("workload_memory_used_bytes", "Device memory used by the owner's processes.")
+	workloadUtil      = gauge("workload_utilization_ratio", "The owner's part of the device's utilization, split by per-process samples; the parts of a device add up to xpu_utilization_ratio.")
+	sourceUp          = gauge("attribution_source_up", "1 if the attribution source answered in this scrape, 0 if not (owner labels from it are missing).")
+)
+
+type attributionCollector struct {
+	podLabels []string
+}
+
+func newAttributionCollector(cfg Config) (Collector, error) {
+	c := &attributionCollector{}
+	if cfg.Attribution != nil {
+		for _, n := range cfg.Attribution.PodLabelNames() {
+			c.podLabels = append(c.podLabels, "label_"+n)
+		}
+	}
+	return c, nil
+}
+
+func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
+	if len(snap.Attribution) == 0 {
+		return nil // attribution is off
+	}
+	e := emitter{ch: ch}
+	for _, s := range snap.Attribution {
+		e.emit(sourceUp, labels{names: []string{"source"}, values: []string{s.Name}}, boolValue(s.Err == nil))
+	}
+	owners := map[string]attribution.Owner{}
+	for _, d := range snap.Devices {
+		if d.UUID == "" {
+			continue
+		}
+		id := identityLabels(d)
+		e.emit(deviceOwners, id, float64(len(d.Claims)))
+		for _, cl := range d.Claims {
+			owners[cl.Owner.Key()] = cl.Owner
+			if cl.Share > 0 {
+				share := cl.Share
+				if d.MIG != nil && d.MIG.Fraction > 0 {
+					share *= d.MIG.Fraction
+				}
+				e.emit(workloadAllocated, id.withOwner(cl.Owner), share)
+			}
+		}
+		for _, u := range d.Usage() {
+			l := id.with("workload_kind", "unattributed")
+			if u.Owner != nil {
+				l = id.withOwner(*u.Owner)
+			}
+			if u.MemoryUsed != nil {
+				e.emit(workloadMemory, l, *u.MemoryUsed)
+			}
+			if u.Utilization != nil {
+				e.emit(workloadUtil, l, *u.Utilization)
+			}
+		}
+	}
+	for _, o := range owners {
+		e.emit(workloadInfo, c.infoLabels(o), 1)
+	}
+	return nil
+}
+
+// infoLabels are the owner labels plus what describes an owner but would
+// multiply series if it were on every one: allow-listed pod labels, the
+// Slurm job name.
+func (c *attributionCollector) infoLabels(o attribution.Owner) labels {
+	l := labels{}.withOwner(o)
+	switch o.Kind {
+	case attribution.Kubernetes:
+		for i, name := range c.podLabels {
+			if i < len(o.PodLabels) && o.PodLabels[i] != "" {
+				l = l.with(name, o.PodLabels[i])
+			}
+		}
+	case attribution.Slurm:
+		if o.SlurmJobName != "" {
+			l = l.with("slurm_job_name", o.SlurmJobName)
+		}
+	}
+	return l
+}
+
+// Usage is one party's part of a device: an owner, or the processes that
+// belong to none (Owner nil).
+type Usage struct {
+	Owner *attribution.Owner
+	// MemoryUsed and Utilization are nil where the split cannot be made.
+	MemoryUsed  *float64
+	Utilization *float64
+}
+
+// Usage divides the device's memory and utilization between its owners and
+// the processes that belong to none. Owners without processes get 0: that
+// is what an allocated but idle device looks like. Where the split cannot
+// be made right (processes whose owner is unknown, no per-process samples on
+// a busy shared device) it is left out rather than guessed. A GPU in MIG
+// mode has none: its instances carry the usage.
+func (d *Device) Usage() []Usage {
+	unattributed := hasUnattributed(d)
+	if d.HasMIG || (len(d.Claims) == 0 && !unattributed) {
+		return nil
+	}
+	parties := make([]Usage, 0, len(d.Claims)+1)
+	for i := range d.Claims {
+		parties = append(parties, Usage{Owner: &d.Claims[i].Owner})
+	}
+	if unattributed {
+		parties = append(parties, Usage{})
+	}
+	// party maps a process's owner index to its place in parties.
+	party := func(i int) int {
+		if i == attribution.Unattributed {
+			return len(d.Claims)
+		}
+		return i
+	}
+	sole := len(d.Claims) == 1 && !unattributed
+	resolved, memKnown := true, true
+	mem := make([]float64, len(parties))
+	util := make([]float64, len(parties))
+	utilTotal := 0.0
+	for _, p := range d.Processes {
+		i, ok := d.ProcessOwner[p.PID]
+		if !ok {
+			resolved = false
+			continue
+		}
+		if p.MemoryUsed != nil {
+			mem[party(i)] += float64(*p.MemoryUsed)
+		} else {
+			memKnown = false
+		}
+		if p.Utilization != nil {
+			util[party(i)] += *p.Utilization
+			utilTotal += *p.Utilization
+		}
+	}
+	for i := range parties {
+		switch {
+		case sole && d.MemoryUsed != nil:
+			parties[i].MemoryUsed = d.MemoryUsed
+		case resolved && memKnown:
+			parties[i].MemoryUsed = &mem[i]
+		}
+		if d.Utilization == nil {
+			continue
+		}
+		switch {
+		case sole:
+			parties[i].Utilization = d.Utilization
+		case resolved && utilTotal > 0:
+			v := *d.Utilization * util[i] / utilTotal
+			parties[i].Utilization = &v
+		case resolved && *d.Utilization == 0:
+			parties[i].Utilization = &util[i]
+		}
+	}
+	return parties
+}
+
+func hasUnattributed(d *Device) bool {
+	for _, i := range d.ProcessOwner {
+		if i == attribution.Unattributed {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,307 @@
+package demo
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
+)
+
+// SlurmSpec is the Slurm side of a scenario: the jobs running on the node.
+type SlurmSpec struct {
+	// Node is the node's name in Slurm; default the scenario's node.
+	Node string    `yaml:"node"`
+	Jobs []JobSpec `yaml:"jobs"`
+}
+
+// JobSpec is a running Slurm job.
+type JobSpec struct {
+	ID        string `yaml:"id"`
+	Name      string `yaml:"name"`
+	User      string `yaml:"user"`
+	Account   string `yaml:"account"`
+	Partition string `yaml:"partition"`
+	QOS       string `yaml:"qos"`
+	// GPUs are the GRES indices the job holds on the node.
+	GPUs []int `yaml:"gpus"`
+}
+
+// kubernetesFixture decodes the scenario's kubernetes section with the fake
+// kubelet's own (JSON-tagged) schema, strictly.
+func kubernetesFixture(n *yaml.Node, node string) (*kubelettest.Fixture, error) {
+	if n == nil || n.Kind == 0 {
+		return nil, nil
+	}
+	b, err := yaml.Marshal(n)
+	if err != nil {
+		return nil, err
+	}
+	var f kubelettest.Fixture
+	if err := sigsyaml.UnmarshalStrict(b, &f); err != nil {
+		return nil, err
+	}
+	if f.Node == "" {
+		f.Node = node
+	}
+	return &f, f.Validate()
+}
+
+func (s *Scenario) validateOwners() []error {
+	var errs []error
+	jobs := map[string]bool{}
+	if s.Slurm != nil {
+		for i, j := range s.Slurm.Jobs {
+			if j.ID == "" || strings.Trim(j.ID, "0123456789") != "" {
+				errs = append(errs, fmt.Errorf("slurm.jobs[%d].id: %q is not a numeric job ID", i, j.ID))
+			}
+			if j.User == "" {
+				errs = append(errs, fmt.Errorf("slurm.jobs[%d].user: missing", i))
+			}
+			for _, g := range j.GPUs {
+				if g < 0 || g >= len(s.Devices) {
+					errs = append(errs, fmt.Errorf("slurm.jobs[%d].gpus: %d is not a device index", i, g))
+				}
+			}
+			jobs[j.ID] = true
+		}
+	}
+	pods := map[string]bool{}
+	if s.kube != nil {
+		for _, p := range s.kube.Pods {
+			pods[p.Namespace+"/"+p.Name] = true
+		}
+	}
+	for i, d := range s.Devices {
+		procs := slices.Clone(d.Processes)
+		for _, m := range d.MIG {
+			procs = append(procs, m.Processes...)
+		}
+		for _, p := range procs {
+			where := fmt.Sprintf("devices[%d]: process %d", i, p.PID)
+			set := 0
+			for _, v := range []string{p.Pod, p.SlurmJob, p.Unit} {
+				if v != "" {
+					set++
+				}
+			}
+			switch {
+			case set > 1:
+				errs = append(errs, fmt.Errorf("%s: runs in one of pod, slurm_job and unit, not several", where))
+			case p.Pod != "" && !pods[p.Pod]:
+				errs = append(errs, fmt.Errorf("%s: pod %q is not in kubernetes.pods (write it namespace/name)", where, p.Pod))
+			case p.SlurmJob != "" && !jobs[p.SlurmJob]:
+				errs = append(errs, fmt.Errorf("%s: slurm_job %q is not in slurm.jobs", where, p.SlurmJob))
+			}
+		}
+	}
+	return errs
+}
+
+// Attribution is what a scenario's owners look like to the exporter's
+// attribution sources, laid out in a directory: a fake kubelet's sockets, a
+// procfs tree with the processes' cgroups, and scontrol and squeue scripts.
+type Attribution struct {
+	Kubelet  *kubelettest.Server // nil without pods
+	Procfs   string
+	Passwd   string
+	Scontrol string // "" without Slurm jobs
+	Squeue   string
+	Node     string
+	dir      string
+}
+
+// Close stops the fake kubelet and removes the directory.
+func (a *Attribution) Close() {
+	if a.Kubelet != nil {
+		a.Kubelet.Stop()
+	}
+	os.RemoveAll(a.dir)
+}
+
+// StartAttribution lays the scenario's owners out in a new temporary
+// directory and starts the fake kubelet.
+func (s *Scenario) StartAttribution() (*Attribution, error) {
+	// Unix socket paths are short: the directory must be too.
+	dir, err := os.MkdirTemp("", "xpu-demo-")
+	if err != nil {
+		return nil, err
+	}
+	a := &Attribution{dir: dir, Procfs: filepath.Join(dir, "proc"), Passwd: filepath.Join(dir, "passwd"), Node: s.Node}
+	if err := s.writeProcfs(a.Procfs, a.Passwd); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("demo procfs: %w", err)
+	}
+	if s.Slurm != nil && len(s.Slurm.Jobs) > 0 {
+		if s.Slurm.Node != "" {
+			a.Node = s.Slurm.Node
+		}
+		if a.Scontrol, a.Squeue, err = s.writeSlurm(dir, a.Node); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("demo slurm: %w", err)
+		}
+	}
+	if s.kube != nil {
+		if a.Kubelet, err = kubelettest.New(filepath.Join(dir, "kubelet"), s.kube); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("demo kubelet: %w", err)
+		}
+	}
+	return a, nil
+}
+
+// users maps the scenario's user names to uids, root first.
+func (s *Scenario) users() map[string]int {
+	uids := map[string]int{"root": 0}
+	next := 1000
+	add := func(u string) {
+		if _, ok := uids[u]; !ok && u != "" {
+			uids[u] = next
+			next++
+		}
+	}
+	for _, d := range s.Devices {
+		for _, p := range d.Processes {
+			add(p.User)
+		}
+		for _, m := range d.MIG {
+			for _, p := range m.Processes {
+				add(p.User)
+			}
+		}
+	}
+	if s.Slurm != nil {
+		for _, j := range s.Slurm.Jobs {
+			add(j.User)
+		}
+	}
+	return uids
+}
+
+func (s *Scenario) writeProcfs(root, passwd string) error {
+	uids := s.users()
+	var pw strings.Builder
+	for name, uid := range uids {
+		fmt.Fprintf(&pw, "%s:x:%d:%d::/home/%s:/bin/bash\n", name, uid, uid, name)
+	}
+	if err := os.WriteFile(passwd, []byte(pw.String()), 0o644); err != nil {
+		return err
+	}
+	podUIDs := map[string]string{}
+	if s.kube != nil {
+		for _, p := range s.kube.Pods {
+			podUIDs[p.Namespace+"/"+p.Name] = p.UID
+		}
+	}
+	jobUsers := map[string]string{}
+	if s.Slurm != nil {
+		for _, j := range s.Slurm.Jobs {
+			jobUsers[j.ID] = j.User
+		}
+	}
+	write := func(p ProcessSpec) error {
+		dir := filepath.Join(root, fmt.Sprint(p.PID))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		user := p.User
+		var cgroup string
+		switch {
+		case p.Pod != "":
+			uid := strings.ReplaceAll(podUIDs[p.Pod], "-", "_")
+			cgroup = fmt.Sprintf("/kubepods.slice/kubepods-pod%s.slice/cri-containerd-%064x.scope", uid, p.PID)
+		case p.SlurmJob != "":
+			cgroup = fmt.Sprintf("/system.slice/slurmstepd.scope/job_%s/step_0/user/task_0", p.SlurmJob)
+			if user == "" {
+				user = jobUsers[p.SlurmJob]
+			}
+		case p.Unit != "":
+			cgroup = "/system.slice/" + p.Unit
+		default:
+			cgroup = "/user.slice/user-0.slice/session-1.scope"
+		}
+		if user == "" {
+			user = "root"
+		}
+		comm := p.Command
+		if comm == "" {
+			comm = "python3"
+		}
+		files := map[string]string{
+			"cgroup":  "0::" + cgroup + "\n",
+			"status":  fmt.Sprintf("Name:\t%s\nState:\tS (sleeping)\nPid:\t%d\nUid:\t%d\t%d\t%d\t%d\n", comm, p.PID, uids[user], uids[user], uids[user], uids[user]),
+			"comm":    comm + "\n",
+			"environ": "PATH=/usr/bin\x00",
+		}
+		if p.SlurmJob != "" {
+			files["environ"] = "SLURM_JOB_ID=" + p.SlurmJob + "\x00PATH=/usr/bin\x00"
+		}
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var errs []error
+	for _, d := range s.Devices {
+		for _, p := range d.Processes {
+			errs = append(errs, write(p))
+		}
+		for _, m := range d.MIG {
+			for _, p := range m.Processes {
+				errs = append(errs, write(p))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// writeSlurm writes scontrol and squeue stand-ins that answer as Slurm
+// 22.05 does: no --json, the text form of `show job --details`.
+func (s *Scenario) writeSlurm(dir, node string) (scontrol, squeue string, err error) {
+	var cases strings.Builder
+	var ids []string
+	for _, j := range s.Slurm.Jobs {
+		ids = append(ids, j.ID)
+		idx := make([]string, len(j.GPUs))
+		for i, g := range j.GPUs {
+			idx[i] = fmt.Sprint(g)
+		}
+		account, qos, partition := or(j.Account, "(null)"), or(j.QOS, "normal"), or(j.Partition, "gpu")
+		fmt.Fprintf(&cases, "%s) cat <<'EOF'\n", j.ID)
+		fmt.Fprintf(&cases, "JobId=%s JobName=%s\n   UserId=%s(1000) GroupId=%s(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=%s QOS=%s\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=%s AllocNode:Sid=%s:1\n   NodeList=%s\n   BatchHost=%s\n",
+			j.ID, or(j.Name, "job"), j.User, j.User, account, qos, partition, node, node, node)
+		if len(idx) > 0 {
+			fmt.Fprintf(&cases, "   JOB_GRES=gpu:%d\n     Nodes=%s CPU_IDs=0-7 Mem=0 GRES=gpu:%d(IDX:%s)\n", len(idx), node, len(idx), strings.Join(idx, ","))
+		}
+		cases.WriteString("EOF\n;;\n")
+	}
+	scontrol = filepath.Join(dir, "scontrol")
+	script := "#!/bin/sh\n# The demo's stand-in for Slurm 22.05's scontrol.\n" +
+		"case \"$1\" in --json) echo \"scontrol: unrecognized option '--json'\" >&2; exit 1 ;; listpids) echo 'No job steps exist on this node.' >&2; exit 1 ;; esac\n" +
+		"for last; do :; done\ncase \"$last\" in\n" + cases.String() +
+		"*) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1 ;;\nesac\n"
+	if err := os.WriteFile(scontrol, []byte(script), 0o755); err != nil {
+		return "", "", err
+	}
+	squeue = filepath.Join(dir, "squeue")
+	body := "#!/bin/sh\n# The demo's stand-in for squeue: the node's running jobs.\n"
+	for _, id := range ids {
+		body += "echo " + id + "\n"
+	}
+	return scontrol, squeue, os.WriteFile(squeue, []byte(body), 0o755)
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
