@@ -38,6 +38,21 @@ const (
 	maxReconnectDelay = 5 * time.Second
 )
 
+// podResourcesServiceConfig retries the read-only pod-resources calls once
+// they fail as UNAVAILABLE. A call made just as the kubelet restarts can
+// be sent on the connection that is going away; the retry goes out on the
+// new one, within the same deadline.
+const podResourcesServiceConfig = `{"methodConfig": [{
+	"name": [{"service": "v1.PodResourcesLister"}],
+	"retryPolicy": {
+		"maxAttempts": 3,
+		"initialBackoff": "0.05s",
+		"maxBackoff": "0.2s",
+		"backoffMultiplier": 2,
+		"retryableStatusCodes": ["UNAVAILABLE"]
+	}
+}]}`
+
 // PodResources is one pod's device allocations, as the kubelet reports them.
 type PodResources struct {
 	Namespace  string
@@ -84,7 +99,7 @@ func WithCallTimeout(d time.Duration) Option {
 // Dial returns a Client for the pod-resources socket at socketPath. It does
 // not connect: a missing socket shows as an error of the first call.
 func Dial(socketPath string, opts ...Option) (*Client, error) {
-	conn, err := dialUnix(socketPath)
+	conn, err := dialUnix(socketPath, grpc.WithDefaultServiceConfig(podResourcesServiceConfig))
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources socket %q: %w", socketPath, err)
 	}
@@ -187,7 +202,7 @@ func waitReady(ctx context.Context, conn *grpc.ClientConn, d time.Duration) {
 
 // dialUnix makes a lazy gRPC connection to a unix socket. Nothing blocks
 // here: connecting happens on the first call, under that call's deadline.
-func dialUnix(socketPath string) (*grpc.ClientConn, error) {
+func dialUnix(socketPath string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if socketPath == "" {
 		return nil, errors.New("no socket path")
 	}
@@ -197,9 +212,9 @@ func dialUnix(socketPath string) (*grpc.ClientConn, error) {
 	}
 	bc := backoff.DefaultConfig
 	bc.MaxDelay = maxReconnectDelay
-	return grpc.NewClient("unix://"+abs,
+	return grpc.NewClient("unix://"+abs, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReceiveBytes)),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: time.Second}),
-	)
+	}, opts...)...)
 }

@@ -271,6 +271,18 @@ func TestClientKubeletRestart(t *testing.T) {
 	if len(pods) != 3 {
 		t.Errorf("got %d pods, want 3", len(pods))
 	}
+
+	// A restart between two calls, too quick for the client to have seen
+	// the connection close.
+	for range 5 {
+		k.Stop()
+		if err := k.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.List(ctx); err != nil {
+			t.Fatalf("List right after a quick kubelet restart: %v", err)
+		}
+	}
 }
 
 func TestClientNoKubelet(t *testing.T) {

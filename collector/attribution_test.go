@@ -1,0 +1,269 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+	"github.com/xpu-exporter/xpu_exporter/attribution/process"
+	"github.com/xpu-exporter/xpu_exporter/attribution/slurm"
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+// newAttributedExporter runs the default demo scenario with its simulated
+// kubelet, procfs and Slurm, through the real attribution code.
+func newAttributedExporter(t testing.TB) *Exporter {
+	t.Helper()
+	return newAttributedExporterFor(t, demo.Default())
+}
+
+func newAttributedExporterFor(t testing.TB, s *demo.Scenario) *Exporter {
+	t.Helper()
+	sim, err := s.StartAttribution()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	client, err := kubernetes.Dial(sim.Kubelet.PodResourcesSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	meta, err := kubernetes.StartPodsAPISource(sim.Kubelet.PodsAPISocket(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { meta.Close() })
+	// The Pods API cache fills from a watch: wait for it, bounded.
+	for deadline := time.Now().Add(10 * time.Second); meta.Healthy() != nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	labels, _ := kubernetes.NewLabelAllowList("team")
+	cfg := attribution.Config{
+		Kubelet:   client,
+		Metadata:  meta,
+		PodLabels: labels,
+		Procfs:    &process.Reader{Root: sim.Procfs, PasswdPath: sim.Passwd},
+	}
+	if sim.Scontrol != "" {
+		cfg.Slurm, cfg.NodeName = &slurm.Client{Path: sim.Scontrol, SqueuePath: sim.Squeue}, sim.Node
+	}
+	resolver := attribution.New(cfg)
+	states := map[string]bool{}
+	for name := range factories {
+		states[name] = name == "nvidia" || name == "attribution"
+	}
+	if err := Enable(states); err != nil {
+		t.Fatal(err)
+	}
+	now := testNow
+	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return now }), Attribution: resolver, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// sample returns the value of the one series of family whose label set
+// contains all of matchers.
+func sample(t *testing.T, text, family string, matchers ...string) float64 {
+	t.Helper()
+	var found []float64
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, family+"{") {
+			continue
+		}
+		ok := true
+		for _, m := range matchers {
+			ok = ok && strings.Contains(line, m)
+		}
+		if ok {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found = append(found, v)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s%v: %d series, want 1", family, matchers, len(found))
+	}
+	return found[0]
+}
+
+func TestAttributionOnTheDemoNode(t *testing.T) {
+	e := newAttributedExporter(t)
+	out := scrapeText(t, e, 10*time.Second)
+	gpu2 := `uuid="GPU-2b149611-0000-4000-8000-000000000002"`
+
+	t.Run("time-sliced pods split the device", func(t *testing.T) {
+		device := sample(t, out, "xpu_utilization_ratio", gpu2)
+		var sum float64
+		parts := map[string]float64{}
+		for _, who := range []string{`pod="jupyter-alice"`, `pod="jupyter-bob"`, `pod="gpu-health-probe-7xk2m"`, `workload_kind="unattributed"`} {
+			parts[who] = sample(t, out, "xpu_workload_utilization_ratio", gpu2, who)
+			sum += parts[who]
+		}
+		if math.Abs(sum-device) > 1e-9 {
+			t.Errorf("per-owner utilization sums to %v, the device is at %v", sum, device)
+		}
+		if !(parts[`pod="jupyter-alice"`] > parts[`pod="jupyter-bob"`] && parts[`pod="jupyter-bob"`] > parts[`pod="gpu-health-probe-7xk2m"`]) {
+			t.Errorf("the pods' loads differ (alice > bob > probe) but their parts are %v", parts)
+		}
+		for _, who := range []string{`pod="jupyter-alice"`, `pod="jupyter-bob"`, `pod="gpu-health-probe-7xk2m"`} {
+			if v := sample(t, out, "xpu_workload_allocated_devices", gpu2, who); v != 0.25 {
+				t.Errorf("%s holds %v of the GPU, want 1/4 (4 replicas advertised)", who, v)
+			}
+		}
+		// The host daemon's memory is shown apart, not added to a pod.
+		if v := sample(t, out, "xpu_workload_memory_used_bytes", gpu2, `workload_kind="unattributed"`); v != 256<<20 {
+			t.Errorf("unattributed memory %v, want 256 MiB", v)
+		}
+	})
+
+	t.Run("shared devices carry no owner labels", func(t *testing.T) {
+		for _, family := range []string{"xpu_utilization_ratio", "xpu_memory_used_bytes", "xpu_power_watts"} {
+			re := regexp.MustCompile(`(?m)^` + family + `\{[^}]*` + regexp.QuoteMeta(gpu2) + `[^}]*\}`)
+			lines := re.FindAllString(out, -1)
+			if len(lines) != 1 {
+				t.Errorf("%s: %d series for the shared GPU, want 1: %v", family, len(lines), lines)
+			}
+			if len(lines) == 1 && strings.Contains(lines[0], "pod=") {
+				t.Errorf("%s of a shared GPU carries an owner: %s", family, lines[0])
+			}
+		}
+	})
+
+	t.Run("MIG instances carry their own pods", func(t *testing.T) {
+		for uuid, pod := range map[string]string{
+			"MIG-2b149611-0004-4000-8000-000000000000": "raycluster-llm-gpu-group-worker-q8n4d",
+			"MIG-2b149611-0004-4000-8000-000000000001": "nightly-eval-29480160-5sx8k",
+			"MIG-2b149611-0004-4000-8000-000000000002": "bert-finetune-worker-0",
+		} {
+			sample(t, out, "xpu_memory_used_bytes", `uuid="`+uuid+`"`, `pod="`+pod+`"`)
+		}
+		if v := sample(t, out, "xpu_workload_allocated_devices", `pod="raycluster-llm-gpu-group-worker-q8n4d"`); math.Abs(v-3.0/7) > 1e-9 {
+			t.Errorf("a 3g instance is 3/7 of the GPU, got %v", v)
+		}
+	})
+
+	t.Run("Slurm job, systemd unit, unowned GPU", func(t *testing.T) {
+		sample(t, out, "xpu_utilization_ratio", `gpu="5"`, `slurm_job_id="4242"`, `slurm_user="carol"`, `slurm_account="nlp-research"`, `slurm_partition="gpu"`, `slurm_qos="high"`)
+		sample(t, out, "xpu_utilization_ratio", `gpu="6"`, `unit="ollama.service"`, `user="ollama"`, `command="ollama"`)
+		if v := sample(t, out, "xpu_device_owners", `gpu="7"`); v != 0 {
+			t.Errorf("GPU 7 has %v owners, want 0", v)
+		}
+		line := regexp.MustCompile(`(?m)^xpu_utilization_ratio\{[^}]*gpu="7"[^}]*\}`).FindString(out)
+		if regexp.MustCompile(`(namespace|pod|slurm_job_id|unit)=`).MatchString(line) {
+			t.Errorf("an unowned GPU has owner labels: %s", line)
+		}
+	})
+
+	t.Run("workload info and sources", func(t *testing.T) {
+		sample(t, out, "xpu_workload_info", `pod="llm-serve-7d9f8b6c5d-x2k4q"`, `workload="llm-serve"`, `workload_kind="Deployment"`, `label_team="search-ranking"`)
+		sample(t, out, "xpu_workload_info", `slurm_job_name="train-llama"`)
+		for _, src := range []string{"kubelet", "kubelet-pods-api", "procfs", "slurm"} {
+			if v := sample(t, out, "xpu_attribution_source_up", `source="`+src+`"`); v != 1 {
+				t.Errorf("source %s down", src)
+			}
+		}
+	})
+}
+
+// BenchmarkScrapeAttributed is one scrape of the demo node with attribution:
+// NVML reads, kubelet gRPC calls, procfs and the Slurm cache.
+func BenchmarkScrapeAttributed(b *testing.B) {
+	e := newAttributedExporter(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if snap := e.Snapshot(ctx); snap == nil || len(snap.Devices) == 0 {
+			b.Fatal("no snapshot")
+		}
+		cancel()
+	}
+}
+
+// sharedScenario is 8 GPUs, each time-sliced between 8 pods, running 1,000
+// processes in all.
+func sharedScenario(tb testing.TB) *demo.Scenario {
+	var y strings.Builder
+	y.WriteString("node: bench-node\ndefaults:\n  model: NVIDIA H100 80GB HBM3\n  memory_total: 80GiB\n  metrics: {utilization: 0.9, memory_utilization: 0.5, memory_used: 70GiB, temperature: 60, power: 500}\ndevices:\n")
+	pid := 10000
+	for gpu := range 8 {
+		y.WriteString("  - processes:\n")
+		for p := range 125 {
+			fmt.Fprintf(&y, "      - {pid: %d, pod: bench/pod-%d-%d, memory_used: 512MiB, utilization: 0.007}\n", pid, gpu, p%8)
+			pid++
+		}
+	}
+	y.WriteString("kubernetes:\n  pods:\n")
+	for gpu := range 8 {
+		for p := range 8 {
+			fmt.Fprintf(&y, "    - {namespace: bench, name: pod-%d-%d, uid: %08d-0000-4000-8000-%012d, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [\"GPU-%08x-0000-4000-8000-%012x::%d\"]}]}]}\n",
+				gpu, p, gpu*8+p, gpu*8+p, hashNode("bench-node"), gpu, p)
+		}
+	}
+	s, err := demo.Parse([]byte(y.String()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// hashNode is how the demo derives GPU UUIDs from the node name.
+func hashNode(s string) uint32 {
+	var h uint32 = 2166136261
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
+	}
+	return h
+}
+
+// BenchmarkScrapeShared is one scrape of 8 GPUs shared by 64 pods with
+// 1,000 processes: the attribution path at its busiest.
+func BenchmarkScrapeShared(b *testing.B) {
+	e := newAttributedExporterFor(b, sharedScenario(b))
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(e.Bind(ctx))
+		if _, err := reg.Gather(); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+	}
+}
+
+func TestSharedScenarioAttributesEveryProcess(t *testing.T) {
+	e := newAttributedExporterFor(t, sharedScenario(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	snap := e.Snapshot(ctx)
+	procs := 0
+	for _, d := range snap.Devices {
+		if len(d.Claims) != 8 {
+			t.Errorf("GPU %s: %d owners, want 8", d.Index, len(d.Claims))
+		}
+		for _, i := range d.ProcessOwner {
+			if i < 0 {
+				t.Errorf("GPU %s: a pod's process is unattributed", d.Index)
+			}
+			procs++
+		}
+	}
+	if procs != 1000 {
+		t.Errorf("%d processes attributed, want 1000", procs)
+	}
+}
