@@ -29,12 +29,13 @@ type attributionFlags struct {
 	scontrol, squeue, slurmNode           *string
 	setPodResources, setProcfs, setSlurm  bool
 	setScontrol, setSqueue, setSlurmNodes bool
+	setKubernetes                         bool
 }
 
 func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 	f := &attributionFlags{}
 	f.kubernetes = a.Flag("attribution.kubernetes",
-		"Attribute devices to the Kubernetes containers they are allocated to (kubelet pod-resources API). Off when the socket does not exist.").Default("true").Bool()
+		"Attribute devices to the Kubernetes containers they are allocated to (kubelet pod-resources API). Off when the socket does not exist.").Default("true").IsSetByUser(&f.setKubernetes).Bool()
 	f.podResourcesSocket = a.Flag("kubernetes.pod-resources-socket",
 		"Kubelet pod-resources API socket.").Default(kubernetes.DefaultPodResourcesSocket).IsSetByUser(&f.setPodResources).String()
 	f.podsAPISocket = a.Flag("kubernetes.pods-api-socket",
@@ -60,11 +61,20 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 }
 
 // useDemo points every source the user did not set at the demo's
-// simulated one, so that demo mode runs the real attribution code.
+// simulated one, so that demo mode runs the real attribution code, and
+// switches off the sources the scenario does not simulate: a demo must not
+// mix in the machine it runs on unless asked to.
 func (f *attributionFlags) useDemo(a *demo.Attribution) {
-	if a.Kubelet != nil && !f.setPodResources {
+	switch {
+	case f.setPodResources || f.setKubernetes:
+	case a.Kubelet != nil:
 		*f.podResourcesSocket = a.Kubelet.PodResourcesSocket()
 		*f.podsAPISocket = a.Kubelet.PodsAPISocket()
+	default:
+		*f.kubernetes = false
+	}
+	if a.Scontrol == "" && !f.setSlurm && !f.setScontrol {
+		*f.slurm = false
 	}
 	if !f.setProcfs {
 		*f.procfs = a.Procfs

@@ -98,9 +98,11 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	}
 
 	var kube map[string][]Claim
+	kubeDown := false
 	if r.cfg.Kubelet != nil {
 		var err error
 		kube, err = r.kubernetesClaims(ctx, devices)
+		kubeDown = kube == nil
 		res.Sources = append(res.Sources, Source{Name: SourceKubelet, Err: err})
 		if r.cfg.Metadata != nil {
 			res.Sources = append(res.Sources, Source{Name: r.cfg.Metadata.Name(), Err: r.cfg.Metadata.Healthy()})
@@ -116,7 +118,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 
 	for _, d := range devices {
 		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || gres[d.Index] != nil {
-			r.attribute(res.Devices[d.UUID], d, procs, kube[d.UUID], jobs, gres)
+			r.attribute(res.Devices[d.UUID], d, procs, kube[d.UUID], kubeDown, jobs, gres)
 		}
 	}
 	r.mu.Lock()
@@ -143,8 +145,10 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 // attribute decides the owners of one device and which process runs for
 // which of them. Allocation decides: Kubernetes' pod-resources, else the
 // Slurm jobs whose GRES hold the device; only without either are owners
-// taken from the processes themselves.
-func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo, kube []Claim, jobs map[string]slurm.Job, gres map[int][]string) {
+// taken from the processes themselves. On Kubernetes only the kubelet makes
+// a pod an owner: while it is down (kubeDown), pod processes stay unresolved
+// rather than guessed at.
+func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo, kube []Claim, kubeDown bool, jobs map[string]slurm.Job, gres map[int][]string) {
 	switch {
 	case len(kube) > 0:
 		own.Claims = kube
@@ -160,19 +164,23 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			continue
 		}
 		owner, known := r.processOwner(p, jobs)
-		if !known {
+		if !known || (kubeDown && owner.Kind == Kubernetes) {
 			continue
 		}
 		i := slices.IndexFunc(own.Claims, func(c Claim) bool { return sameOwner(c.Owner, owner) })
 		switch {
 		case i >= 0:
 			own.Process[pid] = i
-		case allocated && owner.Kind != Slurm:
+		case (allocated && owner.Kind != Slurm) || (owner.Kind == Kubernetes && r.cfg.Kubelet != nil):
 			// A process outside the allocation (a host daemon, a pod that
 			// did not request the GPU) is shown apart, never added to an
 			// owner; a job's own processes make it an owner, though,
 			// whether or not Slurm gave it the device through GRES.
+			// Where the kubelet answers, only it makes pods owners.
 			own.Process[pid] = Unattributed
+		case kubeDown:
+			// Every device looks unallocated while the kubelet is down: a
+			// host daemon must not become the owner of a pod's GPU.
 		default:
 			own.Claims = append(own.Claims, Claim{Owner: owner, Share: 1})
 			own.Process[pid] = len(own.Claims) - 1

@@ -167,12 +167,24 @@ func TestResolveWithoutPodMetadataLeavesPodProcessesUnresolved(t *testing.T) {
 }
 
 func TestResolveKubeletDown(t *testing.T) {
-	r := New(Config{Kubelet: &fakeKubelet{err: errors.New("connection refused")}})
-	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGInstance: -1}})
-	if len(res.Devices[gpuA].Claims) != 0 {
-		t.Errorf("claims without a kubelet: %+v", res.Devices[gpuA].Claims)
+	r := New(Config{
+		Kubelet:  &fakeKubelet{err: errors.New("connection refused")},
+		Metadata: fakeMetadata{uidA: {UID: uidA, Namespace: "ml", Name: "train-a"}},
+		Procfs:   procfs(t, map[uint32]string{100: podCgroup(uidA), 900: "/system.slice/nvidia-dcgm.service"}),
+	})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGInstance: -1, PIDs: []uint32{100, 900}}})
+	// Without the allocation, neither the pod's process nor a host daemon
+	// may make an owner.
+	if own := res.Devices[gpuA]; len(own.Claims) != 0 || len(own.Process) != 0 {
+		t.Errorf("claims %+v, processes %v without a kubelet; want none", own.Claims, own.Process)
 	}
-	if len(res.Sources) != 1 || res.Sources[0].Name != SourceKubelet || res.Sources[0].Err == nil {
+	var kubelet *Source
+	for i := range res.Sources {
+		if res.Sources[i].Name == SourceKubelet {
+			kubelet = &res.Sources[i]
+		}
+	}
+	if kubelet == nil || kubelet.Err == nil {
 		t.Errorf("sources %+v, want the kubelet down", res.Sources)
 	}
 }

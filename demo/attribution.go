@@ -53,6 +53,10 @@ func kubernetesFixture(n *yaml.Node, node string) (*kubelettest.Fixture, error) 
 	return &f, f.Validate()
 }
 
+// KubernetesFixture is the node as the scenario's kubelet reports it, nil
+// without a kubernetes section. Tests serve it from a kubelet of their own.
+func (s *Scenario) KubernetesFixture() *kubelettest.Fixture { return s.kube }
+
 func (s *Scenario) validateOwners() []error {
 	var errs []error
 	jobs := map[string]bool{}

@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"encoding/json"
+	"flag"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files from the current output")
+
+const attributionScenario = "../fixtures/scenarios/attribution.yaml"
+
+// startWithKubelet runs the exporter on the attribution scenario with a
+// kubelet of the test's own, which the test can stop and restart.
+func startWithKubelet(t *testing.T) (*exporter, *kubelettest.Server) {
+	t.Helper()
+	s, err := demo.Load(attributionScenario)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "e2e-kubelet-") // short: it holds unix sockets
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	kubelet, err := kubelettest.New(dir, s.KubernetesFixture())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelet.Stop)
+	e := start(t, "--demo", "--demo.scenario="+attributionScenario,
+		"--kubernetes.pod-resources-socket="+kubelet.PodResourcesSocket(),
+		"--kubernetes.pods-api-socket="+kubelet.PodsAPISocket(),
+		"--kubernetes.pod-label=team")
+	return e, kubelet
+}
+
+// scrapeXPU scrapes /metrics and keeps the exporter's own families, less
+// what varies from run to run (durations, build info).
+func scrapeXPU(t *testing.T, e *exporter) string {
+	t.Helper()
+	code, body := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	var keep []string
+	for _, line := range strings.Split(body, "\n") {
+		name := strings.TrimPrefix(strings.TrimPrefix(line, "# HELP "), "# TYPE ")
+		if strings.HasPrefix(name, "xpu_") && !strings.HasPrefix(name, "xpu_scrape_collector_duration_seconds") &&
+			!strings.HasPrefix(name, "xpu_exporter_build_info") && !strings.HasPrefix(name, "xpu_scrape_coalesced_total") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n") + "\n"
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("..", "fixtures", "golden", "e2e", name)
+	if *update {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./e2e -update writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the output (go test ./e2e -update, then review the diff); got:\n%s", path, got)
+	}
+}
+
+// series returns the exposition lines of family.
+func series(text, family string) []string {
+	return regexp.MustCompile(`(?m)^`+family+`\{.*$`).FindAllString(text, -1)
+}
+
+func TestAttributionEndToEnd(t *testing.T) {
+	e, kubelet := startWithKubelet(t)
+	// The Pods API watch fills the exporter's cache in the background: the
+	// workload label is there once it has.
+	var out string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		out = scrapeXPU(t, e)
+		if strings.Contains(out, `workload="trainer"`) {
+			break
+		}
+	}
+	golden(t, "attribution.prom", out)
+	promtoolCheck(t, out)
+
+	gpu1 := `uuid="GPU-e2e00000-0000-4000-8000-000000000001"`
+	t.Run("time-sliced pods get different values that add up to the device", func(t *testing.T) {
+		device := value(t, out, "xpu_utilization_ratio", gpu1)
+		parts := map[string]float64{}
+		sum := 0.0
+		for _, who := range []string{`pod="notebook-a"`, `pod="notebook-b"`, `pod="notebook-c"`, `workload_kind="unattributed"`} {
+			parts[who] = value(t, out, "xpu_workload_utilization_ratio", gpu1, who)
+			sum += parts[who]
+		}
+		// Samples: a 0.4, b 0.2, c 0.1, host daemon 0.1 of a device at 0.8.
+		for who, want := range map[string]float64{`pod="notebook-a"`: 0.4, `pod="notebook-b"`: 0.2, `pod="notebook-c"`: 0.1, `workload_kind="unattributed"`: 0.1} {
+			if math.Abs(parts[who]-want) > 1e-9 {
+				t.Errorf("%s: %v, want %v", who, parts[who], want)
+			}
+		}
+		if math.Abs(sum-device) > 1e-9 {
+			t.Errorf("parts add up to %v, device at %v", sum, device)
+		}
+	})
+	t.Run("MIG instances carry their own pod labels", func(t *testing.T) {
+		value(t, out, "xpu_memory_used_bytes", `uuid="MIG-e2e00000-0002-4000-8000-000000000001"`, `pod="mig-a"`, `namespace="ml"`)
+		value(t, out, "xpu_memory_used_bytes", `uuid="MIG-e2e00000-0002-4000-8000-000000000002"`, `pod="mig-b"`)
+	})
+	t.Run("sharing does not multiply device series", func(t *testing.T) {
+		for _, family := range []string{"xpu_utilization_ratio", "xpu_memory_used_bytes", "xpu_power_watts", "xpu_device_up"} {
+			var n int
+			for _, s := range series(out, family) {
+				if strings.Contains(s, gpu1) {
+					n++
+					if strings.Contains(s, "pod=") {
+						t.Errorf("a shared device's series has an owner: %s", s)
+					}
+				}
+			}
+			if n != 1 {
+				t.Errorf("%s: %d series for the time-sliced GPU, want 1", family, n)
+			}
+		}
+	})
+
+	t.Run("kubelet down: served without owners, then recovered", func(t *testing.T) {
+		kubelet.Stop()
+		down := scrapeXPU(t, e)
+		if v := value(t, down, "xpu_attribution_source_up", `source="kubelet"`); v != 0 {
+			t.Errorf("kubelet source up %v with the kubelet stopped", v)
+		}
+		if regexp.MustCompile(`(?m)^xpu_utilization_ratio\{.*pod=`).MatchString(down) {
+			t.Error("owner labels remain with the kubelet stopped")
+		}
+		if n := len(series(down, "xpu_utilization_ratio")); n != len(series(out, "xpu_utilization_ratio")) {
+			t.Errorf("%d utilization series with the kubelet down, %d before: device metrics must stay", n, len(series(out, "xpu_utilization_ratio")))
+		}
+		if err := kubelet.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		var back string
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			back = scrapeXPU(t, e)
+			if strings.Contains(back, `xpu_attribution_source_up{source="kubelet"} 1`) && strings.Contains(back, `pod="trainer-0"`) {
+				break
+			}
+		}
+		value(t, back, "xpu_utilization_ratio", `pod="trainer-0"`)
+		if v := value(t, back, "xpu_attribution_source_up", `source="kubelet"`); v != 1 {
+			t.Errorf("kubelet source did not recover: %v", v)
+		}
+	})
+}
+
+func TestDevicesJSON(t *testing.T) {
+	e, _ := startWithKubelet(t)
+	type owner struct {
+		Kind        string            `json:"kind"`
+		Labels      map[string]string `json:"labels"`
+		Share       *float64          `json:"allocated_share"`
+		Utilization *float64          `json:"utilization"`
+		MemoryUsed  *float64          `json:"memory_used_bytes"`
+	}
+	type device struct {
+		GPU    string  `json:"gpu"`
+		UUID   string  `json:"uuid"`
+		Up     bool    `json:"up"`
+		Owners []owner `json:"owners"`
+		MIG    *struct {
+			Profile string `json:"profile"`
+		} `json:"mig"`
+	}
+	var page struct {
+		Node    string   `json:"node"`
+		Demo    bool     `json:"demo"`
+		Devices []device `json:"devices"`
+	}
+	var body string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var code int
+		code, body = get(t, http.DefaultClient, "http://"+e.addr+"/devices?format=json")
+		if code != http.StatusOK {
+			t.Fatalf("status %d", code)
+		}
+		if strings.Contains(body, `"workload": "trainer"`) {
+			break
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &page); err != nil {
+		t.Fatalf("%v:\n%s", err, body)
+	}
+	if page.Node != "e2e-node" || !page.Demo || len(page.Devices) != 6 {
+		t.Fatalf("node %q demo %v with %d devices, want e2e-node, true, 6 (4 GPUs and 2 MIG instances)", page.Node, page.Demo, len(page.Devices))
+	}
+	summary := func(d device) string {
+		var parts []string
+		for _, o := range d.Owners {
+			s := o.Kind + ":" + o.Labels["namespace"] + "/" + o.Labels["pod"]
+			if o.Share != nil {
+				s += " share=" + trim(*o.Share)
+			}
+			if o.Utilization != nil {
+				s += " util=" + trim(*o.Utilization)
+			}
+			if o.MemoryUsed != nil {
+				s += " mem=" + trim(*o.MemoryUsed/(1<<30)) + "GiB"
+			}
+			parts = append(parts, s)
+		}
+		sort.Strings(parts)
+		return strings.Join(parts, "; ")
+	}
+	want := map[string]string{
+		"GPU-e2e00000-0000-4000-8000-000000000000": "kubernetes:ml/trainer-0 share=1 util=0.5 mem=10GiB",
+		"GPU-e2e00000-0000-4000-8000-000000000001": "kubernetes:ml/notebook-a share=0.25 util=0.4 mem=4GiB; kubernetes:ml/notebook-b share=0.25 util=0.2 mem=3GiB; kubernetes:web/notebook-c share=0.25 util=0.1 mem=2GiB; unattributed:/ util=0.1 mem=1GiB",
+		"GPU-e2e00000-0000-4000-8000-000000000002": "kubernetes:ml/mig-a; kubernetes:ml/mig-b",
+		"MIG-e2e00000-0002-4000-8000-000000000001": "kubernetes:ml/mig-a share=1 mem=20GiB",
+		"MIG-e2e00000-0002-4000-8000-000000000002": "kubernetes:ml/mig-b share=1 mem=5GiB",
+		"GPU-e2e00000-0000-4000-8000-000000000003": "",
+	}
+	for _, d := range page.Devices {
+		if got := summary(d); got != want[d.UUID] {
+			t.Errorf("%s owners:\n got %s\nwant %s", d.UUID, got, want[d.UUID])
+		}
+		if !d.Up {
+			t.Errorf("%s is down", d.UUID)
+		}
+	}
+}
+
+// trim prints v rounded to six places, without trailing zeros.
+func trim(v float64) string {
+	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
+}
