@@ -60,7 +60,7 @@ func newAttributedExporterFor(t testing.TB, s *demo.Scenario) *Exporter {
 	resolver := attribution.New(cfg)
 	states := map[string]bool{}
 	for name := range factories {
-		states[name] = name == "nvidia" || name == "attribution"
+		states[name] = name == "nvidia" || name == "attribution" || name == "process"
 	}
 	if err := Enable(states); err != nil {
 		t.Fatal(err)
@@ -166,6 +166,16 @@ func TestAttributionOnTheDemoNode(t *testing.T) {
 		line := regexp.MustCompile(`(?m)^xpu_utilization_ratio\{[^}]*gpu="7"[^}]*\}`).FindString(out)
 		if regexp.MustCompile(`(namespace|pod|slurm_job_id|unit)=`).MatchString(line) {
 			t.Errorf("an unowned GPU has owner labels: %s", line)
+		}
+	})
+
+	t.Run("per-process series carry the process's own owner", func(t *testing.T) {
+		sample(t, out, "xpu_process_memory_used_bytes", `pid="90871"`, `unit="ollama.service"`, `user="ollama"`)
+		// On the shared GPU each process names its pod, though the device's
+		// own series name none.
+		sample(t, out, "xpu_process_utilization_ratio", gpu2, `pid="52011"`, `pod="jupyter-alice"`)
+		if line := regexp.MustCompile(`(?m)^xpu_process_memory_used_bytes\{[^}]*pid="1733"[^}]*\}`).FindString(out); strings.Contains(line, "pod=") || line == "" {
+			t.Errorf("the host daemon's process series: %q; want one without a pod", line)
 		}
 	})
 

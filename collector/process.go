@@ -9,22 +9,34 @@ import (
 
 func init() {
 	registerCollector("process", false,
-		"Per-process GPU memory series. One series per process: on nodes with many short-lived processes this grows the number of series Prometheus stores, so it is off by default", newProcessCollector)
+		"Per-process series (GPU memory and utilization of every GPU process, with its owner). One series per process: on nodes with many short-lived processes this grows the number of series Prometheus stores, so it is off by default", newProcessCollector)
 }
 
-var processMemory = gauge("process_memory_used_bytes", "Device memory used by one process.")
+var (
+	processMemory = gauge("process_memory_used_bytes", "Device memory used by one process.")
+	processUtil   = gauge("process_utilization_ratio", "Share of the device's compute time one process used since the previous scrape (NVML per-process samples).")
+)
 
 type processCollector struct{}
 
 func newProcessCollector(Config) (Collector, error) { return processCollector{}, nil }
 
+// Update labels each process with its device and with its own owner (the
+// pod, job or unit it runs for), even on a device with several owners.
 func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
 	e := emitter{ch: ch}
 	for _, d := range snap.Devices {
-		l := deviceLabels(d)
+		id := identityLabels(d)
 		for _, p := range d.Processes {
+			l := id.with("pid", strconv.FormatUint(uint64(p.PID), 10))
+			if i, ok := d.ProcessOwner[p.PID]; ok && i >= 0 {
+				l = l.withOwner(d.Claims[i].Owner)
+			}
 			if p.MemoryUsed != nil {
-				e.emit(processMemory, l.with("pid", strconv.FormatUint(uint64(p.PID), 10)), float64(*p.MemoryUsed))
+				e.emit(processMemory, l, float64(*p.MemoryUsed))
+			}
+			if p.Utilization != nil {
+				e.emit(processUtil, l, *p.Utilization)
 			}
 		}
 	}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/collector"
+)
+
+// Owner names come from outside (Slurm job names, pod labels): the page
+// must escape them.
+func TestDevicesPageEscapesOwners(t *testing.T) {
+	util := 0.5
+	snap := &collector.Snapshot{
+		Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Devices: []*collector.Device{{
+			Vendor: "nvidia", Index: "0", UUID: "GPU-1", Model: "H100", Up: true, Utilization: &util,
+			Claims: []attribution.Claim{{Share: 1, Owner: attribution.Owner{
+				Kind: attribution.Slurm, SlurmJobID: "7", SlurmUser: `<script>alert("x")</script>`,
+			}}},
+		}},
+	}
+	h := &devicesHandler{node: `node"><b>`}
+	var buf bytes.Buffer
+	if err := devicesTemplate.Execute(&buf, h.view(snap)); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	for _, raw := range []string{"<script>alert", `node"><b>`} {
+		if strings.Contains(page, raw) {
+			t.Errorf("page contains unescaped %q", raw)
+		}
+	}
+	for _, escaped := range []string{"&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;", "slurm_job_id=<b>7</b>", "50.0%"} {
+		if !strings.Contains(page, escaped) {
+			t.Errorf("page lacks %q:\n%s", escaped, page)
+		}
+	}
+}
