@@ -49,9 +49,14 @@ unit:
 build-deps:
 	@command -v gcc >/dev/null 2>&1 || { echo "installing gcc (cgo needs it for NVML)"; $(APT_INSTALL) gcc libc6-dev >/dev/null; }
 
-# The tests need promtool and a Prometheus server (Debian's prometheus package).
+# Debian packages the tests need, by a command each provides: promtool and
+# a Prometheus server, headless Chromium for the /devices page.
+TEST_PACKAGES := promtool:prometheus chromium:chromium
+
 test-deps:
-	@command -v $(PROMTOOL) >/dev/null 2>&1 || { echo "installing Debian's prometheus package"; $(APT_INSTALL) prometheus >/dev/null; }
+	@missing=; for dep in $(TEST_PACKAGES); do \
+	  command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \
+	if [ -n "$$missing" ]; then echo "installing Debian packages:$$missing"; $(APT_INSTALL) $$missing >/dev/null; fi
 
 ## bench: scrape-path benchmarks (speed and memory targets live here, not in tests).
 bench:

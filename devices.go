@@ -156,9 +156,9 @@ th,td{border-bottom:1px solid #ddd;padding:.35em .6em;text-align:left;vertical-a
 th{background:#f3f3f3}
 .down{color:#b00020;font-weight:bold}
 .demo{background:#fff3cd;padding:.5em;border:1px solid #e0c060}
-.owner{white-space:nowrap}
+.owner{margin:.1em 0 .3em}
 .kind{color:#666;font-size:12px}
-code{font-size:12px}
+code{font-size:11px;word-break:break-all}
 </style></head><body>
 <h1>Devices on {{.Node}}</h1>
 {{if .Demo}}<p class="demo">DEMO MODE: a simulated node, not real hardware.</p>{{end}}
