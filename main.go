@@ -124,6 +124,7 @@ func main() {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	exporter.Start(ctx)
 	go func() {
 		<-ctx.Done()
 		logger.Info("shutting down")

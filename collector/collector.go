@@ -125,6 +125,18 @@ func New(cfg Config) (*Exporter, error) {
 	return e, nil
 }
 
+// Start runs the collectors' background work (NVML event listening) until
+// ctx ends. Nothing else polls: everything else is read at scrape time.
+func (e *Exporter) Start(ctx context.Context) {
+	for _, c := range e.collectors {
+		if b, ok := c.(interface {
+			background(context.Context, func(context.Context) *Snapshot)
+		}); ok {
+			go b.background(ctx, e.Snapshot)
+		}
+	}
+}
+
 // Close releases what collectors hold, such as the NVML library.
 func (e *Exporter) Close() {
 	for _, c := range e.collectors {

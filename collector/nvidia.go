@@ -72,6 +72,7 @@ var profilingMetrics = []struct {
 type nvidiaCollector struct {
 	client *nvidia.Client
 	logger *slog.Logger
+	events *eventRecorder
 
 	mu         sync.Mutex
 	lastErr    string            // logged on change only
@@ -86,10 +87,19 @@ func newNvidiaCollector(cfg Config) (Collector, error) {
 	if lib == nil {
 		lib = nvml.New()
 	}
-	return &nvidiaCollector{client: nvidia.New(lib), logger: cfg.Logger, callErrors: map[[2]string]float64{}, down: map[string]string{}}, nil
+	return &nvidiaCollector{
+		client: nvidia.New(lib), logger: cfg.Logger, events: newEventRecorder(cfg.Logger, cfg.Now),
+		callErrors: map[[2]string]float64{}, down: map[string]string{},
+	}, nil
 }
 
 func (c *nvidiaCollector) Close() { c.client.Shutdown() }
+
+// background listens for driver events (Xid errors): they happen between
+// scrapes and would be lost otherwise.
+func (c *nvidiaCollector) background(ctx context.Context, snapshot func(context.Context) *Snapshot) {
+	c.events.listen(ctx, c.client, snapshot)
+}
 
 func (c *nvidiaCollector) readDevices(ctx context.Context) ([]*Device, error) {
 	node, err := c.client.Read(ctx)
@@ -201,6 +211,7 @@ func (c *nvidiaCollector) countErrors(errs []nvidia.CallError) {
 
 func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
 	e := emitter{ch: ch}
+	c.events.collect(e)
 	c.mu.Lock()
 	driver, cuda := c.driver, c.cuda
 	for k, v := range c.callErrors {

@@ -1,0 +1,135 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/vendors/nvidia"
+)
+
+func podSnapshot(at time.Time, pod string) *Snapshot {
+	d := &Device{Vendor: "nvidia", Index: "3", UUID: "GPU-3", Model: "H100", Up: true}
+	if pod != "" {
+		d.Claims = []attribution.Claim{{Share: 1, Owner: attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: pod, Container: "c"}}}
+	}
+	return &Snapshot{Time: at, Devices: []*Device{d}}
+}
+
+func collectText(t *testing.T, r *eventRecorder) string {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 100000)
+	r.collect(emitter{ch: ch})
+	close(ch)
+	var b strings.Builder
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		var ls []string
+		for _, l := range pb.GetLabel() {
+			ls = append(ls, l.GetName()+"="+strconv.Quote(l.GetValue()))
+		}
+		v := pb.GetGauge().GetValue() + pb.GetCounter().GetValue()
+		fmt.Fprintf(&b, "%s{%s} %g\n", regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(m.Desc().String())[1], strings.Join(ls, ","), v)
+	}
+	return b.String()
+}
+
+func TestXidKeepsTheOwnerAtEventTime(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	r := newEventRecorder(nil, func() time.Time { return now })
+	owner := "train-0"
+	snapshots := 0
+	snapshot := func(context.Context) *Snapshot { snapshots++; return podSnapshot(now, owner) }
+
+	r.record(context.Background(), nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 79, GPUInstance: -1}, snapshot)
+	r.record(context.Background(), nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 79, GPUInstance: -1}, snapshot)
+	if snapshots != 1 {
+		t.Errorf("two events within %v took %d snapshots, want 1", ownerFreshness, snapshots)
+	}
+	// The pod is replaced; the next event belongs to the new one, and the
+	// old counter keeps its pod.
+	now = now.Add(time.Minute)
+	owner = "train-1"
+	r.record(context.Background(), nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 79, GPUInstance: -1}, snapshot)
+	out := collectText(t, r)
+	for _, want := range []string{
+		`xpu_xid_errors_total{container="c",gpu="3",model="H100",namespace="ml",pod="train-0",uuid="GPU-3",vendor="nvidia",xid="79"} 2`,
+		`xpu_xid_errors_total{container="c",gpu="3",model="H100",namespace="ml",pod="train-1",uuid="GPU-3",vendor="nvidia",xid="79"} 1`,
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("missing %s in:\n%s", want, out)
+		}
+	}
+}
+
+func TestXidFloodIsBounded(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	r := newEventRecorder(nil, func() time.Time { return now })
+	for i := range maxEventSeries + 5000 {
+		now = now.Add(3 * time.Second) // every event sees a new snapshot and a new pod
+		pod := fmt.Sprintf("churn-%d", i)
+		r.record(context.Background(), nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 13, GPUInstance: -1},
+			func(context.Context) *Snapshot { return podSnapshot(now, pod) })
+	}
+	if n := len(r.xids); n > maxEventSeries {
+		t.Errorf("%d xid series kept, the cap is %d", n, maxEventSeries)
+	}
+	if len(r.last) != 1 {
+		t.Errorf("%d last-event series for one device and type, want 1", len(r.last))
+	}
+	// Past the retention everything goes.
+	now = now.Add(eventRetention + time.Minute)
+	r.record(context.Background(), nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 13, GPUInstance: -1},
+		func(context.Context) *Snapshot { return podSnapshot(now, "") })
+	if len(r.xids) != 1 {
+		t.Errorf("%d xid series after the retention, want only the newest", len(r.xids))
+	}
+}
+
+// The demo driver raises an Xid on GPU 3, which a pod owns: the listener,
+// started as the exporter starts, counts it with that pod.
+func TestXidEventsEndToEnd(t *testing.T) {
+	// The default scenario, with its Xid every second instead of every 20
+	// minutes.
+	y, err := os.ReadFile("../demo/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _, ok := strings.Cut(string(y), "\nevents:\n")
+	if !ok {
+		t.Fatal("demo/default.yaml has no events section at its end")
+	}
+	s, err := demo.Parse([]byte(head + "\nevents:\n  - {device: 3, xid: 31, every: 1s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newAttributedExporterFor(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.Start(ctx)
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		out = scrapeText(t, e, 5*time.Second)
+		if strings.Contains(out, "xpu_xid_errors_total{") {
+			break
+		}
+	}
+	sample(t, out, "xpu_xid_errors_total", `xid="31"`, `pod="embeddings-0"`, `gpu="3"`)
+	sample(t, out, "xpu_device_last_event_timestamp_seconds", `gpu="3"`, `type="xid"`)
+	if !strings.Contains(out, "xpu_nvml_events_listening 1\n") {
+		t.Error("the listener does not say it is listening")
+	}
+}
