@@ -48,7 +48,8 @@ func startWithKubelet(t *testing.T) (*exporter, *kubelettest.Server) {
 }
 
 // scrapeXPU scrapes /metrics and keeps the exporter's own families, less
-// what varies from run to run (durations, build info).
+// what varies from run to run (durations, build info, whether the event
+// listener has registered yet).
 func scrapeXPU(t *testing.T, e *exporter) string {
 	t.Helper()
 	code, body := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
@@ -59,7 +60,8 @@ func scrapeXPU(t *testing.T, e *exporter) string {
 	for _, line := range strings.Split(body, "\n") {
 		name := strings.TrimPrefix(strings.TrimPrefix(line, "# HELP "), "# TYPE ")
 		if strings.HasPrefix(name, "xpu_") && !strings.HasPrefix(name, "xpu_scrape_collector_duration_seconds") &&
-			!strings.HasPrefix(name, "xpu_exporter_build_info") && !strings.HasPrefix(name, "xpu_scrape_coalesced_total") {
+			!strings.HasPrefix(name, "xpu_exporter_build_info") && !strings.HasPrefix(name, "xpu_scrape_coalesced_total") &&
+			!strings.HasPrefix(name, "xpu_nvml_events_listening") {
 			keep = append(keep, line)
 		}
 	}
