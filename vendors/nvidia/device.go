@@ -132,7 +132,9 @@ type Device struct {
 	RemappedRows        Opt[RemappedRows]
 
 	NVLinks []NVLink
-	// Profiling holds GPM readings by the Prof* names.
+	// GPM says the device supports GPM profiling; Profiling holds its
+	// readings by the Prof* names (none on the first scrape).
+	GPM       bool
 	Profiling map[string]float64
 
 	Processes []Process

@@ -354,6 +354,7 @@ func (r *reader) profiling(d *Device, h nvml.Device) {
 		return
 	}
 	if r.gpmSupported(h) {
+		d.GPM = true
 		r.profile(d, "", h.GpmSampleGet)
 	}
 }
@@ -500,6 +501,7 @@ func (r *reader) readMIG(parent Device, parentHandle, h nvml.Device, parentSlice
 		}
 	}
 	if !r.lost && r.gpmSupported(parentHandle) {
+		d.GPM = true
 		gi := d.MIG.GPUInstanceID
 		r.profile(&d, strconv.Itoa(gi), func(s nvml.GpmSample) nvml.Return { return parentHandle.GpmMigSampleGet(gi, s) })
 		// NVML has no utilization of a MIG instance but GPM's graphics

@@ -1,0 +1,83 @@
+package engines
+
+import (
+	"math"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// DCGMReading is one profiling reading that NVIDIA's dcgm-exporter exported
+// for a GPU or a MIG instance. It lets GPUs without GPM (before Hopper) have
+// the profiling families, from DCGM's own profiling fields.
+type DCGMReading struct {
+	UUID string
+	// GPUInstance is the MIG GPU instance (GPU_I_ID), "" for a whole GPU.
+	GPUInstance string
+	// Field is the exporter's profiling key: graphics_active, sm_active,
+	// sm_occupancy, tensor_active, dram_active, fp16_active, fp32_active,
+	// fp64_active (ratios), pcie_tx_bytes_per_second, pcie_rx_bytes_per_second,
+	// nvlink_tx_bytes_per_second, nvlink_rx_bytes_per_second.
+	Field string
+	Value float64
+}
+
+// dcgmFields maps DCGM profiling fields to profiling keys. The PROF fields
+// are already ratios and byte rates.
+var dcgmFields = map[string]string{
+	"DCGM_FI_PROF_GR_ENGINE_ACTIVE":   "graphics_active",
+	"DCGM_FI_PROF_SM_ACTIVE":          "sm_active",
+	"DCGM_FI_PROF_SM_OCCUPANCY":       "sm_occupancy",
+	"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor_active",
+	"DCGM_FI_PROF_DRAM_ACTIVE":        "dram_active",
+	"DCGM_FI_PROF_PIPE_FP16_ACTIVE":   "fp16_active",
+	"DCGM_FI_PROF_PIPE_FP32_ACTIVE":   "fp32_active",
+	"DCGM_FI_PROF_PIPE_FP64_ACTIVE":   "fp64_active",
+	"DCGM_FI_PROF_PCIE_TX_BYTES":      "pcie_tx_bytes_per_second",
+	"DCGM_FI_PROF_PCIE_RX_BYTES":      "pcie_rx_bytes_per_second",
+	"DCGM_FI_PROF_NVLINK_TX_BYTES":    "nvlink_tx_bytes_per_second",
+	"DCGM_FI_PROF_NVLINK_RX_BYTES":    "nvlink_rx_bytes_per_second",
+}
+
+// DCGMProfiling reads the profiling fields out of a dcgm-exporter scrape.
+// Series that name no GPU (no UUID label), or whose value is not a finite
+// non-negative number, cannot be joined to a device and are counted in
+// skipped rather than guessed at.
+func DCGMProfiling(families map[string]*dto.MetricFamily) (readings []DCGMReading, skipped int) {
+	for name, field := range dcgmFields {
+		mf := families[name]
+		if mf == nil {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var uuid, gi string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "UUID":
+					uuid = l.GetValue()
+				case "GPU_I_ID":
+					gi = l.GetValue()
+				}
+			}
+			v, ok := plainValue(m)
+			if uuid == "" || !ok || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+				skipped++
+				continue
+			}
+			readings = append(readings, DCGMReading{UUID: uuid, GPUInstance: gi, Field: field, Value: v})
+		}
+	}
+	return readings, skipped
+}
+
+// plainValue is the value of a gauge, counter or untyped sample.
+func plainValue(m *dto.Metric) (float64, bool) {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue(), true
+	case m.Counter != nil:
+		return m.GetCounter().GetValue(), true
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue(), true
+	}
+	return 0, false
+}
