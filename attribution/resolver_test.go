@@ -38,7 +38,14 @@ func (f fakeMetadata) Pod(ns, name string) (kubernetes.PodMeta, bool) {
 }
 func (f fakeMetadata) PodByUID(uid string) (kubernetes.PodMeta, bool) { m, ok := f[uid]; return m, ok }
 func (fakeMetadata) Healthy() error                                   { return nil }
-func (fakeMetadata) Close() error                                     { return nil }
+func (f fakeMetadata) Pods() []kubernetes.PodMeta {
+	var out []kubernetes.PodMeta
+	for _, m := range f {
+		out = append(out, m)
+	}
+	return out
+}
+func (fakeMetadata) Close() error { return nil }
 
 // procfs writes a procfs tree: pid → cgroup path (v2), owned by uid 1000.
 func procfs(t *testing.T, procs map[uint32]string) *process.Reader {

@@ -121,6 +121,9 @@ func (s *APIServerSource) Pod(namespace, name string) (PodMeta, bool) {
 // in an annotation; both find the pod.
 func (s *APIServerSource) PodByUID(uid string) (PodMeta, bool) { return s.cache.podByUID(uid) }
 
+// Pods implements MetadataSource.
+func (s *APIServerSource) Pods() []PodMeta { return s.cache.pods() }
+
 // Healthy implements MetadataSource: an error until the first list has
 // completed, and after any list or watch request fails until one succeeds.
 func (s *APIServerSource) Healthy() error {
@@ -151,7 +154,7 @@ func (s *APIServerSource) record(err error) {
 
 func (s *APIServerSource) upsert(obj any) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		s.cache.upsert(&m.ObjectMeta, 0)
+		s.cache.upsert(&m.ObjectMeta, "", 0)
 	}
 }
 

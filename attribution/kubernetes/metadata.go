@@ -29,6 +29,12 @@ type PodMeta struct {
 	// Workload and WorkloadKind name what runs the pod (ResolveWorkload).
 	Workload     string
 	WorkloadKind string
+	// Annotations are all the pod's annotations (shared: do not modify);
+	// they say which pods serve an inference engine.
+	Annotations map[string]string
+	// IP is the pod's IP, known from the kubelet Pods API only: the API
+	// server source watches metadata, which has none.
+	IP string
 }
 
 // MetadataSource is a cache of pod metadata for the node, kept current by a
@@ -41,6 +47,8 @@ type MetadataSource interface {
 	Pod(namespace, name string) (PodMeta, bool)
 	// PodByUID looks a pod up by UID, as found in a process's cgroup path.
 	PodByUID(uid string) (PodMeta, bool)
+	// Pods lists every pod known, for discovering inference engines.
+	Pods() []PodMeta
 	// Healthy is nil while the cache is being kept current, else why not.
 	Healthy() error
 	// Close stops the watch.
@@ -159,14 +167,17 @@ func (NoMetadata) Pod(string, string) (PodMeta, bool) { return PodMeta{}, false 
 // PodByUID implements MetadataSource: no pod is known.
 func (NoMetadata) PodByUID(string) (PodMeta, bool) { return PodMeta{}, false }
 
+// Pods implements MetadataSource: no pod is known.
+func (NoMetadata) Pods() []PodMeta { return nil }
+
 // Healthy implements MetadataSource: having no source is not a failure.
 func (NoMetadata) Healthy() error { return nil }
 
 // Close implements MetadataSource.
 func (NoMetadata) Close() error { return nil }
 
-// podMeta builds a PodMeta from a pod's object metadata.
-func podMeta(m *metav1.ObjectMeta) PodMeta {
+// podMeta builds a PodMeta from a pod's object metadata and IP.
+func podMeta(m *metav1.ObjectMeta, ip string) PodMeta {
 	owners := make([]Owner, 0, len(m.OwnerReferences))
 	for _, o := range m.OwnerReferences {
 		owners = append(owners, Owner{
@@ -184,6 +195,8 @@ func podMeta(m *metav1.ObjectMeta) PodMeta {
 		Labels:       m.Labels,
 		Workload:     workload,
 		WorkloadKind: kind,
+		Annotations:  m.Annotations,
+		IP:           ip,
 	}
 }
 
@@ -218,12 +231,12 @@ func newPodCache() *podCache {
 	}
 }
 
-func (c *podCache) upsert(m *metav1.ObjectMeta, generation uint64) {
+func (c *podCache) upsert(m *metav1.ObjectMeta, ip string, generation uint64) {
 	if m.UID == "" {
 		return
 	}
 	p := &cachedPod{
-		meta:       podMeta(m),
+		meta:       podMeta(m, ip),
 		created:    m.CreationTimestamp.Time,
 		altUID:     m.Annotations[mirrorPodAnnotation],
 		generation: generation,
@@ -276,6 +289,16 @@ func (c *podCache) sweep(generation uint64) {
 			c.removeLocked(uid)
 		}
 	}
+}
+
+func (c *podCache) pods() []PodMeta {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]PodMeta, 0, len(c.byName))
+	for _, uid := range c.byName {
+		out = append(out, c.byUID[uid].meta)
+	}
+	return out
 }
 
 func (c *podCache) pod(namespace, name string) (PodMeta, bool) {

@@ -85,6 +85,9 @@ func (s *PodsAPISource) Pod(namespace, name string) (PodMeta, bool) {
 // PodByUID implements MetadataSource.
 func (s *PodsAPISource) PodByUID(uid string) (PodMeta, bool) { return s.cache.podByUID(uid) }
 
+// Pods implements MetadataSource.
+func (s *PodsAPISource) Pods() []PodMeta { return s.cache.pods() }
+
 // Healthy implements MetadataSource.
 func (s *PodsAPISource) Healthy() error {
 	s.mu.Lock()
@@ -168,7 +171,7 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	}
 	switch ev.GetType() {
 	case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
-		s.cache.upsert(&pod.ObjectMeta, generation)
+		s.cache.upsert(&pod.ObjectMeta, pod.Status.PodIP, generation)
 	case podsv1alpha1.EventType_DELETED:
 		s.cache.remove(string(pod.UID))
 	default:

@@ -35,7 +35,10 @@ type Pod struct {
 	Labels          map[string]string `json:"labels,omitempty"`
 	Annotations     map[string]string `json:"annotations,omitempty"`
 	OwnerReferences []OwnerReference  `json:"ownerReferences,omitempty"`
-	Containers      []Container       `json:"containers"`
+	// IP is the pod's IP (status.podIP), where inference engines are
+	// reached.
+	IP         string      `json:"ip,omitempty"`
+	Containers []Container `json:"containers"`
 }
 
 // OwnerReference is an owner of a pod.
@@ -125,7 +128,7 @@ func (p Pod) corePod(node string) *corev1.Pod {
 			Annotations: p.Annotations,
 		},
 		Spec:   corev1.PodSpec{NodeName: node},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP},
 	}
 	for _, o := range p.OwnerReferences {
 		controller := o.Controller
