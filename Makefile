@@ -50,8 +50,10 @@ build-deps:
 	@command -v gcc >/dev/null 2>&1 || { echo "installing gcc (cgo needs it for NVML)"; $(APT_INSTALL) gcc libc6-dev >/dev/null; }
 
 # Debian packages the tests need, by a command each provides: promtool and
-# a Prometheus server, headless Chromium for the /devices page.
-TEST_PACKAGES := promtool:prometheus chromium:chromium
+# a Prometheus server, headless Chromium for the /devices page, and a real
+# single-node Slurm cluster with munge for the Slurm end-to-end test.
+TEST_PACKAGES := promtool:prometheus chromium:chromium slurmctld:slurmctld slurmd:slurmd \
+                 scontrol:slurm-client munged:munge
 
 test-deps:
 	@missing=; for dep in $(TEST_PACKAGES); do \

@@ -182,7 +182,14 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			// Every device looks unallocated while the kubelet is down: a
 			// host daemon must not become the owner of a pod's GPU.
 		default:
-			own.Claims = append(own.Claims, Claim{Owner: owner, Share: 1})
+			// A job running on a GPU that Slurm gave another job owns it
+			// too, but was allocated none of it: share 0 keeps chargeback
+			// from counting the GPU twice.
+			share := 1.0
+			if allocated {
+				share = 0
+			}
+			own.Claims = append(own.Claims, Claim{Owner: owner, Share: share})
 			own.Process[pid] = len(own.Claims) - 1
 		}
 	}

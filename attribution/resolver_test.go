@@ -254,11 +254,14 @@ esac`)
 	r := New(Config{
 		Slurm:    &slurm.Client{Path: scontrol, SqueuePath: squeue},
 		NodeName: "node1",
-		Procfs:   procfs(t, map[uint32]string{500: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_0"}),
+		Procfs: procfs(t, map[uint32]string{
+			500: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_0",
+			501: "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0",
+		}),
 	})
 	res := r.Resolve(context.Background(), []Device{
 		{UUID: "GPU-0", Index: 0, MIGInstance: -1, PIDs: []uint32{500}},
-		{UUID: "GPU-1", Index: 1, MIGInstance: -1},
+		{UUID: "GPU-1", Index: 1, MIGInstance: -1, PIDs: []uint32{501}},
 		{UUID: "GPU-2", Index: 2, MIGInstance: -1},
 		{UUID: "GPU-3", Index: 3, MIGInstance: -1},
 	})
@@ -267,9 +270,13 @@ esac`)
 			t.Errorf("source %s: %v", s.Name, s.Err)
 		}
 	}
+	// Job 42 runs a process on GPU 1, which Slurm gave job 41: it owns the
+	// GPU too, but holds none of its allocation.
+	if c := res.Devices["GPU-1"].Claims; len(c) != 2 || c[0].Owner.SlurmJobID != "41" || c[0].Share != 1 || c[1].Owner.SlurmJobID != "42" || c[1].Share != 0 {
+		t.Errorf("GPU-1 claims %+v, want job 41 (share 1) and job 42 (share 0)", c)
+	}
 	want := map[string]Owner{
 		"GPU-0": {Kind: Slurm, SlurmJobID: "41", SlurmJobName: "train", SlurmUser: "alice", SlurmAccount: "physics", SlurmPartition: "gpu", SlurmQOS: "normal"},
-		"GPU-1": {Kind: Slurm, SlurmJobID: "41", SlurmJobName: "train", SlurmUser: "alice", SlurmAccount: "physics", SlurmPartition: "gpu", SlurmQOS: "normal"},
 		"GPU-2": {Kind: Slurm, SlurmJobID: "42", SlurmJobName: "idle", SlurmUser: "bob", SlurmAccount: "chem", SlurmPartition: "gpu", SlurmQOS: "high"},
 	}
 	for uuid, o := range want {

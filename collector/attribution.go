@@ -109,8 +109,9 @@ type Usage struct {
 }
 
 // Usage divides the device's memory and utilization between its owners and
-// the processes that belong to none. Owners without processes get 0: that
-// is what an allocated but idle device looks like. Where the split cannot
+// the processes that belong to none. A sole owner has the whole device's, as
+// its device series say; on a shared device an owner without processes gets
+// 0, which is what an allocated but idle share looks like. Where the split cannot
 // be made right (processes whose owner is unknown, no per-process samples on
 // a busy shared device) it is left out rather than guessed. A GPU in MIG
 // mode has none: its instances carry the usage.
