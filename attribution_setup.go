@@ -92,8 +92,9 @@ func (f *attributionFlags) useDemo(a *demo.Attribution) {
 	}
 }
 
-// resolver builds the attribution resolver, and what must be closed with it.
-func (f *attributionFlags) resolver(logger *slog.Logger, passwd string) (*attribution.Resolver, func(), error) {
+// resolver builds the attribution resolver, the pod metadata source it
+// uses (nil without one), and what must be closed with them.
+func (f *attributionFlags) resolver(logger *slog.Logger, passwd string) (*attribution.Resolver, kubernetes.MetadataSource, func(), error) {
 	cfg := attribution.Config{Logger: logger}
 	var closers []func()
 	closeAll := func() {
@@ -107,22 +108,22 @@ func (f *attributionFlags) resolver(logger *slog.Logger, passwd string) (*attrib
 		} else {
 			client, err := kubernetes.Dial(*f.podResourcesSocket)
 			if err != nil {
-				return nil, closeAll, err
+				return nil, nil, closeAll, err
 			}
 			closers = append(closers, func() { client.Close() })
 			cfg.Kubelet = client
 			patterns := append(append([]string{}, kubernetes.DefaultResourcePatterns...), *f.resources...)
 			if cfg.Resources, err = kubernetes.NewResourceMatcher(patterns...); err != nil {
-				return nil, closeAll, fmt.Errorf("--kubernetes.resource: %w", err)
+				return nil, nil, closeAll, fmt.Errorf("--kubernetes.resource: %w", err)
 			}
 			if cfg.PodLabels, err = kubernetes.NewLabelAllowList(*f.podLabels...); err != nil {
-				return nil, closeAll, fmt.Errorf("--kubernetes.pod-label: %w", err)
+				return nil, nil, closeAll, fmt.Errorf("--kubernetes.pod-label: %w", err)
 			}
 			meta, err := kubernetes.NewMetadataSource(kubernetes.MetadataConfig{
 				PodsAPISocket: *f.podsAPISocket, Kubeconfig: *f.kubeconfig, NodeName: *f.nodeName, Logger: logger,
 			})
 			if err != nil {
-				return nil, closeAll, fmt.Errorf("pod metadata: %w", err)
+				return nil, nil, closeAll, fmt.Errorf("pod metadata: %w", err)
 			}
 			closers = append(closers, func() { meta.Close() })
 			if meta.Name() != kubernetes.SourceNone {
@@ -145,7 +146,7 @@ func (f *attributionFlags) resolver(logger *slog.Logger, passwd string) (*attrib
 			if cfg.NodeName == "" {
 				host, err := os.Hostname()
 				if err != nil {
-					return nil, closeAll, fmt.Errorf("slurm node name: %w", err)
+					return nil, nil, closeAll, fmt.Errorf("slurm node name: %w", err)
 				}
 				cfg.NodeName, _, _ = strings.Cut(host, ".")
 			}
@@ -153,9 +154,9 @@ func (f *attributionFlags) resolver(logger *slog.Logger, passwd string) (*attrib
 		}
 	}
 	if cfg.Kubelet == nil && cfg.Procfs == nil && cfg.Slurm == nil {
-		return nil, closeAll, nil
+		return nil, nil, closeAll, nil
 	}
-	return attribution.New(cfg), closeAll, nil
+	return attribution.New(cfg), cfg.Metadata, closeAll, nil
 }
 
 // node is this node's name, for /devices.

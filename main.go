@@ -81,13 +81,13 @@ func main() {
 	} else if *nvmlLibrary != "" {
 		cfg.NVML = nvml.New(nvml.WithLibraryPath(*nvmlLibrary))
 	}
-	resolver, closeAttribution, err := attrFlags.resolver(logger, passwd)
+	resolver, podMetadata, closeAttribution, err := attrFlags.resolver(logger, passwd)
 	defer closeAttribution()
 	if err != nil {
 		logger.Error("cannot set up attribution", "err", err)
 		os.Exit(2)
 	}
-	cfg.Attribution = resolver
+	cfg.Attribution, cfg.PodMetadata = resolver, podMetadata
 
 	logger.Info("starting "+program, "version", version.Info(), "build_context", version.BuildContext())
 	exporter, err := collector.New(cfg)

@@ -26,7 +26,7 @@ func newAttributedExporter(t testing.TB) *Exporter {
 	return newAttributedExporterFor(t, demo.Default())
 }
 
-func newAttributedExporterFor(t testing.TB, s *demo.Scenario) *Exporter {
+func newAttributedExporterFor(t testing.TB, s *demo.Scenario, opts ...func(*Config)) *Exporter {
 	t.Helper()
 	sim, err := s.StartAttribution()
 	if err != nil {
@@ -60,13 +60,17 @@ func newAttributedExporterFor(t testing.TB, s *demo.Scenario) *Exporter {
 	resolver := attribution.New(cfg)
 	states := map[string]bool{}
 	for name := range factories {
-		states[name] = name == "nvidia" || name == "attribution" || name == "process"
+		states[name] = name == "nvidia" || name == "attribution" || name == "process" || name == "engines"
 	}
 	if err := Enable(states); err != nil {
 		t.Fatal(err)
 	}
 	now := testNow
-	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return now }), Attribution: resolver, Now: func() time.Time { return now }})
+	ecfg := Config{NVML: s.NVML(testStart, func() time.Time { return now }), Attribution: resolver, Now: func() time.Time { return now }}
+	for _, o := range opts {
+		o(&ecfg)
+	}
+	e, err := New(ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 )
 
 const namespace = "xpu"
@@ -32,6 +33,8 @@ type Config struct {
 	NVML   nvml.Interface
 	// Attribution resolves device owners; nil leaves devices unowned.
 	Attribution *attribution.Resolver
+	// PodMetadata lists the node's pods, to discover inference engines.
+	PodMetadata kubernetes.MetadataSource
 	Now         func() time.Time
 }
 

@@ -1,0 +1,332 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"gopkg.in/yaml.v3"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+	"github.com/xpu-exporter/xpu_exporter/engines"
+)
+
+func init() {
+	registerCollector("engines", true,
+		"Inference engines (vLLM, SGLang, TGI, Triton, NIM) scraped at scrape time and joined to the pods and GPUs they run on", newEnginesCollector)
+}
+
+// Pod annotations that make a pod's inference engine scraped.
+const (
+	engineAnnotation = "xpu-exporter.io/engine"
+	portAnnotation   = "xpu-exporter.io/port"
+	pathAnnotation   = "xpu-exporter.io/path"
+	schemeAnnotation = "xpu-exporter.io/scheme"
+	modelAnnotation  = "xpu-exporter.io/model"
+)
+
+// defaultPorts are where each engine serves /metrics by default.
+var defaultPorts = map[engines.Engine]string{
+	engines.VLLM: "8000", engines.SGLang: "30000", engines.TGI: "80", engines.Triton: "8002", engines.NIM: "8000",
+}
+
+var (
+	engineTargets = kingpin.Flag("engines.target",
+		"An inference engine's metrics endpoint, ENGINE=URL (ENGINE: vllm, sglang, tgi, triton, nim, or auto). Repeatable.").Strings()
+	engineConfig = kingpin.Flag("engines.config",
+		"YAML file of engine targets: targets: [{engine, url, model, pod: namespace/name, unit}] (pod or unit joins a target to its GPUs on bare metal or outside discovery).").Default("").String()
+	engineDiscover = kingpin.Flag("engines.discover",
+		"Scrape the engines of this node's pods annotated "+engineAnnotation+": ENGINE (with "+portAnnotation+", "+pathAnnotation+"). Needs the kubelet Pods API for pod IPs.").Default("true").Bool()
+	engineMaxBytes = kingpin.Flag("engines.max-bytes", "Largest engine response read; a larger one fails that target.").Default("16777216").Int64()
+	engineParallel = kingpin.Flag("engines.concurrency", "Engine endpoints scraped at once.").Default("8").Int()
+)
+
+var (
+	inferenceUp       = gauge("inference_up", "1 if the inference engine's metrics endpoint answered with valid metrics in this scrape.")
+	inferenceDuration = gauge("inference_scrape_duration_seconds", "Time scraping the inference engine's metrics endpoint took.")
+	inferenceDevices  = gauge("inference_device_info", "A device the inference engine runs on, with its owner; always 1. Joins engine metrics to device metrics.")
+)
+
+// engineTarget is an endpoint to scrape and what it is joined to.
+type engineTarget struct {
+	Engine string `yaml:"engine"`
+	URL    string `yaml:"url"`
+	Model  string `yaml:"model"`
+	// Pod (namespace/name) or Unit name the owner whose devices the engine
+	// runs on.
+	Pod  string `yaml:"pod"`
+	Unit string `yaml:"unit"`
+}
+
+type enginesCollector struct {
+	static   []engineTarget
+	metadata kubernetes.MetadataSource
+	client   *http.Client
+	logger   *slog.Logger
+
+	mu    sync.Mutex
+	state map[string]string // target → last error, logged on change only
+}
+
+func newEnginesCollector(cfg Config) (Collector, error) {
+	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]string{}}
+	if *engineDiscover && cfg.PodMetadata != nil {
+		c.metadata = cfg.PodMetadata
+	}
+	for _, t := range *engineTargets {
+		engine, u, ok := strings.Cut(t, "=")
+		if !ok {
+			return nil, fmt.Errorf("--engines.target %q: want ENGINE=URL", t)
+		}
+		c.static = append(c.static, engineTarget{Engine: engine, URL: u})
+	}
+	if *engineConfig != "" {
+		b, err := os.ReadFile(*engineConfig)
+		if err != nil {
+			return nil, fmt.Errorf("--engines.config: %w", err)
+		}
+		var file struct {
+			Targets []engineTarget `yaml:"targets"`
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&file); err != nil {
+			return nil, fmt.Errorf("--engines.config %s: %w", *engineConfig, err)
+		}
+		c.static = append(c.static, file.Targets...)
+	}
+	for i, t := range c.static {
+		if t.Engine != "auto" {
+			if _, err := engines.ParseEngine(t.Engine); err != nil {
+				return nil, fmt.Errorf("engine target %d: %w", i, err)
+			}
+		}
+		if u, err := url.Parse(t.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("engine target %d: %q is not an http(s) URL", i, t.URL)
+		}
+	}
+	return c, nil
+}
+
+// targets are the static targets and the annotated pods of the node.
+func (c *enginesCollector) targets() []engineTarget {
+	out := append([]engineTarget(nil), c.static...)
+	if c.metadata == nil {
+		return out
+	}
+	for _, p := range c.metadata.Pods() {
+		engine := p.Annotations[engineAnnotation]
+		if engine == "" {
+			continue
+		}
+		e, err := engines.ParseEngine(engine)
+		if err != nil && engine != "auto" {
+			c.logChange(p.Namespace+"/"+p.Name, fmt.Errorf("pod annotation %s: %w", engineAnnotation, err))
+			continue
+		}
+		if p.IP == "" {
+			c.logChange(p.Namespace+"/"+p.Name, fmt.Errorf("no pod IP known (it comes from the kubelet Pods API)"))
+			continue
+		}
+		port := p.Annotations[portAnnotation]
+		if port == "" {
+			port = defaultPorts[e]
+		}
+		path := p.Annotations[pathAnnotation]
+		if path == "" {
+			path = "/metrics"
+		}
+		scheme := p.Annotations[schemeAnnotation]
+		if scheme != "https" {
+			scheme = "http"
+		}
+		u := url.URL{Scheme: scheme, Host: net.JoinHostPort(p.IP, port), Path: path}
+		out = append(out, engineTarget{Engine: engine, URL: u.String(), Model: p.Annotations[modelAnnotation], Pod: p.Namespace + "/" + p.Name})
+	}
+	return out
+}
+
+func (c *enginesCollector) logChange(target string, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state[target] == msg {
+		return
+	}
+	c.state[target] = msg
+	if err != nil {
+		c.logger.Warn("inference engine not scraped", "target", target, "err", err)
+	} else {
+		c.logger.Info("inference engine scraped", "target", target)
+	}
+}
+
+// engineResult is what one target gave in this scrape.
+type engineResult struct {
+	target   engineTarget
+	engine   string
+	samples  []engines.Sample
+	err      error
+	duration time.Duration
+}
+
+func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
+	targets := c.targets()
+	results := make([]engineResult, len(targets))
+	sem := make(chan struct{}, max(1, *engineParallel))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i] = c.scrape(ctx, t)
+		}()
+	}
+	wg.Wait()
+
+	e := emitter{ch: ch}
+	seen := map[string]bool{}
+	for _, r := range results {
+		target := redact(r.target.URL)
+		if seen[target] {
+			continue // the same endpoint configured twice
+		}
+		seen[target] = true
+		c.logChange(target, r.err)
+		tl := labels{names: []string{"engine", "target"}, values: []string{r.engine, target}}
+		e.emit(inferenceUp, tl, boolValue(r.err == nil))
+		e.emit(inferenceDuration, tl, r.duration.Seconds())
+		if r.err != nil {
+			continue
+		}
+		owner, devices := joinEngine(snap, r.target)
+		base := tl
+		if owner != nil {
+			base = base.withOwner(*owner)
+		}
+		for _, d := range devices {
+			e.emit(inferenceDevices, base.with("gpu", d.Index).with("uuid", d.UUID), 1)
+		}
+		// One device: its labels go on every engine series too, so that
+		// the common single-GPU server joins without the info metric.
+		if len(devices) == 1 {
+			base = base.with("gpu", devices[0].Index).with("uuid", devices[0].UUID)
+		}
+		for _, s := range r.samples {
+			emitSample(e, base, s)
+		}
+	}
+	return nil
+}
+
+func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineResult {
+	start := time.Now()
+	r := engineResult{target: t, engine: t.Engine}
+	families, err := engines.Scrape(ctx, c.client, t.URL, *engineMaxBytes)
+	if err == nil {
+		engine := engines.Engine(t.Engine)
+		if t.Engine == "auto" {
+			engine, err = engines.Detect(families)
+		}
+		if err == nil {
+			r.engine = string(engine)
+			// Series Normalize cannot map are reported in err but do not
+			// fail the target: the rest is still right.
+			r.samples, _ = engines.Normalize(engine, families, t.Model)
+		}
+	}
+	r.err, r.duration = err, time.Since(start)
+	return r
+}
+
+// joinEngine finds the owner a target runs as and the devices it holds.
+func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) {
+	if t.Pod == "" && t.Unit == "" {
+		return nil, nil
+	}
+	ns, pod, _ := strings.Cut(t.Pod, "/")
+	var owner *attribution.Owner
+	var devices []*Device
+	for _, d := range snap.Devices {
+		if d.HasMIG {
+			continue // its instances are the devices
+		}
+		for i := range d.Claims {
+			o := d.Claims[i].Owner
+			if (t.Pod != "" && o.Namespace == ns && o.Pod == pod) || (t.Unit != "" && o.Unit == t.Unit) {
+				owner = &d.Claims[i].Owner
+				devices = append(devices, d)
+				break
+			}
+		}
+	}
+	if owner == nil && t.Pod != "" {
+		owner = &attribution.Owner{Kind: attribution.Kubernetes, Namespace: ns, Pod: pod}
+	}
+	sort.Slice(devices, func(i, j int) bool { return devices[i].UUID < devices[j].UUID })
+	return owner, devices
+}
+
+var engineFamilies = func() map[string]engines.Family {
+	m := map[string]engines.Family{}
+	for _, f := range engines.Families() {
+		m[f.Name] = f
+	}
+	return m
+}()
+
+func emitSample(e emitter, base labels, s engines.Sample) {
+	f := engineFamilies[s.Name]
+	keys := make([]string, 0, len(s.Labels))
+	for k := range s.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	l := base
+	for _, k := range keys {
+		l = l.with(k, s.Labels[k])
+	}
+	m := metric{name: s.Name, help: f.Help}
+	switch s.Kind {
+	case engines.Gauge:
+		m.typ = prometheus.GaugeValue
+		e.emit(m, l, s.Value)
+	case engines.Counter:
+		m.typ = prometheus.CounterValue
+		e.emit(m, l, s.Value)
+	case engines.Histogram:
+		buckets := make(map[float64]uint64, len(s.Buckets))
+		for _, b := range s.Buckets {
+			if !math.IsInf(b.UpperBound, 1) {
+				buckets[b.UpperBound] = b.Count
+			}
+		}
+		e.ch <- prometheus.MustNewConstHistogram(m.desc(l.names), s.Count, s.Sum, buckets, l.values...)
+	}
+}
+
+// redact drops a password from a target URL before it becomes a label.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Redacted()
+}

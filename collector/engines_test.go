@@ -1,0 +1,100 @@
+package collector
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+// engineServer serves a recorded engine sample.
+func engineServer(t *testing.T, fixture string) *httptest.Server {
+	t.Helper()
+	b, err := os.ReadFile("../fixtures/engines/" + fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write(b)
+		w.Write([]byte("\n")) // some samples lack the final newline real engines send
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func setEngineFlags(t *testing.T, targets []string) {
+	t.Helper()
+	old := [4]any{*engineTargets, *engineMaxBytes, *engineParallel, *engineDiscover}
+	*engineTargets, *engineMaxBytes, *engineParallel, *engineDiscover = targets, 1<<20, 4, true
+	t.Cleanup(func() {
+		*engineTargets, *engineMaxBytes, *engineParallel, *engineDiscover = old[0].([]string), old[1].(int64), old[2].(int), old[3].(bool)
+	})
+}
+
+type enginePods []kubernetes.PodMeta
+
+func (enginePods) Name() string                                  { return "fake" }
+func (enginePods) Pod(string, string) (kubernetes.PodMeta, bool) { return kubernetes.PodMeta{}, false }
+func (enginePods) PodByUID(string) (kubernetes.PodMeta, bool)    { return kubernetes.PodMeta{}, false }
+func (p enginePods) Pods() []kubernetes.PodMeta                  { return p }
+func (enginePods) Healthy() error                                { return nil }
+func (enginePods) Close() error                                  { return nil }
+
+func TestEnginesStaticTargets(t *testing.T) {
+	triton := engineServer(t, "triton-densenet-t4-datadog-fixture.prom")
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close() // connection refused from now on
+	setEngineFlags(t, []string{"triton=" + triton.URL + "/metrics", "auto=" + down.URL + "/metrics"})
+	out := scrapeText(t, newTestExporter(t, loadScenario(t, "lost"), map[string]bool{"nvidia": true, "engines": true}), 5*time.Second)
+	if v := sample(t, out, "xpu_inference_up", `engine="triton"`); v != 1 {
+		t.Errorf("triton up = %v", v)
+	}
+	if v := sample(t, out, "xpu_inference_up", `engine="auto"`); v != 0 {
+		t.Errorf("an unreachable target is up: %v", v)
+	}
+	// densenet_onnx: 1327965 µs of request time over 3 successes.
+	if !strings.Contains(out, `xpu_inference_request_duration_seconds_sum{engine="triton",model="densenet_onnx",model_version="1",target="`+triton.URL+`/metrics"} 1.327965`) {
+		t.Errorf("Triton's µs counter is not in seconds:\n%s", grepLines(out, "xpu_inference_request_duration_seconds_sum"))
+	}
+	if !strings.Contains(out, `xpu_scrape_collector_success{collector="engines"} 1`) {
+		t.Error("one unreachable engine must not fail the collector")
+	}
+}
+
+func TestEnginesDiscoveredAndJoinedToPodGPUs(t *testing.T) {
+	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
+	setEngineFlags(t, nil)
+	pods := enginePods{{
+		Namespace: "inference", Name: "llm-serve-7d9f8b6c5d-x2k4q", IP: host,
+		Annotations: map[string]string{engineAnnotation: "vllm", portAnnotation: port},
+	}}
+	e := newAttributedExporterFor(t, demo.Default(), func(c *Config) { c.PodMetadata = pods })
+	out := scrapeText(t, e, 10*time.Second)
+	owner := []string{`engine="vllm"`, `namespace="inference"`, `pod="llm-serve-7d9f8b6c5d-x2k4q"`, `workload="llm-serve"`, `workload_kind="Deployment"`}
+	sample(t, out, "xpu_inference_kv_cache_usage_ratio", append(owner, `model="zai-org/GLM-4.5"`)...)
+	// Tensor-parallel over GPUs 0 and 1: the devices are named on the info
+	// metric, not on every engine series.
+	for _, gpu := range []string{`gpu="0"`, `gpu="1"`} {
+		sample(t, out, "xpu_inference_device_info", append(owner, gpu)...)
+	}
+	if strings.Contains(grepLines(out, "xpu_inference_kv_cache_usage_ratio"), "gpu=") {
+		t.Error("an engine on two GPUs has device labels on its series")
+	}
+}
+
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
