@@ -3,10 +3,12 @@ package demo
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -82,6 +84,11 @@ func (s *Scenario) validateOwners() []error {
 			pods[p.Namespace+"/"+p.Name] = true
 		}
 	}
+	for i, e := range s.Engines {
+		if err := e.validate(pods); err != nil {
+			errs = append(errs, fmt.Errorf("engines[%d]: %w", i, err))
+		}
+	}
 	for i, d := range s.Devices {
 		procs := slices.Clone(d.Processes)
 		for _, m := range d.MIG {
@@ -119,13 +126,15 @@ type Attribution struct {
 	Squeue   string
 	Node     string
 	dir      string
+	engines  []*http.Server
 }
 
-// Close stops the fake kubelet and removes the directory.
+// Close stops the fake kubelet and engines and removes the directory.
 func (a *Attribution) Close() {
 	if a.Kubelet != nil {
 		a.Kubelet.Stop()
 	}
+	closeServers(a.engines)
 	os.RemoveAll(a.dir)
 }
 
@@ -152,6 +161,10 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 		}
 	}
 	if s.kube != nil {
+		if a.engines, err = s.startEngines(time.Now()); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("demo engines: %w", err)
+		}
 		if a.Kubelet, err = kubelettest.New(filepath.Join(dir, "kubelet"), s.kube); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("demo kubelet: %w", err)

@@ -59,6 +59,8 @@ type Scenario struct {
 	// kubelet's fixture format, see fixtures/kubelet/).
 	Kubernetes yaml.Node  `yaml:"kubernetes"`
 	Slurm      *SlurmSpec `yaml:"slurm"`
+	// Engines are inference engines served by the scenario's pods.
+	Engines []EngineSpec `yaml:"engines"`
 
 	kube *kubelettest.Fixture
 }

@@ -1,0 +1,157 @@
+package demo
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EngineSpec is an inference engine a scenario's pod serves. The demo serves
+// its /metrics on localhost, in the engine's own metric names, and annotates
+// the pod so that the exporter discovers it as it would on a cluster.
+type EngineSpec struct {
+	Pod    string `yaml:"pod"`    // namespace/name
+	Engine string `yaml:"engine"` // vllm or triton
+	Model  string `yaml:"model"`
+	// RequestsPerSecond is the load; requests, tokens and latencies follow.
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+}
+
+var engineWriters = map[string]func(*strings.Builder, EngineSpec, float64, float64){
+	"vllm":   writeVLLM,
+	"triton": writeTriton,
+}
+
+func (e EngineSpec) validate(pods map[string]bool) error {
+	if _, ok := engineWriters[e.Engine]; !ok {
+		return fmt.Errorf("engine: %q; the demo serves vllm or triton", e.Engine)
+	}
+	if !pods[e.Pod] {
+		return fmt.Errorf("pod: %q is not in kubernetes.pods", e.Pod)
+	}
+	if e.Model == "" {
+		return fmt.Errorf("model: missing")
+	}
+	if e.RequestsPerSecond <= 0 || e.RequestsPerSecond > 1e6 {
+		return fmt.Errorf("requests_per_second: %g is not in (0, 1e6]", e.RequestsPerSecond)
+	}
+	return nil
+}
+
+// startEngines serves each engine on a free localhost port and points its
+// pod at it: IP 127.0.0.1 and the discovery annotations.
+func (s *Scenario) startEngines(start time.Time) ([]*http.Server, error) {
+	var servers []*http.Server
+	for _, spec := range s.Engines {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			closeServers(servers)
+			return nil, err
+		}
+		srv := &http.Server{Handler: engineHandler(spec, start), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(l)
+		servers = append(servers, srv)
+		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+		for i := range s.kube.Pods {
+			p := &s.kube.Pods[i]
+			if p.Namespace+"/"+p.Name != spec.Pod {
+				continue
+			}
+			p.IP = "127.0.0.1"
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations["xpu-exporter.io/engine"] = spec.Engine
+			p.Annotations["xpu-exporter.io/port"] = port
+		}
+	}
+	return servers, nil
+}
+
+func closeServers(servers []*http.Server) {
+	for _, srv := range servers {
+		srv.Close()
+	}
+}
+
+func engineHandler(spec EngineSpec, start time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		elapsed := time.Since(start).Seconds()
+		// Load swings around its mean over 10 minutes.
+		load := 0.6 + 0.4*math.Sin(2*math.Pi*elapsed/600)
+		var b strings.Builder
+		engineWriters[spec.Engine](&b, spec, elapsed, load)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		fmt.Fprint(w, b.String())
+	})
+}
+
+// lognormalCDF is the share of observations at most x of a latency whose
+// median is median and whose spread is sigma.
+func lognormalCDF(x, median, sigma float64) float64 {
+	if x <= 0 {
+		return 0
+	}
+	return 0.5 * math.Erfc(-(math.Log(x)-math.Log(median))/(sigma*math.Sqrt2))
+}
+
+// histogram writes a Prometheus histogram of count observations of a
+// lognormal latency.
+func histogram(b *strings.Builder, name, labels string, bounds []float64, count, median, sigma float64) {
+	fmt.Fprintf(b, "# HELP %s Demo latency histogram.\n# TYPE %s histogram\n", name, name)
+	n := math.Floor(count)
+	for _, le := range bounds {
+		fmt.Fprintf(b, "%s_bucket{%s,le=\"%g\"} %g\n", name, labels, le, math.Floor(n*lognormalCDF(le, median, sigma)))
+	}
+	fmt.Fprintf(b, "%s_bucket{%s,le=\"+Inf\"} %g\n", name, labels, n)
+	fmt.Fprintf(b, "%s_sum{%s} %g\n", name, labels, n*median*math.Exp(sigma*sigma/2))
+	fmt.Fprintf(b, "%s_count{%s} %g\n", name, labels, n)
+}
+
+// writeVLLM writes vLLM V1's metrics (vllm:* names, model_name label).
+func writeVLLM(b *strings.Builder, e EngineSpec, elapsed, load float64) {
+	l := fmt.Sprintf(`engine="0",model_name=%q`, e.Model)
+	done := e.RequestsPerSecond * elapsed * 0.6
+	gauge := func(name string, v float64) {
+		fmt.Fprintf(b, "# HELP %s Demo gauge.\n# TYPE %s gauge\n%s{%s} %g\n", name, name, name, l, v)
+	}
+	counter := func(name, extra string, v float64) {
+		fmt.Fprintf(b, "# HELP %s Demo counter.\n# TYPE %s counter\n%s{%s%s} %g\n", name, name, name, l, extra, math.Floor(v))
+	}
+	gauge("vllm:num_requests_running", math.Round(4+20*load))
+	gauge("vllm:num_requests_waiting", math.Round(math.Max(0, 12*(load-0.5))))
+	gauge("vllm:kv_cache_usage_perc", 0.3+0.62*load)
+	counter("vllm:prompt_tokens_total", "", done*512)
+	counter("vllm:generation_tokens_total", "", done*256)
+	counter("vllm:num_preemptions_total", "", done*0.002)
+	fmt.Fprintf(b, "# HELP vllm:request_success_total Demo counter.\n# TYPE vllm:request_success_total counter\n")
+	for reason, share := range map[string]float64{"stop": 0.9, "length": 0.08, "abort": 0.02} {
+		fmt.Fprintf(b, "vllm:request_success_total{%s,finished_reason=%q} %g\n", l, reason, math.Floor(done*share))
+	}
+	latency := []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
+	histogram(b, "vllm:time_to_first_token_seconds", l, latency, done, 0.12+0.3*load, 0.6)
+	histogram(b, "vllm:inter_token_latency_seconds", l, latency, done*256, 0.02+0.02*load, 0.4)
+	histogram(b, "vllm:e2e_request_latency_seconds", l, latency, done, 4+4*load, 0.5)
+	histogram(b, "vllm:request_queue_time_seconds", l, latency, done, 0.01+0.2*load, 0.8)
+}
+
+// writeTriton writes Triton's metrics (nv_inference_*, µs counters).
+func writeTriton(b *strings.Builder, e EngineSpec, elapsed, load float64) {
+	l := fmt.Sprintf(`model=%q,version="1"`, e.Model)
+	done := e.RequestsPerSecond * elapsed * 0.6
+	counter := func(name string, v float64) {
+		fmt.Fprintf(b, "# HELP %s Demo counter.\n# TYPE %s counter\n%s{%s} %g\n", name, name, name, l, math.Floor(v))
+	}
+	counter("nv_inference_request_success", done)
+	counter("nv_inference_request_failure", done*0.001)
+	counter("nv_inference_count", done*8)
+	counter("nv_inference_exec_count", done)
+	counter("nv_inference_request_duration_us", done*(9000+6000*load))
+	counter("nv_inference_queue_duration_us", done*(300+900*load))
+	counter("nv_inference_compute_infer_duration_us", done*7000)
+	fmt.Fprintf(b, "# HELP nv_inference_pending_request_count Demo gauge.\n# TYPE nv_inference_pending_request_count gauge\nnv_inference_pending_request_count{%s} %g\n", l, math.Round(8*load))
+}
