@@ -87,7 +87,7 @@ func main() {
 		logger.Error("cannot set up attribution", "err", err)
 		os.Exit(2)
 	}
-	cfg.Attribution, cfg.PodMetadata = resolver, podMetadata
+	cfg.Attribution, cfg.PodMetadata, cfg.NodeName = resolver, podMetadata, nodeName
 
 	logger.Info("starting "+program, "version", version.Info(), "build_context", version.BuildContext())
 	exporter, err := collector.New(cfg)

@@ -35,7 +35,9 @@ type Config struct {
 	Attribution *attribution.Resolver
 	// PodMetadata lists the node's pods, to discover inference engines.
 	PodMetadata kubernetes.MetadataSource
-	Now         func() time.Time
+	// NodeName is this node's name, for per-node settings.
+	NodeName string
+	Now      func() time.Time
 }
 
 type factory struct {

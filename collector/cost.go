@@ -1,0 +1,113 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"gopkg.in/yaml.v3"
+)
+
+func init() {
+	registerCollector("cost", true, "xpu_device_hourly_cost from the price table in --cost.file (nothing without one)", newCostCollector)
+}
+
+var costFile = kingpin.Flag("cost.file",
+	"YAML price table: currency, an hourly price per device model, optional per-node prices. Without it no cost series is served, and cost panels say no price is configured.").Default("").String()
+
+var hourlyCost = gauge("device_hourly_cost", "Price of the device per hour, from the configured price table.")
+
+// priceTable is the --cost.file format.
+type priceTable struct {
+	Currency string                        `yaml:"currency"`
+	Models   map[string]float64            `yaml:"models"`
+	Nodes    map[string]map[string]float64 `yaml:"nodes"`
+}
+
+type costCollector struct {
+	currency string
+	prices   map[string]float64 // model → price on this node
+}
+
+func newCostCollector(cfg Config) (Collector, error) {
+	c := &costCollector{}
+	if *costFile == "" {
+		return c, nil
+	}
+	b, err := os.ReadFile(*costFile)
+	if err != nil {
+		return nil, fmt.Errorf("--cost.file: %w", err)
+	}
+	t, err := parsePriceTable(b)
+	if err != nil {
+		return nil, fmt.Errorf("--cost.file %s: %w", *costFile, err)
+	}
+	c.currency, c.prices = t.Currency, t.Models
+	if override, ok := t.Nodes[cfg.NodeName]; ok {
+		c.prices = map[string]float64{}
+		for m, p := range t.Models {
+			c.prices[m] = p
+		}
+		for m, p := range override {
+			c.prices[m] = p
+		}
+	}
+	return c, nil
+}
+
+func parsePriceTable(b []byte) (priceTable, error) {
+	var t priceTable
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&t); err != nil {
+		return t, err
+	}
+	if t.Currency == "" {
+		return t, fmt.Errorf("currency: missing (e.g. USD)")
+	}
+	check := func(where string, prices map[string]float64) error {
+		models := make([]string, 0, len(prices))
+		for m := range prices {
+			models = append(models, m)
+		}
+		sort.Strings(models)
+		for _, m := range models {
+			if p := prices[m]; p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
+				return fmt.Errorf("%s[%q]: price %g is not a non-negative number", where, m, p)
+			}
+		}
+		return nil
+	}
+	if err := check("models", t.Models); err != nil {
+		return t, err
+	}
+	for node, prices := range t.Nodes {
+		if err := check("nodes."+node, prices); err != nil {
+			return t, err
+		}
+	}
+	return t, nil
+}
+
+// Update prices whole devices: a MIG instance's cost is its parent's, split
+// by the mixin's chargeback rules.
+func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
+	if c.prices == nil {
+		return nil
+	}
+	e := emitter{ch: ch}
+	for _, d := range snap.Devices {
+		if d.MIG != nil || d.UUID == "" {
+			continue
+		}
+		if p, ok := c.prices[d.Model]; ok {
+			e.emit(hourlyCost, identityLabels(d).with("currency", c.currency), p)
+		}
+	}
+	return nil
+}
