@@ -16,6 +16,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/collector"
 	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/otlp"
 )
 
 const program = "xpu_exporter"
@@ -44,6 +46,12 @@ func main() {
 			"Serve a simulated GPU node instead of real hardware (try it on any machine).").Bool()
 		scenarioPath = kingpin.Flag("demo.scenario",
 			"Scenario file for --demo; empty uses the embedded 8-GPU node. Format: README.md, \"Demo scenarios\".").Default("").String()
+		otlpEndpoint = kingpin.Flag("otlp.endpoint",
+			"Push the metrics to this OTLP/HTTP receiver (host:port) as well as serving them; empty pushes nothing.").Default("").String()
+		otlpPath     = kingpin.Flag("otlp.url-path", "URL path of the OTLP receiver.").Default("/v1/metrics").String()
+		otlpInterval = kingpin.Flag("otlp.interval", "How often to push over OTLP.").Default("30s").Duration()
+		otlpInsecure = kingpin.Flag("otlp.insecure", "Push over plain HTTP instead of HTTPS.").Bool()
+		otlpHeaders  = kingpin.Flag("otlp.header", "Header sent with each OTLP push, KEY=VALUE (e.g. an API key). Repeatable.").Strings()
 		toolkitFlags = kingpinflag.AddFlags(kingpin.CommandLine, ":9835")
 		attrFlags    = addAttributionFlags(kingpin.CommandLine)
 	)
@@ -125,6 +133,29 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	exporter.Start(ctx)
+	stopPush := func() {}
+	if *otlpEndpoint != "" {
+		headers, err := otlp.ParseHeaders(*otlpHeaders)
+		if err != nil {
+			logger.Error("bad --otlp.header", "err", err)
+			os.Exit(2)
+		}
+		pusher, err := otlp.Start(otlp.Config{
+			Endpoint: *otlpEndpoint, URLPath: *otlpPath, Interval: *otlpInterval, Insecure: *otlpInsecure,
+			Headers: headers, Node: nodeName, Version: version.Version,
+		}, boundGatherer(exporter, base, *scrapeTimeout), logger)
+		if err != nil {
+			logger.Error("cannot start the OTLP bridge", "err", err)
+			os.Exit(2)
+		}
+		stopPush = func() {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := pusher.Shutdown(shutdownCtx); err != nil {
+				logger.Warn("last OTLP push failed", "err", err)
+			}
+		}
+	}
 	go func() {
 		<-ctx.Done()
 		logger.Info("shutting down")
@@ -136,7 +167,21 @@ func main() {
 		logger.Error("server failed", "err", err)
 		os.Exit(1)
 	}
+	// The last push gathers once more: before the collectors let go of NVML.
+	stopPush()
 	exporter.Close()
+}
+
+// boundGatherer gathers like a scrape does, under a deadline of its own, for
+// pushes that no HTTP request bounds.
+func boundGatherer(e *collector.Exporter, base prometheus.Gatherer, timeout time.Duration) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(e.Bind(ctx))
+		return prometheus.Gatherers{base, reg}.Gather()
+	})
 }
 
 func loadScenario(path string) (*demo.Scenario, string, error) {
