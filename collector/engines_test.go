@@ -98,3 +98,27 @@ func grepLines(text, prefix string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+func TestEnginesConfigFile(t *testing.T) {
+	setEngineFlags(t, nil)
+	dir := t.TempDir()
+	for body, want := range map[string]string{
+		"targets:\n  - {engine: vllm, url: http://127.0.0.1:8000/metrics, unit: vllm.service}\n": "",
+		"targets:\n  - {engine: llamacpp, url: http://127.0.0.1:8000/metrics}\n":                 `unknown inference engine "llamacpp"`,
+		"targets:\n  - {engine: vllm, url: 127.0.0.1:8000}\n":                                    "is not an http(s) URL",
+		"targets:\n  - {engine: vllm, url: http://x/metrics, gpu: 3}\n":                          "field gpu not found",
+	} {
+		path := dir + "/engines.yaml"
+		os.WriteFile(path, []byte(body), 0o644)
+		old := *engineConfig
+		*engineConfig = path
+		c, err := newEnginesCollector(Config{})
+		*engineConfig = old
+		switch {
+		case want == "" && (err != nil || len(c.(*enginesCollector).static) != 1):
+			t.Errorf("%q: %v", body, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%q: error %v, want %q", body, err, want)
+		}
+	}
+}

@@ -177,38 +177,54 @@ func value(t *testing.T, exposition, name string, labels ...string) float64 {
 
 // families issue 2 promises on the demo node, with their types.
 var wantFamilies = map[string]string{
-	"xpu_device_info":                       "gauge",
-	"xpu_device_up":                         "gauge",
-	"xpu_utilization_ratio":                 "gauge",
-	"xpu_memory_utilization_ratio":          "gauge",
-	"xpu_encoder_utilization_ratio":         "gauge",
-	"xpu_decoder_utilization_ratio":         "gauge",
-	"xpu_memory_used_bytes":                 "gauge",
-	"xpu_memory_total_bytes":                "gauge",
-	"xpu_memory_reserved_bytes":             "gauge",
-	"xpu_temperature_celsius":               "gauge",
-	"xpu_power_watts":                       "gauge",
-	"xpu_power_limit_watts":                 "gauge",
-	"xpu_energy_joules_total":               "counter",
-	"xpu_clock_hertz":                       "gauge",
-	"xpu_clock_max_hertz":                   "gauge",
-	"xpu_clock_throttled":                   "gauge",
-	"xpu_performance_state":                 "gauge",
-	"xpu_pcie_throughput_bytes_per_second":  "gauge",
-	"xpu_pcie_link_generation":              "gauge",
-	"xpu_pcie_link_width":                   "gauge",
-	"xpu_pcie_link_max_generation":          "gauge",
-	"xpu_pcie_link_max_width":               "gauge",
-	"xpu_pcie_replays_total":                "counter",
-	"xpu_ecc_errors_total":                  "counter",
-	"xpu_retired_pages_total":               "counter",
-	"xpu_remapped_rows":                     "gauge",
-	"xpu_mig_mode_enabled":                  "gauge",
-	"xpu_scrape_collector_duration_seconds": "gauge",
-	"xpu_scrape_collector_success":          "gauge",
-	"xpu_exporter_build_info":               "gauge",
-	"go_goroutines":                         "gauge",
-	"process_resident_memory_bytes":         "gauge",
+	"xpu_device_info":                           "gauge",
+	"xpu_device_up":                             "gauge",
+	"xpu_utilization_ratio":                     "gauge",
+	"xpu_memory_utilization_ratio":              "gauge",
+	"xpu_encoder_utilization_ratio":             "gauge",
+	"xpu_decoder_utilization_ratio":             "gauge",
+	"xpu_memory_used_bytes":                     "gauge",
+	"xpu_memory_total_bytes":                    "gauge",
+	"xpu_memory_reserved_bytes":                 "gauge",
+	"xpu_temperature_celsius":                   "gauge",
+	"xpu_power_watts":                           "gauge",
+	"xpu_power_limit_watts":                     "gauge",
+	"xpu_energy_joules_total":                   "counter",
+	"xpu_clock_hertz":                           "gauge",
+	"xpu_clock_max_hertz":                       "gauge",
+	"xpu_clock_throttled":                       "gauge",
+	"xpu_performance_state":                     "gauge",
+	"xpu_pcie_throughput_bytes_per_second":      "gauge",
+	"xpu_pcie_link_generation":                  "gauge",
+	"xpu_pcie_link_width":                       "gauge",
+	"xpu_pcie_link_max_generation":              "gauge",
+	"xpu_pcie_link_max_width":                   "gauge",
+	"xpu_pcie_replays_total":                    "counter",
+	"xpu_ecc_errors_total":                      "counter",
+	"xpu_retired_pages_total":                   "counter",
+	"xpu_remapped_rows":                         "gauge",
+	"xpu_mig_mode_enabled":                      "gauge",
+	"xpu_scrape_collector_duration_seconds":     "gauge",
+	"xpu_scrape_collector_success":              "gauge",
+	"xpu_exporter_build_info":                   "gauge",
+	"xpu_device_owners":                         "gauge",
+	"xpu_workload_info":                         "gauge",
+	"xpu_workload_allocated_devices":            "gauge",
+	"xpu_workload_utilization_ratio":            "gauge",
+	"xpu_workload_memory_used_bytes":            "gauge",
+	"xpu_attribution_source_up":                 "gauge",
+	"xpu_nvlink_up":                             "gauge",
+	"xpu_nvlink_errors_total":                   "counter",
+	"xpu_inference_up":                          "gauge",
+	"xpu_inference_requests_running":            "gauge",
+	"xpu_inference_kv_cache_usage_ratio":        "gauge",
+	"xpu_inference_tokens_total":                "counter",
+	"xpu_inference_requests_total":              "counter",
+	"xpu_inference_time_to_first_token_seconds": "histogram",
+	"xpu_inference_request_duration_seconds":    "histogram",
+	"xpu_inference_device_info":                 "gauge",
+	"go_goroutines":                             "gauge",
+	"process_resident_memory_bytes":             "gauge",
 }
 
 func TestDemoServesEveryFamilyAndValuesMove(t *testing.T) {
@@ -245,6 +261,13 @@ func TestDemoServesEveryFamilyAndValuesMove(t *testing.T) {
 	if p1 == p2 {
 		t.Errorf("power did not move between scrapes: %v", p1)
 	}
+	// GPM profiling needs two samples: it is there from the second scrape.
+	for _, family := range []string{"xpu_sm_active_ratio", "xpu_tensor_active_ratio", "xpu_dram_active_ratio", "xpu_nvlink_throughput_bytes_per_second"} {
+		if !strings.Contains(second, "# TYPE "+family+" gauge\n") {
+			t.Errorf("second scrape lacks %s", family)
+		}
+	}
+	promtoolCheck(t, second)
 
 	code, landing := get(t, http.DefaultClient, "http://"+e.addr+"/")
 	if code != http.StatusOK || !strings.Contains(landing, "DEMO MODE") || !strings.Contains(landing, `href="/metrics"`) {
