@@ -131,8 +131,15 @@ func New(cfg Config) (*Exporter, error) {
 }
 
 // Start runs the collectors' background work (NVML event listening) until
-// ctx ends. Nothing else polls: everything else is read at scrape time.
+// ctx ends. Nothing else polls: everything else is read at scrape time. One
+// snapshot is taken at once, so that readings that need two samples (GPM
+// profiling, a MIG instance's utilization) are there at the first scrape.
 func (e *Exporter) Start(ctx context.Context) {
+	go func() {
+		warm, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		e.Snapshot(warm)
+	}()
 	for _, c := range e.collectors {
 		if b, ok := c.(interface {
 			background(context.Context, func(context.Context) *Snapshot)
