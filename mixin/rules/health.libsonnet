@@ -34,7 +34,7 @@ local util = import '../lib/util.libsonnet';
         // The timestamp rather than the counter: a counter series born with
         // its first event shows no increase.
         penalty('xid', |||
-          time() - xpu_xid_last_event_timestamp_seconds{%(xpuSelector)s} < %(windowSeconds)d
+          max without (type) (time() - xpu_device_last_event_timestamp_seconds{%(xpuSelector)s, type="xid"}) < %(windowSeconds)d
         ||| % fmt),
         // A narrower link is always a fault; a slower generation only while
         // the device is busy, because idle GPUs lower the link speed to save
