@@ -102,7 +102,7 @@ func New(cfg Config) (*Exporter, error) {
 	e := &Exporter{
 		logger:     cfg.Logger,
 		collectors: map[string]Collector{},
-		snapshots:  &snapshotter{sources: map[string]source{}, busy: map[string]bool{}, resolver: cfg.Attribution, now: cfg.Now},
+		snapshots:  &snapshotter{sources: map[string]source{}, stuck: map[string]*read{}, resolver: cfg.Attribution, now: cfg.Now},
 		duration: prometheus.NewDesc(namespace+"_scrape_collector_duration_seconds",
 			"Time a collector took in this scrape, including its part of the node snapshot.", []string{"collector"}, nil),
 		success: prometheus.NewDesc(namespace+"_scrape_collector_success",

@@ -53,6 +53,7 @@ var (
 	nvlinkUp     = gauge("nvlink_up", "1 if the NVLink is up.")
 	nvlinkErrors = counter("nvlink_errors_total", "NVLink data-link errors by type: replay, recovery, crc_flit, crc_data.")
 	nvlinkBytes  = gauge("nvlink_throughput_bytes_per_second", "NVLink throughput over all links, averaged since the previous scrape (GPM).")
+	nvlinkData   = counter("nvlink_data_bytes_total", "Data bytes an NVLink carried since the driver was loaded, by direction.")
 )
 
 // profilingMetrics are GPM readings, averaged since the previous scrape.
@@ -321,6 +322,8 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
 				e.emit(nvlinkErrors, ll.with("type", t), float64(v))
 			}
 		}
+		opt(nvlinkData, ll.with("direction", "tx"), link.TXBytes)
+		opt(nvlinkData, ll.with("direction", "rx"), link.RXBytes)
 	}
 	if v, ok := d.Profiling[nvidia.ProfNVLinkTX]; ok {
 		e.emit(nvlinkBytes, l.with("direction", "tx"), v)

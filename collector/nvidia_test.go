@@ -158,18 +158,20 @@ func TestNvidiaHealthyNode(t *testing.T) {
 	out := scrapeText(t, newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true}), 5*time.Second)
 	// 8 GPUs plus the 4 MIG instances of GPU 4.
 	for family, want := range map[string]int{
-		"xpu_device_info":          12,
-		"xpu_device_up":            12,
-		"xpu_memory_total_bytes":   12,
-		"xpu_utilization_ratio":    7, // NVML cannot measure a GPU in MIG mode as a whole, nor its instances
-		"xpu_power_watts":          8,
-		"xpu_clock_throttled":      8 * 9,
-		"xpu_ecc_errors_total":     8 * 4,
-		"xpu_temperature_celsius":  8 * 2,
-		"xpu_fan_speed_ratio":      0, // H100 SXM has no fans
-		"xpu_nvml_errors_total":    0,
-		"xpu_mig_mode_enabled":     8,
-		"xpu_process_memory_bytes": 0, // the process collector is off
+		"xpu_device_info":             12,
+		"xpu_device_up":               12,
+		"xpu_memory_total_bytes":      12,
+		"xpu_utilization_ratio":       7, // NVML cannot measure a GPU in MIG mode as a whole, nor its instances
+		"xpu_power_watts":             8,
+		"xpu_clock_throttled":         8 * 9,
+		"xpu_ecc_errors_total":        8 * 4,
+		"xpu_temperature_celsius":     8 * 2,
+		"xpu_fan_speed_ratio":         0, // H100 SXM has no fans
+		"xpu_nvml_errors_total":       0,
+		"xpu_mig_mode_enabled":        8,
+		"xpu_nvlink_up":               8 * 18,
+		"xpu_nvlink_data_bytes_total": 8 * 18 * 2,
+		"xpu_process_memory_bytes":    0, // the process collector is off
 	} {
 		if got := seriesCount(out, family); got != want {
 			t.Errorf("%s: %d series, want %d", family, got, want)
@@ -334,5 +336,20 @@ func TestNvidiaProfilingNeedsTwoScrapes(t *testing.T) {
 	}
 	if n := seriesCount(second, "xpu_nvlink_throughput_bytes_per_second"); n != 14 {
 		t.Errorf("%d NVLink throughput series, want 14 (7 GPUs × 2 directions)", n)
+	}
+}
+
+// A scrape with a shorter deadline than a build already under way (the
+// warm-up at start, a slow HA peer) builds its own snapshot rather than
+// wait past its deadline and serve nothing.
+func TestShortScrapeDoesNotWaitOnALongerBuild(t *testing.T) {
+	e := newTestExporter(t, loadScenario(t, "hang"), map[string]bool{"nvidia": true})
+	long, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go e.Snapshot(long) // hangs on GPU 0 for 3 s
+	time.Sleep(50 * time.Millisecond)
+	out := scrapeText(t, e, 300*time.Millisecond)
+	if !strings.Contains(out, `xpu_device_up{gpu="1",model="NVIDIA H100 80GB HBM3",uuid="GPU-00000000-0000-4000-8000-00000000000b",vendor="nvidia"} 1`) {
+		t.Errorf("the healthy GPU is not served while a longer build runs:\n%s", out)
 	}
 }

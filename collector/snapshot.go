@@ -100,24 +100,33 @@ type snapshotter struct {
 
 	mu       sync.Mutex
 	inflight *build
-	busy     map[string]bool // sources whose read has not returned yet
+	stuck    map[string]*read // sources whose read outlived its build
 	// coalesced counts scrapes served from another scrape's snapshot.
 	coalesced atomic.Uint64
 }
 
 type build struct {
-	done chan struct{}
-	snap *Snapshot
+	done     chan struct{}
+	snap     *Snapshot
+	deadline time.Time
 }
 
-// get returns a snapshot: the one being built right now if there is one,
-// else a new one built under ctx. A caller whose ctx ends first gets nil.
+// get returns a snapshot: the one being built right now if it will be done
+// by ctx's deadline, else a new one built under ctx. A caller whose ctx ends
+// first gets nil.
 func (s *snapshotter) get(ctx context.Context) *Snapshot {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(24 * time.Hour)
+	}
 	s.mu.Lock()
 	b := s.inflight
-	leader := b == nil
+	// A build with a later deadline than ours may outlive our scrape (the
+	// warm-up at start, a scrape with a longer timeout): build our own
+	// then, rather than wait and serve nothing.
+	leader := b == nil || b.deadline.After(deadline)
 	if leader {
-		b = &build{done: make(chan struct{})}
+		b = &build{done: make(chan struct{}), deadline: deadline}
 		s.inflight = b
 	}
 	s.mu.Unlock()
@@ -125,7 +134,9 @@ func (s *snapshotter) get(ctx context.Context) *Snapshot {
 	if leader {
 		b.snap = s.build(ctx)
 		s.mu.Lock()
-		s.inflight = nil
+		if s.inflight == b {
+			s.inflight = nil
+		}
 		s.mu.Unlock()
 		close(b.done)
 		return b.snap
@@ -142,6 +153,7 @@ func (s *snapshotter) get(ctx context.Context) *Snapshot {
 // build reads every source in parallel. A source that has not answered when
 // ctx ends is reported failed and left to finish in the background; it is
 // not read again until it has, so a hung driver cannot pile up goroutines.
+// Sources that honour their context may be read by two builds at once.
 func (s *snapshotter) build(ctx context.Context) *Snapshot {
 	snap := &Snapshot{Time: s.now(), sources: make(map[string]sourceResult, len(s.sources))}
 	type answer struct {
@@ -150,34 +162,43 @@ func (s *snapshotter) build(ctx context.Context) *Snapshot {
 		res  sourceResult
 	}
 	answers := make(chan answer, len(s.sources))
-	waiting := 0
+	reads := map[string]*read{}
 	srcCtx, cancel := sourceContext(ctx)
 	defer cancel()
+	s.mu.Lock()
 	for name, src := range s.sources {
-		if !s.claim(name) {
+		if s.stuck[name] != nil {
 			snap.sources[name] = sourceResult{err: errors.New("previous read still running")}
 			continue
 		}
-		waiting++
+		r := &read{}
+		reads[name] = r
 		go func() {
-			defer s.release(name)
+			defer s.finish(name, r)
 			start := time.Now()
 			devs, err := src.readDevices(srcCtx)
 			answers <- answer{name, devs, sourceResult{duration: time.Since(start), err: err}}
 		}()
 	}
+	s.mu.Unlock()
 	started := time.Now()
-	for ; waiting > 0; waiting-- {
+	for waiting := len(reads); waiting > 0; waiting-- {
 		select {
 		case a := <-answers:
 			snap.Devices = append(snap.Devices, a.devs...)
 			snap.sources[a.name] = a.res
 		case <-ctx.Done():
-			for name := range s.sources {
-				if _, ok := snap.sources[name]; !ok {
-					snap.sources[name] = sourceResult{duration: time.Since(started), err: fmt.Errorf("no answer before the scrape deadline: %w", ctx.Err())}
+			s.mu.Lock()
+			for name, r := range reads {
+				if _, ok := snap.sources[name]; ok {
+					continue
+				}
+				snap.sources[name] = sourceResult{duration: time.Since(started), err: fmt.Errorf("no answer before the scrape deadline: %w", ctx.Err())}
+				if !r.done {
+					s.stuck[name] = r
 				}
 			}
+			s.mu.Unlock()
 			waiting = 0
 		}
 	}
@@ -213,6 +234,19 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.Attribution = res.Sources
 }
 
+// read is one source read; a read that outlives its build is stuck until it
+// returns.
+type read struct{ done bool }
+
+func (s *snapshotter) finish(name string, r *read) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.done = true
+	if s.stuck[name] == r {
+		delete(s.stuck, name)
+	}
+}
+
 // sourceContext gives sources a deadline a little before the scrape's, so
 // that a source that honours its context (reporting late devices down)
 // answers before the snapshot stops waiting for it.
@@ -223,20 +257,4 @@ func sourceContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	}
 	grace := min(100*time.Millisecond, time.Until(deadline)/10)
 	return context.WithDeadline(ctx, deadline.Add(-grace))
-}
-
-func (s *snapshotter) claim(name string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.busy[name] {
-		return false
-	}
-	s.busy[name] = true
-	return true
-}
-
-func (s *snapshotter) release(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.busy, name)
 }

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -108,6 +109,18 @@ func (s *sim) int(key string) (int, nvml.Return) {
 	return int(math.Round(v)), ret
 }
 
+// linkCounterKiB is one link's data counter: the device's mean NVLink rate
+// (key, bytes/s over all links) since start, split evenly between links, so
+// that it only grows.
+func (s *sim) linkCounterKiB(key string) (uint64, bool) {
+	v, ok := s.spec.Metrics[key]
+	if !ok || s.spec.NVLinks == nil || *s.spec.NVLinks == 0 || s.gate("nvlink") != nvml.SUCCESS {
+		return 0, false
+	}
+	bytes := v.Mean() * s.now().Sub(s.start).Seconds() / float64(*s.spec.NVLinks)
+	return uint64(math.Max(0, bytes) / 1024), true
+}
+
 func (s *sim) memoryTotal() uint64 {
 	return uint64(s.spec.MemoryTotal.At(s.start, s.now()))
 }
@@ -161,10 +174,20 @@ func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time) 
 	d.GetFieldValuesFunc = func(values []nvml.FieldValue) nvml.Return {
 		for i := range values {
 			values[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
-			if values[i].FieldId == nvml.FI_DEV_MEMORY_TEMP {
+			switch values[i].FieldId {
+			case nvml.FI_DEV_MEMORY_TEMP:
 				v, ret := s.u32("memory_temperature", 1)
 				values[i].NvmlReturn, values[i].ValueType = uint32(ret), uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
-				values[i].Value = [8]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
+				binary.LittleEndian.PutUint64(values[i].Value[:], uint64(v))
+			case nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+				key := "nvlink_tx"
+				if values[i].FieldId == nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX {
+					key = "nvlink_rx"
+				}
+				if kib, ok := s.linkCounterKiB(key); ok {
+					values[i].NvmlReturn, values[i].ValueType = uint32(nvml.SUCCESS), uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+					binary.LittleEndian.PutUint64(values[i].Value[:], kib)
+				}
 			}
 		}
 		return s.gate("identity")

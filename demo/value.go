@@ -104,6 +104,18 @@ func orZero(s string) string {
 	return s
 }
 
+// Mean is the value's average over time: a rate turned into a counter with
+// it only grows.
+func (v Value) Mean() float64 {
+	switch {
+	case v.Fixed != nil:
+		return *v.Fixed
+	case v.Rate != 0 || v.Shape == "":
+		return v.Start
+	}
+	return (v.Min + v.Max) / 2
+}
+
 // At is the value at time t of a simulation that began at start.
 func (v Value) At(start, t time.Time) float64 {
 	switch {

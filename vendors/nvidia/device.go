@@ -146,6 +146,10 @@ type NVLink struct {
 	Link   int
 	Up     bool
 	Errors map[string]uint64 // replay, recovery, crc_flit, crc_data
+	// TXBytes and RXBytes count the data (payload) bytes the link carried
+	// since the driver was loaded.
+	TXBytes Opt[float64]
+	RXBytes Opt[float64]
 }
 
 // Node is what one scrape read from NVML.

@@ -374,7 +374,7 @@ func (r *reader) nvlink(d *Device, h nvml.Device) {
 	for link := 0; link < nvml.NVLINK_MAX_LINKS && !r.lost; link++ {
 		state, ret := h.GetNvLinkState(link)
 		if ret == nvml.ERROR_INVALID_ARGUMENT || (link == 0 && benign(ret)) {
-			return // past the GPU's last link, or a GPU without NVLink
+			break // past the GPU's last link, or a GPU without NVLink
 		}
 		if !r.ok("GetNvLinkState", ret) {
 			continue
@@ -389,6 +389,40 @@ func (r *reader) nvlink(d *Device, h nvml.Device) {
 			}
 		}
 		d.NVLinks = append(d.NVLinks, l)
+	}
+	r.nvlinkTraffic(d, h)
+}
+
+// nvlinkTraffic reads each link's data counters (KiB since the driver was
+// loaded) in one field-value call. They are counters, so they work on GPUs
+// without GPM (A100) and averaging is left to rate().
+func (r *reader) nvlinkTraffic(d *Device, h nvml.Device) {
+	if len(d.NVLinks) == 0 || r.lost {
+		return
+	}
+	values := make([]nvml.FieldValue, 0, 2*len(d.NVLinks))
+	for _, l := range d.NVLinks {
+		values = append(values,
+			nvml.FieldValue{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: uint32(l.Link)},
+			nvml.FieldValue{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: uint32(l.Link)})
+	}
+	if !r.ok("GetFieldValues", h.GetFieldValues(values)) {
+		return
+	}
+	for i, v := range values {
+		if nvml.Return(v.NvmlReturn) != nvml.SUCCESS {
+			continue // a link or model without the counter
+		}
+		kib, ok := fieldValue(v)
+		if !ok {
+			continue
+		}
+		l := &d.NVLinks[i/2]
+		if v.FieldId == nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX {
+			l.TXBytes = some(kib * 1024)
+		} else {
+			l.RXBytes = some(kib * 1024)
+		}
 	}
 }
 
