@@ -130,4 +130,8 @@ type Source struct {
 type Result struct {
 	Devices map[string]*Ownership
 	Sources []Source
+	// UnknownDeviceIDs counts the device-plugin IDs in this scrape that name
+	// no device in a form the resolver understands; their containers are
+	// not attributed.
+	UnknownDeviceIDs int
 }

@@ -101,7 +101,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	kubeDown := false
 	if r.cfg.Kubelet != nil {
 		var err error
-		kube, err = r.kubernetesClaims(ctx, devices)
+		kube, res.UnknownDeviceIDs, err = r.kubernetesClaims(ctx, devices)
 		kubeDown = kube == nil
 		res.Sources = append(res.Sources, Source{Name: SourceKubelet, Err: err})
 		if r.cfg.Metadata != nil {
@@ -315,10 +315,10 @@ func cmpErr(first, err error) error {
 
 // kubernetesClaims maps each device to the containers the kubelet allocated
 // it to.
-func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device) (map[string][]Claim, error) {
+func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device) (map[string][]Claim, int, error) {
 	pods, err := r.cfg.Kubelet.List(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// Allocatable lists every replica a device plugin advertises, which is
 	// what a replica's share depends on; without it the share is unknown.
@@ -345,9 +345,9 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device) (map[
 		claims[uuid] = append(claims[uuid], Claim{Owner: owner, Share: share})
 	}
 	if allocErr != nil {
-		return claims, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
+		return claims, len(idErrs), fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
 	}
-	return claims, nil
+	return claims, len(idErrs), nil
 }
 
 func (r *Resolver) logOnce(err error) {

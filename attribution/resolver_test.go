@@ -102,6 +102,7 @@ func TestResolveKubernetes(t *testing.T) {
 			pod("web", "infer-c", "server", "nvidia.com/gpu", gpuB+"::1"),
 			pod("ml", "mig-x", "main", "nvidia.com/mig-3g.40gb", mig1),
 			pod("ml", "mig-y", "main", "nvidia.com/mig-1g.10gb", mig2),
+			pod("ml", "odd", "main", "nvidia.com/gpu", "not-a-device-id!"),
 		},
 		allocatable: []kubernetes.ResourceDevices{
 			{Resource: "nvidia.com/gpu", IDs: []string{gpuA, gpuB + "::0", gpuB + "::1", gpuB + "::2", gpuB + "::3", gpuIdle}},
@@ -129,6 +130,9 @@ func TestResolveKubernetes(t *testing.T) {
 		if s.Err != nil {
 			t.Errorf("source %s: %v", s.Name, s.Err)
 		}
+	}
+	if res.UnknownDeviceIDs != 1 {
+		t.Errorf("%d unknown device IDs counted, want 1", res.UnknownDeviceIDs)
 	}
 	claims := func(uuid string) string {
 		var out []string

@@ -19,6 +19,7 @@ var (
 	workloadMemory    = gauge("workload_memory_used_bytes", "Device memory used by the owner's processes.")
 	workloadUtil      = gauge("workload_utilization_ratio", "The owner's part of the device's utilization, split by per-process samples; the parts of a device add up to xpu_utilization_ratio.")
 	sourceUp          = gauge("attribution_source_up", "1 if the attribution source answered in this scrape, 0 if not (owner labels from it are missing).")
+	unknownIDs        = gauge("attribution_unknown_device_ids", "Device-plugin IDs in this scrape that name no device in a known form; their containers are not attributed.")
 )
 
 type attributionCollector struct {
@@ -43,6 +44,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 	for _, s := range snap.Attribution {
 		e.emit(sourceUp, labels{names: []string{"source"}, values: []string{s.Name}}, boolValue(s.Err == nil))
 	}
+	e.emit(unknownIDs, labels{}, float64(snap.unknownDeviceIDs))
 	owners := map[string]attribution.Owner{}
 	for _, d := range snap.Devices {
 		if d.UUID == "" {

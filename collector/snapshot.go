@@ -77,7 +77,8 @@ type Snapshot struct {
 	sources map[string]sourceResult
 	// Attribution is the state of each attribution source; empty when
 	// attribution is off.
-	Attribution []attribution.Source
+	Attribution      []attribution.Source
+	unknownDeviceIDs int
 }
 
 type sourceResult struct {
@@ -231,7 +232,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 			d.Claims, d.ProcessOwner = own.Claims, own.Process
 		}
 	}
-	snap.Attribution = res.Sources
+	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
 }
 
 // read is one source read; a read that outlives its build is stuck until it
