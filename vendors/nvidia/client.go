@@ -20,7 +20,7 @@ type Client struct {
 
 	mu          sync.Mutex
 	initialized bool
-	hasMemoryV2 bool
+	symbols     symbols
 	// stuck holds the indices of devices whose last query outlived its
 	// deadline and has not returned yet: NVML calls cannot be cancelled, so
 	// they are not queried again until the stuck call comes back.
@@ -58,10 +58,33 @@ func (c *Client) Init() error {
 		return fmt.Errorf("initialise NVML: %s", ret.Error())
 	}
 	c.initialized = true
-	// Calling a symbol the loaded driver lacks would crash the process, so
-	// newer entry points are used only when the library exports them.
-	c.hasMemoryV2 = c.lib.Extensions().LookupSymbol("nvmlDeviceGetMemoryInfo_v2") == nil
+	c.symbols = lookupSymbols(c.lib)
 	return nil
+}
+
+// symbols says which of NVML's newer entry points the loaded driver has.
+// go-nvml binds NVML lazily: calling a function an older driver lacks does
+// not fail, it kills the process, so those are only called when present.
+type symbols struct {
+	memoryV2     bool // R510
+	remappedRows bool // R460
+	gpm          bool // R520
+}
+
+func lookupSymbols(lib nvml.Interface) symbols {
+	has := func(names ...string) bool {
+		for _, n := range names {
+			if lib.Extensions().LookupSymbol(n) != nil {
+				return false
+			}
+		}
+		return true
+	}
+	return symbols{
+		memoryV2:     has("nvmlDeviceGetMemoryInfo_v2"),
+		remappedRows: has("nvmlDeviceGetRemappedRows"),
+		gpm:          has("nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet", "nvmlGpmSampleFree"),
+	}
 }
 
 // Shutdown releases NVML.
@@ -183,7 +206,7 @@ func (c *Client) readIndex(index int) (devs []Device) {
 		g = &gpmDevice{states: map[string]*gpmState{}, seen: map[string]bool{}}
 		c.gpm[index] = g
 	}
-	r := &reader{lib: c.lib, gpm: g, hasMemoryV2: c.hasMemoryV2, lastSeen: c.lastSeen[index]}
+	r := &reader{lib: c.lib, gpm: g, symbols: c.symbols, lastSeen: c.lastSeen[index]}
 	c.mu.Unlock()
 	defer g.sweep()
 	r.readGPU(h, gpu)

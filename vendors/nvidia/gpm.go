@@ -54,7 +54,7 @@ func (s *gpmState) free() {
 
 // gpmSupported asks once per GPU whether it has GPM; the answer is kept.
 func (r *reader) gpmSupported(h nvml.Device) bool {
-	if r.gpm == nil {
+	if r.gpm == nil || !r.symbols.gpm {
 		return false
 	}
 	if r.gpm.supported == nil {

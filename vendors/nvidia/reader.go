@@ -13,9 +13,9 @@ import (
 // reader reads one device. It collects unexpected errors and stops at the
 // first GPU_IS_LOST, because every later call would fail the same way.
 type reader struct {
-	lib         nvml.Interface
-	gpm         *gpmDevice
-	hasMemoryV2 bool
+	lib     nvml.Interface
+	gpm     *gpmDevice
+	symbols symbols
 	// lastSeen is the timestamp (µs) of the newest per-process utilization
 	// sample read at the previous scrape, so each scrape averages only the
 	// samples taken since.
@@ -114,7 +114,7 @@ func (r *reader) utilization(d *Device, h nvml.Device) {
 func percent(v uint32) float64 { return float64(v) / 100 }
 
 func (r *reader) memory(d *Device, h nvml.Device) {
-	if r.hasMemoryV2 {
+	if r.symbols.memoryV2 {
 		// v2 separates the memory the driver reserves from the memory in use,
 		// which v1 counts as used.
 		if m, ret := h.GetMemoryInfo_v2(); r.ok("GetMemoryInfo_v2", ret) {
@@ -268,6 +268,9 @@ func (r *reader) retirement(d *Device, h nvml.Device) {
 	}
 	if v, ret := h.GetRetiredPagesPendingStatus(); r.ok("GetRetiredPagesPendingStatus", ret) {
 		d.RetiredPagesPending = some(v == nvml.FEATURE_ENABLED)
+	}
+	if !r.symbols.remappedRows {
+		return
 	}
 	if corr, unc, pending, failed, ret := h.GetRemappedRows(); r.ok("GetRemappedRows", ret) {
 		d.RemappedRows = some(RemappedRows{Correctable: corr, Uncorrectable: unc, Pending: pending, Failed: failed})
@@ -473,7 +476,7 @@ func (r *reader) readMIGInstances(parent Device, h nvml.Device) []Device {
 		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
 			continue // an empty slot: not every MIG slot holds an instance
 		}
-		mr := &reader{lib: r.lib, gpm: r.gpm, hasMemoryV2: r.hasMemoryV2}
+		mr := &reader{lib: r.lib, gpm: r.gpm, symbols: r.symbols}
 		if !mr.ok("GetMigDeviceHandleByIndex", ret) {
 			r.errs = append(r.errs, mr.errs...)
 			continue

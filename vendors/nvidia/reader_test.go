@@ -176,3 +176,37 @@ func TestProcessUtilizationAveragesSamplesSinceLastScrape(t *testing.T) {
 		t.Errorf("second read asked since %d, got %+v, errors %v", asked[1], d2.Processes[0], r.errs)
 	}
 }
+
+// On an old driver that lacks newer entry points, they are not called: a
+// call through go-nvml's lazy binding would kill the process.
+func TestOldDriverSymbolsAreNotCalled(t *testing.T) {
+	missing := map[string]bool{"nvmlDeviceGetRemappedRows": true, "nvmlGpmMetricsGet": true, "nvmlDeviceGetMemoryInfo_v2": true}
+	lib := &mock.Interface{
+		ExtensionsFunc: func() nvml.ExtendedInterface {
+			return &mock.ExtendedInterface{LookupSymbolFunc: func(name string) error {
+				if missing[name] {
+					return nvml.ERROR_FUNCTION_NOT_FOUND
+				}
+				return nil
+			}}
+		},
+	}
+	s := lookupSymbols(lib)
+	if s.remappedRows || s.gpm || s.memoryV2 {
+		t.Fatalf("symbols %+v: the missing entry points must be off", s)
+	}
+	// A device mock whose newer methods are unset panics if they are called.
+	r := &reader{symbols: s, gpm: &gpmDevice{states: map[string]*gpmState{}, seen: map[string]bool{}}}
+	d := &Device{}
+	dev := &mock.Device{
+		GetRetiredPagesFunc:              func(nvml.PageRetirementCause) ([]uint64, nvml.Return) { return nil, nvml.SUCCESS },
+		GetRetiredPagesPendingStatusFunc: func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_DISABLED, nvml.SUCCESS },
+		GetMemoryInfoFunc:                func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 1}, nvml.SUCCESS },
+	}
+	r.retirement(d, dev)
+	r.memory(d, dev)
+	r.profiling(d, dev)
+	if d.RemappedRows.OK || d.GPM || !d.MemoryTotal.OK {
+		t.Errorf("device %+v", d)
+	}
+}
