@@ -232,6 +232,7 @@ func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time) 
 	d.GetSupportedClocksThrottleReasonsFunc = func() (uint64, nvml.Return) {
 		return nvml.ClocksThrottleReasonAll, s.gate("throttle_reasons")
 	}
+	d.GetSupportedClocksEventReasonsFunc = d.GetSupportedClocksThrottleReasonsFunc
 	d.GetPcieThroughputFunc = func(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
 		if c == nvml.PCIE_UTIL_TX_BYTES {
 			return s.u32("pcie_tx", 1.0/1024)

@@ -69,6 +69,9 @@ type symbols struct {
 	memoryV2     bool // R510
 	remappedRows bool // R460
 	gpm          bool // R520
+	// Clock "event reasons" replaced "throttle reasons" in R535, which
+	// future drivers may drop.
+	eventReasons bool
 }
 
 func lookupSymbols(lib nvml.Interface) symbols {
@@ -84,6 +87,7 @@ func lookupSymbols(lib nvml.Interface) symbols {
 		memoryV2:     has("nvmlDeviceGetMemoryInfo_v2"),
 		remappedRows: has("nvmlDeviceGetRemappedRows"),
 		gpm:          has("nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet", "nvmlGpmSampleFree"),
+		eventReasons: has("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetSupportedClocksEventReasons"),
 	}
 }
 

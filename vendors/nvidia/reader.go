@@ -184,21 +184,23 @@ func (r *reader) clocks(d *Device, h nvml.Device) {
 }
 
 func (r *reader) throttle(d *Device, h nvml.Device) {
-	// The "throttle" entry point is deprecated in favour of "event reasons"
-	// but exists in every driver, where the new one would crash old drivers.
-	mask, ret := h.GetCurrentClocksThrottleReasons()
-	if !r.ok("GetCurrentClocksThrottleReasons", ret) {
+	current, supported := h.GetCurrentClocksThrottleReasons, h.GetSupportedClocksThrottleReasons
+	if r.symbols.eventReasons {
+		current, supported = h.GetCurrentClocksEventReasons, h.GetSupportedClocksEventReasons
+	}
+	mask, ret := current()
+	if !r.ok("GetCurrentClocksEventReasons", ret) {
 		return
 	}
 	// Reasons the GPU model cannot report are left out rather than shown as
 	// never throttling.
-	supported := uint64(nvml.ClocksThrottleReasonAll)
-	if s, ret := h.GetSupportedClocksThrottleReasons(); r.ok("GetSupportedClocksThrottleReasons", ret) {
-		supported = s
+	all := uint64(nvml.ClocksThrottleReasonAll)
+	if s, ret := supported(); r.ok("GetSupportedClocksEventReasons", ret) {
+		all = s
 	}
 	d.Throttle = make(map[string]bool, len(ThrottleReasons))
 	for _, reason := range ThrottleReasons {
-		if supported&reason.Bit != 0 {
+		if all&reason.Bit != 0 {
 			d.Throttle[reason.Name] = mask&reason.Bit != 0
 		}
 	}
