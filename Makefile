@@ -1,5 +1,6 @@
 # xpu_exporter — `make test` runs every check CI runs; `make demo` runs the
-# exporter on a simulated node.
+# exporter on a simulated node. The mixin, chart and packaging targets live
+# in the fragments included below.
 GO        ?= go
 PROMTOOL  ?= promtool
 BIN       := xpu_exporter
@@ -30,9 +31,14 @@ demo: build
 	./$(BIN) --demo
 
 include mixin/mixin.mk
+include chart/chart.mk
+README_INSTALL := README.md
+include packaging/packaging.mk
 
-## test: everything CI checks.
-test: build-deps test-deps vet fmt-check unit mixin-check
+## test: everything CI checks. chart-tools comes before the unit tests,
+## whose chart tests render with bin/helm.
+test: build-deps test-deps chart-tools vet fmt-check unit mixin-check chart-check \
+	package-check install-check readme-check
 
 vet:
 	$(GO) vet ./...

@@ -1,0 +1,1157 @@
+package chart
+
+// Tests of the Helm chart. The ones that render need helm: $HELM, else
+// ../bin/helm (make chart-tools builds it); without it they are skipped,
+// unless XPU_REQUIRE_HELM is set, as `make chart-check` does.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	release   = "xpu-exporter"
+	namespace = "monitoring"
+)
+
+// Flags the chart renders that the exporter does not have yet: the AMD and
+// Gaudi collectors and the sysfs path they read. TestArgsAcceptedByExporter
+// removes them before asking the binary; once a flag exists it must be taken
+// off this list (the test then checks it like every other).
+var futureFlags = []string{"--collector.amd", "--collector.gaudi", "--path.sysfs"}
+
+// ---------------------------------------------------------------------------
+// Rendering and strict decoding.
+
+// object is one rendered manifest, decoded strictly into its API type.
+type object struct {
+	kind string // apiVersion/kind
+	name string
+	obj  any
+	raw  []byte
+}
+
+// kinds maps apiVersion/kind to the Go type a manifest is decoded into.
+// A kind missing here fails the test: the chart renders nothing unchecked.
+var kinds = map[string]func() any{
+	"apps/v1/DaemonSet": func() any { return &appsv1.DaemonSet{} },
+	"v1/Service":        func() any { return &corev1.Service{} },
+	"v1/ServiceAccount": func() any { return &corev1.ServiceAccount{} },
+	"v1/ConfigMap":      func() any { return &corev1.ConfigMap{} },
+	"rbac.authorization.k8s.io/v1/ClusterRole":        func() any { return &rbacv1.ClusterRole{} },
+	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": func() any { return &rbacv1.ClusterRoleBinding{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":         func() any { return &monitoringv1.ServiceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule":         func() any { return &monitoringv1.PrometheusRule{} },
+}
+
+var clusterScoped = map[string]bool{
+	"rbac.authorization.k8s.io/v1/ClusterRole":        true,
+	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": true,
+}
+
+func helmBin(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("HELM"); p != "" {
+		return p
+	}
+	if p, err := filepath.Abs("../bin/helm"); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("XPU_REQUIRE_HELM") != "" {
+		t.Fatal("helm not found: set HELM or run make chart-tools")
+	}
+	t.Skip("helm not found (make chart-tools builds bin/helm; make chart-check runs these tests)")
+	return ""
+}
+
+// helm runs helm in the chart directory.
+func helm(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("helm %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
+// render runs helm template with extra arguments and decodes every object.
+func render(t *testing.T, args ...string) []object {
+	t.Helper()
+	out, err := helm(t, append([]string{"template", release, ".", "--namespace", namespace}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeAll(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func decodeAll(manifests []byte) ([]object, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifests)))
+	var objs []object
+	seen := map[string]bool{}
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var head struct {
+			APIVersion string            `json:"apiVersion"`
+			Kind       string            `json:"kind"`
+			Metadata   metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			return nil, fmt.Errorf("%v in\n%s", err, doc)
+		}
+		if head.Kind == "" && head.APIVersion == "" {
+			continue // a document of comments only
+		}
+		kind := head.APIVersion + "/" + head.Kind
+		newObj, ok := kinds[kind]
+		if !ok {
+			return nil, fmt.Errorf("rendered %s %q: no API type to check it against (add it to kinds)", kind, head.Metadata.Name)
+		}
+		obj := newObj()
+		// Strict: an unknown or duplicate field is an error.
+		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+			return nil, fmt.Errorf("%s %q does not decode strictly: %v", kind, head.Metadata.Name, err)
+		}
+		id := kind + "/" + head.Metadata.Namespace + "/" + head.Metadata.Name
+		if seen[id] {
+			return nil, fmt.Errorf("%s rendered twice", id)
+		}
+		seen[id] = true
+		objs = append(objs, object{kind: kind, name: head.Metadata.Name, obj: obj, raw: doc})
+	}
+}
+
+func all[T any](objs []object) []*T {
+	var out []*T
+	for _, o := range objs {
+		if v, ok := o.obj.(*T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func one[T any](t *testing.T, objs []object) *T {
+	t.Helper()
+	got := all[T](objs)
+	if len(got) != 1 {
+		t.Fatalf("want one %T, rendered %d", *new(T), len(got))
+	}
+	return got[0]
+}
+
+// profile is a set of values to render the chart with: the defaults, or one
+// of the files in ci/.
+type profile struct {
+	name string
+	args []string
+}
+
+func profiles(t *testing.T) []profile {
+	files, err := filepath.Glob("ci/*-values.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no profiles in ci/: %v", err)
+	}
+	ps := []profile{{name: "default"}}
+	for _, f := range files {
+		ps = append(ps, profile{name: strings.TrimSuffix(filepath.Base(f), "-values.yaml"), args: []string{"-f", f}})
+	}
+	return ps
+}
+
+func renderProfile(t *testing.T, name string) []object {
+	t.Helper()
+	for _, p := range profiles(t) {
+		if p.name == name {
+			return render(t, p.args...)
+		}
+	}
+	t.Fatalf("no profile %q", name)
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Every profile: lint, render, strict decoding and the invariants every
+// rendering keeps.
+
+func TestProfilesRenderAndDecode(t *testing.T) {
+	helmBin(t)
+	for _, p := range profiles(t) {
+		t.Run(p.name, func(t *testing.T) {
+			if _, err := helm(t, append([]string{"lint", "--strict", "--quiet", "."}, p.args...)...); err != nil {
+				t.Fatal(err)
+			}
+			objs := render(t, p.args...)
+			checkInvariants(t, objs)
+		})
+	}
+}
+
+func checkInvariants(t *testing.T, objs []object) {
+	t.Helper()
+	for _, o := range objs {
+		meta := reflect.ValueOf(o.obj).Elem().FieldByName("ObjectMeta").Interface().(metav1.ObjectMeta)
+		for _, msg := range validation.IsDNS1123Subdomain(o.name) {
+			t.Errorf("%s name %q: %s", o.kind, o.name, msg)
+		}
+		if clusterScoped[o.kind] != (meta.Namespace == "") {
+			t.Errorf("%s %q: namespace %q", o.kind, o.name, meta.Namespace)
+		}
+		for k, v := range meta.Labels {
+			for _, msg := range append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...) {
+				t.Errorf("%s %q label %s=%s: %s", o.kind, o.name, k, v, msg)
+			}
+		}
+		if meta.Labels["app.kubernetes.io/instance"] != release {
+			t.Errorf("%s %q: no app.kubernetes.io/instance label", o.kind, o.name)
+		}
+	}
+
+	dss := all[appsv1.DaemonSet](objs)
+	if len(dss) == 0 {
+		t.Fatal("no DaemonSet rendered")
+	}
+	svc := one[corev1.Service](t, objs)
+	sas := all[corev1.ServiceAccount](objs)
+	for _, ds := range dss {
+		checkDaemonSet(t, ds)
+		pod := ds.Spec.Template
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+			t.Errorf("Service selector %v does not select DaemonSet %s's pods %v", svc.Spec.Selector, ds.Name, pod.Labels)
+		}
+		if len(sas) == 1 && pod.Spec.ServiceAccountName != sas[0].Name {
+			t.Errorf("DaemonSet %s runs as %q, the chart creates ServiceAccount %q", ds.Name, pod.Spec.ServiceAccountName, sas[0].Name)
+		}
+		for _, sp := range svc.Spec.Ports {
+			if !slices.ContainsFunc(pod.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == sp.TargetPort.StrVal }) {
+				t.Errorf("Service port %s targets %q, which DaemonSet %s's container does not have", sp.Name, sp.TargetPort.String(), ds.Name)
+			}
+		}
+	}
+	// The token is mounted exactly when there is RBAC to use it with.
+	crs := all[rbacv1.ClusterRole](objs)
+	for _, ds := range dss {
+		mounted := ds.Spec.Template.Spec.AutomountServiceAccountToken
+		if mounted == nil || *mounted != (len(crs) == 1) {
+			t.Errorf("DaemonSet %s: automountServiceAccountToken %v with %d ClusterRoles", ds.Name, mounted, len(crs))
+		}
+	}
+	for _, sa := range sas {
+		if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+			t.Errorf("ServiceAccount %s mounts its token into every pod; only the pods that need it should", sa.Name)
+		}
+	}
+	for _, crb := range all[rbacv1.ClusterRoleBinding](objs) {
+		if len(crs) != 1 || crb.RoleRef.Name != crs[0].Name || crb.RoleRef.Kind != "ClusterRole" {
+			t.Errorf("ClusterRoleBinding %s binds %v", crb.Name, crb.RoleRef)
+		}
+		if len(sas) != 1 || len(crb.Subjects) != 1 || crb.Subjects[0].Name != sas[0].Name || crb.Subjects[0].Namespace != namespace {
+			t.Errorf("ClusterRoleBinding %s subjects %v", crb.Name, crb.Subjects)
+		}
+	}
+	for _, cr := range crs {
+		checkClusterRole(t, cr)
+	}
+	for _, sm := range all[monitoringv1.ServiceMonitor](objs) {
+		if !labels.SelectorFromSet(sm.Spec.Selector.MatchLabels).Matches(labels.Set(svc.Labels)) {
+			t.Errorf("ServiceMonitor selector %v does not select the Service %v", sm.Spec.Selector.MatchLabels, svc.Labels)
+		}
+		if !slices.Contains(sm.Spec.NamespaceSelector.MatchNames, svc.Namespace) {
+			t.Errorf("ServiceMonitor namespaceSelector %v misses the Service's namespace %s", sm.Spec.NamespaceSelector, svc.Namespace)
+		}
+		for _, ep := range sm.Spec.Endpoints {
+			if ep.Port != svc.Spec.Ports[0].Name {
+				t.Errorf("ServiceMonitor endpoint port %q, Service port %q", ep.Port, svc.Spec.Ports[0].Name)
+			}
+		}
+	}
+}
+
+func checkClusterRole(t *testing.T, cr *rbacv1.ClusterRole) {
+	t.Helper()
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}}
+	if !reflect.DeepEqual(cr.Rules, want) {
+		t.Errorf("ClusterRole %s rules %+v, want pods get/list/watch only", cr.Name, cr.Rules)
+	}
+}
+
+// acceleratorResource reports resource names that would take a device
+// from the workloads.
+func acceleratorResource(name corev1.ResourceName) bool {
+	n := string(name)
+	return n != "cpu" && n != "memory" && n != "ephemeral-storage"
+}
+
+func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	pod := ds.Spec.Template.Spec
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+		t.Errorf("DaemonSet %s: selector %v does not match its pods %v (%v)", ds.Name, ds.Spec.Selector, ds.Spec.Template.Labels, err)
+	}
+	if pod.SecurityContext == nil || pod.SecurityContext.SeccompProfile == nil || pod.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("DaemonSet %s: seccomp profile is not RuntimeDefault", ds.Name)
+	}
+	if pod.HostNetwork || pod.HostIPC {
+		t.Errorf("DaemonSet %s: host network or IPC namespace", ds.Name)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("DaemonSet %s: %d containers", ds.Name, len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	switch {
+	case sc == nil:
+		t.Errorf("DaemonSet %s: no container securityContext", ds.Name)
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Errorf("DaemonSet %s: root filesystem is writable", ds.Name)
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Errorf("DaemonSet %s: privilege escalation allowed", ds.Name)
+	case sc.Privileged != nil && *sc.Privileged:
+		t.Errorf("DaemonSet %s: privileged", ds.Name)
+	case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0:
+		t.Errorf("DaemonSet %s: capabilities %+v, want all dropped and none added", ds.Name, sc.Capabilities)
+	}
+	for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+		for name := range rl {
+			if acceleratorResource(name) {
+				t.Errorf("DaemonSet %s requests %s: the exporter must not take a device from workloads", ds.Name, name)
+			}
+		}
+		if rl.Cpu().IsZero() || rl.Memory().IsZero() {
+			t.Errorf("DaemonSet %s: CPU and memory requests and limits must be set, got %v", ds.Name, rl)
+		}
+	}
+	if c.Resources.Requests.Cpu().Cmp(*c.Resources.Limits.Cpu()) > 0 || c.Resources.Requests.Memory().Cmp(*c.Resources.Limits.Memory()) > 0 {
+		t.Errorf("DaemonSet %s: requests above limits", ds.Name)
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	used := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		v, ok := volumes[m.Name]
+		if !ok {
+			t.Errorf("DaemonSet %s mounts volume %q, which it does not have", ds.Name, m.Name)
+			continue
+		}
+		used[m.Name] = true
+		if v.HostPath != nil && !m.ReadOnly {
+			t.Errorf("DaemonSet %s mounts host path %s writable", ds.Name, v.HostPath.Path)
+		}
+	}
+	for name := range volumes {
+		if !used[name] {
+			t.Errorf("DaemonSet %s: volume %q is not mounted", ds.Name, name)
+		}
+	}
+	if len(pod.Tolerations) == 0 {
+		t.Errorf("DaemonSet %s tolerates no taint: tainted GPU nodes would go unmonitored", ds.Name)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The default rendering in detail.
+
+func hostPaths(pod corev1.PodSpec) map[string]string {
+	m := map[string]string{}
+	mounts := map[string]string{}
+	for _, vm := range pod.Containers[0].VolumeMounts {
+		mounts[vm.Name] = vm.MountPath
+	}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			m[v.HostPath.Path] = mounts[v.Name]
+		}
+	}
+	return m
+}
+
+func env(c corev1.Container) map[string]corev1.EnvVar {
+	m := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		m[e.Name] = e
+	}
+	return m
+}
+
+func TestDefaults(t *testing.T) {
+	objs := render(t)
+	kindsRendered := map[string]int{}
+	for _, o := range objs {
+		kindsRendered[o.kind]++
+	}
+	want := map[string]int{
+		"apps/v1/DaemonSet": 1, "v1/Service": 1, "v1/ServiceAccount": 1,
+		"rbac.authorization.k8s.io/v1/ClusterRole": 1, "rbac.authorization.k8s.io/v1/ClusterRoleBinding": 1,
+		"monitoring.coreos.com/v1/ServiceMonitor": 1,
+	}
+	for k, n := range want {
+		if kindsRendered[k] != n {
+			t.Errorf("rendered %d %s, want %d", kindsRendered[k], k, n)
+		}
+	}
+
+	ds := one[appsv1.DaemonSet](t, objs)
+	if ds.Name != "xpu-exporter-nvidia" {
+		t.Errorf("DaemonSet %s", ds.Name)
+	}
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	if pod.RuntimeClassName == nil || *pod.RuntimeClassName != "nvidia" {
+		t.Errorf("runtimeClassName %v, want nvidia", pod.RuntimeClassName)
+	}
+	e := env(c)
+	if e["NVIDIA_VISIBLE_DEVICES"].Value != "all" || e["NVIDIA_DRIVER_CAPABILITIES"].Value != "utility" {
+		t.Errorf("NVIDIA env %v", c.Env)
+	}
+	if nn := e["NODE_NAME"]; nn.ValueFrom == nil || nn.ValueFrom.FieldRef == nil || nn.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME not from the downward API: %+v", nn)
+	}
+	if !pod.HostPID {
+		t.Error("hostPID is off by default")
+	}
+	if ps := pod.SecurityContext; ps.RunAsUser == nil || *ps.RunAsUser != 0 {
+		t.Errorf("runAsUser %v: the kubelet sockets are root's", ps.RunAsUser)
+	}
+	wantHost := map[string]string{
+		"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
+		"/var/lib/kubelet/pods-api":      "/var/lib/kubelet/pods-api",
+		"/etc/passwd":                    "/host/etc/passwd",
+	}
+	if got := hostPaths(pod); !reflect.DeepEqual(got, wantHost) {
+		t.Errorf("host paths %v, want %v", got, wantHost)
+	}
+	for _, a := range []string{"--collector.nvidia", "--web.listen-address=:9835", "--path.rootfs=/host", "--no-attribution.slurm"} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("args %v lack %s", c.Args, a)
+		}
+	}
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--kubernetes.pods-api-socket") }) {
+		t.Errorf("args %v override the Pods API socket: metadata enrichment is on by default", c.Args)
+	}
+	// A node with any of the NVIDIA labels.
+	terms := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	var keys []string
+	for _, term := range terms {
+		if len(term.MatchExpressions) != 1 || !reflect.DeepEqual(term.MatchExpressions[0].Values, []string{"true"}) {
+			t.Errorf("node selector term %+v", term)
+			continue
+		}
+		keys = append(keys, term.MatchExpressions[0].Key)
+	}
+	if !reflect.DeepEqual(keys, []string{"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}) {
+		t.Errorf("node affinity keys %v", keys)
+	}
+	if !reflect.DeepEqual(pod.Tolerations, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}) {
+		t.Errorf("tolerations %v", pod.Tolerations)
+	}
+	svc := one[corev1.Service](t, objs)
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 9835 {
+		t.Errorf("Service ports %v", svc.Spec.Ports)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The ServiceMonitor's labels, checked by running its relabelings.
+
+// relabel applies Prometheus relabeling (the actions the chart uses) to a
+// target's labels.
+func relabel(t *testing.T, lset map[string]string, cfgs []monitoringv1.RelabelConfig) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for k, v := range lset {
+		out[k] = v
+	}
+	for _, c := range cfgs {
+		re := regexp.MustCompile("^(?:" + cmp(c.Regex, "(.*)") + ")$")
+		sep := ";"
+		if c.Separator != nil {
+			sep = *c.Separator
+		}
+		var vals []string
+		for _, l := range c.SourceLabels {
+			vals = append(vals, out[string(l)])
+		}
+		val := strings.Join(vals, sep)
+		switch strings.ToLower(cmp(c.Action, "replace")) {
+		case "replace":
+			m := re.FindStringSubmatchIndex(val)
+			if m == nil {
+				continue
+			}
+			repl := "$1"
+			if c.Replacement != nil {
+				repl = *c.Replacement
+			}
+			res := string(re.ExpandString(nil, repl, val, m))
+			if res == "" {
+				delete(out, c.TargetLabel)
+			} else {
+				out[c.TargetLabel] = res
+			}
+		case "labeldrop":
+			for k := range out {
+				if re.MatchString(k) {
+					delete(out, k)
+				}
+			}
+		case "labelkeep":
+			for k := range out {
+				if !re.MatchString(k) {
+					delete(out, k)
+				}
+			}
+		case "keep":
+			if !re.MatchString(val) {
+				return nil
+			}
+		case "drop":
+			if re.MatchString(val) {
+				return nil
+			}
+		default:
+			t.Fatalf("relabel action %q not simulated", c.Action)
+		}
+	}
+	if _, ok := out["instance"]; !ok {
+		out["instance"] = out["__address__"]
+	}
+	for k := range out {
+		if strings.HasPrefix(k, "__") {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+func cmp(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// scrape merges a series' own labels with the target's as Prometheus does
+// with honor_labels: true.
+func scrape(series, target map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range target {
+		out[k] = v
+	}
+	for k, v := range series {
+		out[k] = v
+	}
+	return out
+}
+
+// The labels the Prometheus operator gives a target of a ServiceMonitor
+// before the ServiceMonitor's own relabelings run.
+func operatorTarget() map[string]string {
+	return map[string]string{
+		"__address__":                     "10.0.3.17:9835",
+		"__meta_kubernetes_pod_node_name": "gpu-node-07",
+		"__meta_kubernetes_pod_host_ip":   "192.168.1.7",
+		"namespace":                       namespace,
+		"service":                         "xpu-exporter",
+		"pod":                             "xpu-exporter-nvidia-x7k2p",
+		"container":                       "exporter",
+		"endpoint":                        "metrics",
+		"job":                             "xpu-exporter",
+	}
+}
+
+// promrulesJob is the job the generated rules select.
+func promrulesJob(t *testing.T) string {
+	t.Helper()
+	re := regexp.MustCompile(`job="([^"]+)"`)
+	jobs := map[string]bool{}
+	files, _ := filepath.Glob("../promrules/*.yaml")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			jobs[m[1]] = true
+		}
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("the rules in promrules/ select jobs %v, want one", jobs)
+	}
+	for j := range jobs {
+		return j
+	}
+	return ""
+}
+
+func TestServiceMonitorLabels(t *testing.T) {
+	sm := one[monitoringv1.ServiceMonitor](t, render(t))
+	if len(sm.Spec.Endpoints) != 1 {
+		t.Fatalf("endpoints %v", sm.Spec.Endpoints)
+	}
+	ep := sm.Spec.Endpoints[0]
+	if !ep.HonorLabels {
+		t.Fatal("honorLabels is off: the exporter's namespace/pod/container owner labels would be renamed exported_*")
+	}
+	target := relabel(t, operatorTarget(), ep.RelabelConfigs)
+	want := map[string]string{
+		"instance": "10.0.3.17:9835",
+		"job":      promrulesJob(t),
+		"node":     "gpu-node-07",
+		"service":  "xpu-exporter",
+		"endpoint": "metrics",
+	}
+	if !reflect.DeepEqual(target, want) {
+		t.Errorf("target labels %v, want %v", target, want)
+	}
+
+	owned := map[string]string{"gpu": "0", "namespace": "inference", "pod": "llm-serve-0", "container": "vllm"}
+	unowned := map[string]string{"gpu": "7"}
+	if got := scrape(owned, target); got["namespace"] != "inference" || got["pod"] != "llm-serve-0" || got["container"] != "vllm" {
+		t.Errorf("an owned device's series %v lost its owner", got)
+	}
+	got := scrape(unowned, target)
+	for _, l := range []string{"namespace", "pod", "container"} {
+		if v, ok := got[l]; ok {
+			t.Errorf("an unowned device's series has %s=%q: it would look owned by the exporter", l, v)
+		}
+	}
+	if got["node"] != "gpu-node-07" {
+		t.Errorf("series %v has no node label", got)
+	}
+
+	// The cluster label, extra relabelings after the chart's, other settings.
+	full := one[monitoringv1.ServiceMonitor](t, renderProfile(t, "full"))
+	fep := full.Spec.Endpoints[0]
+	ft := relabel(t, operatorTarget(), fep.RelabelConfigs)
+	if ft["cluster"] != "prod-eu-1" || ft["host_ip"] != "192.168.1.7" || ft["node"] != "gpu-node-07" {
+		t.Errorf("full profile target labels %v", ft)
+	}
+	if full.Namespace != "monitoring" || full.Labels["release"] != "kube-prometheus-stack" || fep.Scheme == nil || fep.Scheme.String() != "https" ||
+		fep.Interval != "30s" || fep.ScrapeTimeout != "20s" || len(fep.MetricRelabelConfigs) != 1 || fep.TLSConfig == nil {
+		t.Errorf("full profile ServiceMonitor %+v", full)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Rules and dashboards: the chart ships the generated ones unchanged.
+
+func TestChartFilesMatchSources(t *testing.T) {
+	for _, c := range []struct{ src, copy string }{
+		{"../promrules/*.yaml", "files/promrules"},
+		{"../dashboards/*.json", "files/dashboards"},
+	} {
+		srcs, _ := filepath.Glob(c.src)
+		copies, _ := filepath.Glob(filepath.Join(c.copy, "*"))
+		if len(srcs) == 0 {
+			t.Fatalf("no %s", c.src)
+		}
+		var names, copyNames []string
+		for _, s := range srcs {
+			names = append(names, filepath.Base(s))
+			a, _ := os.ReadFile(s)
+			b, err := os.ReadFile(filepath.Join(c.copy, filepath.Base(s)))
+			if err != nil || !bytes.Equal(a, b) {
+				t.Errorf("chart/%s/%s differs from %s (%v): run make chart-files", c.copy, filepath.Base(s), s, err)
+			}
+		}
+		for _, s := range copies {
+			copyNames = append(copyNames, filepath.Base(s))
+		}
+		if !reflect.DeepEqual(names, copyNames) {
+			t.Errorf("chart/%s holds %v, the sources are %v: run make chart-files", c.copy, copyNames, names)
+		}
+	}
+}
+
+func TestPrometheusRulesEqualPromrules(t *testing.T) {
+	rules := all[monitoringv1.PrometheusRule](render(t))
+	srcs, _ := filepath.Glob("../promrules/*.yaml")
+	if len(rules) != len(srcs) {
+		t.Fatalf("rendered %d PrometheusRules, promrules/ has %d", len(rules), len(srcs))
+	}
+	for _, r := range rules {
+		src := r.Annotations["xpu-exporter.io/source"]
+		b, err := os.ReadFile(filepath.Join("..", src))
+		if err != nil {
+			t.Fatalf("PrometheusRule %s: source %q: %v", r.Name, src, err)
+		}
+		var want monitoringv1.PrometheusRule
+		if err := yaml.UnmarshalStrict(b, &want); err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if !reflect.DeepEqual(r.Spec, want.Spec) {
+			g, _ := json.MarshalIndent(r.Spec, "", " ")
+			w, _ := json.MarshalIndent(want.Spec, "", " ")
+			t.Errorf("PrometheusRule %s differs from %s:\n%s\nwant\n%s", r.Name, src, g, w)
+		}
+		for k, v := range want.Labels {
+			if r.Labels[k] != v {
+				t.Errorf("PrometheusRule %s: label %s=%q, the source has %q", r.Name, k, r.Labels[k], v)
+			}
+		}
+	}
+	// additionalLabels and namespace reach every rule.
+	for _, r := range all[monitoringv1.PrometheusRule](renderProfile(t, "full")) {
+		if r.Namespace != "monitoring" || r.Labels["release"] != "kube-prometheus-stack" {
+			t.Errorf("full profile PrometheusRule %s: namespace %s labels %v", r.Name, r.Namespace, r.Labels)
+		}
+	}
+}
+
+func TestDashboardConfigMaps(t *testing.T) {
+	cms := all[corev1.ConfigMap](render(t))
+	srcs, _ := filepath.Glob("../dashboards/*.json")
+	if len(cms) != len(srcs) {
+		t.Fatalf("rendered %d ConfigMaps, dashboards/ has %d", len(cms), len(srcs))
+	}
+	got := map[string]string{}
+	for _, cm := range cms {
+		if cm.Labels["grafana_dashboard"] != "1" {
+			t.Errorf("ConfigMap %s lacks the Grafana sidecar label: %v", cm.Name, cm.Labels)
+		}
+		for k, v := range cm.Data {
+			got[k] = v
+		}
+	}
+	for _, s := range srcs {
+		b, _ := os.ReadFile(s)
+		v, ok := got[filepath.Base(s)]
+		if !ok || strings.TrimRight(v, "\n") != strings.TrimRight(string(b), "\n") {
+			t.Errorf("dashboard %s not shipped unchanged", s)
+		}
+		if !json.Valid([]byte(v)) {
+			t.Errorf("dashboard %s is not valid JSON once rendered", s)
+		}
+	}
+	for _, cm := range all[corev1.ConfigMap](renderProfile(t, "full")) {
+		if cm.Namespace != "grafana" || cm.Annotations["grafana_folder"] != "GPUs" {
+			t.Errorf("full profile ConfigMap %s: namespace %s annotations %v", cm.Name, cm.Namespace, cm.Annotations)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Profiles.
+
+func TestNoMetadataProfile(t *testing.T) {
+	objs := renderProfile(t, "no-metadata")
+	if n := len(all[rbacv1.ClusterRole](objs)) + len(all[rbacv1.ClusterRoleBinding](objs)); n != 0 {
+		t.Errorf("%d RBAC objects without metadata enrichment", n)
+	}
+	ds := one[appsv1.DaemonSet](t, objs)
+	pod := ds.Spec.Template.Spec
+	if *pod.AutomountServiceAccountToken {
+		t.Error("service-account token mounted without metadata enrichment")
+	}
+	if _, ok := env(pod.Containers[0])["NODE_NAME"]; ok {
+		t.Error("NODE_NAME set: the exporter would start an API-server watch")
+	}
+	if !slices.Contains(pod.Containers[0].Args, "--kubernetes.pods-api-socket=") {
+		t.Errorf("args %v still use the Pods API", pod.Containers[0].Args)
+	}
+	if _, ok := hostPaths(pod)["/var/lib/kubelet/pods-api"]; ok {
+		t.Error("Pods API directory mounted")
+	}
+	if _, ok := hostPaths(pod)["/var/lib/kubelet/pod-resources"]; !ok {
+		t.Error("pod-resources not mounted: owners need it even without metadata")
+	}
+}
+
+func TestPodsAPIOnlyAndNoHostPID(t *testing.T) {
+	objs := renderProfile(t, "full")
+	if n := len(all[rbacv1.ClusterRole](objs)); n != 0 {
+		t.Errorf("%d ClusterRoles with the Pods API as the only metadata source", n)
+	}
+	for _, ds := range all[appsv1.DaemonSet](objs) {
+		pod := ds.Spec.Template.Spec
+		c := pod.Containers[0]
+		if _, ok := hostPaths(pod)["/var/lib/kubelet/pods-api"]; !ok {
+			t.Errorf("%s: Pods API directory not mounted", ds.Name)
+		}
+		if _, ok := env(c)["NODE_NAME"]; ok {
+			t.Errorf("%s: NODE_NAME set: without a token the API-server fallback would fail", ds.Name)
+		}
+		if pod.HostPID || !slices.Contains(c.Args, "--no-attribution.processes") {
+			t.Errorf("%s: hostPID %v with args %v", ds.Name, pod.HostPID, c.Args)
+		}
+		if _, ok := hostPaths(pod)["/etc/passwd"]; ok {
+			t.Errorf("%s: /etc/passwd mounted without hostPID", ds.Name)
+		}
+		if !strings.Contains(c.Image, "@sha256:") || pod.PriorityClassName != "system-node-critical" {
+			t.Errorf("%s: image %s, priority class %q", ds.Name, c.Image, pod.PriorityClassName)
+		}
+		if !slices.Contains(c.Args, "--web.config.file=/etc/xpu_exporter/web/web-config.yml") {
+			t.Errorf("%s: args %v lack the web config", ds.Name, c.Args)
+		}
+	}
+	// All three vendors.
+	if n := len(all[appsv1.DaemonSet](objs)); n != 3 {
+		t.Errorf("%d DaemonSets with every vendor on", n)
+	}
+}
+
+func TestAMDOnlyProfile(t *testing.T) {
+	ds := one[appsv1.DaemonSet](t, renderProfile(t, "amd-only"))
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	if ds.Name != "xpu-exporter-amd" || pod.RuntimeClassName != nil {
+		t.Errorf("DaemonSet %s, runtimeClassName %v", ds.Name, pod.RuntimeClassName)
+	}
+	if hostPaths(pod)["/sys"] != "/host/sys" {
+		t.Errorf("host /sys not mounted at /host/sys: %v", hostPaths(pod))
+	}
+	for _, a := range []string{"--no-collector.nvidia", "--collector.amd", "--path.sysfs=/host/sys"} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("args %v lack %s", c.Args, a)
+		}
+	}
+	for name := range env(c) {
+		if strings.HasPrefix(name, "NVIDIA_") {
+			t.Errorf("AMD exporter has %s", name)
+		}
+	}
+	keys := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(keys) != 2 || keys[0].MatchExpressions[0].Key != "feature.node.kubernetes.io/amd-gpu" {
+		t.Errorf("node affinity %+v", keys)
+	}
+}
+
+func TestGaudiOnlyProfile(t *testing.T) {
+	ds := one[appsv1.DaemonSet](t, renderProfile(t, "gaudi-only"))
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	if ds.Name != "xpu-exporter-gaudi" || pod.RuntimeClassName == nil || *pod.RuntimeClassName != "habana" {
+		t.Errorf("DaemonSet %s, runtimeClassName %v", ds.Name, pod.RuntimeClassName)
+	}
+	if env(c)["HABANA_VISIBLE_DEVICES"].Value != "all" {
+		t.Errorf("env %v", c.Env)
+	}
+	if !slices.Contains(c.Args, "--collector.gaudi") || !slices.Contains(c.Args, "--no-collector.nvidia") {
+		t.Errorf("args %v", c.Args)
+	}
+}
+
+func TestOTLPProfile(t *testing.T) {
+	ds := one[appsv1.DaemonSet](t, renderProfile(t, "otlp"))
+	c := ds.Spec.Template.Spec.Containers[0]
+	for _, a := range []string{
+		"--otlp.endpoint=otel-collector.observability:4318", "--otlp.url-path=/v1/metrics", "--otlp.interval=15s", "--otlp.insecure",
+		"--otlp.header=X-Scope-OrgID=gpu-fleet", "--otlp.header=Authorization=$(XPU_OTLP_HEADER_0)",
+	} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("args %v lack %s", c.Args, a)
+		}
+	}
+	h := env(c)["XPU_OTLP_HEADER_0"]
+	if h.ValueFrom == nil || h.ValueFrom.SecretKeyRef == nil || h.ValueFrom.SecretKeyRef.Name != "otlp-auth" || h.ValueFrom.SecretKeyRef.Key != "token" {
+		t.Errorf("header from Secret: %+v", h)
+	}
+	// Off by default: no --otlp flag at all.
+	for _, a := range one[appsv1.DaemonSet](t, render(t)).Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--otlp.") {
+			t.Errorf("default args have %s", a)
+		}
+	}
+}
+
+func TestNoRBACProfile(t *testing.T) {
+	objs := renderProfile(t, "no-rbac")
+	for _, o := range objs {
+		if o.kind != "apps/v1/DaemonSet" && o.kind != "v1/Service" {
+			t.Errorf("rendered %s %s", o.kind, o.name)
+		}
+	}
+	pod := one[appsv1.DaemonSet](t, objs).Spec.Template.Spec
+	if pod.ServiceAccountName != "default" || !slices.Contains(pod.Containers[0].Args, "--no-attribution.kubernetes") {
+		t.Errorf("service account %q, args %v", pod.ServiceAccountName, pod.Containers[0].Args)
+	}
+	if _, ok := hostPaths(pod)["/var/lib/kubelet/pod-resources"]; ok {
+		t.Error("pod-resources mounted with Kubernetes attribution off")
+	}
+}
+
+// Values the schema or the templates refuse.
+func TestRefusedValues(t *testing.T) {
+	helmBin(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown top-level key", []string{"--set", "replicas=2"}, "replicas"},
+		{"misspelt nested key", []string{"--set", "nvidia.enabeld=true"}, "enabeld"},
+		{"bad metadata source", []string{"--set", "kubernetes.metadata.source=apiserver"}, "source"},
+		{"bad log level", []string{"--set", "log.level=trace"}, "level"},
+		{"no vendor", []string{"--set", "nvidia.enabled=false"}, "enable at least one"},
+		{"OTLP without endpoint", []string{"--set", "otlp.enabled=true"}, "endpoint"},
+		{"job the rules do not select", []string{"--set", "serviceMonitor.jobLabel=gpus"}, "jobLabel"},
+		{"relative socket directory", []string{"--set", "kubernetes.podResourcesDir=kubelet"}, "podResourcesDir"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := helm(t, append([]string{"template", release, ".", "--namespace", namespace}, c.args...)...)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("want an error mentioning %q, got %v", c.want, err)
+			}
+		})
+	}
+	// The job label may change when the chart ships no rules or dashboards.
+	if _, err := helm(t, "template", release, ".", "--set", "serviceMonitor.jobLabel=gpus,prometheusRule.enabled=false,dashboards.enabled=false"); err != nil {
+		t.Error(err)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The rendered flags against the real exporter.
+
+var (
+	exporterOnce sync.Once
+	exporterPath string
+	exporterErr  error
+)
+
+func exporter(t *testing.T) string {
+	t.Helper()
+	exporterOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "xpu-chart-test")
+		if err != nil {
+			exporterErr = err
+			return
+		}
+		exporterPath = filepath.Join(dir, "xpu_exporter")
+		cmd := exec.Command("go", "build", "-o", exporterPath, ".")
+		cmd.Dir = ".."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-Wno-deprecated-declarations")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			exporterErr = fmt.Errorf("building the exporter: %v\n%s", err, out)
+		}
+	})
+	if exporterErr != nil {
+		t.Fatal(exporterErr)
+	}
+	return exporterPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if exporterPath != "" {
+		os.RemoveAll(filepath.Dir(exporterPath))
+	}
+	os.Exit(code)
+}
+
+// The exporter parses every rendered argument list: kingpin runs --version
+// only once all flags parsed, so the binary exits 0 exactly when it accepts
+// them. Future flags are removed first, and must be listed in futureFlags.
+func TestArgsAcceptedByExporter(t *testing.T) {
+	helmBin(t)
+	bin := exporter(t)
+	for _, p := range profiles(t) {
+		for _, ds := range all[appsv1.DaemonSet](render(t, p.args...)) {
+			var args []string
+			for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+				name, _, _ := strings.Cut(a, "=")
+				if slices.Contains(futureFlags, name) {
+					continue
+				}
+				// $(VAR) is expanded by the kubelet.
+				args = append(args, regexp.MustCompile(`\$\([A-Z0-9_]+\)`).ReplaceAllString(a, "x"))
+			}
+			cmd := exec.Command(bin, append(args, "--version")...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("%s/%s: the exporter refuses %v: %v\n%s", p.name, ds.Name, args, err, out)
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Values, schema and templates agree (no helm needed).
+
+func loadYAML(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return m
+}
+
+// paths lists every key path of values.yaml; leaves are the paths whose
+// value is not a non-empty map.
+func paths(prefix string, m map[string]any, all, leaves map[string]bool) {
+	for k, v := range m {
+		p := prefix + "." + k
+		all[p] = true
+		if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+			paths(p, sub, all, leaves)
+		} else {
+			leaves[p] = true
+		}
+	}
+}
+
+func templateRefs(t *testing.T) map[string][]string {
+	t.Helper()
+	files, _ := filepath.Glob("templates/*")
+	if len(files) == 0 {
+		t.Fatal("no templates")
+	}
+	ref := regexp.MustCompile(`\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)`)
+	bare := regexp.MustCompile(`\.Values\b(?:[^.]|$)`)
+	refs := map[string][]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if bare.MatchString(line) {
+				t.Errorf("%s: %q uses .Values as a whole; refer to each value by its full path so that this test can follow it", f, strings.TrimSpace(line))
+			}
+		}
+		for _, m := range ref.FindAllStringSubmatch(string(b), -1) {
+			refs[m[1]] = append(refs[m[1]], filepath.Base(f))
+		}
+	}
+	return refs
+}
+
+func TestValuesDeclaredAndUsed(t *testing.T) {
+	values := loadYAML(t, "values.yaml")
+	allPaths, leaves := map[string]bool{}, map[string]bool{}
+	paths("", values, allPaths, leaves)
+	refs := templateRefs(t)
+
+	// Every value a template uses is declared in values.yaml.
+	for r, files := range refs {
+		if !allPaths[r] {
+			t.Errorf("templates %v use .Values%s, which values.yaml does not declare", files, r)
+		}
+	}
+	// Every value declared is used (directly or through a parent passed whole).
+	for leaf := range leaves {
+		used := false
+		for r := range refs {
+			if leaf == r || strings.HasPrefix(leaf, r+".") {
+				used = true
+				break
+			}
+		}
+		if !used {
+			t.Errorf("values.yaml declares %s, which no template uses", leaf[1:])
+		}
+	}
+}
+
+func TestSchemaDeclaresEveryValue(t *testing.T) {
+	values := loadYAML(t, "values.yaml")
+	var schema map[string]any
+	b, err := os.ReadFile("values.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(path string, v any, s map[string]any)
+	walk = func(path string, v any, s map[string]any) {
+		typ, _ := s["type"].(string)
+		if typ == "" {
+			t.Errorf("schema of %s has no type", path)
+			return
+		}
+		if d, _ := s["description"].(string); d == "" && path != "" {
+			t.Errorf("schema of %s has no description", path)
+		}
+		want := map[string]string{"string": "string", "boolean": "bool", "integer": "float64", "array": "[]interface {}", "object": "map[string]interface {}"}[typ]
+		if got := fmt.Sprintf("%T", v); got != want {
+			t.Errorf("values.yaml %s is a %s, the schema says %s", path, got, typ)
+		}
+		props, ok := s["properties"].(map[string]any)
+		if !ok {
+			return // a free-form value passed whole to a template (toYaml)
+		}
+		if s["additionalProperties"] != false {
+			t.Errorf("schema of %s accepts unknown keys", path)
+		}
+		m, _ := v.(map[string]any)
+		var keys []string
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			ps, ok := props[k].(map[string]any)
+			if !ok {
+				t.Errorf("values.yaml %s.%s is not in values.schema.json", path, k)
+				continue
+			}
+			walk(path+"."+k, m[k], ps)
+		}
+		for k := range props {
+			if _, ok := m[k]; !ok {
+				t.Errorf("values.schema.json declares %s.%s, which values.yaml does not (document every key there)", path, k)
+			}
+		}
+	}
+	walk("", values, schema)
+}
+
+// Chart.yaml's versions follow the repository's VERSION file, so that the
+// default image tag is the exporter built from the same tree.
+func TestChartVersion(t *testing.T) {
+	b, err := os.ReadFile("../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(string(b))
+	chart := loadYAML(t, "Chart.yaml")
+	if chart["appVersion"] != version || chart["version"] != version {
+		t.Errorf("Chart.yaml version %v appVersion %v, VERSION %s: update Chart.yaml", chart["version"], chart["appVersion"], version)
+	}
+}
