@@ -32,7 +32,6 @@ demo: build
 
 include mixin/mixin.mk
 include chart/chart.mk
-README_INSTALL := README.md
 include packaging/packaging.mk
 
 ## test: everything CI checks. chart-tools comes before the unit tests,

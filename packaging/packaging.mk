@@ -121,10 +121,9 @@ install-check: build
 	VERSION=$(VERSION) MAKE="$(MAKE) -f $(firstword $(MAKEFILE_LIST))" packaging/install-check.sh
 
 ## readme-check: every command of the "## Install" section of README_INSTALL
-## (set README_INSTALL=README.md once the section is merged there), run
-## against the built artifacts, a temporary root and helm template (see the
-## script).
-README_INSTALL ?= packaging/README-install.md
+## run against the built artifacts, a temporary root and helm template (see
+## the script).
+README_INSTALL ?= README.md
 README_TOOLS := systemctl:systemd systemd-analyze:systemd curl:curl promtool:prometheus rpm:rpm
 readme-check: build $(HELM) dist packages
 	@missing=; for dep in $(README_TOOLS); do \

@@ -338,8 +338,8 @@ chmod +x "$STUBS"/*
 # --- the README's blocks ---------------------------------------------------
 
 # Split the fenced blocks of the "## Install" section (up to the next
-# second-level heading; the whole file when it has none, as
-# packaging/README-install.md) into blocks/NNN.sh and blocks/NNN.yaml.
+# second-level heading; the whole file when it has none) into blocks/NNN.sh
+# and blocks/NNN.yaml.
 awk -v dir="$WORK/blocks" '
 	FNR == 1 { whole = 1 }
 	/^## / { whole = 0; insec = ($0 ~ /^## Install[ \t]*$/); next }
