@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,13 +43,27 @@ var defaultPorts = map[engines.Engine]string{
 	engines.VLLM: "8000", engines.SGLang: "30000", engines.TGI: "80", engines.Triton: "8002", engines.NIM: "8000",
 }
 
+// engineImages recognise an engine's official images, for pods without the
+// annotation. A container is scraped only if it also declares the engine's
+// metrics port: an image name alone says too little about where it listens.
+var engineImages = []struct {
+	engine engines.Engine
+	image  string // a substring of the image reference
+}{
+	{engines.VLLM, "vllm/vllm-openai"},
+	{engines.SGLang, "lmsysorg/sglang"},
+	{engines.TGI, "huggingface/text-generation-inference"},
+	{engines.Triton, "nvidia/tritonserver"},
+	{engines.NIM, "nvcr.io/nim/"},
+}
+
 var (
 	engineTargets = kingpin.Flag("engines.target",
 		"An inference engine's metrics endpoint, ENGINE=URL (ENGINE: vllm, sglang, tgi, triton, nim, or auto). Repeatable.").Strings()
 	engineConfig = kingpin.Flag("engines.config",
 		"YAML file of engine targets: targets: [{engine, url, model, pod: namespace/name, unit}] (pod or unit joins a target to its GPUs on bare metal or outside discovery).").Default("").String()
 	engineDiscover = kingpin.Flag("engines.discover",
-		"Scrape the engines of this node's pods annotated "+engineAnnotation+": ENGINE (with "+portAnnotation+", "+pathAnnotation+"). Needs the kubelet Pods API for pod IPs.").Default("true").Bool()
+		"Scrape the engines of this node's pods annotated "+engineAnnotation+": ENGINE (with "+portAnnotation+", "+pathAnnotation+"), and of pods running an engine's official image that declare its metrics port. Needs the kubelet Pods API for pod IPs.").Default("true").Bool()
 	engineMaxBytes = kingpin.Flag("engines.max-bytes", "Largest engine response read; a larger one fails that target.").Default("16777216").Int64()
 	engineParallel = kingpin.Flag("engines.concurrency", "Engine endpoints scraped at once.").Default("8").Int()
 )
@@ -129,6 +144,9 @@ func (c *enginesCollector) targets() []engineTarget {
 	for _, p := range c.metadata.Pods() {
 		engine := p.Annotations[engineAnnotation]
 		if engine == "" {
+			if t, ok := imageTarget(p); ok {
+				out = append(out, t)
+			}
 			continue
 		}
 		e, err := engines.ParseEngine(engine)
@@ -156,6 +174,29 @@ func (c *enginesCollector) targets() []engineTarget {
 		out = append(out, engineTarget{Engine: engine, URL: u.String(), Model: p.Annotations[modelAnnotation], Pod: p.Namespace + "/" + p.Name})
 	}
 	return out
+}
+
+// imageTarget is the engine of a pod found by its container's image and
+// declared metrics port.
+func imageTarget(p kubernetes.PodMeta) (engineTarget, bool) {
+	if p.IP == "" {
+		return engineTarget{}, false
+	}
+	for _, ctr := range p.Containers {
+		for _, known := range engineImages {
+			if !strings.Contains(ctr.Image, known.image) {
+				continue
+			}
+			port := defaultPorts[known.engine]
+			for _, declared := range ctr.Ports {
+				if strconv.Itoa(int(declared)) == port {
+					u := url.URL{Scheme: "http", Host: net.JoinHostPort(p.IP, port), Path: "/metrics"}
+					return engineTarget{Engine: string(known.engine), URL: u.String(), Pod: p.Namespace + "/" + p.Name}, true
+				}
+			}
+		}
+	}
+	return engineTarget{}, false
 }
 
 func (c *enginesCollector) logChange(target string, err error) {

@@ -122,3 +122,32 @@ func TestEnginesConfigFile(t *testing.T) {
 		}
 	}
 }
+
+func TestEngineDiscoveryByImageAndPort(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  kubernetes.PodMeta
+		want string
+	}{
+		{"vLLM image, port declared", kubernetes.PodMeta{Namespace: "a", Name: "p", IP: "10.0.0.7",
+			Containers: []kubernetes.ContainerMeta{{Image: "docker.io/vllm/vllm-openai:v0.10.0", Ports: []int32{8000}}}}, "vllm http://10.0.0.7:8000/metrics a/p"},
+		{"Triton image, metrics port among others", kubernetes.PodMeta{Namespace: "a", Name: "t", IP: "10.0.0.8",
+			Containers: []kubernetes.ContainerMeta{{Name: "sidecar", Image: "busybox"}, {Image: "nvcr.io/nvidia/tritonserver:24.08-py3", Ports: []int32{8000, 8001, 8002}}}}, "triton http://10.0.0.8:8002/metrics a/t"},
+		{"image without the port", kubernetes.PodMeta{Namespace: "a", Name: "q", IP: "10.0.0.9",
+			Containers: []kubernetes.ContainerMeta{{Image: "lmsysorg/sglang:latest", Ports: []int32{8080}}}}, ""},
+		{"port without the image", kubernetes.PodMeta{Namespace: "a", Name: "r", IP: "10.0.0.10",
+			Containers: []kubernetes.ContainerMeta{{Image: "myapp", Ports: []int32{8000}}}}, ""},
+		{"no IP", kubernetes.PodMeta{Namespace: "a", Name: "s",
+			Containers: []kubernetes.ContainerMeta{{Image: "vllm/vllm-openai", Ports: []int32{8000}}}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ""
+			if tg, ok := imageTarget(tc.pod); ok {
+				got = tg.Engine + " " + tg.URL + " " + tg.Pod
+			}
+			if got != tc.want {
+				t.Errorf("target %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

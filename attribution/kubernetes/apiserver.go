@@ -154,7 +154,7 @@ func (s *APIServerSource) record(err error) {
 
 func (s *APIServerSource) upsert(obj any) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		s.cache.upsert(&m.ObjectMeta, "", 0)
+		s.cache.upsert(&m.ObjectMeta, "", nil, 0)
 	}
 }
 

@@ -32,9 +32,18 @@ type PodMeta struct {
 	// Annotations are all the pod's annotations (shared: do not modify);
 	// they say which pods serve an inference engine.
 	Annotations map[string]string
-	// IP is the pod's IP, known from the kubelet Pods API only: the API
-	// server source watches metadata, which has none.
-	IP string
+	// IP is the pod's IP and Containers its containers' images and ports,
+	// known from the kubelet Pods API only: the API server source watches
+	// metadata, which has neither.
+	IP         string
+	Containers []ContainerMeta
+}
+
+// ContainerMeta is what engine discovery needs of a container.
+type ContainerMeta struct {
+	Name  string
+	Image string
+	Ports []int32
 }
 
 // MetadataSource is a cache of pod metadata for the node, kept current by a
@@ -177,7 +186,7 @@ func (NoMetadata) Healthy() error { return nil }
 func (NoMetadata) Close() error { return nil }
 
 // podMeta builds a PodMeta from a pod's object metadata and IP.
-func podMeta(m *metav1.ObjectMeta, ip string) PodMeta {
+func podMeta(m *metav1.ObjectMeta, ip string, containers []ContainerMeta) PodMeta {
 	owners := make([]Owner, 0, len(m.OwnerReferences))
 	for _, o := range m.OwnerReferences {
 		owners = append(owners, Owner{
@@ -197,6 +206,7 @@ func podMeta(m *metav1.ObjectMeta, ip string) PodMeta {
 		WorkloadKind: kind,
 		Annotations:  m.Annotations,
 		IP:           ip,
+		Containers:   containers,
 	}
 }
 
@@ -231,12 +241,12 @@ func newPodCache() *podCache {
 	}
 }
 
-func (c *podCache) upsert(m *metav1.ObjectMeta, ip string, generation uint64) {
+func (c *podCache) upsert(m *metav1.ObjectMeta, ip string, containers []ContainerMeta, generation uint64) {
 	if m.UID == "" {
 		return
 	}
 	p := &cachedPod{
-		meta:       podMeta(m, ip),
+		meta:       podMeta(m, ip, containers),
 		created:    m.CreationTimestamp.Time,
 		altUID:     m.Annotations[mirrorPodAnnotation],
 		generation: generation,

@@ -171,11 +171,23 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	}
 	switch ev.GetType() {
 	case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
-		s.cache.upsert(&pod.ObjectMeta, pod.Status.PodIP, generation)
+		s.cache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(pod.Spec.Containers), generation)
 	case podsv1alpha1.EventType_DELETED:
 		s.cache.remove(string(pod.UID))
 	default:
 		return fmt.Errorf("unknown event type %v for pod %s/%s", ev.GetType(), pod.Namespace, pod.Name)
 	}
 	return nil
+}
+
+func containerMeta(cs []corev1.Container) []ContainerMeta {
+	out := make([]ContainerMeta, 0, len(cs))
+	for _, c := range cs {
+		cm := ContainerMeta{Name: c.Name, Image: c.Image}
+		for _, p := range c.Ports {
+			cm.Ports = append(cm.Ports, p.ContainerPort)
+		}
+		out = append(out, cm)
+	}
+	return out
 }

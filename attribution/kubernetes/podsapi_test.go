@@ -176,12 +176,15 @@ func TestPodsAPISourceAnnotationsAndIP(t *testing.T) {
 	fx := &kubelettest.Fixture{Node: "n1", Pods: []kubelettest.Pod{{
 		Namespace: "inference", Name: "vllm-0", UID: "00000000-0000-4000-8000-0000000000e1", IP: "10.1.2.3",
 		Annotations: map[string]string{"xpu-exporter.io/engine": "vllm", "xpu-exporter.io/port": "8000"},
-		Containers:  []kubelettest.Container{{Name: "vllm"}},
+		Containers:  []kubelettest.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.10.0", Ports: []int32{8000}}},
 	}}}
 	s := startPodsAPI(t, kubelettest.Start(t, fx))
 	eventually(t, "the pod", func() bool { return len(s.Pods()) == 1 })
 	p := s.Pods()[0]
 	if p.IP != "10.1.2.3" || p.Annotations["xpu-exporter.io/engine"] != "vllm" || p.Annotations["xpu-exporter.io/port"] != "8000" {
 		t.Errorf("pod %+v, want its IP and engine annotations", p)
+	}
+	if len(p.Containers) != 1 || p.Containers[0].Image != "vllm/vllm-openai:v0.10.0" || len(p.Containers[0].Ports) != 1 || p.Containers[0].Ports[0] != 8000 {
+		t.Errorf("containers %+v, want the image and its declared port", p.Containers)
 	}
 }

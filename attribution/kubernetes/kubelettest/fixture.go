@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -52,7 +53,11 @@ type OwnerReference struct {
 
 // Container is a container of a pod and the devices allocated to it.
 type Container struct {
-	Name    string    `json:"name"`
+	Name string `json:"name"`
+	// Image defaults to registry.example/<name>:latest; Ports are the
+	// container ports it declares.
+	Image   string    `json:"image,omitempty"`
+	Ports   []int32   `json:"ports,omitempty"`
 	Devices []Devices `json:"devices,omitempty"`
 }
 
@@ -141,7 +146,13 @@ func (p Pod) corePod(node string) *corev1.Pod {
 		})
 	}
 	for _, c := range p.Containers {
-		ctr := corev1.Container{Name: c.Name, Image: "registry.example/" + c.Name + ":latest"}
+		ctr := corev1.Container{Name: c.Name, Image: c.Image}
+		if ctr.Image == "" {
+			ctr.Image = "registry.example/" + c.Name + ":latest"
+		}
+		for _, port := range c.Ports {
+			ctr.Ports = append(ctr.Ports, corev1.ContainerPort{ContainerPort: port, Protocol: corev1.ProtocolTCP})
+		}
 		for _, d := range c.Devices {
 			if ctr.Resources.Limits == nil {
 				ctr.Resources.Limits = corev1.ResourceList{}
@@ -171,7 +182,7 @@ func (p Pod) clone() Pod {
 	out.OwnerReferences = append([]OwnerReference(nil), p.OwnerReferences...)
 	out.Containers = nil
 	for _, c := range p.Containers {
-		out.Containers = append(out.Containers, Container{Name: c.Name, Devices: cloneDevices(c.Devices)})
+		out.Containers = append(out.Containers, Container{Name: c.Name, Image: c.Image, Ports: slices.Clone(c.Ports), Devices: cloneDevices(c.Devices)})
 	}
 	return out
 }
