@@ -46,9 +46,10 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# Unit and end-to-end tests: e2e/ builds the real binary and scrapes it.
+# Unit and end-to-end tests (with the race detector): e2e/ builds the real
+# binary and scrapes it.
 unit:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -race ./...
 
 # NVML is reached through cgo, so building needs a C compiler.
 build-deps:
