@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xpu-exporter/xpu_exporter/vendors/nvidia"
@@ -51,9 +52,9 @@ var (
 	migEnabled   = gauge("mig_mode_enabled", "1 if the GPU is in MIG mode.")
 	nvmlErrors   = counter("nvml_errors_total", "Unexpected NVML call failures (not counting features a GPU model lacks).")
 	nvlinkUp     = gauge("nvlink_up", "1 if the NVLink is up.")
-	nvlinkErrors = counter("nvlink_errors_total", "NVLink data-link errors by type: replay, recovery, crc_flit, crc_data.")
+	nvlinkErrors = counter("nvlink_errors_total", "NVLink data-link errors by type (replay, recovery, crc_flit, crc_data), summed over the GPU's links unless --nvidia.nvlink-per-link.")
 	nvlinkBytes  = gauge("nvlink_throughput_bytes_per_second", "NVLink throughput over all links, averaged since the previous scrape (GPM).")
-	nvlinkData   = counter("nvlink_data_bytes_total", "Data bytes an NVLink carried since the driver was loaded, by direction.")
+	nvlinkData   = counter("nvlink_data_bytes_total", "Data bytes the GPU's NVLinks carried since the driver was loaded, by direction; per link with --nvidia.nvlink-per-link.")
 )
 
 // profilingMetrics are GPM readings, averaged since the previous scrape.
@@ -314,17 +315,7 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
 	if d.MIGEnabled.OK {
 		e.emit(migEnabled, l, boolValue(d.MIGEnabled.Value))
 	}
-	for _, link := range d.NVLinks {
-		ll := l.with("link", strconv.Itoa(link.Link))
-		e.emit(nvlinkUp, ll, boolValue(link.Up))
-		for _, t := range []string{"replay", "recovery", "crc_flit", "crc_data"} {
-			if v, ok := link.Errors[t]; ok {
-				e.emit(nvlinkErrors, ll.with("type", t), float64(v))
-			}
-		}
-		opt(nvlinkData, ll.with("direction", "tx"), link.TXBytes)
-		opt(nvlinkData, ll.with("direction", "rx"), link.RXBytes)
-	}
+	emitNVLinks(e, l, d.NVLinks)
 	if v, ok := d.Profiling[nvidia.ProfNVLinkTX]; ok {
 		e.emit(nvlinkBytes, l.with("direction", "tx"), v)
 	}
@@ -334,6 +325,56 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
 	for _, p := range profilingMetrics {
 		if v, ok := d.Profiling[p.key]; ok {
 			e.emit(p.m, l, v)
+		}
+	}
+}
+
+var nvlinkPerLink = kingpin.Flag("nvidia.nvlink-per-link",
+	"NVLink error and data counters per link (18 links on an H100: 6 series each) instead of summed per GPU. Link state is always per link.").Bool()
+
+var nvlinkErrorTypes = []string{"replay", "recovery", "crc_flit", "crc_data"}
+
+// emitNVLinks emits each link's state and, per link or summed per GPU, its
+// counters: per-link counters multiply a node's series several times over,
+// and the sum tells a bad GPU already; the state says which link is down.
+func emitNVLinks(e emitter, l labels, links []nvidia.NVLink) {
+	type sum struct {
+		v  float64
+		ok bool
+	}
+	sums := map[string]*sum{}
+	add := func(ll labels, key string, m metric, v float64, ok bool) {
+		if !ok {
+			return
+		}
+		if *nvlinkPerLink {
+			e.emit(m, ll, v)
+			return
+		}
+		if sums[key] == nil {
+			sums[key] = &sum{}
+		}
+		sums[key].v += v
+		sums[key].ok = true
+	}
+	for _, link := range links {
+		ll := l.with("link", strconv.Itoa(link.Link))
+		e.emit(nvlinkUp, ll, boolValue(link.Up))
+		for _, t := range nvlinkErrorTypes {
+			v, ok := link.Errors[t]
+			add(ll.with("type", t), t, nvlinkErrors, float64(v), ok)
+		}
+		add(ll.with("direction", "tx"), "tx", nvlinkData, link.TXBytes.Value, link.TXBytes.OK)
+		add(ll.with("direction", "rx"), "rx", nvlinkData, link.RXBytes.Value, link.RXBytes.OK)
+	}
+	for _, t := range nvlinkErrorTypes {
+		if s := sums[t]; s != nil && s.ok {
+			e.emit(nvlinkErrors, l.with("type", t), s.v)
+		}
+	}
+	for _, dir := range []string{"tx", "rx"} {
+		if s := sums[dir]; s != nil && s.ok {
+			e.emit(nvlinkData, l.with("direction", dir), s.v)
 		}
 	}
 }

@@ -170,7 +170,8 @@ func TestNvidiaHealthyNode(t *testing.T) {
 		"xpu_nvml_errors_total":       0,
 		"xpu_mig_mode_enabled":        8,
 		"xpu_nvlink_up":               8 * 18,
-		"xpu_nvlink_data_bytes_total": 8 * 18 * 2,
+		"xpu_nvlink_data_bytes_total": 8 * 2, // summed per GPU by default
+		"xpu_nvlink_errors_total":     8 * 4,
 		"xpu_process_memory_bytes":    0, // the process collector is off
 	} {
 		if got := seriesCount(out, family); got != want {
@@ -351,5 +352,18 @@ func TestShortScrapeDoesNotWaitOnALongerBuild(t *testing.T) {
 	out := scrapeText(t, e, 300*time.Millisecond)
 	if !strings.Contains(out, `xpu_device_up{gpu="1",model="NVIDIA H100 80GB HBM3",uuid="GPU-00000000-0000-4000-8000-00000000000b",vendor="nvidia"} 1`) {
 		t.Errorf("the healthy GPU is not served while a longer build runs:\n%s", out)
+	}
+}
+
+func TestNVLinkCountersPerLink(t *testing.T) {
+	*nvlinkPerLink = true
+	t.Cleanup(func() { *nvlinkPerLink = false })
+	out := scrapeText(t, newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true}), 5*time.Second)
+	if n := seriesCount(out, "xpu_nvlink_data_bytes_total"); n != 8*18*2 {
+		t.Errorf("%d per-link data series, want %d", n, 8*18*2)
+	}
+	// GPU 6's replay errors: 3 + 0.005/s over the 90 minutes, on each link.
+	if v := sample(t, out, "xpu_nvlink_errors_total", `gpu="6"`, `link="0"`, `type="replay"`); v != 30 {
+		t.Errorf("replay errors on one link %v, want 30", v)
 	}
 }
