@@ -226,7 +226,11 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		}
 		devs = append(devs, ad)
 	}
+	start := time.Now()
 	res := s.resolver.Resolve(ctx, devs)
+	// Counted as the attribution collector's time; a failing source shows in
+	// xpu_attribution_source_up, not as a failed collector.
+	snap.sources["attribution"] = sourceResult{duration: time.Since(start)}
 	for _, d := range snap.Devices {
 		if own := res.Devices[d.UUID]; own != nil {
 			d.Claims, d.ProcessOwner = own.Claims, own.Process
