@@ -93,10 +93,13 @@ type enginesCollector struct {
 
 	mu    sync.Mutex
 	state map[string]string // target → last error, logged on change only
+	// detected remembers the engine found behind an "auto" target, so that
+	// its xpu_inference_up series keeps its engine label while it is down.
+	detected map[string]string
 }
 
 func newEnginesCollector(cfg Config) (Collector, error) {
-	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]string{}}
+	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]string{}, detected: map[string]string{}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata
 	}
@@ -251,7 +254,8 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		}
 		seen[target] = true
 		c.logChange(target, r.err)
-		tl := labels{names: []string{"engine", "target"}, values: []string{r.engine, target}}
+		engine := c.engineLabel(target, r)
+		tl := labels{names: []string{"engine", "target"}, values: []string{engine, target}}
 		e.emit(inferenceUp, tl, boolValue(r.err == nil))
 		e.emit(inferenceDuration, tl, r.duration.Seconds())
 		if r.err != nil {
@@ -275,6 +279,24 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		}
 	}
 	return nil
+}
+
+// engineLabel is the engine a result names, or for an "auto" target that
+// failed, the engine last detected behind it.
+func (c *enginesCollector) engineLabel(target string, r engineResult) string {
+	if r.target.Engine != "auto" {
+		return r.engine
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.err == nil {
+		c.detected[target] = r.engine
+		return r.engine
+	}
+	if e, ok := c.detected[target]; ok {
+		return e
+	}
+	return r.engine
 }
 
 func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineResult {

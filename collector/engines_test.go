@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -149,5 +150,18 @@ func TestEngineDiscoveryByImageAndPort(t *testing.T) {
 				t.Errorf("target %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestAutoTargetKeepsItsEngineWhileDown(t *testing.T) {
+	c := &enginesCollector{detected: map[string]string{}}
+	up := engineResult{target: engineTarget{Engine: "auto"}, engine: "sglang"}
+	down := engineResult{target: engineTarget{Engine: "auto"}, engine: "auto", err: errors.New("connection refused")}
+	if got := c.engineLabel("t", down); got != "auto" {
+		t.Errorf("never seen up: engine %q, want auto", got)
+	}
+	c.engineLabel("t", up)
+	if got := c.engineLabel("t", down); got != "sglang" {
+		t.Errorf("down after being seen as sglang: engine %q", got)
 	}
 }
