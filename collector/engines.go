@@ -91,15 +91,19 @@ type enginesCollector struct {
 	client   *http.Client
 	logger   *slog.Logger
 
-	mu    sync.Mutex
-	state map[string]string // target → last error, logged on change only
+	mu sync.Mutex
+	// state is each target's last error, logged on change only, with the
+	// scrape that last saw the target: targets of pods that are gone are
+	// forgotten, so pod churn does not grow it.
+	state map[string]targetState
+	gen   uint64
 	// detected remembers the engine found behind an "auto" target, so that
 	// its xpu_inference_up series keeps its engine label while it is down.
 	detected map[string]string
 }
 
 func newEnginesCollector(cfg Config) (Collector, error) {
-	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]string{}, detected: map[string]string{}}
+	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata
 	}
@@ -202,6 +206,11 @@ func imageTarget(p kubernetes.PodMeta) (engineTarget, bool) {
 	return engineTarget{}, false
 }
 
+type targetState struct {
+	err string
+	gen uint64
+}
+
 func (c *enginesCollector) logChange(target string, err error) {
 	msg := ""
 	if err != nil {
@@ -209,10 +218,11 @@ func (c *enginesCollector) logChange(target string, err error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state[target] == msg {
+	old, known := c.state[target]
+	c.state[target] = targetState{err: msg, gen: c.gen}
+	if known && old.err == msg {
 		return
 	}
-	c.state[target] = msg
 	if err != nil {
 		c.logger.Warn("inference engine not scraped", "target", target, "err", err)
 	} else {
@@ -230,6 +240,10 @@ type engineResult struct {
 }
 
 func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
+	c.mu.Lock()
+	c.gen++
+	c.mu.Unlock()
+	defer c.forget()
 	targets := c.targets()
 	results := make([]engineResult, len(targets))
 	sem := make(chan struct{}, max(1, *engineParallel))
@@ -279,6 +293,18 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		}
 	}
 	return nil
+}
+
+// forget drops what is kept of targets this scrape did not see.
+func (c *enginesCollector) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, st := range c.state {
+		if st.gen != c.gen {
+			delete(c.state, k)
+			delete(c.detected, k)
+		}
+	}
 }
 
 // engineLabel is the engine a result names, or for an "auto" target that

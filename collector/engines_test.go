@@ -2,6 +2,7 @@ package collector
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -163,5 +164,18 @@ func TestAutoTargetKeepsItsEngineWhileDown(t *testing.T) {
 	c.engineLabel("t", up)
 	if got := c.engineLabel("t", down); got != "sglang" {
 		t.Errorf("down after being seen as sglang: engine %q", got)
+	}
+}
+
+func TestGoneTargetsAreForgotten(t *testing.T) {
+	c := &enginesCollector{state: map[string]targetState{}, detected: map[string]string{}, logger: slog.New(slog.DiscardHandler)}
+	for gen, target := range []string{"http://10.0.0.1:8000/metrics", "http://10.0.0.2:8000/metrics"} {
+		c.gen = uint64(gen + 1)
+		c.logChange(target, nil)
+		c.detected[target] = "vllm"
+		c.forget()
+	}
+	if len(c.state) != 1 || len(c.detected) != 1 {
+		t.Errorf("state %v, detected %v: a pod that left must be forgotten", c.state, c.detected)
 	}
 }
