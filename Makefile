@@ -56,10 +56,11 @@ build-deps:
 	@command -v gcc >/dev/null 2>&1 || { echo "installing gcc (cgo needs it for NVML)"; $(APT_INSTALL) gcc libc6-dev >/dev/null; }
 
 # Debian packages the tests need, by a command each provides: promtool and
-# a Prometheus server, headless Chromium for the /devices page, and a real
-# single-node Slurm cluster with munge for the Slurm end-to-end test.
+# a Prometheus server, headless Chromium for the /devices page, a real
+# single-node Slurm cluster with munge for the Slurm end-to-end test, and
+# systemd's tools and curl for the install checks.
 TEST_PACKAGES := promtool:prometheus chromium:chromium slurmctld:slurmctld slurmd:slurmd \
-                 scontrol:slurm-client munged:munge
+                 scontrol:slurm-client munged:munge systemd-analyze:systemd curl:curl
 
 test-deps:
 	@missing=; for dep in $(TEST_PACKAGES); do \
