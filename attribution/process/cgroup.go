@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"strings"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/internal/slurmid"
 )
 
 // Cgroup is what a process's /proc/<pid>/cgroup says about its owner. Every
@@ -273,13 +275,13 @@ func matchSlurm(path string) (jobID, sluid, step string, ok bool) {
 		}
 		if id, isJob := strings.CutPrefix(parts[j], "job_"); isJob && isDigits(id) {
 			jobID = id
-		} else if isSLUID(parts[j]) {
+		} else if slurmid.IsSLUID(parts[j]) {
 			sluid = parts[j]
 		} else {
 			continue
 		}
 		if j+1 < len(parts) {
-			if s, isStep := strings.CutPrefix(parts[j+1], "step_"); isStep && isStepName(s) {
+			if s, isStep := strings.CutPrefix(parts[j+1], "step_"); isStep && slurmid.IsStep(s) {
 				step = s
 			}
 		}
@@ -291,37 +293,6 @@ func matchSlurm(path string) (jobID, sluid, step string, ok bool) {
 func isSlurmRoot(part string) bool {
 	return part == "slurm" || strings.HasPrefix(part, "slurm_") ||
 		part == "slurmstepd.scope" || strings.HasSuffix(part, "_slurmstepd.scope")
-}
-
-// crockford is the alphabet of Slurm's SLUIDs (src/common/sluid.c).
-const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-// isSLUID accepts the form Slurm writes: "s" and 13 Crockford base32 digits.
-func isSLUID(s string) bool {
-	if len(s) != 14 || s[0] != 's' {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if strings.IndexByte(crockford, s[i]) < 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// isStepName accepts numeric steps, the named ones (batch, extern,
-// interactive) and heterogeneous components ("0+1").
-func isStepName(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
-	}
-	for i := range len(s) {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || c == '+') {
-			return false
-		}
-	}
-	return true
 }
 
 // matchSystemd takes the innermost .service or .scope component as the unit

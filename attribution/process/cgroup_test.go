@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/internal/slurmid"
 )
 
 // IDs used in the fixture trees under fixtures/procfs and fixtures/cgroup.
@@ -392,7 +394,7 @@ func FuzzParseCgroup(f *testing.F) {
 		if cg.SlurmJobID != "" && cg.SlurmSLUID != "" {
 			t.Errorf("both SlurmJobID %q and SlurmSLUID %q", cg.SlurmJobID, cg.SlurmSLUID)
 		}
-		if cg.SlurmSLUID != "" && !isSLUID(cg.SlurmSLUID) {
+		if cg.SlurmSLUID != "" && !slurmid.IsSLUID(cg.SlurmSLUID) {
 			t.Errorf("SlurmSLUID %q is malformed", cg.SlurmSLUID)
 		}
 		if cg.SlurmStep != "" && cg.SlurmJobID == "" && cg.SlurmSLUID == "" {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/internal/slurmid"
 )
 
 // Defaults for the zero values of Client's fields.
@@ -170,7 +172,7 @@ func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 // far more on a large cluster. Where scontrol does not accept SLUIDs, the
 // job of a process is still found with ListPIDs.
 func (c *Client) ResolveSLUID(ctx context.Context, sluid string) (string, error) {
-	if !isSLUID(sluid) {
+	if !slurmid.IsSLUID(sluid) {
 		return "", fmt.Errorf("invalid SLUID %q", sluid)
 	}
 	job, err := c.Job(ctx, sluid)
@@ -392,7 +394,7 @@ func (b *boundedBuffer) Write(p []byte) (int, error) {
 // task, a heterogeneous component or a SLUID. Anything else, in particular
 // anything starting with "-", never reaches scontrol's command line.
 func validJobArg(id string) bool {
-	if isSLUID(id) || isJobNumber(id) {
+	if slurmid.IsSLUID(id) || isJobNumber(id) {
 		return true
 	}
 	for _, sep := range []string{"_", "+"} {
@@ -401,20 +403,4 @@ func validJobArg(id string) bool {
 		}
 	}
 	return false
-}
-
-// crockford is the alphabet of SLUIDs (Slurm's src/common/sluid.c).
-const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-// isSLUID accepts the form Slurm prints: "s" and 13 Crockford base32 digits.
-func isSLUID(s string) bool {
-	if len(s) != 14 || s[0] != 's' {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if strings.IndexByte(crockford, s[i]) < 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/internal/slurmid"
 )
 
 // StepProcess is one row of `scontrol listpids`: a process that slurmd
@@ -38,25 +40,10 @@ func ParseListPIDs(out []byte) ([]StepProcess, error) {
 			continue
 		}
 		pid, err := strconv.Atoi(fields[0])
-		if err != nil || pid <= 0 || !isJobNumber(fields[1]) || !isStepID(fields[2]) {
+		if err != nil || pid <= 0 || !isJobNumber(fields[1]) || !slurmid.IsStep(fields[2]) {
 			continue
 		}
 		procs = append(procs, StepProcess{PID: pid, JobID: fields[1], StepID: fields[2]})
 	}
 	return procs, nil
-}
-
-// isStepID accepts numeric steps, the named ones (batch, extern,
-// interactive) and heterogeneous components ("0+1").
-func isStepID(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
-	}
-	for i := range len(s) {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || c == '+') {
-			return false
-		}
-	}
-	return true
 }
