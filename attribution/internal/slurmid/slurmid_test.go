@@ -4,7 +4,7 @@ import "testing"
 
 func TestForms(t *testing.T) {
 	for _, tc := range []struct {
-		s            string
+		s           string
 		sluid, step bool
 	}{
 		{"s0123456789ABCD", false, false}, // 15 characters
