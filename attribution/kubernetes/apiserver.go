@@ -29,9 +29,9 @@ var errNotListed = errors.New("API server pod list has not completed yet")
 // nothing else. Metadata carries no spec.nodeName, so the node is selected
 // by a field selector on the list and watch requests themselves.
 type APIServerSource struct {
-	node     string
-	logger   *slog.Logger
-	cache    *podCache
+	node   string
+	logger *slog.Logger
+	*podCache
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -59,11 +59,11 @@ func StartAPIServerSource(cfg *rest.Config, node string, logger *slog.Logger) (*
 		return nil, fmt.Errorf("API server client for %s: %w", cfg.Host, err)
 	}
 	s := &APIServerSource{
-		node:    node,
-		logger:  logger,
-		cache:   newPodCache(),
-		done:    make(chan struct{}),
-		lastErr: errNotListed,
+		node:     node,
+		logger:   logger,
+		podCache: newPodCache(),
+		done:     make(chan struct{}),
+		lastErr:  errNotListed,
 	}
 	pods := client.Resource(podsResource)
 	selector := fields.OneTermEqualSelector("spec.nodeName", node).String()
@@ -111,19 +111,6 @@ func StartAPIServerSource(cfg *rest.Config, node string, logger *slog.Logger) (*
 // Name implements MetadataSource.
 func (s *APIServerSource) Name() string { return SourceAPIServer }
 
-// Pod implements MetadataSource.
-func (s *APIServerSource) Pod(namespace, name string) (PodMeta, bool) {
-	return s.cache.pod(namespace, name)
-}
-
-// PodByUID implements MetadataSource. For a static pod, the UID in its
-// cgroup path is the kubelet's, which the API server's mirror pod carries
-// in an annotation; both find the pod.
-func (s *APIServerSource) PodByUID(uid string) (PodMeta, bool) { return s.cache.podByUID(uid) }
-
-// Pods implements MetadataSource.
-func (s *APIServerSource) Pods() []PodMeta { return s.cache.pods() }
-
 // Healthy implements MetadataSource: an error until the first list has
 // completed, and after any list or watch request fails until one succeeds.
 func (s *APIServerSource) Healthy() error {
@@ -154,7 +141,7 @@ func (s *APIServerSource) record(err error) {
 
 func (s *APIServerSource) upsert(obj any) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		s.cache.upsert(&m.ObjectMeta, "", nil, 0)
+		s.podCache.upsert(&m.ObjectMeta, "", nil, 0)
 	}
 }
 
@@ -163,6 +150,6 @@ func (s *APIServerSource) delete(obj any) {
 		obj = tomb.Obj
 	}
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		s.cache.remove(string(m.UID))
+		s.podCache.remove(string(m.UID))
 	}
 }

@@ -220,7 +220,7 @@ func TestAPIServerSource(t *testing.T) {
 	})
 
 	s := startAPIServerSource(t, f)
-	eventually(t, "the initial list", func() bool { return s.Healthy() == nil && s.cache.len() == 2 })
+	eventually(t, "the initial list", func() bool { return s.Healthy() == nil && s.podCache.len() == 2 })
 
 	m, ok := s.Pod("inference", "llm-serve-7d9f8b6c5d-x2k4q")
 	if !ok || m.Workload != "llm-serve" || m.WorkloadKind != "Deployment" || m.Labels["team"] != "search" {

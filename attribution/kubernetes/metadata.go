@@ -301,7 +301,11 @@ func (c *podCache) sweep(generation uint64) {
 	}
 }
 
-func (c *podCache) pods() []PodMeta {
+// Pods, Pod and PodByUID implement MetadataSource for the sources that
+// embed the cache.
+
+// Pods lists every pod known.
+func (c *podCache) Pods() []PodMeta {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := make([]PodMeta, 0, len(c.byName))
@@ -311,7 +315,8 @@ func (c *podCache) pods() []PodMeta {
 	return out
 }
 
-func (c *podCache) pod(namespace, name string) (PodMeta, bool) {
+// Pod looks a pod up by namespace and name.
+func (c *podCache) Pod(namespace, name string) (PodMeta, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	uid, ok := c.byName[podKey{namespace, name}]
@@ -321,8 +326,10 @@ func (c *podCache) pod(namespace, name string) (PodMeta, bool) {
 	return c.byUID[uid].meta, true
 }
 
-// podByUID accepts a UID in any letter case, as cgroup paths may carry it.
-func (c *podCache) podByUID(uid string) (PodMeta, bool) {
+// PodByUID accepts a UID in any letter case, as cgroup paths may carry it.
+// For a static pod, the UID in its cgroup path is the kubelet's, which the
+// API server's mirror pod carries in an annotation; both find the pod.
+func (c *podCache) PodByUID(uid string) (PodMeta, bool) {
 	uid = strings.ToLower(uid)
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -133,35 +133,35 @@ func TestPodCache(t *testing.T) {
 	c.upsert(replacement, "", nil, 1)
 	// The old pod, still terminating, reports a status change afterwards.
 	c.upsert(old, "", nil, 1)
-	if m, ok := c.pod("ml", "trainer-0"); !ok || m.UID != "new" {
+	if m, ok := c.Pod("ml", "trainer-0"); !ok || m.UID != "new" {
 		t.Errorf("by name = %+v, %v; want the newer pod", m, ok)
 	}
 	c.remove("old")
-	if m, ok := c.pod("ml", "trainer-0"); !ok || m.UID != "new" {
+	if m, ok := c.Pod("ml", "trainer-0"); !ok || m.UID != "new" {
 		t.Errorf("after removing the old pod, by name = %+v, %v", m, ok)
 	}
-	if _, ok := c.podByUID("old"); ok {
+	if _, ok := c.PodByUID("old"); ok {
 		t.Error("removed pod still found by UID")
 	}
 
 	static := &metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-n1", UID: "mirror-uid",
 		Annotations: map[string]string{mirrorPodAnnotation: "abcdef0123456789abcdef0123456789"}}
 	c.upsert(static, "", nil, 2)
-	if m, ok := c.podByUID("ABCDEF0123456789ABCDEF0123456789"); !ok || m.Name != "etcd-n1" {
+	if m, ok := c.PodByUID("ABCDEF0123456789ABCDEF0123456789"); !ok || m.Name != "etcd-n1" {
 		t.Errorf("static pod by kubelet UID = %+v, %v", m, ok)
 	}
 
 	// A re-watch (generation 2) replays only the static pod: the rest was
 	// deleted while the watch was down.
 	c.sweep(2)
-	if _, ok := c.pod("ml", "trainer-0"); ok {
+	if _, ok := c.Pod("ml", "trainer-0"); ok {
 		t.Error("sweep kept a pod the re-watch did not report")
 	}
-	if _, ok := c.podByUID("abcdef0123456789abcdef0123456789"); !ok {
+	if _, ok := c.PodByUID("abcdef0123456789abcdef0123456789"); !ok {
 		t.Error("sweep dropped a pod the re-watch reported")
 	}
 	c.remove("mirror-uid")
-	if _, ok := c.podByUID("abcdef0123456789abcdef0123456789"); ok || c.len() != 0 {
+	if _, ok := c.PodByUID("abcdef0123456789abcdef0123456789"); ok || c.len() != 0 {
 		t.Errorf("cache not empty: %d pods", c.len())
 	}
 	c.upsert(&metav1.ObjectMeta{Namespace: "a", Name: "no-uid"}, "", nil, 3)

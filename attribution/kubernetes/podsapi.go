@@ -40,7 +40,7 @@ type PodsAPISource struct {
 	logger *slog.Logger
 	conn   *grpc.ClientConn
 	api    podsv1alpha1.PodsClient
-	cache  *podCache
+	*podCache
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -61,14 +61,14 @@ func StartPodsAPISource(socketPath string, logger *slog.Logger) (*PodsAPISource,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &PodsAPISource{
-		socket: socketPath,
-		logger: logger,
-		conn:   conn,
-		api:    podsv1alpha1.NewPodsClient(conn),
-		cache:  newPodCache(),
-		cancel: cancel,
-		done:   make(chan struct{}),
-		err:    errNotSynced,
+		socket:   socketPath,
+		logger:   logger,
+		conn:     conn,
+		api:      podsv1alpha1.NewPodsClient(conn),
+		podCache: newPodCache(),
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		err:      errNotSynced,
 	}
 	go s.run(ctx)
 	return s, nil
@@ -76,17 +76,6 @@ func StartPodsAPISource(socketPath string, logger *slog.Logger) (*PodsAPISource,
 
 // Name implements MetadataSource.
 func (s *PodsAPISource) Name() string { return SourcePodsAPI }
-
-// Pod implements MetadataSource.
-func (s *PodsAPISource) Pod(namespace, name string) (PodMeta, bool) {
-	return s.cache.pod(namespace, name)
-}
-
-// PodByUID implements MetadataSource.
-func (s *PodsAPISource) PodByUID(uid string) (PodMeta, bool) { return s.cache.podByUID(uid) }
-
-// Pods implements MetadataSource.
-func (s *PodsAPISource) Pods() []PodMeta { return s.cache.pods() }
 
 // Healthy implements MetadataSource.
 func (s *PodsAPISource) Healthy() error {
@@ -162,7 +151,7 @@ func (s *PodsAPISource) watch(ctx context.Context, generation uint64) (delivered
 
 func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64) error {
 	if ev.GetType() == podsv1alpha1.EventType_INITIAL_SYNC_COMPLETE {
-		s.cache.sweep(generation)
+		s.podCache.sweep(generation)
 		return nil
 	}
 	var pod corev1.Pod
@@ -171,9 +160,9 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	}
 	switch ev.GetType() {
 	case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
-		s.cache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(pod.Spec.Containers), generation)
+		s.podCache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(pod.Spec.Containers), generation)
 	case podsv1alpha1.EventType_DELETED:
-		s.cache.remove(string(pod.UID))
+		s.podCache.remove(string(pod.UID))
 	default:
 		return fmt.Errorf("unknown event type %v for pod %s/%s", ev.GetType(), pod.Namespace, pod.Name)
 	}

@@ -34,7 +34,7 @@ func startPodsAPI(t *testing.T, k *kubelettest.Server) *PodsAPISource {
 func TestPodsAPISourceFixture(t *testing.T) {
 	k := kubelettest.StartFile(t, filepath.Join(fixtureDir, "h100-node.yaml"))
 	s := startPodsAPI(t, k)
-	eventually(t, "all pods", func() bool { return s.cache.len() == 11 })
+	eventually(t, "all pods", func() bool { return s.podCache.len() == 11 })
 
 	tests := []struct {
 		ns, name, uid, workload, kind string
@@ -130,7 +130,7 @@ func TestPodsAPISourceKubeletRestart(t *testing.T) {
 	}}
 	k := kubelettest.Start(t, fx)
 	s := startPodsAPI(t, k)
-	eventually(t, "both pods", func() bool { return s.cache.len() == 2 })
+	eventually(t, "both pods", func() bool { return s.podCache.len() == 2 })
 
 	k.Stop()
 	eventually(t, "unhealthy", func() bool { return s.Healthy() != nil })
