@@ -241,27 +241,20 @@ func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pr
 }
 
 func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
-	opt := func(m metric, l labels, v nvidia.Opt[float64]) {
-		if v.OK {
-			e.emit(m, l, v.Value)
-		}
-	}
-	opt(utilization, l, d.Utilization)
-	opt(memUtil, l, d.MemoryUtilization)
-	opt(encoderUtil, l, d.EncoderUtilization)
-	opt(decoderUtil, l, d.DecoderUtilization)
-	optU64(e, memUsed, l, d.MemoryUsed)
-	optU64(e, memTotal, l, d.MemoryTotal)
-	optU64(e, memReserved, l, d.MemoryReserved)
-	opt(temperature, l.with("sensor", "gpu"), d.Temperature)
-	opt(temperature, l.with("sensor", "memory"), d.MemoryTemperature)
-	opt(power, l, d.Power)
-	opt(powerLimit, l, d.PowerLimit)
-	opt(energy, l, d.Energy)
-	opt(fanSpeed, l, d.FanSpeed)
-	if d.PState.OK {
-		e.emit(pstate, l, float64(d.PState.Value))
-	}
+	optional(e, utilization, l, d.Utilization)
+	optional(e, memUtil, l, d.MemoryUtilization)
+	optional(e, encoderUtil, l, d.EncoderUtilization)
+	optional(e, decoderUtil, l, d.DecoderUtilization)
+	optional(e, memUsed, l, d.MemoryUsed)
+	optional(e, memTotal, l, d.MemoryTotal)
+	optional(e, memReserved, l, d.MemoryReserved)
+	optional(e, temperature, l.with("sensor", "gpu"), d.Temperature)
+	optional(e, temperature, l.with("sensor", "memory"), d.MemoryTemperature)
+	optional(e, power, l, d.Power)
+	optional(e, powerLimit, l, d.PowerLimit)
+	optional(e, energy, l, d.Energy)
+	optional(e, fanSpeed, l, d.FanSpeed)
+	optional(e, pstate, l, d.PState)
 	for _, c := range []nvidia.Clock{nvidia.ClockGraphics, nvidia.ClockSM, nvidia.ClockMemory} {
 		if v, ok := d.Clocks[c]; ok {
 			e.emit(clock, l.with("clock", string(c)), v)
@@ -284,13 +277,13 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
 	if v, ok := d.Profiling[nvidia.ProfPCIeRX]; ok {
 		pcieRX = nvidia.Opt[float64]{Value: v, OK: true}
 	}
-	opt(pcieTraffic, l.with("direction", "tx"), pcieTX)
-	opt(pcieTraffic, l.with("direction", "rx"), pcieRX)
-	optU64(e, pcieReplays, l, d.PCIeReplays)
-	optInt(e, pcieGen, l, d.PCIeLinkGeneration)
-	optInt(e, pcieWidth, l, d.PCIeLinkWidth)
-	optInt(e, pcieMaxGen, l, d.PCIeLinkMaxGeneration)
-	optInt(e, pcieMaxWidth, l, d.PCIeLinkMaxWidth)
+	optional(e, pcieTraffic, l.with("direction", "tx"), pcieTX)
+	optional(e, pcieTraffic, l.with("direction", "rx"), pcieRX)
+	optional(e, pcieReplays, l, d.PCIeReplays)
+	optional(e, pcieGen, l, d.PCIeLinkGeneration)
+	optional(e, pcieWidth, l, d.PCIeLinkWidth)
+	optional(e, pcieMaxGen, l, d.PCIeLinkMaxGeneration)
+	optional(e, pcieMaxWidth, l, d.PCIeLinkMaxWidth)
 	for _, t := range []string{"corrected", "uncorrected"} {
 		for _, s := range []string{"volatile", "aggregate"} {
 			if v, ok := d.ECC[nvidia.ECCCounter{Type: t, Scope: s}]; ok {
@@ -379,13 +372,8 @@ func emitNVLinks(e emitter, l labels, links []nvidia.NVLink) {
 	}
 }
 
-func optU64(e emitter, m metric, l labels, v nvidia.Opt[uint64]) {
-	if v.OK {
-		e.emit(m, l, float64(v.Value))
-	}
-}
-
-func optInt(e emitter, m metric, l labels, v nvidia.Opt[int]) {
+// optional emits a reading NVML gave, and nothing for one it did not.
+func optional[T int | uint64 | float64](e emitter, m metric, l labels, v nvidia.Opt[T]) {
 	if v.OK {
 		e.emit(m, l, float64(v.Value))
 	}
