@@ -91,7 +91,13 @@ func (r *reader) profile(d *Device, key string, get func(nvml.GpmSample) nvml.Re
 		return
 	}
 	defer prev.Free()
-	mg := &nvml.GpmMetricsGetType{NumMetrics: uint32(len(gpmMetrics)), Sample1: prev, Sample2: sample}
+	// The request holds room for 333 metrics (several KiB): one is kept per
+	// GPU and reused rather than allocated at every scrape.
+	if r.gpm.request == nil {
+		r.gpm.request = &nvml.GpmMetricsGetType{}
+	}
+	mg := r.gpm.request
+	*mg = nvml.GpmMetricsGetType{NumMetrics: uint32(len(gpmMetrics)), Sample1: prev, Sample2: sample}
 	for i, m := range gpmMetrics {
 		mg.Metrics[i].MetricId = uint32(m.id)
 	}
@@ -113,6 +119,7 @@ func (r *reader) profile(d *Device, key string, get func(nvml.GpmSample) nvml.Re
 // gpmDevice is the GPM state of one GPU and its MIG instances.
 type gpmDevice struct {
 	supported *bool
+	request   *nvml.GpmMetricsGetType
 	states    map[string]*gpmState // "" for the GPU, the instance id for MIG
 	seen      map[string]bool      // states used in this read
 }
