@@ -16,7 +16,7 @@ LDFLAGS   := -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X $(PK
 export CGO_ENABLED := 1
 export CGO_CFLAGS  := -Wno-deprecated-declarations
 
-.PHONY: all build demo test vet fmt-check unit build-deps test-deps bench clean
+.PHONY: all build demo test vet fmt-check tidy-check staticcheck unit build-deps test-deps bench load soak fuzz clean
 
 # apt-get as root, else through sudo: CI runs as root, developers may not.
 APT_INSTALL = SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -36,7 +36,7 @@ include packaging/packaging.mk
 
 ## test: everything CI checks. chart-tools comes before the unit tests,
 ## whose chart tests render with bin/helm.
-test: build-deps test-deps chart-tools vet fmt-check unit mixin-check chart-check \
+test: build-deps test-deps chart-tools vet fmt-check tidy-check staticcheck unit mixin-check chart-check \
 	package-check install-check readme-check
 
 vet:
@@ -45,6 +45,20 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# go.mod and go.sum say exactly what the code imports (direct requirements
+# apart from indirect ones), here and in the tools module.
+tidy-check:
+	$(GO) mod tidy -diff
+	cd tools && $(GO) mod tidy -diff
+
+# staticcheck at the version pinned by tools/go.mod, built once into bin/.
+STATICCHECK := bin/staticcheck
+$(STATICCHECK): tools/go.mod tools/go.sum
+	cd tools && $(GO) build -o ../$@ honnef.co/go/tools/cmd/staticcheck
+
+staticcheck: $(STATICCHECK)
+	$(STATICCHECK) ./...
 
 # Unit and end-to-end tests (with the race detector): e2e/ builds the real
 # binary and scrapes it.
@@ -67,9 +81,65 @@ test-deps:
 	  command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \
 	if [ -n "$$missing" ]; then echo "installing Debian packages:$$missing"; $(APT_INSTALL) $$missing >/dev/null; fi
 
-## bench: scrape-path benchmarks (speed and memory targets live here, not in tests).
+## bench: scrape-path benchmarks (speed and memory targets live here, not in
+## tests), then the scrape cost matrix written to bench/results.md.
+## BENCHTIME bounds each benchmark, MATRIXTIME is the scrapes per matrix
+## cell (after one warm-up scrape): the whole target takes about 5 minutes.
+BENCHTIME ?= 1s
+MATRIXTIME ?= 5x
+# The matrix lays out up to 10,000 simulated /proc entries per cell: in
+# memory where the machine has a tmpfs, they cost seconds instead of minutes.
+BENCH_TMPDIR ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo $${TMPDIR:-/tmp})
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./collector/ ./vendors/...
+	$(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -benchmem ./vendors/...
+	$(GO) test -run '^$$' -bench '^BenchmarkScrape(|Attributed|Shared)$$' -benchtime=$(BENCHTIME) -benchmem ./collector/
+	TMPDIR=$(BENCH_TMPDIR) $(GO) test -count=1 -timeout 30m -run '^TestBenchMatrix$$' -benchtime=$(MATRIXTIME) ./collector/ -args -matrix.results=$(CURDIR)/bench/results.md
+	@echo "wrote bench/results.md"
+
+## load: the real binary under 1, 2 and 10 concurrent keep-alive scrapers
+## (LOAD_DURATION for the 10, half as long for the others): latencies,
+## errors, flapping GPUs and the simulator's device reads per second.
+LOAD_DURATION ?= 30s
+load:
+	$(GO) test -count=1 -v -run '^TestLoad$$' ./e2e/ -args -load.duration=$(LOAD_DURATION)
+
+## soak: SOAK_SCRAPES sequential scrapes of the demo binary with pods,
+## processes and engine targets churning, then 10,000 /devices requests;
+## the memory curve goes to bench/soak.md. Not part of make test, which runs
+## a 2,000-scrape version (TestMemoryFlatInDemoMode).
+SOAK_SCRAPES ?= 100000
+soak:
+	$(GO) test -count=1 -v -timeout 3h -run '^TestSoak$$' ./e2e/ -args -soak.scrapes=$(SOAK_SCRAPES) -soak.results=$(CURDIR)/bench/soak.md
+
+## fuzz: every native fuzz target (func FuzzXxx in a _test.go file), one
+## after another for FUZZTIME each; not part of `make test`. Targets are
+## listed by `go test -list` in each package whose tests declare one, so a
+## new target is picked up. A crasher is written to the package's
+## testdata/fuzz/ and then runs in every `go test` as a regression case.
+## A run that fails with "context deadline exceeded" and writes no crasher
+## is Go's own race at the -fuzztime deadline (golang/go#75804, fixed in
+## Go 1.27), frequent on a loaded machine: reported, not failed.
+FUZZTIME         ?= 20s
+FUZZMINIMIZETIME ?= 5s
+FUZZPARALLEL     ?= 1
+fuzz: build-deps
+	@failed=; flaked=; log=$$(mktemp); \
+	for dir in $$($(GO) list -f '{{.Dir}}' ./...); do \
+	  grep -qs '^func Fuzz' $$dir/*_test.go || continue; \
+	  pkg=./$$(realpath --relative-to=. $$dir); \
+	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "--- fuzz $$pkg $$target ($(FUZZTIME))"; \
+	    before=$$(ls $$dir/testdata/fuzz/$$target 2>/dev/null | wc -l); \
+	    if $(GO) test $$pkg -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) \
+	      -fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) >$$log 2>&1; then tail -2 $$log; continue; fi; \
+	    cat $$log; \
+	    if [ $$(ls $$dir/testdata/fuzz/$$target 2>/dev/null | wc -l) -eq $$before ] && \
+	      grep -q '^    context deadline exceeded$$' $$log; then flaked="$$flaked $$pkg:$$target"; \
+	    else failed="$$failed $$pkg:$$target"; fi; \
+	  done; \
+	done; rm -f $$log; \
+	if [ -n "$$flaked" ]; then echo "fuzz targets stopped by golang/go#75804, no crasher written:$$flaked"; fi; \
+	if [ -n "$$failed" ]; then echo "fuzz targets that failed:$$failed"; exit 1; fi
 
 clean:
 	rm -f $(BIN)

@@ -21,15 +21,20 @@ import (
 // off, with one log line, on a node that does not have it, unless it was
 // asked for explicitly.
 type attributionFlags struct {
-	kubernetes, processes, slurm          *bool
-	podResourcesSocket, podsAPISocket     *string
-	kubeconfig, nodeName                  *string
-	resources, podLabels                  *[]string
-	procfs, rootfs                        *string
-	scontrol, squeue, slurmNode           *string
-	setPodResources, setProcfs, setSlurm  bool
-	setScontrol, setSqueue, setSlurmNodes bool
-	setKubernetes                         bool
+	kubernetes, processes, slurm                        *bool
+	resourceSlices                                      *bool
+	podResourcesSocket, podsAPISocket                   *string
+	kubeconfig, nodeName                                *string
+	cdiSpecDir                                          *string
+	resources, podLabels, draDrivers                    *[]string
+	procfs, rootfs, sysfs                               *string
+	scontrol, squeue, slurmNode                         *string
+	setPodResources, setProcfs, setSlurm                bool
+	setScontrol, setSqueue, setSlurmNodes               bool
+	setKubernetes, setPodsAPI, setRootfs, setCDISpecDir bool
+	setSysfs                                            bool
+	// passwd names UIDs; empty reads <rootfs>/etc/passwd.
+	passwd string
 }
 
 func addAttributionFlags(a *kingpin.Application) *attributionFlags {
@@ -39,19 +44,26 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 	f.podResourcesSocket = a.Flag("kubernetes.pod-resources-socket",
 		"Kubelet pod-resources API socket.").Default(kubernetes.DefaultPodResourcesSocket).IsSetByUser(&f.setPodResources).String()
 	f.podsAPISocket = a.Flag("kubernetes.pods-api-socket",
-		"Kubelet Pods API socket (Kubernetes 1.37+): pod metadata without RBAC. Used when it exists.").Default(kubernetes.DefaultPodsAPISocket).String()
+		"Kubelet Pods API socket (Kubernetes 1.37+): pod metadata without RBAC. Used when it exists.").Default(kubernetes.DefaultPodsAPISocket).IsSetByUser(&f.setPodsAPI).String()
 	f.kubeconfig = a.Flag("kubernetes.kubeconfig",
 		"Kubeconfig for the API server pod-metadata watch when there is no Pods API; empty uses the in-cluster configuration.").Default("").String()
 	f.nodeName = a.Flag("kubernetes.node-name",
 		"This node's name, scoping the API server watch to its pods (the chart sets NODE_NAME from the downward API).").Envar("NODE_NAME").Default("").String()
+	f.cdiSpecDir = a.Flag("kubernetes.cdi-spec-dir",
+		"Directory of the CDI specs DRA drivers write on the node, which tell the GPU behind each device of a DRA ResourceClaim. Read only while some container holds a claim; each spec is parsed again only when it changes.").Default(kubernetes.DefaultCDISpecDir).IsSetByUser(&f.setCDISpecDir).String()
+	f.resourceSlices = a.Flag("kubernetes.resourceslices",
+		"Identify DRA-allocated devices that the CDI specs do not from this node's ResourceSlices, watched through the API server (RBAC: resourceslices list and watch, cluster-wide; needs --kubernetes.node-name).").Default("false").Bool()
+	f.draDrivers = a.Flag("kubernetes.dra-driver",
+		"Extra DRA driver whose claims hold accelerators. Repeatable; added to "+strings.Join(kubernetes.DefaultDRADrivers, ", ")+". Claims of other drivers (IMEX channels, NICs) are ignored.").Strings()
 	f.resources = a.Flag("kubernetes.resource",
 		"Extra device-plugin resource name pattern whose devices are accelerators, e.g. example.com/npu-*. Repeatable; added to "+strings.Join(kubernetes.DefaultResourcePatterns, ", ")+".").Strings()
 	f.podLabels = a.Flag("kubernetes.pod-label",
-		"Pod label copied onto xpu_workload_info as label_<name>. Repeatable.").Strings()
+		"Kubernetes pod label key (e.g. team, app.kubernetes.io/name) copied onto xpu_workload_info as label_<key>, sanitised as kube-state-metrics names it (label_team, label_app_kubernetes_io_name). Repeatable.").Strings()
 	f.processes = a.Flag("attribution.processes",
 		"Attribute GPU processes to pods, Slurm jobs or systemd units through procfs (needs the host's PID namespace).").Default("true").Bool()
 	f.procfs = a.Flag("path.procfs", "procfs mountpoint.").Default("/proc").IsSetByUser(&f.setProcfs).String()
-	f.rootfs = a.Flag("path.rootfs", "rootfs mountpoint, for /etc/passwd.").Default("/").String()
+	f.sysfs = a.Flag("path.sysfs", "sysfs mountpoint: amdgpu devices (/sys/class/drm), and the device nodes Gaudi processes hold.").Default("/sys").IsSetByUser(&f.setSysfs).String()
+	f.rootfs = a.Flag("path.rootfs", "rootfs mountpoint, for /etc/passwd.").Default("/").IsSetByUser(&f.setRootfs).String()
 	f.slurm = a.Flag("attribution.slurm",
 		"Attribute devices to Slurm jobs (scontrol, squeue). Off when scontrol is not found.").Default("true").IsSetByUser(&f.setSlurm).Bool()
 	f.scontrol = a.Flag("slurm.scontrol-path", "scontrol binary.").Default("scontrol").IsSetByUser(&f.setScontrol).String()
@@ -63,21 +75,38 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 // useDemo points every source the user did not set at the demo's
 // simulated one, so that demo mode runs the real attribution code, and
 // switches off the sources the scenario does not simulate: a demo must not
-// mix in the machine it runs on unless asked to.
+// mix in the machine it runs on unless asked to, and must when asked to.
+// The simulated passwd names the simulated processes' UIDs only: an
+// explicit --path.procfs (real processes) or --path.rootfs (real users)
+// reads <rootfs>/etc/passwd, as outside demo mode.
 func (f *attributionFlags) useDemo(a *demo.Attribution) {
 	switch {
 	case f.setPodResources || f.setKubernetes:
 	case a.Kubelet != nil:
 		*f.podResourcesSocket = a.Kubelet.PodResourcesSocket()
-		*f.podsAPISocket = a.Kubelet.PodsAPISocket()
+		if !f.setPodsAPI {
+			*f.podsAPISocket = a.Kubelet.PodsAPISocket()
+		}
+		if !f.setCDISpecDir && a.CDISpecDir != "" {
+			*f.cdiSpecDir = a.CDISpecDir
+		}
 	default:
 		*f.kubernetes = false
 	}
 	if a.Scontrol == "" && !f.setSlurm && !f.setScontrol {
 		*f.slurm = false
 	}
+	if !f.setSysfs {
+		*f.sysfs = a.Sysfs
+	}
 	if !f.setProcfs {
 		*f.procfs = a.Procfs
+		if !f.setRootfs {
+			f.passwd = a.Passwd
+		}
+	}
+	if !f.setSysfs && a.Sysfs != "" {
+		*f.sysfs = a.Sysfs
 	}
 	if a.Scontrol != "" {
 		if !f.setScontrol {
@@ -94,7 +123,7 @@ func (f *attributionFlags) useDemo(a *demo.Attribution) {
 
 // resolver builds the attribution resolver, the pod metadata source it
 // uses (nil without one), and what must be closed with them.
-func (f *attributionFlags) resolver(logger *slog.Logger, passwd string) (*attribution.Resolver, kubernetes.MetadataSource, func(), error) {
+func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver, kubernetes.MetadataSource, func(), error) {
 	cfg := attribution.Config{Logger: logger}
 	var closers []func()
 	closeAll := func() {
@@ -112,6 +141,19 @@ func (f *attributionFlags) resolver(logger *slog.Logger, passwd string) (*attrib
 			}
 			closers = append(closers, func() { client.Close() })
 			cfg.Kubelet = client
+			// The NVIDIA driver's procfs tables turn the device minors of
+			// a CDI spec into GPUs, so they are read from --path.procfs.
+			cfg.CDI = &kubernetes.CDISpecs{Dir: *f.cdiSpecDir, ProcRoot: *f.procfs}
+			cfg.DRADrivers = append(append([]string{}, kubernetes.DefaultDRADrivers...), *f.draDrivers...)
+			if *f.resourceSlices {
+				slices, err := kubernetes.NewResourceSliceSource(*f.kubeconfig, *f.nodeName, logger)
+				if err != nil {
+					return nil, nil, closeAll, fmt.Errorf("--kubernetes.resourceslices: %w", err)
+				}
+				closers = append(closers, func() { slices.Close() })
+				cfg.ResourceSlices = slices
+				logger.Info("DRA devices also identified from ResourceSlices", "node", *f.nodeName)
+			}
 			patterns := append(append([]string{}, kubernetes.DefaultResourcePatterns...), *f.resources...)
 			if cfg.Resources, err = kubernetes.NewResourceMatcher(patterns...); err != nil {
 				return nil, nil, closeAll, fmt.Errorf("--kubernetes.resource: %w", err)
@@ -132,6 +174,7 @@ func (f *attributionFlags) resolver(logger *slog.Logger, passwd string) (*attrib
 		}
 	}
 	if *f.processes {
+		passwd := f.passwd
 		if passwd == "" {
 			passwd = filepath.Join(*f.rootfs, "etc", "passwd")
 		}

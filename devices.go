@@ -66,6 +66,9 @@ type sourceView struct {
 }
 
 func (h *devicesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !readOnly(w, r) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
 	snap := h.exporter.Snapshot(ctx)
@@ -114,9 +117,8 @@ func (h *devicesHandler) view(snap *collector.Snapshot) devicesPage {
 			for j := range names {
 				ov.Labels[names[j]] = values[j]
 			}
-			if c.Share > 0 {
-				share := c.Share
-				ov.Share = &share
+			if v, ok := d.AllocatedDevices(c); ok {
+				ov.Share = &v
 			}
 			if i < len(usage) {
 				ov.Utilization, ov.MemoryUsed = usage[i].Utilization, usage[i].MemoryUsed

@@ -15,6 +15,7 @@ import (
 
 type handlerOpts struct {
 	defaultTimeout time.Duration
+	maxTimeout     time.Duration
 	timeoutOffset  time.Duration
 	maxRequests    int
 	logger         *slog.Logger
@@ -38,6 +39,9 @@ func newMetricsHandler(e *collector.Exporter, base prometheus.Gatherer, opts han
 }
 
 func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !readOnly(w, r) {
+		return
+	}
 	if h.inflight != nil {
 		select {
 		case h.inflight <- struct{}{}:
@@ -62,12 +66,26 @@ func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *metricsHandler) deadline(r *http.Request) time.Duration {
 	timeout := h.opts.defaultTimeout
 	if v := r.Header.Get("X-Prometheus-Scrape-Timeout-Seconds"); v != "" {
-		if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 && s < 3600 {
-			timeout = time.Duration(s * float64(time.Second))
+		// Under a millisecond is no timeout Prometheus sends (its
+		// durations have millisecond resolution), and would leave a
+		// deadline of zero: such a header is ignored like a malformed one.
+		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0.001 && s < 3600 {
+			timeout = min(time.Duration(s*float64(time.Second)), h.opts.maxTimeout)
 		}
 	}
 	if timeout-h.opts.timeoutOffset < timeout/2 {
 		return timeout / 2
 	}
 	return timeout - h.opts.timeoutOffset
+}
+
+// readOnly answers anything but GET and HEAD with 405: reading the hardware
+// for a POST would let any client trigger it with any body.
+func readOnly(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -26,11 +27,17 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/collector"
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/otlp"
+	"github.com/xpu-exporter/xpu_exporter/vendors/gaudi"
 )
 
 const program = "xpu_exporter"
 
 func main() {
+	// The demo's hl-smi stand-in is this binary, run again by the Gaudi
+	// collector: it answers as hl-smi and never starts an exporter.
+	if spec := os.Getenv(demo.HLSMIEnv); spec != "" {
+		os.Exit(demo.ServeHLSMI(spec, os.Args[1:], os.Stdout, os.Stderr))
+	}
 	var (
 		metricsPath = kingpin.Flag("web.telemetry-path",
 			"Path under which to expose metrics.").Default("/metrics").String()
@@ -38,20 +45,21 @@ func main() {
 			"Maximum number of scrapes served at once; further ones get 503. 0 means no limit.").Default("40").Int()
 		scrapeTimeout = kingpin.Flag("scrape.timeout",
 			"Deadline of a scrape when Prometheus does not send X-Prometheus-Scrape-Timeout-Seconds.").Default("10s").Duration()
+		maxTimeout = kingpin.Flag("scrape.max-timeout",
+			"Longest scrape deadline a client may ask for with X-Prometheus-Scrape-Timeout-Seconds; the HTTP server's write and idle timeouts follow from it, so that a client that never reads its response holds a request slot no longer.").Default("2m").Duration()
+		enablePprof = kingpin.Flag("web.enable-pprof",
+			"Serve Go's profiling endpoints under /debug/pprof/, to send profiles with a bug report.").Bool()
 		timeoutOffset = kingpin.Flag("scrape.timeout-offset",
 			"Time kept back from Prometheus' scrape timeout to write the response; devices that have not answered by then are reported down.").Default("500ms").Duration()
 		nvmlLibrary = kingpin.Flag("nvidia.nvml-library",
 			"Path of libnvidia-ml.so; empty finds the driver's library the usual way.").Default("").String()
+		hlsmiPath = kingpin.Flag("gaudi.hl-smi-path",
+			"hl-smi binary, run once per scrape for every Gaudi device (never through a shell).").Default(gaudi.DefaultPath).String()
 		demoMode = kingpin.Flag("demo",
 			"Serve a simulated GPU node instead of real hardware (try it on any machine).").Bool()
 		scenarioPath = kingpin.Flag("demo.scenario",
 			"Scenario file for --demo; empty uses the embedded 8-GPU node. Format: README.md, \"Demo scenarios\".").Default("").String()
-		otlpEndpoint = kingpin.Flag("otlp.endpoint",
-			"Push the metrics to this OTLP/HTTP receiver (host:port) as well as serving them; empty pushes nothing.").Default("").String()
-		otlpPath     = kingpin.Flag("otlp.url-path", "URL path of the OTLP receiver.").Default("/v1/metrics").String()
-		otlpInterval = kingpin.Flag("otlp.interval", "How often to push over OTLP.").Default("30s").Duration()
-		otlpInsecure = kingpin.Flag("otlp.insecure", "Push over plain HTTP instead of HTTPS.").Bool()
-		otlpHeaders  = kingpin.Flag("otlp.header", "Header sent with each OTLP push, KEY=VALUE (e.g. an API key). Repeatable.").Strings()
+		otlpFlags    = addOTLPFlags(kingpin.CommandLine)
 		toolkitFlags = kingpinflag.AddFlags(kingpin.CommandLine, ":9835")
 		attrFlags    = addAttributionFlags(kingpin.CommandLine)
 	)
@@ -67,8 +75,8 @@ func main() {
 		logger.Error("--demo.scenario needs --demo")
 		os.Exit(2)
 	}
-	cfg := collector.Config{Logger: logger}
-	var passwd string // the demo's users; empty reads the host's
+	cfg := collector.Config{Logger: logger, HLSMIPath: *hlsmiPath}
+	var demoScenario *demo.Scenario
 	nodeName := attrFlags.node()
 	if *demoMode {
 		scenario, source, err := loadScenario(*scenarioPath)
@@ -77,25 +85,48 @@ func main() {
 			os.Exit(2)
 		}
 		logger.Warn("DEMO MODE: serving a simulated node, no real hardware is read", "scenario", source, "node", scenario.Node, "devices", len(scenario.Devices))
-		cfg.NVML = scenario.NVML(time.Now(), time.Now)
+		cfg.NVML, demoScenario = scenario.NVML(time.Now(), time.Now), scenario
 		sim, err := scenario.StartAttribution()
 		if err != nil {
 			logger.Error("cannot start the demo's attribution sources", "err", err)
 			os.Exit(1)
 		}
 		defer sim.Close()
+		if sim.AMD != nil {
+			// The driver's values move between scrapes; so do the files,
+			// often enough that a /devices read just after a scrape sees
+			// engine time in its window.
+			sim.AMD.Animate(200*time.Millisecond, time.Now)
+		}
 		attrFlags.useDemo(sim)
-		passwd, nodeName = sim.Passwd, scenario.Node
+		nodeName = scenario.Node
+		if sim.HLSMISpec != "" {
+			self, err := os.Executable()
+			if err != nil {
+				logger.Error("cannot find this binary to serve as the demo's hl-smi", "err", err)
+				os.Exit(1)
+			}
+			cfg.HLSMIPath = self
+			if err := os.Setenv(demo.HLSMIEnv, sim.HLSMISpec); err != nil {
+				logger.Error("cannot set up the demo's hl-smi", "err", err)
+				os.Exit(1)
+			}
+		} else if err := collector.Enable(map[string]bool{"gaudi": false}); err != nil {
+			// No Gaudi in the scenario: the host's hl-smi must not mix in.
+			logger.Error("cannot switch off the Gaudi collector", "err", err)
+			os.Exit(1)
+		}
 	} else if *nvmlLibrary != "" {
 		cfg.NVML = nvml.New(nvml.WithLibraryPath(*nvmlLibrary))
 	}
-	resolver, podMetadata, closeAttribution, err := attrFlags.resolver(logger, passwd)
+	resolver, podMetadata, closeAttribution, err := attrFlags.resolver(logger)
 	defer closeAttribution()
 	if err != nil {
 		logger.Error("cannot set up attribution", "err", err)
 		os.Exit(2)
 	}
 	cfg.Attribution, cfg.PodMetadata, cfg.NodeName = resolver, podMetadata, nodeName
+	cfg.Procfs, cfg.Sysfs = *attrFlags.procfs, *attrFlags.sysfs
 
 	logger.Info("starting "+program, "version", version.Info(), "build_context", version.BuildContext())
 	exporter, err := collector.New(cfg)
@@ -111,10 +142,17 @@ func main() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo(*demoMode),
 	)
+	if demoScenario != nil {
+		base.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "xpu_demo_device_reads_total",
+			Help: "Device handles the demo's simulated NVML handed out: one per device per hardware read, shared by concurrent scrapes.",
+		}, func() float64 { return float64(demoScenario.DeviceReads()) }))
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle(*metricsPath, newMetricsHandler(exporter, base, handlerOpts{
 		defaultTimeout: *scrapeTimeout,
+		maxTimeout:     max(*maxTimeout, *scrapeTimeout),
 		timeoutOffset:  *timeoutOffset,
 		maxRequests:    *maxRequests,
 		logger:         logger,
@@ -129,21 +167,32 @@ func main() {
 		mux.Handle("/", landing)
 	}
 
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if *enablePprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	srv := newServer(mux, max(*maxTimeout, *scrapeTimeout))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	exporter.Start(ctx)
 	stopPush := func() {}
-	if *otlpEndpoint != "" {
-		headers, err := otlp.ParseHeaders(*otlpHeaders)
-		if err != nil {
-			logger.Error("bad --otlp.header", "err", err)
-			os.Exit(2)
+	otlpCfg, err := otlp.Resolve(*otlpFlags, os.Getenv)
+	if err != nil {
+		logger.Error("bad OTLP configuration", "err", err)
+		os.Exit(2)
+	}
+	if otlpCfg != nil {
+		for _, w := range otlpCfg.Warnings {
+			logger.Warn(w)
 		}
-		pusher, err := otlp.Start(otlp.Config{
-			Endpoint: *otlpEndpoint, URLPath: *otlpPath, Interval: *otlpInterval, Insecure: *otlpInsecure,
-			Headers: headers, Node: nodeName, Version: version.Version,
-		}, boundGatherer(exporter, base, *scrapeTimeout), logger)
+		otlpCfg.Version, otlpCfg.Node, otlpCfg.K8sNode = version.Version, nodeName, *attrFlags.nodeName
+		if *demoMode {
+			otlpCfg.K8sNode = nodeName // the demo simulates a Kubernetes node
+		}
+		pusher, err := otlp.Start(otlpCfg, boundGatherer(exporter, base, *scrapeTimeout), base, logger)
 		if err != nil {
 			logger.Error("cannot start the OTLP bridge", "err", err)
 			os.Exit(2)
@@ -170,6 +219,43 @@ func main() {
 	// The last push gathers once more: before the collectors let go of NVML.
 	stopPush()
 	exporter.Close()
+}
+
+// newServer bounds every connection: a client that sends its headers slowly,
+// never reads its response or idles on a keep-alive connection is cut off
+// after a time that follows from the longest scrape allowed, so it cannot
+// hold a request slot or a connection for ever.
+func newServer(h http.Handler, maxScrape time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      maxScrape + 5*time.Second,
+		IdleTimeout:       2 * maxScrape,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// addOTLPFlags declares the OTLP bridge's flags. Each one left unset falls
+// back to its standard OTEL_EXPORTER_OTLP_* variable (otlp.Resolve).
+func addOTLPFlags(app *kingpin.Application) *otlp.Flags {
+	f := &otlp.Flags{}
+	app.Flag("otlp.endpoint",
+		"Push the metrics to this OTLP receiver as well as serving them: a URL (https://collector:4318, http://… for plain text) or host:port. Empty: $OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT, else no push.").StringVar(&f.Endpoint)
+	app.Flag("otlp.protocol", "grpc or http/protobuf. Empty: $OTEL_EXPORTER_OTLP_[METRICS_]PROTOCOL, else http/protobuf.").EnumVar(&f.Protocol, "", otlp.ProtocolGRPC, otlp.ProtocolHTTPProtobuf)
+	app.Flag("otlp.url-path", "URL path of an http/protobuf receiver. Empty: the endpoint's path followed by /v1/metrics.").StringVar(&f.URLPath)
+	app.Flag("otlp.interval", "How often to push; each push (retries included) ends within it, and a failed one is dropped, so nothing queues while the receiver is down.").Default("30s").DurationVar(&f.Interval)
+	app.Flag("otlp.timeout", "Deadline of one push attempt. 0: $OTEL_EXPORTER_OTLP_[METRICS_]TIMEOUT, else 10s.").Default("0s").DurationVar(&f.Timeout)
+	app.Flag("otlp.insecure", "Plain text to a host:port endpoint instead of TLS.").BoolVar(&f.Insecure)
+	app.Flag("otlp.header", "Header sent with each push, KEY=VALUE. Repeatable; added to $OTEL_EXPORTER_OTLP_[METRICS_]HEADERS. Anyone on the host can read a command line: put secrets in --otlp.header-from-env.").StringsVar(&f.Headers)
+	app.Flag("otlp.header-from-env", "Header sent with each push, HEADER=ENV_VAR: the value of environment variable ENV_VAR (e.g. Authorization=OTLP_TOKEN). Repeatable.").StringsVar(&f.HeaderEnv)
+	app.Flag("otlp.compression", "gzip or none. Empty: $OTEL_EXPORTER_OTLP_[METRICS_]COMPRESSION, else gzip.").EnumVar(&f.Compression, "", "gzip", "none")
+	app.Flag("otlp.tls.ca-file", "CA certificates (PEM) to verify the receiver with. Empty: $OTEL_EXPORTER_OTLP_[METRICS_]CERTIFICATE, else the system's.").StringVar(&f.CAFile)
+	app.Flag("otlp.tls.cert-file", "Client certificate (PEM) for mutual TLS, with --otlp.tls.key-file. Empty: $OTEL_EXPORTER_OTLP_[METRICS_]CLIENT_CERTIFICATE.").StringVar(&f.CertFile)
+	app.Flag("otlp.tls.key-file", "Client key (PEM). Empty: $OTEL_EXPORTER_OTLP_[METRICS_]CLIENT_KEY.").StringVar(&f.KeyFile)
+	app.Flag("otlp.k8s-cluster-name", "Resource attribute k8s.cluster.name of every push.").StringVar(&f.ClusterName)
+	app.Flag("otlp.semconv", "none: push the names /metrics serves; also: add device and inference metrics under OpenTelemetry's semantic conventions (hw.gpu.*, gen_ai.*); only: those names instead of ours where one exists, and k8s.* owner attributes everywhere.").Default("none").EnumVar(&f.Semconv, "none", "also", "only")
+	return f
 }
 
 // boundGatherer gathers like a scrape does, under a deadline of its own, for

@@ -31,6 +31,11 @@ type Owner struct {
 	// PodLabels are the values of the allow-listed pod labels, in the order
 	// of Resolver.PodLabelNames.
 	PodLabels []string
+	// ClaimNamespace and Claim name the DRA ResourceClaim through which the
+	// container holds the device; empty for a device-plugin allocation.
+	// They describe the hold, not the owner: Labels and Key leave them out.
+	ClaimNamespace string
+	Claim          string
 
 	// Slurm: the job.
 	SlurmJobID     string
@@ -110,14 +115,31 @@ const Unattributed = -1
 
 // Device is what attribution needs to know of a device.
 type Device struct {
-	UUID       string
-	Vendor     string
-	Index      int    // node-local index, as Slurm's GRES indices count
-	PCIBusID   string // any form NVML or sysfs uses
+	UUID     string
+	Vendor   string
+	Index    int    // node-local index of the whole GPU
+	PCIBusID string // any form NVML or sysfs uses
+	// Serial is the board's serial number: the Intel Gaudi device plugin
+	// names devices by it. "" when unknown.
+	Serial     string
 	ParentUUID string // the GPU of a MIG instance
-	// MIGInstance is the GPU instance id of a MIG device, or -1.
+	// MIGIndex is a MIG device's handle index within its GPU, which the
+	// device plugins' index strategy names as "<gpu>:<index>"; -1 for a
+	// whole GPU.
+	MIGIndex int
+	// MIGInstance is a MIG device's GPU instance ID, which DRA drivers name
+	// it by (with its parent); -1 for a whole GPU.
 	MIGInstance int
-	PIDs        []uint32
+	// Partition is the ID the ROCm device plugin advertises an AMD compute
+	// partition under: "amdgpu_xcp_<n>", or for a GPU's first partition the
+	// GPU's PCI address, which then names the partition rather than the
+	// GPU (a partitioned GPU is not advertised whole). Empty otherwise.
+	Partition string
+	// GRESIndex is the device's index among the node's GPUs as Slurm counts
+	// them: whole GPUs and, on a GPU in MIG mode, each MIG device instead of
+	// the GPU. -1 for a GPU in MIG mode, which Slurm does not hand out.
+	GRESIndex int
+	PIDs      []uint32
 }
 
 // Source is the state of one attribution source in a scrape.
@@ -134,4 +156,8 @@ type Result struct {
 	// no device in a form the resolver understands; their containers are
 	// not attributed.
 	UnknownDeviceIDs int
+	// UnresolvedClaimDevices counts the DRA claim devices in this scrape
+	// that could not be matched to a device (their CDI spec is missing,
+	// unreadable or stale); their containers are not attributed.
+	UnresolvedClaimDevices int
 }

@@ -21,6 +21,8 @@ const (
 	SourceKubelet = "kubelet"
 	SourceProcfs  = "procfs"
 	SourceSlurm   = "slurm"
+	// SourceCDI is the CDI specs that identify DRA-allocated devices.
+	SourceCDI = "cdi"
 )
 
 // Kubelet is the kubelet's pod-resources API.
@@ -29,14 +31,28 @@ type Kubelet interface {
 	Allocatable(ctx context.Context) ([]kubernetes.ResourceDevices, error)
 }
 
+// ResourceSlices is this node's ResourceSlices, kept by a watch.
+type ResourceSlices interface {
+	Index() (kubernetes.ResourceSliceIndex, error)
+}
+
 // Config says which sources the resolver asks. A nil source is not used.
 type Config struct {
 	Kubelet   Kubelet
 	Metadata  kubernetes.MetadataSource
 	Resources *kubernetes.ResourceMatcher
-	PodLabels *kubernetes.LabelAllowList
-	Procfs    *process.Reader
-	Slurm     *slurm.Client
+	// CDI identifies the devices of DRA claims; nil leaves them
+	// unattributed (and counted).
+	CDI *kubernetes.CDISpecs
+	// DRADrivers are the DRA drivers whose claims hold accelerators; nil
+	// means kubernetes.DefaultDRADrivers.
+	DRADrivers []string
+	// ResourceSlices identifies, from this node's ResourceSlices, the DRA
+	// devices the CDI specs do not; nil without API access.
+	ResourceSlices ResourceSlices
+	PodLabels      *kubernetes.LabelAllowList
+	Procfs         *process.Reader
+	Slurm          *slurm.Client
 	// NodeName is this node's name in Slurm, to read the jobs' GRES.
 	NodeName string
 	Logger   *slog.Logger
@@ -54,6 +70,13 @@ type Resolver struct {
 	// badIDs remembers the device-plugin IDs already logged as not
 	// understood, so that each is logged once.
 	badIDs map[string]bool
+	// cdiState is the CDI specs' problems in the previous scrape, so that
+	// each change is logged once.
+	cdiState string
+	// down holds the sources that failed when last asked, so that a
+	// failure and a recovery are logged once each; the state of every
+	// scrape is in the sources' up metric.
+	down map[string]bool
 }
 
 // procInfo is who a process runs for, as far as procfs tells.
@@ -72,7 +95,10 @@ func New(cfg Config) *Resolver {
 	if cfg.Resources == nil {
 		cfg.Resources, _ = kubernetes.NewResourceMatcher(kubernetes.DefaultResourcePatterns...)
 	}
-	return &Resolver{cfg: cfg, procs: map[uint32]procInfo{}, badIDs: map[string]bool{}}
+	if cfg.DRADrivers == nil {
+		cfg.DRADrivers = kubernetes.DefaultDRADrivers
+	}
+	return &Resolver{cfg: cfg, procs: map[uint32]procInfo{}, badIDs: map[string]bool{}, down: map[string]bool{}}
 }
 
 // PodLabelNames are the label names of the allow-listed pod labels, in the
@@ -101,9 +127,13 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	kubeDown := false
 	if r.cfg.Kubelet != nil {
 		var err error
-		kube, res.UnknownDeviceIDs, err = r.kubernetesClaims(ctx, devices)
+		var cdi *Source
+		kube, cdi, err = r.kubernetesClaims(ctx, devices, &res)
 		kubeDown = kube == nil
 		res.Sources = append(res.Sources, Source{Name: SourceKubelet, Err: err})
+		if cdi != nil {
+			res.Sources = append(res.Sources, *cdi)
+		}
 		if r.cfg.Metadata != nil {
 			res.Sources = append(res.Sources, Source{Name: r.cfg.Metadata.Name(), Err: r.cfg.Metadata.Healthy()})
 		}
@@ -117,12 +147,13 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	}
 
 	for _, d := range devices {
-		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || gres[d.Index] != nil {
+		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || gres[d.GRESIndex] != nil {
 			r.attribute(res.Devices[d.UUID], d, procs, kube[d.UUID], kubeDown, jobs, gres)
 		}
 	}
 	r.mu.Lock()
 	r.procs = procs
+	r.logChanges(res.Sources)
 	r.mu.Unlock()
 	// A GPU in MIG mode is shared by the owners of its instances.
 	for _, d := range devices {
@@ -142,6 +173,23 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	return res
 }
 
+// logChanges logs a source that starts failing, with why, and one that
+// answers again. r.mu must be held.
+func (r *Resolver) logChanges(sources []Source) {
+	for _, s := range sources {
+		switch {
+		case s.Name == SourceCDI:
+			// logCDIState names the CDI specs' problems as they change.
+		case s.Err != nil && !r.down[s.Name]:
+			r.down[s.Name] = true
+			r.cfg.Logger.Warn("attribution source failing; owners it tells are missing until it answers", "source", s.Name, "err", s.Err)
+		case s.Err == nil && r.down[s.Name]:
+			delete(r.down, s.Name)
+			r.cfg.Logger.Info("attribution source answering again", "source", s.Name)
+		}
+	}
+}
+
 // attribute decides the owners of one device and which process runs for
 // which of them. Allocation decides: Kubernetes' pod-resources, else the
 // Slurm jobs whose GRES hold the device; only without either are owners
@@ -152,12 +200,13 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 	switch {
 	case len(kube) > 0:
 		own.Claims = kube
-	case d.ParentUUID == "" && len(gres[d.Index]) > 0:
-		for _, id := range gres[d.Index] {
+	case d.GRESIndex >= 0 && len(gres[d.GRESIndex]) > 0:
+		for _, id := range gres[d.GRESIndex] {
 			own.Claims = append(own.Claims, Claim{Owner: slurmOwner(id, jobs), Share: 1})
 		}
 	}
 	allocated := len(own.Claims) > 0
+	podOnDevice := slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return procs[pid].info.Cgroup.PodUID != "" })
 	for _, pid := range d.PIDs {
 		p, ok := procs[pid]
 		if !ok {
@@ -167,8 +216,12 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		if !known || (kubeDown && owner.Kind == Kubernetes) {
 			continue
 		}
-		i := slices.IndexFunc(own.Claims, func(c Claim) bool { return sameOwner(c.Owner, owner) })
+		i, ambiguous := claimOf(own.Claims, owner)
 		switch {
+		case ambiguous:
+			// Which of its pod's containers runs the process is unknown:
+			// left unresolved, so the split is left out rather than all
+			// usage handed to one container.
 		case i >= 0:
 			own.Process[pid] = i
 		case (allocated && owner.Kind != Slurm) || (owner.Kind == Kubernetes && r.cfg.Kubelet != nil):
@@ -178,9 +231,12 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			// whether or not Slurm gave it the device through GRES.
 			// Where the kubelet answers, only it makes pods owners.
 			own.Process[pid] = Unattributed
-		case kubeDown:
-			// Every device looks unallocated while the kubelet is down: a
-			// host daemon must not become the owner of a pod's GPU.
+		case kubeDown && podOnDevice:
+			// Every device looks unallocated while the kubelet is down; a
+			// GPU that pods' processes run on is theirs, and a host daemon
+			// on it must not become its owner. Elsewhere Slurm jobs and
+			// units own their GPUs as always: only pod owners wait for the
+			// kubelet.
 		default:
 			// A job running on a GPU that Slurm gave another job owns it
 			// too, but was allocated none of it: share 0 keeps chargeback
@@ -201,19 +257,37 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 	}
 }
 
-// sameOwner matches a process's owner to a claim. A process knows its pod
-// but not which of the pod's containers was allocated the device, so any
-// container of the same pod matches.
-func sameOwner(claim, proc Owner) bool {
-	if claim.Kind == Kubernetes && proc.Kind == Kubernetes {
-		return claim.Namespace == proc.Namespace && claim.Pod == proc.Pod
+// claimOf finds the claim a process's owner runs under, -1 for none. A
+// process knows its pod, and its container where the pod metadata has the
+// containers' runtime IDs (the kubelet Pods API); without its container, a
+// process of a pod whose several containers hold the device is ambiguous.
+func claimOf(claims []Claim, proc Owner) (index int, ambiguous bool) {
+	if proc.Kind != Kubernetes {
+		return slices.IndexFunc(claims, func(c Claim) bool { return c.Owner.Key() == proc.Key() }), false
 	}
-	return claim.Key() == proc.Key()
+	index = -1
+	for i, c := range claims {
+		if c.Owner.Kind != Kubernetes || c.Owner.Namespace != proc.Namespace || c.Owner.Pod != proc.Pod {
+			continue
+		}
+		if proc.Container != "" {
+			if c.Owner.Container == proc.Container {
+				return i, false
+			}
+			continue
+		}
+		if index >= 0 {
+			return -1, true
+		}
+		index = i
+	}
+	return index, false
 }
 
 // processOwner is who a process runs for: its pod, else its Slurm job, else
-// its systemd unit and user. It is unknown for a pod the metadata source
-// does not know: a wrong guess would be worse than none.
+// its systemd unit (the stable one: process.Cgroup.OwnerUnit) and user. It
+// is unknown for a pod the metadata source does not know: a wrong guess
+// would be worse than none.
 func (r *Resolver) processOwner(p procInfo, jobs map[string]slurm.Job) (Owner, bool) {
 	if uid := p.info.Cgroup.PodUID; uid != "" {
 		if r.cfg.Metadata == nil {
@@ -223,17 +297,22 @@ func (r *Resolver) processOwner(p procInfo, jobs map[string]slurm.Job) (Owner, b
 		if !ok {
 			return Owner{}, false
 		}
-		o := r.podOwner(meta.Namespace, meta.Name, "")
-		return o, true
+		container := ""
+		if id := p.info.Cgroup.ContainerID; id != "" {
+			for _, c := range meta.Containers {
+				if c.ID == id {
+					container = c.Name
+				}
+			}
+		}
+		return r.podOwner(meta.Namespace, meta.Name, container), true
 	}
 	if p.job != "" {
 		return slurmOwner(p.job, jobs), true
 	}
-	unit := p.info.Cgroup.Unit
-	if unit == "" {
-		unit = p.info.Cgroup.Slice
-	}
-	return Owner{Kind: Process, Unit: unit, User: p.info.User, Command: p.info.Comm}, true
+	// Transient units (a container's scope, a login session) would make an
+	// owner per container or login: OwnerUnit names what is stable.
+	return Owner{Kind: Process, Unit: p.info.Cgroup.OwnerUnit(), User: p.info.User, Command: p.info.Comm}, true
 }
 
 func slurmOwner(id string, jobs map[string]slurm.Job) Owner {
@@ -314,11 +393,13 @@ func cmpErr(first, err error) error {
 }
 
 // kubernetesClaims maps each device to the containers the kubelet allocated
-// it to.
-func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device) (map[string][]Claim, int, error) {
+// it to, by device plugins and by DRA claims. It counts what it could not
+// identify in res, and returns the state of the CDI specs when there were
+// DRA claims to identify and a CDI source is configured.
+func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *Result) (map[string][]Claim, *Source, error) {
 	pods, err := r.cfg.Kubelet.List(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	// Allocatable lists every replica a device plugin advertises, which is
 	// what a replica's share depends on; without it the share is unknown.
@@ -327,54 +408,160 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device) (map[
 	for _, e := range idErrs {
 		r.logOnce(e)
 	}
+	res.UnknownDeviceIDs = len(idErrs)
 	byRef := indexDevices(devices)
 	claims := map[string][]Claim{}
+	// at finds an owner's claim on a device without comparing it with every
+	// other claim: hundreds of pods may share one GPU.
+	type claimKey struct{ uuid, owner string }
+	at := map[claimKey]int{}
+	add := func(uuid string, owner Owner, share float64) {
+		k := claimKey{uuid, owner.Key()}
+		if i, ok := at[k]; ok {
+			// One container holding several replicas of one device.
+			claims[uuid][i].Share += share
+			return
+		}
+		at[k] = len(claims[uuid])
+		claims[uuid] = append(claims[uuid], Claim{Owner: owner, Share: share})
+	}
 	for _, a := range allocs {
 		uuid, ok := byRef(a.Device)
 		if !ok {
 			continue
 		}
 		share, _ := a.Share()
-		owner := r.podOwner(a.Namespace, a.Pod, a.Container)
-		i := slices.IndexFunc(claims[uuid], func(c Claim) bool { return c.Owner.Key() == owner.Key() })
-		if i >= 0 {
-			// One container holding several replicas of one device.
-			claims[uuid][i].Share += share
+		add(uuid, r.podOwner(a.Namespace, a.Pod, a.Container), share)
+	}
+	cdi := r.draClaims(pods, byRef, add, res)
+	if allocErr != nil {
+		return claims, cdi, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
+	}
+	return claims, cdi, nil
+}
+
+// draClaims adds the devices held through DRA claims. The CDI specs are
+// read only when some container has a claim of an accelerator driver.
+func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernetes.DeviceRef) (string, bool), add func(string, Owner, float64), res *Result) *Source {
+	if !slices.ContainsFunc(pods, func(p kubernetes.PodResources) bool {
+		return slices.ContainsFunc(p.Containers, func(c kubernetes.ContainerResources) bool {
+			return slices.ContainsFunc(c.Claims, func(cd kubernetes.ClaimDevice) bool { return slices.Contains(r.cfg.DRADrivers, cd.Driver) })
+		})
+	}) {
+		return nil
+	}
+	var idx kubernetes.CDIIndex
+	var src *Source
+	if r.cfg.CDI != nil {
+		var problems []error
+		var err error
+		idx, problems, err = r.cfg.CDI.Load()
+		if err == nil {
+			err = errors.Join(problems...)
+		}
+		r.logCDIState(err)
+		src = &Source{Name: SourceCDI, Err: err}
+	}
+	var slices kubernetes.ResourceSliceIndex
+	if r.cfg.ResourceSlices != nil {
+		var err error
+		slices, err = r.cfg.ResourceSlices.Index()
+		res.Sources = append(res.Sources, Source{Name: kubernetes.SourceResourceSlices, Err: err})
+	}
+	allocs, unresolved := kubernetes.ClaimAllocations(pods, idx, r.cfg.DRADrivers, slices)
+	for _, u := range unresolved {
+		r.logOnceMsg(u.Err, "DRA claim device not identified; its container is not attributed")
+	}
+	res.UnresolvedClaimDevices = len(unresolved)
+	for _, a := range allocs {
+		uuid, ok := byRef(a.Device)
+		if !ok {
+			res.UnresolvedClaimDevices++
+			r.logOnceMsg(fmt.Errorf("claim %s/%s device %s: its CDI spec names %s, which is no device of this node",
+				a.Claim.ClaimNamespace, a.Claim.ClaimName, a.Claim.Device, a.Device.ID), "DRA claim device not identified; its container is not attributed")
 			continue
 		}
-		claims[uuid] = append(claims[uuid], Claim{Owner: owner, Share: share})
+		owner := r.podOwner(a.Namespace, a.Pod, a.Container)
+		owner.ClaimNamespace, owner.Claim = a.Claim.ClaimNamespace, a.Claim.ClaimName
+		share, _ := a.Share()
+		add(uuid, owner, share)
 	}
-	if allocErr != nil {
-		return claims, len(idErrs), fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
+	return src
+}
+
+// logCDIState logs the CDI specs' problems once per change.
+func (r *Resolver) logCDIState(err error) {
+	state := ""
+	if err != nil {
+		state = err.Error()
 	}
-	return claims, len(idErrs), nil
+	r.mu.Lock()
+	changed := state != r.cdiState
+	r.cdiState = state
+	r.mu.Unlock()
+	switch {
+	case !changed:
+	case err != nil:
+		r.cfg.Logger.Warn("CDI specs not fully readable; DRA-allocated devices they describe are not attributed", "err", err)
+	default:
+		r.cfg.Logger.Info("CDI specs readable again")
+	}
 }
 
 func (r *Resolver) logOnce(err error) {
+	r.logOnceMsg(err, "device plugin ID not understood; its container is not attributed")
+}
+
+// logOnceMsg logs each distinct error once, up to a bound that keeps a
+// hostile kubelet from growing the set without end.
+func (r *Resolver) logOnceMsg(err error, msg string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.badIDs[err.Error()] || len(r.badIDs) > 1000 {
 		return
 	}
 	r.badIDs[err.Error()] = true
-	r.cfg.Logger.Warn("device plugin ID not understood; its container is not attributed", "err", err)
+	r.cfg.Logger.Warn(msg, "err", err)
 }
 
 // indexDevices returns a lookup from a device plugin's reference to the
-// UUID of the device it names.
+// UUID of the device it names. Indexes and serials are keyed with the
+// vendor: on a node with NVIDIA and Gaudi devices, NVIDIA's index "3" and
+// Gaudi's "hl3" name different devices.
 func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
 	byUUID := map[string]string{}
 	byBus := map[string]string{}
 	byIndex := map[string]string{}
+	byMIG := map[string]string{}
+	bySerial := map[string]string{}
+	byPartition := map[string]string{}
 	for _, d := range devices {
 		byUUID[d.UUID] = d.UUID
+		if d.Partition != "" {
+			// A PCI address in either form; an amdgpu_xcp_<n> name is
+			// left as it is (normalizeBusID only lower-cases it).
+			byPartition[normalizeBusID(d.Partition)] = d.UUID
+		}
 		if d.ParentUUID == "" {
 			if d.PCIBusID != "" {
 				byBus[normalizeBusID(d.PCIBusID)] = d.UUID
 			}
-			byIndex[strconv.Itoa(d.Index)] = d.UUID
-		} else if d.MIGInstance >= 0 {
-			byIndex[strconv.Itoa(d.Index)+":"+strconv.Itoa(d.MIGInstance)] = d.UUID
+			if d.Serial != "" {
+				bySerial[d.Vendor+"/"+d.Serial] = d.UUID
+			}
+			byIndex[d.Vendor+"/"+strconv.Itoa(d.Index)] = d.UUID
+		} else if d.MIGIndex >= 0 {
+			byIndex[d.Vendor+"/"+strconv.Itoa(d.Index)+":"+strconv.Itoa(d.MIGIndex)] = d.UUID
+		}
+		if d.ParentUUID != "" && d.MIGInstance >= 0 {
+			// Compute instances sharing a GPU instance cannot be told apart
+			// by it: such a name matches none of them.
+			key := d.ParentUUID + "/" + strconv.Itoa(d.MIGInstance)
+			if _, dup := byMIG[key]; dup {
+				byMIG[key] = ""
+			} else {
+				byMIG[key] = d.UUID
+			}
 		}
 	}
 	return func(ref kubernetes.DeviceRef) (string, bool) {
@@ -384,11 +571,19 @@ func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
 		case ref.UUID != "":
 			uuid, ok = byUUID[ref.UUID]
 		case ref.PCIBusID != "":
-			uuid, ok = byBus[normalizeBusID(ref.PCIBusID)]
+			if uuid, ok = byPartition[normalizeBusID(ref.PCIBusID)]; !ok {
+				uuid, ok = byBus[normalizeBusID(ref.PCIBusID)]
+			}
+		case ref.Partition != "":
+			uuid, ok = byPartition[normalizeBusID(ref.Partition)]
 		case ref.Index != "":
-			uuid, ok = byIndex[ref.Index]
+			uuid, ok = byIndex[ref.Vendor+"/"+ref.Index]
+		case ref.Serial != "":
+			uuid, ok = bySerial[ref.Vendor+"/"+ref.Serial]
+		case ref.MIGParentUUID != "":
+			uuid, ok = byMIG[ref.MIGParentUUID+"/"+strconv.Itoa(ref.MIGGPUInstance)]
 		}
-		return uuid, ok
+		return uuid, ok && uuid != ""
 	}
 }
 

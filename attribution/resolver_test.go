@@ -88,12 +88,12 @@ func pod(ns, name, container, resource string, ids ...string) kubernetes.PodReso
 
 func TestResolveKubernetes(t *testing.T) {
 	devices := []Device{
-		{UUID: gpuA, Vendor: "nvidia", Index: 0, MIGInstance: -1, PIDs: []uint32{100}},
-		{UUID: gpuB, Vendor: "nvidia", Index: 1, MIGInstance: -1, PIDs: []uint32{200, 300, 900}},
-		{UUID: gpuM, Vendor: "nvidia", Index: 2, MIGInstance: -1},
-		{UUID: mig1, Vendor: "nvidia", Index: 2, ParentUUID: gpuM, MIGInstance: 1},
-		{UUID: mig2, Vendor: "nvidia", Index: 2, ParentUUID: gpuM, MIGInstance: 2},
-		{UUID: gpuIdle, Vendor: "nvidia", Index: 3, MIGInstance: -1},
+		{UUID: gpuA, Vendor: "nvidia", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{100}},
+		{UUID: gpuB, Vendor: "nvidia", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{200, 300, 900}},
+		{UUID: gpuM, Vendor: "nvidia", Index: 2, MIGIndex: -1, GRESIndex: 2},
+		{UUID: mig1, Vendor: "nvidia", Index: 2, ParentUUID: gpuM, MIGIndex: 1, GRESIndex: -1},
+		{UUID: mig2, Vendor: "nvidia", Index: 2, ParentUUID: gpuM, MIGIndex: 2, GRESIndex: -1},
+		{UUID: gpuIdle, Vendor: "nvidia", Index: 3, MIGIndex: -1, GRESIndex: 3},
 	}
 	kubelet := &fakeKubelet{
 		pods: []kubernetes.PodResources{
@@ -167,7 +167,7 @@ func TestResolveWithoutPodMetadataLeavesPodProcessesUnresolved(t *testing.T) {
 		Kubelet: &fakeKubelet{pods: []kubernetes.PodResources{pod("ml", "a", "c", "nvidia.com/gpu", gpuA)}},
 		Procfs:  procfs(t, map[uint32]string{100: podCgroup(uidA)}),
 	})
-	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGInstance: -1, PIDs: []uint32{100}}})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100}}})
 	own := res.Devices[gpuA]
 	if len(own.Claims) != 1 || own.Claims[0].Owner.Pod != "a" {
 		t.Fatalf("claims %+v", own.Claims)
@@ -181,13 +181,22 @@ func TestResolveKubeletDown(t *testing.T) {
 	r := New(Config{
 		Kubelet:  &fakeKubelet{err: errors.New("connection refused")},
 		Metadata: fakeMetadata{uidA: {UID: uidA, Namespace: "ml", Name: "train-a"}},
-		Procfs:   procfs(t, map[uint32]string{100: podCgroup(uidA), 900: "/system.slice/nvidia-dcgm.service"}),
+		Procfs: procfs(t, map[uint32]string{100: podCgroup(uidA), 900: "/system.slice/nvidia-dcgm.service",
+			901: "/system.slice/ollama.service"}),
 	})
-	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGInstance: -1, PIDs: []uint32{100, 900}}})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100, 900}},
+		{UUID: gpuB, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{901}},
+	})
 	// Without the allocation, neither the pod's process nor a host daemon
-	// may make an owner.
+	// on the pod's GPU may make an owner.
 	if own := res.Devices[gpuA]; len(own.Claims) != 0 || len(own.Process) != 0 {
 		t.Errorf("claims %+v, processes %v without a kubelet; want none", own.Claims, own.Process)
+	}
+	// Only owners the kubelet tells of wait for it: a unit on a GPU no pod
+	// uses still owns it.
+	if c := res.Devices[gpuB].Claims; len(c) != 1 || c[0].Owner.Unit != "ollama.service" || c[0].Share != 1 {
+		t.Errorf("GPU-b claims %+v while the kubelet is down, want ollama.service", c)
 	}
 	var kubelet *Source
 	for i := range res.Sources {
@@ -207,8 +216,8 @@ func TestResolveBareMetal(t *testing.T) {
 		20: "/user.slice/user-1000.slice/session-3.scope",
 	})})
 	res := r.Resolve(context.Background(), []Device{
-		{UUID: gpuA, MIGInstance: -1, PIDs: []uint32{10, 11, 20}},
-		{UUID: gpuB, MIGInstance: -1, PIDs: []uint32{777}}, // exited since NVML listed it
+		{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{10, 11, 20}},
+		{UUID: gpuB, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{777}}, // exited since NVML listed it
 	})
 	own := res.Devices[gpuA]
 	if len(own.Claims) != 2 {
@@ -230,7 +239,7 @@ func TestResolveBareMetal(t *testing.T) {
 
 func TestResolveHiddenPIDs(t *testing.T) {
 	r := New(Config{Procfs: procfs(t, nil)})
-	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGInstance: -1, PIDs: []uint32{10, 11}}})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{10, 11}}})
 	if err := res.Sources[0].Err; err == nil || !strings.Contains(err.Error(), "hostPID") {
 		t.Errorf("procfs error %v, want one that says the host's PIDs are not visible", err)
 	}
@@ -264,10 +273,10 @@ esac`)
 		}),
 	})
 	res := r.Resolve(context.Background(), []Device{
-		{UUID: "GPU-0", Index: 0, MIGInstance: -1, PIDs: []uint32{500}},
-		{UUID: "GPU-1", Index: 1, MIGInstance: -1, PIDs: []uint32{501}},
-		{UUID: "GPU-2", Index: 2, MIGInstance: -1},
-		{UUID: "GPU-3", Index: 3, MIGInstance: -1},
+		{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{500}},
+		{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{501}},
+		{UUID: "GPU-2", Index: 2, MIGIndex: -1, GRESIndex: 2},
+		{UUID: "GPU-3", Index: 3, MIGIndex: -1, GRESIndex: 3},
 	})
 	for _, s := range res.Sources {
 		if s.Err != nil {
@@ -306,5 +315,66 @@ func TestNormalizeBusID(t *testing.T) {
 		if got := normalizeBusID(in); got != want {
 			t.Errorf("normalizeBusID(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// On a node with NVIDIA GPUs and Gaudi devices, each device plugin's ID
+// names a device of its own vendor: NVIDIA's index "1" and Gaudi's "hl1"
+// are different devices, and a Gaudi serial matches only the Gaudi with it.
+func TestIndexDevicesMixedNode(t *testing.T) {
+	lookup := indexDevices([]Device{
+		{UUID: "GPU-a", Vendor: "nvidia", Index: 0, PCIBusID: "00000000:18:00.0", Serial: "1652000000", MIGIndex: -1},
+		{UUID: "GPU-b", Vendor: "nvidia", Index: 1, PCIBusID: "00000000:28:00.0", MIGIndex: -1},
+		{UUID: "hl-uuid-0", Vendor: "habana", Index: 0, PCIBusID: "0000:19:00.0", Serial: "AN15000023", MIGIndex: -1},
+		{UUID: "hl-uuid-1", Vendor: "habana", Index: 1, PCIBusID: "0000:1a:00.0", Serial: "AN15010023", MIGIndex: -1},
+	})
+	for _, tt := range []struct {
+		resource, id, want string
+	}{
+		{"nvidia.com/gpu", "1", "GPU-b"},
+		{"habana.ai/gaudi", "hl1", "hl-uuid-1"},
+		{"habana.ai/gaudi", "hl0", "hl-uuid-0"},
+		{"habana.ai/gaudi", "AN15010023", "hl-uuid-1"},
+		{"habana.ai/gaudi", "0000:19:00.0", "hl-uuid-0"},
+		{"nvidia.com/gpu", "0", "GPU-a"},
+		// An NVIDIA serial is no Gaudi device plugin ID.
+		{"habana.ai/gaudi", "1652000000", ""},
+	} {
+		ref, err := kubernetes.NormalizeDeviceID(tt.resource, tt.id)
+		if err != nil {
+			t.Fatalf("NormalizeDeviceID(%q, %q): %v", tt.resource, tt.id, err)
+		}
+		got, ok := lookup(ref)
+		if got != tt.want || ok != (tt.want != "") {
+			t.Errorf("%s %s names %q (%v), want %q", tt.resource, tt.id, got, ok, tt.want)
+		}
+	}
+}
+
+// TestIndexDevicesAMDPartitions: on a GPU in partition mode the ROCm device
+// plugin advertises partition 0 under the GPU's PCI address and the others
+// as amdgpu_xcp_<n>; each names its partition, not the GPU, while a GPU
+// that is not partitioned is still found by its address.
+func TestIndexDevicesAMDPartitions(t *testing.T) {
+	lookup := indexDevices([]Device{
+		{UUID: "aa", Vendor: "amd", PCIBusID: "0000:38:00.0", MIGIndex: -1},
+		{UUID: "aa-xcp0", Vendor: "amd", PCIBusID: "0000:38:00.0", ParentUUID: "aa", MIGIndex: 0, Partition: "0000:38:00.0"},
+		{UUID: "aa-xcp1", Vendor: "amd", PCIBusID: "0000:38:00.0", ParentUUID: "aa", MIGIndex: 1, Partition: "amdgpu_xcp_0"},
+		{UUID: "bb", Vendor: "amd", PCIBusID: "0000:5c:00.0", Index: 1, MIGIndex: -1},
+	})
+	for _, c := range []struct {
+		ref  kubernetes.DeviceRef
+		want string
+	}{
+		{kubernetes.DeviceRef{PCIBusID: "0000:38:00.0"}, "aa-xcp0"},
+		{kubernetes.DeviceRef{Partition: "amdgpu_xcp_0"}, "aa-xcp1"},
+		{kubernetes.DeviceRef{PCIBusID: "0000:5c:00.0"}, "bb"},
+	} {
+		if got, ok := lookup(c.ref); !ok || got != c.want {
+			t.Errorf("%+v: %q %v, want %q", c.ref, got, ok, c.want)
+		}
+	}
+	if got, ok := lookup(kubernetes.DeviceRef{Partition: "amdgpu_xcp_7"}); ok {
+		t.Errorf("an idle partition resolved to %q", got)
 	}
 }

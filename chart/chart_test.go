@@ -2,7 +2,8 @@ package chart
 
 // Tests of the Helm chart. The ones that render need helm: $HELM, else
 // ../bin/helm (make chart-tools builds it); without it they are skipped,
-// unless XPU_REQUIRE_HELM is set, as `make chart-check` does.
+// unless XPU_REQUIRE_HELM is set, as `make chart-check` does, or CI is
+// (internal/testenv).
 
 import (
 	"bufio"
@@ -31,6 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/testenv"
 )
 
 const (
@@ -80,7 +83,7 @@ func helmBin(t *testing.T) string {
 	if os.Getenv("XPU_REQUIRE_HELM") != "" {
 		t.Fatal("helm not found: set HELM or run make chart-tools")
 	}
-	t.Skip("helm not found (make chart-tools builds bin/helm; make chart-check runs these tests)")
+	testenv.Unavailable(t, "helm not found ($HELM, ../bin/helm)", "make chart-tools builds bin/helm; make chart-check runs these tests")
 	return ""
 }
 
@@ -341,8 +344,12 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 		t.Errorf("DaemonSet %s: privilege escalation allowed", ds.Name)
 	case sc.Privileged != nil && *sc.Privileged:
 		t.Errorf("DaemonSet %s: privileged", ds.Name)
-	case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0:
-		t.Errorf("DaemonSet %s: capabilities %+v, want all dropped and none added", ds.Name, sc.Capabilities)
+	case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL"):
+		t.Errorf("DaemonSet %s: capabilities %+v, want all dropped", ds.Name, sc.Capabilities)
+	case len(sc.Capabilities.Add) > 0 && !(strings.HasSuffix(ds.Name, "-gaudi") && slices.Equal(sc.Capabilities.Add, []corev1.Capability{"SYS_PTRACE"})):
+		// The Gaudi exporter alone may read other processes' descriptors:
+		// hl-smi lists no processes.
+		t.Errorf("DaemonSet %s: capabilities %v added", ds.Name, sc.Capabilities.Add)
 	}
 	for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
 		for name := range rl {
@@ -451,11 +458,13 @@ func TestDefaults(t *testing.T) {
 		"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
 		"/var/lib/kubelet/pods-api":      "/var/lib/kubelet/pods-api",
 		"/etc/passwd":                    "/host/etc/passwd",
+		// The DRA drivers' CDI specs, to attribute devices of DRA claims.
+		"/var/run/cdi": "/var/run/cdi",
 	}
 	if got := hostPaths(pod); !reflect.DeepEqual(got, wantHost) {
 		t.Errorf("host paths %v, want %v", got, wantHost)
 	}
-	for _, a := range []string{"--collector.nvidia", "--web.listen-address=:9835", "--path.rootfs=/host", "--no-attribution.slurm"} {
+	for _, a := range []string{"--collector.nvidia", "--web.listen-address=:9835", "--path.rootfs=/host", "--no-attribution.slurm", "--kubernetes.cdi-spec-dir=/var/run/cdi"} {
 		if !slices.Contains(c.Args, a) {
 			t.Errorf("args %v lack %s", c.Args, a)
 		}
@@ -628,8 +637,10 @@ func TestServiceMonitorLabels(t *testing.T) {
 		t.Fatal("honorLabels is off: the exporter's namespace/pod/container owner labels would be renamed exported_*")
 	}
 	target := relabel(t, operatorTarget(), ep.RelabelConfigs)
+	// instance is the node, not the pod's address, so that a rollout (a
+	// new pod IP) keeps every device series and every alert's for: timer.
 	want := map[string]string{
-		"instance": "10.0.3.17:9835",
+		"instance": "gpu-node-07",
 		"job":      promrulesJob(t),
 		"node":     "gpu-node-07",
 		"service":  "xpu-exporter",
@@ -729,6 +740,71 @@ func TestPrometheusRulesEqualPromrules(t *testing.T) {
 	for _, r := range all[monitoringv1.PrometheusRule](renderProfile(t, "full")) {
 		if r.Namespace != "monitoring" || r.Labels["release"] != "kube-prometheus-stack" {
 			t.Errorf("full profile PrometheusRule %s: namespace %s labels %v", r.Name, r.Namespace, r.Labels)
+		}
+	}
+}
+
+// Alerts are tuned from values: one dropped, one with another for: and
+// threshold, labels on every alert, the recording rules untouched.
+func TestAlertTuning(t *testing.T) {
+	rules := all[monitoringv1.PrometheusRule](render(t,
+		"--set", "prometheusRule.alertLabels.team=gpu-infra",
+		"--set", "prometheusRule.alerts.XpuFleetIdleFractionHigh.enabled=false",
+		"--set", "prometheusRule.alerts.XpuMemoryNearlyFull.for=15m",
+		"--set-string", "prometheusRule.alerts.XpuMemoryNearlyFull.expr=xpu_memory_used_bytes / xpu_memory_total_bytes > 0.99",
+		"--set", "prometheusRule.alerts.XpuMemoryNearlyFull.labels.severity=info",
+	))
+	alerts, records := map[string]monitoringv1.Rule{}, 0
+	for _, r := range rules {
+		for _, g := range r.Spec.Groups {
+			if len(g.Rules) == 0 {
+				t.Errorf("%s: group %s left empty", r.Name, g.Name)
+			}
+			for _, rule := range g.Rules {
+				if rule.Alert == "" {
+					records++
+					if rule.Labels["team"] != "" {
+						t.Errorf("recording rule %s got the alert labels", rule.Record)
+					}
+					continue
+				}
+				alerts[rule.Alert] = rule
+				if rule.Labels["team"] != "gpu-infra" {
+					t.Errorf("%s: labels %v, want team=gpu-infra added", rule.Alert, rule.Labels)
+				}
+			}
+		}
+	}
+	if _, ok := alerts["XpuFleetIdleFractionHigh"]; ok || len(alerts) != 16 {
+		t.Errorf("%d alerts, want the 17 less the disabled XpuFleetIdleFractionHigh", len(alerts))
+	}
+	m := alerts["XpuMemoryNearlyFull"]
+	if m.For == nil || *m.For != "15m" || m.Expr.String() != "xpu_memory_used_bytes / xpu_memory_total_bytes > 0.99" || m.Labels["severity"] != "info" {
+		t.Errorf("XpuMemoryNearlyFull tuned to %+v", m)
+	}
+	if x := alerts["XpuXidErrors"]; x.Labels["severity"] != "warning" || x.Annotations["runbook_url"] == "" {
+		t.Errorf("an untuned alert changed: %+v", x)
+	}
+	if records == 0 {
+		t.Error("no recording rules rendered")
+	}
+}
+
+// A rollout starts the new pod on a node before it stops the old one, so
+// no node goes without an exporter; that needs no hostPort.
+func TestRolloutKeepsAnExporterOnEveryNode(t *testing.T) {
+	for _, ds := range all[appsv1.DaemonSet](render(t)) {
+		ru := ds.Spec.UpdateStrategy.RollingUpdate
+		if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil ||
+			ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 {
+			t.Errorf("%s: update strategy %+v, want RollingUpdate with maxUnavailable 0, maxSurge 1", ds.Name, ds.Spec.UpdateStrategy)
+		}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			for _, p := range c.Ports {
+				if p.HostPort != 0 {
+					t.Errorf("%s: container %s has hostPort %d: a surge pod could not start next to the old one", ds.Name, c.Name, p.HostPort)
+				}
+			}
 		}
 	}
 }
@@ -835,7 +911,7 @@ func TestAMDOnlyProfile(t *testing.T) {
 	if hostPaths(pod)["/sys"] != "/host/sys" {
 		t.Errorf("host /sys not mounted at /host/sys: %v", hostPaths(pod))
 	}
-	for _, a := range []string{"--no-collector.nvidia"} {
+	for _, a := range []string{"--no-collector.nvidia", "--no-collector.gaudi", "--path.sysfs=/host/sys"} {
 		if !slices.Contains(c.Args, a) {
 			t.Errorf("args %v lack %s", c.Args, a)
 		}
@@ -861,30 +937,90 @@ func TestGaudiOnlyProfile(t *testing.T) {
 	if env(c)["HABANA_VISIBLE_DEVICES"].Value != "all" {
 		t.Errorf("env %v", c.Env)
 	}
-	if !slices.Contains(c.Args, "--no-collector.nvidia") {
-		t.Errorf("args %v", c.Args)
+	for _, a := range []string{"--no-collector.nvidia", "--gaudi.hl-smi-path=/usr/bin/hl-smi", "--path.sysfs=/host/sys"} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("args %v lack %s", c.Args, a)
+		}
+	}
+	mounts := hostPaths(pod)
+	for host, want := range map[string]string{"/sys": "/host/sys", "/usr/bin/hl-smi": "/usr/bin/hl-smi", "/usr/lib/habanalabs": "/usr/lib/habanalabs"} {
+		if mounts[host] != want {
+			t.Errorf("host %s mounted at %q, want %s (mounts %v)", host, mounts[host], want, mounts)
+		}
+	}
+	if caps := c.SecurityContext.Capabilities; caps == nil || !slices.Equal(caps.Add, []corev1.Capability{"SYS_PTRACE"}) || !slices.Contains(caps.Drop, "ALL") {
+		t.Errorf("capabilities %+v, want ALL dropped and SYS_PTRACE added", caps)
+	}
+	// Without the host PID namespace there are no processes to read.
+	noPID := one[appsv1.DaemonSet](t, render(t, "--values", "ci/gaudi-only-values.yaml", "--set", "hostPID=false"))
+	if caps := noPID.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities; len(caps.Add) != 0 {
+		t.Errorf("without hostPID: capabilities %v added", caps.Add)
 	}
 }
 
 func TestOTLPProfile(t *testing.T) {
 	ds := one[appsv1.DaemonSet](t, renderProfile(t, "otlp"))
-	c := ds.Spec.Template.Spec.Containers[0]
-	for _, a := range []string{
-		"--otlp.endpoint=otel-collector.observability:4318", "--otlp.url-path=/v1/metrics", "--otlp.interval=15s", "--otlp.insecure",
-		"--otlp.header=X-Scope-OrgID=gpu-fleet", "--otlp.header=Authorization=$(XPU_OTLP_HEADER_0)",
-	} {
-		if !slices.Contains(c.Args, a) {
-			t.Errorf("args %v lack %s", c.Args, a)
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	var otlpArgs []string
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--otlp.") {
+			otlpArgs = append(otlpArgs, a)
 		}
 	}
+	want := []string{
+		"--otlp.endpoint=https://otel-collector.observability:4317", "--otlp.protocol=grpc", "--otlp.interval=15s", "--otlp.timeout=5s",
+		"--otlp.compression=gzip", "--otlp.header=X-Scope-OrgID=gpu-fleet", "--otlp.header-from-env=Authorization=XPU_OTLP_HEADER_0",
+		"--otlp.tls.ca-file=/etc/xpu_exporter/otlp/ca.crt", "--otlp.tls.cert-file=/etc/xpu_exporter/otlp/tls.crt",
+		"--otlp.tls.key-file=/etc/xpu_exporter/otlp/tls.key", "--otlp.k8s-cluster-name=prod-eu", "--otlp.semconv=also",
+	}
+	if !slices.Equal(otlpArgs, want) {
+		t.Errorf("OTLP args\n%v\nwant\n%v", otlpArgs, want)
+	}
+	// Resource attributes, percent-encoded as OTEL_RESOURCE_ATTRIBUTES
+	// wants (by hand: "ml infra, EU" is ml%20infra%2C%20EU), after the
+	// node they refer to.
+	names := []string{}
+	for _, e := range c.Env {
+		names = append(names, e.Name)
+	}
+	if i, j := slices.Index(names, "XPU_OTLP_NODE_NAME"), slices.Index(names, "OTEL_RESOURCE_ATTRIBUTES"); i < 0 || j < i {
+		t.Errorf("env %v: XPU_OTLP_NODE_NAME must come before OTEL_RESOURCE_ATTRIBUTES", names)
+	}
+	if n := env(c)["XPU_OTLP_NODE_NAME"]; n.ValueFrom == nil || n.ValueFrom.FieldRef == nil || n.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("XPU_OTLP_NODE_NAME: %+v", n)
+	}
+	wantAttrs := "host.name=$(XPU_OTLP_NODE_NAME),k8s.node.name=$(XPU_OTLP_NODE_NAME),deployment.environment.name=prod,team=ml%20infra%2C%20EU"
+	if got := env(c)["OTEL_RESOURCE_ATTRIBUTES"].Value; got != wantAttrs {
+		t.Errorf("OTEL_RESOURCE_ATTRIBUTES=%s\nwant %s", got, wantAttrs)
+	}
+	// The secret reaches the exporter as a variable, never in its args.
 	h := env(c)["XPU_OTLP_HEADER_0"]
 	if h.ValueFrom == nil || h.ValueFrom.SecretKeyRef == nil || h.ValueFrom.SecretKeyRef.Name != "otlp-auth" || h.ValueFrom.SecretKeyRef.Key != "token" {
 		t.Errorf("header from Secret: %+v", h)
+	}
+	var mounted bool
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || (m.Name == "otlp-tls" && m.MountPath == "/etc/xpu_exporter/otlp" && m.ReadOnly)
+	}
+	var volume bool
+	for _, v := range pod.Volumes {
+		volume = volume || (v.Name == "otlp-tls" && v.Secret != nil && v.Secret.SecretName == "otlp-tls")
+	}
+	if !mounted || !volume {
+		t.Errorf("TLS Secret otlp-tls not mounted read-only at /etc/xpu_exporter/otlp: mounts %v", c.VolumeMounts)
 	}
 	// Off by default: no --otlp flag at all.
 	for _, a := range one[appsv1.DaemonSet](t, render(t)).Spec.Template.Spec.Containers[0].Args {
 		if strings.HasPrefix(a, "--otlp.") {
 			t.Errorf("default args have %s", a)
+		}
+	}
+	// A plain OTLP/HTTP receiver given as host:port, as before.
+	args := one[appsv1.DaemonSet](t, render(t, "--set", "otlp.enabled=true,otlp.endpoint=collector:4318,otlp.insecure=true")).Spec.Template.Spec.Containers[0].Args
+	for _, a := range []string{"--otlp.endpoint=collector:4318", "--otlp.protocol=http/protobuf", "--otlp.insecure", "--otlp.semconv=none"} {
+		if !slices.Contains(args, a) {
+			t.Errorf("args %v lack %s", args, a)
 		}
 	}
 }
@@ -919,8 +1055,16 @@ func TestRefusedValues(t *testing.T) {
 		{"bad log level", []string{"--set", "log.level=trace"}, "level"},
 		{"no vendor", []string{"--set", "nvidia.enabled=false"}, "enable at least one"},
 		{"OTLP without endpoint", []string{"--set", "otlp.enabled=true"}, "endpoint"},
+		{"OTLP endpoint with a query", []string{"--set", "otlp.enabled=true,otlp.endpoint=https://c:4318/?token=x"}, "endpoint"},
+		{"OTLP resource attribute key with a comma", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.resourceAttributes.a\\,b=c"}, "resourceAttributes"},
+		{"OTLP protocol http/json", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.protocol=http/json"}, "protocol"},
+		{"OTLP client certificate without key", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.tls.secretName=s,otlp.tls.certFile=tls.crt"}, "go together"},
+		{"OTLP client certificate without Secret", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.tls.certFile=tls.crt,otlp.tls.keyFile=tls.key"}, "secretName"},
 		{"job the rules do not select", []string{"--set", "serviceMonitor.jobLabel=gpus"}, "jobLabel"},
 		{"relative socket directory", []string{"--set", "kubernetes.podResourcesDir=kubelet"}, "podResourcesDir"},
+		// The namespace's default account would get cluster-wide pod read.
+		{"RBAC for the default account", []string{"--set", "serviceAccount.create=false"}, `"default" ServiceAccount`},
+		{"tuning an alert that does not exist", []string{"--set", "prometheusRule.alerts.XpuGpuOnFire.enabled=false"}, "XpuGpuOnFire: no such alert"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := helm(t, append([]string{"template", release, ".", "--namespace", namespace}, c.args...)...)
@@ -928,6 +1072,13 @@ func TestRefusedValues(t *testing.T) {
 				t.Errorf("want an error mentioning %q, got %v", c.want, err)
 			}
 		})
+	}
+	// An existing account of its own may be bound, and the default one
+	// may run without the chart's RBAC.
+	for _, set := range []string{"serviceAccount.create=false,serviceAccount.name=xpu-reader", "serviceAccount.create=false,rbac.create=false"} {
+		if _, err := helm(t, "template", release, ".", "--set", set); err != nil {
+			t.Errorf("--set %s: %v", set, err)
+		}
 	}
 	// The job label may change when the chart ships no rules or dashboards.
 	if _, err := helm(t, "template", release, ".", "--set", "serviceMonitor.jobLabel=gpus,prometheusRule.enabled=false,dashboards.enabled=false"); err != nil {

@@ -16,10 +16,11 @@ var (
 	deviceOwners      = gauge("device_owners", "Number of owners (containers, Slurm jobs, units) of the device.")
 	workloadInfo      = gauge("workload_info", "An owner of a device on this node, with its descriptive labels; always 1.")
 	workloadAllocated = gauge("workload_allocated_devices", "Devices allocated to the owner: 1 for a whole device, 1/N for one of N time-slicing replicas, the slice fraction of a MIG instance.")
-	workloadMemory    = gauge("workload_memory_used_bytes", "Device memory used by the owner's processes.")
-	workloadUtil      = gauge("workload_utilization_ratio", "The owner's part of the device's utilization, split by per-process samples; the parts of a device add up to xpu_utilization_ratio.")
+	workloadMemory    = gauge("workload_memory_used_bytes", "Device memory used by the owner's processes (0 for an owner without processes).")
+	workloadUtil      = gauge("workload_utilization_ratio", "The owner's part of the device's utilization since the previous scrape, split in proportion to per-process samples of the same window; the parts of a device add up to xpu_utilization_ratio.")
 	sourceUp          = gauge("attribution_source_up", "1 if the attribution source answered in this scrape, 0 if not (owner labels from it are missing).")
 	unknownIDs        = gauge("attribution_unknown_device_ids", "Device-plugin IDs in this scrape that name no device in a known form; their containers are not attributed.")
+	unresolvedClaims  = gauge("attribution_unresolved_claim_devices", "DRA claim devices in this scrape that match no device of the node (CDI spec missing, malformed, oversized or stale); their containers are not attributed.")
 )
 
 type attributionCollector struct {
@@ -29,9 +30,7 @@ type attributionCollector struct {
 func newAttributionCollector(cfg Config) (Collector, error) {
 	c := &attributionCollector{}
 	if cfg.Attribution != nil {
-		for _, n := range cfg.Attribution.PodLabelNames() {
-			c.podLabels = append(c.podLabels, "label_"+n)
-		}
+		c.podLabels = cfg.Attribution.PodLabelNames()
 	}
 	return c, nil
 }
@@ -45,6 +44,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 		e.emit(sourceUp, labels{names: []string{"source"}, values: []string{s.Name}}, boolValue(s.Err == nil))
 	}
 	e.emit(unknownIDs, labels{}, float64(snap.unknownDeviceIDs))
+	e.emit(unresolvedClaims, labels{}, float64(snap.unresolvedClaimDevices))
 	owners := map[string]attribution.Owner{}
 	for _, d := range snap.Devices {
 		if d.UUID == "" {
@@ -53,13 +53,11 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 		id := identityLabels(d)
 		e.emit(deviceOwners, id, float64(len(d.Claims)))
 		for _, cl := range d.Claims {
-			owners[cl.Owner.Key()] = cl.Owner
-			if cl.Share > 0 {
-				share := cl.Share
-				if d.MIG != nil && d.MIG.Fraction > 0 {
-					share *= d.MIG.Fraction
-				}
-				e.emit(workloadAllocated, id.withOwner(cl.Owner), share)
+			// One series of xpu_workload_info per owner and DRA claim: a
+			// container may hold devices through several claims.
+			owners[cl.Owner.Key()+"\xff"+cl.Owner.ClaimNamespace+"/"+cl.Owner.Claim] = cl.Owner
+			if v, ok := d.AllocatedDevices(cl); ok {
+				e.emit(workloadAllocated, id.withOwner(cl.Owner), v)
 			}
 		}
 		for _, u := range d.Usage() {
@@ -82,12 +80,15 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 }
 
 // infoLabels are the owner labels plus what describes an owner but would
-// multiply series if it were on every one: allow-listed pod labels, the
-// Slurm job name.
+// multiply series if it were on every one: allow-listed pod labels, the DRA
+// claim, the Slurm job name.
 func (c *attributionCollector) infoLabels(o attribution.Owner) labels {
 	l := labels{}.withOwner(o)
 	switch o.Kind {
 	case attribution.Kubernetes:
+		if o.Claim != "" {
+			l = l.with("claim", o.Claim).with("claim_namespace", o.ClaimNamespace)
+		}
 		for i, name := range c.podLabels {
 			if i < len(o.PodLabels) && o.PodLabels[i] != "" {
 				l = l.with(name, o.PodLabels[i])
@@ -101,6 +102,24 @@ func (c *attributionCollector) infoLabels(o attribution.Owner) labels {
 	return l
 }
 
+// AllocatedDevices is how much of a whole device the claim holds: its share
+// of the device (1, 1/N of N replicas), times the instance's fraction of
+// its GPU for a MIG instance. It is unknown (false) when the share is, when
+// a MIG instance's fraction could not be read (a whole GPU would be a
+// made-up value), and on a GPU in MIG mode, whose instances carry the
+// allocations.
+func (d *Device) AllocatedDevices(cl attribution.Claim) (float64, bool) {
+	switch {
+	case cl.Share <= 0 || d.HasMIG:
+		return 0, false
+	case d.MIG == nil:
+		return cl.Share, true
+	case d.MIG.Fraction > 0:
+		return cl.Share * d.MIG.Fraction, true
+	}
+	return 0, false
+}
+
 // Usage is one party's part of a device: an owner, or the processes that
 // belong to none (Owner nil).
 type Usage struct {
@@ -111,12 +130,19 @@ type Usage struct {
 }
 
 // Usage divides the device's memory and utilization between its owners and
-// the processes that belong to none. A sole owner has the whole device's, as
-// its device series say; on a shared device an owner without processes gets
-// 0, which is what an allocated but idle share looks like. Where the split cannot
-// be made right (processes whose owner is unknown, no per-process samples on
-// a busy shared device) it is left out rather than guessed. A GPU in MIG
-// mode has none: its instances carry the usage.
+// the processes that belong to none.
+//
+// Memory is, for every party alike, the memory its processes use (NVML's
+// per-process usedGpuMemory): an owner without processes uses 0, and what
+// the driver holds for no process is in no party's part. Utilization is the
+// device's over the snapshot's window, split in proportion to the
+// processes' utilization over the same window; a sole owner with no other
+// party has the whole device's, as its device series say, and an owner
+// without processes on a shared device 0, which is what an allocated but
+// idle share looks like. Where a split cannot be made right (processes
+// whose owner is unknown, a process without its memory or samples, no
+// samples on a busy shared device) it is left out rather than guessed. A
+// GPU in MIG mode has none: its instances carry the usage.
 func (d *Device) Usage() []Usage {
 	unattributed := hasUnattributed(d)
 	if d.HasMIG || (len(d.Claims) == 0 && !unattributed) {
@@ -158,10 +184,7 @@ func (d *Device) Usage() []Usage {
 		}
 	}
 	for i := range parties {
-		switch {
-		case sole && d.MemoryUsed != nil:
-			parties[i].MemoryUsed = d.MemoryUsed
-		case resolved && memKnown:
+		if resolved && memKnown {
 			parties[i].MemoryUsed = &mem[i]
 		}
 		if d.Utilization == nil {

@@ -28,47 +28,91 @@ func newAttributedExporter(t testing.TB) *Exporter {
 
 func newAttributedExporterFor(t testing.TB, s *demo.Scenario, opts ...func(*Config)) *Exporter {
 	t.Helper()
+	e, _ := newAttributedExporterSim(t, s, opts...)
+	return e
+}
+
+// newAttributedExporterSim is newAttributedExporterFor that also returns
+// the scenario's simulated sources; the amd collector is on when the
+// scenario has AMD GPUs, reading them from the simulated sysfs.
+func newAttributedExporterSim(t testing.TB, s *demo.Scenario, opts ...func(*Config)) (*Exporter, *demo.Attribution) {
+	t.Helper()
+	cfg, sim := simulatedAttribution(t, s)
+	return newResolvedExporter(t, s, sim, attribution.New(cfg), opts...), sim
+}
+
+// newAttributedExporterWith is newAttributedExporterFor with the given
+// collectors on (the others off) and a clock of the caller's.
+func newAttributedExporterWith(t testing.TB, s *demo.Scenario, collectors map[string]bool, now func() time.Time, opts ...func(*Config)) *Exporter {
+	t.Helper()
+	cfg, sim := simulatedAttribution(t, s)
+	return newExporterWith(t, s, sim, attribution.New(cfg), collectors, now, opts...)
+}
+
+// simulatedAttribution starts the scenario's kubelet, procfs and Slurm and
+// returns the attribution sources reading them, for a test to alter.
+func simulatedAttribution(t testing.TB, s *demo.Scenario) (attribution.Config, *demo.Attribution) {
+	t.Helper()
 	sim, err := s.StartAttribution()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sim.Close)
-	client, err := kubernetes.Dial(sim.Kubelet.PodResourcesSocket())
-	if err != nil {
-		t.Fatal(err)
+	cfg := attribution.Config{Procfs: &process.Reader{Root: sim.Procfs, PasswdPath: sim.Passwd}}
+	if sim.Kubelet != nil {
+		client, err := kubernetes.Dial(sim.Kubelet.PodResourcesSocket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		meta, err := kubernetes.StartPodsAPISource(sim.Kubelet.PodsAPISocket(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { meta.Close() })
+		// The Pods API cache fills from a watch: wait for it, bounded.
+		for deadline := time.Now().Add(10 * time.Second); meta.Healthy() != nil && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		labels, _ := kubernetes.NewLabelAllowList("team")
+		cfg.Kubelet, cfg.Metadata, cfg.PodLabels = client, meta, labels
 	}
-	t.Cleanup(func() { client.Close() })
-	meta, err := kubernetes.StartPodsAPISource(sim.Kubelet.PodsAPISocket(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { meta.Close() })
-	// The Pods API cache fills from a watch: wait for it, bounded.
-	for deadline := time.Now().Add(10 * time.Second); meta.Healthy() != nil && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	labels, _ := kubernetes.NewLabelAllowList("team")
-	cfg := attribution.Config{
-		Kubelet:   client,
-		Metadata:  meta,
-		PodLabels: labels,
-		Procfs:    &process.Reader{Root: sim.Procfs, PasswdPath: sim.Passwd},
+	if sim.CDISpecDir != "" {
+		cfg.CDI = &kubernetes.CDISpecs{Dir: sim.CDISpecDir, ProcRoot: sim.Procfs}
 	}
 	if sim.Scontrol != "" {
 		cfg.Slurm, cfg.NodeName = &slurm.Client{Path: sim.Scontrol, SqueuePath: sim.Squeue}, sim.Node
 	}
-	resolver := attribution.New(cfg)
+	return cfg, sim
+}
+
+// newResolvedExporter serves the scenario's GPUs attributed by resolver,
+// with the procfs and sysfs trees of its simulation, at testNow; the Gaudi
+// and AMD collectors are on where the scenario has such devices.
+func newResolvedExporter(t testing.TB, s *demo.Scenario, sim *demo.Attribution, resolver *attribution.Resolver, opts ...func(*Config)) *Exporter {
+	t.Helper()
+	return newExporterWith(t, s, sim, resolver, nil, func() time.Time { return testNow }, opts...)
+}
+
+// newExporterWith builds the exporter; collectors nil turns on the
+// attribution test's usual set.
+func newExporterWith(t testing.TB, s *demo.Scenario, sim *demo.Attribution, resolver *attribution.Resolver, collectors map[string]bool, now func() time.Time, opts ...func(*Config)) *Exporter {
+	t.Helper()
+	ecfg := Config{NVML: s.NVML(testStart, now), Attribution: resolver, Now: now, Procfs: sim.Procfs, Sysfs: sim.Sysfs}
+	for _, o := range opts {
+		o(&ecfg)
+	}
 	states := map[string]bool{}
 	for name := range factories {
-		states[name] = name == "nvidia" || name == "attribution" || name == "process" || name == "engines"
+		if collectors != nil {
+			states[name] = collectors[name]
+			continue
+		}
+		states[name] = name == "nvidia" || name == "attribution" || name == "process" || name == "engines" ||
+			(name == "gaudi" && ecfg.HLSMIPath != "") || (name == "amd" && s.HasAMD())
 	}
 	if err := Enable(states); err != nil {
 		t.Fatal(err)
-	}
-	now := testNow
-	ecfg := Config{NVML: s.NVML(testStart, func() time.Time { return now }), Attribution: resolver, Now: func() time.Time { return now }}
-	for _, o := range opts {
-		o(&ecfg)
 	}
 	e, err := New(ecfg)
 	if err != nil {
@@ -184,7 +228,7 @@ func TestAttributionOnTheDemoNode(t *testing.T) {
 	})
 
 	t.Run("workload info and sources", func(t *testing.T) {
-		sample(t, out, "xpu_workload_info", `pod="llm-serve-7d9f8b6c5d-x2k4q"`, `workload="llm-serve"`, `workload_kind="Deployment"`, `label_team="search-ranking"`)
+		sample(t, out, "xpu_workload_info", `pod="llm-serve-7d9f8b6c5d-x2k4q"`, `workload="llm-serve"`, `workload_kind="Deployment"`, `,label_team="search-ranking"`)
 		sample(t, out, "xpu_workload_info", `slurm_job_name="train-llama"`)
 		for _, src := range []string{"kubelet", "kubelet-pods-api", "procfs", "slurm"} {
 			if v := sample(t, out, "xpu_attribution_source_up", `source="`+src+`"`); v != 1 {
@@ -192,6 +236,52 @@ func TestAttributionOnTheDemoNode(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The DRA scenario (fixtures/scenarios/dra.yaml): GPUs by device plugin and
+// by DRA claims on one node, through the demo's CDI specs and procfs tables.
+func TestAttributionDRAScenario(t *testing.T) {
+	s, err := demo.Load("../fixtures/scenarios/dra.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, s), 10*time.Second)
+
+	// Sole owners label the device series, by device plugin and by claim.
+	sample(t, out, "xpu_utilization_ratio", `gpu="0"`, `pod="trainer-0"`, `container="main"`)
+	sample(t, out, "xpu_utilization_ratio", `gpu="1"`, `namespace="ml"`, `pod="dra-single"`, `workload="dra-single"`, `workload_kind="Job"`)
+	sample(t, out, "xpu_memory_used_bytes", `uuid="MIG-d7a00000-0003-4000-8000-000000000001"`, `pod="mig-worker"`)
+
+	// Claim shared-gpu is used by two pods: each holds 1/2 of GPU 2. The
+	// device is at 0.6 and the pods' processes sample 0.4 and 0.2, so
+	// shared-a has 0.6 * 0.4/(0.4+0.2) = 0.4 and shared-b 0.6 * 0.2/0.6 = 0.2.
+	for pod, want := range map[string][2]float64{"shared-a": {0.5, 0.4}, "shared-b": {0.5, 0.2}} {
+		if v := sample(t, out, "xpu_workload_allocated_devices", `gpu="2"`, `pod="`+pod+`"`); v != want[0] {
+			t.Errorf("%s holds %v of GPU 2, want %v", pod, v, want[0])
+		}
+		if v := sample(t, out, "xpu_workload_utilization_ratio", `gpu="2"`, `pod="`+pod+`"`); math.Abs(v-want[1]) > 1e-9 {
+			t.Errorf("%s uses %v of GPU 2, want %v", pod, v, want[1])
+		}
+	}
+	if line := regexp.MustCompile(`(?m)^xpu_utilization_ratio\{[^}]*gpu="2"[^}]*\}`).FindString(out); strings.Contains(line, "pod=") {
+		t.Errorf("the shared GPU's series carries an owner: %s", line)
+	}
+	// The 1g.10gb instance is 1/7 of an A100: 1 * 1/7.
+	if v := sample(t, out, "xpu_workload_allocated_devices", `pod="mig-worker"`); math.Abs(v-1.0/7) > 1e-9 {
+		t.Errorf("mig-worker holds %v, want 1/7", v)
+	}
+
+	sample(t, out, "xpu_workload_info", `pod="dra-single"`, `claim="single-gpu-x7k2p"`, `claim_namespace="ml"`)
+	sample(t, out, "xpu_workload_info", `pod="shared-b"`, `claim="shared-gpu"`, `claim_namespace="ml"`)
+	if line := regexp.MustCompile(`(?m)^xpu_workload_info\{[^}]*pod="trainer-0"[^}]*\}`).FindString(out); strings.Contains(line, "claim") {
+		t.Errorf("a device-plugin owner has a claim: %s", line)
+	}
+	if v := sample(t, out, "xpu_attribution_source_up", `source="cdi"`); v != 1 {
+		t.Error("cdi source down")
+	}
+	if !strings.Contains(out, "\nxpu_attribution_unresolved_claim_devices 0\n") {
+		t.Error("xpu_attribution_unresolved_claim_devices is not 0")
+	}
 }
 
 // BenchmarkScrapeAttributed is one scrape of the demo node with attribution:

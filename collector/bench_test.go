@@ -15,7 +15,20 @@ import (
 // BenchmarkScrape measures one full scrape of the 8-GPU demo node, from the
 // NVML reads to the encoded text exposition.
 func BenchmarkScrape(b *testing.B) {
-	e := newTestExporter(b, demo.Default(), map[string]bool{"nvidia": true})
+	benchmarkScrape(b, newTestExporter(b, demo.Default(), map[string]bool{"nvidia": true}))
+}
+
+// BenchmarkScrapeGaudi measures one full scrape of the 8-device Gaudi node
+// (fixtures/scenarios/gaudi.yaml), attributed: an hl-smi run (the test
+// binary as the stand-in, started anew each time as hl-smi is), the process
+// scan of the demo's procfs and sysfs, and the owners from its kubelet.
+func BenchmarkScrapeGaudi(b *testing.B) {
+	s := loadScenario(b, "gaudi")
+	gaudiTable(b, s)
+	benchmarkScrape(b, newAttributedExporterFor(b, s, func(c *Config) { c.HLSMIPath = selfPath(b) }))
+}
+
+func benchmarkScrape(b *testing.B, e *Exporter) {
 	enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
 	b.ReportAllocs()
 	for b.Loop() {

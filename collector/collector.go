@@ -31,6 +31,11 @@ type Collector interface {
 type Config struct {
 	Logger *slog.Logger
 	NVML   nvml.Interface
+	// HLSMIPath is the hl-smi binary; empty uses vendors/gaudi's default.
+	HLSMIPath string
+	// Procfs and Sysfs are where procfs and sysfs are mounted (--path.*);
+	// empty means /proc and /sys.
+	Procfs, Sysfs string
 	// Attribution resolves device owners; nil leaves devices unowned.
 	Attribution *attribution.Resolver
 	// PodMetadata lists the node's pods, to discover inference engines.
@@ -127,6 +132,13 @@ func New(cfg Config) (*Exporter, error) {
 		}
 	}
 	sort.Strings(e.names)
+	// A family that two collectors can fill is emitted by one of them,
+	// which each learns once all are built.
+	for _, c := range e.collectors {
+		if p, ok := c.(interface{ peers(map[string]Collector) }); ok {
+			p.peers(e.collectors)
+		}
+	}
 	return e, nil
 }
 
@@ -138,7 +150,8 @@ func (e *Exporter) Start(ctx context.Context) {
 	go func() {
 		warm, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		e.Snapshot(warm)
+		// The warm-up is the start of the first scrape's window.
+		e.snapshots.get(warm, true)
 	}()
 	for _, c := range e.collectors {
 		if b, ok := c.(interface {
@@ -162,8 +175,11 @@ func (e *Exporter) Close() {
 func (e *Exporter) Collectors() []string { return e.names }
 
 // Snapshot returns the node as it is now, sharing a snapshot already being
-// built by a concurrent scrape. It is nil when ctx ends first.
-func (e *Exporter) Snapshot(ctx context.Context) *Snapshot { return e.snapshots.get(ctx) }
+// built by a concurrent scrape. It is nil when ctx ends first. Readings
+// averaged since the previous scrape (utilization samples, GPM) cover the
+// time since that scrape; only scrapes move that window on, so /devices and
+// event owner look-ups never shorten it.
+func (e *Exporter) Snapshot(ctx context.Context) *Snapshot { return e.snapshots.get(ctx, false) }
 
 // Bind returns a prometheus.Collector for one scrape bounded by ctx.
 func (e *Exporter) Bind(ctx context.Context) prometheus.Collector {
@@ -181,7 +197,7 @@ func (scrape) Describe(chan<- *prometheus.Desc) {}
 
 func (s scrape) Collect(ch chan<- prometheus.Metric) {
 	e := s.e
-	snap := e.Snapshot(s.ctx)
+	snap := e.snapshots.get(s.ctx, true)
 	ch <- prometheus.MustNewConstMetric(e.coalesced, prometheus.CounterValue, float64(e.snapshots.coalesced.Load()))
 	if snap == nil {
 		for _, name := range e.names {
@@ -189,6 +205,7 @@ func (s scrape) Collect(ch chan<- prometheus.Metric) {
 		}
 		return
 	}
+	defer sweepSeries()
 	var wg sync.WaitGroup
 	for _, name := range e.names {
 		wg.Add(1)

@@ -3,7 +3,9 @@ package collector
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,7 +16,7 @@ import (
 
 func init() {
 	registerCollector("dcgm", false,
-		"Profiling metrics (SM, tensor, DRAM activity) from NVIDIA's dcgm-exporter, for GPUs without GPM (before Hopper), joined to our devices and owners", newDCGMCollector)
+		"Profiling metrics (SM, tensor, DRAM activity), MIG instance utilization and PCIe throughput from NVIDIA's dcgm-exporter, for GPUs without GPM (before Hopper), joined to our devices and owners", newDCGMCollector)
 }
 
 var (
@@ -27,12 +29,49 @@ var (
 // dcgmCollector re-emits dcgm-exporter's profiling fields under the
 // exporter's profiling names, with our device and owner labels. A device
 // with GPM gets its profiling from GPM alone, so no series is emitted twice.
+//
+// For a device without GPM it also fills what NVML lacks or measures worse:
+//   - xpu_utilization_ratio of a MIG instance, from DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+//     which dcgm-exporter documents as "Ratio of time the graphics engine is
+//     active" (etc/dcp-metrics-included.csv), the same reading GPM gives as
+//     GPM_METRIC_GRAPHICS_UTIL for instances of a GPU that has it. NVML has
+//     no utilization of a MIG instance at all. The GPU in MIG mode as a whole
+//     gets none: its instances' readings would count twice in a sum().
+//   - xpu_pcie_throughput_bytes_per_second, which it emits in place of the
+//     NVML collector (see nvidiaCollector.peers): DCGM_FI_PROF_PCIE_{TX,RX}_BYTES
+//     are "The rate of data transmitted [received] over the PCIe bus -
+//     including both protocol headers and data payloads - in bytes per
+//     second" over DCGM's sample period, where nvmlDeviceGetPcieThroughput
+//     is "querying a byte counter over a 20ms interval" (nvml.h). DCGM's
+//     wins; NVML's 20 ms sample fills a direction DCGM lacks, and every
+//     direction when dcgm-exporter does not answer.
 type dcgmCollector struct {
 	client *http.Client
+	logger *slog.Logger
+
+	mu sync.Mutex
+	// state is the kind of the last failure ("" when the last scrape
+	// worked), so that a failure and a recovery are logged once each.
+	state string
 }
 
-func newDCGMCollector(Config) (Collector, error) {
-	return &dcgmCollector{client: &http.Client{}}, nil
+func newDCGMCollector(cfg Config) (Collector, error) {
+	return &dcgmCollector{client: &http.Client{}, logger: cfg.Logger}, nil
+}
+
+func (c *dcgmCollector) logChange(err error) {
+	state := errorState(err)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if state == c.state {
+		return
+	}
+	c.state = state
+	if err != nil {
+		c.logger.Warn("dcgm-exporter not scraped; no profiling metrics from it", "url", redact(*dcgmURL), "err", err)
+	} else {
+		c.logger.Info("dcgm-exporter scraped", "url", redact(*dcgmURL))
+	}
 }
 
 // dcgmMetrics are the families DCGM fills, by profiling key.
@@ -45,15 +84,21 @@ var dcgmMetrics = func() map[string]metric {
 }()
 
 func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
-	families, err := engines.Scrape(ctx, c.client, *dcgmURL, *dcgmMaxBytes)
-	if err != nil {
-		return fmt.Errorf("dcgm-exporter: %w", err)
-	}
-	readings, _ := engines.DCGMProfiling(families)
 	type key struct{ uuid, gi string }
-	byDevice := map[key][]engines.DCGMReading{}
-	for _, r := range readings {
-		byDevice[key{r.UUID, r.GPUInstance}] = append(byDevice[key{r.UUID, r.GPUInstance}], r)
+	byDevice := map[key]map[string]float64{}
+	families, err := engines.Scrape(ctx, c.client, *dcgmURL, engines.Limits{MaxBytes: *dcgmMaxBytes, MaxSeries: 100000, Keep: engines.DCGMWanted})
+	c.logChange(err)
+	if err != nil {
+		err = fmt.Errorf("dcgm-exporter: %w", err)
+	} else {
+		readings, _ := engines.DCGMProfiling(families)
+		for _, r := range readings {
+			k := key{r.UUID, r.GPUInstance}
+			if byDevice[k] == nil {
+				byDevice[k] = map[string]float64{}
+			}
+			byDevice[k][r.Field] = r.Value
+		}
 	}
 	e := emitter{ch: ch}
 	for _, d := range snap.Devices {
@@ -65,21 +110,32 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 		if d.MIG != nil {
 			k = key{d.MIG.ParentUUID, d.MIG.Instance}
 		}
+		got := byDevice[k]
 		l := deviceLabels(d)
-		for _, r := range byDevice[k] {
-			switch r.Field {
-			case nvidia.ProfNVLinkTX, nvidia.ProfNVLinkRX:
-				dir := "tx"
-				if r.Field == nvidia.ProfNVLinkRX {
-					dir = "rx"
-				}
-				e.emit(nvlinkBytes, l.with("direction", dir), r.Value)
+		for dir, r := range map[string]struct {
+			field string
+			nvml  nvidia.Opt[float64]
+		}{"tx": {nvidia.ProfPCIeTX, nd.PCIeTX}, "rx": {nvidia.ProfPCIeRX, nd.PCIeRX}} {
+			if v, ok := got[r.field]; ok {
+				r.nvml = nvidia.Opt[float64]{Value: v, OK: true}
+			}
+			optional(e, pcieTraffic, l.with("direction", dir), r.nvml)
+		}
+		if v, ok := got[nvidia.ProfGraphicsActive]; ok && d.MIG != nil && d.Utilization == nil {
+			e.emit(utilization, l, v)
+		}
+		for field, v := range got {
+			switch field {
+			case nvidia.ProfNVLinkTX:
+				e.emit(nvlinkBytes, l.with("direction", "tx"), v)
+			case nvidia.ProfNVLinkRX:
+				e.emit(nvlinkBytes, l.with("direction", "rx"), v)
 			default:
-				if m, ok := dcgmMetrics[r.Field]; ok {
-					e.emit(m, l, r.Value)
+				if m, ok := dcgmMetrics[field]; ok {
+					e.emit(m, l, v)
 				}
 			}
 		}
 	}
-	return nil
+	return err
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +98,132 @@ func TestDCGMBridgeFailures(t *testing.T) {
 				t.Error("profiling series from a failed scrape")
 			}
 		})
+	}
+}
+
+// migProfiling is what dcgm-exporter exports for the A100 of the mig
+// scenario, constructed in its label style: MIG series name the parent
+// GPU's UUID and the instance's GPU_I_ID. The A100 has no GPM, so NVML
+// measures neither its instances' utilization nor, in this scenario, its
+// PCIe traffic.
+const migProfiling = `# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.
+# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-a100a100-0000-4000-8000-000000000000",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",Hostname="mig-node"} 0.625
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-a100a100-0000-4000-8000-000000000000",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",GPU_I_PROFILE="2g.20gb",GPU_I_ID="3",Hostname="mig-node"} 0.125
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-a100a100-0000-4000-8000-000000000000",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="mig-node"} 0.4
+# HELP DCGM_FI_PROF_PCIE_TX_BYTES The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.
+# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge
+DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0",UUID="GPU-a100a100-0000-4000-8000-000000000000",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="mig-node"} 3.5e+09
+# HELP DCGM_FI_PROF_PCIE_RX_BYTES The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.
+# TYPE DCGM_FI_PROF_PCIE_RX_BYTES gauge
+DCGM_FI_PROF_PCIE_RX_BYTES{gpu="0",UUID="GPU-a100a100-0000-4000-8000-000000000000",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="mig-node"} 1.25e+08
+`
+
+func TestDCGMBridgeMIGUtilizationAndPCIe(t *testing.T) {
+	dcgmEndpoint(t, migProfiling, 0)
+	out := scrapeText(t, newTestExporter(t, loadScenario(t, "mig"), map[string]bool{"nvidia": true, "dcgm": true}), 5*time.Second)
+	// GR_ENGINE_ACTIVE is already a ratio: each instance's value is the
+	// sample's own, 0.625 for GPU instance 2 (MIG-…1), 0.125 for 3 (MIG-…2).
+	for uuid, want := range map[string]float64{
+		"MIG-11111111-0000-4000-8000-000000000001": 0.625,
+		"MIG-11111111-0000-4000-8000-000000000002": 0.125,
+	} {
+		if got := sample(t, out, "xpu_utilization_ratio", `uuid="`+uuid+`"`); got != want {
+			t.Errorf("%s utilization %v, want %v", uuid, got, want)
+		}
+	}
+	// Instances DCGM says nothing about, and the GPU in MIG mode as a whole
+	// (its instances' sum would count twice), get no utilization.
+	for _, uuid := range []string{"MIG-11111111-0000-4000-8000-000000000003", "GPU-a100a100-0000-4000-8000-000000000000"} {
+		if regexp.MustCompile(`(?m)^xpu_utilization_ratio\{([^}]*,)?uuid="` + uuid + `"`).MatchString(out) {
+			t.Errorf("%s has a utilization DCGM did not give it", uuid)
+		}
+	}
+	// PCIe: bytes per second as the sample says, 3.5e9 out and 1.25e8 in.
+	gpu := `,uuid="GPU-a100a100-0000-4000-8000-000000000000"` // not parent_uuid
+	for dir, want := range map[string]float64{"tx": 3.5e9, "rx": 1.25e8} {
+		if got := sample(t, out, "xpu_pcie_throughput_bytes_per_second", gpu, `direction="`+dir+`"`); got != want {
+			t.Errorf("PCIe %s %v, want %v", dir, got, want)
+		}
+	}
+}
+
+// t4PCIe gives the T4 of the not-supported scenario a DCGM PCIe reading
+// out, none in.
+const t4PCIe = `# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge
+DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0",UUID="GPU-7e47e47e-0000-4000-8000-000000000000",device="nvidia0",modelName="Tesla T4",Hostname="t4-node"} 5e+08
+`
+
+// DCGM's PCIe reading is an average over its sample period; NVML's is one
+// 20 ms sample. DCGM's wins, NVML's fills in what DCGM lacks.
+func TestDCGMBridgePCIeBeforeNVML(t *testing.T) {
+	t4 := `uuid="GPU-7e47e47e-0000-4000-8000-000000000000"`
+	// The scenario's NVML PCIe: pcie_tx 1048576 B/s and pcie_rx 2097152 B/s
+	// (NVML reports KB/s: 1024 and 2048, times 1024).
+	const nvmlTX, nvmlRX = 1048576.0, 2097152.0
+	for _, tc := range []struct {
+		name           string
+		body           string
+		dcgm           bool
+		wantTX, wantRX float64
+	}{
+		{"without the bridge", t4PCIe, false, nvmlTX, nvmlRX},
+		{"DCGM out, NVML in", t4PCIe, true, 5e8, nvmlRX},
+		{"dcgm-exporter broken", "DCGM_FI_PROF_PCIE_TX_BYTES{UUID=\"GPU-1\" 5e8\n", true, nvmlTX, nvmlRX},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dcgmEndpoint(t, tc.body, 0)
+			out := scrapeText(t, newTestExporter(t, loadScenario(t, "not-supported"), map[string]bool{"nvidia": true, "dcgm": tc.dcgm}), 5*time.Second)
+			if got := sample(t, out, "xpu_pcie_throughput_bytes_per_second", t4, `direction="tx"`); got != tc.wantTX {
+				t.Errorf("tx %v, want %v", got, tc.wantTX)
+			}
+			if got := sample(t, out, "xpu_pcie_throughput_bytes_per_second", t4, `direction="rx"`); got != tc.wantRX {
+				t.Errorf("rx %v, want %v", got, tc.wantRX)
+			}
+		})
+	}
+}
+
+// The real dcgm-exporter sample's GR_ENGINE_ACTIVE and PCIe lines name no
+// GPU: they must neither replace NVML's readings nor be invented onto a
+// device.
+func TestDCGMBridgeRealSample(t *testing.T) {
+	b, err := os.ReadFile("../fixtures/engines/dcgm-exporter-t4-a10g-datadog-fixture.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dcgmEndpoint(t, string(b)+"\n", 0) // the sample lacks its final newline
+	out := scrapeText(t, newTestExporter(t, loadScenario(t, "not-supported"), map[string]bool{"nvidia": true, "dcgm": true}), 5*time.Second)
+	t4 := `uuid="GPU-7e47e47e-0000-4000-8000-000000000000"`
+	for _, c := range []struct {
+		family, matcher string
+		want            float64
+	}{
+		{"xpu_utilization_ratio", t4, 0.37}, // the scenario's NVML utilization
+		{"xpu_pcie_throughput_bytes_per_second", `direction="tx"`, 1048576},
+		{"xpu_pcie_throughput_bytes_per_second", `direction="rx"`, 2097152},
+	} {
+		if got := sample(t, out, c.family, t4, c.matcher); got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.family, c.matcher, got, c.want)
+		}
+	}
+	if !strings.Contains(out, `xpu_scrape_collector_success{collector="dcgm"} 1`) {
+		t.Error("the real sample failed the dcgm collector")
+	}
+}
+
+// GPM wins wherever the GPU has it: an H100's PCIe comes from GPM even when
+// DCGM has a reading for it.
+func TestDCGMBridgePCIePrefersGPM(t *testing.T) {
+	dcgmEndpoint(t, `# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge
+DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0",UUID="GPU-2b149611-0000-4000-8000-000000000000"} 123456789
+`, 0)
+	now := testNow
+	e := newTestExporterAt(t, demo.Default(), map[string]bool{"nvidia": true, "dcgm": true}, func() time.Time { return now })
+	scrapeText(t, e, 5*time.Second)
+	now = now.Add(15 * time.Second)
+	out := scrapeText(t, e, 5*time.Second)
+	if v := sample(t, out, "xpu_pcie_throughput_bytes_per_second", `uuid="GPU-2b149611-0000-4000-8000-000000000000"`, `direction="tx"`); v == 123456789 {
+		t.Error("a GPU with GPM took DCGM's PCIe reading")
 	}
 }

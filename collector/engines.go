@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -66,6 +67,9 @@ var (
 		"Scrape the engines of this node's pods annotated "+engineAnnotation+": ENGINE (with "+portAnnotation+", "+pathAnnotation+"), and of pods running an engine's official image that declare its metrics port. Needs the kubelet Pods API for pod IPs.").Default("true").Bool()
 	engineMaxBytes = kingpin.Flag("engines.max-bytes", "Largest engine response read; a larger one fails that target.").Default("16777216").Int64()
 	engineParallel = kingpin.Flag("engines.concurrency", "Engine endpoints scraped at once.").Default("8").Int()
+	// A vLLM exposes a few hundred series per model; 20,000 is far above
+	// any engine seen, and bounds one parse to some tens of megabytes.
+	engineMaxSeries = kingpin.Flag("engines.max-series", "Most series of the families the exporter reads kept from one engine response; more fails that target.").Default("20000").Int()
 )
 
 var (
@@ -119,27 +123,43 @@ func newEnginesCollector(cfg Config) (Collector, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--engines.config: %w", err)
 		}
-		var file struct {
-			Targets []engineTarget `yaml:"targets"`
-		}
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&file); err != nil {
+		targets, err := parseEngineConfig(b)
+		if err != nil {
 			return nil, fmt.Errorf("--engines.config %s: %w", *engineConfig, err)
 		}
-		c.static = append(c.static, file.Targets...)
+		c.static = append(c.static, targets...)
 	}
 	for i, t := range c.static {
-		if t.Engine != "auto" {
-			if _, err := engines.ParseEngine(t.Engine); err != nil {
-				return nil, fmt.Errorf("engine target %d: %w", i, err)
-			}
-		}
-		if u, err := url.Parse(t.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("engine target %d: %q is not an http(s) URL", i, t.URL)
+		if err := t.validate(); err != nil {
+			return nil, fmt.Errorf("engine target %d: %w", i, err)
 		}
 	}
 	return c, nil
+}
+
+// parseEngineConfig reads an --engines.config file; unknown keys are errors.
+func parseEngineConfig(b []byte) ([]engineTarget, error) {
+	var file struct {
+		Targets []engineTarget `yaml:"targets"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&file); err != nil {
+		return nil, err
+	}
+	return file.Targets, nil
+}
+
+func (t engineTarget) validate() error {
+	if t.Engine != "auto" {
+		if _, err := engines.ParseEngine(t.Engine); err != nil {
+			return err
+		}
+	}
+	if u, err := url.Parse(t.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", t.URL)
+	}
+	return nil
 }
 
 // targets are the static targets and the annotated pods of the node.
@@ -212,10 +232,7 @@ type targetState struct {
 }
 
 func (c *enginesCollector) logChange(target string, err error) {
-	msg := ""
-	if err != nil {
-		msg = err.Error()
-	}
+	msg := errorState(err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, known := c.state[target]
@@ -228,6 +245,28 @@ func (c *enginesCollector) logChange(target string, err error) {
 	} else {
 		c.logger.Info("inference engine scraped", "target", target)
 	}
+}
+
+// errorState names a target's failure for logging on change: by its kind
+// where the message varies from scrape to scrape (a redirect loop whose URLs
+// count up, a deadline, a parse error's line), else by its message.
+func errorState(err error) string {
+	var uerr *url.Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "timeout"
+	case errors.Is(err, engines.ErrTooLarge):
+		return "too large"
+	case errors.Is(err, engines.ErrTooManySeries):
+		return "too many series"
+	case errors.As(err, &uerr) && strings.Contains(uerr.Err.Error(), "redirects"):
+		return "redirect loop"
+	case strings.Contains(err.Error(), "parsing metrics"):
+		return "invalid exposition"
+	}
+	return err.Error()
 }
 
 // engineResult is what one target gave in this scrape.
@@ -328,7 +367,7 @@ func (c *enginesCollector) engineLabel(target string, r engineResult) string {
 func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineResult {
 	start := time.Now()
 	r := engineResult{target: t, engine: t.Engine}
-	families, err := engines.Scrape(ctx, c.client, t.URL, *engineMaxBytes)
+	families, err := engines.Scrape(ctx, c.client, t.URL, engines.Limits{MaxBytes: *engineMaxBytes, MaxSeries: *engineMaxSeries, Keep: engines.Wanted})
 	if err == nil {
 		engine := engines.Engine(t.Engine)
 		if t.Engine == "auto" {

@@ -2,12 +2,15 @@ package collector
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,3 +182,48 @@ func TestGoneTargetsAreForgotten(t *testing.T) {
 		t.Errorf("state %v, detected %v: a pod that left must be forgotten", c.state, c.detected)
 	}
 }
+
+// A redirect loop whose URLs count up gives a new message at every scrape:
+// it is still one state, logged once.
+func TestRedirectLoopLoggedOnce(t *testing.T) {
+	var n atomic.Int64
+	loop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, fmt.Sprintf("/metrics?hop=%d", n.Add(1)), http.StatusFound)
+	}))
+	t.Cleanup(loop.Close)
+	setEngineFlags(t, []string{"vllm=" + loop.URL + "/metrics"})
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	states := map[string]bool{}
+	for name := range factories {
+		states[name] = name == "engines"
+	}
+	if err := Enable(states); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	for range 3 {
+		out := scrapeText(t, e, 5*time.Second)
+		if v := sample(t, out, "xpu_inference_up", `engine="vllm"`); v != 0 {
+			t.Fatalf("a redirect loop is up: %v", v)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Count(logs.String(), "inference engine not scraped"); got != 1 {
+		t.Errorf("%d log lines for one state over three scrapes, want 1:\n%s", got, logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

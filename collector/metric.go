@@ -5,8 +5,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 )
@@ -58,14 +60,95 @@ type emitter struct {
 }
 
 func (e emitter) emit(m metric, l labels, v float64) {
-	e.ch <- prometheus.MustNewConstMetric(m.desc(l.names), m.typ, v, l.values...)
+	e.ch <- cachedMetric{series: seriesOf(m, l), value: v}
+}
+
+// A series' descriptor and sorted label pairs are built once and reused by
+// every scrape while the series exists: a device's and owner's labels change
+// rarely, and building them was most of a scrape's work. Series unused for
+// seriesMaxAge scrapes are forgotten, so churning pods cannot grow the cache
+// without bound.
+type series struct {
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+	pairs []*dto.LabelPair
+	used  atomic.Uint64 // the scrape generation that last used it
+}
+
+const seriesMaxAge = 10
+
+var (
+	seriesCache sync.Map // series key → *series
+	seriesGen   atomic.Uint64
+)
+
+func seriesOf(m metric, l labels) *series {
+	var b strings.Builder
+	b.WriteString(m.name)
+	for i := range l.names {
+		b.WriteByte(0xff)
+		b.WriteString(l.names[i])
+		b.WriteByte(0xfe)
+		b.WriteString(l.values[i])
+	}
+	key := b.String()
+	gen := seriesGen.Load()
+	if s, ok := seriesCache.Load(key); ok {
+		s := s.(*series)
+		s.used.Store(gen)
+		return s
+	}
+	desc := m.desc(l.names)
+	s := &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, l.values)}
+	s.used.Store(gen)
+	actual, _ := seriesCache.LoadOrStore(key, s)
+	return actual.(*series)
+}
+
+// sweepSeries ends a scrape generation and forgets the series no scrape of
+// the last seriesMaxAge generations used.
+func sweepSeries() {
+	gen := seriesGen.Add(1)
+	if gen%seriesMaxAge != 0 {
+		return
+	}
+	seriesCache.Range(func(k, v any) bool {
+		if gen-v.(*series).used.Load() > seriesMaxAge {
+			seriesCache.Delete(k)
+		}
+		return true
+	})
+}
+
+// cachedMetric is one sample of a cached series.
+type cachedMetric struct {
+	series *series
+	value  float64
+}
+
+func (c cachedMetric) Desc() *prometheus.Desc { return c.series.desc }
+
+// Write shares the series' label pairs: the registry and encoders only read
+// them.
+func (c cachedMetric) Write(out *dto.Metric) error {
+	out.Label = c.series.pairs
+	v := c.value
+	switch c.series.typ {
+	case prometheus.CounterValue:
+		out.Counter = &dto.Counter{Value: &v}
+	default:
+		out.Gauge = &dto.Gauge{Value: &v}
+	}
+	return nil
 }
 
 // deviceLabels are the labels of every device series: the device's identity
-// and, when it has exactly one owner, the owner's labels.
+// and, when it has exactly one owner, the owner's labels. A GPU in MIG mode
+// never carries owner labels: its owners own its instances, not the GPU,
+// even when only one instance is in use.
 func deviceLabels(d *Device) labels {
 	l := identityLabels(d)
-	if o, ok := d.owner(); ok {
+	if o, ok := d.owner(); ok && !d.HasMIG {
 		l = l.withOwner(o)
 	}
 	return l

@@ -21,7 +21,7 @@ func init() {
 var (
 	deviceInfo   = gauge("device_info", "Static facts of a device; always 1.")
 	deviceUp     = gauge("device_up", "1 if the device answered in this scrape, 0 if it is lost or did not answer in time.")
-	utilization  = gauge("utilization_ratio", "Fraction of the last sample period during which a kernel ran on the device.")
+	utilization  = gauge("utilization_ratio", "Fraction of time a kernel ran on the device: averaged over the driver's samples since the previous scrape, else its last sample period; GPM graphics activity for a MIG instance.")
 	memUtil      = gauge("memory_utilization_ratio", "Fraction of the last sample period during which device memory was read or written.")
 	encoderUtil  = gauge("encoder_utilization_ratio", "Utilization of the video encoder.")
 	decoderUtil  = gauge("decoder_utilization_ratio", "Utilization of the video decoder.")
@@ -29,6 +29,7 @@ var (
 	memTotal     = gauge("memory_total_bytes", "Device memory in total.")
 	memReserved  = gauge("memory_reserved_bytes", "Device memory reserved by the driver and firmware.")
 	temperature  = gauge("temperature_celsius", "Temperature of a device sensor.")
+	tempLimit    = gauge("temperature_threshold_celsius", "Temperature limit the driver sets for the device: shutdown (hardware protection), slowdown (hardware slowdown begins), gpu_max (maximum operating temperature of the core) or memory_max (memory slowdown begins).")
 	power        = gauge("power_watts", "Power draw of the device.")
 	powerLimit   = gauge("power_limit_watts", "Power limit the driver enforces on the device.")
 	energy       = counter("energy_joules_total", "Energy the device consumed since the driver was loaded.")
@@ -37,7 +38,7 @@ var (
 	clockMax     = gauge("clock_max_hertz", "Maximum clock frequency of a clock domain.")
 	throttled    = gauge("clock_throttled", "1 if clocks are held down for this reason now.")
 	pstate       = gauge("performance_state", "Performance state, 0 (P0, fastest) to 15 (slowest).")
-	pcieTraffic  = gauge("pcie_throughput_bytes_per_second", "PCIe throughput over the last 20 ms sample.")
+	pcieTraffic  = gauge("pcie_throughput_bytes_per_second", "PCIe throughput: averaged since the previous scrape (GPM), over dcgm-exporter's sample period (DCGM), else over NVML's last 20 ms sample.")
 	pcieReplays  = counter("pcie_replays_total", "PCIe replays (link-level retransmissions) since the driver was loaded.")
 	pcieGen      = gauge("pcie_link_generation", "Current PCIe link generation.")
 	pcieWidth    = gauge("pcie_link_width", "Current PCIe link width in lanes.")
@@ -82,6 +83,15 @@ type nvidiaCollector struct {
 	driver     string
 	cuda       string
 	callErrors map[[2]string]float64 // call, error → count
+	// dcgmPCIe: the dcgm collector is on and emits the PCIe throughput of
+	// devices without GPM (see dcgmCollector).
+	dcgmPCIe bool
+}
+
+// peers learns which other collectors are on: with the dcgm collector, the
+// PCIe throughput of a device without GPM is its to emit, DCGM's or ours.
+func (c *nvidiaCollector) peers(all map[string]Collector) {
+	_, c.dcgmPCIe = all["dcgm"]
 }
 
 func newNvidiaCollector(cfg Config) (Collector, error) {
@@ -103,8 +113,8 @@ func (c *nvidiaCollector) background(ctx context.Context, snapshot func(context.
 	c.events.listen(ctx, c.client, snapshot)
 }
 
-func (c *nvidiaCollector) readDevices(ctx context.Context) ([]*Device, error) {
-	node, err := c.client.Read(ctx)
+func (c *nvidiaCollector) readDevices(ctx context.Context, advance bool) ([]*Device, error) {
+	node, err := c.client.Read(ctx, advance)
 	c.logChange(err)
 	if err != nil {
 		return nil, err
@@ -112,10 +122,22 @@ func (c *nvidiaCollector) readDevices(ctx context.Context) ([]*Device, error) {
 	c.mu.Lock()
 	c.driver, c.cuda = node.DriverVersion, node.CUDAVersion
 	c.mu.Unlock()
-	devs := make([]*Device, 0, len(node.Devices))
 	for i := range node.Devices {
-		nd := &node.Devices[i]
-		c.countErrors(nd.Errors)
+		c.countErrors(node.Devices[i].Errors)
+	}
+	return c.devices(node.Devices), nil
+}
+
+// unanswered is every GPU known so far, down: a scrape whose deadline passed
+// before the read answered at all still says which GPUs it could not read.
+func (c *nvidiaCollector) unanswered() []*Device {
+	return c.devices(c.client.Known("no answer before the scrape deadline"))
+}
+
+func (c *nvidiaCollector) devices(nds []nvidia.Device) []*Device {
+	devs := make([]*Device, 0, len(nds))
+	for i := range nds {
+		nd := &nds[i]
 		d := &Device{
 			Vendor:     "nvidia",
 			Index:      strconv.Itoa(nd.Index),
@@ -131,6 +153,7 @@ func (c *nvidiaCollector) readDevices(ctx context.Context) ([]*Device, error) {
 				ParentUUID: nd.MIG.ParentUUID,
 				Profile:    nd.MIG.Profile,
 				Instance:   strconv.Itoa(nd.MIG.GPUInstanceID),
+				Index:      nd.MIG.Index,
 				Fraction:   nd.MIG.SliceFraction,
 			}
 		}
@@ -158,7 +181,7 @@ func (c *nvidiaCollector) readDevices(ctx context.Context) ([]*Device, error) {
 		c.logDown(d, nd.Down)
 		devs = append(devs, d)
 	}
-	return devs, nil
+	return devs
 }
 
 // logChange logs the collector's health when it changes: one line when the
@@ -185,7 +208,12 @@ func (c *nvidiaCollector) logChange(err error) {
 }
 
 func (c *nvidiaCollector) logDown(d *Device, why string) {
-	key := d.Index + "/" + d.UUID
+	// Keyed by position, not UUID: a GPU that is lost has none, so it
+	// would never be found again when it is back.
+	key := d.Index
+	if d.MIG != nil {
+		key += "/mig" + strconv.Itoa(d.MIG.Index)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.down[key] == why {
@@ -234,13 +262,15 @@ func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pr
 		}
 		e.emit(deviceUp, l, boolValue(nd.Up))
 		if nd.Up {
-			emitNvidiaReadings(e, l, nd)
+			emitNvidiaReadings(e, l, nd, !c.dcgmPCIe || nd.GPM)
 		}
 	}
 	return nil
 }
 
-func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
+// emitNvidiaReadings emits the device's readings, its PCIe throughput only
+// if withPCIe.
+func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 	optional(e, utilization, l, d.Utilization)
 	optional(e, memUtil, l, d.MemoryUtilization)
 	optional(e, encoderUtil, l, d.EncoderUtilization)
@@ -250,6 +280,11 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
 	optional(e, memReserved, l, d.MemoryReserved)
 	optional(e, temperature, l.with("sensor", "gpu"), d.Temperature)
 	optional(e, temperature, l.with("sensor", "memory"), d.MemoryTemperature)
+	for _, t := range nvidia.TempThresholds {
+		if v, ok := d.TempLimits[t]; ok {
+			e.emit(tempLimit, l.with("threshold", string(t)), v)
+		}
+	}
 	optional(e, power, l, d.Power)
 	optional(e, powerLimit, l, d.PowerLimit)
 	optional(e, energy, l, d.Energy)
@@ -270,15 +305,17 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device) {
 	}
 	// GPM averages PCIe traffic since the previous scrape; NVML's counter is
 	// a 20 ms sample. The average is the better reading, so it wins.
-	pcieTX, pcieRX := d.PCIeTX, d.PCIeRX
-	if v, ok := d.Profiling[nvidia.ProfPCIeTX]; ok {
-		pcieTX = nvidia.Opt[float64]{Value: v, OK: true}
+	if withPCIe {
+		pcieTX, pcieRX := d.PCIeTX, d.PCIeRX
+		if v, ok := d.Profiling[nvidia.ProfPCIeTX]; ok {
+			pcieTX = nvidia.Opt[float64]{Value: v, OK: true}
+		}
+		if v, ok := d.Profiling[nvidia.ProfPCIeRX]; ok {
+			pcieRX = nvidia.Opt[float64]{Value: v, OK: true}
+		}
+		optional(e, pcieTraffic, l.with("direction", "tx"), pcieTX)
+		optional(e, pcieTraffic, l.with("direction", "rx"), pcieRX)
 	}
-	if v, ok := d.Profiling[nvidia.ProfPCIeRX]; ok {
-		pcieRX = nvidia.Opt[float64]{Value: v, OK: true}
-	}
-	optional(e, pcieTraffic, l.with("direction", "tx"), pcieTX)
-	optional(e, pcieTraffic, l.with("direction", "rx"), pcieRX)
 	optional(e, pcieReplays, l, d.PCIeReplays)
 	optional(e, pcieGen, l, d.PCIeLinkGeneration)
 	optional(e, pcieWidth, l, d.PCIeLinkWidth)
@@ -330,43 +367,49 @@ var nvlinkErrorTypes = []string{"replay", "recovery", "crc_flit", "crc_data"}
 // emitNVLinks emits each link's state and, per link or summed per GPU, its
 // counters: per-link counters multiply a node's series several times over,
 // and the sum tells a bad GPU already; the state says which link is down.
+// A sum is emitted only when every link gave its counter: a sum missing one
+// link would drop, and Prometheus would read that as a counter reset.
 func emitNVLinks(e emitter, l labels, links []nvidia.NVLink) {
 	type sum struct {
-		v  float64
-		ok bool
+		v       float64
+		missing bool
 	}
 	sums := map[string]*sum{}
-	add := func(ll labels, key string, m metric, v float64, ok bool) {
-		if !ok {
+	perLink := *nvlinkPerLink
+	add := func(ll labels, name, key string, m metric, v float64, ok bool) {
+		if perLink {
+			if ok {
+				e.emit(m, ll.with(name, key), v)
+			}
 			return
 		}
-		if *nvlinkPerLink {
-			e.emit(m, ll, v)
-			return
+		s := sums[key]
+		if s == nil {
+			s = &sum{}
+			sums[key] = s
 		}
-		if sums[key] == nil {
-			sums[key] = &sum{}
-		}
-		sums[key].v += v
-		sums[key].ok = true
+		s.v += v
+		s.missing = s.missing || !ok
 	}
 	for _, link := range links {
 		ll := l.with("link", strconv.Itoa(link.Link))
-		e.emit(nvlinkUp, ll, boolValue(link.Up))
+		if link.Up.OK {
+			e.emit(nvlinkUp, ll, boolValue(link.Up.Value))
+		}
 		for _, t := range nvlinkErrorTypes {
 			v, ok := link.Errors[t]
-			add(ll.with("type", t), t, nvlinkErrors, float64(v), ok)
+			add(ll, "type", t, nvlinkErrors, float64(v), ok)
 		}
-		add(ll.with("direction", "tx"), "tx", nvlinkData, link.TXBytes.Value, link.TXBytes.OK)
-		add(ll.with("direction", "rx"), "rx", nvlinkData, link.RXBytes.Value, link.RXBytes.OK)
+		add(ll, "direction", "tx", nvlinkData, link.TXBytes.Value, link.TXBytes.OK)
+		add(ll, "direction", "rx", nvlinkData, link.RXBytes.Value, link.RXBytes.OK)
 	}
 	for _, t := range nvlinkErrorTypes {
-		if s := sums[t]; s != nil && s.ok {
+		if s := sums[t]; s != nil && !s.missing {
 			e.emit(nvlinkErrors, l.with("type", t), s.v)
 		}
 	}
 	for _, dir := range []string{"tx", "rx"} {
-		if s := sums[dir]; s != nil && s.ok {
+		if s := sums[dir]; s != nil && !s.missing {
 			e.emit(nvlinkData, l.with("direction", dir), s.v)
 		}
 	}

@@ -1,14 +1,17 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
 )
 
 // Device is one accelerator (or MIG instance) of the node as seen in one
@@ -20,7 +23,10 @@ type Device struct {
 	UUID     string
 	Model    string
 	PCIBusID string
-	MIG      *MIGInstance // nil for a whole device
+	// Serial is the board's serial number, which the Intel Gaudi device
+	// plugin uses as its device IDs; "" when unknown.
+	Serial string
+	MIG    *MIGInstance // nil for a whole device
 	// HasMIG is set on a GPU in MIG mode, whose instances are devices of
 	// their own.
 	HasMIG bool
@@ -54,9 +60,16 @@ func (d *Device) owner() (attribution.Owner, bool) {
 type MIGInstance struct {
 	ParentUUID string
 	Profile    string
-	Instance   string
-	// Fraction is the share of the parent GPU's compute this instance holds.
+	Instance   string // the GPU instance ID, the mig_instance label
+	// Index is the MIG device's handle index in its GPU, as the device
+	// plugins' index strategy names it ("<gpu>:<index>").
+	Index int
+	// Fraction is the share of the parent GPU's compute this instance
+	// holds; 0 when it could not be read.
 	Fraction float64
+	// DevicePluginID is the ID the ROCm device plugin gives an AMD compute
+	// partition (attribution.Device.Partition); empty for MIG.
+	DevicePluginID string
 }
 
 // Process is a process that a vendor reports on a device.
@@ -64,8 +77,8 @@ type Process struct {
 	PID uint32
 	// MemoryUsed is nil when the vendor cannot tell.
 	MemoryUsed *uint64
-	// Utilization is the process's share of the device's compute time since
-	// the previous scrape (0..1); nil when the vendor has no sample.
+	// Utilization is the process's share of the device's time over the
+	// snapshot's utilization window (0..1); nil when the vendor has none.
 	Utilization *float64
 }
 
@@ -79,6 +92,9 @@ type Snapshot struct {
 	// attribution is off.
 	Attribution      []attribution.Source
 	unknownDeviceIDs int
+	// unresolvedClaimDevices counts the DRA claim devices not matched to
+	// a device.
+	unresolvedClaimDevices int
 }
 
 type sourceResult struct {
@@ -87,9 +103,11 @@ type sourceResult struct {
 }
 
 // source reads devices into the snapshot. A collector that is also a source
-// is asked for its devices before any collector runs.
+// is asked for its devices before any collector runs. advance says that the
+// snapshot is a scrape's: readings averaged since the previous scrape start
+// their next window here (see Exporter.Snapshot).
 type source interface {
-	readDevices(ctx context.Context) ([]*Device, error)
+	readDevices(ctx context.Context, advance bool) ([]*Device, error)
 }
 
 // snapshotter builds snapshots and coalesces concurrent scrapes (an HA pair
@@ -110,12 +128,13 @@ type build struct {
 	done     chan struct{}
 	snap     *Snapshot
 	deadline time.Time
+	advance  bool
 }
 
 // get returns a snapshot: the one being built right now if it will be done
 // by ctx's deadline, else a new one built under ctx. A caller whose ctx ends
-// first gets nil.
-func (s *snapshotter) get(ctx context.Context) *Snapshot {
+// first gets nil. A scrape (advance) shares only a scrape's build.
+func (s *snapshotter) get(ctx context.Context, advance bool) *Snapshot {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(24 * time.Hour)
@@ -124,16 +143,18 @@ func (s *snapshotter) get(ctx context.Context) *Snapshot {
 	b := s.inflight
 	// A build with a later deadline than ours may outlive our scrape (the
 	// warm-up at start, a scrape with a longer timeout): build our own
-	// then, rather than wait and serve nothing.
-	leader := b == nil || b.deadline.After(deadline)
+	// then, rather than wait and serve nothing. The two builds share each
+	// device's read in flight (nvidia.Client), so no device is read twice
+	// at once, nor reported down for the other build's read.
+	leader := b == nil || b.deadline.After(deadline) || (advance && !b.advance)
 	if leader {
-		b = &build{done: make(chan struct{}), deadline: deadline}
+		b = &build{done: make(chan struct{}), deadline: deadline, advance: advance}
 		s.inflight = b
 	}
 	s.mu.Unlock()
 
 	if leader {
-		b.snap = s.build(ctx)
+		b.snap = s.build(ctx, advance)
 		s.mu.Lock()
 		if s.inflight == b {
 			s.inflight = nil
@@ -155,7 +176,7 @@ func (s *snapshotter) get(ctx context.Context) *Snapshot {
 // ctx ends is reported failed and left to finish in the background; it is
 // not read again until it has, so a hung driver cannot pile up goroutines.
 // Sources that honour their context may be read by two builds at once.
-func (s *snapshotter) build(ctx context.Context) *Snapshot {
+func (s *snapshotter) build(ctx context.Context, advance bool) *Snapshot {
 	snap := &Snapshot{Time: s.now(), sources: make(map[string]sourceResult, len(s.sources))}
 	type answer struct {
 		name string
@@ -170,6 +191,9 @@ func (s *snapshotter) build(ctx context.Context) *Snapshot {
 	for name, src := range s.sources {
 		if s.stuck[name] != nil {
 			snap.sources[name] = sourceResult{err: errors.New("previous read still running")}
+			if u, ok := src.(interface{ unanswered() []*Device }); ok {
+				snap.Devices = append(snap.Devices, u.unanswered()...)
+			}
 			continue
 		}
 		r := &read{}
@@ -177,7 +201,7 @@ func (s *snapshotter) build(ctx context.Context) *Snapshot {
 		go func() {
 			defer s.finish(name, r)
 			start := time.Now()
-			devs, err := src.readDevices(srcCtx)
+			devs, err := src.readDevices(srcCtx, advance)
 			answers <- answer{name, devs, sourceResult{duration: time.Since(start), err: err}}
 		}()
 	}
@@ -195,6 +219,9 @@ func (s *snapshotter) build(ctx context.Context) *Snapshot {
 					continue
 				}
 				snap.sources[name] = sourceResult{duration: time.Since(started), err: fmt.Errorf("no answer before the scrape deadline: %w", ctx.Err())}
+				if u, ok := s.sources[name].(interface{ unanswered() []*Device }); ok {
+					snap.Devices = append(snap.Devices, u.unanswered()...)
+				}
 				if !r.done {
 					s.stuck[name] = r
 				}
@@ -213,13 +240,17 @@ func (s *snapshotter) build(ctx context.Context) *Snapshot {
 // attribute resolves the owners of every device that answered.
 func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	devs := make([]attribution.Device, 0, len(snap.Devices))
+	gres := gresIndices(snap.Devices)
 	for _, d := range snap.Devices {
 		if d.UUID == "" {
 			continue // never identified: nothing can be allocated to it
 		}
-		ad := attribution.Device{UUID: d.UUID, Vendor: d.Vendor, Index: atoi(d.Index), PCIBusID: d.PCIBusID, MIGInstance: -1}
+		ad := attribution.Device{UUID: d.UUID, Vendor: d.Vendor, Index: atoi(d.Index), PCIBusID: d.PCIBusID, Serial: d.Serial, MIGIndex: -1, MIGInstance: -1, GRESIndex: -1}
+		if i, ok := gres[d]; ok {
+			ad.GRESIndex = i
+		}
 		if d.MIG != nil {
-			ad.ParentUUID, ad.MIGInstance = d.MIG.ParentUUID, atoi(d.MIG.Instance)
+			ad.ParentUUID, ad.MIGIndex, ad.MIGInstance, ad.Partition = d.MIG.ParentUUID, d.MIG.Index, atoi(d.MIG.Instance), d.MIG.DevicePluginID
 		}
 		for _, p := range d.Processes {
 			ad.PIDs = append(ad.PIDs, p.PID)
@@ -237,6 +268,78 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		}
 	}
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
+	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
+}
+
+// gresIndices numbers the devices as Slurm's GRES indices count a node's
+// GPUs: in the order NVML enumerates them (sorted devices: by vendor, GPU
+// index, then MIG handle index), each GPU in MIG mode replaced by its MIG
+// devices, which Slurm's NVML autodetection lists as GPUs of their own
+// (slurm.conf gres.conf "MultipleFiles"/MIG support: one GRES per MIG
+// device). A GPU whose MIG instances were not read has no index, and
+// neither have the GPUs after it, whose numbers would be off.
+//
+// Slurm's documentation (gres.html, "MIG Support") says only that MIG
+// devices are GPUs of their own to it; the order is that of its NVML
+// autodetection, which walks GPUs by index and their MIG devices by handle.
+//
+// A Gaudi node is numbered the same way, by hl-smi's index: Intel's Slurm
+// fork detects Gaudi devices through HLML (docs.habana.ai, "Using Slurm
+// Workload Manager with Intel Gaudi"), and hl-smi is HLML's tool. That
+// HLML's detection order is hl-smi's index is assumed, not documented; a
+// gres.conf that lists /dev/accel files by hand in another order differs.
+//
+// A node with devices of several vendors gets no indices: whether Slurm
+// numbers them in one gpu GRES list or per type, and in which order, is up
+// to each site's gres.conf, and an index that named the wrong vendor's
+// device would give it the wrong job. Processes still name their jobs.
+func gresIndices(devs []*Device) map[*Device]int {
+	out := map[*Device]int{}
+	for _, d := range devs {
+		if d.Vendor != devs[0].Vendor {
+			return out
+		}
+	}
+	next := map[string]int{}
+	broken := map[string]bool{}
+	anyMIG := slices.ContainsFunc(devs, func(d *Device) bool { return d.HasMIG })
+	sorted := slices.Clone(devs)
+	slices.SortStableFunc(sorted, func(a, b *Device) int {
+		if a.Vendor != b.Vendor {
+			return strings.Compare(a.Vendor, b.Vendor)
+		}
+		if c := cmp.Compare(atoi(a.Index), atoi(b.Index)); c != 0 {
+			return c
+		}
+		return cmp.Compare(migIndex(a), migIndex(b))
+	})
+	for i, d := range sorted {
+		if broken[d.Vendor] {
+			continue
+		}
+		switch {
+		case d.HasMIG:
+			if i+1 >= len(sorted) || sorted[i+1].MIG == nil || sorted[i+1].Index != d.Index {
+				broken[d.Vendor] = true
+			}
+			continue
+		case !d.Up && d.MIG == nil && anyMIG:
+			// On a node with MIG, a GPU down may be in MIG mode with
+			// instances unknown now; elsewhere it keeps its place.
+			broken[d.Vendor] = true
+			continue
+		}
+		out[d] = next[d.Vendor]
+		next[d.Vendor]++
+	}
+	return out
+}
+
+func migIndex(d *Device) int {
+	if d.MIG == nil {
+		return -1
+	}
+	return d.MIG.Index
 }
 
 // read is one source read; a read that outlives its build is stuck until it
@@ -254,12 +357,15 @@ func (s *snapshotter) finish(name string, r *read) {
 
 // sourceContext gives sources a deadline a little before the scrape's, so
 // that a source that honours its context (reporting late devices down)
-// answers before the snapshot stops waiting for it.
+// answers before the snapshot stops waiting for it. A quarter of the time
+// left, up to 250 ms: a source waiting on a device read in flight uses its
+// whole deadline, and what it does after (building the devices) must fit
+// in the rest even on a loaded machine.
 func sourceContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return context.WithCancel(ctx)
 	}
-	grace := min(100*time.Millisecond, time.Until(deadline)/10)
+	grace := min(250*time.Millisecond, time.Until(deadline)/4)
 	return context.WithDeadline(ctx, deadline.Add(-grace))
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -31,7 +30,9 @@ type JobSpec struct {
 	Account   string `yaml:"account"`
 	Partition string `yaml:"partition"`
 	QOS       string `yaml:"qos"`
-	// GPUs are the GRES indices the job holds on the node.
+	// GPUs are the GRES indices the job holds on the node. Slurm counts
+	// whole GPUs and, on a GPU in MIG mode, its MIG devices in their
+	// handle order instead of the GPU.
 	GPUs []int `yaml:"gpus"`
 }
 
@@ -59,6 +60,15 @@ func kubernetesFixture(n *yaml.Node, node string) (*kubelettest.Fixture, error) 
 // without a kubernetes section. Tests serve it from a kubelet of their own.
 func (s *Scenario) KubernetesFixture() *kubelettest.Fixture { return s.kube }
 
+// gresCount is the number of GPUs Slurm counts on the node.
+func (s *Scenario) gresCount() int {
+	n := 0
+	for _, d := range s.Devices {
+		n += max(1, len(d.MIG))
+	}
+	return n
+}
+
 func (s *Scenario) validateOwners() []error {
 	var errs []error
 	jobs := map[string]bool{}
@@ -71,30 +81,30 @@ func (s *Scenario) validateOwners() []error {
 				errs = append(errs, fmt.Errorf("slurm.jobs[%d].user: missing", i))
 			}
 			for _, g := range j.GPUs {
-				if g < 0 || g >= len(s.Devices) {
-					errs = append(errs, fmt.Errorf("slurm.jobs[%d].gpus: %d is not a device index", i, g))
+				if g < 0 || g >= s.gresCount() {
+					errs = append(errs, fmt.Errorf("slurm.jobs[%d].gpus: %d is not a GRES index (0..%d)", i, g, s.gresCount()-1))
 				}
 			}
 			jobs[j.ID] = true
 		}
 	}
-	pods := map[string]bool{}
+	pods, containers := map[string]bool{}, map[string]bool{}
 	if s.kube != nil {
 		for _, p := range s.kube.Pods {
 			pods[p.Namespace+"/"+p.Name] = true
+			for _, c := range p.Containers {
+				containers[p.Namespace+"/"+p.Name+"/"+c.Name] = true
+			}
 		}
 	}
+	errs = append(errs, s.validateClaims()...)
 	for i, e := range s.Engines {
 		if err := e.validate(pods); err != nil {
 			errs = append(errs, fmt.Errorf("engines[%d]: %w", i, err))
 		}
 	}
 	for i, d := range s.Devices {
-		procs := slices.Clone(d.Processes)
-		for _, m := range d.MIG {
-			procs = append(procs, m.Processes...)
-		}
-		for _, p := range procs {
+		for _, p := range d.allProcesses() {
 			where := fmt.Sprintf("devices[%d]: process %d", i, p.PID)
 			set := 0
 			for _, v := range []string{p.Pod, p.SlurmJob, p.Unit} {
@@ -107,6 +117,8 @@ func (s *Scenario) validateOwners() []error {
 				errs = append(errs, fmt.Errorf("%s: runs in one of pod, slurm_job and unit, not several", where))
 			case p.Pod != "" && !pods[p.Pod]:
 				errs = append(errs, fmt.Errorf("%s: pod %q is not in kubernetes.pods (write it namespace/name)", where, p.Pod))
+			case p.Container != "" && !containers[p.Pod+"/"+p.Container]:
+				errs = append(errs, fmt.Errorf("%s: container %q is not a container of pod %q", where, p.Container, p.Pod))
 			case p.SlurmJob != "" && !jobs[p.SlurmJob]:
 				errs = append(errs, fmt.Errorf("%s: slurm_job %q is not in slurm.jobs", where, p.SlurmJob))
 			}
@@ -119,20 +131,39 @@ func (s *Scenario) validateOwners() []error {
 // attribution sources, laid out in a directory: a fake kubelet's sockets, a
 // procfs tree with the processes' cgroups, and scontrol and squeue scripts.
 type Attribution struct {
-	Kubelet  *kubelettest.Server // nil without pods
-	Procfs   string
+	Kubelet *kubelettest.Server // nil without pods
+	Procfs  string
+	// Sysfs holds the scenario's AMD GPUs (written by AMD) and Gaudi
+	// devices; an empty tree without them, so that demo mode never reads
+	// the host's GPUs.
+	Sysfs    string
+	AMD      *AMDSim // nil without AMD GPUs
 	Passwd   string
 	Scontrol string // "" without Slurm jobs
 	Squeue   string
 	Node     string
-	dir      string
-	engines  []*http.Server
+	// CDISpecDir holds the CDI specs of the scenario's DRA claims; "" without
+	// claims.
+	CDISpecDir string
+	// HLSMISpec is the file that makes the exporter binary the Gaudi
+	// devices' hl-smi (HLSMIEnv); "" without Gaudi devices.
+	HLSMISpec string
+	dir       string
+	engines   []*http.Server
+	// stopChurn ends the churn loop and waits for it; nil without churn.
+	stopChurn func()
 }
 
 // Close stops the fake kubelet and engines and removes the directory.
 func (a *Attribution) Close() {
+	if a.stopChurn != nil {
+		a.stopChurn()
+	}
 	if a.Kubelet != nil {
 		a.Kubelet.Stop()
+	}
+	if a.AMD != nil {
+		a.AMD.close()
 	}
 	closeServers(a.engines)
 	os.RemoveAll(a.dir)
@@ -146,10 +177,29 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Attribution{dir: dir, Procfs: filepath.Join(dir, "proc"), Passwd: filepath.Join(dir, "passwd"), Node: s.Node}
+	a := &Attribution{dir: dir, Procfs: filepath.Join(dir, "proc"), Sysfs: filepath.Join(dir, "sys"), Passwd: filepath.Join(dir, "passwd"), Node: s.Node}
 	if err := s.writeProcfs(a.Procfs, a.Passwd); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("demo procfs: %w", err)
+	}
+	if err := os.MkdirAll(a.Sysfs, 0o755); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("demo sysfs: %w", err)
+	}
+	if len(s.gaudiDevices()) > 0 {
+		// Gaudi's tree goes into the same sysfs (dir/sys) as AMD's.
+		if a.Sysfs, a.HLSMISpec, err = s.writeGaudi(dir, a.Procfs, time.Now()); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("demo Gaudi devices: %w", err)
+		}
+	}
+	if s.HasAMD() {
+		now := time.Now()
+		a.AMD = s.newAMDSim(a.Sysfs, a.Procfs, now)
+		if err := a.AMD.WriteAt(now); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("demo AMD sysfs: %w", err)
+		}
 	}
 	if s.Slurm != nil && len(s.Slurm.Jobs) > 0 {
 		if s.Slurm.Node != "" {
@@ -165,10 +215,20 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 			a.Close()
 			return nil, fmt.Errorf("demo engines: %w", err)
 		}
+		if s.hasClaims() {
+			a.CDISpecDir = cdiDir(dir)
+			if err := s.prepareClaims(a.CDISpecDir, a.Procfs); err != nil {
+				a.Close()
+				return nil, fmt.Errorf("demo DRA claims: %w", err)
+			}
+		}
 		if a.Kubelet, err = kubelettest.New(filepath.Join(dir, "kubelet"), s.kube); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("demo kubelet: %w", err)
 		}
+	}
+	if s.churnEvery > 0 {
+		a.stopChurn = s.startChurn(a)
 	}
 	return a, nil
 }
@@ -184,13 +244,8 @@ func (s *Scenario) users() map[string]int {
 		}
 	}
 	for _, d := range s.Devices {
-		for _, p := range d.Processes {
+		for _, p := range d.allProcesses() {
 			add(p.User)
-		}
-		for _, m := range d.MIG {
-			for _, p := range m.Processes {
-				add(p.User)
-			}
 		}
 	}
 	if s.Slurm != nil {
@@ -202,18 +257,31 @@ func (s *Scenario) users() map[string]int {
 }
 
 func (s *Scenario) writeProcfs(root, passwd string) error {
-	uids := s.users()
 	var pw strings.Builder
-	for name, uid := range uids {
+	for name, uid := range s.users() {
 		fmt.Fprintf(&pw, "%s:x:%d:%d::/home/%s:/bin/bash\n", name, uid, uid, name)
 	}
 	if err := os.WriteFile(passwd, []byte(pw.String()), 0o644); err != nil {
 		return err
 	}
-	podUIDs := map[string]string{}
+	return s.writeProcesses(root, 0)
+}
+
+// writeProcesses writes the procfs entries of the scenario's processes as
+// they are in churn generation gen (see churn_every).
+func (s *Scenario) writeProcesses(root string, gen uint64) error {
+	uids := s.users()
+	podUIDs, containers := map[string]string{}, map[string]string{}
 	if s.kube != nil {
 		for _, p := range s.kube.Pods {
-			podUIDs[p.Namespace+"/"+p.Name] = p.UID
+			podUIDs[p.Namespace+"/"+p.Name] = churnUID(p.UID, gen)
+			// A process names its container, else runs in the pod's first.
+			for i, c := range p.Containers {
+				containers[p.Namespace+"/"+p.Name+"/"+c.Name] = c.Name
+				if i == 0 {
+					containers[p.Namespace+"/"+p.Name+"/"] = c.Name
+				}
+			}
 		}
 	}
 	jobUsers := map[string]string{}
@@ -223,7 +291,8 @@ func (s *Scenario) writeProcfs(root, passwd string) error {
 		}
 	}
 	write := func(p ProcessSpec) error {
-		dir := filepath.Join(root, fmt.Sprint(p.PID))
+		pid := churnPID(p.PID, gen)
+		dir := filepath.Join(root, fmt.Sprint(pid))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
@@ -231,8 +300,9 @@ func (s *Scenario) writeProcfs(root, passwd string) error {
 		var cgroup string
 		switch {
 		case p.Pod != "":
-			uid := strings.ReplaceAll(podUIDs[p.Pod], "-", "_")
-			cgroup = fmt.Sprintf("/kubepods.slice/kubepods-pod%s.slice/cri-containerd-%064x.scope", uid, p.PID)
+			uid := podUIDs[p.Pod]
+			cgroup = fmt.Sprintf("/kubepods.slice/kubepods-pod%s.slice/cri-containerd-%s.scope",
+				strings.ReplaceAll(uid, "-", "_"), kubelettest.ContainerID(uid, containers[p.Pod+"/"+p.Container]))
 		case p.SlurmJob != "":
 			cgroup = fmt.Sprintf("/system.slice/slurmstepd.scope/job_%s/step_0/user/task_0", p.SlurmJob)
 			if user == "" {
@@ -252,7 +322,7 @@ func (s *Scenario) writeProcfs(root, passwd string) error {
 		}
 		files := map[string]string{
 			"cgroup":  "0::" + cgroup + "\n",
-			"status":  fmt.Sprintf("Name:\t%s\nState:\tS (sleeping)\nPid:\t%d\nUid:\t%d\t%d\t%d\t%d\n", comm, p.PID, uids[user], uids[user], uids[user], uids[user]),
+			"status":  fmt.Sprintf("Name:\t%s\nState:\tS (sleeping)\nPid:\t%d\nUid:\t%d\t%d\t%d\t%d\n", comm, pid, uids[user], uids[user], uids[user], uids[user]),
 			"comm":    comm + "\n",
 			"environ": "PATH=/usr/bin\x00",
 		}
@@ -267,17 +337,19 @@ func (s *Scenario) writeProcfs(root, passwd string) error {
 		return nil
 	}
 	var errs []error
-	for _, d := range s.Devices {
-		for _, p := range d.Processes {
-			errs = append(errs, write(p))
-		}
-		for _, m := range d.MIG {
-			for _, p := range m.Processes {
-				errs = append(errs, write(p))
-			}
-		}
+	for _, p := range s.processes() {
+		errs = append(errs, write(p))
 	}
 	return errors.Join(errs...)
+}
+
+// processes lists every process of the scenario, MIG instances' included.
+func (s *Scenario) processes() []ProcessSpec {
+	var out []ProcessSpec
+	for _, d := range s.Devices {
+		out = append(out, d.allProcesses()...)
+	}
+	return out
 }
 
 // writeSlurm writes scontrol and squeue stand-ins that answer as Slurm

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
 var eventBits = map[string]uint64{
@@ -18,7 +17,7 @@ var eventBits = map[string]uint64{
 // nvmlEventSetWait does: each Wait blocks until the next event or its
 // timeout.
 type eventSet struct {
-	mock.EventSet
+	nvml.EventSet
 	events  []EventSpec
 	devices []nvml.Device
 	start   time.Time
@@ -28,11 +27,10 @@ type eventSet struct {
 }
 
 func newEventSet(s *Scenario, devices []nvml.Device, start time.Time) *eventSet {
-	es := &eventSet{events: s.Events, devices: devices, start: start, last: time.Now()}
-	es.WaitFunc = es.wait
-	es.FreeFunc = func() nvml.Return { return nvml.SUCCESS }
-	return es
+	return &eventSet{events: s.Events, devices: devices, start: start, last: time.Now()}
 }
+
+func (es *eventSet) Free() nvml.Return { return nvml.SUCCESS }
 
 // next is the first occurrence of any event after t.
 func (es *eventSet) next(t time.Time) (EventSpec, time.Time, bool) {
@@ -55,7 +53,8 @@ func (es *eventSet) next(t time.Time) (EventSpec, time.Time, bool) {
 	return best, bestAt, found
 }
 
-func (es *eventSet) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
+// Wait is nvmlEventSetWait.
+func (es *eventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 	es.mu.Lock()
 	e, at, ok := es.next(es.last)
 	es.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -47,13 +48,19 @@ func Load(path string) (*Scenario, error) {
 
 // Scenario describes a simulated node.
 type Scenario struct {
-	Node          string       `yaml:"node"`
-	DriverVersion string       `yaml:"driver_version"`
-	CUDAVersion   string       `yaml:"cuda_version"`
-	NoDriver      bool         `yaml:"no_driver"`
-	Defaults      DeviceSpec   `yaml:"defaults"`
-	Devices       []DeviceSpec `yaml:"devices"`
-	Events        []EventSpec  `yaml:"events"`
+	Node          string `yaml:"node"`
+	DriverVersion string `yaml:"driver_version"`
+	CUDAVersion   string `yaml:"cuda_version"`
+	// NoDriver simulates a node without the NVIDIA driver; so does a
+	// scenario without NVIDIA devices.
+	NoDriver bool `yaml:"no_driver"`
+	// GaudiDriverVersion is what hl-smi prints as driver_version.
+	GaudiDriverVersion string `yaml:"gaudi_driver_version"`
+	// HLSMI injects failures into the demo's hl-smi.
+	HLSMI    HLSMIFaults  `yaml:"hl_smi"`
+	Defaults DeviceSpec   `yaml:"defaults"`
+	Devices  []DeviceSpec `yaml:"devices"`
+	Events   []EventSpec  `yaml:"events"`
 	// Kubernetes is the node as its kubelet reports it: pods with their
 	// containers' device IDs, and the allocatable devices (the fake
 	// kubelet's fixture format, see fixtures/kubelet/).
@@ -61,8 +68,17 @@ type Scenario struct {
 	Slurm      *SlurmSpec `yaml:"slurm"`
 	// Engines are inference engines served by the scenario's pods.
 	Engines []EngineSpec `yaml:"engines"`
+	// ChurnEvery replaces, that often, every pod by a new one (a new name
+	// and UID) and every process by a new one (a new PID), as on a busy
+	// cluster: soak tests prove that nothing the exporter keeps per owner,
+	// process or engine target grows without bound. Empty: never.
+	ChurnEvery string `yaml:"churn_every"`
 
-	kube *kubelettest.Fixture
+	kube       *kubelettest.Fixture
+	stats      *simStats
+	churnEvery time.Duration
+	// raw is the scenario's text, which the demo's hl-smi reads again.
+	raw []byte
 }
 
 // EventSpec is an NVML event the simulated driver raises: once At after
@@ -79,6 +95,10 @@ type EventSpec struct {
 
 // DeviceSpec is one simulated GPU. Unset fields take the scenario defaults.
 type DeviceSpec struct {
+	// Vendor is nvidia (default), gaudi (an Intel Gaudi device, served
+	// through the demo's hl-smi) or amd (an AMD GPU, served through a
+	// generated sysfs tree and DRM fdinfo, amdsim.go), not NVML.
+	Vendor          string           `yaml:"vendor"`
 	UUID            string           `yaml:"uuid"`
 	Model           string           `yaml:"model"`
 	Serial          string           `yaml:"serial"`
@@ -96,36 +116,108 @@ type DeviceSpec struct {
 	MIG         []MIGSpec     `yaml:"mig"`
 	Processes   []ProcessSpec `yaml:"processes"`
 	Faults      Faults        `yaml:"faults"`
+	// Partitions are an AMD GPU's compute partitions: 2 (DPX), 4 (QPX) or
+	// 8 (CPX).
+	Partitions []PartitionSpec `yaml:"partitions"`
+
+	// SamplePeriod is the driver's utilization sample period (NVML: between
+	// 1/6 s and 1 s by product; default 1s) and SampleBuffer how many
+	// periods its buffer keeps (default 100; NVML does not document it).
+	SamplePeriod string `yaml:"sample_period"`
+	SampleBuffer int    `yaml:"sample_buffer"`
+	// ProcessSamples is how nvmlDeviceGetProcessUtilization answers:
+	// "buffered" (default) gives an entry per process and period since
+	// lastSeen, several per PID; "last_period" only the newest period's.
+	ProcessSamples string `yaml:"process_samples"`
+	// DuplicateSamples adds a second, smaller entry for the same PID and
+	// period, as drivers have been seen to.
+	DuplicateSamples bool `yaml:"duplicate_samples"`
+	// CallLatency is how long every reading of this device takes, as a
+	// real driver's calls do (a few µs to ms each; more on a busy or
+	// failing GPU): benchmarks and load tests model hardware time with
+	// it. Default 0.
+	CallLatency string `yaml:"call_latency"`
+
+	samplePeriod time.Duration
+	callLatency  time.Duration
 }
 
 // MIGSpec is one MIG instance of a GPU.
+//
+// The list's order is the order of nvmlDeviceGetMigDeviceHandleByIndex,
+// which need not follow GPU instance IDs. Several entries with one
+// gpu_instance are compute instances sharing it; their profile names their
+// own slices, e.g. 1c.3g.40gb.
 type MIGSpec struct {
 	UUID            string        `yaml:"uuid"`
-	Profile         string        `yaml:"profile"` // e.g. 3g.40gb
+	Profile         string        `yaml:"profile"` // e.g. 3g.40gb or 1c.3g.40gb
 	GPUInstance     int           `yaml:"gpu_instance"`
 	ComputeInstance int           `yaml:"compute_instance"`
 	MemoryUsed      *Value        `yaml:"memory_used"`
 	Processes       []ProcessSpec `yaml:"processes"`
-	// Metrics takes the profiling keys (ProfilingKeys): GPM measures MIG
+	// Metrics takes the profiling keys (ProfilingKeys): GPM measures GPU
 	// instances one by one.
 	Metrics map[string]Value `yaml:"metrics"`
+
+	ciSlices, giSlices, gb int
 }
 
 // ProcessSpec is a compute process on a device. It runs in at most one of a
 // pod (namespace/name), a Slurm job or a systemd unit; with none it runs in
 // a login session.
 type ProcessSpec struct {
-	PID        uint32 `yaml:"pid"`
-	Pod        string `yaml:"pod"`
+	PID uint32 `yaml:"pid"`
+	Pod string `yaml:"pod"`
+	// Container is the pod's container the process runs in; default its
+	// first.
+	Container  string `yaml:"container"`
 	SlurmJob   string `yaml:"slurm_job"`
 	Unit       string `yaml:"unit"`
 	User       string `yaml:"user"`
 	Command    string `yaml:"command"`
 	MemoryUsed *Value `yaml:"memory_used"`
 	// Utilization is the share of the device's SM time this process uses
-	// (0..1); NVML samples it per process. Unset: no samples.
+	// while busy (0..1); NVML samples it per process. Unset: no samples.
 	Utilization *Value `yaml:"utilization"`
+	// Duty makes the process busy only part of the time, so that "busy
+	// earlier, idle now" exists. Unset: always busy.
+	Duty *DutySpec `yaml:"duty"`
+	// Lists are NVML's process lists the process is in: compute (default),
+	// mps (an MPS client) and graphics.
+	Lists []string `yaml:"lists"`
 }
+
+// DutySpec is a process's duty cycle: busy for Busy at the start of every
+// Period, counted from Offset after the node booted.
+type DutySpec struct {
+	Period string `yaml:"period"`
+	Busy   string `yaml:"busy"`
+	Offset string `yaml:"offset"`
+
+	period, busy, offset time.Duration
+}
+
+// busyAt says whether the process is in the busy part of its duty cycle at
+// d after boot.
+func (p *ProcessSpec) busyAt(d time.Duration) bool {
+	if p.Duty == nil {
+		return true
+	}
+	pos := (d - p.Duty.offset) % p.Duty.period
+	if pos < 0 {
+		pos += p.Duty.period
+	}
+	return pos < p.Duty.busy
+}
+
+func (p *ProcessSpec) inList(list string) bool {
+	if len(p.Lists) == 0 {
+		return list == "compute"
+	}
+	return slices.Contains(p.Lists, list)
+}
+
+var processListNames = []string{"compute", "mps", "graphics"}
 
 // Faults are failures injected into one device's NVML answers. The names are
 // metric keys (see MetricKeys) or one of the call groups in faultOnlyKeys.
@@ -141,6 +233,9 @@ type Faults struct {
 	HangFor string   `yaml:"hang_for"`
 	// Panic calls panic, as a broken binding would.
 	Panic []string `yaml:"panic"`
+	// FailingLinks are NVLinks whose state and counters fail to read
+	// (ERROR_UNKNOWN) while the other links answer.
+	FailingLinks []int `yaml:"failing_links"`
 
 	hangFor time.Duration
 }
@@ -190,10 +285,55 @@ func init() {
 	for _, k := range ProfilingKeys {
 		MetricKeys[k] = "GPM profiling"
 	}
+	for k, unit := range gaudiOnlyKeys {
+		MetricKeys[k] = unit
+	}
+}
+
+// gaudiOnlyKeys are readings hl-smi gives and NVML does not.
+var gaudiOnlyKeys = map[string]string{
+	"clock_soc":            "MHz",
+	"dram_ecc_corrected":   "count (counter)",
+	"dram_ecc_uncorrected": "count (counter)",
+}
+
+// gaudiKeys are the readings a Gaudi device takes: what the demo's hl-smi
+// prints (hl-smi's --query-aip fields, see vendors/gaudi/fields.go).
+var gaudiKeys = []string{
+	"utilization", "memory_used", "temperature", "power", "clock_soc",
+	"pcie_generation", "pcie_width", "pcie_max_generation", "pcie_max_width",
+	"ecc_corrected", "ecc_uncorrected", "dram_ecc_corrected", "dram_ecc_uncorrected",
+}
+
+// Vendors a scenario device may have.
+const (
+	VendorNVIDIA = "nvidia"
+	VendorGaudi  = "gaudi"
+	VendorAMD    = "amd"
+)
+
+// metricRange is what a reading can be on a real GPU: the scenario is
+// refused outside it rather than served as a value NVML never gives (a
+// negative power read as 4.29e6 W through NVML's unsigned types).
+func metricRange(key string) (lo, hi float64) {
+	unit := MetricKeys[key]
+	switch {
+	case strings.HasPrefix(unit, "ratio"), unit == "GPM profiling" && key != "nvlink_tx" && key != "nvlink_rx":
+		return 0, 1
+	case key == "performance_state":
+		return 0, 15
+	case key == "pcie_generation", key == "pcie_max_generation":
+		return 1, 6
+	case key == "pcie_width", key == "pcie_max_width":
+		return 1, 32
+	case unit == "°C":
+		return -40, 150
+	}
+	return 0, math.Inf(1)
 }
 
 // faultOnlyKeys name NVML calls that are not a single metric.
-var faultOnlyKeys = []string{"identity", "memory", "power_limit", "max_clocks", "throttle_reasons", "mig", "processes", "retired_pages_pending", "remapped_rows", "nvlink", "gpm", "events"}
+var faultOnlyKeys = []string{"identity", "memory", "power_limit", "max_clocks", "throttle_reasons", "supported_throttle_reasons", "mig", "mig_attributes", "processes", "process_utilization", "samples", "retired_pages_pending", "remapped_rows", "nvlink", "gpm", "events"}
 
 var throttleNames = []string{"gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clocks_setting"}
 
@@ -202,11 +342,20 @@ var clockKeys = []string{"graphics", "sm", "memory"}
 // Parse reads a scenario, fills defaults and validates it. Errors name the
 // offending device and field.
 func Parse(b []byte) (*Scenario, error) {
-	var s Scenario
+	s := Scenario{stats: &simStats{}}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
+	var errs []error
 	if err := dec.Decode(&s); err != nil {
-		return nil, fmt.Errorf("parse: %w", err)
+		// A TypeError lists values that could not be read, and the decoder
+		// went on past them: validate the rest too, to name every problem.
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, fmt.Errorf("parse: %w", err)
+		}
+		for _, e := range te.Errors {
+			errs = append(errs, errors.New(e))
+		}
 	}
 	if s.Node == "" {
 		s.Node = "demo-node"
@@ -217,25 +366,52 @@ func Parse(b []byte) (*Scenario, error) {
 	if s.CUDAVersion == "" {
 		s.CUDAVersion = "12.4"
 	}
+	if s.GaudiDriverVersion == "" {
+		s.GaudiDriverVersion = "1.18.0-ee698fb"
+	}
+	if err := s.HLSMI.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("hl_smi: %w", err))
+	}
 	if len(s.Devices) == 0 && !s.NoDriver {
-		return nil, errors.New("devices: a scenario needs at least one device")
+		return nil, errors.Join(append(errs, errors.New("devices: a scenario needs at least one device"))...)
 	}
 	if len(s.Devices) > 64 {
-		return nil, fmt.Errorf("devices: %d devices; at most 64 are simulated", len(s.Devices))
+		return nil, errors.Join(append(errs, fmt.Errorf("devices: %d devices; at most 64 are simulated", len(s.Devices)))...)
 	}
 	seen := map[string]string{}
-	var errs []error
 	for i := range s.Devices {
 		d := &s.Devices[i]
 		d.inherit(s.Defaults)
+		switch d.Vendor {
+		case "":
+			d.Vendor = VendorNVIDIA
+		case VendorNVIDIA, VendorGaudi, VendorAMD:
+		default:
+			errs = append(errs, fmt.Errorf("devices[%d].vendor: %q is not nvidia, amd or gaudi", i, d.Vendor))
+		}
+		gaudi := d.Vendor == VendorGaudi
+		if d.isAMD() {
+			d.amdDefaults(s.Node, i)
+		}
 		if d.UUID == "" {
 			d.UUID = fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", hashString(s.Node), i)
+			if gaudi {
+				// In the style of the devices recorded in fixtures/gaudi.
+				d.UUID = fmt.Sprintf("01P0-HL2080A0-15-%08X-%02d-04-03", hashString(s.Node), i)
+			}
 		}
 		if d.PCIBusID == "" {
 			d.PCIBusID = fmt.Sprintf("00000000:%02X:00.0", 0x18+i*0x10%0xe0)
+			if gaudi {
+				// hl-smi prints the sysfs form.
+				d.PCIBusID = fmt.Sprintf("0000:%02x:00.0", 0x19+i*0x10%0xe0)
+			}
 		}
 		if d.Serial == "" {
 			d.Serial = fmt.Sprintf("16520%08d", i)
+			if gaudi {
+				d.Serial = fmt.Sprintf("AN15%06d", i)
+			}
 		}
 		for j := range d.MIG {
 			if d.MIG[j].UUID == "" {
@@ -245,20 +421,35 @@ func Parse(b []byte) (*Scenario, error) {
 		for _, err := range d.validate(seen) {
 			errs = append(errs, fmt.Errorf("devices[%d]: %w", i, err))
 		}
+		if gaudi {
+			for _, err := range d.validateGaudi() {
+				errs = append(errs, fmt.Errorf("devices[%d]: %w", i, err))
+			}
+		} else {
+			for _, k := range sortedKeys(d.Metrics) {
+				if _, ok := gaudiOnlyKeys[k]; ok {
+					errs = append(errs, fmt.Errorf("devices[%d]: metrics.%s: a Gaudi reading; NVML gives no such value", i, k))
+				}
+			}
+		}
 	}
 	var err error
 	if s.kube, err = kubernetesFixture(&s.Kubernetes, s.Node); err != nil {
 		errs = append(errs, fmt.Errorf("kubernetes: %w", err))
 	}
 	errs = append(errs, s.validateOwners()...)
+	errs = append(errs, s.validateChurn()...)
 	for i := range s.Events {
 		if err := s.Events[i].validate(len(s.Devices)); err != nil {
 			errs = append(errs, fmt.Errorf("events[%d]: %w", i, err))
+		} else if s.Devices[s.Events[i].Device].Vendor != VendorNVIDIA {
+			errs = append(errs, fmt.Errorf("events[%d].device: events are NVML's; device %d is not an NVIDIA GPU", i, s.Events[i].Device))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	s.raw = b
 	return &s, nil
 }
 
@@ -309,6 +500,9 @@ func hashString(s string) uint32 {
 }
 
 func (d *DeviceSpec) inherit(def DeviceSpec) {
+	if d.Vendor == "" {
+		d.Vendor = def.Vendor
+	}
 	if d.Model == "" {
 		d.Model = def.Model
 	}
@@ -328,6 +522,18 @@ func (d *DeviceSpec) inherit(def DeviceSpec) {
 	}
 	if d.NVLinks == nil {
 		d.NVLinks = def.NVLinks
+	}
+	if d.SamplePeriod == "" {
+		d.SamplePeriod = def.SamplePeriod
+	}
+	if d.SampleBuffer == 0 {
+		d.SampleBuffer = def.SampleBuffer
+	}
+	if d.ProcessSamples == "" {
+		d.ProcessSamples = def.ProcessSamples
+	}
+	if d.CallLatency == "" {
+		d.CallLatency = def.CallLatency
 	}
 }
 
@@ -361,10 +567,31 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 	for _, k := range sortedKeys(d.Metrics) {
 		if _, ok := MetricKeys[k]; !ok {
 			bad("metrics.%s: unknown metric (known: %s)", k, strings.Join(sortedKeys(MetricKeys), ", "))
+			continue
+		}
+		lo, hi := metricRange(k)
+		if msg := d.Metrics[k].within(lo, hi); msg != "" {
+			bad("metrics.%s: %s (%s)", k, msg, MetricKeys[k])
 		}
 	}
+	inRange := func(field string, v *Value, lo, hi float64) {
+		if v != nil {
+			if msg := v.within(lo, hi); msg != "" {
+				bad("%s: %s", field, msg)
+			}
+		}
+	}
+	inRange("memory_total", d.MemoryTotal, 1, 1<<50)
+	inRange("power_limit_watts", d.PowerLimitWatts, 0, 10000)
 	for _, k := range sortedKeys(d.MaxClocksMHz) {
-		if !slices.Contains(clockKeys, k) {
+		v := d.MaxClocksMHz[k]
+		inRange("max_clocks_mhz."+k, &v, 0, 100000)
+	}
+	for _, k := range sortedKeys(d.MaxClocksMHz) {
+		switch {
+		case d.Vendor == VendorGaudi && k != "soc":
+			bad("max_clocks_mhz.%s: unknown clock (a Gaudi's is soc)", k)
+		case d.Vendor != VendorGaudi && !slices.Contains(clockKeys, k):
 			bad("max_clocks_mhz.%s: unknown clock (want graphics, sm or memory)", k)
 		}
 	}
@@ -389,9 +616,41 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 		}
 		f.hangFor = dur
 	}
+	d.samplePeriod = time.Second
+	if d.SamplePeriod != "" {
+		dur, err := time.ParseDuration(d.SamplePeriod)
+		if err != nil || dur < time.Second/6 || dur > time.Second {
+			bad("sample_period: %q is not a duration from 1/6 s to 1s, as NVML's sample periods are", d.SamplePeriod)
+		}
+		d.samplePeriod = dur
+	}
+	if lat, err := parseDuration(d.CallLatency, 0); err != nil || lat > time.Second {
+		bad("call_latency: %q is not a duration from 0 to 1s", d.CallLatency)
+	} else {
+		d.callLatency = lat
+	}
+	switch {
+	case d.SampleBuffer == 0:
+		d.SampleBuffer = 100
+	case d.SampleBuffer < 1 || d.SampleBuffer > 10000:
+		bad("sample_buffer: %d; want 1 to 10000 periods", d.SampleBuffer)
+	}
+	switch d.ProcessSamples {
+	case "":
+		d.ProcessSamples = "buffered"
+	case "buffered", "last_period":
+	default:
+		bad("process_samples: %q is not buffered or last_period", d.ProcessSamples)
+	}
+	for _, l := range f.FailingLinks {
+		if d.NVLinks == nil || l < 0 || l >= *d.NVLinks {
+			bad("faults.failing_links: link %d does not exist", l)
+		}
+	}
 	pids := map[uint32]bool{}
 	checkProcs := func(where string, procs []ProcessSpec) {
-		for i, p := range procs {
+		for i := range procs {
+			p := &procs[i]
 			if p.PID == 0 {
 				bad("%s[%d].pid: missing", where, i)
 			}
@@ -399,27 +658,52 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 				bad("%s[%d].pid: %d listed twice on this device", where, i, p.PID)
 			}
 			pids[p.PID] = true
+			for _, l := range p.Lists {
+				if !slices.Contains(processListNames, l) {
+					bad("%s[%d].lists: unknown list %q (want compute, mps or graphics)", where, i, l)
+				}
+			}
+			if p.Duty != nil {
+				if err := p.Duty.parse(); err != nil {
+					bad("%s[%d].duty: %v", where, i, err)
+				}
+			}
+			inRange(fmt.Sprintf("%s[%d].utilization", where, i), p.Utilization, 0, 1)
+			inRange(fmt.Sprintf("%s[%d].memory_used", where, i), p.MemoryUsed, 0, 1<<50)
 		}
 	}
 	checkProcs("processes", d.Processes)
+	for j := range d.Partitions {
+		checkProcs(fmt.Sprintf("partitions[%d].processes", j), d.Partitions[j].Processes)
+	}
+	errs = append(errs, d.validateVendor()...)
 	if len(d.MIG) > 0 && len(d.Processes) > 0 {
 		bad("processes: a GPU in MIG mode runs processes in its MIG instances, not on the parent")
 	}
 	if len(d.MIG) > 7 {
 		bad("mig: %d instances; a GPU has at most 7", len(d.MIG))
 	}
-	slicesUsed, gis := 0, map[int]bool{}
-	for j, m := range d.MIG {
+	slicesUsed, gis, cis := 0, map[int]int{}, map[[2]int]bool{}
+	for j := range d.MIG {
+		m := &d.MIG[j]
 		where := fmt.Sprintf("mig[%d]", j)
-		g, _, err := parseProfile(m.Profile)
+		ci, g, gb, err := parseProfile(m.Profile)
 		if err != nil {
 			bad("%s.profile: %v", where, err)
 		}
-		slicesUsed += g
-		if gis[m.GPUInstance] {
-			bad("%s.gpu_instance: %d used twice", where, m.GPUInstance)
+		m.ciSlices, m.giSlices, m.gb = ci, g, gb
+		if prev, shared := gis[m.GPUInstance]; shared {
+			if prev != g {
+				bad("%s.profile: gpu_instance %d has %d slices in another entry", where, m.GPUInstance, prev)
+			}
+		} else {
+			slicesUsed += g
+			gis[m.GPUInstance] = g
 		}
-		gis[m.GPUInstance] = true
+		if cis[[2]int{m.GPUInstance, m.ComputeInstance}] {
+			bad("%s: gpu_instance %d, compute_instance %d used twice", where, m.GPUInstance, m.ComputeInstance)
+		}
+		cis[[2]int{m.GPUInstance, m.ComputeInstance}] = true
 		claim(m.UUID, where+".uuid")
 		checkProcs(where+".processes", m.Processes)
 		for _, k := range sortedKeys(m.Metrics) {
@@ -442,13 +726,38 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 	return errs
 }
 
-// parseProfile reads "3g.40gb" into its slice count and memory in GiB.
-func parseProfile(p string) (slices, gb int, err error) {
-	_, err = fmt.Sscanf(p, "%dg.%dgb", &slices, &gb)
-	if err != nil || slices < 1 || slices > 7 || gb < 1 || fmt.Sprintf("%dg.%dgb", slices, gb) != p {
-		return 0, 0, fmt.Errorf("%q is not a MIG profile such as 1g.10gb or 3g.40gb", p)
+// parseProfile reads "3g.40gb" into its slice count and memory in GiB, and
+// a compute instance's "1c.3g.40gb" into its own slices as well.
+func parseProfile(p string) (ci, gi, gb int, err error) {
+	bad := fmt.Errorf("%q is not a MIG profile such as 1g.10gb, 3g.40gb or 1c.3g.40gb", p)
+	if _, err := fmt.Sscanf(p, "%dc.%dg.%dgb", &ci, &gi, &gb); err == nil && fmt.Sprintf("%dc.%dg.%dgb", ci, gi, gb) == p {
+		if ci < 1 || ci > gi || gi > 7 || gb < 1 {
+			return 0, 0, 0, bad
+		}
+		return ci, gi, gb, nil
 	}
-	return slices, gb, nil
+	if _, err := fmt.Sscanf(p, "%dg.%dgb", &gi, &gb); err != nil || gi < 1 || gi > 7 || gb < 1 || fmt.Sprintf("%dg.%dgb", gi, gb) != p {
+		return 0, 0, 0, bad
+	}
+	return gi, gi, gb, nil
+}
+
+// slices are the instance's compute slices, its GPU instance's, and the
+// GPU instance's memory in GiB.
+func (m *MIGSpec) slices() (ci, gi, gb int) { return m.ciSlices, m.giSlices, m.gb }
+
+func (d *DutySpec) parse() error {
+	var err error
+	if d.period, err = parseDuration(d.Period, 0); err != nil || d.period <= 0 {
+		return fmt.Errorf("period: %q is not a positive duration", d.Period)
+	}
+	if d.busy, err = parseDuration(d.Busy, 0); err != nil || d.busy > d.period {
+		return fmt.Errorf("busy: %q is not a duration within the period", d.Busy)
+	}
+	if d.offset, err = parseDuration(d.Offset, 0); err != nil {
+		return fmt.Errorf("offset: %w", err)
+	}
+	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

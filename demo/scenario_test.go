@@ -35,7 +35,11 @@ func TestParseErrors(t *testing.T) {
 		{"bad quantity", "devices:\n  - {model: X, memory_total: 80 gigs}\n", `"80 gigs" is not a number or byte size`},
 		{"min above max", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {power: {min: 9, max: 1}}}\n", "min 9 is above max 1"},
 		{"bad shape", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {power: {shape: zigzag, min: 1, max: 2}}}\n", `unknown shape "zigzag"`},
-		{"negative rate", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {energy: {rate: -1}}}\n", "rate must not be negative"},
+		{"negative rate", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {energy: {rate: -1}}}\n", "rate must be from 0 to 1e+15 per second"},
+		// Found by fuzzing: each of these served +Inf or NaN.
+		{"byte size overflowing", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {power: 1e308GiB}}\n", `"1e308GiB" is not a number or byte size`},
+		{"infinite rate", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {energy: {rate: .inf}}}\n", "rate must be from 0 to 1e+15 per second"},
+		{"NaN phase", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {utilization: {min: 0, max: 1, phase: .nan}}}\n", "phase NaN is not a fraction of a period"},
 		{"bad fault", "devices:\n  - {model: X, memory_total: 1GiB, faults: {unsupported: [warp_drive]}}\n", `faults.unsupported: unknown call "warp_drive"`},
 		{"bad hang_for", "devices:\n  - {model: X, memory_total: 1GiB, faults: {hang: [power], hang_for: soon}}\n", `faults.hang_for: "soon"`},
 		{"bad profile", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 9g.1gb}]}\n", "mig[0].profile"},
@@ -44,6 +48,18 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate pid", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7}, {pid: 7}]}\n", "processes[1].pid: 7 listed twice"},
 		{"processes on a MIG parent", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7}], mig: [{profile: 1g.10gb}]}\n", "runs processes in its MIG instances"},
 		{"bad throttle reason", "devices:\n  - {model: X, memory_total: 1GiB, throttle_reasons: [tired]}\n", `unknown reason "tired"`},
+		{"negative power limit", "devices:\n  - {model: X, memory_total: 1GiB, power_limit_watts: -700}\n", "power_limit_watts: -700..-700 is outside 0..10000"},
+		{"utilization above 1", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {utilization: 7.5}}\n", "metrics.utilization: 7.5..7.5 is outside 0..1"},
+		{"P-state 99", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {performance_state: 99}}\n", "metrics.performance_state: 99..99 is outside 0..15"},
+		{"generator leaving its range", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {fan_speed: {min: 0.2, max: 1.4}}}\n", "metrics.fan_speed: 0.2..1.4 is outside 0..1"},
+		{"process utilization", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 1, utilization: 2}]}\n", "processes[0].utilization: 2..2 is outside 0..1"},
+		{"duty busy longer than period", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 1, duty: {period: 10s, busy: 11s}}]}\n", "processes[0].duty: busy"},
+		{"unknown process list", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 1, lists: [cuda]}]}\n", `processes[0].lists: unknown list "cuda"`},
+		{"negative call latency", "devices:\n  - {model: X, memory_total: 1GiB, call_latency: -1ms}\n", `call_latency: "-1ms" is not a duration from 0 to 1s`},
+		{"call latency above a second", "defaults: {call_latency: 2s}\ndevices:\n  - {model: X, memory_total: 1GiB}\n", `devices[0]: call_latency: "2s"`},
+		{"bad sample period", "devices:\n  - {model: X, memory_total: 1GiB, sample_period: 5s}\n", "sample_period"},
+		{"failing link that does not exist", "devices:\n  - {model: X, memory_total: 1GiB, nvlinks: 2, faults: {failing_links: [4]}}\n", "faults.failing_links: link 4 does not exist"},
+		{"compute instance larger than its GPU instance", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 4c.3g.40gb}]}\n", "mig[0].profile"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))
@@ -51,6 +67,25 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("Parse error = %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Every mistake of a scenario is named at once, value mistakes caught while
+// decoding included.
+func TestParseNamesEveryProblem(t *testing.T) {
+	_, err := Parse([]byte(`devices:
+  - model: X
+    memory_total: 1GiB
+    power_limit_watts: -700
+    metrics: {utilization: 7.5, power: {min: 9, max: 1}, energy: {rate: -1}, warp: 1}
+`))
+	if err == nil {
+		t.Fatal("the scenario was accepted")
+	}
+	for _, want := range []string{"power_limit_watts: -700", "metrics.utilization: 7.5", "min 9 is above max 1", "rate must be from 0", "metrics.warp: unknown metric"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q:\n%v", want, err)
+		}
 	}
 }
 

@@ -38,10 +38,21 @@ type valueYAML struct {
 	Rate   *float64 `yaml:"rate"`
 }
 
+const maxRate = 1e15
+
 var shapes = map[string]bool{"sine": true, "sawtooth": true, "square": true, "noise": true}
 
-// UnmarshalYAML accepts the scalar and mapping forms.
+// UnmarshalYAML accepts the scalar and mapping forms. A mistake is a
+// yaml.TypeError, with which the decoder goes on, so that every mistake of a
+// scenario is named at once rather than the first only.
 func (v *Value) UnmarshalYAML(n *yaml.Node) error {
+	if err := v.unmarshal(n); err != nil {
+		return &yaml.TypeError{Errors: []string{err.Error()}}
+	}
+	return nil
+}
+
+func (v *Value) unmarshal(n *yaml.Node) error {
 	if n.Kind == yaml.ScalarNode {
 		f, err := parseQuantity(n.Value)
 		if err != nil {
@@ -59,8 +70,11 @@ func (v *Value) UnmarshalYAML(n *yaml.Node) error {
 		if err != nil {
 			return fmt.Errorf("line %d: start: %w", n.Line, err)
 		}
-		if *y.Rate < 0 {
-			return fmt.Errorf("line %d: a counter's rate must not be negative", n.Line)
+		// A counter's rate is bounded so that it stays finite over any run:
+		// 1e15 per second is far beyond any counter a GPU keeps (PCIe 5.0
+		// x16 moves 6.4e10 bytes/s), and over a thousand years adds 3.2e25.
+		if !(*y.Rate >= 0 && *y.Rate <= maxRate) {
+			return fmt.Errorf("line %d: a counter's rate must be from 0 to %g per second", n.Line, maxRate)
 		}
 		v.Start, v.Rate = start, *y.Rate
 		return nil
@@ -82,6 +96,9 @@ func (v *Value) UnmarshalYAML(n *yaml.Node) error {
 	if v.Max, err = parseQuantity(*y.Max); err != nil {
 		return fmt.Errorf("line %d: max: %w", n.Line, err)
 	}
+	if math.IsNaN(y.Phase) || math.IsInf(y.Phase, 0) {
+		return fmt.Errorf("line %d: phase %g is not a fraction of a period", n.Line, y.Phase)
+	}
 	v.Phase = y.Phase
 	if v.Min > v.Max {
 		return fmt.Errorf("line %d: min %g is above max %g", n.Line, v.Min, v.Max)
@@ -95,6 +112,26 @@ func (v *Value) UnmarshalYAML(n *yaml.Node) error {
 		v.Period = d
 	}
 	return nil
+}
+
+// bounds are the lowest and highest values the value takes.
+func (v Value) bounds() (lo, hi float64) {
+	switch {
+	case v.Fixed != nil:
+		return *v.Fixed, *v.Fixed
+	case v.Rate != 0 || v.Shape == "":
+		return v.Start, math.Inf(1)
+	}
+	return v.Min, v.Max
+}
+
+// within says what is wrong when the value leaves [lo, hi], "" when nothing.
+func (v Value) within(lo, hi float64) string {
+	min, max := v.bounds()
+	if min < lo || (max > hi && !math.IsInf(max, 1)) || (math.IsInf(max, 1) && !math.IsInf(hi, 1)) {
+		return fmt.Sprintf("%g..%g is outside %g..%g", min, max, lo, hi)
+	}
+	return ""
 }
 
 func orZero(s string) string {
@@ -165,7 +202,7 @@ var byteUnits = []struct {
 // parseQuantity reads a plain number or a byte size such as "80GiB".
 func parseQuantity(s string) (float64, error) {
 	s = strings.TrimSpace(s)
-	mult := 1.0
+	orig, mult := s, 1.0
 	for _, u := range byteUnits {
 		if strings.HasSuffix(s, u.suffix) {
 			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
@@ -173,8 +210,9 @@ func parseQuantity(s string) (float64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%q is not a number or byte size", s)
+	// The unit can overflow a finite number: 1e308GiB is +Inf.
+	if f *= mult; err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a number or byte size", orig)
 	}
-	return f * mult, nil
+	return f, nil
 }

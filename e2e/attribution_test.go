@@ -204,7 +204,9 @@ func TestDevicesJSON(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("status %d", code)
 		}
-		if strings.Contains(body, `"workload": "trainer"`) {
+		// Owners come with the first snapshot; the split of a shared GPU
+		// once the driver has a sample period newer than the warm-up read.
+		if strings.Contains(body, `"workload": "trainer"`) && strings.Count(body, `"utilization"`) >= 8 {
 			break
 		}
 	}
@@ -233,11 +235,15 @@ func TestDevicesJSON(t *testing.T) {
 		return strings.Join(parts, "; ")
 	}
 	want := map[string]string{
-		"GPU-e2e00000-0000-4000-8000-000000000000": "kubernetes:ml/trainer-0 share=1 util=0.5 mem=10GiB",
+		// Memory is the owner's processes': trainer-0's 9 GiB of the 10 GiB
+		// in use. MIG shares are the slice fractions, 3/7 and 1/7; the MIG
+		// processes' memory is not available (no memory_used), so none is
+		// given.
+		"GPU-e2e00000-0000-4000-8000-000000000000": "kubernetes:ml/trainer-0 share=1 util=0.5 mem=9GiB",
 		"GPU-e2e00000-0000-4000-8000-000000000001": "kubernetes:ml/notebook-a share=0.25 util=0.4 mem=4GiB; kubernetes:ml/notebook-b share=0.25 util=0.2 mem=3GiB; kubernetes:web/notebook-c share=0.25 util=0.1 mem=2GiB; unattributed:/ util=0.1 mem=1GiB",
 		"GPU-e2e00000-0000-4000-8000-000000000002": "kubernetes:ml/mig-a; kubernetes:ml/mig-b",
-		"MIG-e2e00000-0002-4000-8000-000000000001": "kubernetes:ml/mig-a share=1 mem=20GiB",
-		"MIG-e2e00000-0002-4000-8000-000000000002": "kubernetes:ml/mig-b share=1 mem=5GiB",
+		"MIG-e2e00000-0002-4000-8000-000000000001": "kubernetes:ml/mig-a share=0.428571",
+		"MIG-e2e00000-0002-4000-8000-000000000002": "kubernetes:ml/mig-b share=0.142857",
 		"GPU-e2e00000-0000-4000-8000-000000000003": "",
 	}
 	for _, d := range page.Devices {
@@ -253,4 +259,62 @@ func TestDevicesJSON(t *testing.T) {
 // trim prints v rounded to six places, without trailing zeros.
 func trim(v float64) string {
 	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
+}
+
+// TestAttributionDRA runs the binary on the DRA scenario: GPUs handed out by
+// the device plugin and by DRA claims on one node, identified through the
+// CDI specs and procfs tables the demo writes as NVIDIA's DRA driver would.
+func TestAttributionDRA(t *testing.T) {
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/dra.yaml")
+	var out string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		out = scrapeXPU(t, e)
+		if strings.Contains(out, `workload_kind="Job"`) {
+			break
+		}
+	}
+	golden(t, "attribution-dra.prom", out)
+	promtoolCheck(t, out)
+	value(t, out, "xpu_utilization_ratio", `gpu="0"`, `pod="trainer-0"`)
+	value(t, out, "xpu_utilization_ratio", `gpu="1"`, `pod="dra-single"`, `workload_kind="Job"`)
+	value(t, out, "xpu_memory_used_bytes", `uuid="MIG-d7a00000-0003-4000-8000-000000000001"`, `pod="mig-worker"`)
+	// Claim shared-gpu, two pods: 1/2 each.
+	for _, pod := range []string{"shared-a", "shared-b"} {
+		if v := value(t, out, "xpu_workload_allocated_devices", `gpu="2"`, `pod="`+pod+`"`); v != 0.5 {
+			t.Errorf("%s holds %v of GPU 2, want 0.5", pod, v)
+		}
+	}
+	value(t, out, "xpu_workload_info", `pod="dra-single"`, `claim="single-gpu-x7k2p"`, `claim_namespace="ml"`)
+	if v := value(t, out, "xpu_attribution_source_up", `source="cdi"`); v != 1 {
+		t.Errorf("cdi source up = %v", v)
+	}
+}
+
+// TestAttributionDRAWithoutCDISpecs: the DRA scenario with a CDI spec
+// directory that does not exist. The claims' devices are served without
+// owners and counted, the device plugin's GPU keeps its owner, and the
+// problem is logged once however many scrapes see it.
+func TestAttributionDRAWithoutCDISpecs(t *testing.T) {
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/dra.yaml",
+		"--kubernetes.cdi-spec-dir="+filepath.Join(t.TempDir(), "missing"))
+	var out string
+	for range 3 {
+		out = scrapeXPU(t, e)
+	}
+	// dra-single, shared-a, shared-b and mig-worker hold one device each.
+	if v := value(t, out, "xpu_attribution_unresolved_claim_devices"); v != 4 {
+		t.Errorf("unresolved claim devices = %v, want 4", v)
+	}
+	if v := value(t, out, "xpu_attribution_source_up", `source="cdi"`); v != 0 {
+		t.Errorf("cdi source up = %v without a spec directory", v)
+	}
+	value(t, out, "xpu_utilization_ratio", `gpu="0"`, `pod="trainer-0"`)
+	for _, s := range series(out, "xpu_utilization_ratio") {
+		if strings.Contains(s, `gpu="1"`) && strings.Contains(s, "pod=") {
+			t.Errorf("GPU 1 owned without its CDI spec: %s", s)
+		}
+	}
+	if n := strings.Count(e.Logs(), "CDI specs not fully readable"); n != 1 {
+		t.Errorf("the missing directory was logged %d times over 3 scrapes, want once", n)
+	}
 }

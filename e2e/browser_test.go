@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/testenv"
 )
 
 // chromium returns Debian's headless browser, or skips the test where it is
@@ -17,14 +19,11 @@ import (
 func chromium(t *testing.T) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser"} {
-		if path, err := exec.LookPath(name); err == nil {
+		if path, ok := testenv.Find(name); ok {
 			return path
 		}
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("chromium not found: make test-deps installs Debian's chromium package")
-	}
-	t.Skip("chromium not installed (make test-deps installs it)")
+	testenv.Unavailable(t, "chromium not installed", "make test-deps installs Debian's chromium package")
 	return ""
 }
 

@@ -84,7 +84,13 @@ func freePort(t *testing.T) string {
 // start runs the binary with args and waits until it accepts connections.
 func start(t *testing.T, args ...string) *exporter {
 	t.Helper()
-	e := &exporter{addr: freePort(t)}
+	return startAt(t, freePort(t), args...)
+}
+
+// startAt is start on a given address, e.g. that of a stopped exporter.
+func startAt(t *testing.T, addr string, args ...string) *exporter {
+	t.Helper()
+	e := &exporter{addr: addr}
 	e.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + e.addr}, args...)...)
 	e.cmd.Stdout, e.cmd.Stderr = e, e
 	if err := e.cmd.Start(); err != nil {

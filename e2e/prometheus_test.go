@@ -2,14 +2,17 @@ package e2e
 
 // The monitoring mixin (../mixin) against the real exporter: every metric
 // it reads is one the demo serves, and a real Prometheus loading its rules
-// and scraping the demo records what the rules promise and fires the XID
-// alert with the owner of the device.
+// and scraping the demo records what the rules promise, fires the XID
+// alert with the owner of the device, and keeps working through an owner
+// change and a lost GPU.
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,12 +20,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-jsonnet"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // evalMixin evaluates ../mixin/mixin.libsonnet, bound to m with the _config
@@ -43,8 +49,9 @@ func evalMixin(t *testing.T, config, output string) string {
 }
 
 // xidScenario writes a copy of the default demo scenario whose only driver
-// event is an Xid 31 on GPU 3 (pod search/embeddings-0) every second, instead
-// of the first one 45 s after start, and returns its path.
+// event is a hardware Xid 94 (contained ECC error) on GPU 3 (pod
+// search/embeddings-0) every second, instead of the first one 45 s after
+// start, and returns its path.
 func xidScenario(t *testing.T) string {
 	t.Helper()
 	data, err := os.ReadFile("../demo/default.yaml")
@@ -57,7 +64,7 @@ func xidScenario(t *testing.T) string {
 		t.Fatal("demo/default.yaml has no top-level events: section")
 	}
 	path := filepath.Join(t.TempDir(), "xid.yaml")
-	if err := os.WriteFile(path, []byte(s[:i+1]+"events:\n  - {device: 3, xid: 31, every: 1s}\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(s[:i+1]+"events:\n  - {device: 3, xid: 94, every: 1s}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -398,18 +405,21 @@ func until(t *testing.T, deadline time.Time, what string, check func() string) {
 	}
 }
 
-// A real Prometheus scrapes the demo exporter with the mixin's rules (with
-// short for: durations and windows) and records and alerts as the demo
-// scenario says it must.
-func TestPrometheusRulesAndAlerts(t *testing.T) {
-	// Every `…For` knob to 0s, the usage groups (1m by default) every
-	// second, and the counter windows short.
-	const config = `{ [k]: '0s' for k in std.objectFields(base._config) if std.endsWith(k, 'For') } + {
-		usageRulesInterval: '1s',
-		xidWindow: '1m',
-		eccUncorrectableWindow: '1m',
-		healthWindow: '5m',
-	}`
+// testRulesConfig is the mixin's _config for the tests with a real
+// Prometheus: every `…For` knob to 0s, the usage groups (1m by default)
+// every second, and the counter windows short.
+const testRulesConfig = `{ [k]: '0s' for k in std.objectFields(base._config) if std.endsWith(k, 'For') } + {
+	usageRulesInterval: '1s',
+	xidWindow: '1m',
+	eccUncorrectableWindow: '1m',
+	healthWindow: '5m',
+	throttleWindow: '1m',
+}`
+
+// mixinRules writes the mixin's recording and alerting rules with config
+// to a rule file and returns it with the job name its selector picks.
+func mixinRules(t *testing.T, config string) (job, ruleFile string) {
+	t.Helper()
 	var rules struct {
 		Selector string `json:"selector"`
 		File     json.RawMessage
@@ -421,18 +431,22 @@ func TestPrometheusRulesAndAlerts(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rules); err != nil {
 		t.Fatal(err)
 	}
-	job := regexp.MustCompile(`^job="([^"]+)"$`).FindStringSubmatch(rules.Selector)
-	if job == nil {
+	m := regexp.MustCompile(`^job="([^"]+)"$`).FindStringSubmatch(rules.Selector)
+	if m == nil {
 		t.Fatalf("xpuSelector %q is not a job matcher this test can scrape under", rules.Selector)
 	}
 	// A rule file is YAML, and JSON is YAML.
-	ruleFile := filepath.Join(t.TempDir(), "xpu-mixin.rules.json")
+	ruleFile = filepath.Join(t.TempDir(), "xpu-mixin.rules.json")
 	if err := os.WriteFile(ruleFile, rules.File, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return m[1], ruleFile
+}
 
-	e := start(t, "--demo", "--demo.scenario="+xidScenario(t), "--cost.file="+costFile(t))
-	p := startPrometheus(t, fmt.Sprintf(`global:
+// scrapeConfig is a Prometheus configuration scraping target as job every
+// second, with ruleFile loaded.
+func scrapeConfig(job, target, ruleFile string) string {
+	return fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
@@ -442,10 +456,12 @@ scrape_configs:
       - targets: [%q]
 rule_files:
   - %q
-`, job[1], e.addr, ruleFile))
-	deadline := time.Now().Add(45 * time.Second)
+`, job, target, ruleFile)
+}
 
-	until(t, deadline, "target", func() string {
+// targetUp reports until job's target is up.
+func (p *prometheus) targetUp(job string) func() string {
+	return func() string {
 		var data struct {
 			ActiveTargets []struct {
 				Labels    map[string]string
@@ -457,93 +473,69 @@ rule_files:
 			return err.Error()
 		}
 		for _, tg := range data.ActiveTargets {
-			if tg.Labels["job"] == job[1] && tg.Health == "up" {
+			if tg.Labels["job"] == job && tg.Health == "up" {
 				return ""
 			}
 		}
-		return fmt.Sprintf("no %s target up: %+v", job[1], data.ActiveTargets)
-	})
+		return fmt.Sprintf("no %s target up: %+v", job, data.ActiveTargets)
+	}
+}
 
-	// Recording rules, with values the default scenario fixes:
-	// - notebooks holds two of GPU 2's four time-slice replicas: 0.5 GPU;
-	// - the node has eight physical H100s (GPU 4's MIG instances are not
-	//   counted again);
-	// - GPU 6 (ollama.service) is thermally throttled (penalty 0.3) and its
-	//   busy PCIe link runs at gen 4 of 5 (0.3): health score 0.4;
-	// - chargeback: notebooks pay their 0.5 GPU, the node its 8 GPUs, at
-	//   the price of the table passed with --cost.file.
-	type recorded struct {
-		query string
-		want  float64
-	}
-	checks := []recorded{
-		{`namespace:xpu_allocated_devices:sum{namespace="notebooks"}`, 0.5},
-		{`model:xpu_devices:count{model="NVIDIA H100 80GB HBM3"}`, 8},
-		{`device:xpu_health:score{gpu="6", unit="ollama.service"}`, 0.4},
-		{`namespace:xpu_cost_per_hour:sum{namespace="notebooks", currency="USD"}`, 0.5 * demoPrice},
-		{`cluster:xpu_cost_per_hour:sum{currency="USD"}`, 8 * demoPrice},
-	}
-	// GPU 3's Xids take the xid weight (0.3) off its score.
-	checks = append(checks, recorded{`device:xpu_health:score{gpu="3", pod="embeddings-0"}`, 0.7})
-	for _, c := range checks {
-		until(t, deadline, c.query, func() string {
-			samples, err := p.query(c.query)
-			switch {
-			case err != nil:
-				return err.Error()
-			case len(samples) != 1:
-				return fmt.Sprintf("%d series, want 1: %v", len(samples), samples)
-			case math.Abs(samples[0].Value-c.want) > 1e-9:
-				return fmt.Sprintf("%v, want %v", samples[0].Value, c.want)
-			}
-			return ""
-		})
-	}
-
-	alertFiring := func(name string, labels map[string]string) func() string {
-		return func() string {
-			var data struct {
-				Alerts []struct {
-					Labels map[string]string
-					State  string
-				}
-			}
-			if err := p.api("/api/v1/alerts", &data); err != nil {
-				return err.Error()
-			}
-			var seen []string
-		alerts:
-			for _, a := range data.Alerts {
-				if a.Labels["alertname"] != name {
-					continue
-				}
-				seen = append(seen, fmt.Sprintf("%s %v", a.State, a.Labels))
-				for k, v := range labels {
-					if a.Labels[k] != v {
-						continue alerts
-					}
-				}
-				if a.State == "firing" {
-					return ""
-				}
-			}
-			return fmt.Sprintf("no firing %s alert with %v; saw %v", name, labels, seen)
+// value reports until query returns one series of value want.
+func (p *prometheus) value(query string, want float64) func() string {
+	return func() string {
+		samples, err := p.query(query)
+		switch {
+		case err != nil:
+			return err.Error()
+		case len(samples) != 1:
+			return fmt.Sprintf("%d series, want 1: %v", len(samples), samples)
+		case math.Abs(samples[0].Value-want) > 1e-9:
+			return fmt.Sprintf("%v, want %v", samples[0].Value, want)
 		}
+		return ""
 	}
-	// The Xid on GPU 3 names the pod that owned the device.
-	until(t, deadline, "XpuXidErrors", alertFiring("XpuXidErrors", map[string]string{
-		"namespace": "search", "pod": "embeddings-0", "gpu": "3", "xid": "31", "severity": "warning",
-	}))
-	// GPU 6's thermal throttling names its systemd unit.
-	until(t, deadline, "XpuClocksThrottled", alertFiring("XpuClocksThrottled", map[string]string{
-		"unit": "ollama.service", "gpu": "6", "reason": "hw_thermal_slowdown",
-	}))
+}
 
-	// Every rule evaluated on the demo's data without an error (a join
-	// that is many-to-many on real series, say): wait for an evaluation of
-	// every group that started after the checks above.
-	checked := time.Now()
-	until(t, deadline, "rule health", func() string {
+// alertFiring reports until an alert name with labels fires.
+func (p *prometheus) alertFiring(name string, labels map[string]string) func() string {
+	return func() string {
+		var data struct {
+			Alerts []struct {
+				Labels map[string]string
+				State  string
+			}
+		}
+		if err := p.api("/api/v1/alerts", &data); err != nil {
+			return err.Error()
+		}
+		var seen []string
+	alerts:
+		for _, a := range data.Alerts {
+			if a.Labels["alertname"] != name {
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s %v", a.State, a.Labels))
+			for k, v := range labels {
+				if a.Labels[k] != v {
+					continue alerts
+				}
+			}
+			if a.State == "firing" {
+				return ""
+			}
+		}
+		return fmt.Sprintf("no firing %s alert with %v; saw %v", name, labels, seen)
+	}
+}
+
+// rulesHealthy reports until every rule group has been evaluated after
+// since, every rule's last evaluation succeeded, and Prometheus has counted
+// no failed rule evaluation at all (prometheus_rule_evaluation_failures_total
+// on its own /metrics): a join that is many-to-many on real series fails
+// the rule, and the rule then records nothing.
+func (p *prometheus) rulesHealthy(since time.Time) func() string {
+	return func() string {
 		var data struct {
 			Groups []struct {
 				Name           string
@@ -558,8 +550,8 @@ rule_files:
 		}
 		var problems []string
 		for _, g := range data.Groups {
-			if !g.LastEvaluation.After(checked) {
-				problems = append(problems, fmt.Sprintf("group %s not evaluated since %s", g.Name, checked.Format(time.RFC3339Nano)))
+			if !g.LastEvaluation.After(since) {
+				problems = append(problems, fmt.Sprintf("group %s not evaluated since %s", g.Name, since.Format(time.RFC3339Nano)))
 				continue
 			}
 			for _, r := range g.Rules {
@@ -571,6 +563,382 @@ rule_files:
 		if len(data.Groups) == 0 {
 			problems = append(problems, "no rule groups loaded")
 		}
+		failures, err := p.ruleEvaluationFailures()
+		if err != nil {
+			problems = append(problems, err.Error())
+		} else if failures != 0 {
+			problems = append(problems, fmt.Sprintf("prometheus_rule_evaluation_failures_total adds up to %g", failures))
+		}
 		return strings.Join(problems, "; ")
+	}
+}
+
+// ruleEvaluationFailures sums prometheus_rule_evaluation_failures_total
+// over the rule groups, from Prometheus's own /metrics.
+func (p *prometheus) ruleEvaluationFailures() (float64, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(p.url + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	seen := false
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "prometheus_rule_evaluation_failures_total{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("prometheus /metrics: %q: %w", line, err)
+		}
+		sum += v
+		seen = true
+	}
+	if !seen {
+		return 0, errors.New("prometheus /metrics has no prometheus_rule_evaluation_failures_total")
+	}
+	return sum, nil
+}
+
+// A real Prometheus scrapes the demo exporter with the mixin's rules (with
+// short for: durations and windows) and records and alerts as the demo
+// scenario says it must.
+func TestPrometheusRulesAndAlerts(t *testing.T) {
+	job, ruleFile := mixinRules(t, testRulesConfig)
+	e := start(t, "--demo", "--demo.scenario="+xidScenario(t), "--cost.file="+costFile(t))
+	p := startPrometheus(t, scrapeConfig(job, e.addr, ruleFile))
+	deadline := time.Now().Add(45 * time.Second)
+	until(t, deadline, "target", p.targetUp(job))
+
+	// Recording rules, with values the default scenario fixes:
+	// - notebooks holds two of GPU 2's four time-slice replicas: 0.5 GPU;
+	// - the node has eight physical H100s (GPU 4's MIG instances are not
+	//   counted again);
+	// - GPU 6 (ollama.service) is thermally throttled (penalty 0.3) and its
+	//   busy PCIe link runs at gen 4 of 5 (0.3): health score 0.4;
+	// - chargeback: notebooks pay their 0.5 GPU, the node its 8 GPUs, at
+	//   the price of the table passed with --cost.file;
+	// - GPU 3's hardware Xids take the xid weight (0.3) off its score.
+	checks := []struct {
+		query string
+		want  float64
+	}{
+		{`namespace:xpu_allocated_devices:sum{namespace="notebooks"}`, 0.5},
+		{`model:xpu_devices:count{model="NVIDIA H100 80GB HBM3"}`, 8},
+		{`device:xpu_health_score:clamp_min{gpu="6", unit="ollama.service"}`, 0.4},
+		{`namespace:xpu_cost_per_hour:sum{namespace="notebooks", currency="USD"}`, 0.5 * demoPrice},
+		{`cluster:xpu_cost_per_hour:sum{currency="USD"}`, 8 * demoPrice},
+		{`device:xpu_health_score:clamp_min{gpu="3", pod="embeddings-0"}`, 0.7},
+	}
+	for _, c := range checks {
+		until(t, deadline, c.query, p.value(c.query, c.want))
+	}
+	// A MIG instance's share of its GPU, from the instance's split and its
+	// 3 of the H100's 7 slices: the ray pod is the instance's only owner,
+	// so its split is the instance's utilization.
+	until(t, deadline, "MIG utilized share", func() string {
+		samples, err := p.query(`device_owner:xpu_utilized_devices:ratio{pod="raycluster-llm-gpu-group-worker-q8n4d"} / on (uuid) xpu_utilization_ratio{mig_profile="3g.40gb"}`)
+		if err != nil {
+			return err.Error()
+		}
+		if len(samples) != 1 || math.Abs(samples[0].Value-3.0/7) > 1e-9 {
+			return fmt.Sprintf("%v, want one series of 3/7", samples)
+		}
+		return ""
 	})
+
+	// The hardware Xid on GPU 3 names the pod that owned the device.
+	until(t, deadline, "XpuXidErrors", p.alertFiring("XpuXidErrors", map[string]string{
+		"namespace": "search", "pod": "embeddings-0", "gpu": "3", "xid": "94", "severity": "warning",
+	}))
+	// GPU 6's thermal throttling names its systemd unit, once for the
+	// device.
+	until(t, deadline, "XpuClocksThrottled", p.alertFiring("XpuClocksThrottled", map[string]string{
+		"unit": "ollama.service", "gpu": "6",
+	}))
+
+	// Every rule evaluated on the demo's data without an error: wait for an
+	// evaluation of every group that started after the checks above.
+	until(t, deadline, "rule health", p.rulesHealthy(time.Now()))
+}
+
+// A real Prometheus watches a node through an owner change and a lost GPU:
+// the exporter is stopped and started again on the same address (same
+// target, as after a rollout) with the node's next state
+// (fixtures/scenarios/owner-change-*.yaml). GPU 0 goes from pod trainer-a
+// to trainer-c; GPU 1 falls off the bus.
+func TestPrometheusOwnerChangeAndLostGPU(t *testing.T) {
+	job, ruleFile := mixinRules(t, testRulesConfig)
+	costs := costFile(t)
+	before := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/owner-change-before.yaml", "--cost.file="+costs)
+	p := startPrometheus(t, scrapeConfig(job, before.addr, ruleFile))
+	deadline := time.Now().Add(60 * time.Second)
+	until(t, deadline, "target", p.targetUp(job))
+	// trainer-a's share of GPU 0's energy: its counter has a rate.
+	until(t, deadline, "trainer-a's energy", p.value(`count(device_owner:xpu_energy_kwh_per_hour:mul{pod="trainer-a"})`, 1))
+
+	stopExporter(t, before)
+	startAt(t, before.addr, "--demo", "--demo.scenario=../fixtures/scenarios/owner-change-after.yaml", "--cost.file="+costs)
+
+	// GPU 0's energy counter now has two series with a rate in the 5m
+	// window, trainer-a's and trainer-c's: the case a join on the counter
+	// as it is cannot take.
+	until(t, deadline, "two energy series of GPU 0", p.value(`count(rate(xpu_energy_joules_total{gpu="0"}[5m]))`, 2))
+	// The new owner pays for the GPU and its energy; the namespace total
+	// goes on.
+	until(t, deadline, "trainer-c's energy", p.value(`count(device_owner:xpu_energy_kwh_per_hour:mul{pod="trainer-c"})`, 1))
+	until(t, deadline, "trainer-c's cost", p.value(`device_owner:xpu_cost_per_hour:mul{pod="trainer-c", currency="USD"}`, demoPrice))
+	until(t, deadline, "ml's energy", p.value(`count(namespace:xpu_energy_kwh_per_hour:sum{namespace="ml"})`, 1))
+	// GPU 1 is lost: the critical alert names it.
+	until(t, deadline, "XpuDeviceLost", p.alertFiring("XpuDeviceLost", map[string]string{
+		"gpu": "1", "severity": "critical",
+	}))
+	// No rule failed at any time, before, during or after the change.
+	until(t, deadline, "rule health", p.rulesHealthy(time.Now()))
+}
+
+// stopExporter stops e and waits until its address is free again.
+func stopExporter(t *testing.T, e *exporter) {
+	t.Helper()
+	if err := e.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			return
+		}
+		c.Close()
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("exporter on %s still listening 10s after SIGINT", e.addr)
+}
+
+// scaledObject is the part of KEDA's ScaledObject (keda.sh/v1alpha1) the
+// example uses; unknown fields are refused, so a misspelt key fails.
+type scaledObject struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	Spec struct {
+		ScaleTargetRef struct {
+			Name string `json:"name"`
+		} `json:"scaleTargetRef"`
+		MinReplicaCount int `json:"minReplicaCount"`
+		MaxReplicaCount int `json:"maxReplicaCount"`
+		Triggers        []struct {
+			Type       string `json:"type"`
+			MetricType string `json:"metricType"`
+			Metadata   struct {
+				ServerAddress string `json:"serverAddress"`
+				Query         string `json:"query"`
+				Threshold     string `json:"threshold"`
+			} `json:"metadata"`
+		} `json:"triggers"`
+	} `json:"spec"`
+}
+
+// adapterValues is the part of the prometheus-adapter chart's values the
+// example sets.
+type adapterValues struct {
+	Prometheus struct {
+		URL  string `json:"url"`
+		Port int    `json:"port"`
+	} `json:"prometheus"`
+	Rules struct {
+		Default bool `json:"default"`
+		Custom  []struct {
+			SeriesQuery string `json:"seriesQuery"`
+			Resources   struct {
+				Overrides map[string]struct {
+					Resource string `json:"resource"`
+				} `json:"overrides"`
+			} `json:"resources"`
+			Name struct {
+				As string `json:"as"`
+			} `json:"name"`
+			MetricsQuery string `json:"metricsQuery"`
+		} `json:"custom"`
+	} `json:"rules"`
+}
+
+// The scaling examples in ../examples parse, name the demo's inference
+// Deployment, and every query in them returns a value from a Prometheus
+// scraping the demo: the KEDA triggers one number each, the adapter's
+// rules (with its templates filled in as the adapter does for one pod) one
+// number per pod.
+func TestScalingExamples(t *testing.T) {
+	read := func(path string, v any) {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sigsyaml.UnmarshalStrict(data, v); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	var keda scaledObject
+	read("../examples/keda/scaledobject.yaml", &keda)
+	var adapter adapterValues
+	read("../examples/hpa/prometheus-adapter-values.yaml", &adapter)
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	read("../examples/hpa/hpa.yaml", &hpa)
+
+	if keda.APIVersion != "keda.sh/v1alpha1" || keda.Kind != "ScaledObject" || keda.Spec.ScaleTargetRef.Name != "llm-serve" ||
+		keda.Metadata.Namespace != "inference" || len(keda.Spec.Triggers) != 2 {
+		t.Fatalf("ScaledObject %+v: want two triggers for inference/llm-serve", keda)
+	}
+	if hpa.APIVersion != "autoscaling/v2" || hpa.Kind != "HorizontalPodAutoscaler" || hpa.Spec.ScaleTargetRef.Name != "llm-serve" ||
+		hpa.Namespace != "inference" || len(hpa.Spec.Metrics) != 2 {
+		t.Fatalf("HPA %+v: want two metrics for inference/llm-serve", hpa)
+	}
+	served := map[string]bool{}
+	for _, r := range adapter.Rules.Custom {
+		served[r.Name.As] = true
+		if r.Resources.Overrides["namespace"].Resource != "namespace" || r.Resources.Overrides["pod"].Resource != "pod" {
+			t.Errorf("adapter rule %s does not map namespace and pod to their resources", r.Name.As)
+		}
+	}
+	for _, m := range hpa.Spec.Metrics {
+		if m.Pods == nil || !served[m.Pods.Metric.Name] {
+			t.Errorf("HPA metric %+v is not a pod metric the adapter rules serve (%v)", m, served)
+		}
+	}
+
+	job, ruleFile := mixinRules(t, testRulesConfig)
+	e := start(t, "--demo")
+	p := startPrometheus(t, scrapeConfig(job, e.addr, ruleFile))
+	deadline := time.Now().Add(45 * time.Second)
+	until(t, deadline, "target", p.targetUp(job))
+
+	number := func(query string, series int) func() string {
+		return func() string {
+			samples, err := p.query(query)
+			if err != nil {
+				return err.Error()
+			}
+			if len(samples) != series {
+				return fmt.Sprintf("%s: %d series, want %d: %v", query, len(samples), series, samples)
+			}
+			for _, s := range samples {
+				if math.IsNaN(s.Value) || math.IsInf(s.Value, 0) || s.Value < 0 {
+					return fmt.Sprintf("%s: %v", query, s)
+				}
+			}
+			return ""
+		}
+	}
+	for _, tr := range keda.Spec.Triggers {
+		if tr.Type != "prometheus" || tr.Metadata.Threshold == "" {
+			t.Errorf("trigger %+v", tr)
+		}
+		until(t, deadline, "KEDA trigger", number(tr.Metadata.Query, 1))
+	}
+	// The demo's llm-serve pod holds GPUs 0 and 1 alone: its GPUs'
+	// utilization is the mean of theirs, whatever the moving values are.
+	until(t, deadline, "GPU utilization of llm-serve", func() string {
+		q := fmt.Sprintf(`(%s) - avg(xpu_utilization_ratio{gpu=~"0|1"})`, keda.Spec.Triggers[1].Metadata.Query)
+		samples, err := p.query(q)
+		if err != nil || len(samples) != 1 || math.Abs(samples[0].Value) > 1e-9 {
+			return fmt.Sprintf("%s: %v %v, want 0", q, samples, err)
+		}
+		return ""
+	})
+	for _, r := range adapter.Rules.Custom {
+		series := strings.TrimSpace(r.SeriesQuery[:strings.Index(r.SeriesQuery, "{")])
+		q := strings.NewReplacer(
+			"<<.Series>>", series,
+			"<<.LabelMatchers>>", `namespace="inference",pod="llm-serve-7d9f8b6c5d-x2k4q"`,
+			"<<.GroupBy>>", "pod",
+		).Replace(r.MetricsQuery)
+		until(t, deadline, "adapter rule "+r.Name.As, number(q, 1))
+		until(t, deadline, "adapter series "+r.Name.As, number(fmt.Sprintf("count(%s)", r.SeriesQuery), 1))
+	}
+}
+
+// The promtool fixtures of the mixin (../promrules/tests) use label sets the
+// exporter emits: every label on an xpu_* input series, but the target
+// labels Prometheus adds, is one the demo exporter serves on that family
+// (with its Kubernetes, Slurm and systemd owners, an Xid, engines and
+// prices), and owner labels appear only on families that carry owners.
+func TestPromrulesFixturesMatchDemoLabels(t *testing.T) {
+	e := start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t))
+	client := &http.Client{Timeout: 10 * time.Second}
+	served := map[string]map[string]bool{}
+	label := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
+	// GPM series come from the second scrape, the first Xid a second in.
+	for i := 0; i < 3; i++ {
+		time.Sleep(1100 * time.Millisecond)
+		code, body := get(t, client, "http://"+e.addr+"/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("scrape: status %d", code)
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if !strings.HasPrefix(line, "xpu_") {
+				continue
+			}
+			name := line[:strings.IndexAny(line+" ", "{ ")]
+			if served[name] == nil {
+				served[name] = map[string]bool{}
+			}
+			for _, m := range label.FindAllStringSubmatch(line, -1) {
+				served[name][m[1]] = true
+			}
+		}
+	}
+	target := map[string]bool{"job": true, "instance": true, "node": true, "cluster": true}
+	// A family that carries one kind of owner carries any kind: which one
+	// depends on who owns the device, and the demo's Xid is on a pod's GPU.
+	owner := map[string]bool{}
+	for _, l := range []string{"namespace", "pod", "container", "workload", "workload_kind",
+		"slurm_job_id", "slurm_user", "slurm_account", "slurm_partition", "slurm_qos", "unit", "user", "command"} {
+		owner[l] = true
+	}
+	for _, labels := range served {
+		for l := range labels {
+			if owner[l] {
+				for o := range owner {
+					labels[o] = true
+				}
+				break
+			}
+		}
+	}
+	files, err := filepath.Glob("../promrules/tests/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no promtool tests: %v", err)
+	}
+	series := regexp.MustCompile(`series: '(xpu_[a-z0-9_]+)\{([^}]*)\}'`)
+	checked := 0
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range series.FindAllStringSubmatch(string(data), -1) {
+			name, labels := m[1], served[m[1]]
+			if labels == nil {
+				t.Errorf("%s: %s is not a family the demo serves", filepath.Base(file), name)
+				continue
+			}
+			for _, l := range label.FindAllStringSubmatch(m[2], -1) {
+				if !target[l[1]] && !labels[l[1]] {
+					t.Errorf("%s: %s{%s}: the exporter never puts %s on %s", filepath.Base(file), name, m[2], l[1], name)
+				}
+			}
+			checked++
+		}
+	}
+	t.Logf("%d fixture series checked against %d families served by the demo", checked, len(served))
 }

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"text/template"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/testenv"
 )
 
 // slurmTools are the binaries the real-Slurm test runs. Debian installs them
@@ -40,6 +42,12 @@ func TestSlurmEndToEnd(t *testing.T) {
 	tools := slurmToolPaths(t)
 	for _, proctrack := range []string{"linuxproc", "cgroup"} {
 		t.Run(proctrack, func(t *testing.T) {
+			// A skip even in CI: the kernel, not a missing tool, decides
+			// whether cgroup v1 exists (a cgroup v2-only host, as most CI
+			// runners and current distributions are, cannot mount it), and
+			// no make target can install it. The linuxproc run still covers
+			// the test's attribution paths but the cgroup v1 one, which
+			// attribution/process tests on real v1 captures.
 			if proctrack == "cgroup" && !cgroupV1Freezer() {
 				t.Skip("no cgroup v1 freezer hierarchy at /sys/fs/cgroup/freezer: Slurm 22.05's proctrack/cgroup (cgroup/v1) cannot run here")
 			}
@@ -57,33 +65,20 @@ func slurmToolPaths(t *testing.T) map[string]string {
 	paths := map[string]string{}
 	var missing []string
 	for _, name := range slurmTools {
-		p, err := exec.LookPath(name)
-		if err != nil {
-			// The daemons live in /usr/sbin, which a non-login PATH may lack.
-			for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/bin"} {
-				if st, err := os.Stat(filepath.Join(dir, name)); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-					p = filepath.Join(dir, name)
-					break
-				}
-			}
-		}
-		if p == "" {
+		// The daemons live in /usr/sbin, which a non-login PATH may lack.
+		p, ok := testenv.Find(name, "/usr/sbin", "/sbin", "/usr/bin")
+		if !ok {
 			missing = append(missing, name)
 		}
 		paths[name] = p
 	}
-	var why string
 	switch {
 	case os.Geteuid() != 0:
-		why = "not root (slurmd runs the jobs as root and the test creates device nodes)"
+		testenv.Unavailable(t, "real-Slurm test: not root (slurmd runs the jobs as root and the test creates device nodes)",
+			"CI runs make test as root")
 	case len(missing) > 0:
-		why = fmt.Sprintf("%s not installed (apt-get install slurmctld slurmd slurm-client munge)", strings.Join(missing, ", "))
-	}
-	if why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the real-Slurm test must run in CI (CI is set), but: %s", why)
-		}
-		t.Skip("real-Slurm test: " + why)
+		testenv.Unavailable(t, "real-Slurm test: "+strings.Join(missing, ", ")+" not installed",
+			"make test-deps installs Debian's slurmctld, slurmd, slurm-client and munge")
 	}
 	return paths
 }
@@ -634,10 +629,10 @@ func testSlurmAttribution(t *testing.T, c *slurmCluster) {
 	if v := value(t, metrics, "xpu_memory_used_bytes", ownerA...); v != 20<<30 {
 		t.Errorf("job A's GPU memory used %v, want the scenario's 20 GiB", v)
 	}
-	// The sole owner of a GPU is charged all of its memory, not only what
-	// NVML lists for its processes.
-	if v := value(t, metrics, "xpu_workload_memory_used_bytes", ownerA...); v != 20<<30 {
-		t.Errorf("job A's memory on its GPU %v, want the GPU's 20 GiB", v)
+	// An owner's memory is its processes' memory, sole owner or not: job
+	// A's process uses 16 GiB of the GPU's 20 GiB in use.
+	if v := value(t, metrics, "xpu_workload_memory_used_bytes", ownerA...); v != 16<<30 {
+		t.Errorf("job A's memory on its GPU %v, want its process's 16 GiB", v)
 	}
 	// B gave no account: Slurm says (null), which is no label at all.
 	ownerB := []string{`gpu="` + jobs[b].gpus + `"`, `slurm_job_id="` + b + `"`, `slurm_user="root"`, `slurm_partition="` + c.partition + `"`}

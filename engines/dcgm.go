@@ -81,3 +81,10 @@ func plainValue(m *dto.Metric) (float64, bool) {
 	}
 	return 0, false
 }
+
+// DCGMWanted says whether a dcgm-exporter family is one DCGMProfiling reads:
+// scrapes of dcgm-exporter parse only those.
+func DCGMWanted(name string) bool {
+	_, ok := dcgmFields[name]
+	return ok
+}

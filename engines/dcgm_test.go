@@ -1,7 +1,10 @@
 package engines
 
 import (
+	"maps"
+	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -61,6 +64,13 @@ DCGM_FI_PROF_NVLINK_TX_BYTES{gpu="0",UUID="GPU-1"} 1e9
 }
 
 func FuzzDCGMProfiling(f *testing.F) {
+	// The real dcgm-exporter sample, one family at a time (as FuzzNormalize).
+	for i, family := range strings.Split(string(readFixture(f, "dcgm-exporter-t4-a10g-datadog-fixture.prom")), "\n# HELP ") {
+		if i > 0 {
+			family = "# HELP " + family
+		}
+		f.Add(family + "\n")
+	}
 	f.Add("DCGM_FI_PROF_SM_ACTIVE{UUID=\"GPU-1\",GPU_I_ID=\"1\"} 0.5\n")
 	f.Add("# TYPE DCGM_FI_PROF_DRAM_ACTIVE counter\nDCGM_FI_PROF_DRAM_ACTIVE{UUID=\"\"} 1\n")
 	f.Fuzz(func(t *testing.T, text string) {
@@ -70,7 +80,7 @@ func FuzzDCGMProfiling(f *testing.F) {
 		}
 		readings, _ := DCGMProfiling(mfs)
 		for _, r := range readings {
-			if r.UUID == "" || r.Value < 0 || r.Value != r.Value {
+			if r.UUID == "" || r.Value < 0 || r.Value != r.Value || math.IsInf(r.Value, 0) || !slices.Contains(slices.Collect(maps.Values(dcgmFields)), r.Field) {
 				t.Fatalf("reading %+v escaped the checks", r)
 			}
 		}

@@ -49,6 +49,42 @@ func ParseEngine(name string) (Engine, error) {
 	return Engine(name), nil
 }
 
+// Wanted says whether an engine family is read by some mapping, or tells
+// which engine exposed it: scrapes parse only such families.
+func Wanted(name string) bool {
+	if mappedFamilies[name] {
+		return true
+	}
+	for _, e := range detectOrder {
+		if specs[e].owns(name) {
+			return true
+		}
+	}
+	return false
+}
+
+var mappedFamilies = func() map[string]bool {
+	out := map[string]bool{}
+	var add func(src source)
+	add = func(src source) {
+		out[src.name] = true
+		if src.over != nil {
+			add(*src.over)
+		}
+		if src.count != nil {
+			add(*src.count)
+		}
+	}
+	for _, sp := range specs {
+		for _, m := range sp.mappings {
+			for _, src := range m.from {
+				add(src)
+			}
+		}
+	}
+	return out
+}()
+
 // Detect guesses which engine exposed families, for targets configured
 // without one.
 func Detect(families map[string]*dto.MetricFamily) (Engine, error) {

@@ -1,11 +1,15 @@
 package engines
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -19,16 +23,37 @@ const acceptHeader = "text/plain;version=0.0.4;q=1,application/openmetrics-text;
 // ErrTooLarge reports a response body over the size limit given to Scrape.
 var ErrTooLarge = errors.New("response body exceeds the size limit")
 
+// ErrTooManySeries reports more series kept than Limits.MaxSeries.
+var ErrTooManySeries = errors.New("more series than the limit")
+
+// Limits bound what one scrape may cost. Parsing a text exposition builds
+// every series in memory, ten or more times the bytes it came in; so series
+// of families no one reads are dropped as lines, before parsing, and the
+// series kept are counted.
+type Limits struct {
+	// MaxBytes is the largest body read; a larger one is an error, never a
+	// truncated parse.
+	MaxBytes int64
+	// MaxSeries is the most sample lines kept (a histogram's bucket, sum
+	// and count lines count one each); 0 means no limit.
+	MaxSeries int
+	// Keep says which families to parse; nil keeps every family.
+	Keep func(family string) bool
+}
+
+// parseSlots bounds how many expositions are parsed at once, whatever the
+// number of targets, so that peak memory is that of a few bounded parses.
+var parseSlots = make(chan struct{}, 2)
+
 // Scrape fetches an engine's metrics endpoint within ctx's deadline, with
-// client, or http.DefaultClient if nil. A body larger than maxBytes is an
-// error, never a truncated parse. Duplicate series are rejected, as
-// Prometheus would reject them.
-func Scrape(ctx context.Context, client *http.Client, url string, maxBytes int64) (map[string]*dto.MetricFamily, error) {
+// client, or http.DefaultClient if nil, within lim. Duplicate series are
+// rejected, as Prometheus would reject them.
+func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (map[string]*dto.MetricFamily, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	if maxBytes <= 0 {
-		return nil, fmt.Errorf("size limit must be positive, got %d", maxBytes)
+	if lim.MaxBytes <= 0 {
+		return nil, fmt.Errorf("size limit must be positive, got %d", lim.MaxBytes)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -44,11 +69,134 @@ func Scrape(ctx context.Context, client *http.Client, url string, maxBytes int64
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, fmt.Errorf("GET %s: unexpected status %s", req.URL.Redacted(), resp.Status)
 	}
-	families, err := parse(&cappedReader{r: resp.Body, left: maxBytes}, expfmt.ResponseFormat(resp.Header))
+	format := expfmt.ResponseFormat(resp.Header)
+	switch format.FormatType() {
+	case expfmt.TypeTextPlain, expfmt.TypeOpenMetrics, expfmt.TypeUnknown:
+	default:
+		// acceptHeader asks for text only. Protobuf would bypass the line
+		// filter and its series limit, and its decoder trusts each
+		// message's length prefix (expfmt's protoDecoder sets protodelim
+		// MaxSize -1, "no limit"): a prefix claiming terabytes is
+		// allocated before a byte of it is read.
+		return nil, fmt.Errorf("GET %s: content type %q was not asked for", req.URL.Redacted(), resp.Header.Get("Content-Type"))
+	}
+	select {
+	case parseSlots <- struct{}{}:
+		defer func() { <-parseSlots }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("GET %s: waiting to parse: %w", req.URL.Redacted(), ctx.Err())
+	}
+	body := newLineFilter(&cappedReader{r: resp.Body, left: lim.MaxBytes}, lim)
+	families, err := parse(body, format)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
 	}
 	return families, nil
+}
+
+// lineFilter passes the lines of a text exposition (Prometheus text or
+// OpenMetrics) that belong to kept families, and fails once more sample
+// lines than the limit are kept. Label values cannot hold a raw newline in
+// either format (it is escaped as \n), so lines are whole records.
+type lineFilter struct {
+	in      *bufio.Reader
+	lim     Limits
+	samples int
+	buf     []byte
+	err     error
+}
+
+// maxLine bounds one line, so that a body without newlines cannot make the
+// filter hold it whole.
+const maxLine = 1 << 20
+
+func newLineFilter(r io.Reader, lim Limits) *lineFilter {
+	return &lineFilter{in: bufio.NewReaderSize(r, 64<<10), lim: lim}
+}
+
+func (f *lineFilter) Read(p []byte) (int, error) {
+	for len(f.buf) == 0 {
+		if f.err != nil {
+			return 0, f.err
+		}
+		line, err := f.readLine()
+		if err != nil {
+			f.err = err
+		}
+		if len(line) > 0 && f.keep(line) {
+			f.buf = line
+		}
+		if f.lim.MaxSeries > 0 && f.samples > f.lim.MaxSeries {
+			f.err, f.buf = fmt.Errorf("%w (%d)", ErrTooManySeries, f.lim.MaxSeries), nil
+		}
+	}
+	n := copy(p, f.buf)
+	f.buf = f.buf[n:]
+	return n, nil
+}
+
+// readLine returns the next line; a line that fits the reader's buffer is
+// returned without a copy, valid until the next call.
+func (f *lineFilter) readLine() ([]byte, error) {
+	chunk, err := f.in.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return chunk, err
+	}
+	line := slices.Clone(chunk)
+	for {
+		chunk, err := f.in.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > maxLine {
+			return nil, fmt.Errorf("a line longer than %d bytes", maxLine)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return line, err
+	}
+}
+
+// keep decides on one line and counts the sample lines kept. Only the
+// metric name is turned into a string: a huge body of unread families costs
+// little more than reading it.
+func (f *lineFilter) keep(line []byte) bool {
+	b := bytes.TrimLeft(line, " \t")
+	if len(b) > 0 && b[0] == '#' {
+		// The text parser reads "#TYPE x" as "# TYPE x": the blanks after
+		// '#' are optional to it (found by fuzzing: such a TYPE line was
+		// dropped, and x's histogram read as untyped lines).
+		fields := bytes.Fields(b[1:])
+		if len(fields) >= 2 && (string(fields[0]) == "HELP" || string(fields[0]) == "TYPE" || string(fields[0]) == "UNIT") {
+			return f.wanted(string(fields[1]))
+		}
+		return len(fields) == 1 && string(fields[0]) == "EOF" // OpenMetrics' end marker; other comments go
+	}
+	name := b
+	if i := bytes.IndexAny(b, "{ \t\r\n"); i >= 0 {
+		name = b[:i]
+	}
+	if len(name) == 0 {
+		return true // blank lines are harmless
+	}
+	if !f.wanted(string(name)) {
+		return false
+	}
+	f.samples++
+	return true
+}
+
+// wanted asks Keep about a family, or the family a sample line's name
+// (x_bucket, x_count, …) belongs to.
+func (f *lineFilter) wanted(name string) bool {
+	if f.lim.Keep == nil || f.lim.Keep(name) {
+		return true
+	}
+	for _, suffix := range []string{"_bucket", "_count", "_sum", "_total", "_created", "_info", "_gcount", "_gsum"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok && f.lim.Keep(base) {
+			return true
+		}
+	}
+	return false
 }
 
 // parse decodes an exposition in the given format, sniffed from the response

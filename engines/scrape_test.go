@@ -34,7 +34,7 @@ func scrape(t *testing.T, url string, maxBytes int64) (map[string]*dto.MetricFam
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return Scrape(ctx, nil, url, maxBytes)
+	return Scrape(ctx, nil, url, Limits{MaxBytes: maxBytes})
 }
 
 func TestScrapeSendsAcceptPreferringText(t *testing.T) {
@@ -138,6 +138,11 @@ h_bucket{le="+Inf"} 1
 h_count 1
 `, "duplicate bucket le=1"},
 		{"HTML error page served as 200", "text/html", http.StatusOK, "<html><body>Bad gateway</body></html>\n", "parsing metrics"},
+		// Found by fuzzing the protobuf decoder: the varint length prefix
+		// 99 99 99 99 d9 3f (7-bit groups 19 19 19 19 59 3f, low first)
+		// claims 0x1fd93264c99 = 2,188,607,114,393 bytes, which the decoder
+		// allocated at once: the process died out of memory.
+		{"protobuf not asked for", "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited", http.StatusOK, "\x99\x99\x99\x99\xd9?\x1a\x0e\b", "content type \"application/vnd.google.protobuf"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,7 +192,7 @@ func TestScrapeHonoursDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := Scrape(ctx, http.DefaultClient, srv.URL, 1<<20)
+	_, err := Scrape(ctx, http.DefaultClient, srv.URL, Limits{MaxBytes: 1 << 20})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("error = %v, want the deadline exceeded", err)
 	}

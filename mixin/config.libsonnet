@@ -15,9 +15,10 @@
     // the same scrape target with the same uuid belong to the same device.
     deviceKeyLabels: [self.clusterLabel, 'job', 'instance', 'uuid'],
 
-    // Pod labels the exporter copies onto owner series (its pod-label
-    // allow-list, as Prometheus label names). Alerts and per-pod views keep
-    // them next to the owner labels below.
+    // Pod labels the exporter is told to copy (its pod-label allow-list,
+    // sanitized as Prometheus label names, e.g. 'team'). The exporter puts
+    // them only on xpu_workload_info, as label_<name>; inference alerts join
+    // them from there.
     podLabelAllowList: [],
 
     // Labels naming the owner of a device, per kind of owner.
@@ -28,10 +29,24 @@
     },
 
     // Device alerts.
+    //
+    // Temperatures are judged against each GPU's own limits, which the
+    // exporter reads from the driver (xpu_temperature_threshold_celsius):
+    // High when the GPU core passes its maximum operating temperature or the
+    // memory comes within memoryTemperatureMarginCelsius of its maximum;
+    // Critical when the core reaches its slowdown threshold or the memory its
+    // maximum. The fixed values below apply only to devices whose driver
+    // reports no such threshold.
     temperatureWarningCelsius: 85,
     temperatureWarningFor: '5m',
     temperatureCriticalCelsius: 95,
     temperatureCriticalFor: '2m',
+    memoryTemperatureWarningCelsius: 90,
+    memoryTemperatureCriticalCelsius: 95,
+    memoryTemperatureMarginCelsius: 5,
+    // A GPU that stopped answering the driver (fell off the bus) pages
+    // within minutes.
+    deviceLostFor: '2m',
     // Below this utilization a device counts as idle (alerts, fleet idle
     // fraction, health score's busy gate).
     idleUtilizationThreshold: 0.05,
@@ -39,26 +54,47 @@
     memoryNearlyFullRatio: 0.95,
     memoryNearlyFullFor: '5m',
     // Counter-based alerts look back this far; they fire at once (for: 0m)
-    // because a single uncorrectable ECC or XID event already matters.
+    // because a single uncorrectable ECC or hardware Xid already matters.
     eccUncorrectableWindow: '10m',
     eccUncorrectableFor: '0m',
     xidWindow: '10m',
     xidFor: '0m',
+    // A counter series seen anywhere in this range before the window is not
+    // new: scrape gaps and stale markers shorter than this never look like
+    // a first event.
+    xidSeenLookback: '1h',
+    // Xid codes that mean the GPU itself needs attention (NVIDIA's Xid
+    // catalogue, docs.nvidia.com/deploy/xid-errors): 48 double-bit ECC,
+    // 61/62 internal micro-controller fault, 63/64 ECC page retirement or
+    // row remapping, 74 NVLink error, 79 fallen off the bus, 92 high
+    // single-bit ECC rate, 94/95 contained/uncontained ECC error, 119/120
+    // GSP timeout/error, 140 unrecovered ECC error. These page and lower the
+    // health score; the others (13, 31, 43, 45, … raised when a user job
+    // crashes) are only shown on the dashboards.
+    xidHardware: ['48', '61', '62', '63', '64', '74', '79', '92', '94', '95', '119', '120', '140'],
     // sw_power_cap is left out on purpose: a busy GPU sitting at its power
-    // limit is normal, not a fault.
+    // limit is normal, not a fault. A device alerts once it has been
+    // throttled for one of these reasons more than throttleFraction of
+    // throttleWindow: the flag is sampled at each scrape and flips often.
     throttleReasons: ['hw_slowdown', 'sw_thermal_slowdown', 'hw_thermal_slowdown', 'hw_power_brake_slowdown'],
-    throttleFor: '10m',
-    // DCGM's health check flags more than 8 PCIe replays per minute.
+    throttleWindow: '15m',
+    throttleFraction: 0.5,
+    throttleFor: '5m',
+    // DCGM's health check flags more than 8 PCIe replays per minute (an
+    // input of the health score).
     pcieReplaysPerMinute: 8,
-    pcieReplaysFor: '5m',
 
     // Fleet alerts.
     fleetIdleFraction: 0.2,
     fleetIdleFor: '15m',
     healthScoreThreshold: 0.5,
     healthScoreFor: '15m',
+    // Corrected ECC errors per hour above which the health score drops.
     eccCorrectedPerHour: 100,
-    eccCorrectedFor: '15m',
+    // An exporter target that is down, or that served devices within this
+    // lookback and is gone, hides every device alert of its node.
+    exporterDownFor: '5m',
+    exporterGoneLookback: '1h',
 
     // Device health score (see README.md): how far back an event still
     // lowers the score, and how much each input takes off a score of 1.
@@ -69,6 +105,7 @@
       xid: 0.3,
       pcie: 0.3,
       thermal: 0.3,
+      ecc_corrected: 0.2,
     },
 
     // Inference alerts.
@@ -80,11 +117,12 @@
     inferenceKvCacheFor: '15m',
     inferenceQueueWaiting: 10,
     inferenceQueueFor: '10m',
-    // Fires when generated tokens/s fall below this fraction of 1h ago.
-    inferenceThroughputDropRatio: 0.5,
-    inferenceThroughputFor: '15m',
+    // The error ratio is judged only above this many requests per second:
+    // one failed request out of three is not an outage.
     inferenceErrorRatio: 0.05,
+    inferenceErrorMinRequestsPerSecond: 0.1,
     inferenceErrorFor: '10m',
+    inferenceDownFor: '5m',
 
     // Usage rules (allocation, GPU-hours, cost, energy) are evaluated at a
     // fixed interval so that sum_over_time(rule[30d]) * interval / 1h turns
@@ -94,6 +132,9 @@
     // (cluster label value -> intensity) for fleets spread over regions.
     gridCarbonIntensity: 400,
     gridCarbonIntensityByCluster: {},
+    // GPU models (a regex on the model label) whose MIG mode has 4 compute
+    // slices rather than 7.
+    migFourSliceModels: ['.*A30.*'],
 
     runbookURLPattern: 'https://github.com/xpu-exporter/xpu_exporter/blob/main/mixin/runbook.md#%s',
 

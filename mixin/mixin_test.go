@@ -21,6 +21,8 @@ import (
 
 	"github.com/google/go-jsonnet"
 	"gopkg.in/yaml.v3"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/testenv"
 )
 
 type rule struct {
@@ -198,16 +200,18 @@ func TestAlertConventions(t *testing.T) {
 			if !strings.Contains(description, "{{") {
 				t.Errorf("%s: description is not templated", r.Alert)
 			}
-			// Every alert but the fleet-wide idle fraction is about one
-			// device or server and names its owner.
-			if r.Alert != "XpuFleetIdleFractionHigh" {
+			// Every alert but the fleet-wide idle fraction and a whole
+			// exporter gone is about one device or server and names its
+			// owner.
+			notOneDevice := r.Alert == "XpuFleetIdleFractionHigh" || r.Alert == "XpuExporterDown"
+			if !notOneDevice {
 				for _, label := range []string{"$labels.pod", "$labels.slurm_job_id", "$labels.unit"} {
 					if !strings.Contains(description, label) {
 						t.Errorf("%s: description does not name the owner (%s)", r.Alert, label)
 					}
 				}
 			}
-			if g.Name != "xpu-inference" && r.Alert != "XpuFleetIdleFractionHigh" && !strings.Contains(description, "$labels.uuid") {
+			if g.Name != "xpu-inference" && !notOneDevice && !strings.Contains(description, "$labels.uuid") {
 				t.Errorf("%s: description does not name the device", r.Alert)
 			}
 			anchor := strings.ToLower(r.Alert)
@@ -226,7 +230,10 @@ func TestAlertConventions(t *testing.T) {
 
 func TestRuleConventions(t *testing.T) {
 	m := evaluate(t, "{}")
-	record := regexp.MustCompile(`^[a-z_]+:xpu_[a-z0-9_]+:[a-z0-9_]+$`)
+	// level:metric:operations, the operations from this list, newest
+	// first (Prometheus's recording-rule naming practice): what a rule
+	// does, never what its value means (no :allocated, :score, :weight).
+	record := regexp.MustCompile(`^[a-z_]+:xpu_[a-z0-9_]+:((sum|avg|max|min|count|group|ratio|mul|clamp_min|rate5m)(_|$))+$`)
 	names := map[string]bool{}
 	for _, g := range append(m.Alerts.Groups, m.Rules.Groups...) {
 		if names[g.Name] {
@@ -274,13 +281,10 @@ func TestConfigKnobs(t *testing.T) {
 		podLabelAllowList: ['team'],
 		gridCarbonIntensityByCluster: { 'eu-1': 50, 'us-2': 350 },
 	}`)
-	var co2, ttft string
+	var co2 string
 	for _, r := range m.allRules() {
-		switch {
-		case r.Record == "namespace:xpu_co2_grams_per_hour:sum":
+		if r.Record == "namespace:xpu_co2_grams_per_hour:sum" {
 			co2 = r.Expr
-		case r.Alert == "XpuInferenceTtftHigh":
-			ttft = r.Expr
 		}
 	}
 	for _, want := range []string{
@@ -291,9 +295,6 @@ func TestConfigKnobs(t *testing.T) {
 		if !strings.Contains(co2, want) {
 			t.Errorf("CO2 rule %q lacks %q", co2, want)
 		}
-	}
-	if !strings.Contains(ttft, "workload_kind, team, slurm_job_id") {
-		t.Errorf("inference alerts drop the allowed pod label: %q", ttft)
 	}
 	for file, d := range m.Dashboards {
 		for _, v := range d.Templating.List {
@@ -336,8 +337,35 @@ func TestDashboards(t *testing.T) {
 				t.Errorf("%s: cluster variable shown without showMultiCluster", file)
 			}
 		}
-		if len(variables) < 4 || !slices.Equal(variables[:4], []string{"datasource", "cluster", "node", "namespace"}) {
-			t.Errorf("%s: variables %v, want datasource, cluster, node, namespace first", file, variables)
+		if len(variables) < 3 || !slices.Equal(variables[:3], []string{"datasource", "cluster", "node"}) {
+			t.Errorf("%s: variables %v, want datasource, cluster, node first", file, variables)
+		}
+		// The fleet counts devices whoever owns them; every other
+		// dashboard has per-owner panels and lets one pick the owner.
+		owners := slices.Contains(variables, "namespace") && slices.Contains(variables, "workload") && slices.Contains(variables, "pod")
+		if owners == (file == "xpu-fleet-overview.json") {
+			t.Errorf("%s: variables %v: want namespace, workload and pod on every dashboard but the fleet overview", file, variables)
+		}
+		// Throttling panels count the reasons the alerts count, not the
+		// power cap a busy GPU sits at.
+		reasons := fmt.Sprintf(`reason=~"%s"`, strings.Join(anyStrings(m.Config["throttleReasons"]), "|"))
+		for _, p := range d.Panels {
+			for _, q := range p.Targets {
+				if strings.Contains(q.Expr, "xpu_clock_throttled") && !strings.Contains(q.Expr, reasons) {
+					t.Errorf("%s: panel %q counts throttle reasons other than %s: %s", file, p.Title, reasons, q.Expr)
+				}
+			}
+		}
+		// Series that never carry owner labels cannot be filtered by
+		// owner: the panels would go blank when one is picked.
+		for _, p := range d.Panels {
+			for _, q := range p.Targets {
+				for _, name := range []string{"xpu_device_info", "xpu_device_hourly_cost", "xpu_inference_up"} {
+					if regexp.MustCompile(name + `\{[^}]*\$(namespace|workload|pod)\b`).MatchString(q.Expr) {
+						t.Errorf("%s: panel %q filters %s by owner: %s", file, p.Title, name, q.Expr)
+					}
+				}
+			}
 		}
 		ids := map[int]bool{}
 		cells := map[[2]int]string{}
@@ -384,10 +412,7 @@ func TestPromQLParses(t *testing.T) {
 
 func checkPromQL(t *testing.T, m mixin, queries map[string]string) {
 	t.Helper()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not installed (Debian: apt-get install prometheus)")
-	}
+	promtool := testenv.LookPath(t, "promtool", "make test-deps installs Debian's prometheus package")
 	dashboards := group{Name: "dashboard-queries"}
 	keys := slices.Sorted(maps.Keys(queries))
 	for i, k := range keys {
@@ -421,10 +446,13 @@ func TestRecordedNames(t *testing.T) {
 	for _, r := range m.allRules() {
 		exprs[r.Alert+r.Record] += "\n" + r.Expr
 	}
-	token := regexp.MustCompile(`[A-Za-z0-9_:]+`)
+	// A name starts with a letter where no other name character precedes
+	// it: a subquery's [1h:1m] is no name.
+	token := regexp.MustCompile(`(?:^|[^A-Za-z0-9_:])([A-Za-z_][A-Za-z0-9_:]*)`)
 	used := map[string]bool{}
 	for where, expr := range exprs {
-		for _, name := range token.FindAllString(expr, -1) {
+		for _, m := range token.FindAllStringSubmatch(expr, -1) {
+			name := m[1]
 			if strings.Contains(name, ":") && !records[name] {
 				t.Errorf("%s: %s is not recorded by the mixin", where, name)
 			}
@@ -553,5 +581,118 @@ func TestKubePrometheusImport(t *testing.T) {
 	}
 	if kp.Rule.Kind != "PrometheusRule" || alerts != 17 || records == 0 {
 		t.Errorf("%s with %d alerts and %d recording rules, want a PrometheusRule with 17 alerts and the recording rules", kp.Rule.Kind, alerts, records)
+	}
+}
+
+// podLabelAllowList changes what the alerts carry, not only their text:
+// with 'team' allowed, a promtool run of the rendered inference alerts
+// gives a pod's alert the label_team of the pod's xpu_workload_info (the
+// only series the exporter puts it on), and leaves a Slurm job's alert,
+// which has no pod, as it was.
+func TestPodLabelAllowListReachesAlerts(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (Debian: apt-get install prometheus)")
+	}
+	m := evaluate(t, `{ podLabelAllowList: ['team'] }`)
+	var alerts []group
+	for _, g := range m.Alerts.Groups {
+		if g.Name == "xpu-inference" {
+			alerts = append(alerts, g)
+		}
+	}
+	dir := t.TempDir()
+	out, err := yaml.Marshal(map[string][]group{"groups": alerts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Both servers keep their KV cache above the 95% threshold; the alert
+	// has for: 15m, so it fires at 20m.
+	const tests = `rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'xpu_inference_kv_cache_usage_ratio{job="xpu-exporter", instance="node-1", engine="vllm", model="llama", namespace="ml", pod="llm-0", container="vllm", workload="llm", workload_kind="Deployment"}'
+        values: '0.99x30'
+      - series: 'xpu_workload_info{job="xpu-exporter", instance="node-1", namespace="ml", pod="llm-0", container="vllm", workload="llm", workload_kind="Deployment", label_team="search"}'
+        values: '1x30'
+      - series: 'xpu_inference_kv_cache_usage_ratio{job="xpu-exporter", instance="node-2", engine="sglang", model="qwen", slurm_job_id="7", slurm_user="bob"}'
+        values: '0.99x30'
+      - series: 'xpu_workload_info{job="xpu-exporter", instance="node-2", slurm_job_id="7", slurm_user="bob"}'
+        values: '1x30'
+    alert_rule_test:
+      - eval_time: 20m
+        alertname: XpuInferenceKvCachePressure
+        exp_alerts:
+          - exp_labels: {severity: warning, job: xpu-exporter, instance: node-1, engine: vllm, model: llama, namespace: ml, pod: llm-0, container: vllm, workload: llm, workload_kind: Deployment, label_team: search}
+            exp_annotations: {summary: An inference server is running out of KV cache., description: 'vllm serving llama (owner: pod ml/llm-0) has used 99% of its KV cache for 15m; requests get preempted or queued.', runbook_url: 'https://github.com/xpu-exporter/xpu_exporter/blob/main/mixin/runbook.md#xpuinferencekvcachepressure'}
+          - exp_labels: {severity: warning, job: xpu-exporter, instance: node-2, engine: sglang, model: qwen, slurm_job_id: "7", slurm_user: bob}
+            exp_annotations: {summary: An inference server is running out of KV cache., description: 'sglang serving qwen (owner: Slurm job 7 of bob) has used 99% of its KV cache for 15m; requests get preempted or queued.', runbook_url: 'https://github.com/xpu-exporter/xpu_exporter/blob/main/mixin/runbook.md#xpuinferencekvcachepressure'}
+`
+	if err := os.WriteFile(filepath.Join(dir, "tests.yaml"), []byte(tests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "tests.yaml")
+	cmd.Dir = dir
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool test rules: %v\n%s", err, msg)
+	}
+}
+
+func anyStrings(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+// The promtool fixtures use the label sets the exporter emits: owner
+// labels never on xpu_device_info, xpu_device_hourly_cost or the engine's
+// xpu_inference_up, and instance is a node name (the chart's relabeling),
+// not a pod address.
+func TestPromrulesFixturesUseRealLabelSets(t *testing.T) {
+	files, err := filepath.Glob("../promrules/tests/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no promtool tests: %v", err)
+	}
+	m := evaluate(t, "{}")
+	var owners []string
+	for _, kind := range []string{"kubernetes", "slurm", "process"} {
+		owners = append(owners, anyStrings(m.Config["ownerLabels"].(map[string]any)[kind])...)
+	}
+	label := regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var suite struct {
+			Tests []struct {
+				InputSeries []struct {
+					Series string `yaml:"series"`
+				} `yaml:"input_series"`
+			} `yaml:"tests"`
+		}
+		if err := yaml.Unmarshal(data, &suite); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for _, test := range suite.Tests {
+			for _, in := range test.InputSeries {
+				name := in.Series[:strings.IndexAny(in.Series+"{", "{")]
+				for _, l := range label.FindAllStringSubmatch(in.Series, -1) {
+					if l[1] == "instance" && strings.Contains(l[2], ":") {
+						t.Errorf("%s: %s: instance %q is an address; the chart sets the node name", filepath.Base(file), in.Series, l[2])
+					}
+					if slices.Contains([]string{"xpu_device_info", "xpu_device_hourly_cost", "xpu_inference_up"}, name) && slices.Contains(owners, l[1]) {
+						t.Errorf("%s: %s carries owner label %s, which the exporter never puts on %s", filepath.Base(file), in.Series, l[1], name)
+					}
+				}
+			}
+		}
 	}
 }

@@ -1,101 +1,101 @@
-// Package otlp pushes the exporter's metrics to an OpenTelemetry (OTLP/HTTP)
-// endpoint, for teams without Prometheus. It reads the same registry that
-// /metrics serves, through the OpenTelemetry Prometheus bridge, so both
-// carry the same series and owner labels.
+// Package otlp pushes the exporter's metrics to an OpenTelemetry (OTLP)
+// receiver over gRPC or HTTP, for teams without Prometheus. It reads the
+// same registry that /metrics serves, so both carry the same series and
+// owner labels; optionally it adds (or substitutes) the names of
+// OpenTelemetry's semantic conventions (semconv.go).
+//
+// Failure contract: a push that fails is retried with backoff within its
+// interval, then dropped; nothing queues while the receiver is down, so
+// memory stays at one batch however long the outage. Every push is counted
+// in xpu_otlp_exports_total{result}; a change between success and failure
+// is logged once. Header values never reach a log line.
 package otlp
 
 import (
 	"context"
-	"errors"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	prombridge "go.opentelemetry.io/contrib/bridges/prometheus"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/resource"
-
-	"github.com/prometheus/client_golang/prometheus"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
-// Config says where and how often to push.
-type Config struct {
-	// Endpoint is host:port of the OTLP/HTTP receiver; URLPath defaults to
-	// /v1/metrics.
-	Endpoint string
-	URLPath  string
-	Interval time.Duration
-	Insecure bool              // plain HTTP instead of HTTPS
-	Headers  map[string]string // e.g. an API key
-	// Node names the pushing host in the resource (host.name).
-	Node    string
-	Version string
-}
+const scopeName = "github.com/xpu-exporter/xpu_exporter/otlp"
 
-// ParseHeaders reads KEY=VALUE flags.
-func ParseHeaders(flags []string) (map[string]string, error) {
-	h := map[string]string{}
-	for _, f := range flags {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok || strings.TrimSpace(k) == "" {
-			return nil, fmt.Errorf("OTLP header %q: want KEY=VALUE", f)
-		}
-		h[strings.TrimSpace(k)] = v
-	}
-	return h, nil
-}
+// processStart is the start time of the cumulative sums made from gauges.
+var processStart = time.Now()
+
+// maxPEMBytes bounds the CA and client certificate files: a PEM bundle of
+// every public root is about 200 KiB.
+const maxPEMBytes = 1 << 20
 
 // Pusher pushes periodically until Shutdown.
 type Pusher struct {
 	provider *sdkmetric.MeterProvider
 }
 
-// Start begins pushing what gatherer gathers every cfg.Interval. A push that
-// fails is retried by the OTLP exporter and logged through otel's error
-// handler; it never stops /metrics.
-func Start(cfg Config, gatherer prometheus.Gatherer, logger *slog.Logger) (*Pusher, error) {
-	if cfg.Endpoint == "" {
-		return nil, errors.New("OTLP endpoint is empty")
-	}
-	if cfg.Interval <= 0 {
-		return nil, fmt.Errorf("OTLP interval %v must be positive", cfg.Interval)
-	}
-	opts := []otlpmetrichttp.Option{
-		otlpmetrichttp.WithEndpoint(cfg.Endpoint),
-		otlpmetrichttp.WithHeaders(cfg.Headers),
-		otlpmetrichttp.WithTimeout(max(cfg.Interval/2, time.Second)),
-	}
-	if cfg.URLPath != "" {
-		opts = append(opts, otlpmetrichttp.WithURLPath(cfg.URLPath))
-	}
-	if cfg.Insecure {
-		opts = append(opts, otlpmetrichttp.WithInsecure())
-	}
-	exp, err := otlpmetrichttp.New(context.Background(), opts...)
+// Start begins pushing what gatherer gathers every cfg.Interval, and
+// registers xpu_otlp_exports_total with reg. It returns an error only for
+// configuration it cannot use (unreadable certificates); an unreachable
+// receiver is not an error.
+func Start(cfg *Config, gatherer prometheus.Gatherer, reg prometheus.Registerer, logger *slog.Logger) (*Pusher, error) {
+	exp, err := newExporter(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("OTLP exporter: %w", err)
+		return nil, err
 	}
-	node := cfg.Node
-	if node == "" {
-		node, _ = os.Hostname()
+	exports := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xpu_otlp_exports_total",
+		Help: "Pushes to the OTLP receiver, by result (success, failure: after the retries within one interval; the batch is then dropped).",
+	}, []string{"result"})
+	exports.WithLabelValues("success")
+	exports.WithLabelValues("failure")
+	if err := reg.Register(exports); err != nil {
+		return nil, fmt.Errorf("registering xpu_otlp_exports_total: %w", err)
 	}
-	// Schemaless, so that the SDK's default resource, of whatever semantic
-	// conventions version, merges with it.
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
-		attribute.String("service.name", "xpu_exporter"),
-		attribute.String("service.version", cfg.Version),
-		attribute.String("host.name", node)))
+	secrets := make([]string, 0, len(cfg.Headers))
+	for _, v := range cfg.Headers {
+		secrets = append(secrets, v)
+	}
+	counted := &countingExporter{Exporter: exp, exports: exports, logger: logger, endpoint: cfg.URL.Redacted(), secrets: secrets}
+	// The SDK reports what it cannot return (a failed periodic push, a
+	// partial success) through the process-wide otel error handler, which
+	// by default prints every occurrence. Failures are logged once per
+	// change by countingExporter; the rest goes to Debug, redacted.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		logger.Debug("OTLP bridge", "err", counted.redact(err))
+	}))
+
+	res, err := newResource(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("OTLP resource: %w", err)
+		return nil, err
 	}
-	reader := sdkmetric.NewPeriodicReader(exp,
+	reader := sdkmetric.NewPeriodicReader(counted,
 		sdkmetric.WithInterval(cfg.Interval),
-		sdkmetric.WithProducer(prombridge.NewMetricProducer(prombridge.WithGatherer(gatherer))))
-	logger.Info("pushing metrics over OTLP/HTTP", "endpoint", cfg.Endpoint, "interval", cfg.Interval)
+		// One collection and push, retries included, ends before the
+		// next may start: the reader runs them one after another, so at
+		// most one batch is ever held.
+		sdkmetric.WithTimeout(max(cfg.Interval, cfg.Timeout)),
+		sdkmetric.WithProducer(&producer{gatherer: gatherer, semconv: cfg.Semconv, logger: logger}))
+	logger.Info("pushing metrics over OTLP", "endpoint", cfg.URL.Redacted(), "protocol", cfg.Protocol,
+		"interval", cfg.Interval, "compression", cfg.Compression, "semconv", cfg.Semconv, "headers", headerNames(cfg.Headers))
 	return &Pusher{provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))}, nil
 }
 
@@ -103,3 +103,250 @@ func Start(cfg Config, gatherer prometheus.Gatherer, logger *slog.Logger) (*Push
 func (p *Pusher) Shutdown(ctx context.Context) error {
 	return p.provider.Shutdown(ctx)
 }
+
+func headerNames(h map[string]string) []string {
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	return names
+}
+
+// retryFor bounds the SDK's retries (exponential backoff on the
+// retryable codes of the OTLP specification, "Failures") to one interval,
+// so that a backend down for hours costs one attempt series per interval.
+func retryFor(interval time.Duration) (initial, maxInterval, maxElapsed time.Duration) {
+	return min(time.Second, interval/4), max(interval/2, time.Millisecond), interval
+}
+
+func newExporter(cfg *Config) (sdkmetric.Exporter, error) {
+	tlsCfg, err := tlsConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	initial, maxInterval, maxElapsed := retryFor(cfg.Interval)
+	ctx := context.Background()
+	// Every option is given explicitly, even empty, because the SDK also
+	// reads the OTEL_EXPORTER_OTLP_* variables itself and would otherwise
+	// let them override what the flags decided in Resolve.
+	switch cfg.Protocol {
+	case ProtocolGRPC:
+		creds := insecure.NewCredentials()
+		if tlsCfg != nil {
+			creds = credentials.NewTLS(tlsCfg)
+		}
+		return otlpmetricgrpc.New(ctx,
+			otlpmetricgrpc.WithEndpointURL(cfg.URL.String()),
+			otlpmetricgrpc.WithTLSCredentials(creds),
+			otlpmetricgrpc.WithHeaders(cfg.Headers),
+			otlpmetricgrpc.WithTimeout(cfg.Timeout),
+			otlpmetricgrpc.WithCompressor(cfg.Compression),
+			otlpmetricgrpc.WithRetry(otlpmetricgrpc.RetryConfig{Enabled: true, InitialInterval: initial, MaxInterval: maxInterval, MaxElapsedTime: maxElapsed}))
+	case ProtocolHTTPProtobuf:
+		compression := otlpmetrichttp.NoCompression
+		if cfg.Compression == "gzip" {
+			compression = otlpmetrichttp.GzipCompression
+		}
+		return otlpmetrichttp.New(ctx,
+			otlpmetrichttp.WithEndpointURL(cfg.URL.String()),
+			otlpmetrichttp.WithTLSClientConfig(tlsCfg),
+			otlpmetrichttp.WithHeaders(cfg.Headers),
+			otlpmetrichttp.WithTimeout(cfg.Timeout),
+			otlpmetrichttp.WithCompression(compression),
+			otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: true, InitialInterval: initial, MaxInterval: maxInterval, MaxElapsedTime: maxElapsed}))
+	}
+	return nil, fmt.Errorf("OTLP protocol %q", cfg.Protocol)
+}
+
+// tlsConfig is nil for plain text, else TLS with the configured CA (the
+// system's roots without one) and client certificate.
+func tlsConfig(cfg *Config) (*tls.Config, error) {
+	if cfg.URL.Scheme != "https" {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.CAFile != "" {
+		pem, err := readBounded(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("OTLP CA file: %w", err)
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("OTLP CA file %s: no PEM certificate in it", cfg.CAFile)
+		}
+	}
+	if cfg.CertFile != "" {
+		certPEM, err := readBounded(cfg.CertFile)
+		if err != nil {
+			return nil, fmt.Errorf("OTLP client certificate: %w", err)
+		}
+		keyPEM, err := readBounded(cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("OTLP client key: %w", err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("OTLP client certificate %s with key %s: %w", cfg.CertFile, cfg.KeyFile, err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPEMBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxPEMBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxPEMBytes)
+	}
+	return b, nil
+}
+
+// newResource describes the pushing exporter. The environment
+// (OTEL_RESOURCE_ATTRIBUTES) overrides what the exporter found out itself,
+// and OTEL_SERVICE_NAME overrides both for service.name, as the
+// specification's "Resource SDK" section orders it; --otlp.k8s-cluster-name
+// overrides the environment, as every flag does.
+func newResource(cfg *Config) (*resource.Resource, error) {
+	attrs := map[attribute.Key]string{
+		semconv.ServiceNameKey:    defaultServiceName,
+		semconv.ServiceVersionKey: cfg.Version,
+		semconv.HostNameKey:       cfg.Node,
+	}
+	if cfg.K8sNode != "" {
+		attrs[semconv.K8SNodeNameKey] = cfg.K8sNode
+	}
+	for k, v := range cfg.ResourceEnv {
+		attrs[attribute.Key(k)] = v
+	}
+	if cfg.ServiceName != "" {
+		attrs[semconv.ServiceNameKey] = cfg.ServiceName
+	}
+	if cfg.ClusterName != "" {
+		attrs[semconv.K8SClusterNameKey] = cfg.ClusterName
+	}
+	kvs := make([]attribute.KeyValue, 0, len(attrs))
+	for k, v := range attrs {
+		if v != "" {
+			kvs = append(kvs, k.String(v))
+		}
+	}
+	// The SDK's telemetry.sdk.* attributes, without its environment
+	// detector: Resolve has read the environment already.
+	res, err := resource.New(context.Background(), resource.WithTelemetrySDK(), resource.WithAttributes(kvs...),
+		resource.WithSchemaURL(semconv.SchemaURL))
+	if err != nil {
+		return nil, fmt.Errorf("OTLP resource: %w", err)
+	}
+	return res, nil
+}
+
+// countingExporter counts every push and logs when pushing starts or stops
+// working.
+type countingExporter struct {
+	sdkmetric.Exporter
+	exports  *prometheus.CounterVec
+	logger   *slog.Logger
+	endpoint string
+	secrets  []string
+
+	mu      sync.Mutex
+	started bool
+	failing bool
+}
+
+func (e *countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
+	err := e.Exporter.Export(ctx, rm)
+	if err != nil {
+		e.exports.WithLabelValues("failure").Inc()
+	} else {
+		e.exports.WithLabelValues("success").Inc()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case err != nil && (!e.started || !e.failing):
+		e.logger.Warn("OTLP push failed; retrying every interval, dropping the data meanwhile (xpu_otlp_exports_total counts them)",
+			"endpoint", e.endpoint, "err", e.redact(err))
+	case err == nil && e.failing:
+		e.logger.Info("OTLP push works again", "endpoint", e.endpoint)
+	case err == nil && !e.started:
+		e.logger.Info("first OTLP push succeeded", "endpoint", e.endpoint)
+	}
+	e.started, e.failing = true, err != nil
+	return err
+}
+
+// redact removes header values from err: the SDK's HTTP errors quote the
+// receiver's response body, which may echo the request's headers.
+func (e *countingExporter) redact(err error) string {
+	s := err.Error()
+	for _, v := range e.secrets {
+		if v != "" {
+			s = strings.ReplaceAll(s, v, "<redacted>")
+		}
+	}
+	return s
+}
+
+// producer turns one gathering of the registry into OTLP metrics: our
+// names with their units, and the semantic conventions' as configured.
+type producer struct {
+	gatherer prometheus.Gatherer
+	semconv  Semconv
+	logger   *slog.Logger
+}
+
+func (p *producer) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, error) {
+	mfs, err := p.gatherer.Gather()
+	if err != nil {
+		// A gathering with errors still carries what did not fail, like
+		// a scrape; pushing nothing would hide the other devices too.
+		p.logger.Debug("OTLP push: gathering had errors", "err", err)
+		if len(mfs) == 0 {
+			return nil, fmt.Errorf("gathering: %w", err)
+		}
+	}
+	sms, err := prombridge.NewMetricProducer(prombridge.WithGatherer(gathered(mfs))).Produce(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(sms) == 0 {
+		return nil, nil
+	}
+	var ours []metricdata.Metrics
+	for _, sm := range sms {
+		ours = append(ours, sm.Metrics...)
+	}
+	for i := range ours {
+		ours[i].Unit = promUnit(ours[i].Name)
+	}
+	// The bridge's scope names where our-named metrics come from.
+	out := metricdata.ScopeMetrics{Scope: sms[0].Scope}
+	switch p.semconv {
+	case SemconvNone:
+		out.Metrics = ours
+		return []metricdata.ScopeMetrics{out}, nil
+	case SemconvAlso:
+		out.Metrics = ours
+	case SemconvOnly:
+		for _, m := range ours {
+			if _, mapped := semconvMappings[m.Name]; !mapped {
+				out.Metrics = append(out.Metrics, renameOwners(m))
+			}
+		}
+	}
+	return append([]metricdata.ScopeMetrics{out}, semconvScopes(ours)...), nil
+}
+
+// gathered hands already gathered families to the Prometheus bridge.
+type gathered []*dto.MetricFamily
+
+func (g gathered) Gather() ([]*dto.MetricFamily, error) { return g, nil }

@@ -1,5 +1,10 @@
 package kubernetes
 
+import (
+	"fmt"
+	"slices"
+)
+
 // Allocation is one accelerator held by one container.
 type Allocation struct {
 	Namespace string
@@ -122,4 +127,113 @@ func (e idErrors) add(resource, id string, err error) idErrors {
 	e.seen[k] = true
 	e.list = append(e.list, err)
 	return e
+}
+
+// ClaimAllocation is one device held by one container through a DRA
+// ResourceClaim.
+type ClaimAllocation struct {
+	Namespace string
+	Pod       string
+	Container string
+	Claim     ClaimDevice
+	Device    DeviceRef
+	// Consumers is how many containers use the claim's device, so that
+	// this container's share is 1/Consumers: a claim shared by several
+	// pods or containers (with time-slicing or MPS configured on the
+	// claim) gives each the same part of the device. It is 0 when several
+	// claims share the device through consumable capacity: their parts
+	// follow the capacity each requested, which pod-resources does not
+	// report, so the share is unknown.
+	Consumers int
+}
+
+// Share is the fraction of the device the container holds, and false when
+// it is unknown (see Consumers).
+func (a ClaimAllocation) Share() (float64, bool) {
+	if a.Consumers <= 0 {
+		return 0, false
+	}
+	return 1 / float64(a.Consumers), true
+}
+
+// UnresolvedClaimDevice is a DRA device of a container that could not be
+// matched to a device: its CDI spec is missing, unreadable or stale.
+type UnresolvedClaimDevice struct {
+	Claim ClaimDevice
+	Err   error
+}
+
+// DefaultDRADrivers are the DRA drivers whose devices are accelerators:
+// NVIDIA's (k8s-dra-driver-gpu, DriverName "gpu.nvidia.com"), AMD's
+// (ROCm k8s-gpu-dra-driver), and Intel's GPU and Gaudi drivers
+// (intel-resource-drivers-for-kubernetes). Other drivers' claims, such as
+// NVIDIA's "compute-domain.nvidia.com" (IMEX channels) or network drivers,
+// hold no accelerator and are ignored.
+var DefaultDRADrivers = []string{"gpu.nvidia.com", "gpu.amd.com", "gpu.intel.com", "gaudi.intel.com"}
+
+// ClaimAllocations lists the devices the containers in pods hold through
+// DRA claims of the drivers in drivers, identified through the CDI specs of
+// the node (idx): by the first of its CDI devices that the index knows, else
+// by the node's ResourceSlices (sliceIdx, nil without them). The rest are
+// left out and returned.
+func ClaimAllocations(pods []PodResources, idx CDIIndex, drivers []string, sliceIdx ResourceSliceIndex) ([]ClaimAllocation, []UnresolvedClaimDevice) {
+	var out []ClaimAllocation
+	var unresolved []UnresolvedClaimDevice
+	// claims counts the claims (and shares of consumable capacity) on
+	// each device, consumers the containers of each of them.
+	claims := map[string]map[string]bool{}
+	consumers := map[string]map[string]bool{}
+	for _, p := range pods {
+		for _, c := range p.Containers {
+			for _, cd := range c.Claims {
+				if !slices.Contains(drivers, cd.Driver) {
+					continue
+				}
+				ref, err := identifyClaimDevice(cd, idx)
+				if sref, ok := sliceIdx[sliceKey(cd.Driver, cd.Pool, cd.Device)]; err != nil && ok {
+					ref, err = sref, nil
+				}
+				if err != nil {
+					unresolved = append(unresolved, UnresolvedClaimDevice{Claim: cd, Err: err})
+					continue
+				}
+				out = append(out, ClaimAllocation{Namespace: p.Namespace, Pod: p.Name, Container: c.Name, Claim: cd, Device: ref})
+				dev := ref.Key()
+				claim := dev + "\xff" + cd.ClaimNamespace + "/" + cd.ClaimName + "\xff" + cd.ShareID
+				if claims[dev] == nil {
+					claims[dev] = map[string]bool{}
+				}
+				claims[dev][claim] = true
+				if consumers[claim] == nil {
+					consumers[claim] = map[string]bool{}
+				}
+				consumers[claim][p.Namespace+"/"+p.Name+"/"+c.Name] = true
+			}
+		}
+	}
+	for i, a := range out {
+		dev := a.Device.Key()
+		if len(claims[dev]) == 1 {
+			claim := dev + "\xff" + a.Claim.ClaimNamespace + "/" + a.Claim.ClaimName + "\xff" + a.Claim.ShareID
+			out[i].Consumers = len(consumers[claim])
+		}
+	}
+	return out, unresolved
+}
+
+func identifyClaimDevice(cd ClaimDevice, idx CDIIndex) (DeviceRef, error) {
+	if len(cd.CDIDevices) == 0 {
+		return DeviceRef{}, fmt.Errorf("claim %s/%s device %s/%s/%s: the driver gave no CDI device", cd.ClaimNamespace, cd.ClaimName, cd.Driver, cd.Pool, cd.Device)
+	}
+	var first error
+	for _, name := range cd.CDIDevices {
+		ref, err := idx.Lookup(name)
+		if err == nil {
+			return ref, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return DeviceRef{}, fmt.Errorf("claim %s/%s device %s/%s/%s: %w", cd.ClaimNamespace, cd.ClaimName, cd.Driver, cd.Pool, cd.Device, first)
 }

@@ -40,7 +40,8 @@ func (e *DeviceIDError) Unwrap() error { return ErrUnknownDeviceID }
 
 // DeviceRef is what a device-plugin ID says about the device it names, in
 // the terms a vendor library reports, so that an allocation can be joined to
-// a device. Exactly one of UUID, PCIBusID, Index, Serial and Partition is set.
+// a device. Exactly one of UUID, PCIBusID, Index, Serial, Partition and
+// MIGParentUUID is set.
 type DeviceRef struct {
 	// Vendor is VendorNVIDIA, VendorAMD or VendorHabana, taken from the
 	// resource name's domain or, for a resource matched by a custom pattern,
@@ -50,10 +51,9 @@ type DeviceRef struct {
 	// of one device have the same ID.
 	ID string
 	// UUID is an NVIDIA GPU UUID ("GPU-…") or MIG device UUID ("MIG-…", or
-	// the legacy "MIG-GPU-<uuid>/<gi>/<ci>" that drivers before R470 report).
+	// the legacy "MIG-GPU-<uuid>/<gi>/<ci>" that drivers before R470 report
+	// as the MIG device's UUID, so it matches as a UUID).
 	UUID string
-	// LegacyMIG is set when UUID has the legacy MIG form.
-	LegacyMIG LegacyMIG
 	// PCIBusID is the PCI address, domain:bus:device.function, lower case
 	// with a 4-digit domain ("0000:c1:00.0"): AMD and Gaudi device plugins.
 	PCIBusID string
@@ -61,11 +61,14 @@ type DeviceRef struct {
 	// strategy ("3", or "3:1" for MIG instance 1 of GPU 3), or a Gaudi
 	// "hlN" device name ("N").
 	Index string
-	// Serial is a Gaudi serial number, the ID the Intel Gaudi device plugin
-	// advertises.
+	// Serial is a Gaudi board serial number ("AN15000023"): the Intel
+	// Gaudi device plugin advertises each device as the serial number HLML
+	// reports for it, which hl-smi's serial field prints.
 	Serial string
-	// Partition is an AMD compute partition that is not a PCI function of
-	// its own ("amdgpu_xcp_30" on MI300 in CPX mode).
+	// Partition is an AMD compute partition's platform device name,
+	// "amdgpu_xcp_<n>", under which the ROCm device plugin advertises
+	// every partition of a GPU but the first (which it advertises under
+	// the GPU's PCI address).
 	Partition string
 	// Shared says the ID is one of several replicas of the device that the
 	// device plugin advertises for time-slicing or MPS: NVIDIA "<id>::<n>",
@@ -73,14 +76,11 @@ type DeviceRef struct {
 	Shared bool
 	// Replica is n of a shared ID.
 	Replica int
-}
-
-// LegacyMIG is a MIG device named the pre-R470 way: the parent GPU's UUID,
-// GPU instance ID and compute instance ID.
-type LegacyMIG struct {
-	ParentUUID      string
-	GPUInstance     int
-	ComputeInstance int
+	// MIGParentUUID and MIGGPUInstance name a MIG instance by its parent
+	// GPU and GPU instance ID, where only device minors say which it is (a
+	// DRA driver's CDI device nodes). UUID is then empty.
+	MIGParentUUID  string
+	MIGGPUInstance int
 }
 
 // Key identifies the physical (or MIG) device across all its replicas.
@@ -94,10 +94,14 @@ func (d DeviceRef) Key() string { return d.Vendor + "/" + d.ID }
 //     strategy, "<gpu index>" and "<gpu index>:<mig index>" with the index
 //     strategy, and "<id>::<n>" for replica n when time-slicing or MPS
 //     sharing is configured (internal/rm AnnotatedID).
-//   - ROCm k8s-device-plugin: the GPU's PCI address, "amdgpu_xcp_<n>" for a
-//     partition, and "<id>-slice-<n>" for time-slicing replicas.
-//   - Intel Gaudi device plugin: the device's serial number. PCI addresses
-//     and "hl<n>" names are accepted as well.
+//   - ROCm k8s-device-plugin: the GPU's PCI address, "amdgpu_xcp_<n>" for
+//     a compute partition after the first (internal/pkg/amdgpu/amdgpu.go,
+//     GetAMDGPUs), and "<id>-slice-<n>" for time-slicing replicas.
+//   - Intel Gaudi device plugin (HabanaAI, habanalabs-k8s-device-plugin):
+//     the device's serial number, which its DeviceManager.Devices sets as
+//     pluginapi.Device.ID from HLML's SerialNumber() and its Allocate turns
+//     back into a device with DeviceHandleBySerial. PCI addresses and
+//     "hl<n>" names are accepted as well.
 //
 // An ID of another shape gives a *DeviceIDError.
 func NormalizeDeviceID(resource, id string) (DeviceRef, error) {
@@ -215,9 +219,6 @@ func parseNVIDIAUUID(ref *DeviceRef, s string) bool {
 		if !found || !isUUID(parent[len("GPU-"):]) || !isIndex(gi) || !isIndex(ci) {
 			return false
 		}
-		giN, _ := strconv.Atoi(gi)
-		ciN, _ := strconv.Atoi(ci)
-		ref.LegacyMIG = LegacyMIG{ParentUUID: parent, GPUInstance: giN, ComputeInstance: ciN}
 	case strings.HasPrefix(s, "GPU-"), strings.HasPrefix(s, "MIG-"):
 		if !isUUID(s[len("GPU-"):]) {
 			return false
@@ -256,6 +257,8 @@ func parsePCI(ref *DeviceRef, s string) bool {
 	return true
 }
 
+// parseAMDPartition accepts the amdxcp driver's platform device names,
+// "amdgpu_xcp_<n>" (amdgpu_xcp_drv.c, amdgpu_xcp_drm_dev_alloc).
 func parseAMDPartition(ref *DeviceRef, s string) bool {
 	n, ok := strings.CutPrefix(s, "amdgpu_xcp_")
 	if !ok || !isIndex(n) {
@@ -274,19 +277,26 @@ func parseHabanaName(ref *DeviceRef, s string) bool {
 	return true
 }
 
-// parseSerial accepts a Gaudi serial number: letters and digits, with
-// dashes or underscores inside.
+// parseSerial accepts a board serial number: letters and digits, with
+// dashes inside, at most 64 bytes (an underscore is no serial's: it marks
+// other plugins' names, such as AMD's amdgpu_xcp_<n>). Only a habana.ai resource
+// is read this way: elsewhere a serial cannot be told from another
+// vendor's ID.
 func parseSerial(ref *DeviceRef, s string) bool {
 	if len(s) > 64 || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if !isAlnum(s[i]) && s[i] != '-' && s[i] != '_' {
+		if !isAlnum(s[i]) && s[i] != '-' {
 			return false
 		}
 	}
 	ref.Serial = s
 	return true
+}
+
+func isAlnum(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // isUUID accepts the 8-4-4-4-12 hexadecimal form NVML prints.
@@ -338,8 +348,4 @@ func isHex(s string) bool {
 		}
 	}
 	return true
-}
-
-func isAlnum(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }

@@ -7,6 +7,14 @@
 // vendor libraries report (NormalizeDeviceID), and time-sliced replicas are
 // counted against what the device plugin advertises (Allocations).
 //
+// Devices allocated through Dynamic Resource Allocation come in the same
+// pod-resources answer, named by their DRA driver and CDI device names. The
+// CDI specs the driver wrote on the node (CDISpecs), with the NVIDIA
+// driver's procfs tables for device minors, say which GPU or MIG instance
+// each is; this node's ResourceSlices (ResourceSliceSource) are the
+// fallback where the API server is reachable. A claim used by several
+// containers is split evenly between them (ClaimAllocations).
+//
 // Pod metadata (UID, labels, owning workload) comes from a MetadataSource kept
 // up to date by a watch, never by a request per scrape: the kubelet Pods API
 // where the kubelet serves it, else a node-scoped metadata-only watch through

@@ -39,11 +39,17 @@ type PodMeta struct {
 	Containers []ContainerMeta
 }
 
-// ContainerMeta is what engine discovery needs of a container.
+// ContainerMeta is what engine discovery and process attribution need of a
+// container.
 type ContainerMeta struct {
 	Name  string
 	Image string
 	Ports []int32
+	// ID is the runtime's ID of the running container (status.
+	// containerStatuses[].containerID without its "containerd://" or
+	// "cri-o://" scheme), as it appears in its processes' cgroup paths;
+	// empty before it runs.
+	ID string
 }
 
 // MetadataSource is a cache of pod metadata for the node, kept current by a

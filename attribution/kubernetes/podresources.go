@@ -60,10 +60,32 @@ type PodResources struct {
 	Containers []ContainerResources
 }
 
-// ContainerResources is one container's device allocations.
+// ContainerResources is one container's device allocations: by device
+// plugins (Devices) and by Dynamic Resource Allocation (Claims).
 type ContainerResources struct {
 	Name    string
 	Devices []ResourceDevices
+	Claims  []ClaimDevice
+}
+
+// ClaimDevice is one device of a DRA ResourceClaim that a container uses.
+// The kubelet's pod-resources v1 API (k8s.io/kubelet/pkg/apis/podresources/v1,
+// api.proto) reports it as a DynamicResource (claim name and namespace) with
+// one ClaimResource per device: "The driver name/pool name/device name
+// triplet uniquely identifies the device", and "each device at the DRA API
+// level may map to zero or more CDI devices".
+type ClaimDevice struct {
+	ClaimNamespace string
+	ClaimName      string
+	Driver         string
+	Pool           string
+	Device         string
+	// ShareID is set when the device was allocated with consumable
+	// capacity, one share of several claims on the same device.
+	ShareID string
+	// CDIDevices are fully qualified CDI device names,
+	// "vendor.com/class=name".
+	CDIDevices []string
 }
 
 // ResourceDevices is the device-plugin IDs of one resource.
@@ -126,18 +148,23 @@ func (c *Client) List(ctx context.Context) ([]PodResources, error) {
 	if err != nil {
 		return nil, c.callError("List", err)
 	}
-	pods := make([]PodResources, 0, len(resp.GetPodResources()))
-	for _, p := range resp.GetPodResources() {
+	return convertPods(resp.GetPodResources()), nil
+}
+
+func convertPods(in []*podresourcesv1.PodResources) []PodResources {
+	pods := make([]PodResources, 0, len(in))
+	for _, p := range in {
 		pod := PodResources{Namespace: p.GetNamespace(), Name: p.GetName()}
 		for _, ctr := range p.GetContainers() {
 			pod.Containers = append(pod.Containers, ContainerResources{
 				Name:    ctr.GetName(),
 				Devices: convertDevices(ctr.GetDevices()),
+				Claims:  convertClaims(ctr.GetDynamicResources()),
 			})
 		}
 		pods = append(pods, pod)
 	}
-	return pods, nil
+	return pods
 }
 
 // Allocatable returns every healthy device the device plugins advertise,
@@ -167,6 +194,34 @@ func convertDevices(devs []*podresourcesv1.ContainerDevices) []ResourceDevices {
 			out = append(out, ResourceDevices{Resource: d.GetResourceName()})
 		}
 		out[i].IDs = append(out[i].IDs, d.GetDeviceIds()...)
+	}
+	return out
+}
+
+// convertClaims flattens a container's DRA claims to one entry per device.
+// A ClaimResource without a device name is another kind of resource
+// (api.proto: "Should DRA get extended to other kinds of resources, then
+// device_name will be empty") and is left out.
+func convertClaims(drs []*podresourcesv1.DynamicResource) []ClaimDevice {
+	var out []ClaimDevice
+	for _, dr := range drs {
+		for _, cr := range dr.GetClaimResources() {
+			if cr.GetDeviceName() == "" {
+				continue
+			}
+			cd := ClaimDevice{
+				ClaimNamespace: dr.GetClaimNamespace(),
+				ClaimName:      dr.GetClaimName(),
+				Driver:         cr.GetDriverName(),
+				Pool:           cr.GetPoolName(),
+				Device:         cr.GetDeviceName(),
+				ShareID:        cr.GetShareId(),
+			}
+			for _, c := range cr.GetCdiDevices() {
+				cd.CDIDevices = append(cd.CDIDevices, c.GetName())
+			}
+			out = append(out, cd)
+		}
 	}
 	return out
 }

@@ -95,15 +95,16 @@ func TestClientH100Fixture(t *testing.T) {
 
 func TestClientOtherVendorFixtures(t *testing.T) {
 	tests := []struct {
-		file string
-		want map[string]float64 // device key → share
+		file    string
+		want    map[string]float64 // device key → share
+		unknown int                // IDs no collector's devices can be joined to
 	}{
 		{"amd-mi300x-node.yaml", map[string]float64{
 			"amd/0000:0c:00.0": 1, "amd/0000:22:00.0": 1, "amd/0000:38:00.0": 0.5,
-		}},
-		{"gaudi2-node.yaml", map[string]float64{
-			"habana/AM30012345": 1, "habana/AM30012346": 1,
-		}},
+		}, 0},
+		// The Gaudi plugin names devices by serial number: the container
+		// holds two whole devices.
+		{"gaudi2-node.yaml", map[string]float64{"habana/AM30012345": 1, "habana/AM30012346": 1}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -118,8 +119,8 @@ func TestClientOtherVendorFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			allocs, errs := Allocations(pods, allocatable, mustMatcher(t))
-			if len(errs) != 0 {
-				t.Fatal(errs)
+			if len(errs) != tt.unknown {
+				t.Fatalf("%d unknown IDs, want %d: %v", len(errs), tt.unknown, errs)
 			}
 			got := map[string]float64{}
 			for _, a := range allocs {
@@ -300,5 +301,79 @@ func TestClientNoKubelet(t *testing.T) {
 	}
 	if _, err := Dial(""); err == nil {
 		t.Error("Dial accepted an empty socket path")
+	}
+}
+
+// The DRA node's fixture, end to end: DynamicResources over a real socket,
+// devices identified through the CDI specs, shares of the shared claim.
+func TestClientDRAFixture(t *testing.T) {
+	k := kubelettest.StartFile(t, filepath.Join(fixtureDir, "a100-dra-node.yaml"))
+	c := dialFake(t, k)
+	pods, err := c.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var single ClaimDevice
+	for _, p := range pods {
+		if p.Name == "dra-single" {
+			single = p.Containers[0].Claims[0]
+		}
+	}
+	wantSingle := ClaimDevice{
+		ClaimNamespace: "ml", ClaimName: "single-gpu-x7k2p", Driver: "gpu.nvidia.com", Pool: "a100-dra-node", Device: "gpu-1",
+		CDIDevices: []string{"k8s.gpu.nvidia.com/claim=6c1f0d2e-4b8a-4e7c-9f3d-2a5b8c7e1d90-gpu-1"},
+	}
+	if fmt.Sprint(single) != fmt.Sprint(wantSingle) {
+		t.Errorf("claim of ml/dra-single = %+v, want %+v", single, wantSingle)
+	}
+
+	idx, problems, err := (&CDISpecs{Dir: filepath.Join(cdiFixtureDir, "a100-dra-node"), ProcRoot: nvidiaProcfs(t)}).Load()
+	if err != nil || len(problems) > 0 {
+		t.Fatal(err, problems)
+	}
+	allocs, unresolved := ClaimAllocations(pods, idx, DefaultDRADrivers, nil)
+	if len(unresolved) > 0 {
+		t.Fatalf("unresolved: %+v", unresolved)
+	}
+	got := map[string]string{}
+	for _, a := range allocs {
+		share, ok := a.Share()
+		got[a.Namespace+"/"+a.Pod] = fmt.Sprintf("%s %v %v", a.Device.ID, share, ok)
+	}
+	want := map[string]string{
+		// One claim, one consumer: the whole GPU.
+		"ml/dra-single": draGPUs[1].UUID + " 1 true",
+		// ml/shared-gpu is used by two pods: 1/2 each.
+		"ml/shared-a": draGPUs[2].UUID + " 0.5 true",
+		"ml/shared-b": draGPUs[2].UUID + " 0.5 true",
+		// The MIG instance, GPU instance 1 of minor 3, whole to its pod
+		// (the MIG slice fraction is applied by the collector).
+		"ml/mig-worker": draGPUs[3].UUID + "/gi1 1 true",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("allocations\n got %v\nwant %v", got, want)
+	}
+}
+
+// Two claims on one device through consumable capacity: each got the
+// capacity it asked for, which pod-resources does not tell, so the share is
+// unknown rather than guessed as 1/2.
+func TestClaimAllocationsConsumableCapacity(t *testing.T) {
+	idx := CDIIndex{devices: map[string]DeviceRef{"v.com/c=a": {Vendor: VendorNVIDIA, ID: "GPU-x", UUID: "GPU-x"}}}
+	claim := func(name, share string) ClaimDevice {
+		return ClaimDevice{ClaimNamespace: "ns", ClaimName: name, Driver: "d", Pool: "p", Device: "gpu-0", ShareID: share, CDIDevices: []string{"v.com/c=a"}}
+	}
+	pods := []PodResources{
+		{Namespace: "ns", Name: "a", Containers: []ContainerResources{{Name: "c", Claims: []ClaimDevice{claim("one", "s1")}}}},
+		{Namespace: "ns", Name: "b", Containers: []ContainerResources{{Name: "c", Claims: []ClaimDevice{claim("two", "s2")}}}},
+	}
+	allocs, _ := ClaimAllocations(pods, idx, []string{"d"}, nil)
+	if len(allocs) != 2 {
+		t.Fatalf("got %d allocations", len(allocs))
+	}
+	for _, a := range allocs {
+		if _, ok := a.Share(); ok {
+			t.Errorf("%s: share known, want unknown", a.Pod)
+		}
 	}
 }

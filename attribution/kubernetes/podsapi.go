@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,6 +102,7 @@ func (s *PodsAPISource) run(ctx context.Context) {
 	defer close(s.done)
 	delay := minRewatchDelay
 	var generation uint64
+	failing := false
 	for ctx.Err() == nil {
 		generation++
 		delivered, err := s.watch(ctx, generation)
@@ -112,7 +114,14 @@ func (s *PodsAPISource) run(ctx context.Context) {
 		if delivered {
 			delay = minRewatchDelay
 		}
-		s.logger.Warn("Pod metadata watch failed, retrying", "err", err, "retry_in", delay)
+		// A watch that fails again without having delivered anything is
+		// the same outage: one warning for it, the retries at debug level.
+		level := slog.LevelWarn
+		if failing && !delivered {
+			level = slog.LevelDebug
+		}
+		failing = true
+		s.logger.Log(ctx, level, "Pod metadata watch failed, retrying", "err", err, "retry_in", delay)
 		select {
 		case <-ctx.Done():
 			return
@@ -160,7 +169,7 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	}
 	switch ev.GetType() {
 	case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
-		s.podCache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(pod.Spec.Containers), generation)
+		s.podCache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(pod.Spec.Containers, pod.Status.ContainerStatuses), generation)
 	case podsv1alpha1.EventType_DELETED:
 		s.podCache.remove(string(pod.UID))
 	default:
@@ -169,10 +178,17 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	return nil
 }
 
-func containerMeta(cs []corev1.Container) []ContainerMeta {
+func containerMeta(cs []corev1.Container, statuses []corev1.ContainerStatus) []ContainerMeta {
+	ids := make(map[string]string, len(statuses))
+	for _, st := range statuses {
+		// "<runtime>://<id>" (k8s.io/api core/v1 ContainerStatus.ContainerID).
+		if _, id, ok := strings.Cut(st.ContainerID, "://"); ok {
+			ids[st.Name] = id
+		}
+	}
 	out := make([]ContainerMeta, 0, len(cs))
 	for _, c := range cs {
-		cm := ContainerMeta{Name: c.Name, Image: c.Image}
+		cm := ContainerMeta{Name: c.Name, Image: c.Image, ID: ids[c.Name]}
 		for _, p := range c.Ports {
 			cm.Ports = append(cm.Ports, p.ContainerPort)
 		}

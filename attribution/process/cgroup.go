@@ -335,3 +335,149 @@ func isDigits(s string) bool {
 	}
 	return true
 }
+
+// runtimeScopes are the container runtimes that, with the systemd cgroup
+// driver, put each container in a scope of its own named
+// "<prefix>-<64-hex id>.scope" (runc's systemd driver names the unit
+// "<ScopePrefix>-<id>.scope"; dockerd's --cgroup-parent reference: "system.slice
+// for systemd cgroup driver"; podman's libpod-<id>.scope under machine.slice,
+// or the user's slice when rootless).
+var runtimeScopes = []struct{ prefix, runtime string }{
+	{"docker-", "docker"},
+	{"libpod-", "podman"},
+	{"cri-containerd-", "containerd"},
+	{"crio-", "cri-o"},
+}
+
+// OwnerUnit is the unit label of a process outside pods and Slurm jobs: the
+// unit it runs in when that unit is the same at every start, else a stable
+// name for what created it, so that containers, logins and ad-hoc runs do
+// not make a new owner each. It is "" when the cgroup names no unit.
+//
+//   - A container runtime's scope (docker-<id>.scope, libpod-<id>.scope,
+//     cri-containerd-<id>.scope, crio-<id>.scope) is one per container: the
+//     owner is the runtime ("docker", "podman", "containerd", "cri-o").
+//   - A login session's scope is one per login: pam_systemd(8) says "A new
+//     systemd scope unit is created for the session" (session-<id>.scope)
+//     and placed in "an implicit per-user slice unit below user.slice"
+//     (user-<uid>.slice), where it also starts "an instance of the system
+//     service user@.service, which runs the systemd user manager instance"
+//     (user@<uid>.service, user@.service(5)). The owner of all of these, and
+//     of the transient units inside the user manager, is user-<uid>.slice:
+//     one per user however often they log in.
+//   - systemd-run(1) "may be used to create and start a transient .service
+//     or .scope unit"; without --unit it names it itself (run-u<n>,
+//     run-r<hex>, run-p<pid>-i<n>), one per run. Desktop launchers start
+//     each application in app-…-<random>.scope or app-…@<random>.service
+//     (systemd's "Desktop Environments" integration document). Such a unit's
+//     owner is its user slice, else the slice enclosing it.
+//
+// Other scopes keep their names: systemd.scope(5) scopes are "only created
+// programmatically", but a program that gives its scope a fixed name
+// (slurmstepd.scope, init.scope) makes a stable owner of it.
+func (c Cgroup) OwnerUnit() string {
+	if c.Unit == "" {
+		return c.Slice
+	}
+	if runtime := containerRuntime(c.Unit); runtime != "" {
+		return runtime
+	}
+	if uid, ok := userManagerUID(c.Unit); ok {
+		return "user-" + uid + ".slice"
+	}
+	if !transientUnit(c.Unit) && !(c.Unit == "init.scope" && userManagerInPath(c.Path)) {
+		return c.Unit
+	}
+	if slice := userSlice(c.Path); slice != "" {
+		return slice
+	}
+	if c.Slice != "" {
+		return c.Slice
+	}
+	return c.Unit
+}
+
+// containerRuntime is the runtime of a container's scope, or "".
+func containerRuntime(unit string) string {
+	name, ok := strings.CutSuffix(unit, ".scope")
+	if !ok {
+		return ""
+	}
+	for _, r := range runtimeScopes {
+		if id, ok := strings.CutPrefix(name, r.prefix); ok && len(id) == 64 && isHex(id) {
+			return r.runtime
+		}
+	}
+	return ""
+}
+
+// transientUnit recognises the units named anew for each login or run.
+func transientUnit(unit string) bool {
+	name, isScope := strings.CutSuffix(unit, ".scope")
+	if !isScope {
+		name, _ = strings.CutSuffix(unit, ".service")
+	}
+	if id, ok := strings.CutPrefix(name, "session-"); ok && isScope {
+		return id != ""
+	}
+	if rest, ok := strings.CutPrefix(name, "run-"); ok {
+		return isSystemdRunID(rest)
+	}
+	if strings.HasPrefix(name, "app-") {
+		return isScope || strings.Contains(name, "@")
+	}
+	return false
+}
+
+// isSystemdRunID accepts the names systemd-run generates after "run-":
+// u<n>, r<hex> and p<pid>-i<n>.
+func isSystemdRunID(s string) bool {
+	if s == "" {
+		return false
+	}
+	switch rest := s[1:]; s[0] {
+	case 'u':
+		return isDigits(rest)
+	case 'r':
+		return isHex(rest)
+	case 'p':
+		pid, n, ok := strings.Cut(rest, "-i")
+		return ok && isDigits(pid) && isDigits(n)
+	}
+	return false
+}
+
+// userManagerUID returns <uid> of "user@<uid>.service".
+func userManagerUID(unit string) (string, bool) {
+	uid, ok := strings.CutPrefix(unit, "user@")
+	if !ok {
+		return "", false
+	}
+	uid, ok = strings.CutSuffix(uid, ".service")
+	return uid, ok && isDigits(uid)
+}
+
+func userManagerInPath(path string) bool {
+	for part := range strings.SplitSeq(path, "/") {
+		if _, ok := userManagerUID(part); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// userSlice is the user-<uid>.slice in path, or the one of the
+// user@<uid>.service in it.
+func userSlice(path string) string {
+	for part := range strings.SplitSeq(path, "/") {
+		if uid, ok := strings.CutPrefix(part, "user-"); ok {
+			if uid, ok = strings.CutSuffix(uid, ".slice"); ok && isDigits(uid) {
+				return part
+			}
+		}
+		if uid, ok := userManagerUID(part); ok {
+			return "user-" + uid + ".slice"
+		}
+	}
+	return ""
+}

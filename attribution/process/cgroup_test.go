@@ -3,6 +3,7 @@ package process
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,6 +27,7 @@ const (
 	podStatic      = "ae37a9c96c8fabdeb274855fe9fe4ee3"
 	ctrStatic      = "fa7d38d9663b72193129b1cb665acbfae283e6d76605b3d93315698bdcb77dae"
 	ctrStandalone  = "d95fe228608b8245a4a98dfc986d574f55370a84408601bb6b16f65a1f2735b2"
+	ctrPodman      = "7c1f0a3b9e2d4c5f6a7b8c9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b"
 	fixturesProcfs = "../../fixtures/procfs"
 	fixturesCgroup = "../../fixtures/cgroup"
 )
@@ -242,6 +244,34 @@ var cgroupCases = []struct {
 		want: Cgroup{Path: "/system.slice/docker-" + ctrStandalone + ".scope", Unit: "docker-" + ctrStandalone + ".scope", Slice: "system.slice"},
 	},
 	{
+		file: "cgroup/docker-standalone-v1.cgroup",
+		want: Cgroup{Path: "/system.slice/docker-" + ctrStandalone + ".scope", Unit: "docker-" + ctrStandalone + ".scope", Slice: "system.slice"},
+	},
+	{
+		// Rootless podman inside the user's service manager; the payload
+		// moved itself to a "container" sub-cgroup.
+		file: "cgroup/podman-rootless-v2.cgroup",
+		want: Cgroup{
+			Path:  "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + ctrPodman + ".scope/container",
+			Unit:  "libpod-" + ctrPodman + ".scope",
+			Slice: "user.slice",
+		},
+	},
+	{
+		file: "cgroup/systemd-run-scope-v2.cgroup",
+		want: Cgroup{Path: "/system.slice/run-r9c4e0f7a2b6d41e8a3f5c7b9d1e2f4a6.scope", Unit: "run-r9c4e0f7a2b6d41e8a3f5c7b9d1e2f4a6.scope", Slice: "system.slice"},
+	},
+	{
+		file: "cgroup/user-manager-run-v2.cgroup",
+		want: Cgroup{Path: "/user.slice/user-1000.slice/user@1000.service/app.slice/run-u7.service", Unit: "run-u7.service", Slice: "app.slice"},
+	},
+	{
+		// Hybrid: only name=systemd and the unified hierarchy know the
+		// session; the v1 controllers stop at user.slice.
+		file: "cgroup/session-v1-hybrid.cgroup",
+		want: Cgroup{Path: "/user.slice/user-1001.slice/session-c2.scope", Unit: "session-c2.scope", Slice: "user-1001.slice"},
+	},
+	{
 		file: "cgroup/init-scope-v2.cgroup",
 		want: Cgroup{Path: "/init.scope", Unit: "init.scope"},
 	},
@@ -266,6 +296,76 @@ func TestParseCgroupFixtures(t *testing.T) {
 				t.Errorf("ParseCgroup() =\n%+v\nwant\n%+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// ownerUnits is the OwnerUnit of every fixture of cgroupCases that names a
+// systemd unit: the unit itself when it is the same at every start, else
+// the stable owner of the transient unit.
+var ownerUnits = map[string]string{
+	"cgroup/slurmstepd-parking-v2.cgroup":    "slurmstepd.scope", // fixed name, not one per job
+	"procfs/systemd-service-v2/1432/cgroup":  "ollama.service",
+	"procfs/systemd-service-v1/2290/cgroup":  "vllm.service",
+	"procfs/systemd-session-v2/40213/cgroup": "user-1000.slice", // session-3.scope: one per login
+	"cgroup/session-v1-hybrid.cgroup":        "user-1001.slice", // session-c2.scope
+	"cgroup/docker-standalone-v2.cgroup":     "docker",          // docker-<id>.scope: one per container
+	"cgroup/docker-standalone-v1.cgroup":     "docker",
+	"cgroup/podman-rootless-v2.cgroup":       "podman",          // libpod-<id>.scope
+	"cgroup/systemd-run-scope-v2.cgroup":     "system.slice",    // run-r<hex>.scope: one per systemd-run
+	"cgroup/user-manager-run-v2.cgroup":      "user-1000.slice", // run-u7.service in alice's user manager
+	"cgroup/init-scope-v2.cgroup":            "init.scope",      // PID 1
+}
+
+func TestOwnerUnitFixtures(t *testing.T) {
+	for _, tc := range cgroupCases {
+		want, listed := ownerUnits[tc.file]
+		if tc.want.Unit != "" && !listed {
+			t.Errorf("%s names unit %s but has no OwnerUnit expectation", tc.file, tc.want.Unit)
+			continue
+		}
+		if got := tc.want.OwnerUnit(); got != want {
+			t.Errorf("%s: OwnerUnit() = %q, want %q", tc.file, got, want)
+		}
+	}
+}
+
+func TestOwnerUnit(t *testing.T) {
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{"/system.slice/cri-containerd-" + ctrStandalone + ".scope", "containerd"},
+		{"/machine.slice/crio-" + ctrStandalone + ".scope", "cri-o"},
+		{"/machine.slice/libpod-" + ctrStandalone + ".scope", "podman"},
+		// Not a 64-hex ID: a unit someone named so, kept.
+		{"/system.slice/docker-compose.scope", "docker-compose.scope"},
+		{"/system.slice/docker-" + ctrStandalone[:12] + ".scope", "docker-" + ctrStandalone[:12] + ".scope"},
+		{"/system.slice/docker.service", "docker.service"},
+		// The user's service manager and what runs in it.
+		{"/user.slice/user-1000.slice/user@1000.service", "user-1000.slice"},
+		{"/user.slice/user-1000.slice/user@1000.service/init.scope", "user-1000.slice"},
+		{"/user.slice/user-1000.slice/user@1000.service/app.slice/app-org.gnome.Terminal-4127.scope", "user-1000.slice"},
+		{"/user.slice/user-1000.slice/user@1000.service/app.slice/app-gnome-firefox@9e1c.service", "user-1000.slice"},
+		{"/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service", "vllm.service"},
+		{"/user.slice/user-1000.slice/user@1000.service/app.slice/app-jupyter.service", "app-jupyter.service"},
+		// systemd-run's generated names, and names that only look alike.
+		{"/system.slice/run-u89.service", "system.slice"},
+		{"/system.slice/run-p4242-i4243.scope", "system.slice"},
+		{"/system.slice/run-rABC.scope", "run-rABC.scope"},
+		{"/system.slice/run-jupyter.service", "run-jupyter.service"},
+		{"/system.slice/runner.service", "runner.service"},
+		{"/system.slice/getty@tty1.service", "getty@tty1.service"},
+		// A login scope outside any slice has nothing more stable.
+		{"/session-3.scope", "session-3.scope"},
+		{"/session-.scope", "session-.scope"},
+		{"/machine.slice/session-3.scope", "machine.slice"},
+	} {
+		cg := ParseCgroup([]byte("0::" + tc.path + "\n"))
+		if got := cg.OwnerUnit(); got != tc.want {
+			t.Errorf("OwnerUnit(%s) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+	if got := (Cgroup{Path: "/"}).OwnerUnit(); got != "" {
+		t.Errorf("no unit: OwnerUnit() = %q, want empty", got)
 	}
 }
 
@@ -406,6 +506,16 @@ func FuzzParseCgroup(f *testing.F) {
 		}
 		if cg.Path != "" && !strings.Contains(string(content), cg.Path) {
 			t.Errorf("Path %q is not in the input", cg.Path)
+		}
+		// The owner unit is a unit or slice of the path, or a name made
+		// from one: never empty when there is a unit, never from nowhere.
+		switch u := cg.OwnerUnit(); {
+		case cg.Unit != "" && u == "":
+			t.Errorf("unit %q has an empty owner unit", cg.Unit)
+		case u == "", u == cg.Unit, u == cg.Slice, strings.HasPrefix(u, "user-") && strings.HasSuffix(u, ".slice"):
+		case slices.ContainsFunc(runtimeScopes, func(r struct{ prefix, runtime string }) bool { return r.runtime == u }):
+		default:
+			t.Errorf("owner unit %q of %+v comes from nowhere", u, cg)
 		}
 	})
 }

@@ -100,6 +100,19 @@ func (c *Client) NodeJobs(ctx context.Context, node string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	jobs, err := parseNodeJobs(out)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.nodeJobs, c.nodeJobsNode, c.nodeJobsExpires = jobs, node, time.Now().Add(nodeJobsTTL)
+	c.mu.Unlock()
+	return slices.Clone(jobs), nil
+}
+
+// parseNodeJobs reads the job IDs squeue prints with --noheader --format
+// %A, one per line ("%A: Job id", squeue(1)).
+func parseNodeJobs(out []byte) ([]string, error) {
 	var jobs []string
 	for _, line := range strings.Split(string(out), "\n") {
 		if id := strings.TrimSpace(line); id != "" {
@@ -109,10 +122,7 @@ func (c *Client) NodeJobs(ctx context.Context, node string) ([]string, error) {
 			jobs = append(jobs, id)
 		}
 	}
-	c.mu.Lock()
-	c.nodeJobs, c.nodeJobsNode, c.nodeJobsExpires = jobs, node, time.Now().Add(nodeJobsTTL)
-	c.mu.Unlock()
-	return slices.Clone(jobs), nil
+	return jobs, nil
 }
 
 type cacheEntry struct {

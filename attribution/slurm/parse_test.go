@@ -431,35 +431,42 @@ func FuzzParseJobText(f *testing.F) {
 		if err != nil {
 			return
 		}
-		entries := 0
-		for _, j := range jobs {
-			for _, idx := range j.GPUs {
-				entries += len(idx)
-			}
-		}
-		if entries > maxGPUEntries {
-			t.Errorf("%d GPU indices, over the bound of %d", entries, maxGPUEntries)
-		}
-		for _, j := range jobs {
-			if !isJobNumber(j.ID) {
-				t.Errorf("job ID %q is not a job number", j.ID)
-			}
-			if len(j.GPUs) > maxHosts {
-				t.Errorf("unbounded expansion: %d nodes with GPUs", len(j.GPUs))
-			}
-			for node, idx := range j.GPUs {
-				if len(idx) == 0 || len(idx) > maxGPUIndex+1 {
-					t.Errorf("node %q has %d GPU indices", node, len(idx))
-				}
-				for i, v := range idx {
-					if v < 0 || v > maxGPUIndex || i > 0 && idx[i-1] >= v {
-						t.Errorf("node %q: indices %v not sorted, unique and in range", node, idx)
-						break
-					}
-				}
-			}
-		}
+		checkJobs(t, jobs)
 	})
+}
+
+// checkJobs holds parsed jobs to the bounds of gres.go: numeric IDs, and GPU
+// indices per node sorted, unique, in range and within the budget.
+func checkJobs(t *testing.T, jobs []Job) {
+	t.Helper()
+	entries := 0
+	for _, j := range jobs {
+		for _, idx := range j.GPUs {
+			entries += len(idx)
+		}
+	}
+	if entries > maxGPUEntries {
+		t.Errorf("%d GPU indices, over the bound of %d", entries, maxGPUEntries)
+	}
+	for _, j := range jobs {
+		if !isJobNumber(j.ID) {
+			t.Errorf("job ID %q is not a job number", j.ID)
+		}
+		if len(j.GPUs) > maxHosts {
+			t.Errorf("unbounded expansion: %d nodes with GPUs", len(j.GPUs))
+		}
+		for node, idx := range j.GPUs {
+			if len(idx) == 0 || len(idx) > maxGPUIndex+1 {
+				t.Errorf("node %q has %d GPU indices", node, len(idx))
+			}
+			for i, v := range idx {
+				if v < 0 || v > maxGPUIndex || i > 0 && idx[i-1] >= v {
+					t.Errorf("node %q: indices %v not sorted, unique and in range", node, idx)
+					break
+				}
+			}
+		}
+	}
 }
 
 func FuzzParseIndexList(f *testing.F) {

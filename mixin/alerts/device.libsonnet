@@ -9,6 +9,19 @@ local util = import '../lib/util.libsonnet';
     deviceKey: util.labels(c.deviceKeyLabels),
     throttleRegex: util.regex(c.throttleReasons),
   },
+
+  // critical: the core at its slowdown threshold or the memory at its
+  // maximum; else the core past its maximum operating temperature or the
+  // memory within the margin of its maximum.
+  local temperatureOver(critical) =
+    if critical then
+      util.overTemperatureLimit(c, 'gpu', 'slowdown', 0, c.temperatureCriticalCelsius)
+      + 'or\n'
+      + util.overTemperatureLimit(c, 'memory', 'memory_max', 0, c.memoryTemperatureCriticalCelsius)
+    else
+      util.overTemperatureLimit(c, 'gpu', 'gpu_max', 0, c.temperatureWarningCelsius)
+      + 'or\n'
+      + util.overTemperatureLimit(c, 'memory', 'memory_max', c.memoryTemperatureMarginCelsius, c.memoryTemperatureWarningCelsius),
   local device = util.deviceText,
   local owner = util.ownerText,
 
@@ -18,26 +31,46 @@ local util = import '../lib/util.libsonnet';
       rules: [
         util.alert(c, {
           alert: 'XpuTemperatureHigh',
+          // Left out while the same sensor is at its Critical level, so
+          // one event raises one page, not two.
           expr: |||
-            xpu_temperature_celsius{%(xpuSelector)s, sensor="gpu"} > %(temperatureWarningCelsius)g
-          ||| % fmt,
+            (
+            %(high)s
+            )
+            unless on (%(deviceKey)s, sensor) (
+            %(critical)s
+            )
+          ||| % (fmt { high: util.indent(temperatureOver(false)), critical: util.indent(temperatureOver(true)) }),
           'for': c.temperatureWarningFor,
           labels: { severity: 'warning' },
           annotations: {
             summary: 'A device is running hot.',
-            description: '%s (owner: %s) is at {{ $value }} °C, above %g °C.' % [device, owner, c.temperatureWarningCelsius],
+            description: '%s (owner: %s) has its {{ $labels.sensor }} sensor at {{ $value }} °C, past its maximum operating temperature.' % [device, owner],
           },
         }),
         util.alert(c, {
           alert: 'XpuTemperatureCritical',
-          expr: |||
-            xpu_temperature_celsius{%(xpuSelector)s, sensor="gpu"} > %(temperatureCriticalCelsius)g
-          ||| % fmt,
+          expr: temperatureOver(true),
           'for': c.temperatureCriticalFor,
           labels: { severity: 'critical' },
           annotations: {
             summary: 'A device is about to shut down from heat.',
-            description: '%s (owner: %s) is at {{ $value }} °C, above %g °C.' % [device, owner, c.temperatureCriticalCelsius],
+            description: '%s (owner: %s) has its {{ $labels.sensor }} sensor at {{ $value }} °C, at the limit where the hardware slows down and then shuts off.' % [device, owner],
+          },
+        }),
+        util.alert(c, {
+          alert: 'XpuDeviceLost',
+          // The exporter keeps serving xpu_device_up 0 for a device that
+          // stops answering (GPU_IS_LOST, Xid 79), and every other series of
+          // that device vanishes, so no other alert can see it.
+          expr: |||
+            xpu_device_up{%(xpuSelector)s} == 0
+          ||| % fmt,
+          'for': c.deviceLostFor,
+          labels: { severity: 'critical' },
+          annotations: {
+            summary: 'A device stopped answering the driver.',
+            description: '%s (owner: %s) no longer answers the driver: it most likely fell off the bus and needs a reset or a node drain.' % [device, owner],
           },
         }),
         util.alert(c, {
@@ -48,7 +81,7 @@ local util = import '../lib/util.libsonnet';
           // allocation (1, 1/N or a MIG fraction) into a factor of 1, leaving
           // the device utilization as the value.
           expr: |||
-            (xpu_utilization_ratio{%(xpuSelector)s} < %(idleUtilizationThreshold)g)
+            (max by (%(deviceKey)s) (xpu_utilization_ratio{%(xpuSelector)s}) < %(idleUtilizationThreshold)g)
               * on (%(deviceKey)s) group_right ()
               (xpu_workload_allocated_devices{%(xpuSelector)s} > bool 0)
           ||| % fmt,
@@ -62,10 +95,12 @@ local util = import '../lib/util.libsonnet';
         util.alert(c, {
           alert: 'XpuMemoryNearlyFull',
           // xpu_memory_utilization_ratio is memory-controller busy time, not
-          // capacity, so the fill level comes from used / total.
+          // capacity, so the fill level comes from used / total. A total of
+          // 0 (a driver that reports none) would make the ratio +Inf or
+          // NaN: such devices are left out.
           expr: |||
             xpu_memory_used_bytes{%(xpuSelector)s}
-              / xpu_memory_total_bytes{%(xpuSelector)s}
+              / (xpu_memory_total_bytes{%(xpuSelector)s} > 0)
               > %(memoryNearlyFullRatio)g
           ||| % fmt,
           'for': c.memoryNearlyFullFor,
@@ -93,46 +128,31 @@ local util = import '../lib/util.libsonnet';
         }),
         util.alert(c, {
           alert: 'XpuXidErrors',
-          // The counter carries the owner at the moment of the event, and a
-          // new (xid, owner) series appears with its first event already
-          // counted, which increase() cannot see: the second arm catches
-          // series born inside the window.
-          expr: |||
-            increase(xpu_xid_errors_total{%(xpuSelector)s}[%(xidWindow)s]) > 0
-            or (
-              xpu_xid_errors_total{%(xpuSelector)s}
-                unless xpu_xid_errors_total{%(xpuSelector)s} offset %(xidWindow)s
-            )
-          ||| % fmt,
+          // Hardware Xids only (xidHardware); the counter carries the owner
+          // at the moment of the event.
+          expr: util.xidRecent(c, c.xidWindow),
           'for': c.xidFor,
           labels: { severity: 'warning' },
           annotations: {
-            summary: 'A device reported XID errors.',
-            description: '%s reported XID {{ $labels.xid }} within the last %s while used by %s.' % [device, c.xidWindow, owner],
+            summary: 'A device reported a hardware Xid error.',
+            description: '%s reported hardware XID {{ $labels.xid }} within the last %s while used by %s.' % [device, c.xidWindow, owner],
           },
         }),
         util.alert(c, {
           alert: 'XpuClocksThrottled',
+          // The flags are sampled at each scrape; their average over the
+          // window is the fraction of samples throttled. The largest over
+          // the reasons makes one alert per device, whichever reason.
           expr: |||
-            xpu_clock_throttled{%(xpuSelector)s, reason=~"%(throttleRegex)s"} == 1
+            max without (reason) (
+              avg_over_time(xpu_clock_throttled{%(xpuSelector)s, reason=~"%(throttleRegex)s"}[%(throttleWindow)s])
+            ) > %(throttleFraction)g
           ||| % fmt,
           'for': c.throttleFor,
           labels: { severity: 'warning' },
           annotations: {
             summary: 'A device is slowed down by hardware, thermal or power limits.',
-            description: '%s (owner: %s) has been throttled for %s, reason {{ $labels.reason }}.' % [device, owner, c.throttleFor],
-          },
-        }),
-        util.alert(c, {
-          alert: 'XpuPcieReplaysHigh',
-          expr: |||
-            rate(xpu_pcie_replays_total{%(xpuSelector)s}[5m]) * 60 > %(pcieReplaysPerMinute)g
-          ||| % fmt,
-          'for': c.pcieReplaysFor,
-          labels: { severity: 'warning' },
-          annotations: {
-            summary: 'A device is retrying many PCIe transfers.',
-            description: '%s (owner: %s) replays {{ $value | humanize }} PCIe packets per minute; the link or riser is likely faulty.' % [device, owner],
+            description: '%s (owner: %s) was throttled {{ $value | humanizePercentage }} of the last %s by hardware, thermal or power-brake limits.' % [device, owner, c.throttleWindow],
           },
         }),
       ],

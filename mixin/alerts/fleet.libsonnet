@@ -1,11 +1,13 @@
 // Alerts on the fleet as a whole: capacity left idle, devices whose health
-// score (rules/health.libsonnet) has dropped, and memory wearing out.
+// score (rules/health.libsonnet) has dropped, and exporters that stopped
+// reporting (which would otherwise resolve every device alert of a node).
 local util = import '../lib/util.libsonnet';
 
 {
   local c = $._config,
   local device = util.deviceText,
   local owner = util.ownerText,
+  local target = util.labels([c.clusterLabel, 'job', 'instance']),
 
   prometheusAlerts+:: {
     groups+: [{
@@ -30,29 +32,34 @@ local util = import '../lib/util.libsonnet';
         util.alert(c, {
           alert: 'XpuDeviceHealthDegraded',
           expr: |||
-            device:xpu_health:score < %(healthScoreThreshold)g
+            device:xpu_health_score:clamp_min < %(healthScoreThreshold)g
           ||| % c,
           'for': c.healthScoreFor,
           labels: { severity: 'warning' },
           annotations: {
             summary: 'A device health score is low.',
-            description: '%s (owner: %s) has a health score of {{ $value }}; the active inputs are in device:xpu_health_penalty:weight.' % [device, owner],
+            description: '%s (owner: %s) has a health score of {{ $value }}; the active inputs are in device:xpu_health_penalty:group.' % [device, owner],
           },
         }),
         util.alert(c, {
-          alert: 'XpuEccCorrectedErrorRateHigh',
-          // A rising corrected-error rate is the early sign of memory that
-          // will soon produce uncorrectable errors.
+          alert: 'XpuExporterDown',
+          // A target that fails its scrapes, or one that served devices
+          // within the lookback and is no longer scraped at all (its pod is
+          // gone, not rescheduled): either way every device alert of that
+          // node has silently resolved. A node removed on purpose fires
+          // until the lookback has passed; silence it.
           expr: |||
-            max without (scope) (
-              increase(xpu_ecc_errors_total{%(xpuSelector)s, type="corrected"}[1h])
-            ) > %(eccCorrectedPerHour)g
-          ||| % c,
-          'for': c.eccCorrectedFor,
+            up{%(xpuSelector)s} == 0
+            or (
+              group by (%(target)s) (max_over_time(xpu_device_up{%(xpuSelector)s}[%(exporterGoneLookback)s]))
+                unless on (%(target)s) up{%(xpuSelector)s}
+            )
+          ||| % (c { target: target }),
+          'for': c.exporterDownFor,
           labels: { severity: 'warning' },
           annotations: {
-            summary: 'A device corrects many memory errors.',
-            description: '%s (owner: %s) corrected {{ $value | humanize }} ECC errors in the last hour.' % [device, owner],
+            summary: 'An exporter stopped reporting its devices.',
+            description: 'The exporter on {{ $labels.instance }}%s has not been scraped successfully for %s; no alert about its devices can fire.' % [util.clusterText(c), c.exporterDownFor],
           },
         }),
       ],

@@ -8,6 +8,8 @@ local util = import '../lib/util.libsonnet';
     // Aggregations keep the serving engine, the model and its owner; only
     // the scrape target labels are summed away.
     by: util.labels([c.clusterLabel, 'node'] + util.ownerLabels(c) + ['engine', 'model']),
+    target: util.labels([c.clusterLabel, 'job', 'instance', 'engine', 'target']),
+    owner: util.labels(util.ownerLabels(c)),
   },
   local server = '{{ $labels.engine }} serving {{ $labels.model }} (owner: %s)' % util.ownerText,
 
@@ -17,13 +19,13 @@ local util = import '../lib/util.libsonnet';
       rules: [
         util.alert(c, {
           alert: 'XpuInferenceTtftHigh',
-          expr: |||
+          expr: util.withPodLabels(c, |||
             histogram_quantile(0.95,
               sum by (le, %(by)s) (
                 rate(xpu_inference_time_to_first_token_seconds_bucket{%(xpuSelector)s}[5m])
               )
             ) > %(inferenceTtftP95Seconds)g
-          ||| % fmt,
+          ||| % fmt),
           'for': c.inferenceTtftFor,
           labels: { severity: 'warning' },
           annotations: {
@@ -33,13 +35,13 @@ local util = import '../lib/util.libsonnet';
         }),
         util.alert(c, {
           alert: 'XpuInferenceLatencyHigh',
-          expr: |||
+          expr: util.withPodLabels(c, |||
             histogram_quantile(0.99,
               sum by (le, %(by)s) (
                 rate(xpu_inference_request_duration_seconds_bucket{%(xpuSelector)s}[5m])
               )
             ) > %(inferenceLatencyP99Seconds)g
-          ||| % fmt,
+          ||| % fmt),
           'for': c.inferenceLatencyFor,
           labels: { severity: 'warning' },
           annotations: {
@@ -49,9 +51,9 @@ local util = import '../lib/util.libsonnet';
         }),
         util.alert(c, {
           alert: 'XpuInferenceKvCachePressure',
-          expr: |||
+          expr: util.withPodLabels(c, |||
             xpu_inference_kv_cache_usage_ratio{%(xpuSelector)s} > %(inferenceKvCacheUsageRatio)g
-          ||| % fmt,
+          ||| % fmt),
           'for': c.inferenceKvCacheFor,
           labels: { severity: 'warning' },
           annotations: {
@@ -61,9 +63,9 @@ local util = import '../lib/util.libsonnet';
         }),
         util.alert(c, {
           alert: 'XpuInferenceQueueSaturated',
-          expr: |||
+          expr: util.withPodLabels(c, |||
             xpu_inference_requests_waiting{%(xpuSelector)s} > %(inferenceQueueWaiting)g
-          ||| % fmt,
+          ||| % fmt),
           'for': c.inferenceQueueFor,
           labels: { severity: 'warning' },
           annotations: {
@@ -72,33 +74,45 @@ local util = import '../lib/util.libsonnet';
           },
         }),
         util.alert(c, {
-          alert: 'XpuInferenceThroughputDrop',
-          // Compared with the same server an hour earlier; a server that
-          // generated nothing then cannot drop.
-          expr: |||
-            sum by (%(by)s) (rate(xpu_inference_tokens_total{%(xpuSelector)s, type="generation"}[10m]))
-              < %(inferenceThroughputDropRatio)g
-                * sum by (%(by)s) (rate(xpu_inference_tokens_total{%(xpuSelector)s, type="generation"}[10m] offset 1h))
-          ||| % fmt,
-          'for': c.inferenceThroughputFor,
-          labels: { severity: 'info' },
-          annotations: {
-            summary: 'Inference token throughput dropped compared with an hour ago.',
-            description: '%s generates {{ $value | humanize }} tokens/s, less than %s of its rate an hour ago.' % [server, util.percent(c.inferenceThroughputDropRatio)],
-          },
-        }),
-        util.alert(c, {
           alert: 'XpuInferenceErrorRateHigh',
-          expr: |||
-            sum by (%(by)s) (rate(xpu_inference_requests_total{%(xpuSelector)s, outcome="error"}[5m]))
-              / sum by (%(by)s) (rate(xpu_inference_requests_total{%(xpuSelector)s}[5m]))
-              > %(inferenceErrorRatio)g
-          ||| % fmt,
+          // Judged only above a minimum request rate, so that a server
+          // failing one request of the few it got is not paged on.
+          expr: util.withPodLabels(c, |||
+            (
+              sum by (%(by)s) (rate(xpu_inference_requests_total{%(xpuSelector)s, outcome="error"}[5m]))
+                / sum by (%(by)s) (rate(xpu_inference_requests_total{%(xpuSelector)s}[5m]))
+                > %(inferenceErrorRatio)g
+            )
+            and
+              sum by (%(by)s) (rate(xpu_inference_requests_total{%(xpuSelector)s}[5m]))
+                >= %(inferenceErrorMinRequestsPerSecond)g
+          ||| % fmt),
           'for': c.inferenceErrorFor,
           labels: { severity: 'warning' },
           annotations: {
             summary: 'An inference server fails many requests.',
             description: '%s fails {{ $value | humanizePercentage }} of its requests.' % server,
+          },
+        }),
+        util.alert(c, {
+          alert: 'XpuInferenceEngineDown',
+          // xpu_inference_up names only the engine and its endpoint; the
+          // owner comes from xpu_inference_device_info of the same
+          // endpoint, where the exporter knows it.
+          expr: util.withPodLabels(c, |||
+            (xpu_inference_up{%(xpuSelector)s} == 0)
+              * on (%(target)s) group_left (%(owner)s)
+              group by (%(target)s, %(owner)s) (xpu_inference_device_info{%(xpuSelector)s})
+            or (
+              xpu_inference_up{%(xpuSelector)s} == 0
+                unless on (%(target)s) xpu_inference_device_info{%(xpuSelector)s}
+            )
+          ||| % fmt),
+          'for': c.inferenceDownFor,
+          labels: { severity: 'warning' },
+          annotations: {
+            summary: 'An inference engine does not answer.',
+            description: '{{ $labels.engine }} at {{ $labels.target }} (owner: %s) has not answered the exporter for %s.' % [util.ownerText, c.inferenceDownFor],
           },
         }),
       ],

@@ -2,6 +2,7 @@
 // them they use, and what that costs, per Kubernetes namespace, workload
 // and pod and per Slurm account, user and job.
 local g = import '../lib/grafana.libsonnet';
+local util = import '../lib/util.libsonnet';
 local common = import 'common.libsonnet';
 
 {
@@ -14,7 +15,10 @@ local common = import 'common.libsonnet';
   local noPrice = 'no price configured',
   local costNote = ' Cost comes from the prices configured in the exporter (xpu_device_hourly_cost); without one this panel says "%s" rather than showing a cost of zero.' % noPrice,
   local gpuHours = ' GPU-hours count whole GPUs: a time-slice replica 1/N, a MIG instance its fraction of the GPU.',
-  local pods = std.join(', ', [c.clusterLabel, 'node'] + c.ownerLabels.kubernetes + c.podLabelAllowList),
+  // Allow-listed pod labels are joined from xpu_workload_info, the only
+  // series that carries them.
+  local pods = std.join(', ', [c.clusterLabel, 'node'] + c.ownerLabels.kubernetes),
+  local perPod(expr) = util.withPodLabels(c, expr),
   local jobs = std.join(', ', [c.clusterLabel, 'node'] + c.ownerLabels.slurm),
 
   grafanaDashboards+:: {
@@ -23,7 +27,7 @@ local common = import 'common.libsonnet';
       'xpu-attribution',
       'Workload attribution & chargeback',
       'Devices allocated and used, GPU-hours, cost, energy and CO2 per namespace, workload, pod, Slurm account, user and job.',
-      d.variables,
+      d.variables + d.ownerVariables,
       [
         g.row('Totals over the time range'),
         g.stat('Cost', 'What all devices cost over the time range.' + costNote, [
@@ -67,9 +71,9 @@ local common = import 'common.libsonnet';
           { name: 'GPU-hours utilized', unit: 'short' },
         ]),
         g.table('Pods now', 'Devices each container holds now, how much of them it uses, and its device memory.', [
-          g.target('sum by (%s) (xpu_workload_allocated_devices{%s, pod!=""})' % [pods, s], instant=true),
-          g.target('sum by (%s) (device_owner:xpu_utilized_devices:ratio{%s, pod!=""})' % [pods, s], instant=true),
-          g.target('sum by (%s) (xpu_workload_memory_used_bytes{%s, pod!=""})' % [pods, s], instant=true),
+          g.target(perPod('sum by (%s) (xpu_workload_allocated_devices{%s, pod!=""})' % [pods, s]), instant=true),
+          g.target(perPod('sum by (%s) (device_owner:xpu_utilized_devices:ratio{%s, pod!=""})' % [pods, s]), instant=true),
+          g.target(perPod('sum by (%s) (xpu_workload_memory_used_bytes{%s, pod!=""})' % [pods, s]), instant=true),
         ], [
           { name: 'Allocated GPUs', unit: 'short' },
           { name: 'Utilized GPUs', unit: 'short' },
@@ -125,7 +129,7 @@ local common = import 'common.libsonnet';
           { name: 'Idle cost', unit: 'short' },
         ], noValue=noPrice),
         g.table('Cost by pod now', 'What each pod pays per hour for its allocation now.' + costNote, [
-          g.target('sum by (%s, currency) (device_owner:xpu_cost_per_hour:allocated{%s, pod!=""})' % [pods, s], instant=true),
+          g.target(perPod('sum by (%s, currency) (device_owner:xpu_cost_per_hour:mul{%s, pod!=""})' % [pods, s]), instant=true),
         ], [{ name: 'Cost per hour', unit: 'short' }], noValue=noPrice),
       ]
     ),

@@ -8,10 +8,18 @@ function(c) {
 
   // Cluster-level recording rules only know the cluster.
   cluster: cluster,
-  // Series from the exporter, by node (self-metrics, Slurm owners).
+  // Series from the exporter, by node (self-metrics, Slurm owners, and
+  // xpu_device_info and xpu_device_hourly_cost, which never carry owner
+  // labels).
   nodeSelector: '%s, %s, node=~"$node"' % [c.xpuSelector, cluster],
-  // Device, owner and engine series from the exporter.
-  selector: self.nodeSelector + ', namespace=~"$namespace"',
+  // Device series picked by the gpu variable, whoever owns the device.
+  deviceSelector: self.nodeSelector + ', gpu=~"$gpu"',
+  // Device, owner and engine series of the picked owners. Only a device
+  // with one owner carries owner labels: once a namespace, workload or pod
+  // is picked, shared devices drop out here and show in xpu_workload_*.
+  selector: self.nodeSelector + ', namespace=~"$namespace", workload=~"$workload", pod=~"$pod"',
+  // The same for series that also have a device.
+  ownerDeviceSelector: self.selector + ', gpu=~"$gpu"',
 
   // Legends name the device and, when it has one owner, the owner.
   deviceLegend: '{{node}} gpu{{gpu}} {{namespace}}/{{pod}}{{slurm_job_id}}{{unit}}',
@@ -21,10 +29,20 @@ function(c) {
   // range divided by the evaluations per hour is the total.
   overRange(selector):: 'sum_over_time(%s[$__range]) / %g' % [selector, 3600 / util.seconds(c.usageRulesInterval)],
 
+  local owners = 'xpu_workload_info{%s, %s, node=~"$node"' % [c.xpuSelector, cluster],
+
+  // Every dashboard starts with these: device-level dashboards stop here.
   variables: [
     g.datasourceVariable(),
     g.queryVariable('cluster', 'Cluster', 'label_values(xpu_device_up{%s}, %s)' % [c.xpuSelector, c.clusterLabel], hide=!c.showMultiCluster),
     g.queryVariable('node', 'Node', 'label_values(xpu_device_up{%s, %s}, node)' % [c.xpuSelector, cluster]),
-    g.queryVariable('namespace', 'Namespace', 'label_values(xpu_workload_allocated_devices{%s, %s, node=~"$node"}, namespace)' % [c.xpuSelector, cluster]),
   ],
+  // Dashboards with per-owner panels add the owner, from the owners the
+  // exporter knows (xpu_workload_info, one series per owner).
+  ownerVariables: [
+    g.queryVariable('namespace', 'Namespace', 'label_values(%s}, namespace)' % owners),
+    g.queryVariable('workload', 'Workload', 'label_values(%s, namespace=~"$namespace"}, workload)' % owners),
+    g.queryVariable('pod', 'Pod', 'label_values(%s, namespace=~"$namespace", workload=~"$workload"}, pod)' % owners),
+  ],
+  gpuVariable: g.queryVariable('gpu', 'GPU', 'label_values(xpu_device_up{%s, %s, node=~"$node"}, gpu)' % [c.xpuSelector, cluster]),
 }

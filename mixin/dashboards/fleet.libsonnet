@@ -6,7 +6,8 @@ local common = import 'common.libsonnet';
 {
   local c = $._config,
   local d = common(c),
-  local s = d.selector,
+  // Capacity is counted per device, whoever owns it: no owner variable.
+  local s = d.nodeSelector,
   local byCluster = 'by (%s)' % c.clusterLabel,
   local physical = 'xpu_device_info{%s, parent_uuid=""}' % s,
 
@@ -78,7 +79,7 @@ local common = import 'common.libsonnet';
           g.target('sum %s (xpu_power_watts{%s})' % [byCluster, s], '{{%s}}' % c.clusterLabel),
         ], unit='watt', min=0),
         g.table('Devices with a lowered health score', 'Devices scoring below 1; the XPU / Health & reliability dashboard shows why.', [
-          g.target('device:xpu_health:score{%s, node=~"$node", namespace=~"$namespace"} < 1' % d.cluster, instant=true),
+          g.target('device:xpu_health_score:clamp_min{%s} < 1' % s, instant=true),
         ], [{ name: 'Health score', unit: 'percentunit' }]),
       ]
     ),

@@ -18,13 +18,14 @@ local common = import 'common.libsonnet';
       'xpu-inference',
       'Inference engines',
       'Load, throughput, latency, KV cache and errors of the inference servers running on the devices.',
-      d.variables + [
-        g.queryVariable('engine', 'Engine', 'label_values(xpu_inference_up{%s}, engine)' % d.selector),
+      d.variables + d.ownerVariables + [
+        // xpu_inference_up names the endpoint, not its owner.
+        g.queryVariable('engine', 'Engine', 'label_values(xpu_inference_up{%s}, engine)' % d.nodeSelector),
       ],
       [
         g.row('Servers'),
         g.table('Engines', 'Every engine endpoint the exporter scrapes; 0 means the last scrape of it failed.', [
-          g.target('xpu_inference_up{%s}' % s, instant=true),
+          g.target('xpu_inference_up{%s, engine=~"$engine"}' % d.nodeSelector, instant=true),
         ], [{ name: 'Up', unit: 'short' }]) + g.size(24, 6),
         g.timeseries('Requests running', 'Requests in the running batch.', [
           g.target('sum by (%s) (xpu_inference_requests_running{%s})' % [server, s], legend),

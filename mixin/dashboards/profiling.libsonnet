@@ -1,16 +1,19 @@
 // Profiling: which parts of the device a workload keeps busy (NVML GPM on
 // Hopper and later, or the dcgm-exporter bridge).
 local g = import '../lib/grafana.libsonnet';
+local util = import '../lib/util.libsonnet';
 local common = import 'common.libsonnet';
 
 {
   local c = $._config,
   local d = common(c),
-  local s = d.selector,
+  local s = d.ownerDeviceSelector,
   local ratio(metric, title, description) =
     g.timeseries(title, description, [g.target('%s{%s}' % [metric, s], d.deviceLegend)], unit='percentunit', min=0, max=1),
-  local pods = std.join(', ', [c.clusterLabel, 'namespace', 'pod'] + c.podLabelAllowList),
-  local podAverage(metric) = g.target('avg by (%s) (avg_over_time(%s{%s, pod!=""}[$__range]))' % [pods, metric, s], instant=true),
+  // Allow-listed pod labels are joined from xpu_workload_info, the only
+  // series that carries them.
+  local pods = std.join(', ', [c.clusterLabel, 'namespace', 'pod']),
+  local podAverage(metric) = g.target(util.withPodLabels(c, 'avg by (%s) (avg_over_time(%s{%s, pod!=""}[$__range]))' % [pods, metric, s]), instant=true),
 
   grafanaDashboards+:: {
     'xpu-profiling.json': g.dashboard(
@@ -18,7 +21,7 @@ local common = import 'common.libsonnet';
       'xpu-profiling',
       'Profiling',
       'Streaming-multiprocessor, tensor-core, memory-bandwidth and floating-point pipe activity per device and workload.',
-      d.variables,
+      d.variables + [d.gpuVariable] + d.ownerVariables,
       [
         g.row('Compute'),
         ratio('xpu_sm_active_ratio', 'SM active', 'Share of the streaming multiprocessors with work resident. A device can report 100% utilization (some kernel running) while most SMs sit idle; this shows how much of the chip the kernels fill.'),

@@ -4,7 +4,86 @@
   labels(list):: std.join(', ', list),
 
   // Every owner label, in the order alerts and tables show them.
-  ownerLabels(c):: c.ownerLabels.kubernetes + c.podLabelAllowList + c.ownerLabels.slurm + c.ownerLabels.process,
+  ownerLabels(c):: c.ownerLabels.kubernetes + c.ownerLabels.slurm + c.ownerLabels.process,
+
+  // The allow-listed pod labels as the exporter names them on
+  // xpu_workload_info.
+  podLabels(c):: ['label_' + name for name in c.podLabelAllowList],
+
+  // Appends the allow-listed pod labels of each series' pod (by cluster,
+  // namespace and pod) to an expression; series of other owners pass
+  // unchanged. Every pod's xpu_workload_info is grouped first, so two
+  // exporters (or an owner that moved node) never make the join ambiguous.
+  withPodLabels(c, expr)::
+    if c.podLabelAllowList == [] then expr
+    else
+      local on = self.labels([c.clusterLabel, 'namespace', 'pod']);
+      local info = 'xpu_workload_info{%s, pod!=""}' % c.xpuSelector;
+      '(\n%s\n)\n  * on (%s) group_left (%s)\n  group by (%s, %s) (%s)\nor (\n%s\n  unless on (%s) %s\n)\n' % [
+        self.indent(expr),
+        on,
+        self.labels(self.podLabels(c)),
+        on,
+        self.labels(self.podLabels(c)),
+        info,
+        self.indent(expr),
+        on,
+        info,
+      ],
+
+  // The hardware-Xid counters that counted an event in the last `window`,
+  // one series per (device, xid, owner at the time). Two arms, because a
+  // counter series is born with its first event already counted, which
+  // increase() cannot see:
+  //  - increase() for series that grew inside the window (a counter reset
+  //    is handled by increase itself);
+  //  - series the current exporter process had not served before the
+  //    window: not seen in the lookback before it, or seen there only
+  //    before the process started (the exporter keeps Xid counters in
+  //    memory, so after a restart a series with old labels is a new
+  //    event). Range functions skip stale markers, so a failed scrape or a
+  //    gap shorter than the lookback never makes an old series look new.
+  //    Without process_start_time_seconds only the lookback counts.
+  // `* 1` drops the metric name so the arms share label sets.
+  xidRecent(c, window)::
+    local x = 'xpu_xid_errors_total{%s, xid=~"%s"}' % [c.xpuSelector, self.regex(c.xidHardware)];
+    local start = 'process_start_time_seconds{%s}' % c.xpuSelector;
+    local target = self.labels([c.clusterLabel, 'job', 'instance']);
+    |||
+      increase(%(x)s[%(w)s]) > 0
+      or (
+        %(x)s * 1
+          unless (
+            max_over_time(timestamp(%(x)s)[%(lookback)s:1m] offset %(w)s)
+              >= on (%(target)s) group_left ()
+              %(start)s
+            or (
+              present_over_time(%(x)s[%(lookback)s] offset %(w)s)
+                unless on (%(target)s) %(start)s
+            )
+          )
+      )
+    ||| % { x: x, w: window, lookback: c.xidSeenLookback, target: target, start: start },
+
+  // The temperature series of one sensor at or above a limit (less a
+  // margin): the device's own threshold where the exporter serves it
+  // (xpu_temperature_threshold_celsius, from NVML's
+  // nvmlDeviceGetTemperatureThreshold), else a fixed fallback. The threshold
+  // is taken per device (max by the device key) so that owner labels, which
+  // change with every new pod, never break the join.
+  overTemperatureLimit(c, sensor, threshold, margin, fallback)::
+    local key = self.labels(c.deviceKeyLabels);
+    local t = 'xpu_temperature_threshold_celsius{%s, threshold="%s"}' % [c.xpuSelector, threshold];
+    local temp = 'xpu_temperature_celsius{%s, sensor="%s"}' % [c.xpuSelector, sensor];
+    |||
+      %(temp)s
+        >= on (%(key)s) group_left ()
+        (max by (%(key)s) (%(t)s)%(margin)s)
+      or (
+        %(temp)s >= %(fallback)g
+          unless on (%(key)s) %(t)s
+      )
+    ||| % { temp: temp, key: key, t: t, fallback: fallback, margin: if margin == 0 then '' else ' - %g' % margin },
 
   // '1m' -> 60: rules need some windows as numbers (time() arithmetic,
   // evaluations per hour) while the config keeps Prometheus durations.

@@ -7,14 +7,14 @@ local util = import '../lib/util.libsonnet';
   local c = $._config,
   local key = util.labels(c.deviceKeyLabels),
   local fmt = c {
-    windowSeconds: util.seconds(c.healthWindow),
     idle: c.idleUtilizationThreshold,
+    key: key,
   },
 
   // One series per device while an input is active, worth that input's
   // weight; absent otherwise, so the score sums only what is wrong.
   local penalty(input, active) = {
-    record: 'device:xpu_health_penalty:weight',
+    record: 'device:xpu_health_penalty:group',
     labels: { input: input },
     expr: '%g * group by (%s) (\n%s\n)\n' % [c.healthWeights[input], key, util.indent(active)],
   },
@@ -31,38 +31,48 @@ local util = import '../lib/util.libsonnet';
         penalty('remap', |||
           {__name__=~"xpu_remapped_rows_pending|xpu_remapped_rows_failed|xpu_retired_pages_pending", %(xpuSelector)s} > 0
         ||| % fmt),
-        // The timestamp rather than the counter: a counter series born with
-        // its first event shows no increase.
-        penalty('xid', |||
-          max without (type) (time() - xpu_device_last_event_timestamp_seconds{%(xpuSelector)s, type="xid"}) < %(windowSeconds)d
+        // Hardware Xids only (xidHardware): an application Xid means a user
+        // job crashed, not that the device is unwell.
+        penalty('xid', util.xidRecent(c, c.healthWindow)),
+        // A corrected-error rate that keeps rising is the early sign of
+        // memory that will soon produce uncorrectable errors. Volatile and
+        // aggregate counters count the same errors: the largest is taken.
+        penalty('ecc_corrected', |||
+          max without (scope) (
+            increase(xpu_ecc_errors_total{%(xpuSelector)s, type="corrected"}[1h])
+          ) > %(eccCorrectedPerHour)g
         ||| % fmt),
         // A narrower link is always a fault; a slower generation only while
         // the device is busy, because idle GPUs lower the link speed to save
-        // power.
+        // power; replays above DCGM's health-check rate mean a faulty link
+        // or riser.
         penalty('pcie', |||
-          xpu_pcie_link_width{%(xpuSelector)s} < xpu_pcie_link_max_width{%(xpuSelector)s}
+          rate(xpu_pcie_replays_total{%(xpuSelector)s}[5m]) * 60 > %(pcieReplaysPerMinute)g
+          or xpu_pcie_link_width{%(xpuSelector)s} < xpu_pcie_link_max_width{%(xpuSelector)s}
           or (
             xpu_pcie_link_generation{%(xpuSelector)s} < xpu_pcie_link_max_generation{%(xpuSelector)s}
-              and xpu_utilization_ratio{%(xpuSelector)s} >= %(idle)g
+              and on (%(key)s) xpu_utilization_ratio{%(xpuSelector)s} >= %(idle)g
           )
         ||| % fmt),
+        // Thermal throttling, or the core past its maximum operating
+        // temperature (the device's own limit, as XpuTemperatureHigh).
         penalty('thermal', |||
           xpu_clock_throttled{%(xpuSelector)s, reason=~"hw_thermal_slowdown|sw_thermal_slowdown"} == 1
-          or xpu_temperature_celsius{%(xpuSelector)s, sensor="gpu"} > %(temperatureWarningCelsius)g
-        ||| % fmt),
+          or
+        ||| % fmt + util.overTemperatureLimit(c, 'gpu', 'gpu_max', 0, c.temperatureWarningCelsius)),
         {
-          record: 'device:xpu_health:score',
+          record: 'device:xpu_health_score:clamp_min',
           // Keeps the labels of xpu_device_up (device and owner labels);
           // devices with no active input score their up value.
           expr: |||
             clamp_min(
               xpu_device_up{%(xpuSelector)s}
                 - on (%(key)s) group_left ()
-                sum by (%(key)s) (device:xpu_health_penalty:weight)
+                sum by (%(key)s) (device:xpu_health_penalty:group)
               or xpu_device_up{%(xpuSelector)s},
               0
             )
-          ||| % (fmt { key: key }),
+          ||| % fmt,
         },
       ],
     }],

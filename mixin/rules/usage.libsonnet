@@ -40,6 +40,38 @@ local util = import '../lib/util.libsonnet';
   local onGpu(expr) = 'label_replace(\n%s,\n  "uuid", "$1", "parent_uuid", "(.+)"\n)\n' % util.indent(expr),
   local allocationOnGpu = onGpu('xpu_workload_allocated_devices{%(xpuSelector)s}' % c),
 
+  // One price per physical GPU. Taken per device key so that labels a
+  // price series might gain never make the joins below ambiguous.
+  local price = 'max by (%(key)s, currency) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})' % fmt,
+  // A GPU's energy rate, summed over its counter series: a device with one
+  // owner carries that owner's labels on its counter, so after an owner
+  // change the old and the new series both have a rate in the window.
+  local energyRate = 'sum by (%(key)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[5m]))' % fmt,
+
+  // Each physical GPU's utilization: its own, or for a GPU in MIG mode
+  // (which has none) its instances' scaled by their slices.
+  local gpuUtilization =
+    'max by (%(key)s) (xpu_utilization_ratio{%(xpuSelector)s, parent_uuid=""})\n' % fmt
+    + 'or sum by (%(key)s) (\n' % fmt
+    + util.indent(onGpu(migSliceFraction('xpu_utilization_ratio{%(xpuSelector)s, parent_uuid!=""}' % fmt)))
+    + '\n)',
+
+  // expr (series of MIG instances) times the instance's share of its GPU's
+  // compute slices, read from the mig_profile label (Ng.… or Cc.Ng.…, N of
+  // the GPU's slices): 7 on A100, H100, H200 and B200, 4 on A30, per
+  // NVIDIA's MIG user guide (Supported MIG Profiles).
+  local migSliceFraction(expr) =
+    local arms(total, modelMatcher) = [
+      '%s%s * %s' % [
+        std.strReplace(expr, '}', ', mig_profile=~"([0-9]+c\\\\.)?%dg\\\\..*"%s}' % [n, modelMatcher]),
+        '',
+        '%d / %d' % [n, total],
+      ]
+      for n in std.range(1, total)
+    ];
+    local small = util.regex(c.migFourSliceModels);
+    '(\n%s\n)\n' % util.indent(std.join('\nor ', arms(4, ', model=~"%s"' % small) + arms(7, ', model!~"%s"' % small))),
+
   local co2(levelName) =
     local energy = '%s:xpu_energy_kwh_per_hour:sum' % levelName;
     local overrides = c.gridCarbonIntensityByCluster;
@@ -65,15 +97,17 @@ local util = import '../lib/util.libsonnet';
         rules: [
           {
             // The fraction of a whole GPU an owner keeps busy. The per-owner
-            // split of a shared GPU already is a share of the whole device;
-            // a MIG instance's utilization is relative to the instance, so
-            // it is scaled by the instance's share of its GPU.
+            // split of a shared GPU already is a share of the whole device.
+            // On a MIG instance the split is a share of the instance, so it
+            // is scaled by the instance's share of its GPU's compute slices
+            // (migSliceFraction), never by the owner's allocation: on a
+            // time-sliced instance that allocation already holds the
+            // owner's 1/N, which the split counted once.
             record: 'device_owner:xpu_utilized_devices:ratio',
             expr: |||
               xpu_workload_utilization_ratio{%(xpuSelector)s, workload_kind!="unattributed", parent_uuid=""}
-              or xpu_workload_utilization_ratio{%(xpuSelector)s, workload_kind!="unattributed", parent_uuid!=""}
-                * xpu_workload_allocated_devices{%(xpuSelector)s, parent_uuid!=""}
-            ||| % fmt,
+              or
+            ||| % fmt + migSliceFraction('xpu_workload_utilization_ratio{%(xpuSelector)s, workload_kind!="unattributed", parent_uuid!=""}' % fmt),
           },
         ] + [
           {
@@ -99,16 +133,16 @@ local util = import '../lib/util.libsonnet';
         rules: [
           {
             // Chargeback: each owner pays for its allocation, used or not.
-            record: 'device_owner:xpu_cost_per_hour:allocated',
+            record: 'device_owner:xpu_cost_per_hour:mul',
             expr: allocationOnGpu + |||
               * on (%(key)s) group_left (currency)
-              xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""}
-            ||| % fmt,
+              %(price)s
+            ||| % (fmt { price: price }),
           },
           {
             // The part of that cost the owner leaves unused; an owner with
             // no utilization reading counts as fully idle.
-            record: 'device_owner:xpu_idle_cost_per_hour:allocated',
+            record: 'device_owner:xpu_idle_cost_per_hour:mul',
             expr: onGpu(|||
               clamp_min(
                 xpu_workload_allocated_devices{%(xpuSelector)s}
@@ -120,54 +154,56 @@ local util = import '../lib/util.libsonnet';
               )
             ||| % fmt) + |||
               * on (%(key)s) group_left (currency)
-              xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""}
-            ||| % fmt,
+              %(price)s
+            ||| % (fmt { price: price }),
           },
           {
             // Energy is split like cost: an owner answers for the idle power
             // of the devices it holds. J/s / 1000 = kWh per hour.
-            record: 'device_owner:xpu_energy_kwh_per_hour:allocated',
+            record: 'device_owner:xpu_energy_kwh_per_hour:mul',
             expr: allocationOnGpu + |||
               * on (%(key)s) group_left ()
-              rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[5m]) / 1000
-            ||| % fmt,
+              %(energyRate)s / 1000
+            ||| % (fmt { energyRate: energyRate }),
           },
           {
             record: 'cluster:xpu_cost_per_hour:sum',
             expr: |||
-              sum by (%(clusterLabel)s, currency) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})
-            ||| % fmt,
+              sum by (%(clusterLabel)s, currency) (%(price)s)
+            ||| % (fmt { price: price }),
           },
           {
             // What the unused part of every device costs, allocated or not.
             record: 'cluster:xpu_idle_cost_per_hour:sum',
             expr: |||
               sum by (%(clusterLabel)s, currency) (
-                xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""}
+                %(price)s
                   * on (%(key)s) group_left ()
-                  (1 - xpu_utilization_ratio{%(xpuSelector)s})
-              )
-            ||| % fmt,
+                  clamp_min(1 - (
+            ||| % (fmt { price: price }) + util.indent(util.indent(util.indent(
+              // A device that is down or has no reading is wholly idle.
+              gpuUtilization + '\nor 0 * max by (%(key)s) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})' % fmt
+            ))) + '\n    ), 0)\n)\n',
           },
           {
             record: 'cluster:xpu_energy_kwh_per_hour:sum',
             expr: |||
-              sum by (%(clusterLabel)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[5m])) / 1000
-            ||| % fmt,
+              sum by (%(clusterLabel)s) (%(energyRate)s) / 1000
+            ||| % (fmt { energyRate: energyRate }),
           },
         ] + std.flattenArrays([
           [
             {
               record: '%s:xpu_cost_per_hour:sum' % level.name,
-              expr: sumBy(level, ['currency'], 'device_owner:xpu_cost_per_hour:allocated'),
+              expr: sumBy(level, ['currency'], 'device_owner:xpu_cost_per_hour:mul'),
             },
             {
               record: '%s:xpu_idle_cost_per_hour:sum' % level.name,
-              expr: sumBy(level, ['currency'], 'device_owner:xpu_idle_cost_per_hour:allocated'),
+              expr: sumBy(level, ['currency'], 'device_owner:xpu_idle_cost_per_hour:mul'),
             },
             {
               record: '%s:xpu_energy_kwh_per_hour:sum' % level.name,
-              expr: sumBy(level, [], 'device_owner:xpu_energy_kwh_per_hour:allocated'),
+              expr: sumBy(level, [], 'device_owner:xpu_energy_kwh_per_hour:mul'),
             },
           ]
           for level in chargebackLevels
@@ -180,10 +216,13 @@ local util = import '../lib/util.libsonnet';
         name: 'xpu-fleet.rules',
         rules: [
           {
+            // Whole GPUs, those in MIG mode through their instances; a MIG
+            // instance's own utilization is relative to the instance.
             record: 'model:xpu_utilization:avg',
-            expr: |||
-              avg by (%(clusterLabel)s, vendor, model) (xpu_utilization_ratio{%(xpuSelector)s})
-            ||| % fmt,
+            expr: 'avg by (%(clusterLabel)s, vendor, model) (\n' % fmt + util.indent(
+              '(\n%s\n)\n' % util.indent(gpuUtilization)
+              + '* on (%(key)s) group_left (vendor, model)\ngroup by (%(key)s, vendor, model) (xpu_device_info{%(xpuSelector)s, parent_uuid=""})' % fmt
+            ) + '\n)\n',
           },
           {
             // Physical devices only: MIG instances are part of their GPU.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -20,25 +21,46 @@ type Client struct {
 
 	mu          sync.Mutex
 	initialized bool
+	closed      bool
 	symbols     symbols
-	// stuck holds the indices of devices whose last query outlived its
-	// deadline and has not returned yet: NVML calls cannot be cancelled, so
-	// they are not queried again until the stuck call comes back.
-	stuck map[int]bool
+	// count is the number of devices the driver last reported.
+	count int
+	// inflight holds each device's read while it runs. Every Read that needs
+	// the device meanwhile waits for that read rather than start another:
+	// NVML calls cannot be cancelled, so a device is never read twice at
+	// once, and a device is down only when its own read fails or misses the
+	// waiting scrape's deadline.
+	inflight map[int]*deviceRead
 	// identities are remembered so that a device that stops answering is
 	// still reported under its own name.
 	identities map[int]Identity
-	// lastSeen is the newest per-process utilization sample per device.
+	// lastSeen is where each device's next utilization window starts: the
+	// newest device sample of the last committed read, and windows that
+	// read's window.
 	lastSeen map[int]uint64
+	windows  map[int]*window
 	// gpm keeps each device's previous GPM sample. Only the goroutine that
-	// reads a device touches its entry, and never two at once (see stuck).
+	// reads a device touches its entry, and never two at once (inflight).
 	gpm map[int]*gpmDevice
 }
 
+// deviceRead is one read of a device (the GPU and its MIG instances).
+type deviceRead struct {
+	done chan struct{}
+	devs []Device
+	// deadline is that of the Read that started it: a read still running
+	// past it is stuck in the driver, and later Reads report the device
+	// down at once rather than wait for it.
+	deadline time.Time
+	// advance says that a scrape uses this read, so that it is committed
+	// (see pending); set under Client.mu until the read seals it.
+	advance, sealed bool
+}
+
 // New returns a client over an NVML implementation: nvml.New() in
-// production, a go-nvml mock in tests and demo mode.
+// production, a simulated driver in tests and demo mode.
 func New(lib nvml.Interface) *Client {
-	return &Client{lib: lib, stuck: map[int]bool{}, identities: map[int]Identity{}, lastSeen: map[int]uint64{}, gpm: map[int]*gpmDevice{}}
+	return &Client{lib: lib, inflight: map[int]*deviceRead{}, identities: map[int]Identity{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, gpm: map[int]*gpmDevice{}}
 }
 
 // Init loads and initialises NVML. The exporter calls it at every scrape until
@@ -91,24 +113,35 @@ func lookupSymbols(lib nvml.Interface) symbols {
 	}
 }
 
-// Shutdown releases NVML.
+// Shutdown releases NVML. A device read still running (stuck in the driver)
+// keeps its own state and releases it when it returns.
 func (c *Client) Shutdown() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.initialized {
-		for _, g := range c.gpm {
-			g.sweep() // nothing is marked seen: every sample is freed
-		}
-		c.lib.Shutdown()
-		c.initialized = false
+	if !c.initialized {
+		return
 	}
+	c.closed = true
+	for index, g := range c.gpm {
+		if c.inflight[index] == nil {
+			g.freeAll()
+			delete(c.gpm, index)
+		}
+	}
+	c.lib.Shutdown()
+	c.initialized = false
 }
 
 // Read queries every device in parallel and returns when all have answered
 // or ctx is done. A device that has not answered by then is returned down
-// with Down "timeout"; its query goes on in the background and the device is
-// reported down without being queried again until that query returns.
-func (c *Client) Read(ctx context.Context) (Node, error) {
+// with Down "timeout"; its query goes on in the background, and later Reads
+// wait for it rather than query the device again.
+//
+// advance says that the caller is a scrape: the windows that readings
+// averaged since the previous scrape cover (utilization samples, GPM) then
+// move on to this read. Other callers (/devices, event owner look-ups) see
+// the same averages without shortening the next scrape's window.
+func (c *Client) Read(ctx context.Context, advance bool) (Node, error) {
 	if err := c.Init(); err != nil {
 		return Node{}, err
 	}
@@ -116,6 +149,9 @@ func (c *Client) Read(ctx context.Context) (Node, error) {
 	if ret != nvml.SUCCESS {
 		return Node{}, fmt.Errorf("count NVIDIA devices: %s", ret.Error())
 	}
+	c.mu.Lock()
+	c.count = count
+	c.mu.Unlock()
 	var node Node
 	if v, ret := c.lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		node.DriverVersion = v
@@ -123,61 +159,99 @@ func (c *Client) Read(ctx context.Context) (Node, error) {
 	if v, ret := c.lib.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS {
 		node.CUDAVersion = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
 	}
-
-	results := make([]chan []Device, count)
-	for i := range count {
-		results[i] = make(chan []Device, 1) // buffered: a late answer must not block forever
-		if !c.claim(i) {
-			close(results[i])
-			continue
-		}
-		go func() {
-			defer c.release(i)
-			results[i] <- c.readIndex(i)
-		}()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Hour)
 	}
+	reads := make([]*deviceRead, count)
 	for i := range count {
-		node.Devices = append(node.Devices, c.await(ctx, i, results[i])...)
+		reads[i] = c.start(i, deadline, advance)
+	}
+	for i, r := range reads {
+		node.Devices = append(node.Devices, c.await(ctx, i, r)...)
 	}
 	return node, nil
 }
 
-// await takes device index's answer, or reports it down once ctx is done.
-// An answer already there when ctx ends still counts.
-func (c *Client) await(ctx context.Context, index int, result <-chan []Device) []Device {
-	select {
-	case devs, ok := <-result:
-		if !ok {
-			return []Device{c.down(index, "previous query still running")}
+// start returns the device's read in flight, or starts one. A read stuck
+// past its own deadline is returned as nil.
+func (c *Client) start(index int, deadline time.Time, advance bool) *deviceRead {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.inflight[index]; r != nil {
+		if time.Now().After(r.deadline) {
+			return nil
 		}
-		return devs
+		if advance && !r.sealed {
+			r.advance = true
+		}
+		return r
+	}
+	r := &deviceRead{done: make(chan struct{}), deadline: deadline, advance: advance}
+	c.inflight[index] = r
+	go c.run(index, r)
+	return r
+}
+
+// run reads the device, then commits or undoes what the read took from the
+// device's windows, before anyone can start the next read of it.
+func (c *Client) run(index int, r *deviceRead) {
+	devs, p := c.readIndex(index)
+	c.mu.Lock()
+	r.sealed = true
+	commit, closed := r.advance, c.closed
+	c.mu.Unlock()
+	p.apply(commit && !closed)
+	c.mu.Lock()
+	if commit && !closed && p.win != nil && p.win.end > c.lastSeen[index] {
+		c.lastSeen[index], c.windows[index] = p.win.end, p.win
+	}
+	if closed {
+		if g := c.gpm[index]; g != nil {
+			g.freeAll()
+			delete(c.gpm, index)
+		}
+	}
+	delete(c.inflight, index)
+	c.mu.Unlock()
+	r.devs = devs
+	close(r.done)
+}
+
+// await takes the device's answer, or reports it down once ctx is done. An
+// answer already there when ctx ends still counts.
+func (c *Client) await(ctx context.Context, index int, r *deviceRead) []Device {
+	if r == nil {
+		return []Device{c.down(index, "previous query still running")}
+	}
+	select {
+	case <-r.done:
+		return r.devs
 	case <-ctx.Done():
 	}
 	select {
-	case devs, ok := <-result:
-		if ok {
-			return devs
-		}
-		return []Device{c.down(index, "previous query still running")}
+	case <-r.done:
+		return r.devs
 	default:
 		return []Device{c.down(index, "timeout")}
 	}
 }
 
-func (c *Client) claim(index int) bool {
+// Known returns every device the driver has counted so far, down with why,
+// named as far as it was identified: what a scrape reports when it cannot
+// wait for the devices at all.
+func (c *Client) Known(why string) []Device {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stuck[index] {
-		return false
+	out := make([]Device, 0, c.count)
+	for i := range c.count {
+		id, ok := c.identities[i]
+		if !ok {
+			id = Identity{Index: i}
+		}
+		out = append(out, Device{Identity: id, Down: why})
 	}
-	c.stuck[index] = true
-	return true
-}
-
-func (c *Client) release(index int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.stuck, index)
+	return out
 }
 
 func (c *Client) down(index int, why string) Device {
@@ -191,8 +265,11 @@ func (c *Client) down(index int, why string) Device {
 }
 
 // readIndex reads the GPU at index and its MIG instances. A panic inside the
-// driver binding or a mock marks this device down and nothing else.
-func (c *Client) readIndex(index int) (devs []Device) {
+// driver binding or a simulated driver marks this device down and nothing
+// else. The pending changes to the device's windows are returned with the
+// readings, for run to apply.
+func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
+	p = &windowChange{}
 	gpu := &Device{Identity: Identity{Index: index}}
 	defer func() {
 		if r := recover(); r != nil {
@@ -202,7 +279,7 @@ func (c *Client) readIndex(index int) (devs []Device) {
 	}()
 	h, ret := c.lib.DeviceGetHandleByIndex(index)
 	if ret != nvml.SUCCESS {
-		return []Device{c.down(index, "get handle: "+ret.Error())}
+		return []Device{c.down(index, "get handle: "+ret.Error())}, p
 	}
 	c.mu.Lock()
 	g := c.gpm[index]
@@ -210,19 +287,27 @@ func (c *Client) readIndex(index int) (devs []Device) {
 		g = &gpmDevice{states: map[string]*gpmState{}, seen: map[string]bool{}}
 		c.gpm[index] = g
 	}
-	r := &reader{lib: c.lib, gpm: g, symbols: c.symbols, lastSeen: c.lastSeen[index]}
+	r := &reader{lib: c.lib, gpm: g, symbols: c.symbols, lastSeen: c.lastSeen[index], prev: c.windows[index], pending: &p.pending}
 	c.mu.Unlock()
-	defer g.sweep()
+	p.commit = append(p.commit, g.sweep)
+	p.discard = append(p.discard, func() { clear(g.seen) })
 	r.readGPU(h, gpu)
+	p.win = r.win
 	if gpu.Up {
 		c.mu.Lock()
 		c.identities[index] = gpu.Identity
-		c.lastSeen[index] = r.lastSeen
 		c.mu.Unlock()
 	}
 	devs = append(devs, *gpu)
 	if gpu.Up && gpu.MIGEnabled.OK && gpu.MIGEnabled.Value {
 		devs = append(devs, r.readMIGInstances(*gpu, h)...)
 	}
-	return devs
+	return devs, p
+}
+
+// windowChange is what one read of a device would move on: the GPM samples
+// (pending) and its utilization window, where the next one starts.
+type windowChange struct {
+	pending
+	win *window
 }

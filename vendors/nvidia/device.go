@@ -29,15 +29,33 @@ type Identity struct {
 
 // MIG describes a MIG instance: a device of its own inside a parent GPU.
 type MIG struct {
-	ParentUUID        string
-	ParentIndex       int
+	ParentUUID  string
+	ParentIndex int
+	// Index is the handle index of nvmlDeviceGetMigDeviceHandleByIndex,
+	// which the device plugins' index strategy uses ("<gpu>:<index>").
+	Index             int
 	Profile           string // e.g. "1g.10gb", or "1c.3g.40gb" for a compute instance
 	GPUInstanceID     int
 	ComputeInstanceID int
 	// SliceFraction is the share of the parent's compute slices this instance
-	// holds (1/7 for 1g on a 7-slice GPU), used to attribute a fraction of a GPU.
+	// holds (1/7 for 1g on a 7-slice GPU), used to attribute a fraction of a
+	// GPU; 0 when it could not be read.
 	SliceFraction float64
 }
+
+// TempThreshold names a temperature limit the driver sets for a device.
+type TempThreshold string
+
+// The limits the exporter reads, in the order it reports them.
+const (
+	TempShutdown  TempThreshold = "shutdown"
+	TempSlowdown  TempThreshold = "slowdown"
+	TempGPUMax    TempThreshold = "gpu_max"
+	TempMemoryMax TempThreshold = "memory_max"
+)
+
+// TempThresholds lists the limits in report order.
+var TempThresholds = []TempThreshold{TempShutdown, TempSlowdown, TempGPUMax, TempMemoryMax}
 
 // Clock names the clock domains the exporter reads.
 type Clock string
@@ -68,9 +86,10 @@ type Process struct {
 	// UsedMemory is unset when NVML reports NVML_VALUE_NOT_AVAILABLE, as it
 	// does without the permission to see other users' processes.
 	UsedMemory Opt[uint64]
-	// Utilization of the device's engines by this process, averaged over
-	// NVML's samples since the previous scrape (ratios 0..1). Unset when NVML
-	// has no sample of the process in that time or cannot sample (MIG).
+	// Utilization of the device's engines by this process over the read's
+	// window (see window.go): the time-weighted mean of NVML's per-process
+	// samples, 0 for the periods it has none (ratios 0..1). Unset when the
+	// driver gave no window or cannot sample per process (MIG).
 	SMUtilization      Opt[float64]
 	MemoryUtilization  Opt[float64]
 	EncoderUtilization Opt[float64]
@@ -96,7 +115,9 @@ type Device struct {
 	Up   bool
 	Down string
 
-	Utilization        Opt[float64] // ratios 0..1
+	// Utilization is the mean over the read's window where the driver keeps
+	// samples (window.go), else its latest sample period. Ratios 0..1.
+	Utilization        Opt[float64]
 	MemoryUtilization  Opt[float64]
 	EncoderUtilization Opt[float64]
 	DecoderUtilization Opt[float64]
@@ -107,6 +128,9 @@ type Device struct {
 
 	Temperature       Opt[float64] // °C
 	MemoryTemperature Opt[float64]
+	// TempLimits are the device's own limits in °C; a limit NVML does not
+	// give is absent.
+	TempLimits map[TempThreshold]float64
 
 	Power       Opt[float64] // W
 	PowerLimit  Opt[float64]
@@ -143,8 +167,10 @@ type Device struct {
 
 // NVLink is one NVLink of a GPU.
 type NVLink struct {
-	Link   int
-	Up     bool
+	Link int
+	// Up is unset when the link's state could not be read; nothing else of
+	// the link is known then.
+	Up     Opt[bool]
 	Errors map[string]uint64 // replay, recovery, crc_flit, crc_data
 	// TXBytes and RXBytes count the data (payload) bytes the link carried
 	// since the driver was loaded.

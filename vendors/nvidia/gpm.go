@@ -69,7 +69,9 @@ func (r *reader) gpmSupported(h nvml.Device) bool {
 }
 
 // profile takes a GPM sample with get and, if an earlier one exists, sets the
-// readings averaged between the two.
+// readings averaged between the two. The new sample replaces the previous one
+// only when the read is committed: a read no scrape used leaves the next
+// scrape's window where it was.
 func (r *reader) profile(d *Device, key string, get func(nvml.GpmSample) nvml.Return) {
 	st := r.gpm.states[key]
 	if st == nil {
@@ -85,12 +87,15 @@ func (r *reader) profile(d *Device, key string, get func(nvml.GpmSample) nvml.Re
 		sample.Free()
 		return
 	}
+	r.pending.commit = append(r.pending.commit, func() {
+		st.free()
+		st.prev = sample
+	})
+	r.pending.discard = append(r.pending.discard, func() { sample.Free() })
 	prev := st.prev
-	st.prev = sample
 	if prev == nil {
 		return
 	}
-	defer prev.Free()
 	// The request holds room for 333 metrics (several KiB): one is kept per
 	// GPU and reused rather than allocated at every scrape.
 	if r.gpm.request == nil {
@@ -98,6 +103,7 @@ func (r *reader) profile(d *Device, key string, get func(nvml.GpmSample) nvml.Re
 	}
 	mg := r.gpm.request
 	*mg = nvml.GpmMetricsGetType{NumMetrics: uint32(len(gpmMetrics)), Sample1: prev, Sample2: sample}
+	defer func() { mg.Sample1, mg.Sample2 = nil, nil }()
 	for i, m := range gpmMetrics {
 		mg.Metrics[i].MetricId = uint32(m.id)
 	}
@@ -120,11 +126,12 @@ func (r *reader) profile(d *Device, key string, get func(nvml.GpmSample) nvml.Re
 type gpmDevice struct {
 	supported *bool
 	request   *nvml.GpmMetricsGetType
-	states    map[string]*gpmState // "" for the GPU, the instance id for MIG
+	states    map[string]*gpmState // "" for the GPU, "gi:<id>" for a GPU instance
 	seen      map[string]bool      // states used in this read
 }
 
-// sweep frees the samples of MIG instances that no longer exist.
+// sweep frees the samples of GPU instances that no longer exist, once a
+// read is committed.
 func (g *gpmDevice) sweep() {
 	for key, st := range g.states {
 		if !g.seen[key] {
@@ -132,7 +139,15 @@ func (g *gpmDevice) sweep() {
 			delete(g.states, key)
 		}
 	}
-	g.seen = map[string]bool{}
+	clear(g.seen)
+}
+
+// freeAll releases every sample, when NVML is shut down.
+func (g *gpmDevice) freeAll() {
+	for _, st := range g.states {
+		st.free()
+	}
+	clear(g.states)
 }
 
 func benign(ret nvml.Return) bool {

@@ -16,12 +16,37 @@ type reader struct {
 	lib     nvml.Interface
 	gpm     *gpmDevice
 	symbols symbols
-	// lastSeen is the timestamp (µs) of the newest per-process utilization
-	// sample read at the previous scrape, so each scrape averages only the
-	// samples taken since.
+	// lastSeen is the newest device utilization sample (µs) of the previous
+	// committed read: this read's window starts after it (see window.go).
 	lastSeen uint64
-	lost     bool
-	errs     []CallError
+	// periods are this read's window, nil when the driver gave no device
+	// samples for it.
+	periods []period
+	// prev is the last committed read's window, reported again when no
+	// driver period has ended since (two reads within one period); win is
+	// this read's, kept once it is committed.
+	prev, win *window
+	lost      bool
+	errs      []CallError
+	// pending advances the device's windows to this read, or undoes what
+	// it took, once the client knows whether a scrape used it.
+	pending *pending
+}
+
+// pending is what a read changes in the device's window state: applied
+// (commit) when a scrape used the read, undone (discard) otherwise, so that
+// /devices, event owner look-ups and a read nobody waited for never shorten
+// a scrape's window.
+type pending struct{ commit, discard []func() }
+
+func (p *pending) apply(commit bool) {
+	fns := p.discard
+	if commit {
+		fns = p.commit
+	}
+	for _, f := range fns {
+		f()
+	}
 }
 
 // ok reports whether ret carries a reading, and files the failure otherwise.
@@ -98,10 +123,39 @@ func busID(raw [32]int8) string {
 	return strings.ToLower(b.String())
 }
 
+// utilization reads the device's utilization over the window since the
+// previous scrape from the driver's samples, and falls back to its latest
+// sample period (nvmlDeviceGetUtilizationRates: "during a sample period that
+// may be between 1 second and 1/6 second depending on the product") where
+// the driver keeps no samples or has none newer than the previous scrape.
 func (r *reader) utilization(d *Device, h nvml.Device) {
 	if u, ret := h.GetUtilizationRates(); r.ok("GetUtilizationRates", ret) {
 		d.Utilization = some(percent(u.Gpu))
 		d.MemoryUtilization = some(percent(u.Memory))
+	}
+	if r.lost {
+		return
+	}
+	typ, samples, ret := h.GetSamples(nvml.GPU_UTILIZATION_SAMPLES, r.lastSeen)
+	switch {
+	case ret == nvml.ERROR_NOT_FOUND:
+		// No sample since the previous scrape: two reads closer together
+		// than the driver's sample period see the most recent complete
+		// window again.
+		if r.prev != nil {
+			d.Utilization = some(r.prev.device)
+		}
+	case r.ok("GetSamples", ret):
+		r.periods = devicePeriods(r.lastSeen, typ, samples)
+		if w := newWindow(r.periods, nil); w.length > 0 {
+			d.Utilization = some(w.device)
+			r.win = &w
+		} else {
+			r.periods = nil
+		}
+	}
+	if r.lost {
+		return
 	}
 	if u, _, ret := h.GetEncoderUtilization(); r.ok("GetEncoderUtilization", ret) {
 		d.EncoderUtilization = some(percent(u))
@@ -140,6 +194,38 @@ func (r *reader) thermal(d *Device, h nvml.Device) {
 	if v, ret := h.GetFanSpeed(); r.ok("GetFanSpeed", ret) {
 		d.FanSpeed = some(percent(v))
 	}
+	for _, t := range tempThresholdTypes {
+		// A limit of 0 °C would put every device past it at all times: a
+		// driver that answers 0 has no such limit.
+		if v, ret := h.GetTemperatureThreshold(t.typ); r.ok("GetTemperatureThreshold", ret) && v > 0 {
+			if d.TempLimits == nil {
+				d.TempLimits = map[TempThreshold]float64{}
+			}
+			d.TempLimits[t.name] = float64(v)
+		}
+	}
+}
+
+// tempThresholdTypes maps nvmlDeviceGetTemperatureThreshold's types to our
+// names. nvml.h, nvmlTemperatureThresholds_t: SHUTDOWN is "Temperature at
+// which the GPU will shut down for HW protection", SLOWDOWN "Temperature at
+// which the GPU will begin HW slowdown", MEM_MAX "Memory Temperature at
+// which the GPU will begin SW slowdown", GPU_MAX "GPU Temperature at which
+// the GPU can be throttled below base clock" (nvidia-smi's "GPU Max
+// Operating Temp"). nvmlDeviceGetTemperatureThreshold returns them in
+// degrees C "For Kepler or newer fully supported devices", and
+// NOT_SUPPORTED "if the device does not have a temperature sensor or is
+// unsupported". The header adds that on Ada and later these four are to
+// move to nvmlDeviceGetFieldValues in a future release; until then this
+// call answers for them.
+var tempThresholdTypes = []struct {
+	typ  nvml.TemperatureThresholds
+	name TempThreshold
+}{
+	{nvml.TEMPERATURE_THRESHOLD_SHUTDOWN, TempShutdown},
+	{nvml.TEMPERATURE_THRESHOLD_SLOWDOWN, TempSlowdown},
+	{nvml.TEMPERATURE_THRESHOLD_GPU_MAX, TempGPUMax},
+	{nvml.TEMPERATURE_THRESHOLD_MEM_MAX, TempMemoryMax},
 }
 
 func (r *reader) power(d *Device, h nvml.Device) {
@@ -193,10 +279,11 @@ func (r *reader) throttle(d *Device, h nvml.Device) {
 		return
 	}
 	// Reasons the GPU model cannot report are left out rather than shown as
-	// never throttling.
-	all := uint64(nvml.ClocksThrottleReasonAll)
-	if s, ret := supported(); r.ok("GetSupportedClocksEventReasons", ret) {
-		all = s
+	// never throttling; without the supported mask no reason is known to be
+	// reportable, so none is emitted.
+	all, ret := supported()
+	if !r.ok("GetSupportedClocksEventReasons", ret) {
+		return
 	}
 	d.Throttle = make(map[string]bool, len(ThrottleReasons))
 	for _, reason := range ThrottleReasons {
@@ -285,71 +372,98 @@ func (r *reader) migMode(d *Device, h nvml.Device) {
 	}
 }
 
-// processes reads compute processes. On a GPU in MIG mode the parent's list
-// needs privileges and mixes instances, so each MIG instance reads its own.
+// processes reads the processes of a whole GPU. On a GPU in MIG mode the
+// parent's list needs privileges and mixes instances, so each MIG instance
+// reads its own.
 func (r *reader) processes(d *Device, h nvml.Device) {
 	if d.MIGEnabled.OK && d.MIGEnabled.Value {
 		return
 	}
-	if procs, ret := h.GetComputeRunningProcesses(); r.ok("GetComputeRunningProcesses", ret) {
-		d.Processes = convertProcesses(procs)
-	}
-	if len(d.Processes) > 0 && !r.lost {
+	d.Processes = r.processList(h)
+	switch {
+	case r.lost:
+	case len(d.Processes) == 0:
+		if r.win != nil {
+			r.win.procs = map[uint32]procWindow{} // no process used the GPU
+		}
+	case r.periods != nil:
 		r.processUtilization(d, h)
+	case r.prev != nil && r.prev.procs != nil && r.win == nil && d.Utilization.OK:
+		setProcessUtilization(d, *r.prev)
 	}
 }
 
-// processUtilization averages NVML's per-process samples since the last
-// scrape. It is what splits a shared GPU's utilization between its owners.
-func (r *reader) processUtilization(d *Device, h nvml.Device) {
-	since := r.lastSeen
-	samples, ret := h.GetProcessUtilization(since)
-	if ret == nvml.ERROR_NOT_FOUND {
-		return // no process ran a kernel since the last scrape
-	}
-	if !r.ok("GetProcessUtilization", ret) {
-		return
-	}
-	type sum struct{ sm, mem, enc, dec, n float64 }
-	sums := map[uint32]*sum{}
-	for _, s := range samples {
-		// NVML returns samples in no particular order.
-		if s.TimeStamp <= since {
+// processLists are NVML's three lists of processes on a device. Under MPS
+// the clients are only in the MPS list (nvml.h,
+// nvmlDeviceGetMPSComputeRunningProcesses_v3: "Get information about
+// processes with a MPS compute context on a device"), and a process that
+// both computes and draws is in two lists.
+var processLists = []struct {
+	call string
+	get  func(nvml.Device) ([]nvml.ProcessInfo, nvml.Return)
+}{
+	{"GetComputeRunningProcesses", nvml.Device.GetComputeRunningProcesses},
+	{"GetMPSComputeRunningProcesses", nvml.Device.GetMPSComputeRunningProcesses},
+	{"GetGraphicsRunningProcesses", nvml.Device.GetGraphicsRunningProcesses},
+}
+
+// processList merges the three lists, one entry per PID. The memory of a
+// PID in several lists is the largest it is given: nvml.h says
+// "usedGpuMemory [...] is all of the memory used by the application", so
+// each list gives the same whole, not a part to add.
+func (r *reader) processList(h nvml.Device) []Process {
+	var out []Process
+	at := map[uint32]int{}
+	for _, l := range processLists {
+		if r.lost {
+			break
+		}
+		procs, ret := l.get(h)
+		if !r.ok(l.call, ret) {
 			continue
 		}
-		r.lastSeen = max(r.lastSeen, s.TimeStamp)
-		a := sums[s.Pid]
-		if a == nil {
-			a = &sum{}
-			sums[s.Pid] = a
+		for _, p := range procs {
+			i, dup := at[p.Pid]
+			if !dup {
+				i = len(out)
+				at[p.Pid] = i
+				out = append(out, Process{PID: p.Pid})
+			}
+			// NVML_VALUE_NOT_AVAILABLE (all ones) without the permission to
+			// see another user's process.
+			if p.UsedGpuMemory != math.MaxUint64 && (!out[i].UsedMemory.OK || p.UsedGpuMemory > out[i].UsedMemory.Value) {
+				out[i].UsedMemory = some(p.UsedGpuMemory)
+			}
 		}
-		a.sm += percent(s.SmUtil)
-		a.mem += percent(s.MemUtil)
-		a.enc += percent(s.EncUtil)
-		a.dec += percent(s.DecUtil)
-		a.n++
-	}
-	for i := range d.Processes {
-		p := &d.Processes[i]
-		if a := sums[p.PID]; a != nil {
-			p.SMUtilization = some(a.sm / a.n)
-			p.MemoryUtilization = some(a.mem / a.n)
-			p.EncoderUtilization = some(a.enc / a.n)
-			p.DecoderUtilization = some(a.dec / a.n)
-		}
-	}
-}
-
-func convertProcesses(procs []nvml.ProcessInfo) []Process {
-	out := make([]Process, 0, len(procs))
-	for _, p := range procs {
-		proc := Process{PID: p.Pid}
-		if p.UsedGpuMemory != math.MaxUint64 { // NVML_VALUE_NOT_AVAILABLE
-			proc.UsedMemory = some(p.UsedGpuMemory)
-		}
-		out = append(out, proc)
 	}
 	return out
+}
+
+// processUtilization gives every process its utilization over this read's
+// window (window.go): the time-weighted mean of its samples, 0 for the
+// periods it has none. It is what splits a shared GPU between its owners.
+func (r *reader) processUtilization(d *Device, h nvml.Device) {
+	entries, ret := h.GetProcessUtilization(r.lastSeen)
+	switch {
+	case ret == nvml.ERROR_NOT_FOUND:
+		entries = nil // no process used the GPU in the window
+	case !r.ok("GetProcessUtilization", ret):
+		return
+	}
+	w := newWindow(r.periods, entries)
+	r.win = &w
+	setProcessUtilization(d, w)
+}
+
+func setProcessUtilization(d *Device, w window) {
+	for i := range d.Processes {
+		p := &d.Processes[i]
+		u := w.procs[p.PID]
+		p.SMUtilization = some(u.sm)
+		p.MemoryUtilization = some(u.mem)
+		p.EncoderUtilization = some(u.enc)
+		p.DecoderUtilization = some(u.dec)
+	}
 }
 
 // profiling samples GPM for the whole GPU; a GPU in MIG mode is profiled per
@@ -374,7 +488,9 @@ var nvlinkCounters = []struct {
 	{nvml.NVLINK_ERROR_DL_CRC_DATA, "crc_data"},
 }
 
-// nvlink reads the state and error counters of every NVLink of the GPU.
+// nvlink reads the state and error counters of every NVLink of the GPU. A
+// link whose state cannot be read is still listed, with nothing known, so
+// that sums over the links know they would be partial.
 func (r *reader) nvlink(d *Device, h nvml.Device) {
 	for link := 0; link < nvml.NVLINK_MAX_LINKS && !r.lost; link++ {
 		state, ret := h.GetNvLinkState(link)
@@ -382,9 +498,10 @@ func (r *reader) nvlink(d *Device, h nvml.Device) {
 			break // past the GPU's last link, or a GPU without NVLink
 		}
 		if !r.ok("GetNvLinkState", ret) {
+			d.NVLinks = append(d.NVLinks, NVLink{Link: link})
 			continue
 		}
-		l := NVLink{Link: link, Up: state == nvml.FEATURE_ENABLED}
+		l := NVLink{Link: link, Up: some(state == nvml.FEATURE_ENABLED)}
 		for _, c := range nvlinkCounters {
 			if v, ret := h.GetNvLinkErrorCounter(link, c.counter); r.ok("GetNvLinkErrorCounter", ret) {
 				if l.Errors == nil {
@@ -444,41 +561,29 @@ func (r *reader) field(h nvml.Device, id uint32) (float64, bool) {
 }
 
 func fieldValue(v nvml.FieldValue) (float64, bool) {
-	b := v.Value
-	u64 := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-	switch nvml.ValueType(v.ValueType) {
-	case nvml.VALUE_TYPE_DOUBLE:
-		return math.Float64frombits(u64), true
-	case nvml.VALUE_TYPE_UNSIGNED_INT:
-		return float64(uint32(u64)), true
-	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
-		return float64(u64), true
-	case nvml.VALUE_TYPE_SIGNED_LONG_LONG:
-		return float64(int64(u64)), true
-	case nvml.VALUE_TYPE_SIGNED_INT:
-		return float64(int32(uint32(u64))), true
-	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
-		return float64(uint16(u64)), true
-	}
-	return 0, false
+	return sampleValue(nvml.ValueType(v.ValueType), v.Value)
 }
 
 // readMIGInstances reads the MIG devices of a GPU in MIG mode. NVML gives
 // memory and processes per instance; utilization needs GPM or DCGM.
+//
+// Each MIG device NVML hands out is a compute instance; several can share one
+// GPU instance. The device plugins' index strategy names MIG devices by the
+// GPU's index and the handle index i of nvmlDeviceGetMigDeviceHandleByIndex,
+// which follows no promised order of GPU instance IDs, so Index keeps i.
 func (r *reader) readMIGInstances(parent Device, h nvml.Device) []Device {
-	max, ret := h.GetMaxMigDeviceCount()
+	count, ret := h.GetMaxMigDeviceCount()
 	if !r.ok("GetMaxMigDeviceCount", ret) {
 		return nil
 	}
 	parentSlices := 0
 	var out []Device
-	for i := range max {
+	for i := range count {
 		mh, ret := h.GetMigDeviceHandleByIndex(i)
 		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
 			continue // an empty slot: not every MIG slot holds an instance
 		}
-		mr := &reader{lib: r.lib, gpm: r.gpm, symbols: r.symbols}
+		mr := &reader{lib: r.lib, gpm: r.gpm, symbols: r.symbols, pending: r.pending}
 		if !mr.ok("GetMigDeviceHandleByIndex", ret) {
 			r.errs = append(r.errs, mr.errs...)
 			continue
@@ -486,9 +591,41 @@ func (r *reader) readMIGInstances(parent Device, h nvml.Device) []Device {
 		if parentSlices == 0 {
 			parentSlices = maxSlices(h)
 		}
-		out = append(out, mr.readMIG(parent, h, mh, parentSlices))
+		out = append(out, mr.readMIG(parent, mh, i, parentSlices))
 	}
+	r.profileMIG(h, out)
 	return out
+}
+
+// profileMIG samples GPM once per GPU instance (nvmlGpmMigSampleGet takes a
+// GPU instance ID). Its readings belong to an instance only when it is the
+// GPU instance's only compute instance: compute instances that share a GPU
+// instance share its readings, which are then no one instance's own and are
+// left out. NVML has no other utilization of a MIG instance; GPM's graphics
+// engine activity is what DCGM reports for instances too.
+func (r *reader) profileMIG(parent nvml.Device, devs []Device) {
+	if len(devs) == 0 || !r.gpmSupported(parent) {
+		return
+	}
+	perGI := map[int][]int{}
+	for i, d := range devs {
+		if d.Up && d.MIG != nil {
+			perGI[d.MIG.GPUInstanceID] = append(perGI[d.MIG.GPUInstanceID], i)
+		}
+	}
+	for gi, idx := range perGI {
+		for _, i := range idx {
+			devs[i].GPM = true
+		}
+		if len(idx) != 1 || r.lost {
+			continue
+		}
+		d := &devs[idx[0]]
+		r.profile(d, "gi:"+strconv.Itoa(gi), func(s nvml.GpmSample) nvml.Return { return parent.GpmMigSampleGet(gi, s) })
+		if v, ok := d.Profiling[ProfGraphicsActive]; ok {
+			d.Utilization = some(v)
+		}
+	}
 }
 
 // maxSlices is the number of compute slices of the whole GPU: 7 on
@@ -503,12 +640,12 @@ func maxSlices(h nvml.Device) int {
 	return 0
 }
 
-func (r *reader) readMIG(parent Device, parentHandle, h nvml.Device, parentSlices int) Device {
+func (r *reader) readMIG(parent Device, h nvml.Device, index, parentSlices int) Device {
 	// The parent's model, not the MIG device's name ("… MIG 1g.10gb"), so
 	// that fleets aggregate by model across MIG and whole GPUs.
 	d := Device{
 		Identity: Identity{Index: parent.Index, Name: parent.Name, PCIBusID: parent.PCIBusID},
-		MIG:      &MIG{ParentUUID: parent.UUID, ParentIndex: parent.Index},
+		MIG:      &MIG{ParentUUID: parent.UUID, ParentIndex: parent.Index, Index: index},
 	}
 	if v, ret := h.GetUUID(); r.ok("GetUUID", ret) {
 		d.UUID = v
@@ -526,8 +663,15 @@ func (r *reader) readMIG(parent Device, parentHandle, h nvml.Device, parentSlice
 	var attrs nvml.DeviceAttributes
 	if v, ret := h.GetAttributes(); r.ok("GetAttributes", ret) {
 		attrs = v
-		if parentSlices > 0 {
-			d.MIG.SliceFraction = float64(v.GpuInstanceSliceCount) / float64(parentSlices)
+		// A compute instance holds its own slices of the GPU instance's
+		// compute; the GPU instance's slices are its share only when it is
+		// the only one.
+		slices := v.ComputeInstanceSliceCount
+		if slices == 0 {
+			slices = v.GpuInstanceSliceCount
+		}
+		if parentSlices > 0 && slices > 0 {
+			d.MIG.SliceFraction = float64(slices) / float64(parentSlices)
 		}
 	}
 	d.MIG.Profile = migProfile(name, attrs)
@@ -535,19 +679,10 @@ func (r *reader) readMIG(parent Device, parentHandle, h nvml.Device, parentSlice
 		r.memory(&d, h)
 	}
 	if !r.lost {
-		if procs, ret := h.GetComputeRunningProcesses(); r.ok("GetComputeRunningProcesses", ret) {
-			d.Processes = convertProcesses(procs)
-		}
-	}
-	if !r.lost && r.gpmSupported(parentHandle) {
-		d.GPM = true
-		gi := d.MIG.GPUInstanceID
-		r.profile(&d, strconv.Itoa(gi), func(s nvml.GpmSample) nvml.Return { return parentHandle.GpmMigSampleGet(gi, s) })
-		// NVML has no utilization of a MIG instance but GPM's graphics
-		// engine activity, which is what DCGM reports for instances too.
-		if v, ok := d.Profiling[ProfGraphicsActive]; ok {
-			d.Utilization = some(v)
-		}
+		// nvml.h, nvmlDeviceGetProcessUtilization: "On MIG-enabled GPUs,
+		// querying process utilization is not currently supported", so a MIG
+		// instance's processes carry memory only.
+		d.Processes = r.processList(h)
 	}
 	return r.finish(d)
 }

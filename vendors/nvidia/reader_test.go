@@ -102,7 +102,7 @@ func TestReadHandleFailure(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	node, err := New(lib).Read(ctx)
+	node, err := New(lib).Read(ctx, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,50 +130,6 @@ func TestInitRetriesUntilDriverAppears(t *testing.T) {
 	}
 	if err := c.Init(); err != nil || calls != 2 {
 		t.Fatalf("Init once initialised = %v after %d NVML calls, want nil after 2", err, calls)
-	}
-}
-
-func TestProcessUtilizationAveragesSamplesSinceLastScrape(t *testing.T) {
-	samples := []nvml.ProcessUtilizationSample{
-		{Pid: 10, TimeStamp: 100, SmUtil: 40, MemUtil: 10},
-		{Pid: 10, TimeStamp: 200, SmUtil: 60, MemUtil: 30},
-		{Pid: 11, TimeStamp: 150, SmUtil: 5},
-		{Pid: 99, TimeStamp: 160, SmUtil: 50}, // exited before the process list was read
-	}
-	var asked []uint64
-	dev := &mock.Device{
-		GetProcessUtilizationFunc: func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
-			asked = append(asked, lastSeen)
-			var out []nvml.ProcessUtilizationSample
-			for _, s := range samples {
-				if s.TimeStamp > lastSeen {
-					out = append(out, s)
-				}
-			}
-			if len(out) == 0 {
-				return nil, nvml.ERROR_NOT_FOUND
-			}
-			return out, nvml.SUCCESS
-		},
-	}
-	r := &reader{}
-	d := &Device{Processes: []Process{{PID: 10}, {PID: 11}, {PID: 12}}}
-	r.processUtilization(d, dev)
-	want := []Opt[float64]{some(0.5), some(0.05), {}}
-	for i, p := range d.Processes {
-		if p.SMUtilization != want[i] {
-			t.Errorf("pid %d: SM utilization %+v, want %+v", p.PID, p.SMUtilization, want[i])
-		}
-	}
-	if d.Processes[0].MemoryUtilization != some(0.2) {
-		t.Errorf("pid 10 memory utilization %+v, want 0.2", d.Processes[0].MemoryUtilization)
-	}
-	// The next scrape asks only for newer samples; there are none, which is
-	// not an error.
-	d2 := &Device{Processes: []Process{{PID: 10}}}
-	r.processUtilization(d2, dev)
-	if asked[1] != 200 || d2.Processes[0].SMUtilization.OK || len(r.errs) != 0 {
-		t.Errorf("second read asked since %d, got %+v, errors %v", asked[1], d2.Processes[0], r.errs)
 	}
 }
 
@@ -208,5 +164,49 @@ func TestOldDriverSymbolsAreNotCalled(t *testing.T) {
 	r.profiling(d, dev)
 	if d.RemappedRows.OK || d.GPM || !d.MemoryTotal.OK {
 		t.Errorf("device %+v", d)
+	}
+}
+
+// Each limit NVML gives is kept under our name; NOT_SUPPORTED leaves one
+// out without an error, an answer of 0 °C is no limit, and an unexpected
+// failure is filed.
+func TestTemperatureThresholds(t *testing.T) {
+	answers := map[nvml.TemperatureThresholds]struct {
+		v   uint32
+		ret nvml.Return
+	}{
+		nvml.TEMPERATURE_THRESHOLD_SHUTDOWN: {92, nvml.SUCCESS},
+		nvml.TEMPERATURE_THRESHOLD_SLOWDOWN: {89, nvml.SUCCESS},
+		nvml.TEMPERATURE_THRESHOLD_GPU_MAX:  {0, nvml.SUCCESS},
+		nvml.TEMPERATURE_THRESHOLD_MEM_MAX:  {0, nvml.ERROR_NOT_SUPPORTED},
+	}
+	dev := &mock.Device{
+		GetTemperatureFunc: func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 70, nvml.SUCCESS },
+		GetFieldValuesFunc: func(v []nvml.FieldValue) nvml.Return { return nvml.ERROR_NOT_SUPPORTED },
+		GetFanSpeedFunc:    func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
+		GetTemperatureThresholdFunc: func(t nvml.TemperatureThresholds) (uint32, nvml.Return) {
+			a := answers[t]
+			return a.v, a.ret
+		},
+	}
+	r := &reader{}
+	d := &Device{}
+	r.thermal(d, dev)
+	want := map[TempThreshold]float64{TempShutdown: 92, TempSlowdown: 89}
+	if len(d.TempLimits) != len(want) || d.TempLimits[TempShutdown] != 92 || d.TempLimits[TempSlowdown] != 89 {
+		t.Errorf("limits %v, want %v", d.TempLimits, want)
+	}
+	if len(r.errs) != 0 {
+		t.Errorf("errors %v, want none", r.errs)
+	}
+
+	answers[nvml.TEMPERATURE_THRESHOLD_SHUTDOWN] = struct {
+		v   uint32
+		ret nvml.Return
+	}{0, nvml.ERROR_UNKNOWN}
+	r, d = &reader{}, &Device{}
+	r.thermal(d, dev)
+	if _, ok := d.TempLimits[TempShutdown]; ok || len(r.errs) != 1 || r.errs[0].Call != "GetTemperatureThreshold" {
+		t.Errorf("after ERROR_UNKNOWN: limits %v, errors %v; want no shutdown limit and one GetTemperatureThreshold error", d.TempLimits, r.errs)
 	}
 }

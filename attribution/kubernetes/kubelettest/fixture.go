@@ -8,6 +8,7 @@ package kubelettest
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"os"
 	"slices"
@@ -59,6 +60,26 @@ type Container struct {
 	Image   string    `json:"image,omitempty"`
 	Ports   []int32   `json:"ports,omitempty"`
 	Devices []Devices `json:"devices,omitempty"`
+	// Claims are the DRA ResourceClaims the container uses, as the
+	// kubelet reports them in pod-resources DynamicResources.
+	Claims []Claim `json:"claims,omitempty"`
+}
+
+// Claim is a DRA ResourceClaim and the devices allocated to it.
+type Claim struct {
+	Namespace string        `json:"namespace"`
+	Name      string        `json:"name"`
+	Devices   []ClaimDevice `json:"devices"`
+}
+
+// ClaimDevice is one allocated device of a claim (a pod-resources
+// ClaimResource).
+type ClaimDevice struct {
+	Driver     string   `json:"driver"`
+	Pool       string   `json:"pool"`
+	Device     string   `json:"device"`
+	ShareID    string   `json:"shareID,omitempty"`
+	CDIDevices []string `json:"cdiDevices,omitempty"`
 }
 
 // Devices is the device-plugin IDs of one resource.
@@ -116,8 +137,28 @@ func (p Pod) validate() error {
 		if c.Name == "" {
 			return fmt.Errorf("pod %s/%s: a container has no name", p.Namespace, p.Name)
 		}
+		for _, cl := range c.Claims {
+			if cl.Namespace == "" || cl.Name == "" {
+				return fmt.Errorf("pod %s/%s container %s: a claim needs namespace and name", p.Namespace, p.Name, c.Name)
+			}
+			for _, d := range cl.Devices {
+				if d.Driver == "" || d.Pool == "" || d.Device == "" {
+					return fmt.Errorf("pod %s/%s claim %s: a device needs driver, pool and device", p.Namespace, p.Name, cl.Name)
+				}
+			}
+		}
 	}
 	return nil
+}
+
+// ContainerID is the runtime ID the fake node gives a pod's container: 64
+// hexadecimal digits, as containerd's, derived from the pod UID and the
+// container's name so that a simulated procfs can put the container's
+// processes in the cgroup the kubelet reports.
+func ContainerID(podUID, container string) string {
+	h := fnv.New64a()
+	h.Write([]byte(podUID + "/" + container))
+	return fmt.Sprintf("%048x%016x", 0, h.Sum64())
 }
 
 // corePod is the pod as the kubelet Pods API sends it. Each container's
@@ -146,6 +187,9 @@ func (p Pod) corePod(node string) *corev1.Pod {
 		})
 	}
 	for _, c := range p.Containers {
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Ready: true, ContainerID: "containerd://" + ContainerID(p.UID, c.Name),
+		})
 		ctr := corev1.Container{Name: c.Name, Image: c.Image}
 		if ctr.Image == "" {
 			ctr.Image = "registry.example/" + c.Name + ":latest"
@@ -182,7 +226,7 @@ func (p Pod) clone() Pod {
 	out.OwnerReferences = append([]OwnerReference(nil), p.OwnerReferences...)
 	out.Containers = nil
 	for _, c := range p.Containers {
-		out.Containers = append(out.Containers, Container{Name: c.Name, Image: c.Image, Ports: slices.Clone(c.Ports), Devices: cloneDevices(c.Devices)})
+		out.Containers = append(out.Containers, Container{Name: c.Name, Image: c.Image, Ports: slices.Clone(c.Ports), Devices: cloneDevices(c.Devices), Claims: cloneClaims(c.Claims)})
 	}
 	return out
 }
@@ -191,6 +235,19 @@ func cloneDevices(ds []Devices) []Devices {
 	var out []Devices
 	for _, d := range ds {
 		out = append(out, Devices{Resource: d.Resource, IDs: append([]string(nil), d.IDs...)})
+	}
+	return out
+}
+
+func cloneClaims(cs []Claim) []Claim {
+	var out []Claim
+	for _, c := range cs {
+		cc := Claim{Namespace: c.Namespace, Name: c.Name}
+		for _, d := range c.Devices {
+			d.CDIDevices = slices.Clone(d.CDIDevices)
+			cc.Devices = append(cc.Devices, d)
+		}
+		out = append(out, cc)
 	}
 	return out
 }

@@ -41,6 +41,8 @@ func TestLoadFixtureRejects(t *testing.T) {
 		"duplicate name": "node: n\npods:\n  - {namespace: a, name: b, uid: c}\n  - {namespace: a, name: b, uid: d}\n",
 		"duplicate uid":  "node: n\npods:\n  - {namespace: a, name: b, uid: c}\n  - {namespace: a, name: e, uid: c}\n",
 		"unnamed ctr":    "node: n\npods:\n  - {namespace: a, name: b, uid: c, containers: [{}]}\n",
+		"unnamed claim":  "node: n\npods:\n  - {namespace: a, name: b, uid: c, containers: [{name: x, claims: [{namespace: a}]}]}\n",
+		"claim device":   "node: n\npods:\n  - {namespace: a, name: b, uid: c, containers: [{name: x, claims: [{namespace: a, name: c, devices: [{driver: d}]}]}]}\n",
 		"not yaml":       "node: [\n",
 	} {
 		t.Run(name, func(t *testing.T) {

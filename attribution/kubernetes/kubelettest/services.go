@@ -69,6 +69,20 @@ func podResources(p Pod) *podresourcesv1.PodResources {
 				DeviceIds:    append([]string(nil), d.IDs...),
 			})
 		}
+		for _, cl := range c.Claims {
+			dr := &podresourcesv1.DynamicResource{ClaimName: cl.Name, ClaimNamespace: cl.Namespace}
+			for _, d := range cl.Devices {
+				cr := &podresourcesv1.ClaimResource{DriverName: d.Driver, PoolName: d.Pool, DeviceName: d.Device}
+				if d.ShareID != "" {
+					cr.ShareId = &d.ShareID
+				}
+				for _, name := range d.CDIDevices {
+					cr.CdiDevices = append(cr.CdiDevices, &podresourcesv1.CDIDevice{Name: name})
+				}
+				dr.ClaimResources = append(dr.ClaimResources, cr)
+			}
+			ctr.DynamicResources = append(ctr.DynamicResources, dr)
+		}
 		out.Containers = append(out.Containers, ctr)
 	}
 	return out

@@ -1,0 +1,205 @@
+package kubernetes
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
+)
+
+const cdiFixtureDir = "../../fixtures/cdi"
+
+// The GPUs of the CDI fixtures' node, by device minor.
+var draGPUs = []kubelettest.NVIDIAGPU{
+	{Minor: 0, UUID: "GPU-5e2a7c91-3b4d-4f6e-8a1c-0d9e8f7a6b50", PCIBusID: "0000:07:00.0", Model: "NVIDIA A100-SXM4-80GB"},
+	{Minor: 1, UUID: "GPU-7b3c9d02-1e4f-4a5b-9c6d-3e2f1a0b9c81", PCIBusID: "0000:0f:00.0", Model: "NVIDIA A100-SXM4-80GB"},
+	{Minor: 2, UUID: "GPU-8c4d0e13-2f5a-4b6c-8d7e-4f3a2b1c0d92", PCIBusID: "0000:47:00.0", Model: "NVIDIA A100-SXM4-80GB"},
+	{Minor: 3, UUID: "GPU-9d5e1f24-3a6b-4c7d-9e8f-5a4b3c2d1ea3", PCIBusID: "0000:4e:00.0", Model: "NVIDIA A100-SXM4-80GB"},
+}
+
+func nvidiaProcfs(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := kubelettest.WriteNVIDIAProcfs(root, draGPUs); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func TestCDISpecsFixtures(t *testing.T) {
+	proc := nvidiaProcfs(t)
+	nodeIdx, problems, err := (&CDISpecs{Dir: filepath.Join(cdiFixtureDir, "a100-dra-node"), ProcRoot: proc}).Load()
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("Load: %v %v", err, problems)
+	}
+	otherIdx, problems, err := (&CDISpecs{Dir: filepath.Join(cdiFixtureDir, "other"), ProcRoot: proc}).Load()
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("Load: %v %v", err, problems)
+	}
+	const (
+		claim    = "k8s.gpu.nvidia.com/claim=6c1f0d2e-4b8a-4e7c-9f3d-2a5b8c7e1d90-"
+		migClaim = "k8s.gpu.nvidia.com/claim=7d2a1e3f-5c9b-4f8d-a04e-3b6c9d8f2ea1-"
+	)
+	for _, tc := range []struct {
+		name    string
+		want    DeviceRef
+		wantErr string
+	}{
+		// /dev/nvidia1 is minor 1 in driver/nvidia/gpus/0000:0f:00.0/information.
+		{name: claim + "gpu-1", want: DeviceRef{Vendor: VendorNVIDIA, ID: draGPUs[1].UUID, UUID: draGPUs[1].UUID}},
+		// nvidia-cap417 is gpu3/gi1/access in mig-minors: 3 + 3*135 + 1*9 = 417
+		// (and 418 is gpu3/gi1/ci0/access), so GPU instance 1 of minor 3.
+		{name: migClaim + "gpu-3-mig-1g10gb-19-6", want: DeviceRef{Vendor: VendorNVIDIA, ID: draGPUs[3].UUID + "/gi1", MIGParentUUID: draGPUs[3].UUID, MIGGPUInstance: 1}},
+		// nvidia-ctk's uuid device-name strategy: the name is the UUID.
+		{name: "nvidia.com/gpu=" + draGPUs[0].UUID, want: DeviceRef{Vendor: VendorNVIDIA, ID: draGPUs[0].UUID, UUID: draGPUs[0].UUID}},
+		{name: "nvidia.com/gpu=all", wantErr: "has 2 /dev/nvidia<minor> device nodes"},
+		{name: "example.com/accel=accel-0", want: DeviceRef{Vendor: VendorNVIDIA, ID: draGPUs[1].UUID, UUID: draGPUs[1].UUID}},
+		{name: "example.com/accel=accel-both", wantErr: "names 2 different GPUs"},
+		{name: "k8s.gpu.nvidia.com/claim=00000000-0000-4000-8000-000000000000-gpu-0", wantErr: "in no readable CDI spec"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			idx := nodeIdx
+			if !strings.HasPrefix(tc.name, "k8s.gpu.nvidia.com/") {
+				idx = otherIdx
+			}
+			got, err := idx.Lookup(tc.name)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCDISpecsBadInput(t *testing.T) {
+	proc := nvidiaProcfs(t)
+
+	t.Run("missing directory", func(t *testing.T) {
+		_, _, err := (&CDISpecs{Dir: filepath.Join(t.TempDir(), "nope"), ProcRoot: proc}).Load()
+		if err == nil {
+			t.Fatal("no error for a missing directory")
+		}
+	})
+
+	t.Run("malformed", func(t *testing.T) {
+		idx, problems, err := (&CDISpecs{Dir: filepath.Join(cdiFixtureDir, "bad"), ProcRoot: proc}).Load()
+		if err != nil || len(problems) != 2 {
+			t.Fatalf("want 2 problems, got %v %v", err, problems)
+		}
+		for _, p := range problems {
+			if !strings.Contains(p.Error(), "malformed") {
+				t.Errorf("problem %v does not say malformed", p)
+			}
+		}
+		if _, err := idx.Lookup("nokind=gpu-0"); err == nil {
+			t.Error("a device of a spec with a bad kind was indexed")
+		}
+	})
+
+	t.Run("oversized", func(t *testing.T) {
+		dir := t.TempDir()
+		big := "cdiVersion: 0.5.0\nkind: k8s.gpu.nvidia.com/claim\ndevices:\n" + strings.Repeat("# padding\n", MaxCDISpecBytes/10+1)
+		os.WriteFile(filepath.Join(dir, "big.yaml"), []byte(big), 0o644)
+		_, problems, err := (&CDISpecs{Dir: dir, ProcRoot: proc}).Load()
+		if err != nil || len(problems) != 1 || !strings.Contains(problems[0].Error(), "larger than") {
+			t.Fatalf("got %v %v", err, problems)
+		}
+	})
+
+	t.Run("stale minor", func(t *testing.T) {
+		// The spec of a claim whose GPU is gone (or a procfs that is not
+		// the host's): minor 7 is no GPU of the node.
+		dir := t.TempDir()
+		names, err := kubelettest.WriteClaimSpec(dir, "11111111-2222-4333-8444-555555555555", []kubelettest.ClaimSpecDevice{{Name: "gpu-7", Minor: 7}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx, problems, err := (&CDISpecs{Dir: dir, ProcRoot: proc}).Load()
+		if err != nil || len(problems) > 0 {
+			t.Fatal(err, problems)
+		}
+		if _, err := idx.Lookup(names[0]); err == nil || !strings.Contains(err.Error(), "/dev/nvidia7 is no GPU") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("defined twice", func(t *testing.T) {
+		dir := t.TempDir()
+		uid := "11111111-2222-4333-8444-555555555555"
+		names, _ := kubelettest.WriteClaimSpec(dir, uid, []kubelettest.ClaimSpecDevice{{Name: "gpu-1", Minor: 1}})
+		b, _ := os.ReadFile(filepath.Join(dir, "k8s.gpu.nvidia.com-claim_"+uid+".yaml"))
+		os.WriteFile(filepath.Join(dir, "copy.yaml"), b, 0o644)
+		idx, _, _ := (&CDISpecs{Dir: dir, ProcRoot: proc}).Load()
+		if _, err := idx.Lookup(names[0]); err == nil || !strings.Contains(err.Error(), "more than one spec") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+// TestCDISpecsCacheFollowsChanges: a spec rewritten for another device is
+// read again, and a removed spec no longer resolves.
+func TestCDISpecsCacheFollowsChanges(t *testing.T) {
+	dir := t.TempDir()
+	s := &CDISpecs{Dir: dir, ProcRoot: nvidiaProcfs(t)}
+	uid := "11111111-2222-4333-8444-555555555555"
+	names, _ := kubelettest.WriteClaimSpec(dir, uid, []kubelettest.ClaimSpecDevice{{Name: "dev", Minor: 1}})
+	if idx, _, _ := s.Load(); mustLookup(t, idx, names[0]).UUID != draGPUs[1].UUID {
+		t.Fatal("first load")
+	}
+	kubelettest.WriteClaimSpec(dir, uid, []kubelettest.ClaimSpecDevice{{Name: "dev", Minor: 2}})
+	path := filepath.Join(dir, "k8s.gpu.nvidia.com-claim_"+uid+".yaml")
+	later := time.Now().Add(time.Minute)
+	os.Chtimes(path, later, later)
+	if idx, _, _ := s.Load(); mustLookup(t, idx, names[0]).UUID != draGPUs[2].UUID {
+		t.Fatal("rewritten spec not read again")
+	}
+	os.Remove(path)
+	if idx, _, _ := s.Load(); func() error { _, err := idx.Lookup(names[0]); return err }() == nil {
+		t.Fatal("removed spec still resolves")
+	}
+}
+
+func mustLookup(t *testing.T, idx CDIIndex, name string) DeviceRef {
+	t.Helper()
+	ref, err := idx.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// FuzzReadCDISpec: no spec, however broken, makes the reader panic.
+func FuzzReadCDISpec(f *testing.F) {
+	for _, p := range []string{
+		"a100-dra-node/k8s.gpu.nvidia.com-claim_7d2a1e3f-5c9b-4f8d-a04e-3b6c9d8f2ea1.yaml", "other/nvidia-ctk-uuid.json",
+		"other/example-annotated.yaml", "bad/malformed.yaml", "bad/no-class.json",
+	} {
+		b, err := os.ReadFile(filepath.Join(cdiFixtureDir, p))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	proc := f.TempDir()
+	kubelettest.WriteNVIDIAProcfs(proc, draGPUs)
+	nv := readNVIDIAProc(proc)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), "spec.yaml")
+		os.WriteFile(path, b, 0o644)
+		devs, err := readCDISpec(path)
+		if err != nil {
+			return
+		}
+		for _, d := range devs {
+			nv.identify(d)
+		}
+	})
+}

@@ -1,0 +1,223 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/go-logr/logr"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// SourceResourceSlices names the ResourceSlice fallback in the exporter's
+// source label.
+const SourceResourceSlices = "resourceslices"
+
+// pciBusIDAttribute is the standard device attribute for a PCI address
+// (KEP-4381; k8s.io/dynamic-resource-allocation/deviceattribute), which
+// NVIDIA's DRA driver publishes for every GPU.
+const pciBusIDAttribute = "resource.kubernetes.io/pciBusID"
+
+var errSlicesNotListed = errors.New("ResourceSlice list has not completed yet")
+
+var resourceSlicesResource = schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}
+
+// ResourceSliceIndex maps a DRA device, "<driver>/<pool>/<device>", to the
+// device it is, as the driver published it in this node's ResourceSlices.
+type ResourceSliceIndex map[string]DeviceRef
+
+func sliceKey(driver, pool, device string) string { return driver + "/" + pool + "/" + device }
+
+// NewResourceSliceIndex indexes the devices of node's ResourceSlices by
+// their attributes: a GPU or MIG UUID in the attribute "uuid" (the driver's
+// own domain, written bare or "<driver>/uuid"; NVIDIA's driver sets it on
+// GPUs and MIG devices, k8s-dra-driver-gpu cmd/gpu-kubelet-plugin
+// deviceinfo.go), else the standard PCI address. Only the pool generation
+// that is highest counts: resource.k8s.io/v1 ResourcePool.Generation says
+// "Consumers of ResourceSlices should only consider resources from the pool
+// with the highest generation number".
+func NewResourceSliceIndex(slices []*resourcev1.ResourceSlice, node string) ResourceSliceIndex {
+	newest := map[string]int64{}
+	for _, s := range slices {
+		if s.Spec.NodeName == nil || *s.Spec.NodeName != node {
+			continue
+		}
+		k := s.Spec.Driver + "/" + s.Spec.Pool.Name
+		if g, ok := newest[k]; !ok || s.Spec.Pool.Generation > g {
+			newest[k] = s.Spec.Pool.Generation
+		}
+	}
+	idx := ResourceSliceIndex{}
+	for _, s := range slices {
+		if s.Spec.NodeName == nil || *s.Spec.NodeName != node || newest[s.Spec.Driver+"/"+s.Spec.Pool.Name] != s.Spec.Pool.Generation {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			if ref, ok := sliceDeviceRef(s.Spec.Driver, d); ok {
+				idx[sliceKey(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = ref
+			}
+		}
+	}
+	return idx
+}
+
+func sliceDeviceRef(driver string, d resourcev1.Device) (DeviceRef, bool) {
+	str := func(name string) string {
+		if a, ok := d.Attributes[resourcev1.QualifiedName(name)]; ok && a.StringValue != nil {
+			return strings.TrimSpace(*a.StringValue)
+		}
+		return ""
+	}
+	var ref DeviceRef
+	for _, name := range []string{"uuid", driver + "/uuid"} {
+		if parseNVIDIAUUID(&ref, str(name)) {
+			ref.ID = ref.UUID
+			return ref, true
+		}
+	}
+	if parsePCI(&ref, str(pciBusIDAttribute)) {
+		ref.ID = ref.PCIBusID
+		return ref, true
+	}
+	return DeviceRef{}, false
+}
+
+// ResourceSliceSource keeps this node's ResourceSlices from a watch through
+// the API server: the fallback that identifies DRA devices whose CDI spec
+// does not. It needs RBAC for resourceslices list and watch (a
+// cluster-scoped resource) and asks only for the node's own slices, by the
+// field selector spec.nodeName that ResourceSliceSpec.NodeName documents.
+type ResourceSliceSource struct {
+	node     string
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	mu      sync.Mutex
+	lastErr error
+}
+
+// StartResourceSliceSource starts the watch of node's ResourceSlices. It
+// returns at once; until the first list completes, Index reports an error.
+// The dynamic client keeps client-go's typed clientsets (and their OpenAPI
+// dependencies) out of the binary.
+func StartResourceSliceSource(cfg *rest.Config, node string, logger *slog.Logger) (*ResourceSliceSource, error) {
+	if node == "" {
+		return nil, errors.New("ResourceSlice watch: no node name")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "xpu_exporter"
+	}
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API server client for %s: %w", cfg.Host, err)
+	}
+	s := &ResourceSliceSource{node: node, done: make(chan struct{}), lastErr: errSlicesNotListed}
+	slices := client.Resource(resourceSlicesResource)
+	selector := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			list, err := slices.List(ctx, opts)
+			s.record(err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			w, err := slices.Watch(ctx, opts)
+			s.record(err)
+			return w, err
+		},
+	}
+	s.informer = cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+	if err := s.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		s.record(err)
+		logger.Warn("ResourceSlice watch failed, retrying", "err", err)
+	}); err != nil {
+		return nil, fmt.Errorf("ResourceSlice watch: %w", err)
+	}
+	ctx := klog.NewContext(context.Background(), logr.FromSlogHandler(logger.Handler()))
+	ctx, s.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(s.done)
+		s.informer.RunWithContext(ctx)
+	}()
+	return s, nil
+}
+
+// Index returns the node's devices as the slices last seen publish them,
+// and an error while the watch has not listed yet or its last request
+// failed (the index then holds what was seen before).
+func (s *ResourceSliceSource) Index() (ResourceSliceIndex, error) {
+	var slices []*resourcev1.ResourceSlice
+	var bad int
+	for _, o := range s.informer.GetStore().List() {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		rs := &resourcev1.ResourceSlice{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, rs); err != nil {
+			bad++
+			continue
+		}
+		slices = append(slices, rs)
+	}
+	s.mu.Lock()
+	err := s.lastErr
+	s.mu.Unlock()
+	if err == nil && bad > 0 {
+		err = fmt.Errorf("ResourceSlice watch for node %s: %d slices not decodable as resource.k8s.io/v1", s.node, bad)
+	}
+	if err == nil && !s.informer.HasSynced() {
+		err = errSlicesNotListed
+	}
+	return NewResourceSliceIndex(slices, s.node), err
+}
+
+// Close stops the watch and waits for it to end.
+func (s *ResourceSliceSource) Close() error {
+	s.cancel()
+	<-s.done
+	return nil
+}
+
+func (s *ResourceSliceSource) record(err error) {
+	if err != nil {
+		err = fmt.Errorf("ResourceSlice watch for node %s: %w", s.node, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastErr = err
+}
+
+// NewResourceSliceSource watches node's ResourceSlices through the API
+// server of kubeconfig, or of the cluster the exporter runs in when it is
+// empty.
+func NewResourceSliceSource(kubeconfig, node string, logger *slog.Logger) (*ResourceSliceSource, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		return nil, errors.New("ResourceSlice watch: no kubeconfig and not in a cluster")
+	}
+	return StartResourceSliceSource(cfg, node, logger)
+}

@@ -1,0 +1,134 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+)
+
+const sliceFixture = "../../fixtures/resourceslices/a100-dra-node.yaml"
+
+func loadSlices(t *testing.T) *resourcev1.ResourceSliceList {
+	t.Helper()
+	b, err := os.ReadFile(sliceFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list resourcev1.ResourceSliceList
+	if err := yaml.UnmarshalStrict(b, &list); err != nil {
+		t.Fatal(err)
+	}
+	return &list
+}
+
+// wantSliceIndex is what a100-dra-node's slices say, worked out from the
+// fixture: generation 2 is the pool's newest, so gpu-1 is the UUID there
+// and not generation 1's; the VFIO device has only a PCI address; other-node
+// is left out.
+var wantSliceIndex = ResourceSliceIndex{
+	"gpu.nvidia.com/a100-dra-node/gpu-1":                 {Vendor: VendorNVIDIA, ID: draGPUs[1].UUID, UUID: draGPUs[1].UUID},
+	"gpu.nvidia.com/a100-dra-node/gpu-2":                 {Vendor: VendorNVIDIA, ID: draGPUs[2].UUID, UUID: draGPUs[2].UUID},
+	"gpu.nvidia.com/a100-dra-node/gpu-3-mig-1g10gb-19-6": {Vendor: VendorNVIDIA, ID: "MIG-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c41", UUID: "MIG-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c41"},
+	"gpu.nvidia.com/a100-dra-node/gpu-vfio-0":            {ID: "0000:07:00.0", PCIBusID: "0000:07:00.0"},
+}
+
+func TestNewResourceSliceIndex(t *testing.T) {
+	list := loadSlices(t)
+	var slices []*resourcev1.ResourceSlice
+	for i := range list.Items {
+		slices = append(slices, &list.Items[i])
+	}
+	got := NewResourceSliceIndex(slices, "a100-dra-node")
+	if len(got) != len(wantSliceIndex) {
+		t.Errorf("%d devices, want %d: %v", len(got), len(wantSliceIndex), got)
+	}
+	for k, want := range wantSliceIndex {
+		if got[k] != want {
+			t.Errorf("%s = %+v, want %+v", k, got[k], want)
+		}
+	}
+}
+
+// fakeSliceServer answers list requests for resourceslices with the fixture
+// (only for the field selector of the node), and holds watches open.
+type fakeSliceServer struct {
+	mu       sync.Mutex
+	failing  bool
+	selector string
+}
+
+func (f *fakeSliceServer) ServeHTTP(w http.ResponseWriter, r *http.Request, list *resourcev1.ResourceSliceList) {
+	f.mu.Lock()
+	failing := f.failing
+	f.selector = r.URL.Query().Get("fieldSelector")
+	f.mu.Unlock()
+	if r.URL.Path != "/apis/resource.k8s.io/v1/resourceslices" {
+		http.NotFound(w, r)
+		return
+	}
+	if failing {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"resourceslices.resource.k8s.io is forbidden"}`))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if r.URL.Query().Get("watch") == "true" {
+		// A watch-list (sendInitialEvents, as client-go asks first) replays
+		// the slices and ends the replay with the initial-events-end
+		// bookmark; then, as a plain watch, nothing changes.
+		w.WriteHeader(http.StatusOK)
+		enc := json.NewEncoder(w)
+		if r.URL.Query().Get("sendInitialEvents") == "true" {
+			for _, item := range list.Items {
+				item.ResourceVersion = "1"
+				enc.Encode(map[string]any{"type": "ADDED", "object": item})
+			}
+			enc.Encode(map[string]any{"type": "BOOKMARK", "object": map[string]any{
+				"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+				"metadata": map[string]any{"resourceVersion": "1", "annotations": map[string]string{"k8s.io/initial-events-end": "true"}},
+			}})
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		return
+	}
+	list.ResourceVersion = "1"
+	json.NewEncoder(w).Encode(list)
+}
+
+func TestResourceSliceSource(t *testing.T) {
+	list := loadSlices(t)
+	f := &fakeSliceServer{failing: true}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.ServeHTTP(w, r, list) }))
+	defer srv.Close()
+	s, err := StartResourceSliceSource(&rest.Config{Host: srv.URL}, "a100-dra-node", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	selector := func() string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.selector
+	}
+	eventually(t, "a forbidden list", func() bool { _, err := s.Index(); return err != nil && selector() != "" })
+	if got := selector(); got != "spec.nodeName=a100-dra-node" {
+		t.Errorf("field selector %q", got)
+	}
+	f.mu.Lock()
+	f.failing = false
+	f.mu.Unlock()
+	eventually(t, "the list", func() bool { idx, err := s.Index(); return err == nil && len(idx) == len(wantSliceIndex) })
+	idx, _ := s.Index()
+	if idx["gpu.nvidia.com/a100-dra-node/gpu-1"] != wantSliceIndex["gpu.nvidia.com/a100-dra-node/gpu-1"] {
+		t.Errorf("gpu-1 = %+v", idx["gpu.nvidia.com/a100-dra-node/gpu-1"])
+	}
+}

@@ -1,0 +1,756 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
+)
+
+func init() {
+	registerCollector("amd", true, "AMD Instinct GPUs through the amdgpu driver's sysfs files (--path.sysfs) and the DRM fdinfo of their processes (--path.procfs); with no amdgpu device it logs one line and serves none", newAMDCollector)
+}
+
+var (
+	amdReadErrors = counter("amd_read_errors_total", "amdgpu sysfs and procfs files that exist but could not be read or parsed, by file (not counting readings a model lacks).")
+	amdXGMIData   = counter("amd_xgmi_data_bytes_total", "Data the GPU's XGMI links carried since the driver was loaded, summed over the links the firmware reports, by direction (read, write), from gpu_metrics.")
+	amdRASErrors  = counter("amd_ras_errors_total", "Errors the amdgpu RAS block counted since the driver was loaded, by block (umc, gfx, sdma, xgmi_wafl, …) and type (corrected, uncorrected, deferred).")
+)
+
+// amdTimeout is the down reason of a GPU whose sysfs read did not answer
+// before the scrape deadline; amdGone of one that answered ENODEV or EIO.
+const (
+	amdTimeout = "timeout"
+	amdGone    = "gone"
+)
+
+// amdCollector reads every amdgpu card at scrape time, each in its own
+// goroutine. A card whose read outlives the scrape (a GPU in reset can
+// block a sysfs read in the driver) is reported down "timeout" and not
+// read again until that read returns, as vendors/nvidia's Client does for
+// NVML calls: one wedged GPU never piles up goroutines nor hides the others.
+//
+// Indices: a GPU's `gpu` label is its position among the node's amdgpu
+// cards in card-number order (probe order). ROCm's own tools number GPUs
+// by their own enumeration, and the ROCm SMI documentation warns that "a
+// device may end up with a different index after a reboot, so an index
+// should not be relied upon to be constant over reboots"; so attribution
+// never joins by index on AMD: the ROCm device plugin names GPUs by PCI
+// address, matched by PCIBusID, and uuid (unique_id) is the stable name.
+//
+// Compute partitions (MI300 DPX/QPX/CPX) are reported like MIG instances:
+// the GPU is a device with HasMIG set (no owner labels, no usage of its
+// own) and each partition a device with MIG set, whose parent_uuid is the
+// GPU's, mig_profile the partition mode in lower case ("dpx") and
+// mig_instance the partition's number in its GPU (0 for the partition on
+// the GPU's own PCI function, then the amdgpu_xcp_<n> devices in order).
+// Reusing MIGInstance keeps one set of label names for "a slice of a GPU"
+// on dashboards and in the attribution and sharing code.
+type amdCollector struct {
+	reader  amd.Reader
+	scanner amd.FdinfoScanner
+	logger  *slog.Logger
+	now     func() time.Time
+
+	mu       sync.Mutex
+	inflight map[string]*amdRead    // card → read in flight
+	known    map[string]amdIdentity // card → identity at its last answer
+	window   amdWindow              // fdinfo scan at the previous scrape
+	errs     map[string]float64     // file → count
+	state    string                 // logged on change only
+	down     map[string]string      // card → why it is down, logged on change
+	driver   amd.Opt[string]
+}
+
+type amdIdentity struct {
+	index, uuid, model, pci string
+}
+
+type amdRead struct {
+	done     chan struct{}
+	deadline time.Time
+	dev      amd.Device
+}
+
+// amdWindow is the fdinfo scan that starts the window of per-process
+// engine shares: only scrapes move it on (see Exporter.Snapshot).
+type amdWindow struct {
+	at      time.Time
+	clients []amd.Client
+}
+
+// amdData is what Update needs of an AMD device beyond Device.
+type amdData struct {
+	dev       *amd.Device // the GPU, or for a partition its parent
+	partition int         // -1 for a whole GPU
+}
+
+func newAMDCollector(cfg Config) (Collector, error) {
+	return &amdCollector{
+		reader:   amd.Reader{SysfsRoot: cfg.Sysfs},
+		scanner:  amd.FdinfoScanner{ProcRoot: cfg.Procfs, Driver: "amdgpu"},
+		logger:   cfg.Logger,
+		now:      cfg.Now,
+		inflight: map[string]*amdRead{},
+		known:    map[string]amdIdentity{},
+		errs:     map[string]float64{},
+		down:     map[string]string{},
+	}, nil
+}
+
+func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device, error) {
+	cards, err := c.reader.Cards()
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		c.logState(err.Error(), "AMD collector cannot list DRM cards", "err", err)
+		return nil, err
+	}
+	c.mu.Lock()
+	known := len(c.known)
+	c.mu.Unlock()
+	switch {
+	case len(cards) > 0:
+		c.logState("ok", "AMD collector reading amdgpu devices through sysfs", "cards", len(cards))
+	case known == 0:
+		c.logState("none", "AMD collector found no amdgpu device under --path.sysfs; serving no AMD devices until one appears (disable with --no-collector.amd)")
+		return nil, nil
+	}
+	driver := c.reader.DriverVersion()
+	c.mu.Lock()
+	c.driver = driver
+	c.mu.Unlock()
+
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Hour)
+	}
+	reads := make([]*amdRead, len(cards))
+	for i, card := range cards {
+		reads[i] = c.start(card, deadline)
+	}
+	var devs []*Device
+	var gpus []amd.Device
+	byPCI := map[string]*Device{}
+	for i, card := range cards {
+		index := strconv.Itoa(i)
+		ad, answered := c.await(ctx, reads[i])
+		if !answered {
+			devs = append(devs, c.timedOut(card, index))
+			continue
+		}
+		c.countReadErrors(ad.Errors)
+		d := c.device(card, index, ad)
+		devs = append(devs, d)
+		if !ad.Down {
+			gpus = append(gpus, *ad)
+			byPCI[ad.PCIBusID] = d
+		}
+	}
+	devs = append(devs, c.vanished(cards)...)
+	parts, perrs := c.reader.Partitions(gpus)
+	c.countReadErrors(perrs)
+	devs = append(devs, c.partitions(parts, byPCI)...)
+	c.attachProcesses(devs, advance)
+	return devs, nil
+}
+
+// start returns the card's read in flight, or starts one; nil when the read
+// in flight is stuck past its own deadline.
+func (c *amdCollector) start(card string, deadline time.Time) *amdRead {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.inflight[card]; r != nil {
+		if time.Now().After(r.deadline) {
+			return nil
+		}
+		return r
+	}
+	r := &amdRead{done: make(chan struct{}), deadline: deadline}
+	c.inflight[card] = r
+	go func() {
+		r.dev = c.reader.ReadDevice(card)
+		c.mu.Lock()
+		delete(c.inflight, card)
+		c.mu.Unlock()
+		close(r.done)
+	}()
+	return r
+}
+
+func (c *amdCollector) await(ctx context.Context, r *amdRead) (*amd.Device, bool) {
+	if r == nil {
+		return nil, false
+	}
+	select {
+	case <-r.done:
+		return &r.dev, true
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+// timedOut is a card that did not answer: down, with the identity it had
+// at its last answer, if any.
+func (c *amdCollector) timedOut(card, index string) *Device {
+	c.mu.Lock()
+	id := c.known[card]
+	c.mu.Unlock()
+	d := &Device{Vendor: "amd", Index: index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, vendorData: noAMDReadings()}
+	c.logDown(card, d, amdTimeout)
+	return d
+}
+
+// unanswered is every card known so far, down: a scrape whose deadline
+// passed before the collector answered at all still names the GPUs it
+// could not read.
+func (c *amdCollector) unanswered() []*Device {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	devs := make([]*Device, 0, len(c.known))
+	for _, id := range c.known {
+		devs = append(devs, &Device{Vendor: "amd", Index: id.index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, vendorData: noAMDReadings()})
+	}
+	return devs
+}
+
+// noAMDReadings is the vendor data of a GPU that did not answer.
+func noAMDReadings() *amdData { return &amdData{dev: &amd.Device{}, partition: -1} }
+
+// amdUUID is the stable name of a GPU: unique_id as the driver prints it
+// ("%016llx", lower-case hexadecimal), which persists across machines, or
+// the PCI address on a GPU older than GFX9, which has no unique_id.
+func amdUUID(ad *amd.Device) string {
+	if ad.UniqueID.OK {
+		return strings.ToLower(ad.UniqueID.Value)
+	}
+	return ad.PCIBusID
+}
+
+func (c *amdCollector) device(card, index string, ad *amd.Device) *Device {
+	d := &Device{
+		Vendor:     "amd",
+		Index:      index,
+		UUID:       amdUUID(ad),
+		Model:      ad.ProductName.Value,
+		PCIBusID:   ad.PCIBusID,
+		Up:         !ad.Down,
+		vendorData: &amdData{dev: ad, partition: -1},
+	}
+	if ad.PCIBusID == "" {
+		d.UUID = ""
+	}
+	m := ad.Metrics
+	if v, ok := firstOpt(ad.GPUBusy, metricsOpt(m, func(m *amd.GPUMetrics) amd.Opt[float64] { return m.GFXActivity })); ok {
+		d.Utilization = &v
+	}
+	if ad.VRAMUsed.OK {
+		v := float64(ad.VRAMUsed.Value)
+		d.MemoryUsed = &v
+	}
+	if ad.VRAMTotal.OK {
+		v := float64(ad.VRAMTotal.Value)
+		d.MemoryTotal = &v
+	}
+	why := ""
+	c.mu.Lock()
+	switch id, ok := c.known[card]; {
+	case ad.Down:
+		why = amdGone
+		// A GPU that stopped answering before its identity was read is
+		// named as it was at its last answer.
+		if ok && (d.UUID == "" || d.UUID == id.uuid) {
+			d.UUID, d.Model, d.PCIBusID = id.uuid, id.model, id.pci
+		}
+	case d.UUID != "":
+		c.known[card] = amdIdentity{index: index, uuid: d.UUID, model: d.Model, pci: d.PCIBusID}
+	}
+	c.mu.Unlock()
+	c.logDown(card, d, why)
+	return d
+}
+
+// vanished are the GPUs known from earlier scrapes whose card is no longer
+// listed: a GPU that fell off the bus leaves class/drm once the PCI core
+// removes it. They stay reported down, under their last index, so that a
+// lost GPU shows as xpu_device_up 0 rather than disappearing.
+func (c *amdCollector) vanished(cards []string) []*Device {
+	c.mu.Lock()
+	var gone []string
+	for card := range c.known {
+		if !slices.Contains(cards, card) {
+			gone = append(gone, card)
+		}
+	}
+	c.mu.Unlock()
+	slices.Sort(gone)
+	devs := make([]*Device, 0, len(gone))
+	for _, card := range gone {
+		c.mu.Lock()
+		id := c.known[card]
+		c.mu.Unlock()
+		d := &Device{Vendor: "amd", Index: id.index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, vendorData: noAMDReadings()}
+		c.logDown(card, d, amdGone)
+		devs = append(devs, d)
+	}
+	return devs
+}
+
+// partitions makes a device of every compute partition whose GPU answered.
+// A partition's utilization is the mean instantaneous busy ratio of its
+// XCCs from the gpu_metrics XCP block of the same number (v1.6+): the
+// table lists partitions by XCP ID, which is partition 0 for the GPU's own
+// function, then its amdgpu_xcp_<n> devices in registration order.
+func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Device) []*Device {
+	counts := map[string]int{}
+	for _, p := range parts {
+		counts[p.ParentPCIBusID]++
+	}
+	var out []*Device
+	number := map[string]int{}
+	for _, p := range parts {
+		parent := byPCI[p.ParentPCIBusID]
+		if parent == nil || parent.UUID == "" {
+			continue
+		}
+		parent.HasMIG = true
+		pd := parent.vendorData.(*amdData).dev
+		n := number[p.ParentPCIBusID]
+		number[p.ParentPCIBusID]++
+		data := &amdData{dev: pd, partition: n}
+		d := &Device{
+			Vendor:   "amd",
+			Index:    parent.Index,
+			UUID:     parent.UUID + "-xcp" + strconv.Itoa(n),
+			Model:    parent.Model,
+			PCIBusID: parent.PCIBusID,
+			Up:       parent.Up,
+			MIG: &MIGInstance{
+				ParentUUID: parent.UUID,
+				Profile:    strings.ToLower(pd.ComputePartition.Value),
+				Instance:   strconv.Itoa(n),
+				Index:      n,
+				Fraction:   1 / float64(counts[p.ParentPCIBusID]),
+				// The ROCm device plugin's name for it: the GPU's PCI
+				// address for partition 0, else amdgpu_xcp_<n>.
+				DevicePluginID: p.DevicePluginID,
+			},
+			// The render minor joins the partition's fdinfo clients to it.
+			vendorData: &amdPartition{amdData: data, renderMinor: p.RenderMinor},
+		}
+		if pd.Metrics != nil && n < len(pd.Metrics.Partitions) {
+			if v, ok := meanSet(pd.Metrics.Partitions[n].GFXBusy); ok {
+				d.Utilization = &v
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// amdPartition is a partition's vendor data: its parent's readings and the
+// render node its processes open.
+type amdPartition struct {
+	*amdData
+	renderMinor int
+}
+
+// attachProcesses gives each device the processes holding a DRM client of
+// it, with their memory and engine share since the previous scrape.
+//
+// A client (one open DRM file) may be held by several processes (dup, fork);
+// its usage is credited to the lowest PID holding it, so that it is counted
+// once, and the other holders are listed with zero usage so that they are
+// attributed all the same.
+//
+// Utilization is the client's share of the gfx and compute engines' time
+// over the window (amdgpu_fdinfo.c names the hardware IP types in
+// amdgpu_ip_name[]: AMDGPU_HW_IP_GFX "gfx", AMDGPU_HW_IP_COMPUTE "compute",
+// "dma", "dec", "enc", …, and prints one drm-engine- line per type the
+// client submitted to), summed and capped at 1. The counters add up the
+// run time of jobs the kernel scheduled for the client; work that ROCm
+// puts on KFD user-mode queues is not scheduled by the kernel and is not
+// in them. Memory is
+// drm-total-vram, else the older drm-memory-vram that amdgpu printed before
+// it adopted drm-total- (kernel documentation "DRM client usage stats").
+func (c *amdCollector) attachProcesses(devs []*Device, advance bool) {
+	pids, herrs := amd.RenderHolders(c.scanner.ProcRoot)
+	for _, e := range herrs {
+		c.countFile(e.File)
+	}
+	if len(pids) == 0 && len(herrs) > 0 {
+		return
+	}
+	clients, serrs := c.scanner.Scan(pids)
+	for _, e := range serrs {
+		c.countFile(scanFile(e.File))
+	}
+	now := c.now()
+	c.mu.Lock()
+	prev := c.window
+	if advance {
+		c.window = amdWindow{at: now, clients: clients}
+	}
+	c.mu.Unlock()
+
+	baseline := map[amd.ClientKey]bool{}
+	for _, cl := range prev.clients {
+		baseline[cl.Key] = true
+	}
+	shares := map[amd.ClientKey]float64{}
+	if !prev.at.IsZero() {
+		for _, s := range amd.EngineShares(prev.at, prev.clients, now, clients) {
+			if s.Engine == "gfx" || s.Engine == "compute" {
+				shares[s.Key] += s.Ratio
+			}
+		}
+	}
+	byMinor := map[int]*Device{}
+	byPCI := map[string]*Device{}
+	for _, d := range devs {
+		switch v := d.vendorData.(type) {
+		case *amdPartition:
+			if v.renderMinor >= 0 {
+				byMinor[v.renderMinor] = d
+			}
+		case *amdData:
+			if d.Up && !d.HasMIG {
+				byPCI[d.PCIBusID] = d
+			}
+		}
+	}
+	type usage struct {
+		mem    uint64
+		memOK  bool
+		util   float64
+		utilOK bool
+	}
+	per := map[*Device]map[int]*usage{}
+	for _, cl := range clients {
+		d := byPCI[cl.Key.PDev]
+		if cl.RenderMinor.OK && byMinor[cl.RenderMinor.Value] != nil {
+			d = byMinor[cl.RenderMinor.Value]
+		}
+		if d == nil || len(cl.PIDs) == 0 {
+			continue
+		}
+		if per[d] == nil {
+			per[d] = map[int]*usage{}
+		}
+		mem, memOK := vram(cl)
+		utilOK := baseline[cl.Key] && !prev.at.IsZero()
+		for i, pid := range cl.PIDs {
+			u := per[d][pid]
+			if u == nil {
+				u = &usage{memOK: true, utilOK: true}
+				per[d][pid] = u
+			}
+			// A holder other than the first adds nothing, and knows as
+			// little as the first.
+			u.memOK = u.memOK && memOK
+			u.utilOK = u.utilOK && utilOK
+			if i == 0 {
+				u.mem += mem
+				u.util += shares[cl.Key]
+			}
+		}
+	}
+	for d, procs := range per {
+		pidList := make([]int, 0, len(procs))
+		for pid := range procs {
+			pidList = append(pidList, pid)
+		}
+		slices.Sort(pidList)
+		for _, pid := range pidList {
+			u := procs[pid]
+			p := Process{PID: uint32(pid)}
+			if u.memOK {
+				m := u.mem
+				p.MemoryUsed = &m
+			}
+			if u.utilOK {
+				v := min(u.util, 1)
+				p.Utilization = &v
+			}
+			d.Processes = append(d.Processes, p)
+		}
+	}
+}
+
+func vram(cl amd.Client) (uint64, bool) {
+	m, ok := cl.Memory["vram"]
+	switch {
+	case !ok:
+		return 0, false
+	case m.Total.OK:
+		return m.Total.Value, true
+	case m.Legacy.OK:
+		return m.Legacy.Value, true
+	}
+	return 0, false
+}
+
+// hwmonDir is the probe-order number of a hwmon directory, kept out of the
+// file label so that the label names the same file on every node.
+var hwmonDir = regexp.MustCompile(`hwmon/hwmon[0-9]+/`)
+
+func (c *amdCollector) countReadErrors(errs []amd.ReadError) {
+	for _, e := range errs {
+		c.countFile(hwmonDir.ReplaceAllString(e.File, "hwmon/"))
+	}
+}
+
+// scanFile names an fdinfo error's file without its fd number.
+func scanFile(f string) string {
+	if strings.HasPrefix(f, "fdinfo/") {
+		return "fdinfo"
+	}
+	return f
+}
+
+func (c *amdCollector) countFile(file string) {
+	if strings.HasPrefix(file, "devices/platform/amdgpu_xcp_") {
+		file = "devices/platform/amdgpu_xcp"
+	}
+	if strings.HasPrefix(file, "class/kfd/kfd/topology/nodes/") {
+		file = "class/kfd/kfd/topology/nodes"
+	}
+	if strings.HasPrefix(file, "/") {
+		file = "procfs"
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.errs[file]++
+}
+
+func (c *amdCollector) logState(state, msg string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == state {
+		return
+	}
+	c.state = state
+	if state == "none" || state == "ok" {
+		c.logger.Info(msg, args...)
+		return
+	}
+	c.logger.Error(msg, args...)
+}
+
+func (c *amdCollector) logDown(card string, d *Device, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down[card] == why {
+		return
+	}
+	if why == "" {
+		c.logger.Info("AMD device is back", "gpu", d.Index, "uuid", d.UUID, "card", card)
+		delete(c.down, card)
+		return
+	}
+	c.logger.Warn("AMD device down", "gpu", d.Index, "uuid", d.UUID, "card", card, "reason", why)
+	c.down[card] = why
+}
+
+func (c *amdCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
+	e := emitter{ch: ch}
+	c.mu.Lock()
+	for file, v := range c.errs {
+		e.emit(amdReadErrors, labels{names: []string{"file"}, values: []string{file}}, v)
+	}
+	driver := c.driver
+	c.mu.Unlock()
+	for _, d := range snap.Devices {
+		var data *amdData
+		switch v := d.vendorData.(type) {
+		case *amdData:
+			data = v
+		case *amdPartition:
+			data = v.amdData
+		default:
+			continue
+		}
+		l := deviceLabels(d)
+		if d.UUID != "" {
+			info := identityLabels(d)
+			if driver.OK {
+				info = info.with("driver_version", driver.Value)
+			}
+			info = info.with("pci_bus_id", d.PCIBusID)
+			if data.dev.Serial.OK {
+				info = info.with("serial", data.dev.Serial.Value)
+			}
+			if data.dev.VBIOSVersion.OK {
+				info = info.with("vbios_version", data.dev.VBIOSVersion.Value)
+			}
+			e.emit(deviceInfo, info, 1)
+		}
+		e.emit(deviceUp, l, boolValue(d.Up))
+		if !d.Up {
+			continue
+		}
+		if data.partition >= 0 {
+			// A partition has its XCCs' activity; every other reading is
+			// the GPU's, on the GPU's series.
+			if d.Utilization != nil {
+				e.emit(utilization, l, *d.Utilization)
+			}
+			continue
+		}
+		emitAMDReadings(e, l, d, data.dev)
+	}
+	return nil
+}
+
+// emitAMDReadings emits a whole GPU's readings: sysfs first, where the
+// driver documents the file, and the gpu_metrics table for what sysfs
+// lacks on the model (MI300 has no edge sensor nor power1_average).
+func emitAMDReadings(e emitter, l labels, d *Device, ad *amd.Device) {
+	m := ad.Metrics
+	get := func(f func(*amd.GPUMetrics) amd.Opt[float64]) amd.Opt[float64] { return metricsOpt(m, f) }
+	if d.Utilization != nil {
+		e.emit(utilization, l, *d.Utilization)
+	}
+	amdOpt(e, memUtil, l, ad.MemBusy, get(func(m *amd.GPUMetrics) amd.Opt[float64] { return m.UMCActivity }))
+	if d.MemoryUsed != nil {
+		e.emit(memUsed, l, *d.MemoryUsed)
+	}
+	if d.MemoryTotal != nil {
+		e.emit(memTotal, l, *d.MemoryTotal)
+	}
+	// hwmon labels the channels edge, junction and mem (amdgpu.rst, hwmon
+	// interfaces); gpu_metrics names the same sensors edge, hotspot and mem.
+	for _, s := range []struct {
+		sensor, hwmon string
+		table         func(*amd.GPUMetrics) amd.Opt[float64]
+	}{
+		{"edge", "edge", func(m *amd.GPUMetrics) amd.Opt[float64] { return m.TemperatureEdge }},
+		{"junction", "junction", func(m *amd.GPUMetrics) amd.Opt[float64] { return m.TemperatureHotspot }},
+		{"memory", "mem", func(m *amd.GPUMetrics) amd.Opt[float64] { return m.TemperatureMem }},
+	} {
+		v, ok := ad.Temperatures[s.hwmon]
+		amdOpt(e, temperature, l.with("sensor", s.sensor), amd.Opt[float64]{Value: v, OK: ok}, get(s.table))
+	}
+	amdOpt(e, power, l, ad.Power, get(func(m *amd.GPUMetrics) amd.Opt[float64] { return m.SocketPower }))
+	amdOpt(e, powerLimit, l, ad.PowerCap)
+	amdOpt(e, energy, l, ad.Energy, get(func(m *amd.GPUMetrics) amd.Opt[float64] { return m.Energy }))
+	amdOpt(e, clock, l.with("clock", "graphics"), ad.SClock)
+	amdOpt(e, clock, l.with("clock", "memory"), ad.MClock)
+	if m != nil {
+		// gpu_metrics v1.4+: xgmi_read_data_acc[] and xgmi_write_data_acc[],
+		// "XGMI accumulated data transfer size (KiloBytes)" per link. A link
+		// the firmware does not report is all-ones, here unset, and stays so,
+		// so the sum over the set links does not jump.
+		for _, dir := range []struct {
+			name  string
+			links []amd.Opt[uint64]
+		}{{"read", m.XGMIReadBytes}, {"write", m.XGMIWriteBytes}} {
+			sum, seen := 0.0, false
+			for _, v := range dir.links {
+				if v.OK {
+					sum, seen = sum+float64(v.Value), true
+				}
+			}
+			if seen {
+				e.emit(amdXGMIData, l.with("direction", dir.name), sum)
+			}
+		}
+	}
+	if m != nil && m.PCIeReplayCount.OK {
+		e.emit(pcieReplays, l, float64(m.PCIeReplayCount.Value))
+	}
+	if ad.LinkSpeed.OK {
+		if g, ok := amd.LinkGeneration(ad.LinkSpeed.Value); ok {
+			e.emit(pcieGen, l, float64(g))
+		}
+	}
+	if ad.MaxLinkSpeed.OK {
+		if g, ok := amd.LinkGeneration(ad.MaxLinkSpeed.Value); ok {
+			e.emit(pcieMaxGen, l, float64(g))
+		}
+	}
+	amdOptInt(e, pcieWidth, l, ad.LinkWidth)
+	amdOptInt(e, pcieMaxWidth, l, ad.MaxLinkWidth)
+	// The UMC (unified memory controller) block counts the device memory's
+	// ECC errors: that is ecc_errors_total. amdgpu_ras.c,
+	// amdgpu_ras_sysfs_read prints the ue/ce counts that
+	// amdgpu_ras_query_error_status adds up in the block's RAS object
+	// (obj->err_data) from each hardware reading, the hardware counter being
+	// reset once read; so the count runs since the driver was loaded, which
+	// the family calls scope "volatile". Every block, umc included, is in
+	// xpu_amd_ras_errors_total.
+	if umc, ok := ad.RAS["umc"]; ok {
+		amdOptU(e, eccErrors, l.with("type", "corrected").with("scope", "volatile"), umc.Correctable)
+		amdOptU(e, eccErrors, l.with("type", "uncorrected").with("scope", "volatile"), umc.Uncorrectable)
+	}
+	blocks := make([]string, 0, len(ad.RAS))
+	for b := range ad.RAS {
+		blocks = append(blocks, b)
+	}
+	slices.Sort(blocks)
+	for _, block := range blocks {
+		r := ad.RAS[block]
+		bl := l.with("block", block)
+		amdOptU(e, amdRASErrors, bl.with("type", "corrected"), r.Correctable)
+		amdOptU(e, amdRASErrors, bl.with("type", "uncorrected"), r.Uncorrectable)
+		amdOptU(e, amdRASErrors, bl.with("type", "deferred"), r.Deferred)
+	}
+}
+
+// amdOpt emits the first reading that is set, and nothing when none is.
+func amdOpt(e emitter, m metric, l labels, vs ...amd.Opt[float64]) {
+	if v, ok := firstOpt(vs...); ok {
+		e.emit(m, l, v)
+	}
+}
+
+func amdOptInt(e emitter, m metric, l labels, v amd.Opt[int]) {
+	if v.OK {
+		e.emit(m, l, float64(v.Value))
+	}
+}
+
+func amdOptU(e emitter, m metric, l labels, v amd.Opt[uint64]) {
+	if v.OK {
+		e.emit(m, l, float64(v.Value))
+	}
+}
+
+func firstOpt(vs ...amd.Opt[float64]) (float64, bool) {
+	for _, v := range vs {
+		if v.OK {
+			return v.Value, true
+		}
+	}
+	return 0, false
+}
+
+func metricsOpt(m *amd.GPUMetrics, f func(*amd.GPUMetrics) amd.Opt[float64]) amd.Opt[float64] {
+	if m == nil {
+		return amd.Opt[float64]{}
+	}
+	return f(m)
+}
+
+// meanSet is the mean of the readings that are set.
+func meanSet(vs []amd.Opt[float64]) (float64, bool) {
+	sum, n := 0.0, 0
+	for _, v := range vs {
+		if v.OK {
+			sum += v.Value
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return sum / float64(n), true
+}

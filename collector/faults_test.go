@@ -1,0 +1,539 @@
+package collector
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+// lockedBuffer is a log sink safe for the goroutines a scrape runs.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// writeScript replaces an executable atomically: a script being run
+// cannot be rewritten in place (ETXTBSY). An empty body removes it.
+func writeScript(t *testing.T, path, body string) {
+	t.Helper()
+	if body == "" {
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// workloadLine is the xpu_workload_info series of Slurm job 4242, the
+// default demo's job on GPU 5.
+func workloadLine(t *testing.T, out string) string {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "xpu_workload_info{") && strings.Contains(line, `slurm_job_id="4242"`) {
+			return line
+		}
+	}
+	t.Fatalf("no xpu_workload_info of job 4242 in:\n%s", out)
+	return ""
+}
+
+// scontrol missing, slow or failing: the job still owns its GPU (its ID
+// comes from the process's cgroup, which scontrol is not needed for), only
+// the metadata scontrol gives (user, account) is missing; the pods and
+// units of the other GPUs are attributed as usual; slurm is the one source
+// down; one line is logged when it fails and one when it answers again,
+// after which the job's metadata is back.
+func TestScontrolFaults(t *testing.T) {
+	for _, fault := range []struct{ name, script string }{
+		{"missing", ""},
+		{"slow", "#!/bin/sh\nexec sleep 30\n"},
+		{"failing", "#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n"},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			s := demo.Default()
+			cfg, sim := simulatedAttribution(t, s)
+			real := cfg.Slurm.Path
+			path := filepath.Join(t.TempDir(), "scontrol")
+			writeScript(t, path, fault.script)
+			cfg.Slurm.Path, cfg.Slurm.Timeout = path, 300*time.Millisecond
+			var logs lockedBuffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			e := newResolvedExporter(t, s, sim, attribution.New(cfg))
+
+			for scrape := range 2 {
+				out := scrapeText(t, e, 5*time.Second)
+				for source, want := range map[string]float64{"slurm": 0, "kubelet": 1, "procfs": 1} {
+					if v := sample(t, out, "xpu_attribution_source_up", `source="`+source+`"`); v != want {
+						t.Errorf("scrape %d: xpu_attribution_source_up{source=%q} = %v, want %v", scrape, source, v, want)
+					}
+				}
+				if line := workloadLine(t, out); strings.Contains(line, "slurm_user=") {
+					t.Errorf("scrape %d: job metadata without scontrol: %s", scrape, line)
+				}
+				if n := seriesCount(out, "xpu_device_up"); n != 12 {
+					t.Errorf("scrape %d: %d devices, want the 12 of the demo node", scrape, n)
+				}
+				if !strings.Contains(out, `namespace="inference"`) {
+					t.Errorf("scrape %d: the pods are no longer attributed", scrape)
+				}
+			}
+			if n := strings.Count(logs.String(), "source=slurm"); n != 1 {
+				t.Errorf("%d log lines for two failed scrapes, want 1:\n%s", n, logs.String())
+			}
+
+			writeScript(t, path, "#!/bin/sh\nexec "+real+" \"$@\"\n")
+			out := scrapeText(t, e, 5*time.Second)
+			if v := sample(t, out, "xpu_attribution_source_up", `source="slurm"`); v != 1 {
+				t.Errorf("after recovery slurm is %v, want 1", v)
+			}
+			if line := workloadLine(t, out); !strings.Contains(line, `slurm_user="carol"`) || !strings.Contains(line, `slurm_account="nlp-research"`) {
+				t.Errorf("after recovery: %s, want carol's job in nlp-research", line)
+			}
+			if n := strings.Count(logs.String(), "attribution source answering again"); n != 1 {
+				t.Errorf("%d recovery lines, want 1:\n%s", n, logs.String())
+			}
+		})
+	}
+}
+
+// garbageKubelet answers every connection on a unix socket with bytes
+// that are not HTTP/2, as a wrong process on the kubelet's socket would.
+func garbageKubelet(t *testing.T, path string) func() {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n\x00\xff\xfe garbage \x04\x00\x00\x00\x00"))
+			c.Close()
+		}
+	}()
+	return func() {
+		l.Close()
+		<-done
+		os.Remove(path)
+	}
+}
+
+// The kubelet's socket missing, then answered by garbage: GPUs are still
+// served and the Slurm job and units still attributed, pods are not (only
+// the kubelet tells which container holds a GPU), the kubelet is the one
+// source down, logged once; when the real kubelet answers on the socket,
+// the same client recovers, logged once, and pods are back.
+func TestKubeletSocketFaults(t *testing.T) {
+	s := demo.Default()
+	cfg, sim := simulatedAttribution(t, s)
+	// A short directory: unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "kubelet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "kubelet.sock")
+	client, err := kubernetes.Dial(socket, kubernetes.WithCallTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cfg.Kubelet = client
+	var logs lockedBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	e := newResolvedExporter(t, s, sim, attribution.New(cfg))
+
+	check := func(state string, kubeletUp bool) string {
+		t.Helper()
+		out := scrapeText(t, e, 5*time.Second)
+		want := map[string]float64{"kubelet": 0, "slurm": 1, "procfs": 1}
+		if kubeletUp {
+			want["kubelet"] = 1
+		}
+		for source, w := range want {
+			if v := sample(t, out, "xpu_attribution_source_up", `source="`+source+`"`); v != w {
+				t.Errorf("%s: xpu_attribution_source_up{source=%q} = %v, want %v", state, source, v, w)
+			}
+		}
+		if n := seriesCount(out, "xpu_device_up"); n != 12 {
+			t.Errorf("%s: %d devices, want the 12 of the demo node", state, n)
+		}
+		if line := workloadLine(t, out); !strings.Contains(line, `slurm_user="carol"`) {
+			t.Errorf("%s: the Slurm job lost its owner: %s", state, line)
+		}
+		if pods := strings.Contains(out, `namespace="inference"`); pods != kubeletUp {
+			t.Errorf("%s: pods attributed = %v, want %v", state, pods, kubeletUp)
+		}
+		return out
+	}
+
+	check("socket missing", false)
+	stop := garbageKubelet(t, socket)
+	check("garbage on the socket", false)
+	check("garbage on the socket again", false)
+	// The failure is the garbage, not the missing socket of before.
+	if _, err := client.List(context.Background()); err == nil || strings.Contains(err.Error(), "no such file") {
+		t.Errorf("List with garbage on the socket: %v", err)
+	}
+	stop()
+	if n := strings.Count(logs.String(), "source=kubelet"); n != 1 {
+		t.Errorf("%d log lines while the kubelet was down, want 1:\n%s", n, logs.String())
+	}
+
+	if err := os.Symlink(sim.Kubelet.PodResourcesSocket(), socket); err != nil {
+		t.Fatal(err)
+	}
+	check("kubelet back", true)
+	if n := strings.Count(logs.String(), `answering again" source=kubelet`); n != 1 {
+		t.Errorf("%d recovery lines, want 1:\n%s", n, logs.String())
+	}
+}
+
+// An engine endpoint that is down, slow, huge, a gzip bomb, invalid or
+// answering protobuf (which decoded a 2 TB length prefix before) fails
+// only its own target: xpu_inference_up 0, the healthy engine still served,
+// the collector successful; each faulty target logged once over two
+// scrapes; when the endpoints heal, every target is up again, each logged
+// once.
+func TestEngineFaults(t *testing.T) {
+	healthy, err := os.ReadFile("../fixtures/engines/vllm-v0-0.5-datadog-fixture.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy = append(healthy, '\n')
+	// 8 MiB of lines of a family no mapping reads, more than the 1 MiB
+	// limit of setEngineFlags, gzipped to a few KiB.
+	var bomb bytes.Buffer
+	zw := gzip.NewWriter(&bomb)
+	line := []byte("python_gc_objects_collected_total{generation=\"0\"} 1234\n")
+	for written := 0; written < 8<<20; written += len(line) {
+		zw.Write(line)
+	}
+	zw.Close()
+
+	var healed atomic.Bool
+	faults := map[string]http.HandlerFunc{
+		"slow": func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(5 * time.Second):
+			case <-r.Context().Done():
+			}
+		},
+		"huge": func(w http.ResponseWriter, _ *http.Request) {
+			for range 2 << 20 / len(line) {
+				w.Write(line)
+			}
+		},
+		"gzip-bomb": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Write(bomb.Bytes())
+		},
+		"invalid": func(w http.ResponseWriter, _ *http.Request) {
+			w.Write([]byte("vllm:num_requests_running{model_name=\"m\" 1\n"))
+		},
+		"protobuf": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited")
+			w.Write([]byte("\x99\x99\x99\x99\xd9?\x1a\x0e\b"))
+		},
+		"error-status": func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "model loading", http.StatusServiceUnavailable)
+		},
+	}
+	var targets []string
+	urls := map[string]string{}
+	for name, fault := range faults {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if healed.Load() {
+				w.Write(healthy)
+				return
+			}
+			fault(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		urls[name] = srv.URL + "/" + name
+		targets = append(targets, "vllm="+urls[name])
+	}
+	good := engineServer(t, "triton-densenet-t4-datadog-fixture.prom")
+	targets = append(targets, "triton="+good.URL+"/metrics")
+	setEngineFlags(t, targets)
+
+	var logs lockedBuffer
+	states := map[string]bool{}
+	for name := range factories {
+		states[name] = name == "engines"
+	}
+	if err := Enable(states); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+
+	for scrape := range 2 {
+		started := time.Now()
+		out := scrapeText(t, e, 2*time.Second)
+		if took := time.Since(started); took > 4*time.Second {
+			t.Errorf("scrape %d took %v with a 2s deadline", scrape, took)
+		}
+		for name, u := range urls {
+			if v := sample(t, out, "xpu_inference_up", `target="`+u+`"`); v != 0 {
+				t.Errorf("scrape %d: %s target up = %v", scrape, name, v)
+			}
+		}
+		if v := sample(t, out, "xpu_inference_up", `engine="triton"`); v != 1 {
+			t.Errorf("scrape %d: the healthy engine is down", scrape)
+		}
+		if !strings.Contains(out, `xpu_scrape_collector_success{collector="engines"} 1`) {
+			t.Errorf("scrape %d: faulty engines failed the collector", scrape)
+		}
+	}
+	for name, u := range urls {
+		if n := strings.Count(logs.String(), `"inference engine not scraped" target=`+u+" "); n != 1 {
+			t.Errorf("%s: %d failure lines over two scrapes, want 1:\n%s", name, n, logs.String())
+		}
+	}
+
+	healed.Store(true)
+	out := scrapeText(t, e, 2*time.Second)
+	for name, u := range urls {
+		if v := sample(t, out, "xpu_inference_up", `target="`+u+`"`); v != 1 {
+			t.Errorf("%s healed, still down", name)
+		}
+		if n := strings.Count(logs.String(), `"inference engine scraped" target=`+u+"\n"); n != 1 {
+			t.Errorf("%s: %d recovery lines, want 1", name, n)
+		}
+	}
+}
+
+// A GPU that falls off the bus and comes back: down with the other GPU
+// served, one line when it goes and one when it is back, whether it was
+// seen before it went (its UUID known) or was lost from the start.
+func TestNvidiaGPULostAndBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lost []bool // per scrape
+	}{
+		{"seen, lost, back", []bool{false, true, true, false, false}},
+		{"lost from the start, back", []bool{true, true, false, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := loadScenario(t, "lost")
+			states := map[string]bool{}
+			for name := range factories {
+				states[name] = name == "nvidia"
+			}
+			if err := Enable(states); err != nil {
+				t.Fatal(err)
+			}
+			var logs lockedBuffer
+			e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(e.Close)
+			for i, lost := range tc.lost {
+				// Between scrapes nothing reads the simulated GPU.
+				s.Devices[1].Faults.Lost = lost
+				out := scrapeText(t, e, 5*time.Second)
+				want := 1.0
+				if lost {
+					want = 0
+				}
+				if v := sample(t, out, "xpu_device_up", `gpu="1"`); v != want {
+					t.Errorf("scrape %d: GPU 1 up = %v, want %v", i, v, want)
+				}
+				if v := sample(t, out, "xpu_device_up", `gpu="0"`); v != 1 {
+					t.Errorf("scrape %d: GPU 0 up = %v while GPU 1 is lost", i, v)
+				}
+			}
+			if n := strings.Count(logs.String(), "NVIDIA device down"); n != 1 {
+				t.Errorf("%d down lines, want 1:\n%s", n, logs.String())
+			}
+			if n := strings.Count(logs.String(), "NVIDIA device is back"); n != 1 {
+				t.Errorf("%d back lines, want 1:\n%s", n, logs.String())
+			}
+		})
+	}
+}
+
+// The driver goes away and comes back (a driver upgrade, a reload): no
+// NVIDIA devices and one line while it is missing, the self-metrics still
+// served, then the GPUs again and one line when NVML answers.
+func TestNvidiaDriverAppears(t *testing.T) {
+	s := loadScenario(t, "lost")
+	s.Devices[1].Faults.Lost = false
+	s.NoDriver = true
+	states := map[string]bool{}
+	for name := range factories {
+		states[name] = name == "nvidia"
+	}
+	if err := Enable(states); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	for i := range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		if n := seriesCount(out, "xpu_device_up"); n != 0 {
+			t.Errorf("scrape %d without a driver: %d devices", i, n)
+		}
+		if !strings.Contains(out, "xpu_scrape_collector_success{") {
+			t.Errorf("scrape %d without a driver: no self-metrics:\n%s", i, out)
+		}
+	}
+	s.NoDriver = false
+	out := scrapeText(t, e, 5*time.Second)
+	if v := sample(t, out, "xpu_device_up", `gpu="1"`); v != 1 || seriesCount(out, "xpu_device_up") != 2 {
+		t.Errorf("after the driver appeared: %d devices, GPU 1 up %v", seriesCount(out, "xpu_device_up"), v)
+	}
+	if v := sample(t, out, "xpu_scrape_collector_success", `collector="nvidia"`); v != 1 {
+		t.Errorf("nvidia collector success %v once the driver is there", v)
+	}
+	if n, m := strings.Count(logs.String(), "has no driver"), strings.Count(logs.String(), "reading devices through NVML"); n != 1 || m != 1 {
+		t.Errorf("%d no-driver and %d driver lines, want 1 each:\n%s", n, m, logs.String())
+	}
+}
+
+// dcgm-exporter failing, then back: the bridge fails alone (device metrics
+// still served), one line when it fails and one when it answers again.
+// Its failures used to be logged only at debug level.
+func TestDCGMFailureLoggedOnChange(t *testing.T) {
+	var broken atomic.Bool
+	broken.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if broken.Load() {
+			w.Write([]byte("DCGM_FI_PROF_SM_ACTIVE{UUID=\"GPU-1\" 0.5\n"))
+			return
+		}
+		w.Write([]byte(t4Profiling))
+	}))
+	t.Cleanup(srv.Close)
+	oldURL, oldMax := *dcgmURL, *dcgmMaxBytes
+	*dcgmURL, *dcgmMaxBytes = srv.URL+"/metrics", 1<<20
+	t.Cleanup(func() { *dcgmURL, *dcgmMaxBytes = oldURL, oldMax })
+
+	s := loadScenario(t, "not-supported")
+	states := map[string]bool{}
+	for name := range factories {
+		states[name] = name == "nvidia" || name == "dcgm"
+	}
+	if err := Enable(states); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	for i, fail := range []bool{true, true, false, false} {
+		broken.Store(fail)
+		out := scrapeText(t, e, 5*time.Second)
+		want := 1.0
+		if fail {
+			want = 0
+		}
+		if v := sample(t, out, "xpu_scrape_collector_success", `collector="dcgm"`); v != want {
+			t.Errorf("scrape %d: dcgm success %v, want %v", i, v, want)
+		}
+		if v := sample(t, out, "xpu_scrape_collector_success", `collector="nvidia"`); v != 1 || seriesCount(out, "xpu_utilization_ratio") != 1 {
+			t.Errorf("scrape %d: device metrics must be served whatever dcgm-exporter does", i)
+		}
+	}
+	if n, m := strings.Count(logs.String(), "dcgm-exporter not scraped"), strings.Count(logs.String(), `"dcgm-exporter scraped"`); n != 1 || m != 1 {
+		t.Errorf("%d failure and %d recovery lines, want 1 each:\n%s", n, m, logs.String())
+	}
+}
+
+// NVML event registration failing on every GPU (an event-set error): the
+// listener says it is not listening, once in the log, and the devices are
+// served as usual. (It retries every minute, too long to wait for here.)
+func TestNvidiaEventSetErrors(t *testing.T) {
+	s := loadScenario(t, "lost")
+	for i := range s.Devices {
+		s.Devices[i].Faults.Lost = false
+		s.Devices[i].Faults.Errors = []string{"events"}
+	}
+	states := map[string]bool{}
+	for name := range factories {
+		states[name] = name == "nvidia"
+	}
+	if err := Enable(states); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	e.Start(ctx)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "not receiving NVIDIA driver events"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about events:\n%s", logs.String())
+		}
+	}
+	for i := range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		if !strings.Contains(out, "xpu_nvml_events_listening 0\n") {
+			t.Errorf("scrape %d: listening is not 0", i)
+		}
+		if v := sample(t, out, "xpu_scrape_collector_success", `collector="nvidia"`); v != 1 || seriesCount(out, "xpu_device_up") != 2 {
+			t.Errorf("scrape %d: devices must be served without events", i)
+		}
+	}
+	if n := strings.Count(logs.String(), "not receiving NVIDIA driver events"); n != 1 {
+		t.Errorf("%d lines, want 1:\n%s", n, logs.String())
+	}
+}

@@ -1,0 +1,379 @@
+package collector
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+	"github.com/xpu-exporter/xpu_exporter/vendors/gaudi"
+)
+
+func init() {
+	registerCollector("gaudi", true, "Intel Gaudi accelerators: one hl-smi run per scrape and a scan of procfs for the processes holding a device open", newGaudiCollector)
+}
+
+// maxKnownGaudi bounds the devices remembered across runs: an hl-smi that
+// prints new addresses at every run must not grow memory without end.
+const maxKnownGaudi = 1024
+
+var (
+	hlsmiErrors = counter("hlsmi_errors_total",
+		"hl-smi runs that failed, and single unreadable hl-smi values (reason bad_value), by reason; see README, Intel Gaudi.")
+	gaudiScanErrors = counter("gaudi_process_scan_errors_total",
+		"Scans of procfs for the processes holding a Gaudi device open that failed, by reason; devices are then served without processes.")
+	gaudiUnreadable = gauge("gaudi_processes_unreadable",
+		"Processes whose open files the last scan could not read for lack of permission: their use of a Gaudi device is not seen.")
+	gaudiDRAMECC = counter("gaudi_dram_ecc_errors_total",
+		"ECC errors of the device's HBM (hl-smi ecc.errors.dram*), by type and scope; xpu_ecc_errors_total has hl-smi's device-wide totals.")
+)
+
+type gaudiCollector struct {
+	runner *gaudi.Runner
+	procs  *gaudi.ProcessScanner
+	logger *slog.Logger
+
+	mu         sync.Mutex
+	inflight   *gaudiRead   // the read under way, nil when none
+	lastReason gaudi.Reason // "" when the last run succeeded; logged on change only
+	started    bool
+	// known is every device a run has listed, by its identity, so that a
+	// device is reported down when a run fails or no longer lists it,
+	// rather than left out.
+	known map[string]gaudi.Device
+	// gone are the known devices the last good run did not list, logged
+	// once when they go and once when they come back.
+	gone       map[string]bool
+	scanErrors map[gaudi.Reason]float64
+	unreadable float64
+	scanned    bool // a scan has succeeded: unreadable is known
+	// waitedOut counts snapshots that gave up waiting for a run under way.
+	waitedOut float64
+}
+
+func newGaudiCollector(cfg Config) (Collector, error) {
+	r := &gaudi.Runner{Path: cfg.HLSMIPath}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &gaudiCollector{
+		runner: r,
+		procs:  &gaudi.ProcessScanner{ProcRoot: cfg.Procfs, SysRoot: cfg.Sysfs},
+		logger: cfg.Logger,
+		known:  map[string]gaudi.Device{}, gone: map[string]bool{}, scanErrors: map[gaudi.Reason]float64{},
+	}, nil
+}
+
+// gaudiKey identifies a device across runs: its PCI address, which hl-smi's
+// index and the accel node numbers are not guaranteed to keep.
+func gaudiKey(d *gaudi.Device) string {
+	switch {
+	case d.BusID != "":
+		return d.BusID
+	case d.UUID != "":
+		return d.UUID
+	}
+	return "index/" + strconv.Itoa(d.Index)
+}
+
+// gaudiRead is one hl-smi run and process scan, shared by the snapshots
+// that ask for devices while it is under way.
+type gaudiRead struct {
+	done chan struct{}
+	up   []gaudi.Device // listed by this run, with their processes
+	down []gaudi.Device // known from earlier runs, not listed by this one
+	err  error
+}
+
+// readDevices reads every Gaudi device: one hl-smi run under the snapshot's
+// deadline (the Runner kills it there and refuses a new run while a killed
+// one has not exited), then the processes on each device. A snapshot that
+// asks while a read is under way (the warm-up at start and the first
+// scrape, an HA pair of Prometheus servers) waits for that read, under its
+// own deadline, rather than start hl-smi a second time, which the Runner
+// would refuse as busy. When the run fails, every device known from earlier
+// runs is reported down with the error.
+func (c *gaudiCollector) readDevices(ctx context.Context, _ bool) ([]*Device, error) {
+	c.mu.Lock()
+	r := c.inflight
+	leader := r == nil
+	if leader {
+		r = &gaudiRead{done: make(chan struct{})}
+		c.inflight = r
+	}
+	c.mu.Unlock()
+	if leader {
+		r.up, r.down, r.err = c.read(ctx)
+		c.mu.Lock()
+		c.inflight = nil
+		c.mu.Unlock()
+		close(r.done)
+	}
+	// The leader's read has returned; a follower waits for it until its own
+	// deadline.
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		select {
+		case <-r.done: // answered at that very moment: it counts
+		default:
+			return c.waitedOutFor(ctx)
+		}
+	}
+	if r.err != nil {
+		known := c.unanswered()
+		if gaudi.ReasonOf(r.err) == gaudi.ReasonMissingBinary && len(known) == 0 {
+			// No hl-smi and no Gaudi device ever seen: a node without
+			// Gaudi (an NVIDIA node on default flags), not a failing
+			// collector. The miss is still counted and logged once.
+			return nil, nil
+		}
+		return known, r.err
+	}
+	devs := make([]*Device, 0, len(r.up)+len(r.down))
+	for i := range r.up {
+		devs = append(devs, gaudiDevice(&r.up[i], true))
+	}
+	for i := range r.down {
+		devs = append(devs, gaudiDevice(&r.down[i], false))
+	}
+	return devs, nil
+}
+
+// waitedOutFor reports a snapshot that gave up waiting for the run under
+// way (a hung hl-smi started by a snapshot with a later deadline): what the
+// Runner calls busy, counted and logged as such.
+func (c *gaudiCollector) waitedOutFor(ctx context.Context) ([]*Device, error) {
+	err := &gaudi.Error{Reason: gaudi.ReasonBusy, Detail: "the hl-smi run under way has not answered before the deadline", Err: ctx.Err()}
+	c.mu.Lock()
+	c.waitedOut++
+	c.mu.Unlock()
+	c.logChange(err)
+	return c.unanswered(), err
+}
+
+// read runs hl-smi and the process scan once, and keeps track of the
+// devices known across runs.
+func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, err error) {
+	nds, err := c.runner.Query(ctx)
+	c.logChange(err)
+	if err != nil {
+		return nil, nil, err
+	}
+	uses, unreadable, scanErr := c.procs.Scan(ctx)
+	if scanErr == nil {
+		unmatched := gaudi.AttachProcesses(nds, uses)
+		if len(unmatched) > 0 {
+			c.logger.Debug("Gaudi compute nodes held open that no hl-smi device matches", "uses", len(unmatched))
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if scanErr != nil {
+		c.scanErrors[gaudi.ReasonOf(scanErr)]++
+	} else {
+		c.unreadable, c.scanned = float64(unreadable), true
+	}
+	seen := map[string]bool{}
+	for i := range nds {
+		nd := &nds[i]
+		key := gaudiKey(nd)
+		seen[key] = true
+		if _, ok := c.known[key]; ok || len(c.known) < maxKnownGaudi {
+			c.known[key] = *nd
+		}
+		if c.gone[key] {
+			delete(c.gone, key)
+			c.logger.Info("Gaudi device listed by hl-smi again", "gpu", nd.Index, "uuid", nd.UUID, "bus_id", nd.BusID)
+		}
+	}
+	for key, nd := range c.known {
+		if seen[key] {
+			continue
+		}
+		if !c.gone[key] {
+			c.gone[key] = true
+			c.logger.Warn("Gaudi device no longer listed by hl-smi; reported down", "gpu", nd.Index, "uuid", nd.UUID, "bus_id", nd.BusID)
+		}
+		down = append(down, nd)
+	}
+	return nds, down, nil
+}
+
+// unanswered is every device known from earlier runs, down: a run that
+// failed, was killed at the deadline or is still hung says nothing about
+// them, and leaving them out would hide them from alerts on xpu_device_up.
+func (c *gaudiCollector) unanswered() []*Device {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	devs := make([]*Device, 0, len(c.known))
+	for _, nd := range c.known {
+		devs = append(devs, gaudiDevice(&nd, false))
+	}
+	return devs
+}
+
+// gaudiDevice converts one hl-smi row. A device that is down keeps only its
+// identity: its readings are from an earlier run.
+func gaudiDevice(nd *gaudi.Device, up bool) *Device {
+	d := &Device{
+		Vendor:   kubernetes.VendorHabana,
+		Index:    strconv.Itoa(nd.Index),
+		UUID:     nd.UUID,
+		Model:    nd.Name,
+		PCIBusID: nd.BusID,
+		Serial:   nd.Serial,
+		Up:       up,
+	}
+	if !up {
+		identity := gaudi.Device{Index: nd.Index, ModuleID: nd.ModuleID, UUID: nd.UUID, Name: nd.Name, BusID: nd.BusID, Serial: nd.Serial, DriverVersion: nd.DriverVersion}
+		d.vendorData = &identity
+		return d
+	}
+	d.vendorData = nd
+	if nd.MemoryUsed.OK {
+		v := float64(nd.MemoryUsed.Value)
+		d.MemoryUsed = &v
+	}
+	if nd.MemoryTotal.OK {
+		v := float64(nd.MemoryTotal.Value)
+		d.MemoryTotal = &v
+	}
+	if nd.Utilization.OK {
+		v := nd.Utilization.Value
+		d.Utilization = &v
+	}
+	// hl-smi gives no memory or utilization per process: Process.MemoryUsed
+	// and Utilization stay nil, so a shared device has no per-owner split
+	// (Device.Usage leaves it out rather than guess).
+	for _, pid := range nd.Processes {
+		if pid > 0 {
+			d.Processes = append(d.Processes, Process{PID: uint32(pid)})
+		}
+	}
+	return d
+}
+
+// logChange logs one line when the reason hl-smi fails for changes, and one
+// when it answers again; never one per scrape.
+func (c *gaudiCollector) logChange(err error) {
+	reason := gaudi.ReasonOf(err)
+	if err != nil && reason == "" {
+		reason = "unknown"
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started && reason == c.lastReason {
+		return
+	}
+	c.started, c.lastReason = true, reason
+	switch reason {
+	case "":
+		c.logger.Info("Gaudi collector reading devices through hl-smi", "path", c.path())
+	case gaudi.ReasonMissingBinary:
+		c.logger.Info("Gaudi collector found no hl-smi; serving no Gaudi devices until it appears (set --gaudi.hl-smi-path, or disable with --no-collector.gaudi)", "err", err)
+	default:
+		c.logger.Warn("hl-smi failed; Gaudi devices known so far are reported down", "reason", reason, "err", err)
+	}
+}
+
+func (c *gaudiCollector) path() string {
+	if c.runner.Path == "" {
+		return gaudi.DefaultPath
+	}
+	return c.runner.Path
+}
+
+func (c *gaudiCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
+	e := emitter{ch: ch}
+	failures := c.runner.Failures()
+	c.mu.Lock()
+	for reason, n := range failures {
+		v := float64(n)
+		switch reason {
+		case gaudi.ReasonProcfs:
+			continue // the process scan's, in gaudiScanErrors
+		case gaudi.ReasonBusy:
+			v += c.waitedOut
+		}
+		e.emit(hlsmiErrors, labels{names: []string{"reason"}, values: []string{string(reason)}}, v)
+	}
+	for reason, n := range c.scanErrors {
+		e.emit(gaudiScanErrors, labels{names: []string{"reason"}, values: []string{string(reason)}}, n)
+	}
+	if c.scanned {
+		e.emit(gaudiUnreadable, labels{}, c.unreadable)
+	}
+	c.mu.Unlock()
+	for _, d := range snap.Devices {
+		nd, ok := d.vendorData.(*gaudi.Device)
+		if !ok {
+			continue
+		}
+		if d.UUID != "" {
+			info := identityLabels(d).with("driver_version", nd.DriverVersion).with("pci_bus_id", nd.BusID).with("serial", nd.Serial)
+			if nd.ModuleID.OK {
+				info = info.with("module_id", strconv.Itoa(nd.ModuleID.Value))
+			}
+			e.emit(deviceInfo, info, 1)
+		}
+		l := deviceLabels(d)
+		e.emit(deviceUp, l, boolValue(d.Up))
+		if d.Up {
+			emitGaudiReadings(e, l, nd)
+		}
+	}
+	return nil
+}
+
+// emitGaudiReadings emits what hl-smi gave, each reading in the families and
+// units NVIDIA's use; a reading hl-smi printed as N/A is left out.
+func emitGaudiReadings(e emitter, l labels, d *gaudi.Device) {
+	optionalGaudi(e, utilization, l, d.Utilization)
+	optionalGaudi(e, memUsed, l, d.MemoryUsed)
+	optionalGaudi(e, memTotal, l, d.MemoryTotal)
+	// sensor="gpu" as for NVIDIA: temperature.aip is the accelerator die's
+	// temperature, as NVML_TEMPERATURE_GPU is the GPU die's ("Temperature
+	// sensor for the GPU die", nvml.h), so one query covers both vendors.
+	optionalGaudi(e, temperature, l.with("sensor", "gpu"), d.Temperature)
+	optionalGaudi(e, power, l, d.Power)
+	optionalGaudi(e, powerLimit, l, d.PowerLimit)
+	// clocks.limit.* are not emitted: the manual lists them without saying
+	// how a limit differs from clocks.max, so no family can be named for
+	// them truthfully.
+	for _, c := range []gaudi.Clock{gaudi.ClockSoC, gaudi.ClockTPC} {
+		if v, ok := d.Clocks[c]; ok {
+			e.emit(clock, l.with("clock", string(c)), v)
+		}
+		if v, ok := d.MaxClocks[c]; ok {
+			e.emit(clockMax, l.with("clock", string(c)), v)
+		}
+	}
+	optionalGaudi(e, pcieGen, l, d.PCIeLinkGeneration)
+	optionalGaudi(e, pcieWidth, l, d.PCIeLinkWidth)
+	optionalGaudi(e, pcieMaxGen, l, d.PCIeLinkMaxGeneration)
+	optionalGaudi(e, pcieMaxWidth, l, d.PCIeLinkMaxWidth)
+	for _, t := range []string{"corrected", "uncorrected"} {
+		for _, s := range []string{"volatile", "aggregate"} {
+			if v, ok := d.ECC[gaudi.ECCCounter{Type: t, Scope: s}]; ok {
+				e.emit(eccErrors, l.with("type", t).with("scope", s), float64(v))
+			}
+			// A family of its own: whether hl-smi's device-wide totals
+			// include the DRAM errors is not documented, and a sum over
+			// one family must not count an error twice.
+			if v, ok := d.ECC[gaudi.ECCCounter{Type: t, Scope: s, Memory: "dram"}]; ok {
+				e.emit(gaudiDRAMECC, l.with("type", t).with("scope", s), float64(v))
+			}
+		}
+	}
+}
+
+// optionalGaudi emits a reading hl-smi gave, and nothing for one it did not.
+func optionalGaudi[T int | uint64 | float64](e emitter, m metric, l labels, v gaudi.Opt[T]) {
+	if v.OK {
+		e.emit(m, l, float64(v.Value))
+	}
+}

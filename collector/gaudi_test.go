@@ -1,0 +1,417 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/demo/hlsmisim"
+)
+
+// TestMain lets this test binary be the hl-smi stand-in (demo/hlsmisim):
+// the Gaudi collector runs it like a real hl-smi, from the process boundary
+// on, and no binary has to be built.
+func TestMain(m *testing.M) {
+	if os.Getenv("HLSMI_FAKE_TABLE") != "" || os.Getenv("HLSMI_FAKE_MODE") != "" {
+		os.Exit(hlsmisim.Main(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// selfPath is this test binary, run as hl-smi.
+func selfPath(t testing.TB) string {
+	t.Helper()
+	p, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// gaudiTable writes the scenario's hl-smi table at testNow and points the
+// stand-in at it.
+func gaudiTable(t testing.TB, s *demo.Scenario) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "table.csv")
+	if err := os.WriteFile(path, s.HLSMITable(testStart, testNow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HLSMI_FAKE_TABLE", path)
+	return path
+}
+
+func scrapeGaudiScenario(t *testing.T) string {
+	t.Helper()
+	s := loadScenario(t, "gaudi")
+	gaudiTable(t, s)
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	return scrapeText(t, e, 10*time.Second)
+}
+
+func TestGaudiGolden(t *testing.T) {
+	golden(t, "gaudi", scrapeGaudiScenario(t))
+}
+
+// Every expected value below is worked out by hand from
+// fixtures/scenarios/gaudi.yaml, the arithmetic in a comment. testNow is
+// 5400 s after the node booted.
+func TestGaudiOracles(t *testing.T) {
+	out := scrapeGaudiScenario(t)
+	check := func(t *testing.T, family string, want float64, matchers ...string) {
+		t.Helper()
+		if got := sample(t, out, family, matchers...); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s%v = %v, want %v", family, matchers, got, want)
+		}
+	}
+	absent := func(t *testing.T, family string, matchers ...string) {
+		t.Helper()
+		for _, line := range strings.Split(out, "\n") {
+			all := strings.HasPrefix(line, family+"{")
+			for _, m := range matchers {
+				all = all && strings.Contains(line, m)
+			}
+			if all {
+				t.Errorf("want no %s%v, got %s", family, matchers, line)
+			}
+		}
+	}
+	const mib = 1 << 20
+
+	t.Run("readings in base units", func(t *testing.T) {
+		gpu := `gpu="1"`
+		// hl-smi prints utilization.aip in %: 0.87 → "87" → 87/100.
+		check(t, "xpu_utilization_ratio", 0.87, gpu, `vendor="habana"`)
+		// memory.used in MiB: 64 GiB = 65536 MiB → 65536 × 1048576 B.
+		check(t, "xpu_memory_used_bytes", 65536*mib, gpu)
+		// memory.total: 96 GiB = 98304 MiB → 98304 × 1048576 = 103079215104 B.
+		check(t, "xpu_memory_total_bytes", 103079215104, gpu)
+		check(t, "xpu_power_watts", 431, gpu)
+		check(t, "xpu_power_limit_watts", 600, gpu)
+		// clocks.current.soc 1800 MHz = 1.8e9 Hz.
+		check(t, "xpu_clock_hertz", 1.8e9, gpu, `clock="soc"`)
+		check(t, "xpu_temperature_celsius", 57, gpu, `sensor="gpu"`)
+		check(t, "xpu_pcie_link_generation", 4, gpu)
+		check(t, "xpu_pcie_link_width", 16, gpu)
+	})
+	t.Run("a counter read at the scrape", func(t *testing.T) {
+		// ECC corrected on device 3: 3 + 0.001/s × 5400 s = 8.4 errors;
+		// hl-smi counts whole errors: 8.
+		check(t, "xpu_ecc_errors_total", 8, `gpu="3"`, `type="corrected"`, `scope="volatile"`)
+		check(t, "xpu_gaudi_dram_ecc_errors_total", 8, `gpu="3"`, `type="corrected"`, `scope="volatile"`)
+		check(t, "xpu_ecc_errors_total", 0, `gpu="3"`, `type="uncorrected"`, `scope="aggregate"`)
+	})
+	t.Run("a reading hl-smi prints as N/A is omitted", func(t *testing.T) {
+		// Device 7 has no clock_soc in the scenario: hl-smi prints N/A.
+		absent(t, "xpu_clock_hertz", `gpu="7"`)
+		check(t, "xpu_clock_max_hertz", 1.8e9, `gpu="7"`, `clock="soc"`)
+	})
+	t.Run("a device with one owner", func(t *testing.T) {
+		pod := `pod="tgi-gaudi-6b8d7f9c5-m2p7x"`
+		// The device plugin's serial AN15000001 names device 1, whose series
+		// carry the pod: it is the only owner.
+		check(t, "xpu_utilization_ratio", 0.87, `gpu="1"`, pod)
+		check(t, "xpu_workload_allocated_devices", 1, `gpu="1"`, pod)
+		// A sole owner has the device's utilization: 0.87.
+		check(t, "xpu_workload_utilization_ratio", 0.87, `gpu="1"`, pod)
+		// hl-smi gives no memory per process, so the owner's memory (its
+		// processes' memory) is unknown, not 0.
+		absent(t, "xpu_workload_memory_used_bytes", `gpu="1"`)
+	})
+	t.Run("a shared device has no per-owner split", func(t *testing.T) {
+		gpu := `gpu="6"`
+		// Two host services hold device 6 open: two owners, each half of
+		// the device (1/2 = 0.5), and device series without owner labels.
+		check(t, "xpu_device_owners", 2, gpu)
+		check(t, "xpu_workload_allocated_devices", 0.5, gpu, `unit="hl-qual.service"`)
+		check(t, "xpu_workload_allocated_devices", 0.5, gpu, `unit="habana-perf.service"`)
+		check(t, "xpu_utilization_ratio", 0.4, gpu)
+		absent(t, "xpu_utilization_ratio", gpu, `unit=`)
+		// Neither utilization nor memory is known per process on a Gaudi:
+		// the split is left out rather than guessed.
+		absent(t, "xpu_workload_utilization_ratio", gpu)
+		absent(t, "xpu_workload_memory_used_bytes", gpu)
+	})
+	t.Run("every device, no failure", func(t *testing.T) {
+		for family, want := range map[string]int{
+			"xpu_device_info":                8,
+			"xpu_device_up":                  8,
+			"xpu_hlsmi_errors_total":         12, // every reason but procfs, the scan's
+			"xpu_gaudi_processes_unreadable": 1,
+		} {
+			if got := seriesCount(out, family); got != want {
+				t.Errorf("%s: %d series, want %d", family, got, want)
+			}
+		}
+		check(t, "xpu_scrape_collector_success", 1, `collector="gaudi"`)
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "xpu_hlsmi_errors_total{") && !strings.HasSuffix(line, " 0") {
+				t.Errorf("hl-smi failed: %s", line)
+			}
+		}
+	})
+}
+
+// logBuffer collects log lines for a test.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) count(substr string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), substr)
+}
+
+func newGaudiExporter(t *testing.T, hlsmi string, logs *logBuffer) *Exporter {
+	t.Helper()
+	states := map[string]bool{}
+	for name := range factories {
+		states[name] = name == "gaudi"
+	}
+	if err := Enable(states); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	e, err := New(Config{Logger: logger, HLSMIPath: hlsmi, Procfs: t.TempDir(), Sysfs: t.TempDir(), Now: func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+func TestGaudiNoHLSMI(t *testing.T) {
+	logs := &logBuffer{}
+	e := newGaudiExporter(t, filepath.Join(t.TempDir(), "hl-smi"), logs)
+	var out string
+	for range 3 {
+		out = scrapeText(t, e, 5*time.Second)
+	}
+	if n := seriesCount(out, "xpu_device_up"); n != 0 {
+		t.Errorf("%d devices without hl-smi, want none", n)
+	}
+	// Three scrapes, three runs that found no binary.
+	if got := sample(t, out, "xpu_hlsmi_errors_total", `reason="missing_binary"`); got != 3 {
+		t.Errorf("missing_binary counted %v times, want 3", got)
+	}
+	// No binary and never a Gaudi device: a node without Gaudi, where a
+	// failing collector would be noise on every NVIDIA node.
+	if !strings.Contains(out, `xpu_scrape_collector_success{collector="gaudi"} 1`) {
+		t.Error("a node without hl-smi and without Gaudi devices reports the collector failing")
+	}
+	if n := logs.count("found no hl-smi"); n != 1 {
+		t.Errorf("%d log lines about the missing hl-smi over three scrapes, want 1:\n%s", n, logs.buf.String())
+	}
+}
+
+// After a good run, each failing run reports every device known so far
+// down, counts its reason, and logs once per change of reason.
+func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	table := gaudiTable(t, s)
+	logs := &logBuffer{}
+	e := newGaudiExporter(t, selfPath(t), logs)
+	out := scrapeText(t, e, 5*time.Second)
+	if got := seriesCount(out, "xpu_utilization_ratio"); got != 8 {
+		t.Fatalf("good run: %d devices with utilization, want 8", got)
+	}
+	notCSV := filepath.Join(t.TempDir(), "garbage")
+	if err := os.WriteFile(notCSV, []byte("hl-smi: \"unterminated\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, mode, table, reason string
+		timeout                   time.Duration
+	}{
+		// A hung hl-smi is killed at the deadline: the scrape still lists
+		// all eight devices, down.
+		{"hang", "hang", table, "timeout", 1500 * time.Millisecond},
+		{"not UTF-8", "nonutf8", table, "non_utf8", 5 * time.Second},
+		{"not CSV", "raw", notCSV, "malformed", 5 * time.Second},
+		{"exit status", "exit", table, "exit_status", 5 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("HLSMI_FAKE_MODE", tt.mode)
+			t.Setenv("HLSMI_FAKE_TABLE", tt.table)
+			before := logs.count(fmt.Sprintf("reason=%s", tt.reason))
+			start := time.Now()
+			for range 2 {
+				out = scrapeText(t, e, tt.timeout)
+				// A killed run is reaped in the background: let it be, or
+				// the next run would be refused as busy.
+				time.Sleep(200 * time.Millisecond)
+			}
+			if took := time.Since(start); took > 2*tt.timeout+2*time.Second {
+				t.Errorf("two scrapes took %v", took)
+			}
+			if got := seriesCount(out, "xpu_device_up"); got != 8 {
+				t.Errorf("%d devices listed, want all 8", got)
+			}
+			if got := strings.Count(out, `vendor="habana"} 0`); got < 8 {
+				t.Errorf("want 8 devices down, output:\n%s", out)
+			}
+			if got := seriesCount(out, "xpu_utilization_ratio"); got != 0 {
+				t.Errorf("%d readings served from a failed run, want none", got)
+			}
+			if got := sample(t, out, "xpu_hlsmi_errors_total", `reason="`+tt.reason+`"`); got != 2 {
+				t.Errorf("%s counted %v times over two scrapes, want 2", tt.reason, got)
+			}
+			if n := logs.count(fmt.Sprintf("reason=%s", tt.reason)) - before; n != 1 {
+				t.Errorf("%d log lines for two failures of one reason, want 1:\n%s", n, logs.buf.String())
+			}
+		})
+	}
+	t.Run("answers again", func(t *testing.T) {
+		t.Setenv("HLSMI_FAKE_MODE", "")
+		out := scrapeText(t, e, 5*time.Second)
+		if got := seriesCount(out, "xpu_utilization_ratio"); got != 8 {
+			t.Errorf("%d devices with utilization after recovery, want 8", got)
+		}
+		if n := logs.count("reading devices through hl-smi"); n != 2 {
+			t.Errorf("%d lines saying hl-smi answers (start and recovery), want 2", n)
+		}
+	})
+}
+
+// On a mixed node each device plugin's ID names its own vendor's device:
+// the NVIDIA index "1" is the second H100, Gaudi's "hl1" the second HL-225,
+// and a Gaudi serial its device.
+func TestMixedNodeOwners(t *testing.T) {
+	s := loadScenario(t, "mixed")
+	gaudiTable(t, s)
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	out := scrapeText(t, e, 10*time.Second)
+	for _, tt := range []struct {
+		vendor, gpu, pod string
+		util             float64
+	}{
+		{"nvidia", "0", "nv-uuid", 0.5},
+		{"nvidia", "1", "nv-index", 0.5},
+		// hl-smi prints 75 % and 25 %: 0.75 and 0.25.
+		{"habana", "0", "gaudi-serial", 0.75},
+		{"habana", "1", "gaudi-hl", 0.25},
+	} {
+		got := sample(t, out, "xpu_utilization_ratio", `vendor="`+tt.vendor+`"`, `gpu="`+tt.gpu+`"`, `pod="`+tt.pod+`"`)
+		if got != tt.util {
+			t.Errorf("%s %s: utilization %v, want %v", tt.vendor, tt.gpu, got, tt.util)
+		}
+	}
+	if n := seriesCount(out, "xpu_device_up"); n != 4 {
+		t.Errorf("%d devices, want 4", n)
+	}
+	for _, c := range []string{"nvidia", "gaudi"} {
+		if !strings.Contains(out, `xpu_scrape_collector_success{collector="`+c+`"} 1`) {
+			t.Errorf("collector %s did not succeed", c)
+		}
+	}
+}
+
+// A device that a good run no longer lists (fallen off the bus) stays in
+// the output, down, with one log line when it goes and one when it returns.
+func TestGaudiDeviceNoLongerListed(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	full := s.HLSMITable(testStart, testNow)
+	dir := t.TempDir()
+	fullPath, shortPath := filepath.Join(dir, "full.csv"), filepath.Join(dir, "short.csv")
+	lines := strings.SplitAfter(strings.TrimSuffix(string(full), "\n"), "\n")
+	short := strings.Join(lines[:len(lines)-1], "") // without device 7
+	for path, content := range map[string]string{fullPath: string(full), shortPath: short} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("HLSMI_FAKE_TABLE", fullPath)
+	logs := &logBuffer{}
+	e := newGaudiExporter(t, selfPath(t), logs)
+	scrapeText(t, e, 5*time.Second)
+
+	t.Setenv("HLSMI_FAKE_TABLE", shortPath)
+	var out string
+	for range 2 {
+		out = scrapeText(t, e, 5*time.Second)
+	}
+	if got := seriesCount(out, "xpu_device_up"); got != 8 {
+		t.Errorf("%d devices listed, want 8", got)
+	}
+	if got := sample(t, out, "xpu_device_up", `gpu="7"`); got != 0 {
+		t.Errorf("device 7 up = %v, want 0", got)
+	}
+	if got := sample(t, out, "xpu_device_up", `gpu="6"`); got != 1 {
+		t.Errorf("device 6 up = %v, want 1", got)
+	}
+	if n := logs.count("no longer listed"); n != 1 {
+		t.Errorf("%d log lines over two scrapes without device 7, want 1", n)
+	}
+	if !strings.Contains(out, `xpu_scrape_collector_success{collector="gaudi"} 1`) {
+		t.Error("a good run with a device missing failed the collector")
+	}
+
+	t.Setenv("HLSMI_FAKE_TABLE", fullPath)
+	out = scrapeText(t, e, 5*time.Second)
+	if got := sample(t, out, "xpu_device_up", `gpu="7"`); got != 1 {
+		t.Errorf("device 7 up = %v after it is listed again, want 1", got)
+	}
+	if n := logs.count("listed by hl-smi again"); n != 1 {
+		t.Errorf("%d log lines for the device's return, want 1", n)
+	}
+}
+
+// Snapshots that ask while a read is under way (the warm-up at start and
+// the first scrape) share it: one hl-smi run, devices for both.
+func TestGaudiConcurrentReadsShareOneRun(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	gaudiTable(t, s)
+	starts := filepath.Join(t.TempDir(), "starts")
+	t.Setenv("HLSMI_FAKE_LOG", starts)
+	t.Setenv("HLSMI_FAKE_DELAY", "300ms")
+	c, err := newGaudiCollector(Config{Logger: slog.New(slog.DiscardHandler), HLSMIPath: selfPath(t), Procfs: t.TempDir(), Sysfs: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := c.(source)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	results := make([][]*Device, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = src.readDevices(ctx, i == 0)
+		}()
+		time.Sleep(50 * time.Millisecond) // the second asks while the first runs
+	}
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil || len(results[i]) != 8 {
+			t.Errorf("read %d: %d devices, %v; want 8 and no error", i, len(results[i]), errs[i])
+		}
+	}
+	if results[0][0] == results[1][0] {
+		t.Error("two snapshots share a *Device: attribution of one would change the other")
+	}
+	b, err := os.ReadFile(starts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "start "); n != 1 {
+		t.Errorf("hl-smi started %d times for two concurrent reads, want 1", n)
+	}
+}

@@ -1,0 +1,190 @@
+package collector
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+// Readings that fail for part of a device leave out what they would have
+// made up, never a partial or made-up value.
+func TestPartialReadings(t *testing.T) {
+	s, err := demo.Parse([]byte(`
+devices:
+  - model: X
+    memory_total: 80GiB
+    nvlinks: 4
+    metrics: {nvlink_replay_errors: 2, nvlink_tx: 1e9, nvlink_rx: 1e9}
+    throttle_reasons: [sw_power_cap]
+    faults: {failing_links: [2], errors: [supported_throttle_reasons]}
+  - model: X
+    memory_total: 80GiB
+    nvlinks: 4
+    metrics: {nvlink_replay_errors: 2, nvlink_tx: 1e9, nvlink_rx: 1e9}
+    throttle_reasons: [sw_power_cap]
+  - model: X
+    memory_total: 80GiB
+    mig:
+      - {profile: 3g.40gb, gpu_instance: 1}
+    faults: {errors: [mig_attributes]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newTestExporter(t, s, map[string]bool{"nvidia": true, "attribution": true})
+	out := scrapeText(t, e, 10*time.Second)
+	lines := func(prefix string, matchers ...string) int {
+		n := 0
+		for _, l := range strings.Split(out, "\n") {
+			ok := strings.HasPrefix(l, prefix)
+			for _, m := range matchers {
+				ok = ok && strings.Contains(l, m)
+			}
+			if ok {
+				n++
+			}
+		}
+		return n
+	}
+
+	// GPU 0's link 2 fails to read. A sum over the other three would drop
+	// by a quarter and read as a counter reset: no sum at all. GPU 1 sums
+	// its four links: 4 × 2 replay errors = 8.
+	if n := lines("xpu_nvlink_errors_total{", `gpu="0"`); n != 0 {
+		t.Errorf("GPU 0: %d NVLink error sums over a partial set of links, want none", n)
+	}
+	if n := lines("xpu_nvlink_data_bytes_total{", `gpu="0"`); n != 0 {
+		t.Errorf("GPU 0: %d NVLink data sums over a partial set of links, want none", n)
+	}
+	if v := sample(t, out, "xpu_nvlink_errors_total", `gpu="1"`, `type="replay"`); v != 8 {
+		t.Errorf("GPU 1 replay errors %v, want 4 links × 2 = 8", v)
+	}
+	// The failing link's state is unknown and left out; the other three are up.
+	if n := lines("xpu_nvlink_up{", `gpu="0"`); n != 3 {
+		t.Errorf("GPU 0: %d link states, want the 3 that answered", n)
+	}
+
+	// GPU 0 cannot say which throttle reasons it can report: none is
+	// emitted rather than nine, some perhaps never reportable. GPU 1 emits
+	// all nine its supported mask names.
+	if n := lines("xpu_clock_throttled{", `gpu="0"`); n != 0 {
+		t.Errorf("GPU 0: %d throttle reasons without the supported mask, want none", n)
+	}
+	if n := lines("xpu_clock_throttled{", `gpu="1"`); n != 9 {
+		t.Errorf("GPU 1: %d throttle reasons, want 9", n)
+	}
+
+	// GPU 2's MIG instance cannot tell its slices: its fraction of the GPU
+	// is unknown and is not reported as a whole GPU.
+	for _, d := range e.Snapshot(t.Context()).Devices {
+		if d.MIG != nil && d.MIG.Fraction != 0 {
+			t.Errorf("MIG instance fraction %v from unreadable attributes", d.MIG.Fraction)
+		}
+	}
+}
+
+// AllocatedDevices is the one definition /devices and the workload family
+// share.
+func TestAllocatedDevices(t *testing.T) {
+	mig := func(f float64) *Device { return &Device{MIG: &MIGInstance{Fraction: f}} }
+	for _, tc := range []struct {
+		name  string
+		d     *Device
+		share float64
+		want  float64
+		ok    bool
+	}{
+		{"whole GPU", &Device{}, 1, 1, true},
+		{"one of four replicas", &Device{}, 0.25, 0.25, true},
+		// A 3g instance on a 7-slice GPU: 3/7 of a GPU.
+		{"MIG 3g", mig(3.0 / 7), 1, 3.0 / 7, true},
+		// One of two replicas of a 2g instance: 1/2 × 2/7 = 1/7.
+		{"replica of a MIG 2g", mig(2.0 / 7), 0.5, 1.0 / 7, true},
+		{"MIG fraction unknown", mig(0), 1, 0, false},
+		{"share unknown", &Device{}, 0, 0, false},
+		{"GPU in MIG mode", &Device{HasMIG: true}, 1, 0, false},
+	} {
+		got, ok := tc.d.AllocatedDevices(attributionClaim(tc.share))
+		if ok != tc.ok || (ok && got != tc.want) {
+			t.Errorf("%s: %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func attributionClaim(share float64) attribution.Claim {
+	return attribution.Claim{Owner: attribution.Owner{Kind: attribution.Kubernetes, Pod: "p"}, Share: share}
+}
+
+// Slurm counts a node's GPUs with each GPU in MIG mode replaced by its MIG
+// devices in handle order.
+func TestGRESIndices(t *testing.T) {
+	whole := func(i string, up bool) *Device { return &Device{Vendor: "nvidia", Index: i, Up: up} }
+	mig := func(i string, handle int) *Device {
+		return &Device{Vendor: "nvidia", Index: i, Up: true, MIG: &MIGInstance{Index: handle}}
+	}
+	gpu0, gpu1, gpu2 := whole("0", true), &Device{Vendor: "nvidia", Index: "1", Up: true, HasMIG: true}, whole("2", true)
+	h1, h0 := mig("1", 1), mig("1", 0)
+	// GPU 0 → 0; GPU 1's MIG handles 0 and 1 → 1 and 2; GPU 2 → 3. The
+	// GPU in MIG mode has none.
+	got := gresIndices([]*Device{gpu2, h1, gpu0, gpu1, h0})
+	want := map[*Device]int{gpu0: 0, h0: 1, h1: 2, gpu2: 3}
+	if len(got) != len(want) {
+		t.Errorf("indices %v, want %v", got, want)
+	}
+	for d, i := range want {
+		if got[d] != i {
+			t.Errorf("GPU %s (MIG %v): index %d, want %d", d.Index, d.MIG, got[d], i)
+		}
+	}
+	// GPU 1's instances were not read: GPU 2's number cannot be known.
+	if got := gresIndices([]*Device{gpu0, gpu1, gpu2}); len(got) != 1 || got[gpu0] != 0 {
+		t.Errorf("without GPU 1's instances: %v, want only GPU 0 → 0", got)
+	}
+	// On a node without MIG a GPU down keeps its place: GPU 2 is still 2.
+	down := whole("1", false)
+	if got := gresIndices([]*Device{gpu0, down, gpu2}); got[gpu2] != 2 || got[down] != 1 {
+		t.Errorf("with GPU 1 down: %v, want GPU 2 → 2", got)
+	}
+	// A mixed node: Slurm's numbering of two vendors' devices is not known.
+	gaudi0 := &Device{Vendor: "habana", Index: "0", Up: true}
+	if got := gresIndices([]*Device{gpu0, gaudi0}); len(got) != 0 {
+		t.Errorf("mixed node: %v, want no indices", got)
+	}
+	// A Gaudi node alone is numbered like GPUs, by hl-smi index.
+	gaudi1 := &Device{Vendor: "habana", Index: "1", Up: true}
+	if got := gresIndices([]*Device{gaudi1, gaudi0}); got[gaudi0] != 0 || got[gaudi1] != 1 {
+		t.Errorf("Gaudi node: %v, want hl-smi order", got)
+	}
+}
+
+// Series of pods that are gone leave the cache after seriesMaxAge scrapes:
+// churning owners cannot grow it without bound.
+func TestSeriesCacheForgetsGoneSeries(t *testing.T) {
+	m := gauge("test_churn", "A test family.")
+	for i := range 100 {
+		seriesOf(m, labels{names: []string{"pod"}, values: []string{fmt.Sprint("pod-", i)}})
+	}
+	kept := func() int {
+		n := 0
+		seriesCache.Range(func(k, _ any) bool {
+			if strings.HasPrefix(k.(string), "xpu_test_churn") {
+				n++
+			}
+			return true
+		})
+		return n
+	}
+	if n := kept(); n != 100 {
+		t.Fatalf("%d series cached, want 100", n)
+	}
+	for range 2*seriesMaxAge + 1 {
+		sweepSeries()
+	}
+	if n := kept(); n != 0 {
+		t.Errorf("%d series of gone pods still cached after %d scrapes", n, 2*seriesMaxAge+1)
+	}
+}

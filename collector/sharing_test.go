@@ -1,0 +1,187 @@
+package collector
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+// Every expected value below is worked out by hand from the raw inputs of
+// fixtures/scenarios/sharing.yaml, the arithmetic in a comment: none is read
+// from a golden file or produced by the code under test.
+
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// scrapeSharing scrapes the sharing node twice, at testNow (5400 s after
+// boot: the previous scrape) and 15 s later, and returns the second scrape:
+// its window is the fifteen 1 s driver periods ending 5401 … 5415 s after
+// boot.
+func scrapeSharing(t *testing.T) string {
+	t.Helper()
+	s, err := demo.Load(filepath.Join("..", "fixtures", "scenarios", "sharing.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e := newAttributedExporterFor(t, s, func(c *Config) {
+		c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
+	})
+	scrapeText(t, e, 10*time.Second)
+	clk.set(testNow.Add(15 * time.Second))
+	return scrapeText(t, e, 10*time.Second)
+}
+
+func TestSharingOracles(t *testing.T) {
+	out := scrapeSharing(t)
+	const gib = 1 << 30
+	check := func(t *testing.T, family string, want float64, matchers ...string) {
+		t.Helper()
+		if got := sample(t, out, family, matchers...); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s%v = %v, want %v", family, matchers, got, want)
+		}
+	}
+	absent := func(t *testing.T, family string, matchers ...string) {
+		t.Helper()
+		for _, line := range strings.Split(out, "\n") {
+			all := strings.HasPrefix(line, family+"{")
+			for _, m := range matchers {
+				all = all && strings.Contains(line, m)
+			}
+			if all {
+				t.Errorf("want no %s%v, got %s", family, matchers, line)
+			}
+		}
+	}
+
+	t.Run("time-slicing, one pod busy earlier and idle now", func(t *testing.T) {
+		gpu := `uuid="GPU-5a000000-0000-4000-8000-000000000000"`
+		// ts-a: 0.6 while busy, duty 14 s of every 15 s from boot. The
+		// periods' middles are 5400.5 … 5414.5 s; 5400 = 360 × 15, so it is
+		// busy in the first 14 and idle in the last: 14 × 0.6 / 15 = 0.56.
+		// ts-b: 0.3 throughout.
+		// Device: each period is as busy as both together: 14 × (0.6 + 0.3)
+		// + 1 × 0.3 = 12.9 over 15 s → 0.86.
+		check(t, "xpu_utilization_ratio", 0.86, gpu)
+		// Split in proportion to 0.56 : 0.3 of 0.86: 0.56 and 0.3. Only
+		// the last period would give ts-a 0.
+		check(t, "xpu_workload_utilization_ratio", 0.56, gpu, `pod="ts-a"`)
+		check(t, "xpu_workload_utilization_ratio", 0.3, gpu, `pod="ts-b"`)
+		check(t, "xpu_process_utilization_ratio", 0.56, gpu, `pid="2001"`)
+		// Two replicas advertised, one each: 1/2.
+		check(t, "xpu_workload_allocated_devices", 0.5, gpu, `pod="ts-a"`)
+		check(t, "xpu_workload_memory_used_bytes", 20*gib, gpu, `pod="ts-a"`)
+		check(t, "xpu_workload_memory_used_bytes", 10*gib, gpu, `pod="ts-b"`)
+	})
+
+	t.Run("MPS clients and the host's MPS server", func(t *testing.T) {
+		gpu := `uuid="GPU-5a000000-0000-4000-8000-000000000001"`
+		// The clients are only in NVML's MPS list. Device: 0.5 + 0.25 = 0.75.
+		check(t, "xpu_utilization_ratio", 0.75, gpu)
+		check(t, "xpu_workload_utilization_ratio", 0.5, gpu, `pod="mps-a"`)
+		check(t, "xpu_workload_utilization_ratio", 0.25, gpu, `pod="mps-b"`)
+		// Two MPS replicas advertised, one each.
+		check(t, "xpu_workload_allocated_devices", 0.5, gpu, `pod="mps-a"`)
+		check(t, "xpu_workload_memory_used_bytes", 6*gib, gpu, `pod="mps-a"`)
+		check(t, "xpu_workload_memory_used_bytes", 2*gib, gpu, `pod="mps-b"`)
+		// The server runs for no pod: its 512 MiB and no load are apart.
+		check(t, "xpu_workload_memory_used_bytes", 512<<20, gpu, `workload_kind="unattributed"`)
+		check(t, "xpu_workload_utilization_ratio", 0, gpu, `workload_kind="unattributed"`)
+	})
+
+	t.Run("MIG with compute instances, handles out of instance order", func(t *testing.T) {
+		// Handle 0 is GPU instance 2: the index strategy's "2:0" is it.
+		whole := `uuid="MIG-5a000000-0002-4000-8000-000000000002"`
+		check(t, "xpu_workload_allocated_devices", 2.0/7, whole, `pod="mig-whole"`) // 2g: 2 of 7 slices
+		// GPM samples GPU instance 2 (graphics activity 0.6) at both scrapes.
+		check(t, "xpu_utilization_ratio", 0.6, whole)
+		// GPU instance 1 (3 slices) holds two compute instances of 1 and 2
+		// slices: 1/7 and 2/7 of the GPU, not 3/7 each.
+		check(t, "xpu_workload_allocated_devices", 1.0/7, `uuid="MIG-5a000000-0002-4000-8000-000000000010"`, `pod="ci-a"`)
+		check(t, "xpu_workload_allocated_devices", 2.0/7, `uuid="MIG-5a000000-0002-4000-8000-000000000011"`, `pod="ci-b"`)
+		// GPM measures the GPU instance they share: neither has a reading of
+		// its own.
+		absent(t, "xpu_utilization_ratio", `mig_profile="1c.3g.40gb"`)
+		absent(t, "xpu_utilization_ratio", `mig_profile="2c.3g.40gb"`)
+		check(t, "xpu_workload_memory_used_bytes", 7*gib, `pod="ci-b"`)
+	})
+
+	t.Run("one pod, two containers on one GPU", func(t *testing.T) {
+		gpu := `uuid="GPU-5a000000-0000-4000-8000-000000000003"`
+		// Each process runs in its own container (cgroup container ID
+		// against the Pods API's container statuses). Device: 0.3 + 0.1.
+		check(t, "xpu_utilization_ratio", 0.4, gpu)
+		check(t, "xpu_workload_utilization_ratio", 0.3, gpu, `container="a"`)
+		check(t, "xpu_workload_utilization_ratio", 0.1, gpu, `container="b"`)
+		check(t, "xpu_workload_memory_used_bytes", 3*gib, gpu, `container="a"`)
+		check(t, "xpu_workload_memory_used_bytes", 1*gib, gpu, `container="b"`)
+	})
+
+	t.Run("host daemon on a pod's GPU", func(t *testing.T) {
+		gpu := `uuid="GPU-5a000000-0000-4000-8000-000000000004"`
+		// Device: 0.5 (pod) + 0.1 (daemon) = 0.6; the daemon's part is apart.
+		check(t, "xpu_utilization_ratio", 0.6, gpu)
+		check(t, "xpu_workload_utilization_ratio", 0.5, gpu, `pod="excl"`)
+		check(t, "xpu_workload_utilization_ratio", 0.1, gpu, `workload_kind="unattributed"`)
+		check(t, "xpu_workload_allocated_devices", 1, gpu, `pod="excl"`)
+		check(t, "xpu_workload_memory_used_bytes", 10*gib, gpu, `pod="excl"`)
+		check(t, "xpu_workload_memory_used_bytes", 1*gib, gpu, `workload_kind="unattributed"`)
+	})
+
+	t.Run("a GPU in MIG mode carries no instance owner's labels", func(t *testing.T) {
+		// GPU 5 has one instance in use, by solo: the GPU's own series must
+		// not say solo owns the GPU.
+		absent(t, "xpu_device_up", `,uuid="GPU-5a000000-0000-4000-8000-000000000005"`, `pod=`)
+		check(t, "xpu_device_up", 1, `,uuid="GPU-5a000000-0000-4000-8000-000000000005"`)
+		check(t, "xpu_workload_allocated_devices", 3.0/7, `pod="solo"`) // 3g: 3 of 7
+		// solo is the instance's sole owner; its memory is its process's
+		// 8 GiB, as for every owner, not the instance's reading (0 here).
+		check(t, "xpu_workload_memory_used_bytes", 8*gib, `pod="solo"`)
+	})
+}
+
+func TestSlurmSharingOracles(t *testing.T) {
+	s, err := demo.Load(filepath.Join("..", "fixtures", "scenarios", "sharing-slurm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e := newAttributedExporterFor(t, s, func(c *Config) {
+		c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
+	})
+	scrapeText(t, e, 10*time.Second)
+	clk.set(testNow.Add(15 * time.Second))
+	out := scrapeText(t, e, 10*time.Second)
+	check := func(family string, want float64, matchers ...string) {
+		t.Helper()
+		if got := sample(t, out, family, matchers...); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s%v = %v, want %v", family, matchers, got, want)
+		}
+	}
+	gpu0 := `uuid="GPU-`
+	// GPU 0: job 10 holds it through GRES; job 11's process on it makes job
+	// 11 an owner with none of the allocation. Device: 0.4 + 0.2 = 0.6,
+	// split 0.4 : 0.2.
+	check("xpu_utilization_ratio", 0.6, gpu0, `gpu="0"`)
+	check("xpu_workload_utilization_ratio", 0.4, `gpu="0"`, `slurm_job_id="10"`, `slurm_account="physics"`)
+	check("xpu_workload_utilization_ratio", 0.2, `gpu="0"`, `slurm_job_id="11"`, `slurm_account="chem"`)
+	check("xpu_workload_allocated_devices", 1, `gpu="0"`, `slurm_job_id="10"`)
+	check("xpu_workload_memory_used_bytes", 12<<30, `gpu="0"`, `slurm_job_id="10"`)
+	check("xpu_workload_memory_used_bytes", 4<<30, `gpu="0"`, `slurm_job_id="11"`)
+	// GRES index 2 is GPU 1's second MIG handle (GPU instance 1, 3g: 3/7),
+	// not GPU 2. Index 3 is GPU 2, job 13's, idle: 0 of its 0.
+	check("xpu_workload_allocated_devices", 3.0/7, `mig_instance="1"`, `slurm_job_id="12"`)
+	check("xpu_workload_memory_used_bytes", 9<<30, `mig_instance="1"`, `slurm_job_id="12"`)
+	check("xpu_workload_allocated_devices", 1, `gpu="2"`, `slurm_job_id="13"`)
+	check("xpu_workload_utilization_ratio", 0, `gpu="2"`, `slurm_job_id="13"`)
+}

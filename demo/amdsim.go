@@ -1,0 +1,502 @@
+package demo
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// AMD GPUs of a scenario (vendor: amd) are not simulated through NVML: they
+// are written as the amdgpu driver lays them out in sysfs, and their
+// processes' DRM fdinfo into the demo's procfs, so that the exporter reads
+// them with its production code through --path.sysfs and --path.procfs.
+// Each file's format is the one fixtures/amd/SOURCES.md documents with its
+// kernel source; the layout follows an MI300X (gc 9.4.3): no edge sensor
+// and no power1_average in hwmon, power in µW, temperatures in m°C, a
+// gpu_metrics v1.6 table, compute partitions as amdgpu_xcp_<n> platform
+// devices joined to their GPU through KFD's topology.
+
+// PartitionSpec is one compute partition of an AMD GPU.
+type PartitionSpec struct {
+	Processes []ProcessSpec `yaml:"processes"`
+}
+
+// amdPartitionModes names a partition count as the driver's
+// current_compute_partition prints it (amdgpu_gfx.c); MI300X has 8 XCCs.
+var amdPartitionModes = map[int]string{1: "SPX", 2: "DPX", 4: "QPX", 8: "CPX"}
+
+const amdXCCs = 8
+
+func (d *DeviceSpec) isAMD() bool { return d.Vendor == VendorAMD }
+
+// amdDefaults fills what an AMD device lacks in the forms amdgpu gives:
+// unique_id as 16 hexadecimal digits, the PCI address in sysfs form.
+func (d *DeviceSpec) amdDefaults(node string, i int) {
+	if d.UUID == "" {
+		d.UUID = fmt.Sprintf("%08x%08x", hashString(node), 0xa0000000+i)
+	}
+	if d.PCIBusID == "" {
+		d.PCIBusID = fmt.Sprintf("0000:%02x:00.0", 0x0c+i*0x10%0xe0)
+	}
+	if d.Serial == "" {
+		d.Serial = fmt.Sprintf("692251%08d", i)
+	}
+	if d.VBIOSVersion == "" {
+		d.VBIOSVersion = "113-M3000100-102"
+	}
+}
+
+// validateVendor checks what only one vendor's devices may have.
+func (d *DeviceSpec) validateVendor() []error {
+	var errs []error
+	if !d.isAMD() {
+		if len(d.Partitions) > 0 {
+			errs = append(errs, errors.New("partitions: only AMD GPUs have compute partitions (vendor: amd); NVIDIA GPUs use mig"))
+		}
+		return errs
+	}
+	if len(d.MIG) > 0 {
+		errs = append(errs, errors.New("mig: an AMD GPU has compute partitions (partitions), not MIG"))
+	}
+	if d.NVLinks != nil {
+		errs = append(errs, errors.New("nvlinks: an AMD GPU has no NVLink"))
+	}
+	if n := len(d.Partitions); n > 0 {
+		if _, ok := amdPartitionModes[n]; !ok || n == 1 {
+			errs = append(errs, fmt.Errorf("partitions: %d; an MI300X has 2 (DPX), 4 (QPX) or 8 (CPX)", n))
+		}
+		if len(d.Processes) > 0 {
+			errs = append(errs, errors.New("processes: a partitioned GPU runs processes in its partitions"))
+		}
+	}
+	if !strings.HasPrefix(d.PCIBusID, "0000:") || len(d.PCIBusID) != 12 {
+		errs = append(errs, fmt.Errorf("pci_bus_id: %q is not in sysfs form, e.g. 0000:0c:00.0", d.PCIBusID))
+	}
+	return errs
+}
+
+// allProcesses lists a device's processes, its partitions' and MIG
+// instances' included.
+func (d *DeviceSpec) allProcesses() []ProcessSpec {
+	procs := slices.Clone(d.Processes)
+	for _, m := range d.MIG {
+		procs = append(procs, m.Processes...)
+	}
+	for _, p := range d.Partitions {
+		procs = append(procs, p.Processes...)
+	}
+	return procs
+}
+
+// HasAMD says whether the scenario has AMD GPUs.
+func (s *Scenario) HasAMD() bool {
+	return slices.ContainsFunc(s.Devices, func(d DeviceSpec) bool { return d.isAMD() })
+}
+
+// AMDSim writes the scenario's AMD GPUs into a sysfs tree and their
+// processes' fdinfo into a procfs tree, as they are at a given time.
+type AMDSim struct {
+	s      *Scenario
+	sysfs  string
+	procfs string
+	start  time.Time
+	gpus   []amdGPU
+
+	mu sync.Mutex
+	// engine is each process's accumulated gfx engine time in ns, and
+	// last the time it was accumulated to: busy time is the integral of
+	// the process's utilization, so it is summed step by step.
+	engine map[uint32]float64
+	last   map[uint32]time.Time
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+type amdGPU struct {
+	spec   *DeviceSpec
+	index  int // among the scenario's devices, seeds its values
+	card   int
+	render int
+	parts  []amdPart
+}
+
+type amdPart struct {
+	spec   *PartitionSpec
+	xcp    int // amdgpu_xcp_<n>; -1 for partition 0, the GPU's own function
+	card   int
+	render int
+}
+
+// newAMDSim lays out the AMD GPUs: GPU j is card<j+1> and renderD<128+j>;
+// the further partitions follow as amdgpu_xcp_<n> with the next cards and
+// render minors, numbered across the node as the amdxcp driver does.
+func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
+	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}}
+	for i := range s.Devices {
+		if d := &s.Devices[i]; d.isAMD() {
+			a.gpus = append(a.gpus, amdGPU{spec: d, index: i})
+		}
+	}
+	next, xcp := len(a.gpus), 0
+	for j := range a.gpus {
+		g := &a.gpus[j]
+		g.card, g.render = j+1, 128+j
+		for k := range g.spec.Partitions {
+			p := amdPart{spec: &g.spec.Partitions[k], xcp: -1, card: g.card, render: g.render}
+			if k > 0 {
+				p.xcp, p.card, p.render = xcp, next+1, 128+next
+				xcp++
+				next++
+			}
+			g.parts = append(g.parts, p)
+		}
+	}
+	return a
+}
+
+// WriteAt writes every file as it reads at time t. Files are replaced by
+// rename, so that a concurrent reader sees the old or the new content,
+// never a half-written one.
+func (a *AMDSim) WriteAt(t time.Time) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	kfd := []string{"cpu_cores_count 96\nsimd_count 0\ndrm_render_minor 0\ndomain 0\nlocation_id 0\n"}
+	for _, g := range a.gpus {
+		errs = append(errs, a.writeGPU(g, t))
+		dom, loc := pciLocation(g.spec.PCIBusID)
+		if len(g.parts) == 0 {
+			kfd = append(kfd, fmt.Sprintf("cpu_cores_count 0\nsimd_count 1216\ndrm_render_minor %d\ndomain %d\nlocation_id %d\n", g.render, dom, loc))
+		}
+		for _, p := range g.parts {
+			kfd = append(kfd, fmt.Sprintf("cpu_cores_count 0\nsimd_count %d\ndrm_render_minor %d\ndomain %d\nlocation_id %d\n", 1216/len(g.parts), p.render, dom, loc))
+		}
+	}
+	for i, props := range kfd {
+		errs = append(errs, writeAtomic(filepath.Join(a.sysfs, "class/kfd/kfd/topology/nodes", fmt.Sprint(i), "properties"), props))
+	}
+	return errors.Join(errs...)
+}
+
+// pciLocation is the domain and KFD location_id (bus << 8 | devfn) of a
+// sysfs PCI address.
+func pciLocation(addr string) (domain, location int) {
+	var bus, dev, fn int
+	fmt.Sscanf(addr, "%x:%x:%x.%d", &domain, &bus, &dev, &fn)
+	return domain, bus<<8 | dev<<3 | fn
+}
+
+// busy is the process's utilization at t: its value while in the busy part
+// of its duty cycle, 0 otherwise.
+func (a *AMDSim) busy(p *ProcessSpec, index int, t time.Time) float64 {
+	if p.Utilization == nil || !p.busyAt(t.Sub(a.start)) {
+		return 0
+	}
+	return clamp01(seeded(*p.Utilization, fmt.Sprint("amd-proc", p.PID), index).At(a.start, t))
+}
+
+func seeded(v Value, key string, index int) Value {
+	v.seed = uint64(hashString(key))<<8 | uint64(index)
+	return v
+}
+
+func clamp01(v float64) float64 { return math.Max(0, math.Min(1, v)) }
+
+// engineNS advances the process's busy-time counter to t in steps of at
+// most a second, each at the utilization of its start.
+func (a *AMDSim) engineNS(p *ProcessSpec, index int, t time.Time) uint64 {
+	last, ok := a.last[p.PID]
+	if !ok {
+		last = a.start
+	}
+	for last.Before(t) {
+		step := min(time.Second, t.Sub(last))
+		a.engine[p.PID] += a.busy(p, index, last) * float64(step.Nanoseconds())
+		last = last.Add(step)
+	}
+	a.last[p.PID] = last
+	return uint64(a.engine[p.PID])
+}
+
+func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
+	d := g.spec
+	m := func(key string, def float64) float64 {
+		v, ok := d.Metrics[key]
+		if !ok {
+			return def
+		}
+		return seeded(v, key, g.index).At(a.start, t)
+	}
+	pciDir := filepath.Join(a.sysfs, "devices", "pci0000:00", "0000:00:01.1", d.PCIBusID)
+	files := map[string]string{}
+	// Processes: their fdinfo, and their part of the partition's or GPU's
+	// utilization and memory.
+	groups := [][]ProcessSpec{d.Processes}
+	renders := []int{g.render}
+	if len(g.parts) > 0 {
+		groups, renders = nil, nil
+		for _, p := range g.parts {
+			groups = append(groups, p.spec.Processes)
+			renders = append(renders, p.render)
+		}
+	}
+	var partUtil []float64
+	memUsed := 0.0
+	for k, procs := range groups {
+		u := 0.0
+		for i := range procs {
+			p := &procs[i]
+			b := a.busy(p, g.index, t)
+			u += b
+			mem := 0.0
+			if p.MemoryUsed != nil {
+				mem = seeded(*p.MemoryUsed, fmt.Sprint("amd-mem", p.PID), g.index).At(a.start, t)
+			}
+			memUsed += mem
+			if err := a.writeClient(p, d.PCIBusID, renders[k], g.index, mem, t); err != nil {
+				return err
+			}
+		}
+		partUtil = append(partUtil, clamp01(u))
+	}
+	util := m("utilization", mean(partUtil))
+	memTotal := d.MemoryTotal.Mean()
+	memUsed = math.Min(m("memory_used", memUsed), memTotal)
+	power := m("power", 140+util*(d.PowerLimitWatts.Mean()-140))
+	// A counter: the mean of the power curve times the time since boot,
+	// so that it only grows.
+	energy := m("energy", (140+0.5*(d.PowerLimitWatts.Mean()-140))*t.Sub(a.start).Seconds())
+
+	files["vendor"] = "0x1002\n"
+	files["device"] = "0x74a1\n"
+	files["unique_id"] = d.UUID + "\n"
+	files["product_name"] = d.Model + "\n"
+	files["serial_number"] = d.Serial + "\n"
+	files["vbios_version"] = d.VBIOSVersion + "\n"
+	files["gpu_busy_percent"] = fmt.Sprintf("%d\n", int(math.Round(util*100)))
+	files["mem_busy_percent"] = fmt.Sprintf("%d\n", int(math.Round(clamp01(m("memory_utilization", util/3))*100)))
+	files["mem_info_vram_total"] = fmt.Sprintf("%d\n", uint64(memTotal))
+	files["mem_info_vram_used"] = fmt.Sprintf("%d\n", uint64(memUsed))
+	gen, maxGen := int(m("pcie_generation", 5)), int(m("pcie_max_generation", 5))
+	files["current_link_speed"] = pcieSpeed(gen)
+	files["max_link_speed"] = pcieSpeed(maxGen)
+	files["current_link_width"] = fmt.Sprintf("%d\n", int(m("pcie_width", 16)))
+	files["max_link_width"] = fmt.Sprintf("%d\n", int(m("pcie_max_width", 16)))
+	sclk := int(m("clock_graphics", 500+util*1600))
+	mclk := int(m("clock_memory", 1300))
+	files["pp_dpm_sclk"] = fmt.Sprintf("0: 500Mhz\n1: %dMhz *\n2: 2100Mhz\n", sclk)
+	files["pp_dpm_mclk"] = fmt.Sprintf("0: 900Mhz\n1: %dMhz *\n", mclk)
+	files["ras/features"] = "feature mask: 0x00003fff\n"
+	files["ras/umc_err_count"] = fmt.Sprintf("ue: %d\nce: %d\nde: 0\n", int(m("ecc_uncorrected", 0)), int(m("ecc_corrected", 0)))
+	files["ras/gfx_err_count"] = "ue: 0\nce: 0\n"
+	hw := "hwmon/hwmon" + fmt.Sprint(2+g.card)
+	junction := m("temperature", 35+util*45)
+	files[hw+"/name"] = "amdgpu\n"
+	files[hw+"/temp2_input"] = fmt.Sprintf("%d\n", int(junction*1000))
+	files[hw+"/temp2_label"] = "junction\n"
+	files[hw+"/temp3_input"] = fmt.Sprintf("%d\n", int(m("memory_temperature", junction-6)*1000))
+	files[hw+"/temp3_label"] = "mem\n"
+	files[hw+"/power1_input"] = fmt.Sprintf("%d\n", uint64(power*1e6))
+	files[hw+"/power1_cap"] = fmt.Sprintf("%d\n", uint64(d.PowerLimitWatts.Mean()*1e6))
+	mode := amdPartitionModes[max(1, len(g.parts))]
+	files["current_compute_partition"] = mode + "\n"
+	files["available_compute_partition"] = "SPX, DPX, QPX, CPX\n"
+	files["current_memory_partition"] = "NPS1\n"
+	files["available_memory_partition"] = "NPS1, NPS4\n"
+	files["gpu_metrics"] = string(gpuMetricsV1_6(gpuMetricsValues{
+		junction: junction, mem: m("memory_temperature", junction-6), power: power, energy: energy,
+		gfx: util, umc: clamp01(m("memory_utilization", util/3)), pcieGen: gen, pcieWidth: int(m("pcie_width", 16)),
+		replays: uint64(m("pcie_replays", 0)), sclk: sclk, mclk: mclk, partitions: partUtil,
+	}))
+	var errs []error
+	for name, content := range files {
+		errs = append(errs, writeAtomic(filepath.Join(pciDir, name), content))
+	}
+	errs = append(errs,
+		writeAtomic(filepath.Join(pciDir, "drm", fmt.Sprintf("card%d", g.card), "dev"), fmt.Sprintf("226:%d\n", g.card)),
+		writeAtomic(filepath.Join(pciDir, "drm", fmt.Sprintf("renderD%d", g.render), "dev"), fmt.Sprintf("226:%d\n", g.render)),
+		symlink("../../../../bus/pci/drivers/amdgpu", filepath.Join(pciDir, "driver")),
+		symlink("../../", filepath.Join(pciDir, "drm", fmt.Sprintf("card%d", g.card), "device")),
+		symlink(filepath.Join("..", "..", "devices", "pci0000:00", "0000:00:01.1", d.PCIBusID, "drm", fmt.Sprintf("card%d", g.card)),
+			filepath.Join(a.sysfs, "class", "drm", fmt.Sprintf("card%d", g.card))),
+		symlink(filepath.Join("..", "..", "devices", "pci0000:00", "0000:00:01.1", d.PCIBusID, "drm", fmt.Sprintf("renderD%d", g.render)),
+			filepath.Join(a.sysfs, "class", "drm", fmt.Sprintf("renderD%d", g.render))),
+	)
+	for _, p := range g.parts {
+		if p.xcp < 0 {
+			continue
+		}
+		plat := filepath.Join(a.sysfs, "devices", "platform", fmt.Sprintf("amdgpu_xcp_%d", p.xcp))
+		errs = append(errs,
+			writeAtomic(filepath.Join(plat, "drm", fmt.Sprintf("card%d", p.card), "dev"), fmt.Sprintf("226:%d\n", p.card)),
+			writeAtomic(filepath.Join(plat, "drm", fmt.Sprintf("renderD%d", p.render), "dev"), fmt.Sprintf("226:%d\n", p.render)),
+			symlink("../../../amdgpu_xcp_"+fmt.Sprint(p.xcp), filepath.Join(plat, "drm", fmt.Sprintf("card%d", p.card), "device")),
+			symlink(filepath.Join("..", "..", "devices", "platform", fmt.Sprintf("amdgpu_xcp_%d", p.xcp), "drm", fmt.Sprintf("card%d", p.card)),
+				filepath.Join(a.sysfs, "class", "drm", fmt.Sprintf("card%d", p.card))),
+		)
+	}
+	return errors.Join(errs...)
+}
+
+// writeClient writes the process's one DRM client, fd 5 on its render
+// node, as amdgpu_show_fdinfo prints it with drm_print_memory_stats
+// (drm-total-/drm-resident- in KiB) and one drm-engine-gfx line once the
+// client has used the engine.
+func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, render, index int, mem float64, t time.Time) error {
+	dir := filepath.Join(a.procfs, fmt.Sprint(p.PID))
+	var b strings.Builder
+	fmt.Fprintf(&b, "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t%d\n", 1000+render)
+	fmt.Fprintf(&b, "drm-driver:\tamdgpu\ndrm-client-id:\t%d\ndrm-pdev:\t%s\npasid:\t%d\n", p.PID, pdev, 32768+p.PID%32768)
+	kib := uint64(mem) / 1024
+	fmt.Fprintf(&b, "drm-total-vram:\t%d KiB\ndrm-resident-vram:\t%d KiB\ndrm-total-gtt:\t2048 KiB\ndrm-resident-gtt:\t2048 KiB\n", kib, kib)
+	if ns := a.engineNS(p, index, t); ns > 0 {
+		fmt.Fprintf(&b, "drm-engine-gfx:\t%d ns\n", ns)
+	}
+	return errors.Join(
+		writeAtomic(filepath.Join(dir, "fdinfo", "5"), b.String()),
+		symlink(fmt.Sprintf("/dev/dri/renderD%d", render), filepath.Join(dir, "fd", "5")),
+	)
+}
+
+// pcieSpeed prints a generation's rate as the PCI core does
+// (pci_speed_string).
+func pcieSpeed(gen int) string {
+	rates := []string{"2.5", "5.0", "8.0", "16.0", "32.0", "64.0"}
+	if gen < 1 || gen > len(rates) {
+		return "Unknown\n"
+	}
+	return rates[gen-1] + " GT/s PCIe\n"
+}
+
+func mean(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, v := range vs {
+		sum += v
+	}
+	return sum / float64(len(vs))
+}
+
+type gpuMetricsValues struct {
+	junction, mem, power, energy, gfx, umc float64
+	pcieGen, pcieWidth                     int
+	replays                                uint64
+	sclk, mclk                             int
+	partitions                             []float64
+}
+
+// gpuMetricsV1_6 builds struct gpu_metrics_v1_6 (kgd_pp_interface.h), 1664
+// bytes, as smu_v13_0_6_ppt.c fills it: all 0xFF first
+// (smu_cmn_init_soft_gpu_metrics), then the header and the fields the
+// firmware gives. Offsets are those vendors/amd decodes (decodeV1_6).
+func gpuMetricsV1_6(v gpuMetricsValues) []byte {
+	b := make([]byte, 1664)
+	for i := range b {
+		b[i] = 0xff
+	}
+	le := binary.LittleEndian
+	le.PutUint16(b[0:], 1664)
+	b[2], b[3] = 1, 6
+	le.PutUint16(b[4:], uint16(v.junction))                                                         // temperature_hotspot, °C
+	le.PutUint16(b[6:], uint16(v.mem))                                                              // temperature_mem
+	le.PutUint16(b[10:], uint16(v.power))                                                           // curr_socket_power, W
+	le.PutUint16(b[12:], uint16(math.Round(v.gfx*100)))                                             // average_gfx_activity, %
+	le.PutUint16(b[14:], uint16(math.Round(v.umc*100)))                                             // average_umc_activity, %
+	le.PutUint64(b[16:], uint64(v.energy*65536))                                                    // energy_accumulator, 2^-16 J
+	le.PutUint16(b[60:], uint16(v.pcieWidth))                                                       // pcie_link_width
+	le.PutUint16(b[62:], uint16(10*[]float64{0, 2.5, 5, 8, 16, 32, 64}[min(max(v.pcieGen, 0), 6)])) // 0.1 GT/s
+	le.PutUint64(b[104:], v.replays)                                                                // pcie_replay_count_acc
+	for i := 0; i < amdXCCs; i++ {
+		le.PutUint16(b[264+2*i:], uint16(v.sclk)) // current_gfxclk[], MHz
+	}
+	le.PutUint16(b[304:], uint16(v.mclk)) // current_uclk, MHz
+	parts := max(1, len(v.partitions))
+	le.PutUint16(b[306:], uint16(parts)) // num_partition
+	for p := 0; p < parts; p++ {
+		u := v.gfx
+		if p < len(v.partitions) {
+			u = v.partitions[p]
+		}
+		// xcp_stats[p].gfx_busy_inst[]: one entry per XCC the partition has.
+		for x := 0; x < amdXCCs/parts; x++ {
+			le.PutUint32(b[312+p*168+4*x:], uint32(math.Round(u*100)))
+		}
+	}
+	return b
+}
+
+func writeAtomic(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func symlink(target, path string) error {
+	if cur, err := os.Readlink(path); err == nil && cur == target {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	os.Remove(path)
+	return os.Symlink(target, path)
+}
+
+// Reset makes start the moment the simulated node booted, forgetting the
+// busy time accumulated so far: tests replay a scenario from a fixed clock.
+func (a *AMDSim) Reset(start time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.start = start
+	clear(a.engine)
+	clear(a.last)
+}
+
+// Animate rewrites the files every interval, as the driver's values move,
+// until Close.
+func (a *AMDSim) Animate(interval time.Duration, now func() time.Time) {
+	a.mu.Lock()
+	if a.stop != nil {
+		a.mu.Unlock()
+		return
+	}
+	a.stop, a.done = make(chan struct{}), make(chan struct{})
+	a.mu.Unlock()
+	go func() {
+		defer close(a.done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-a.stop:
+				return
+			case <-tick.C:
+				a.WriteAt(now())
+			}
+		}
+	}()
+}
+
+func (a *AMDSim) close() {
+	a.mu.Lock()
+	stop, done := a.stop, a.done
+	a.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}

@@ -1,0 +1,146 @@
+package demo
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
+)
+
+func TestAMDParseErrors(t *testing.T) {
+	const dev = "{vendor: amd, model: X, memory_total: 1GiB"
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"unknown vendor", "devices:\n  - {vendor: intel, model: X, memory_total: 1GiB}\n", `devices[0].vendor: "intel" is not nvidia, amd or gaudi`},
+		{"three partitions", "devices:\n  - " + dev + ", partitions: [{}, {}, {}]}\n", "partitions: 3; an MI300X has 2 (DPX), 4 (QPX) or 8 (CPX)"},
+		{"partitions on NVIDIA", "devices:\n  - {model: X, memory_total: 1GiB, partitions: [{}, {}]}\n", "only AMD GPUs have compute partitions"},
+		{"processes beside partitions", "devices:\n  - " + dev + ", partitions: [{}, {}], processes: [{pid: 1}]}\n", "a partitioned GPU runs processes in its partitions"},
+		{"MIG on AMD", "devices:\n  - " + dev + ", mig: [{profile: 1g.10gb, gpu_instance: 1}]}\n", "an AMD GPU has compute partitions"},
+		{"NVML bus id form", "devices:\n  - " + dev + ", pci_bus_id: \"00000000:0C:00.0\"}\n", "is not in sysfs form"},
+		{"event on an AMD GPU", "devices:\n  - " + dev + "}\nevents:\n  - {device: 0, xid: 79}\n", "events[0].device: events are NVML's; device 0 is not an NVIDIA GPU"},
+		{"partition pid twice", "devices:\n  - " + dev + ", partitions: [{processes: [{pid: 7}]}, {processes: [{pid: 7}]}]}\n", "partitions[1].processes[0].pid: 7 listed twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestGPUMetricsV1_6RoundTrip decodes the demo's table with the exporter's
+// decoder: the simulated file must read back as written.
+func TestGPUMetricsV1_6RoundTrip(t *testing.T) {
+	b := gpuMetricsV1_6(gpuMetricsValues{junction: 61, mem: 55, power: 445, energy: 1e6, gfx: 0.5, umc: 0.17,
+		pcieGen: 5, pcieWidth: 16, replays: 3, sclk: 1300, mclk: 1300, partitions: []float64{0.8, 0.2}})
+	m, err := amd.DecodeGPUMetrics(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		got  amd.Opt[float64]
+		want float64
+	}{
+		"hotspot":                              {m.TemperatureHotspot, 61},
+		"mem":                                  {m.TemperatureMem, 55},
+		"socket power":                         {m.SocketPower, 445},
+		"energy (1e6 J × 65536 units ÷ 65536)": {m.Energy, 1e6},
+		"gfx activity":                         {m.GFXActivity, 0.5},
+		"umc activity":                         {m.UMCActivity, 0.17},
+		"link speed (320 × 0.1 GT/s)":          {m.PCIeLinkSpeed, 32},
+		"gfxclk[0]":                            {m.CurrentGFXClock[0], 1300e6},
+	} {
+		if !c.got.OK || math.Abs(c.got.Value-c.want) > 1e-9 {
+			t.Errorf("%s = %+v, want %v", name, c.got, c.want)
+		}
+	}
+	if m.TemperatureEdge.OK || m.ThrottleStatus.OK {
+		t.Errorf("fields not written must read as unavailable: edge %+v throttle %+v", m.TemperatureEdge, m.ThrottleStatus)
+	}
+	// DPX: two partitions of 8/2 = 4 XCCs each; the others are unset.
+	if len(m.Partitions) != 2 {
+		t.Fatalf("%d partitions", len(m.Partitions))
+	}
+	for p, want := range []float64{0.8, 0.2} {
+		busy := m.Partitions[p].GFXBusy
+		for x := 0; x < 8; x++ {
+			if set := x < 4; busy[x].OK != set || (set && busy[x].Value != want) {
+				t.Errorf("partition %d XCC %d: %+v, want %v set=%v", p, x, busy[x], want, set)
+			}
+		}
+	}
+}
+
+// TestAMDSimTreeReadsBack reads the generated tree with the exporter's
+// reader: identity, partitions and a process's fdinfo client.
+func TestAMDSimTreeReadsBack(t *testing.T) {
+	s, err := Load(filepath.Join("..", "fixtures", "scenarios", "amd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	sim := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start)
+	if err := os.MkdirAll(filepath.Join(dir, "proc", "3001"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.WriteAt(start.Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}
+	cards, err := r.Cards()
+	if err != nil || strings.Join(cards, " ") != "card1 card2 card3 card4" {
+		t.Fatalf("cards %v %v", cards, err)
+	}
+	var devs []amd.Device
+	for _, c := range cards {
+		d := r.ReadDevice(c)
+		if len(d.Errors) > 0 || d.Down {
+			t.Fatalf("%s: %v down %v", c, d.Errors, d.Down)
+		}
+		devs = append(devs, d)
+	}
+	if devs[0].PCIBusID != "0000:0c:00.0" || devs[0].ProductName.Value != "AMD Instinct MI300X OAM" || devs[2].ComputePartition.Value != "DPX" {
+		t.Errorf("identity %q %+v %+v", devs[0].PCIBusID, devs[0].ProductName, devs[2].ComputePartition)
+	}
+	// GPU 2 (card3, renderD130) is in DPX: partition 0 on its own function,
+	// partition 1 the first platform device, renderD132 (four GPUs take
+	// 128..131).
+	parts, errs := r.Partitions(devs)
+	if len(errs) > 0 || len(parts) != 2 || parts[0].RenderMinor != 130 || parts[1].Name != "amdgpu_xcp_0" || parts[1].RenderMinor != 132 || parts[1].ParentPCIBusID != "0000:38:00.0" {
+		t.Errorf("partitions %+v %v", parts, errs)
+	}
+	// PID 3001 busy 0.5 for 10 s: 5e9 ns of gfx; 96 GiB of VRAM.
+	clients, serrs := amd.FdinfoScanner{ProcRoot: filepath.Join(dir, "proc"), Driver: "amdgpu"}.Scan([]int{3001})
+	if len(serrs) > 0 || len(clients) != 1 {
+		t.Fatalf("clients %+v %v", clients, serrs)
+	}
+	c := clients[0]
+	if c.Engines["gfx"] != 5e9 || c.Memory["vram"].Total.Value != 96<<30 || !c.RenderMinor.OK || c.RenderMinor.Value != 128 {
+		t.Errorf("client %+v", c)
+	}
+}
+
+// A mixed node: NVML sees only the NVIDIA GPU, and an event naming it by
+// its place in the scenario reaches it.
+func TestMixedNodeNVMLSkipsAMD(t *testing.T) {
+	s, err := Parse([]byte("devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB}\n  - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}\nevents:\n  - {device: 1, xid: 79}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := s.NVML(time.Now(), time.Now)
+	if n, _ := lib.DeviceGetCount(); n != 1 {
+		t.Fatalf("NVML counts %d devices, want the NVIDIA one", n)
+	}
+	set, _ := lib.EventSetCreate()
+	es := set.(*eventSet)
+	if es.devices[0] != nil || es.devices[1] == nil {
+		t.Errorf("event devices %v: want none for the AMD GPU at 0 and the NVIDIA GPU at 1", es.devices)
+	}
+}

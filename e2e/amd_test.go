@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAMDDemoEndToEnd runs the binary on the AMD scenario: the demo writes
+// an amdgpu sysfs tree and DRM fdinfo, and the exporter reads them through
+// --path.sysfs and --path.procfs as it would on an MI300X node.
+func TestAMDDemoEndToEnd(t *testing.T) {
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/amd.yaml", "--collector.process")
+	url := "http://" + e.addr + "/metrics"
+	get(t, http.DefaultClient, url)
+	// The demo rewrites the files every second: wait for a window with
+	// engine time in it.
+	time.Sleep(2100 * time.Millisecond)
+	code, out := get(t, http.DefaultClient, url)
+	if code != http.StatusOK {
+		t.Fatalf("status %d:\n%s", code, out)
+	}
+	promtoolCheck(t, out)
+	for _, family := range []string{"xpu_device_info", "xpu_device_up", "xpu_utilization_ratio", "xpu_memory_utilization_ratio",
+		"xpu_memory_used_bytes", "xpu_memory_total_bytes", "xpu_temperature_celsius", "xpu_power_watts", "xpu_power_limit_watts",
+		"xpu_energy_joules_total", "xpu_clock_hertz", "xpu_pcie_link_generation", "xpu_pcie_link_width", "xpu_ecc_errors_total",
+		"xpu_amd_ras_errors_total", "xpu_workload_utilization_ratio", "xpu_workload_memory_used_bytes", "xpu_process_memory_used_bytes"} {
+		if !strings.Contains(out, "\n"+family+"{") {
+			t.Errorf("family %s missing", family)
+		}
+	}
+	if got := value(t, out, "xpu_scrape_collector_success", `collector="amd"`); got != 1 {
+		t.Errorf("amd collector success %v", got)
+	}
+	// GPU 1: gpu_busy_percent 45 (0.3 + 0.15); the pods' fdinfo engine
+	// times grow 2 : 1, so the split is 0.45 × 2/3 = 0.3 and 0.45 × 1/3 =
+	// 0.15 whatever the timing of the demo's rewrites against the scrapes.
+	if got := value(t, out, "xpu_utilization_ratio", `gpu="1"`, `vendor="amd"`); got != 0.45 {
+		t.Errorf("gpu 1 utilization %v, want 0.45", got)
+	}
+	for pod, want := range map[string]float64{"infer-a": 0.3, "infer-b": 0.15} {
+		if got := value(t, out, "xpu_workload_utilization_ratio", `gpu="1"`, `pod="`+pod+`"`); math.Abs(got-want) > 1e-6 {
+			t.Errorf("%s: workload utilization %v, want %v", pod, got, want)
+		}
+	}
+	// The sole owner's labels are on the device series; 96 GiB from fdinfo.
+	if got := value(t, out, "xpu_workload_memory_used_bytes", `gpu="0"`, `pod="train"`); got != 96<<30 {
+		t.Errorf("train memory %v", got)
+	}
+	// DPX partitions, reported like MIG instances of GPU 2.
+	if got := value(t, out, "xpu_utilization_ratio", `mig_profile="dpx"`, `mig_instance="0"`); got != 0.8 {
+		t.Errorf("partition 0 utilization %v, want 0.8", got)
+	}
+
+	code, body := get(t, http.DefaultClient, "http://"+e.addr+"/devices?format=json")
+	var page struct {
+		Devices []struct {
+			Vendor string `json:"vendor"`
+			GPU    string `json:"gpu"`
+			Owners []struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"owners"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(body), &page); err != nil || code != http.StatusOK {
+		t.Fatalf("/devices: %d %v\n%s", code, err, body)
+	}
+	if len(page.Devices) < 4 || page.Devices[0].Vendor != "amd" || len(page.Devices[0].Owners) != 1 || page.Devices[0].Owners[0].Labels["pod"] != "train" {
+		t.Errorf("/devices: %+v", page.Devices)
+	}
+}
+
+// TestAMDRecordedTree runs the binary outside demo mode on fixtures/amd,
+// as on a node with --path.sysfs=/host/sys.
+func TestAMDRecordedTree(t *testing.T) {
+	e := start(t, "--path.sysfs=../fixtures/amd/sys", "--path.procfs=../fixtures/amd/proc",
+		"--nvidia.nvml-library=/nonexistent/libnvidia-ml.so.1", "--no-attribution.kubernetes", "--no-attribution.slurm")
+	code, out := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	promtoolCheck(t, out)
+	// MI300X: power1_input 312000000 µW; MI210: power1_average 150000000 µW.
+	if got := value(t, out, "xpu_power_watts", `gpu="0"`, `vendor="amd"`); got != 312 {
+		t.Errorf("MI300X power %v", got)
+	}
+	if got := value(t, out, "xpu_power_watts", `gpu="1"`, `vendor="amd"`); got != 150 {
+		t.Errorf("MI210 power %v", got)
+	}
+	if strings.Contains(out, "xpu_amd_read_errors_total") {
+		t.Errorf("read errors on the recorded tree:\n%s", out)
+	}
+}

@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The real binary on a Gaudi node: the demo's hl-smi is the binary itself,
+// run by the Gaudi collector at every scrape; processes come from the
+// demo's procfs and sysfs, owners from its kubelet.
+func TestGaudiDemo(t *testing.T) {
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/gaudi.yaml")
+	url := "http://" + e.addr + "/metrics"
+	code, first := get(t, http.DefaultClient, url)
+	if code != http.StatusOK {
+		t.Fatalf("status %d:\n%s", code, first)
+	}
+	promtoolCheck(t, first)
+	for family, typ := range map[string]string{
+		"xpu_device_info":                 "gauge",
+		"xpu_device_up":                   "gauge",
+		"xpu_utilization_ratio":           "gauge",
+		"xpu_memory_used_bytes":           "gauge",
+		"xpu_memory_total_bytes":          "gauge",
+		"xpu_temperature_celsius":         "gauge",
+		"xpu_power_watts":                 "gauge",
+		"xpu_power_limit_watts":           "gauge",
+		"xpu_clock_hertz":                 "gauge",
+		"xpu_clock_max_hertz":             "gauge",
+		"xpu_ecc_errors_total":            "counter",
+		"xpu_gaudi_dram_ecc_errors_total": "counter",
+		"xpu_pcie_link_generation":        "gauge",
+		"xpu_pcie_link_width":             "gauge",
+		"xpu_hlsmi_errors_total":          "counter",
+		"xpu_workload_allocated_devices":  "gauge",
+		"xpu_workload_utilization_ratio":  "gauge",
+		"xpu_device_owners":               "gauge",
+	} {
+		if !strings.Contains(first, "# TYPE "+family+" "+typ+"\n") {
+			t.Errorf("family %s (%s) missing", family, typ)
+		}
+	}
+	for _, want := range []string{
+		`xpu_scrape_collector_success{collector="gaudi"} 1`,
+		// Serial AN15000003 is device 3, allocated to the training pod.
+		`xpu_device_up{container="train",gpu="3",model="HL-225",namespace="training",pod="llama-ft-0",uuid="01P0-HL2080A0-15-B3B6AE52-03-04-03",vendor="habana",workload="llama-ft",workload_kind="StatefulSet"} 1`,
+		// Two host services on device 6, found through their open accel
+		// nodes: two owners.
+		`xpu_device_owners{gpu="6",model="HL-225",uuid="01P0-HL2080A0-15-B3B6AE52-06-04-03",vendor="habana"} 2`,
+	} {
+		if !strings.Contains(first, want+"\n") {
+			t.Errorf("missing %s", want)
+		}
+	}
+	for _, line := range strings.Split(first, "\n") {
+		if strings.HasPrefix(line, "xpu_hlsmi_errors_total{") && !strings.HasSuffix(line, " 0") {
+			t.Errorf("hl-smi failed: %s", line)
+		}
+	}
+
+	// Device 0's power is noise stepping about once a second: hl-smi is
+	// run anew at each scrape, so the value moves.
+	gpu0 := `uuid="01P0-HL2080A0-15-B3B6AE52-00-04-03"`
+	p1 := value(t, first, "xpu_power_watts", gpu0)
+	moved := false
+	for i := 0; i < 5 && !moved; i++ {
+		time.Sleep(1100 * time.Millisecond)
+		_, next := get(t, http.DefaultClient, url)
+		moved = value(t, next, "xpu_power_watts", gpu0) != p1
+	}
+	if !moved {
+		t.Errorf("power of device 0 stayed %v over five scrapes", p1)
+	}
+
+	code, body := get(t, http.DefaultClient, "http://"+e.addr+"/devices?format=json")
+	if code != http.StatusOK {
+		t.Fatalf("/devices: status %d", code)
+	}
+	var devices struct {
+		Devices []struct {
+			Vendor string `json:"vendor"`
+			GPU    string `json:"gpu"`
+			Owners []struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"owners"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(body), &devices); err != nil {
+		t.Fatalf("/devices: %v\n%s", err, body)
+	}
+	if len(devices.Devices) != 8 {
+		t.Fatalf("/devices lists %d devices, want 8", len(devices.Devices))
+	}
+	d0 := devices.Devices[0]
+	if d0.Vendor != "habana" || d0.GPU != "0" || len(d0.Owners) != 1 || d0.Owners[0].Labels["pod"] != "tgi-gaudi-6b8d7f9c5-m2p7x" {
+		t.Errorf("/devices: device 0 is %+v, want the TGI pod's Gaudi", d0)
+	}
+	if n := strings.Count(e.Logs(), "Gaudi collector reading devices through hl-smi"); n != 1 {
+		t.Errorf("%d log lines saying the Gaudi collector reads hl-smi, want 1:\n%s", n, e.Logs())
+	}
+}
+
+// A hung hl-smi (the scenario's hl_smi: {mode: hang}) costs a scrape no
+// more than its deadline: the run is killed there and counted.
+func TestGaudiHungHLSMI(t *testing.T) {
+	scenario, err := os.ReadFile("../fixtures/scenarios/gaudi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "hung.yaml")
+	if err := os.WriteFile(path, append(scenario, "hl_smi: {mode: hang}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, "--demo", "--demo.scenario="+path, "--scrape.timeout-offset=100ms")
+	var body string
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+e.addr+"/metrics", nil)
+		req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", "1")
+		started := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		if took := time.Since(started); took > 2500*time.Millisecond {
+			t.Errorf("scrape with a 1 s timeout took %v", took)
+		}
+	}
+	if !strings.Contains(body, `xpu_scrape_collector_success{collector="gaudi"} 0`) {
+		t.Error("the Gaudi collector does not report the hung hl-smi")
+	}
+	// The warm-up at start ran hl-smi with its own 10 s deadline; both
+	// scrapes waited for that run, which was still hung at their deadline,
+	// and started none of their own: busy, twice, and one log line.
+	if got := value(t, body, "xpu_hlsmi_errors_total", `reason="busy"`); got != 2 {
+		t.Errorf("busy counted %v times, want 2", got)
+	}
+	if n := strings.Count(e.Logs(), "hl-smi failed"); n != 1 {
+		t.Errorf("%d log lines for the hung hl-smi, want 1:\n%s", n, e.Logs())
+	}
+}

@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Only GET and HEAD read the hardware: anything else is 405, whatever its
+// body.
+func TestOnlyGETReadsTheHardware(t *testing.T) {
+	e := start(t, "--demo")
+	for _, path := range []string{"/metrics", "/devices"} {
+		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+			req, _ := http.NewRequest(method, "http://"+e.addr+path, strings.NewReader(strings.Repeat("x", 1<<20)))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+				t.Errorf("%s %s: %d, Allow %q; want 405, GET, HEAD", method, path, resp.StatusCode, resp.Header.Get("Allow"))
+			}
+		}
+	}
+}
+
+// A scrape that cannot wait for the GPUs at all still reports each GPU it
+// knows, down, rather than leave them out.
+func TestTinyTimeoutReportsDevicesDown(t *testing.T) {
+	e := start(t, "--demo")
+	get(t, http.DefaultClient, "http://"+e.addr+"/metrics") // the GPUs are known from here on
+	req, _ := http.NewRequest(http.MethodGet, "http://"+e.addr+"/metrics", nil)
+	req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", "0.001")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	n := 0
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "xpu_device_up{") && !strings.Contains(l, `parent_uuid`) {
+			n++
+		}
+	}
+	// The default demo node has 8 GPUs.
+	if n != 8 {
+		t.Errorf("%d GPUs in a scrape with a 1 ms timeout, want all 8:\n%s", n, body)
+	}
+}
+
+// Clients that send requests and never read the answers hold request slots
+// no longer than the server's write timeout: a normal scrape gets through.
+func TestSlowReadersDoNotStarveScrapes(t *testing.T) {
+	e := start(t, "--demo", "--web.max-requests=2", "--scrape.max-timeout=1s", "--scrape.timeout=1s")
+	var conns []net.Conn
+	for range 4 {
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		// Pipelined scrapes whose responses are never read.
+		for range 50 {
+			if _, err := c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+				break
+			}
+		}
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// The write timeout is 1 s + 5 s; well within the 40 s below a normal scrape must
+	// succeed, at the latest once those connections are cut.
+	client := &http.Client{Timeout: 40 * time.Second}
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		resp, err := client.Get("http://" + e.addr + "/metrics")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.Contains(string(body), "xpu_device_up") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no scrape got through while slow readers held the slots (last: %v)", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

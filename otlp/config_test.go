@@ -1,0 +1,236 @@
+package otlp
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestOTLPResolve(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		flags Flags
+		env   map[string]string
+		// want: URL, protocol, timeout, compression, headers
+		url, protocol, compression string
+		timeout                    time.Duration
+		headers                    map[string]string
+		warnings                   int
+	}{
+		{
+			name:  "flag host:port keeps the old meaning: HTTPS, /v1/metrics",
+			flags: Flags{Endpoint: "collector:4318"},
+			url:   "https://collector:4318/v1/metrics", protocol: "http/protobuf", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{},
+		},
+		{
+			name:  "flag host:port with --otlp.insecure and the old --otlp.url-path",
+			flags: Flags{Endpoint: "collector:4318", Insecure: true, URLPath: "/v1/metrics"},
+			url:   "http://collector:4318/v1/metrics", protocol: "http/protobuf", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{},
+		},
+		{
+			name:  "flag URL is a base, as OTEL_EXPORTER_OTLP_ENDPOINT (Grafana Cloud's /otlp)",
+			flags: Flags{Endpoint: "https://otlp-gateway.example.net/otlp/"},
+			url:   "https://otlp-gateway.example.net/otlp/v1/metrics", protocol: "http/protobuf", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{},
+		},
+		{
+			name: "generic environment: base URL plus v1/metrics; timeout in ms; headers percent-decoded",
+			env: map[string]string{
+				"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/mypath",
+				"OTEL_EXPORTER_OTLP_TIMEOUT":  "2500",
+				"OTEL_EXPORTER_OTLP_HEADERS":  "api-key=abc%2Cdef, X-Scope-OrgID = gpus ",
+			},
+			url: "http://collector:4318/mypath/v1/metrics", protocol: "http/protobuf", compression: "gzip", timeout: 2500 * time.Millisecond,
+			headers: map[string]string{"api-key": "abc,def", "X-Scope-OrgID": "gpus"},
+		},
+		{
+			name: "signal-specific environment wins and its URL is used as is",
+			env: map[string]string{
+				"OTEL_EXPORTER_OTLP_ENDPOINT":            "http://generic:4318",
+				"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT":    "https://metrics.example.com/ingest",
+				"OTEL_EXPORTER_OTLP_HEADERS":             "a=generic",
+				"OTEL_EXPORTER_OTLP_METRICS_HEADERS":     "b=metrics",
+				"OTEL_EXPORTER_OTLP_COMPRESSION":         "gzip",
+				"OTEL_EXPORTER_OTLP_METRICS_COMPRESSION": "none",
+			},
+			url: "https://metrics.example.com/ingest", protocol: "http/protobuf", compression: "none", timeout: 10 * time.Second,
+			headers: map[string]string{"b": "metrics"},
+		},
+		{
+			name:  "flags win over the environment; header maps merge, flags per key",
+			flags: Flags{Endpoint: "http://flag:4318", Headers: []string{"a=flag"}, Timeout: time.Second, Compression: "none"},
+			env: map[string]string{
+				"OTEL_EXPORTER_OTLP_ENDPOINT": "http://env:4318", "OTEL_EXPORTER_OTLP_HEADERS": "a=env,b=env",
+				"OTEL_EXPORTER_OTLP_TIMEOUT": "5000", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+			},
+			url: "http://flag:4318", protocol: "grpc", compression: "none", timeout: time.Second,
+			headers: map[string]string{"a": "flag", "b": "env"},
+		},
+		{
+			name:  "protocol flag wins over the environment's",
+			flags: Flags{Protocol: "http/protobuf"},
+			env:   map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://env:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+			url:   "http://env:4318/v1/metrics", protocol: "http/protobuf", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{},
+		},
+		{
+			name: "gRPC: no path; a bare host:port is TLS unless OTEL_EXPORTER_OTLP_INSECURE; plain text ignores TLS variables",
+			env: map[string]string{
+				"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+				"OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/etc/ca.pem",
+			},
+			url: "http://collector:4317", protocol: "grpc", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{},
+		},
+		{
+			name:  "gRPC URL from the flag drops its path",
+			flags: Flags{Endpoint: "https://collector:4317/ignored", Protocol: "grpc"},
+			url:   "https://collector:4317", protocol: "grpc", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{},
+		},
+		{
+			name: "bad environment values are warned about and ignored",
+			env: map[string]string{
+				"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+				"OTEL_EXPORTER_OTLP_TIMEOUT": "10s", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd",
+				"OTEL_EXPORTER_OTLP_HEADERS": "novalue", "OTEL_RESOURCE_ATTRIBUTES": "a=%zz",
+			},
+			url: "http://c:4318/v1/metrics", protocol: "http/protobuf", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{}, warnings: 5,
+		},
+		{
+			name:  "a header from the environment keeps secrets off the command line",
+			flags: Flags{Endpoint: "http://c:4318", HeaderEnv: []string{"Authorization=MY_TOKEN"}},
+			env:   map[string]string{"MY_TOKEN": "Bearer s3cr%t,x"},
+			url:   "http://c:4318/v1/metrics", protocol: "http/protobuf", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{"Authorization": "Bearer s3cr%t,x"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.flags.Interval == 0 {
+				c.flags.Interval = 30 * time.Second
+			}
+			cfg, err := Resolve(c.flags, envOf(c.env))
+			if err != nil || cfg == nil {
+				t.Fatalf("Resolve: %v, %v", cfg, err)
+			}
+			if cfg.URL.String() != c.url || cfg.Protocol != c.protocol || cfg.Compression != c.compression || cfg.Timeout != c.timeout {
+				t.Errorf("got %s %s %s %v, want %s %s %s %v", cfg.URL, cfg.Protocol, cfg.Compression, cfg.Timeout, c.url, c.protocol, c.compression, c.timeout)
+			}
+			if !reflect.DeepEqual(cfg.Headers, c.headers) {
+				t.Errorf("headers %v, want %v", cfg.Headers, c.headers)
+			}
+			if len(cfg.Warnings) != c.warnings {
+				t.Errorf("warnings %q, want %d", cfg.Warnings, c.warnings)
+			}
+			for _, w := range cfg.Warnings {
+				if strings.Contains(w, "novalue") {
+					t.Errorf("a warning quotes a header: %s", w)
+				}
+			}
+		})
+	}
+}
+
+func TestOTLPResolveOff(t *testing.T) {
+	cfg, err := Resolve(Flags{Interval: time.Second}, envOf(map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "a=b"}))
+	if cfg != nil || err != nil {
+		t.Errorf("no endpoint anywhere must leave the bridge off: %v, %v", cfg, err)
+	}
+}
+
+func TestOTLPResolveRefuses(t *testing.T) {
+	ok := Flags{Endpoint: "c:4318", Interval: time.Second}
+	for _, c := range []struct {
+		name string
+		edit func(*Flags)
+		env  map[string]string
+		want string
+	}{
+		{"zero interval", func(f *Flags) { f.Interval = 0 }, nil, "interval"},
+		{"endpoint neither URL nor host:port", func(f *Flags) { f.Endpoint = "collector" }, nil, "host:port"},
+		{"unknown scheme", func(f *Flags) { f.Endpoint = "ftp://c:21" }, nil, "scheme"},
+		{"credentials in the URL", func(f *Flags) { f.Endpoint = "https://user:pw@c:4318" }, nil, "without user"},
+		{"https with --otlp.insecure", func(f *Flags) { f.Endpoint = "https://c:4318"; f.Insecure = true }, nil, "insecure"},
+		{"relative url path", func(f *Flags) { f.URLPath = "v1/metrics" }, nil, "start with /"},
+		{"unknown protocol", func(f *Flags) { f.Protocol = "http/json" }, nil, "protocol"},
+		{"unknown semconv", func(f *Flags) { f.Semconv = "yes" }, nil, "semconv"},
+		{"header without =", func(f *Flags) { f.Headers = []string{"Authorization"} }, nil, "KEY=VALUE"},
+		{"header from an unset variable", func(f *Flags) { f.HeaderEnv = []string{"Authorization=NOPE"} }, nil, "NOPE"},
+		{"certificate without key", func(f *Flags) { f.CertFile = "c.pem" }, nil, "both"},
+		{"client key from the environment without certificate", func(f *Flags) { f.Endpoint = "https://c:4318" }, map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_KEY": "k.pem"}, "both"},
+		{"CA for plain text", func(f *Flags) { f.Endpoint = "http://c:4318"; f.CAFile = "ca.pem" }, nil, "plain HTTP"},
+		{"key for plain text", func(f *Flags) { f.Insecure = true; f.KeyFile = "k.pem" }, nil, "plain HTTP"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := ok
+			if c.edit != nil {
+				c.edit(&f)
+			}
+			_, err := Resolve(f, envOf(c.env))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("want an error mentioning %q, got %v", c.want, err)
+			}
+			if err != nil && strings.Contains(err.Error(), "pw") {
+				t.Errorf("the error repeats a password: %v", err)
+			}
+		})
+	}
+}
+
+func TestOTLPResolveResourceAndTLSFromEnvironment(t *testing.T) {
+	cfg, err := Resolve(Flags{Interval: time.Second, ClusterName: "prod-eu"}, envOf(map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":                   "https://c:4318",
+		"OTEL_EXPORTER_OTLP_CERTIFICATE":                "/etc/ca.pem",
+		"OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE": "/etc/c.pem",
+		"OTEL_EXPORTER_OTLP_CLIENT_KEY":                 "/etc/k.pem",
+		"OTEL_RESOURCE_ATTRIBUTES":                      "deployment.environment.name=prod,team=ml%20infra",
+		"OTEL_SERVICE_NAME":                             "gpu-metrics",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CAFile != "/etc/ca.pem" || cfg.CertFile != "/etc/c.pem" || cfg.KeyFile != "/etc/k.pem" {
+		t.Errorf("TLS files %q %q %q", cfg.CAFile, cfg.CertFile, cfg.KeyFile)
+	}
+	want := map[string]string{"deployment.environment.name": "prod", "team": "ml infra"}
+	if !reflect.DeepEqual(cfg.ResourceEnv, want) || cfg.ServiceName != "gpu-metrics" || cfg.ClusterName != "prod-eu" {
+		t.Errorf("resource %v, service %q, cluster %q", cfg.ResourceEnv, cfg.ServiceName, cfg.ClusterName)
+	}
+}
+
+// The environment is outside input: any value is resolved or refused,
+// never a panic, and a header value never shows in an error or warning.
+func FuzzResolve(f *testing.F) {
+	f.Add("http://c:4318/p", "grpc", "a=b%20c,d=e", "1500", "k=v", "collector:4317")
+	f.Add("c:4318", "http/json", "novalue", "-1", "a=%zz", "::1")
+	f.Fuzz(func(t *testing.T, endpoint, protocol, headers, timeout, resource, flagEndpoint string) {
+		env := map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+			"OTEL_EXPORTER_OTLP_HEADERS": "x-secret=SECRETVALUE," + headers, "OTEL_EXPORTER_OTLP_TIMEOUT": timeout,
+			"OTEL_RESOURCE_ATTRIBUTES": resource,
+		}
+		cfg, err := Resolve(Flags{Endpoint: flagEndpoint, Interval: time.Second}, envOf(env))
+		if err != nil && strings.Contains(err.Error(), "SECRETVALUE") {
+			t.Errorf("error quotes a header: %v", err)
+		}
+		if cfg == nil {
+			return
+		}
+		if cfg.URL.Scheme != "http" && cfg.URL.Scheme != "https" || cfg.Timeout <= 0 {
+			t.Errorf("resolved %s with timeout %v", cfg.URL, cfg.Timeout)
+		}
+		for _, w := range cfg.Warnings {
+			if strings.Contains(w, "SECRETVALUE") {
+				t.Errorf("warning quotes a header: %s", w)
+			}
+		}
+	})
+}

@@ -1,0 +1,95 @@
+// Package amd reads AMD Instinct GPUs from the amdgpu driver's sysfs files,
+// its binary gpu_metrics table and the DRM fdinfo of processes, and returns
+// plain Go values. No ROCm library is needed.
+//
+// Every file may be absent on some model or kernel: ENOENT, EOPNOTSUPP and
+// ENODATA leave one reading unset (the exporter then omits one series, never
+// writes zero). EACCES leaves it unset too but is recorded in Errors, since a
+// mount or permission is wrong. ENODEV and EIO mark the whole device down.
+// A file that cannot be parsed, or is larger than its documented format
+// allows, is recorded in Errors with the file's name so that it can be
+// counted, never silently dropped.
+package amd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// Opt is a reading that the hardware or driver may not have given. The zero
+// value is unset.
+type Opt[T any] struct {
+	Value T
+	OK    bool
+}
+
+func some[T any](v T) Opt[T] { return Opt[T]{Value: v, OK: true} }
+
+// ReadError is a file that existed but could not be read or parsed.
+type ReadError struct {
+	// File is the path relative to the device directory (for example
+	// "hwmon/hwmon3/power1_average") or to the sysfs root.
+	File string
+	Err  error
+}
+
+func (e ReadError) Error() string { return e.File + ": " + e.Err.Error() }
+
+func (e ReadError) Unwrap() error { return e.Err }
+
+// ErrTooLarge is matched by the error of a file longer than its format allows.
+var ErrTooLarge = errors.New("file larger than its format allows")
+
+// ErrMalformed is matched by the error of a file whose content does not
+// have its documented format.
+var ErrMalformed = errors.New("malformed value")
+
+// Size limits. A sysfs attribute is at most one page (Documentation/
+// filesystems/sysfs.rst: "sysfs allocates a buffer of size (PAGE_SIZE)");
+// value files are a few bytes, pp_dpm_* tables and gpu_metrics stay well
+// within 4 KiB on every model (gpu_metrics v1.8, the largest, is 3872
+// bytes).
+const (
+	maxValueSize = 4 << 10
+	maxTableSize = 16 << 10
+)
+
+// readFile reads path with a single read(2) into a buffer of limit+1 bytes,
+// as node_exporter's hwmon collector does (sysReadFile): some drivers
+// return EAGAIN on a second read, where os.ReadFile would poll forever.
+// sysfs attributes produce their whole content on the first read.
+func readFile(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, limit+1)
+	n, err := f.Read(buf)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if n > limit {
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, limit)
+	}
+	return buf[:n], nil
+}
+
+// absent reports whether err means the reading does not exist on this
+// device, kernel or firmware: the file is missing, or the driver says the
+// attribute is not supported (amdgpu returns -EOPNOTSUPP or -ENODATA from a
+// visible attribute whose sensor the firmware lacks).
+func absent(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EOPNOTSUPP) ||
+		errors.Is(err, syscall.ENODATA)
+}
+
+// gone reports whether err means the device itself stopped answering: a
+// GPU that fell off the bus or is in reset returns ENODEV or EIO.
+func gone(err error) bool {
+	return errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EIO)
+}

@@ -1,0 +1,470 @@
+package amd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// vendorAMD is the PCI vendor ID of AMD/ATI as the PCI core prints it in a
+// device's "vendor" file.
+const vendorAMD = "0x1002"
+
+// Device is what the amdgpu sysfs files of one GPU say at one moment.
+type Device struct {
+	// Card is the DRM card directory name ("card1"). Its number follows
+	// probe order; PCIBusID and UniqueID are the stable names.
+	Card string
+	// PCIBusID is the PCI address in sysfs form, "0000:0c:00.0", taken from
+	// the device symlink.
+	PCIBusID string
+	// RenderMinor is the minor number of the device's render node
+	// (renderD128 → 128), which DRM fdinfo clients are matched to.
+	RenderMinor Opt[int]
+	// Down is set when a read failed with ENODEV or EIO: the GPU fell off
+	// the bus or is in reset. The readings taken before it stay.
+	Down bool
+
+	// UniqueID is unique_id. amdgpu.rst (DOC: unique_id): "This will
+	// provide a Unique ID that will persist from machine to machine. NOTE:
+	// This will only work for GFX9 and newer."
+	UniqueID Opt[string]
+	// ProductName is product_name. amdgpu.rst (DOC: product_name): "returns
+	// the product name as returned from the FRU. NOTE: This is only
+	// available for certain server cards".
+	ProductName Opt[string]
+	// VBIOSVersion is vbios_version. amdgpu.rst (DOC: vbios_version): "The
+	// amdgpu driver provides a sysfs API for reading the VBIOS version".
+	VBIOSVersion Opt[string]
+	// Serial is serial_number. amdgpu.rst (DOC: serial_number): "returns
+	// the serial number as returned from the FRU. NOTE: This is only
+	// available for certain server cards".
+	Serial Opt[string]
+
+	// GPUBusy and MemBusy are ratios 0..1 (gpu_busy_percent,
+	// mem_busy_percent).
+	GPUBusy Opt[float64]
+	MemBusy Opt[float64]
+	// VRAMTotal and VRAMUsed are in bytes. amdgpu.rst (DOC:
+	// mem_info_vram_total): "returns the total amount of VRAM in bytes";
+	// (DOC: mem_info_vram_used): "returns the total amount of currently
+	// used VRAM in bytes".
+	VRAMTotal Opt[uint64]
+	VRAMUsed  Opt[uint64]
+
+	// PCIe link speeds in GT/s per lane and widths in lanes.
+	LinkSpeed    Opt[float64]
+	MaxLinkSpeed Opt[float64]
+	LinkWidth    Opt[int]
+	MaxLinkWidth Opt[int]
+
+	// SClock and MClock are the active pp_dpm_sclk / pp_dpm_mclk levels in Hz.
+	SClock Opt[float64]
+	MClock Opt[float64]
+
+	// RAS maps a RAS block ("umc", "gfx", "xgmi_wafl", …) to its counts,
+	// from ras/<block>_err_count.
+	RAS map[string]RASCount
+
+	// XGMI is set on GPUs in an XGMI hive.
+	XGMI *XGMI
+
+	// Hwmon readings in base units.
+	Temperatures map[string]float64 // °C by label: "edge", "junction", "mem"
+	Power        Opt[float64]       // W
+	// PowerSource names the file Power came from: "power1_average" or
+	// "power1_input".
+	PowerSource string
+	PowerCap    Opt[float64] // W
+	Energy      Opt[float64] // J
+
+	// ComputePartition and MemoryPartition are the current modes ("CPX",
+	// "NPS4") of a GPU that can be partitioned (MI300).
+	ComputePartition           Opt[string]
+	AvailableComputePartitions []string
+	MemoryPartition            Opt[string]
+	AvailableMemoryPartitions  []string
+
+	// Metrics is the decoded gpu_metrics table, nil when the file is
+	// absent, empty or refused (the refusal is in Errors).
+	Metrics *GPUMetrics
+
+	// Errors lists each file that exists but could not be read or parsed.
+	Errors []ReadError
+}
+
+// XGMI describes a GPU's place in an XGMI hive, from amdgpu_xgmi.c:
+// xgmi_device_id prints the node ID (amdgpu_xgmi_show_device_id, "%llu"),
+// xgmi_physical_id the physical node number (amdgpu_xgmi_show_physical_id,
+// "%u", newer kernels), and xgmi_hive_info/xgmi_hive_id the hive
+// (amdgpu_xgmi_show_attrs, "%llu"). xgmi_error is not read: reading it
+// clears the hardware counter (amdgpu_xgmi_show_error ends with
+// set_fica(…, 0, 0)), which would steal the count from anyone else.
+type XGMI struct {
+	DeviceID   string
+	HiveID     string
+	PhysicalID Opt[int]
+}
+
+// Reader reads amdgpu devices under a sysfs root.
+type Reader struct {
+	// SysfsRoot is the sysfs mount, "/sys" on a host and usually
+	// "/host/sys" in a container.
+	SysfsRoot string
+}
+
+func (r Reader) root() string {
+	if r.SysfsRoot == "" {
+		return "/sys"
+	}
+	return r.SysfsRoot
+}
+
+// Cards lists the DRM cards driven by amdgpu, sorted by number. A card
+// counts when its device's driver symlink names amdgpu or, where the
+// driver link cannot be read, its vendor is 0x1002. Connector entries
+// ("card1-DP-1") and render nodes are skipped.
+func (r Reader) Cards() ([]string, error) {
+	dir := filepath.Join(r.root(), "class", "drm")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	type card struct {
+		name string
+		n    int
+	}
+	var cards []card
+	for _, e := range entries {
+		num, ok := strings.CutPrefix(e.Name(), "card")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil || n < 0 {
+			continue
+		}
+		if r.isAMDGPU(filepath.Join(dir, e.Name(), "device")) {
+			cards = append(cards, card{e.Name(), n})
+		}
+	}
+	sort.Slice(cards, func(i, j int) bool { return cards[i].n < cards[j].n })
+	out := make([]string, len(cards))
+	for i, c := range cards {
+		out[i] = c.name
+	}
+	return out, nil
+}
+
+// DriverVersion is /sys/module/amdgpu/version, which exists only when the
+// module declares a MODULE_VERSION: AMD's out-of-tree amdgpu-dkms driver
+// does, the in-tree driver does not (kernel/params.c, module_attr_show
+// lists "version" only for modules with one), so it is often unset.
+func (r Reader) DriverVersion() Opt[string] {
+	b, err := readFile(filepath.Join(r.root(), "module", "amdgpu", "version"), maxValueSize)
+	if err != nil {
+		return Opt[string]{}
+	}
+	v, err := parseString(b)
+	if err != nil {
+		return Opt[string]{}
+	}
+	return some(v)
+}
+
+func (r Reader) isAMDGPU(devDir string) bool {
+	if target, err := os.Readlink(filepath.Join(devDir, "driver")); err == nil {
+		return filepath.Base(target) == "amdgpu"
+	}
+	b, err := readFile(filepath.Join(devDir, "vendor"), maxValueSize)
+	return err == nil && strings.TrimSpace(string(b)) == vendorAMD
+}
+
+// devReader reads the files of one device directory and files the errors.
+type devReader struct {
+	dir string
+	d   *Device
+}
+
+// read returns the content of name (relative to the device directory), or
+// nil when the reading is absent or failed; failures are filed.
+func (dr devReader) read(name string, limit int) []byte {
+	if dr.d.Down {
+		// Every further read of a device that answered ENODEV or EIO
+		// fails the same way, and may block as long.
+		return nil
+	}
+	b, err := readFile(filepath.Join(dr.dir, name), limit)
+	switch {
+	case err == nil:
+		return b
+	case absent(err):
+	case gone(err):
+		dr.d.Down = true
+	default:
+		dr.fail(name, err)
+	}
+	return nil
+}
+
+func (dr devReader) fail(name string, err error) {
+	dr.d.Errors = append(dr.d.Errors, ReadError{File: name, Err: err})
+}
+
+// value reads name and parses it; a parse error is filed.
+func value[T any](dr devReader, name string, parse func([]byte) (T, error)) Opt[T] {
+	b := dr.read(name, maxValueSize)
+	if b == nil {
+		return Opt[T]{}
+	}
+	v, err := parse(b)
+	if err != nil {
+		dr.fail(name, err)
+		return Opt[T]{}
+	}
+	return some(v)
+}
+
+// optional is value for parsers that may say "no reading" without error.
+func optional[T any](dr devReader, name string, parse func([]byte) (T, bool, error)) Opt[T] {
+	b := dr.read(name, maxValueSize)
+	if b == nil {
+		return Opt[T]{}
+	}
+	v, ok, err := parse(b)
+	if err != nil {
+		dr.fail(name, err)
+		return Opt[T]{}
+	}
+	if !ok {
+		return Opt[T]{}
+	}
+	return some(v)
+}
+
+// ReadDevice reads every file of card. It never fails as a whole: a card
+// whose directory vanished comes back Down.
+func (r Reader) ReadDevice(card string) Device {
+	dir := filepath.Join(r.root(), "class", "drm", card, "device")
+	d := Device{Card: card}
+	dr := devReader{dir: dir, d: &d}
+	if target, err := filepath.EvalSymlinks(dir); err == nil {
+		if base := filepath.Base(target); isPCIAddress(base) {
+			d.PCIBusID = base
+		} else {
+			dr.fail("device", fmt.Errorf("%w: %q is not a PCI address", ErrMalformed, truncate(base)))
+		}
+	} else if absent(err) {
+		d.Down = true
+		return d
+	} else {
+		dr.fail("device", err)
+	}
+
+	if names, err := readDirNames(filepath.Join(dir, "drm"), 16); err == nil {
+		d.RenderMinor = renderMinor(names)
+	}
+
+	d.UniqueID = value(dr, "unique_id", parseString)
+	d.ProductName = value(dr, "product_name", parseString)
+	d.VBIOSVersion = value(dr, "vbios_version", parseString)
+	d.Serial = value(dr, "serial_number", parseString)
+	d.GPUBusy = value(dr, "gpu_busy_percent", parsePercent)
+	d.MemBusy = value(dr, "mem_busy_percent", parsePercent)
+	d.VRAMTotal = value(dr, "mem_info_vram_total", parseUint)
+	d.VRAMUsed = value(dr, "mem_info_vram_used", parseUint)
+
+	d.LinkSpeed = optional(dr, "current_link_speed", parseLinkSpeed)
+	d.MaxLinkSpeed = optional(dr, "max_link_speed", parseLinkSpeed)
+	d.LinkWidth = optional(dr, "current_link_width", parseLinkWidth)
+	d.MaxLinkWidth = optional(dr, "max_link_width", parseLinkWidth)
+
+	d.SClock = optional(dr, "pp_dpm_sclk", parseDPMCurrent)
+	d.MClock = optional(dr, "pp_dpm_mclk", parseDPMCurrent)
+
+	r.readRAS(dr)
+	r.readXGMI(dr)
+	r.readHwmon(dr)
+
+	// Partition modes (MI300): current_compute_partition prints the mode
+	// ("SPX", "DPX", "TPX", "QPX", "CPX") and available_compute_partition
+	// the modes the GPU supports (amdgpu_gfx.c,
+	// amdgpu_gfx_get_current_compute_partition and
+	// amdgpu_gfx_get_available_compute_partition); the memory partition
+	// files likewise print "NPS1", "NPS4"….
+	d.ComputePartition = optional(dr, "current_compute_partition", parseMode)
+	d.MemoryPartition = optional(dr, "current_memory_partition", parseMode)
+	if v := optional(dr, "available_compute_partition", parseList); v.OK {
+		d.AvailableComputePartitions = v.Value
+	}
+	if v := optional(dr, "available_memory_partition", parseList); v.OK {
+		d.AvailableMemoryPartitions = v.Value
+	}
+
+	// amdgpu.rst (DOC: gpu_metrics): "The amdgpu driver provides a sysfs
+	// API for retrieving current gpu metrics data. The file gpu_metrics is
+	// used for this. Reading the file will dump all the current gpu
+	// metrics data." An ASIC without the table gives an empty file.
+	if b := dr.read("gpu_metrics", maxTableSize); len(b) > 0 {
+		m, err := DecodeGPUMetrics(b)
+		if err != nil {
+			dr.fail("gpu_metrics", err)
+		} else {
+			d.Metrics = m
+		}
+	}
+	return d
+}
+
+// maxRASBlocks bounds the ras directory; amdgpu has about 15 RAS blocks.
+const maxRASBlocks = 64
+
+func (r Reader) readRAS(dr devReader) {
+	names, err := readDirNames(filepath.Join(dr.dir, "ras"), maxRASBlocks*4)
+	if err != nil {
+		if !absent(err) {
+			dr.fail("ras", err)
+		}
+		return
+	}
+	for _, name := range names {
+		block, ok := strings.CutSuffix(name, "_err_count")
+		if !ok || block == "" {
+			continue
+		}
+		if len(dr.d.RAS) >= maxRASBlocks {
+			dr.fail("ras", fmt.Errorf("%w: more than %d blocks", ErrTooLarge, maxRASBlocks))
+			return
+		}
+		v := value(dr, filepath.Join("ras", name), parseRASCount)
+		if v.OK {
+			if dr.d.RAS == nil {
+				dr.d.RAS = map[string]RASCount{}
+			}
+			dr.d.RAS[block] = v.Value
+		}
+	}
+}
+
+func (r Reader) readXGMI(dr devReader) {
+	dev := value(dr, "xgmi_device_id", parseString)
+	hive := value(dr, "xgmi_hive_info/xgmi_hive_id", parseString)
+	if !dev.OK && !hive.OK {
+		return
+	}
+	x := &XGMI{DeviceID: dev.Value, HiveID: hive.Value}
+	if v := value(dr, "xgmi_physical_id", parseUint); v.OK && v.Value < 1<<16 {
+		x.PhysicalID = some(int(v.Value))
+	}
+	dr.d.XGMI = x
+}
+
+// readHwmon reads the hwmon directory of the device. Hwmon readings follow
+// Documentation/hwmon/sysfs-interface.rst: temp[1-*]_input "Unit:
+// millidegree Celsius"; power[1-*]_average "Average power use. Unit:
+// microWatt"; power[1-*]_input "Instantaneous power use. Unit: microWatt";
+// power[1-*]_cap "Unit: microWatt"; energy[1-*]_input "Cumulative energy
+// use. Unit: microJoule". amdgpu's own list (amdgpu.rst, "hwmon
+// interfaces") names temp1 "edge", temp2 "junction" and temp3 "mem" through
+// temp*_label, and hides the channels a model lacks (MI300 has no edge
+// sensor and no power1_average, only power1_input).
+func (r Reader) readHwmon(dr devReader) {
+	names, err := readDirNames(filepath.Join(dr.dir, "hwmon"), 16)
+	if err != nil {
+		if !absent(err) {
+			dr.fail("hwmon", err)
+		}
+		return
+	}
+	// A device has one hwmon directory; its number follows probe order.
+	var hw string
+	for _, n := range names {
+		if strings.HasPrefix(n, "hwmon") {
+			hw = filepath.Join("hwmon", n)
+			break
+		}
+	}
+	if hw == "" {
+		return
+	}
+	for ch := 1; ch <= 8; ch++ {
+		prefix := filepath.Join(hw, "temp"+strconv.Itoa(ch))
+		v := value(dr, prefix+"_input", parseInt)
+		if !v.OK {
+			continue
+		}
+		label := "temp" + strconv.Itoa(ch)
+		if l := value(dr, prefix+"_label", parseString); l.OK {
+			label = l.Value
+		}
+		if dr.d.Temperatures == nil {
+			dr.d.Temperatures = map[string]float64{}
+		}
+		dr.d.Temperatures[label] = float64(v.Value) / 1000
+	}
+	for _, src := range []string{"power1_average", "power1_input"} {
+		if v := value(dr, filepath.Join(hw, src), parseUint); v.OK {
+			dr.d.Power, dr.d.PowerSource = some(float64(v.Value)/1e6), src
+			break
+		}
+	}
+	if v := value(dr, filepath.Join(hw, "power1_cap"), parseUint); v.OK {
+		dr.d.PowerCap = some(float64(v.Value) / 1e6)
+	}
+	if v := value(dr, filepath.Join(hw, "energy1_input"), parseUint); v.OK {
+		dr.d.Energy = some(float64(v.Value) / 1e6)
+	}
+}
+
+// readDirNames lists at most limit names of dir, sorted.
+func readDirNames(dir string, limit int) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(limit)
+	if err != nil && len(names) == 0 {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// renderMinor finds "renderD<n>" among the entries of a drm directory.
+func renderMinor(names []string) Opt[int] {
+	for _, name := range names {
+		if v, ok := strings.CutPrefix(name, "renderD"); ok {
+			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+				return some(n)
+			}
+		}
+	}
+	return Opt[int]{}
+}
+
+// isPCIAddress accepts the form the PCI core names devices in sysfs,
+// "dddd:bb:dd.f" in lower-case hexadecimal (probe.c, pci_setup_device:
+// dev_set_name(&dev->dev, "%04x:%02x:%02x.%d", …)); the domain may have
+// more than 4 digits (VMD domains start at 0x10000).
+func isPCIAddress(s string) bool {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 || len(parts[0]) < 4 || len(parts[0]) > 8 || len(parts[1]) != 2 {
+		return false
+	}
+	dev, fn, ok := strings.Cut(parts[2], ".")
+	if !ok || len(dev) != 2 || len(fn) != 1 || fn[0] < '0' || fn[0] > '7' {
+		return false
+	}
+	for _, c := range []byte(parts[0] + parts[1] + dev) {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

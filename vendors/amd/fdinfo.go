@@ -1,0 +1,404 @@
+package amd
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DRM fdinfo follows the kernel documentation "DRM client usage stats"
+// (Documentation/gpu/drm-usage-stats.rst): "File format is specified as
+// a stream of key:value pairs separated by colon and whitespace."
+// Mandatory: "drm-driver: <valstr>". Optional: "drm-pdev: <aaaa:bb.cc.d>"
+// ("For PCI devices this should contain the PCI slot address of the
+// device in question"), "drm-client-id: <uint>" ("Unique value relating to
+// the open DRM file descriptor used to distinguish duplicated and shared
+// file descriptors"), "drm-engine-<keystr>: <uint> ns" ("GPUs usually
+// contain multiple execution engines. Each shall be given a stable and
+// unique name (keystr) ... Value shall be in specified time units which
+// the respective GPU engine spent busy executing workloads belonging to
+// this client"), "drm-engine-capacity-<keystr>: <uint>" ("Engine
+// identifier string must be the same as the one specified in the
+// drm-engine-<keystr> tag and shall contain a greater than zero number in
+// case the exported engine corresponds to a group of identical hardware
+// engines ... If this tag is not present, consumers should assume a
+// capacity of one"), and memory keys "drm-total-<region>",
+// "drm-shared-<region>", "drm-resident-<region>", "drm-purgeable-",
+// "drm-active-" and the deprecated "drm-memory-<region>": "<uint> [KiB|MiB]
+// ... Default unit shall be bytes with optional unit specifiers of 'KiB'
+// or 'MiB' indicating kibi- or mebi-bytes."
+
+// maxFdinfoSize bounds one fdinfo file; amdgpu's is about 1 KiB.
+const maxFdinfoSize = 64 << 10
+
+// maxFDsPerProcess bounds how many fds of one process are examined.
+const maxFDsPerProcess = 1 << 16
+
+// Memory is what a client's fdinfo says about one memory region, in bytes.
+type Memory struct {
+	Total     Opt[uint64]
+	Shared    Opt[uint64]
+	Resident  Opt[uint64]
+	Purgeable Opt[uint64]
+	Active    Opt[uint64]
+	// Legacy is drm-memory-<region>, which the document deprecates as an
+	// alias of drm-resident-<region>; amdgpu printed only this form before
+	// it adopted the drm-total-/drm-resident- keys.
+	Legacy Opt[uint64]
+}
+
+// ClientKey identifies one DRM client: the device and the client ID the
+// kernel gives each open DRM file.
+type ClientKey struct {
+	PDev     string
+	ClientID uint64
+}
+
+// Fdinfo is one parsed DRM fdinfo file.
+type Fdinfo struct {
+	Driver   string
+	PDev     string
+	ClientID Opt[uint64]
+	// Engines holds busy time in ns per engine name ("gfx", "compute",
+	// "dec", "enc", …).
+	Engines map[string]uint64
+	// Capacity holds drm-engine-capacity-<name> where given.
+	Capacity map[string]uint64
+	Memory   map[string]Memory
+}
+
+// ParseFdinfo parses the content of one /proc/<pid>/fdinfo/<fd> file. It
+// returns ok=false for an fd that is not a DRM client (no drm-driver key).
+// Keys outside the DRM namespace (pos, flags, mnt_id, amd-*) are ignored; a
+// DRM key with a malformed value is an error, since a misread engine time
+// would corrupt every share computed from it.
+func ParseFdinfo(b []byte) (Fdinfo, bool, error) {
+	var f Fdinfo
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 1024), maxFdinfoSize)
+	for sc.Scan() {
+		key, val, found := strings.Cut(sc.Text(), ":")
+		if !found || !strings.HasPrefix(key, "drm-") {
+			continue
+		}
+		val = strings.TrimSpace(val)
+		if err := f.set(key, val); err != nil {
+			return Fdinfo{}, false, fmt.Errorf("%w: %s: %v", ErrMalformed, truncate(key), err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Fdinfo{}, false, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return f, f.Driver != "", nil
+}
+
+func (f *Fdinfo) set(key, val string) error {
+	switch {
+	case key == "drm-driver":
+		if val == "" {
+			return errors.New("empty")
+		}
+		f.Driver = val
+	case key == "drm-pdev":
+		f.PDev = val
+	case key == "drm-client-id":
+		v, err := strconv.ParseUint(val, 10, 64)
+		if err != nil {
+			return err
+		}
+		f.ClientID = some(v)
+	case strings.HasPrefix(key, "drm-engine-capacity-"):
+		name := key[len("drm-engine-capacity-"):]
+		v, err := strconv.ParseUint(val, 10, 64)
+		if err != nil || v == 0 || name == "" {
+			return fmt.Errorf("capacity %q", truncate(val))
+		}
+		if f.Capacity == nil {
+			f.Capacity = map[string]uint64{}
+		}
+		f.Capacity[name] = v
+	case strings.HasPrefix(key, "drm-engine-"):
+		name := key[len("drm-engine-"):]
+		num, ok := strings.CutSuffix(val, " ns")
+		v, err := strconv.ParseUint(strings.TrimSpace(num), 10, 64)
+		if !ok || err != nil || name == "" {
+			return fmt.Errorf("engine time %q", truncate(val))
+		}
+		if f.Engines == nil {
+			f.Engines = map[string]uint64{}
+		}
+		f.Engines[name] = v
+	default:
+		for _, m := range []struct {
+			prefix string
+			field  func(*Memory) *Opt[uint64]
+		}{
+			{"drm-total-", func(m *Memory) *Opt[uint64] { return &m.Total }},
+			{"drm-shared-", func(m *Memory) *Opt[uint64] { return &m.Shared }},
+			{"drm-resident-", func(m *Memory) *Opt[uint64] { return &m.Resident }},
+			{"drm-purgeable-", func(m *Memory) *Opt[uint64] { return &m.Purgeable }},
+			{"drm-active-", func(m *Memory) *Opt[uint64] { return &m.Active }},
+			{"drm-memory-", func(m *Memory) *Opt[uint64] { return &m.Legacy }},
+		} {
+			region, ok := strings.CutPrefix(key, m.prefix)
+			if !ok {
+				continue
+			}
+			v, err := parseMemory(val)
+			if err != nil || region == "" {
+				return fmt.Errorf("memory %q", truncate(val))
+			}
+			if f.Memory == nil {
+				f.Memory = map[string]Memory{}
+			}
+			mem := f.Memory[region]
+			*m.field(&mem) = some(v)
+			f.Memory[region] = mem
+			return nil
+		}
+		// Other drm- keys (drm-cycles-, drm-maxfreq-, drm-client-name…)
+		// are not used.
+	}
+	return nil
+}
+
+// parseMemory parses "<uint> [KiB|MiB]" into bytes.
+func parseMemory(s string) (uint64, error) {
+	num, unit, _ := strings.Cut(s, " ")
+	v, err := strconv.ParseUint(num, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	var mult uint64
+	switch strings.TrimSpace(unit) {
+	case "":
+		mult = 1
+	case "KiB":
+		mult = 1 << 10
+	case "MiB":
+		mult = 1 << 20
+	default:
+		return 0, fmt.Errorf("unit %q", unit)
+	}
+	if v > ^uint64(0)/mult {
+		return 0, errors.New("overflows")
+	}
+	return v * mult, nil
+}
+
+// Client is one DRM client found in the fdinfo of the PIDs scanned: an
+// open DRM file, possibly shared by several fds and processes.
+type Client struct {
+	Key    ClientKey
+	Driver string
+	// PIDs are the processes holding the client, sorted.
+	PIDs []int
+	// RenderMinor is the render node the client's file is open on
+	// (/dev/dri/renderD129 → 129), from the fd's link in /proc/<pid>/fd;
+	// unset when the link cannot be read or names another node. It tells
+	// apart the partitions of one GPU, which share drm-pdev.
+	RenderMinor Opt[int]
+	Engines     map[string]uint64
+	Capacity    map[string]uint64
+	Memory      map[string]Memory
+}
+
+// FdinfoScanner reads the DRM clients of given processes.
+type FdinfoScanner struct {
+	// ProcRoot is the procfs mount ("/proc", or "/host/proc").
+	ProcRoot string
+	// Driver keeps only clients of this DRM driver ("amdgpu").
+	Driver string
+}
+
+// ScanError is one fd or process that could not be read.
+type ScanError struct {
+	PID  int
+	File string
+	Err  error
+}
+
+func (e ScanError) Error() string {
+	return fmt.Sprintf("pid %d %s: %v", e.PID, e.File, e.Err)
+}
+
+func (e ScanError) Unwrap() error { return e.Err }
+
+// Scan reads /proc/<pid>/fdinfo/* of each PID and returns the DRM clients
+// of s.Driver, de-duplicated by (drm-pdev, drm-client-id): a client whose
+// file was dup()ed or inherited appears once, with every PID holding it.
+// An fd whose fdinfo has no drm-client-id cannot be de-duplicated and is
+// skipped. A process that exited between listing and reading is not an
+// error.
+func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
+	root := s.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	byKey := map[ClientKey]*Client{}
+	var errs []ScanError
+	for _, pid := range pids {
+		dir := filepath.Join(root, strconv.Itoa(pid), "fdinfo")
+		fds, err := readDirNames(dir, maxFDsPerProcess)
+		if err != nil {
+			if !processGone(err) {
+				errs = append(errs, ScanError{PID: pid, File: "fdinfo", Err: err})
+			}
+			continue
+		}
+		for _, fd := range fds {
+			f, ok, err := s.readOne(filepath.Join(dir, fd))
+			if err != nil {
+				if !processGone(err) {
+					errs = append(errs, ScanError{PID: pid, File: "fdinfo/" + fd, Err: err})
+				}
+				continue
+			}
+			if !ok || f.Driver != s.Driver || !f.ClientID.OK {
+				continue
+			}
+			key := ClientKey{PDev: f.PDev, ClientID: f.ClientID.Value}
+			c := byKey[key]
+			if c == nil {
+				c = &Client{Key: key, Driver: f.Driver, Engines: f.Engines, Capacity: f.Capacity, Memory: f.Memory}
+				byKey[key] = c
+			}
+			if !c.RenderMinor.OK {
+				c.RenderMinor = fdRenderMinor(filepath.Join(root, strconv.Itoa(pid), "fd", fd))
+			}
+			if n := len(c.PIDs); n == 0 || c.PIDs[n-1] != pid {
+				c.PIDs = append(c.PIDs, pid)
+			}
+		}
+	}
+	out := make([]Client, 0, len(byKey))
+	for _, c := range byKey {
+		sort.Ints(c.PIDs)
+		out = append(out, *c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Key.PDev != out[j].Key.PDev {
+			return out[i].Key.PDev < out[j].Key.PDev
+		}
+		return out[i].Key.ClientID < out[j].Key.ClientID
+	})
+	return out, errs
+}
+
+// fdRenderMinor reads the target of an fd link and returns the minor of a
+// DRM render node ("/dev/dri/renderD129").
+func fdRenderMinor(link string) Opt[int] {
+	target, err := os.Readlink(link)
+	if err != nil {
+		return Opt[int]{}
+	}
+	n, ok := strings.CutPrefix(target, "/dev/dri/renderD")
+	if !ok {
+		return Opt[int]{}
+	}
+	v, err := strconv.Atoi(n)
+	if err != nil || v < 0 {
+		return Opt[int]{}
+	}
+	return some(v)
+}
+
+// readOne reads one fdinfo file. procfs files report size 0 and are
+// generated by seq_file, which may hand a large file over in several
+// reads, so this reads until EOF up to a limit.
+func (s FdinfoScanner) readOne(path string) (Fdinfo, bool, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return Fdinfo{}, false, err
+	}
+	defer file.Close()
+	b, err := io.ReadAll(io.LimitReader(file, maxFdinfoSize+1))
+	if err != nil {
+		return Fdinfo{}, false, err
+	}
+	if len(b) > maxFdinfoSize {
+		return Fdinfo{}, false, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, maxFdinfoSize)
+	}
+	return ParseFdinfo(b)
+}
+
+// processGone reports whether err means the process or fd went away while
+// it was read: ENOENT, or ESRCH from a process that has just exited.
+func processGone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+}
+
+// EngineShare is the share of one engine's time a client used between two
+// scans.
+type EngineShare struct {
+	Key    ClientKey
+	Engine string
+	// Ratio is busy time / (wall time × engine capacity), 0..1.
+	Ratio float64
+}
+
+// EngineShares compares the clients of a scan at t0 with those of a scan
+// at t1 and returns, for each client and engine present in both, the
+// fraction of the window's engine time it used:
+//
+//	(ns at t1 - ns at t0) / ((t1 - t0) in ns × capacity)
+//
+// A client absent at t0 has no baseline and is left out: it may have run
+// before t0 while its process was not scanned. An engine of a known client
+// that had no line at t0 starts from 0. A counter that went backwards (a
+// client ID reused for a new file) is left out. The two
+// scans are not atomic with the clock readings, so a ratio may exceed 1 by
+// the jitter of reading the files; it is capped at 1.
+func EngineShares(t0 time.Time, before []Client, t1 time.Time, after []Client) []EngineShare {
+	wall := t1.Sub(t0)
+	if wall <= 0 {
+		return nil
+	}
+	prev := make(map[ClientKey]Client, len(before))
+	for _, c := range before {
+		prev[c.Key] = c
+	}
+	var out []EngineShare
+	for _, c := range after {
+		p, ok := prev[c.Key]
+		if !ok {
+			continue
+		}
+		names := make([]string, 0, len(c.Engines))
+		for name := range c.Engines {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			now := c.Engines[name]
+			// amdgpu prints an engine only once the client has used it
+			// (amdgpu_fdinfo.c, amdgpu_show_fdinfo: "if (!usage[hw_ip])
+			// continue;"), so an engine a known client lacked at t0 had
+			// used 0 ns then.
+			was := p.Engines[name]
+			if now < was {
+				continue
+			}
+			capacity := uint64(1)
+			if v, ok := c.Capacity[name]; ok {
+				capacity = v
+			}
+			ratio := float64(now-was) / (float64(wall.Nanoseconds()) * float64(capacity))
+			if ratio > 1 {
+				ratio = 1
+			}
+			out = append(out, EngineShare{Key: c.Key, Engine: name, Ratio: ratio})
+		}
+	}
+	return out
+}

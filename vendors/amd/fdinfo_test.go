@@ -1,0 +1,182 @@
+package amd
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+const fixtureProc = "../../fixtures/amd/proc"
+
+func TestParseFdinfoLegacyAmdgpu(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(fixtureProc, "100/fdinfo/5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok, err := ParseFdinfo(b)
+	if err != nil || !ok {
+		t.Fatalf("ok %v err %v", ok, err)
+	}
+	if f.Driver != "amdgpu" || f.PDev != "0000:0c:00.0" || f.ClientID.Value != 17 {
+		t.Errorf("identity %+v", f)
+	}
+	if want := map[string]uint64{"compute": 1500000000}; !reflect.DeepEqual(f.Engines, want) {
+		t.Errorf("engines %v", f.Engines)
+	}
+	// 4194304 KiB × 1024 = 4294967296 bytes; 2048 KiB × 1024 = 2097152.
+	// amdgpu pads "drm-memory-gtt: \t" with a space before the tab.
+	wantU(t, "vram", f.Memory["vram"].Legacy, 4294967296)
+	wantU(t, "gtt", f.Memory["gtt"].Legacy, 2097152)
+	wantU(t, "cpu", f.Memory["cpu"].Legacy, 0)
+	wantUnset(t, "vram total", f.Memory["vram"].Total)
+}
+
+func TestParseFdinfoCurrentAmdgpu(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(fixtureProc, "101/fdinfo/7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok, err := ParseFdinfo(b)
+	if err != nil || !ok {
+		t.Fatalf("ok %v err %v", ok, err)
+	}
+	// 1536 MiB × 2^20 = 1610612736; 512 MiB × 2^20 = 536870912;
+	// 2 MiB = 2097152; a bare number is bytes.
+	vram := f.Memory["vram"]
+	wantU(t, "vram total", vram.Total, 1610612736)
+	wantU(t, "vram shared", vram.Shared, 536870912)
+	wantU(t, "vram resident", vram.Resident, 1610612736)
+	wantU(t, "vram active", vram.Active, 0)
+	wantU(t, "gtt resident", f.Memory["gtt"].Resident, 2097152)
+	if want := map[string]uint64{"gfx": 300000000, "dec": 800000000}; !reflect.DeepEqual(f.Engines, want) {
+		t.Errorf("engines %v", f.Engines)
+	}
+	if want := map[string]uint64{"dec": 2}; !reflect.DeepEqual(f.Capacity, want) {
+		t.Errorf("capacity %v", f.Capacity)
+	}
+}
+
+func TestParseFdinfoNotDRM(t *testing.T) {
+	f, ok, err := ParseFdinfo([]byte("pos:\t0\nflags:\t0100002\nmnt_id:\t25\nino:\t3\n"))
+	if ok || err != nil || f.Driver != "" {
+		t.Errorf("got %+v %v %v", f, ok, err)
+	}
+}
+
+func TestParseFdinfoMalformed(t *testing.T) {
+	for _, in := range []string{
+		"drm-driver:\tamdgpu\ndrm-engine-gfx:\t12 ms\n",
+		"drm-driver:\tamdgpu\ndrm-engine-gfx:\t-12 ns\n",
+		"drm-driver:\tamdgpu\ndrm-engine-capacity-dec:\t0\n",
+		"drm-driver:\tamdgpu\ndrm-memory-vram:\t12 GiB\n",
+		"drm-driver:\tamdgpu\ndrm-total-vram:\t18446744073709551615 MiB\n",
+		"drm-driver:\tamdgpu\ndrm-client-id:\tx\n",
+		"drm-driver:\t\n",
+	} {
+		if _, _, err := ParseFdinfo([]byte(in)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+}
+
+func TestScanDeduplicatesClients(t *testing.T) {
+	s := FdinfoScanner{ProcRoot: fixtureProc, Driver: "amdgpu"}
+	// 999 does not exist: a process that exited is no error.
+	got, errs := s.Scan([]int{100, 101, 102, 999})
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if len(got) != 2 {
+		t.Fatalf("clients %+v", got)
+	}
+	// Client 17 is open twice in 100 (dup) and inherited by 101: once.
+	// The fd links (fixtures/amd/proc/<pid>/fd) give the render nodes.
+	if got[0].Key != (ClientKey{"0000:0c:00.0", 17}) || !reflect.DeepEqual(got[0].PIDs, []int{100, 101}) || got[0].RenderMinor != some(128) {
+		t.Errorf("first client %+v", got[0])
+	}
+	if got[1].Key != (ClientKey{"0000:83:00.0", 18}) || !reflect.DeepEqual(got[1].PIDs, []int{101}) || got[1].RenderMinor != some(136) {
+		t.Errorf("second client %+v", got[1])
+	}
+}
+
+func TestScanReportsUnreadableFdinfo(t *testing.T) {
+	root := t.TempDir()
+	// A directory where a file is expected reads with EISDIR.
+	if err := os.MkdirAll(filepath.Join(root, "7", "fdinfo", "3"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, maxFdinfoSize+1)
+	if err := os.WriteFile(filepath.Join(root, "7", "fdinfo", "4"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errs := FdinfoScanner{ProcRoot: root, Driver: "amdgpu"}.Scan([]int{7})
+	if len(errs) != 2 || errs[0].File != "fdinfo/3" || errs[1].File != "fdinfo/4" || !errors.Is(errs[1], ErrTooLarge) {
+		t.Errorf("errors %v", errs)
+	}
+}
+
+func TestEngineShares(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	t1 := t0.Add(2 * time.Second) // window: 2 000 000 000 ns
+	a := ClientKey{"0000:0c:00.0", 17}
+	b := ClientKey{"0000:83:00.0", 18}
+	c := ClientKey{"0000:83:00.0", 19}
+	d := ClientKey{"0000:83:00.0", 20}
+	before := []Client{
+		{Key: a, Engines: map[string]uint64{"compute": 1500000000}},
+		{Key: b, Engines: map[string]uint64{"dec": 0}, Capacity: map[string]uint64{"dec": 2}},
+		{Key: d, Engines: map[string]uint64{"gfx": 9000000000, "compute": 100}},
+	}
+	after := []Client{
+		{Key: a, Engines: map[string]uint64{"compute": 2500000000}},
+		{Key: b, Engines: map[string]uint64{"gfx": 300000000, "dec": 800000000}, Capacity: map[string]uint64{"dec": 2}},
+		{Key: c, Engines: map[string]uint64{"gfx": 500000000}},
+		{Key: d, Engines: map[string]uint64{"gfx": 1000, "compute": 2200000100}},
+	}
+	got := EngineShares(t0, before, t1, after)
+	want := []EngineShare{
+		// (2.5e9 - 1.5e9) / 2e9 = 0.5
+		{a, "compute", 0.5},
+		// dec: (8e8 - 0) / (2e9 × capacity 2) = 0.2
+		{b, "dec", 0.2},
+		// gfx had no line at t0 (amdgpu omits unused engines): 3e8 / 2e9 = 0.15
+		{b, "gfx", 0.15},
+		// compute: (2.2e9+100 - 100) / 2e9 = 1.1, capped at 1 (read jitter).
+		// gfx went backwards (9e9 → 1000): left out.
+		{d, "compute", 1},
+		// c is new at t1: no baseline, left out.
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("EngineShares =\n%+v\nwant\n%+v", got, want)
+	}
+	if s := EngineShares(t1, before, t0, after); s != nil {
+		t.Errorf("reversed window gave %v", s)
+	}
+}
+
+func FuzzParseFdinfo(f *testing.F) {
+	for _, p := range []string{"100/fdinfo/5", "101/fdinfo/7", "102/fdinfo/4", "100/fdinfo/0"} {
+		b, err := os.ReadFile(filepath.Join(fixtureProc, p))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fd, ok, err := ParseFdinfo(b)
+		if err != nil && (ok || fd.Driver != "" || fd.Engines != nil) {
+			t.Fatalf("error %v with a result %+v", err, fd)
+		}
+		if ok && fd.Driver == "" {
+			t.Fatal("DRM client without a driver")
+		}
+		for name, c := range fd.Capacity {
+			if c == 0 || name == "" {
+				t.Fatalf("capacity %q = %d", name, c)
+			}
+		}
+	})
+}

@@ -1,0 +1,52 @@
+package amd
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func TestRenderHolders(t *testing.T) {
+	// 100 and 101 hold renderD128/136; 102 holds renderD140 (an i915
+	// client: still a render node, its fdinfo tells the driver).
+	got, errs := RenderHolders(fixtureProc)
+	if len(errs) != 0 || !reflect.DeepEqual(got, []int{100, 101, 102}) {
+		t.Errorf("RenderHolders = %v, %v", got, errs)
+	}
+}
+
+func TestRenderHoldersOddTree(t *testing.T) {
+	root := t.TempDir()
+	mk := func(pid, fd, target string) {
+		dir := filepath.Join(root, pid, "fd")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if target != "" {
+			if err := os.Symlink(target, filepath.Join(dir, fd)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mk("9", "3", "/dev/dri/renderD129")
+	mk("10", "1", "/dev/dri/card1")        // a card node, not a render node
+	mk("11", "1", "socket:[123]")          // not a device
+	mk("12", "", "")                       // no fds at all
+	mk("self", "1", "/dev/dri/renderD128") // not a PID
+	// A process whose fd directory cannot be listed is an error, not a
+	// holder (not checked as root, who can list it anyway).
+	if err := os.MkdirAll(filepath.Join(root, "13", "fd"), 0o000); err != nil {
+		t.Fatal(err)
+	}
+	got, errs := RenderHolders(root)
+	if !reflect.DeepEqual(got, []int{9}) {
+		t.Errorf("RenderHolders = %v", got)
+	}
+	if os.Geteuid() != 0 && (len(errs) != 1 || errs[0].PID != 13) {
+		t.Errorf("errors %v, want pid 13's", errs)
+	}
+	if _, errs := RenderHolders(filepath.Join(root, "missing")); len(errs) != 1 {
+		t.Errorf("a missing procfs root gives %v", errs)
+	}
+}

@@ -1,0 +1,274 @@
+package amd
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The parsers below take the raw bytes of one sysfs file. Each is pure and
+// fuzzed: none panics, and none returns a reading on malformed input.
+
+// parseUint parses a decimal value file such as gpu_busy_percent or
+// mem_info_vram_used, which the kernel prints with "%u\n" or "%llu\n".
+func parseUint(b []byte) (uint64, error) {
+	s := string(bytes.TrimSpace(b))
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is not an unsigned decimal", ErrMalformed, truncate(s))
+	}
+	return v, nil
+}
+
+// parseInt parses a signed decimal value: hwmon temperatures may be
+// negative (Documentation/hwmon/sysfs-interface.rst, temp[1-*]_input).
+func parseInt(b []byte) (int64, error) {
+	s := string(bytes.TrimSpace(b))
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is not a decimal", ErrMalformed, truncate(s))
+	}
+	return v, nil
+}
+
+// parsePercent parses gpu_busy_percent or mem_busy_percent into a ratio.
+// amdgpu.rst (DOC: gpu_busy_percent): "The amdgpu driver provides a sysfs
+// API for reading how busy the GPU is as a percentage."
+func parsePercent(b []byte) (float64, error) {
+	v, err := parseUint(b)
+	if err != nil {
+		return 0, err
+	}
+	if v > 100 {
+		return 0, fmt.Errorf("%w: %d is not a percentage", ErrMalformed, v)
+	}
+	return float64(v) / 100, nil
+}
+
+// parseString returns a one-line text value such as product_name or
+// unique_id, without its newline. Control bytes are refused: the value
+// becomes a label.
+func parseString(b []byte) (string, error) {
+	s := string(bytes.TrimSpace(b))
+	if s == "" {
+		return "", fmt.Errorf("%w: empty", ErrMalformed)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] == 0x7f {
+			return "", fmt.Errorf("%w: control byte in %q", ErrMalformed, truncate(s))
+		}
+	}
+	return s, nil
+}
+
+// parseLinkSpeed parses the PCI core's current_link_speed/max_link_speed
+// (drivers/pci/pci-sysfs.c, current_link_speed_show prints
+// pci_speed_string(), e.g. "16.0 GT/s PCIe"; older kernels print
+// "16 GT/s"). It returns the rate in GT/s. "Unknown" is an absent reading.
+func parseLinkSpeed(b []byte) (float64, bool, error) {
+	s := string(bytes.TrimSpace(b))
+	if s == "Unknown" || s == "Unknown speed" {
+		return 0, false, nil
+	}
+	num, rest, found := strings.Cut(s, " ")
+	if !found || !strings.HasPrefix(rest, "GT/s") {
+		return 0, false, fmt.Errorf("%w: %q is not a link speed", ErrMalformed, truncate(s))
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v <= 0 || v > 1000 {
+		return 0, false, fmt.Errorf("%w: %q is not a link speed", ErrMalformed, truncate(s))
+	}
+	return v, true, nil
+}
+
+// LinkGeneration is the PCIe generation of a link rate in GT/s, false for
+// a rate no generation introduced.
+func LinkGeneration(gts float64) (int, bool) { return linkGeneration(gts) }
+
+// linkGeneration maps a per-lane rate in GT/s to the PCIe generation that
+// introduced it (PCI Express Base Specification: 2.5, 5, 8, 16, 32, 64 GT/s
+// for generations 1 to 6).
+func linkGeneration(gts float64) (int, bool) {
+	for gen, rate := range []float64{2.5, 5, 8, 16, 32, 64} {
+		if gts == rate {
+			return gen + 1, true
+		}
+	}
+	return 0, false
+}
+
+// parseLinkWidth parses current_link_width/max_link_width ("16"). The PCI
+// core prints 0 when the link is down or the width is unknown; that is an
+// absent reading, not a width.
+func parseLinkWidth(b []byte) (int, bool, error) {
+	v, err := parseUint(b)
+	if err != nil {
+		return 0, false, err
+	}
+	if v > 32 {
+		return 0, false, fmt.Errorf("%w: link width %d", ErrMalformed, v)
+	}
+	return int(v), v > 0, nil
+}
+
+// parseDPMCurrent finds the active level of a pp_dpm_sclk or pp_dpm_mclk
+// table and returns its clock in Hz. amdgpu.rst (DOC: pp_dpm_sclk
+// pp_dpm_mclk ...): "Reading back the files will show you the available
+// power levels within the power state and the clock information for those
+// levels." The active level is marked with "*". Lines look like
+// "1: 1700Mhz *"; the driver writes "Mhz", a few ASICs "MHz", and a
+// deep-sleep level is indexed "S:" rather than by a number. A table with no
+// marked level is absent (the clock is gated); one with several is
+// malformed.
+func parseDPMCurrent(b []byte) (float64, bool, error) {
+	var hz float64
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			return 0, false, fmt.Errorf("%w: line %q has no level", ErrMalformed, truncate(line))
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 || len(fields) > 2 || len(fields) == 2 && fields[1] != "*" {
+			return 0, false, fmt.Errorf("%w: line %q", ErrMalformed, truncate(line))
+		}
+		mhz, err := parseMHz(fields[0])
+		if err != nil {
+			return 0, false, fmt.Errorf("%w: line %q", ErrMalformed, truncate(line))
+		}
+		if len(fields) == 2 {
+			if found {
+				return 0, false, fmt.Errorf("%w: more than one level marked active", ErrMalformed)
+			}
+			hz, found = mhz*1e6, true
+		}
+	}
+	return hz, found, nil
+}
+
+func parseMHz(s string) (float64, error) {
+	lower := strings.ToLower(s)
+	num, ok := strings.CutSuffix(lower, "mhz")
+	if !ok {
+		return 0, fmt.Errorf("%q has no MHz unit", s)
+	}
+	v, err := strconv.ParseUint(num, 10, 32)
+	if err != nil {
+		return 0, err
+	}
+	return float64(v), nil
+}
+
+// RASCount holds the error counts of one RAS block.
+type RASCount struct {
+	Uncorrectable Opt[uint64]
+	Correctable   Opt[uint64]
+	// Deferred errors are reported by newer kernels only.
+	Deferred Opt[uint64]
+}
+
+// parseRASCount parses ras/<block>_err_count. amdgpu.rst (DOC: AMDGPU RAS
+// sysfs Error Count Interface): "It outputs the multiple lines which report
+// the uncorrected (ue) and corrected (ce) error counts. The format of one
+// line is below, [ce|ue]: count". Newer kernels add "de: count" for
+// deferred errors. Unknown keys are ignored so that a kernel adding one
+// does not lose the others; a repeated or unparsable line is malformed.
+func parseRASCount(b []byte) (RASCount, error) {
+	var c RASCount
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		key, val, ok := strings.Cut(line, ":")
+		if !ok {
+			return RASCount{}, fmt.Errorf("%w: line %q", ErrMalformed, truncate(line))
+		}
+		var dst *Opt[uint64]
+		switch strings.TrimSpace(key) {
+		case "ue":
+			dst = &c.Uncorrectable
+		case "ce":
+			dst = &c.Correctable
+		case "de":
+			dst = &c.Deferred
+		default:
+			continue
+		}
+		if dst.OK {
+			return RASCount{}, fmt.Errorf("%w: %q repeated", ErrMalformed, truncate(key))
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			return RASCount{}, fmt.Errorf("%w: line %q", ErrMalformed, truncate(line))
+		}
+		*dst = some(v)
+	}
+	if !c.Uncorrectable.OK && !c.Correctable.OK {
+		return RASCount{}, fmt.Errorf("%w: neither ue nor ce", ErrMalformed)
+	}
+	return c, nil
+}
+
+// parseList parses available_compute_partition / available_memory_partition
+// ("SPX, DPX, QPX, CPX"). amdgpu_gfx.c
+// (amdgpu_gfx_get_available_compute_partition) prints "Not supported" for a
+// GPU without partition modes: an absent reading.
+func parseList(b []byte) ([]string, bool, error) {
+	s := string(bytes.TrimSpace(b))
+	if s == "Not supported" {
+		return nil, false, nil
+	}
+	if s == "" {
+		return nil, false, fmt.Errorf("%w: empty", ErrMalformed)
+	}
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if !isModeName(f) {
+			return nil, false, fmt.Errorf("%w: %q is not a mode name", ErrMalformed, truncate(f))
+		}
+		out = append(out, f)
+	}
+	return out, true, nil
+}
+
+// parseMode parses current_compute_partition ("CPX") or
+// current_memory_partition ("NPS1"). The driver prints "UNKNOWN" for a mode
+// it cannot query (amdgpu_gfx.c, amdgpu_gfx_compute_mode_desc): absent.
+func parseMode(b []byte) (string, bool, error) {
+	s := string(bytes.TrimSpace(b))
+	if s == "UNKNOWN" {
+		return "", false, nil
+	}
+	if !isModeName(s) {
+		return "", false, fmt.Errorf("%w: %q is not a mode name", ErrMalformed, truncate(s))
+	}
+	return s, true, nil
+}
+
+func isModeName(s string) bool {
+	if s == "" || len(s) > 16 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate keeps error messages short when a file is garbage.
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

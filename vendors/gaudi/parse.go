@@ -1,0 +1,174 @@
+package gaudi
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+)
+
+// maxDevices bounds the rows accepted from one run. A Gaudi node holds 8
+// devices; thousands of rows mean the output is not what was asked for.
+const maxDevices = 1024
+
+// notAvailable is what hl-smi prints for a reading the device or driver
+// does not give (the and the manual's "N/A").
+const notAvailable = "N/A"
+
+// Parse reads the output of hl-smi --query-aip=<fields> --format=csv[,noheader],nounits.
+// fields is the list that was asked for, in order; header says whether the
+// output begins with hl-smi's header line.
+//
+// With a header, columns are matched by the names in it, so a reordered
+// output is read correctly, and a column that was not asked for, one that is
+// missing or a unit other than the documented one is refused. Without a
+// header only the count of columns can be checked: a row wider or narrower
+// than the field list is refused, a reordering cannot be seen. That is why
+// the Runner asks for the header unless told otherwise.
+func Parse(out []byte, fields []string, header bool) ([]Device, error) {
+	if !utf8.Valid(out) {
+		return nil, &Error{Reason: ReasonNonUTF8, Detail: excerpt(out)}
+	}
+	r := csv.NewReader(bytes.NewReader(out))
+	r.FieldsPerRecord = -1
+	r.TrimLeadingSpace = true
+
+	columns := fields
+	if header {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{Reason: ReasonMalformed, Detail: "no header line"}
+		}
+		if err != nil {
+			return nil, &Error{Reason: ReasonMalformed, Detail: "header", Err: err}
+		}
+		if columns, err = headerColumns(rec, fields); err != nil {
+			return nil, err
+		}
+	} else if err := checkFieldList(fields); err != nil {
+		return nil, err
+	}
+
+	var devices []Device
+	seen := map[int]bool{}
+	for line := 1; ; line++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, &Error{Reason: ReasonMalformed, Err: err}
+		}
+		if len(devices) == maxDevices {
+			return nil, &Error{Reason: ReasonMalformed, Detail: fmt.Sprintf("more than %d rows", maxDevices)}
+		}
+		switch {
+		case len(rec) > len(columns):
+			return nil, &Error{Reason: ReasonExtraColumn, Detail: fmt.Sprintf("row %d has %d columns, want %d", line, len(rec), len(columns))}
+		case len(rec) < len(columns):
+			return nil, &Error{Reason: ReasonMissingColumn, Detail: fmt.Sprintf("row %d has %d columns, want %d", line, len(rec), len(columns))}
+		}
+		d, err := parseRow(rec, columns, line-1)
+		if err != nil {
+			return nil, err
+		}
+		if seen[d.Index] {
+			return nil, &Error{Reason: ReasonMalformed, Field: "index", Detail: fmt.Sprintf("index %d listed twice", d.Index)}
+		}
+		seen[d.Index] = true
+		devices = append(devices, d)
+	}
+	return devices, nil
+}
+
+// checkFieldList refuses a field list that names a field twice: its
+// columns could not be told apart.
+func checkFieldList(fields []string) error {
+	has := map[string]bool{}
+	for _, f := range fields {
+		if has[f] {
+			return &Error{Reason: ReasonMalformed, Field: f, Detail: "asked for twice"}
+		}
+		has[f] = true
+	}
+	return nil
+}
+
+// headerColumns maps the header's cells ("memory.used [MiB]") to field
+// names and checks them against the fields asked for.
+func headerColumns(rec []string, fields []string) ([]string, error) {
+	if err := checkFieldList(fields); err != nil {
+		return nil, err
+	}
+	asked := map[string]bool{}
+	for _, f := range fields {
+		asked[f] = true
+	}
+	columns := make([]string, 0, len(rec))
+	got := map[string]bool{}
+	for _, cell := range rec {
+		name, unit := splitHeader(cell)
+		if !asked[name] {
+			return nil, &Error{Reason: ReasonExtraColumn, Field: excerpt([]byte(name)), Detail: "not asked for"}
+		}
+		if got[name] {
+			return nil, &Error{Reason: ReasonMalformed, Field: name, Detail: "column listed twice"}
+		}
+		got[name] = true
+		if spec, ok := fieldSpecs[name]; ok && unit != "" && unit != spec.unit {
+			return nil, &Error{Reason: ReasonUnit, Field: name, Detail: fmt.Sprintf("unit %q, want %q", excerpt([]byte(unit)), spec.unit)}
+		}
+		columns = append(columns, name)
+	}
+	for _, f := range fields {
+		if !got[f] {
+			return nil, &Error{Reason: ReasonMissingColumn, Field: f}
+		}
+	}
+	return columns, nil
+}
+
+// splitHeader splits "memory.used [MiB]" into its name and unit.
+func splitHeader(cell string) (name, unit string) {
+	cell = strings.TrimSpace(cell)
+	if i := strings.LastIndexByte(cell, '['); i > 0 && strings.HasSuffix(cell, "]") {
+		return strings.TrimSpace(cell[:i]), cell[i+1 : len(cell)-1]
+	}
+	return cell, ""
+}
+
+// parseRow reads one device. Output without an index column (recorded by
+// others, or asked for without it) is numbered in row order: every recorded
+// output with the column lists it in that order (fixtures/gaudi/real), and
+// there is no other identity to go by.
+func parseRow(rec []string, columns []string, row int) (Device, error) {
+	d := Device{Index: row}
+	for i, name := range columns {
+		spec, known := fieldSpecs[name]
+		if !known {
+			continue
+		}
+		v := strings.TrimSpace(rec[i])
+		if name == "index" {
+			if !spec.set(&d, v) {
+				return Device{}, &Error{Reason: ReasonMalformed, Field: name, Detail: excerpt([]byte(v))}
+			}
+			continue
+		}
+		if v == notAvailable {
+			continue
+		}
+		// Without nounits hl-smi prints "672 MiB"; accept the documented
+		// unit after a value so that either format reads the same.
+		if spec.unit != "" {
+			v = strings.TrimSpace(strings.TrimSuffix(v, spec.unit))
+		}
+		if !spec.set(&d, v) {
+			d.Problems = append(d.Problems, &Error{Reason: ReasonBadValue, Field: name, Detail: excerpt([]byte(rec[i]))})
+		}
+	}
+	return d, nil
+}

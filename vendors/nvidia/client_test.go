@@ -1,0 +1,172 @@
+package nvidia
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+func mustScenario(t *testing.T, y string) *demo.Scenario {
+	t.Helper()
+	s, err := demo.Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Two reads at once (an HA pair of Prometheus servers, or /devices during a
+// scrape) share the device's read in flight: neither reports a healthy GPU
+// down.
+func TestConcurrentReadsShareTheDeviceRead(t *testing.T) {
+	s := mustScenario(t, `
+devices:
+  - {model: X, memory_total: 1GiB, metrics: {power: 100}, faults: {hang: [power], hang_for: 300ms}}
+  - {model: X, memory_total: 1GiB, metrics: {power: 100}}
+`)
+	c := New(s.NVML(time.Now(), time.Now))
+	var wg sync.WaitGroup
+	nodes := make([]Node, 2)
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var err error
+			if nodes[i], err = c.Read(ctx, i == 0); err != nil {
+				t.Error(err)
+			}
+		}()
+		time.Sleep(50 * time.Millisecond) // the second starts while the first reads GPU 0
+	}
+	wg.Wait()
+	for i, n := range nodes {
+		for _, d := range n.Devices {
+			if !d.Up {
+				t.Errorf("read %d: GPU %d down (%q) though it answered", i, d.Index, d.Down)
+			}
+		}
+	}
+}
+
+// A read still running past the deadline of the read that started it is
+// stuck in the driver: later reads report the device down at once rather
+// than wait on it, and the other devices are read as usual.
+func TestStuckReadIsNotWaitedOn(t *testing.T) {
+	s := mustScenario(t, `
+devices:
+  - {model: X, memory_total: 1GiB, metrics: {power: 100}, faults: {hang: [power], hang_for: 2s}}
+  - {model: X, memory_total: 1GiB, metrics: {power: 100}}
+`)
+	c := New(s.NVML(time.Now(), time.Now))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	n, _ := c.Read(ctx, true)
+	if n.Devices[0].Up || n.Devices[0].Down != "timeout" || !n.Devices[1].Up {
+		t.Fatalf("first read: %+v", n.Devices)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	start := time.Now()
+	n, _ = c.Read(ctx2, true)
+	if n.Devices[0].Down != "previous query still running" || !n.Devices[1].Up || time.Since(start) > time.Second {
+		t.Errorf("second read after %v: %+v", time.Since(start), n.Devices)
+	}
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// Only reads that say they are a scrape's move the window on: a read for
+// /devices in between leaves the next scrape's window whole.
+func TestOnlyScrapesAdvanceTheWindow(t *testing.T) {
+	// One process at full load for the first 5 s of every 10 s.
+	s := mustScenario(t, `
+devices:
+  - model: X
+    memory_total: 1GiB
+    processes:
+      - {pid: 7, utilization: 1, duty: {period: 10s, busy: 5s}}
+`)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := &clock{t: start.Add(100 * time.Second)}
+	c := New(s.NVML(start, clk.now))
+	read := func(advance bool) Device {
+		t.Helper()
+		n, err := c.Read(context.Background(), advance)
+		if err != nil || !n.Devices[0].Up {
+			t.Fatalf("read: %v %+v", err, n.Devices)
+		}
+		return n.Devices[0]
+	}
+	read(true) // the previous scrape, at 100 s
+	clk.set(start.Add(105 * time.Second))
+	// /devices at 105 s: the periods (100,101] … (104,105]. In the middle
+	// of each, t − boot is 100.5 … 104.5 and (t − boot) mod 10 < 5: busy in
+	// all five → 5/5 = 1.
+	if d := read(false); !near(d.Utilization.Value, 1) {
+		t.Errorf("/devices at 105 s: utilization %v, want 5/5", d.Utilization.Value)
+	}
+	clk.set(start.Add(110 * time.Second))
+	// The scrape at 110 s covers (100, 110]: busy in the five periods up to
+	// 105 s, idle in the five after (middles 105.5 … 109.5) → 5/10 = 0.5.
+	// Had /devices moved the window to 105 s, it would read 0/5 = 0.
+	d := read(true)
+	if !near(d.Utilization.Value, 0.5) {
+		t.Errorf("scrape at 110 s: utilization %v, want 5/10", d.Utilization.Value)
+	}
+	if p := d.Processes[0].SMUtilization; !p.OK || !near(p.Value, 0.5) {
+		t.Errorf("process: %+v, want 5/10", p)
+	}
+	// A second scrape half a second later: no driver period has ended since,
+	// so the window of the scrape at 110 s is reported again (5/10), not the
+	// newest period alone (idle: 0).
+	clk.set(start.Add(110*time.Second + 500*time.Millisecond))
+	d = read(true)
+	if !near(d.Utilization.Value, 0.5) || !near(d.Processes[0].SMUtilization.Value, 0.5) {
+		t.Errorf("scrape at 110.5 s: utilization %v, process %+v; want the last window's 5/10", d.Utilization.Value, d.Processes[0].SMUtilization)
+	}
+}
+
+// Shutdown while a device read is stuck in the driver leaves that read's
+// state to the read itself, which releases it when it returns (run with
+// -race: nothing is swept while the read still writes).
+func TestShutdownWithAStuckRead(t *testing.T) {
+	s := mustScenario(t, `
+devices:
+  - {model: X, memory_total: 1GiB, metrics: {power: 100, sm_active: 0.5}, faults: {hang: [power], hang_for: 300ms}}
+`)
+	c := New(s.NVML(time.Now(), time.Now))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if n, _ := c.Read(ctx, true); n.Devices[0].Up {
+		t.Fatal("the hung device answered")
+	}
+	c.Shutdown()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		_, kept := c.gpm[0]
+		busy := c.inflight[0] != nil
+		c.mu.Unlock()
+		if !busy {
+			if kept {
+				t.Error("the stuck read's GPM state outlived it after Shutdown")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stuck read never returned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,207 @@
+package nvidia
+
+import (
+	"cmp"
+	"encoding/binary"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// The utilization window: what one read's device and per-process
+// utilization cover.
+//
+// nvml.h, nvmlDeviceGetSamples: "Gets recent samples for the GPU. [...]
+// lastSeenTimeStamp represents CPU timestamp in microseconds. [...] Set
+// lastSeenTimeStamp to one of the timeStamps retrieved from the date of the
+// previous query to get more recent samples." With NVML_GPU_UTILIZATION_SAMPLES
+// each sample is the percent of one driver sample period during which a kernel
+// ran (nvmlUtilization_t: "Percent of time over the past sample period during
+// which one or more kernels was executing on the GPU"), so a sample at t_k
+// covers (t_{k-1}, t_k].
+//
+// nvml.h, nvmlDeviceGetProcessUtilization: "One utilization sample structure
+// is returned per process running, that had some non-zero utilization during
+// the last sample period. It includes the CPU timestamp at which the samples
+// were recorded. [...] If no valid sample entries are found since the
+// lastSeenTimeStamp, NVML_ERROR_NOT_FOUND is returned." So an entry speaks
+// for the one sample period its timestamp ends, and a process without an
+// entry for a period used the GPU 0% of it. Drivers keep several periods in
+// their buffer and then return several entries for one PID, one per period;
+// entries are therefore placed in the device's periods and weighted by their
+// length, never averaged as if each covered the whole window.
+//
+// The window is every device sample period after the previous committed read
+// (the previous scrape) up to the newest device sample, as far back as the
+// driver's buffer reaches. Device and process values are taken over exactly
+// that window, so an owner's part of the device is the split of one stated
+// period.
+
+// window is the result of one read's samples.
+type window struct {
+	// end is the newest device sample's timestamp: the next read asks for
+	// samples after it.
+	end uint64
+	// length is the time the periods cover, in µs.
+	length uint64
+	// device is the time-weighted mean utilization over the window (0..1).
+	device float64
+	// procs holds the time-weighted mean of each process's samples over the
+	// window, 0 for every period it had no entry in. PIDs without any entry
+	// are absent: the caller knows which processes ran and gives them 0.
+	// It is nil when the processes' samples were not read.
+	procs map[uint32]procWindow
+}
+
+type procWindow struct{ sm, mem, enc, dec float64 }
+
+// period is one driver sample period: its end and length in µs, and the
+// device's utilization in percent. Busy time is summed as percent × µs in
+// integers, so that a mean is one exact division whatever the number of
+// periods.
+type period struct {
+	end, length uint64
+	percent     uint64
+}
+
+// point is one device utilization sample.
+type point struct {
+	ts      uint64
+	percent uint64
+}
+
+// devicePeriods turns NVML's device utilization samples (in no promised
+// order) into consecutive periods after prev. The first sample's period
+// starts at prev; when prev is 0 (the first read) or the driver's buffer no
+// longer reaches back to prev, the start of the first sample's period is not
+// known, so that sample only marks where the window begins.
+func devicePeriods(prev uint64, typ nvml.ValueType, samples []nvml.Sample) []period {
+	points := make([]point, 0, len(samples))
+	for _, s := range samples {
+		if s.TimeStamp <= prev {
+			continue
+		}
+		v, ok := sampleValue(typ, s.SampleValue)
+		if !ok {
+			return nil
+		}
+		points = append(points, point{s.TimeStamp, uint64(math.Round(math.Min(math.Max(v, 0), 100)))})
+	}
+	slices.SortFunc(points, func(a, b point) int { return cmp.Compare(a.ts, b.ts) })
+	points = slices.CompactFunc(points, func(a, b point) bool { return a.ts == b.ts })
+	if len(points) == 0 {
+		return nil
+	}
+	start := prev
+	if prev == 0 || !reachesBack(prev, points) {
+		start = points[0].ts
+		points = points[1:]
+	}
+	out := make([]period, 0, len(points))
+	for _, p := range points {
+		out = append(out, period{end: p.ts, length: p.ts - start, percent: p.percent})
+		start = p.ts
+	}
+	return out
+}
+
+// reachesBack says whether the gap between the previous read and the oldest
+// sample is one sample period, not a stretch the driver's buffer has dropped.
+// The driver's period is taken as the longest gap between the samples
+// returned; with a single sample there is nothing to compare and the gap is
+// taken as its period.
+func reachesBack(prev uint64, points []point) bool {
+	if len(points) < 2 {
+		return true
+	}
+	var longest uint64
+	for i := 1; i < len(points); i++ {
+		longest = max(longest, points[i].ts-points[i-1].ts)
+	}
+	return points[0].ts-prev <= 2*longest
+}
+
+// newWindow places the per-process entries in the device's periods. Entries
+// outside the periods are left to the read they belong to: older ones were
+// counted before, newer ones (taken between the two calls) come next time.
+// Several entries for one PID in one period describe the same time: the
+// largest is kept rather than adding them up.
+func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window {
+	w := window{}
+	if entries != nil {
+		w.procs = map[uint32]procWindow{}
+	}
+	if len(periods) == 0 {
+		return w
+	}
+	w.end = periods[len(periods)-1].end
+	var busy uint64
+	for _, p := range periods {
+		w.length += p.length
+		busy += p.percent * p.length
+	}
+	if w.length == 0 {
+		return w
+	}
+	whole := 100 * float64(w.length)
+	w.device = float64(busy) / whole
+	type key struct {
+		pid    uint32
+		period int
+	}
+	type peak struct{ sm, mem, enc, dec uint64 }
+	peaks := map[key]peak{}
+	first := periods[0].end - periods[0].length
+	for _, e := range entries {
+		if e.TimeStamp <= first || e.TimeStamp > w.end {
+			continue
+		}
+		k := sort.Search(len(periods), func(i int) bool { return periods[i].end >= e.TimeStamp })
+		id := key{e.Pid, k}
+		p := peaks[id]
+		p.sm = max(p.sm, uint64(min(e.SmUtil, 100)))
+		p.mem = max(p.mem, uint64(min(e.MemUtil, 100)))
+		p.enc = max(p.enc, uint64(min(e.EncUtil, 100)))
+		p.dec = max(p.dec, uint64(min(e.DecUtil, 100)))
+		peaks[id] = p
+	}
+	busyOf := map[uint32]peak{}
+	for id, p := range peaks {
+		l := periods[id.period].length
+		b := busyOf[id.pid]
+		b.sm += p.sm * l
+		b.mem += p.mem * l
+		b.enc += p.enc * l
+		b.dec += p.dec * l
+		busyOf[id.pid] = b
+	}
+	for pid, b := range busyOf {
+		w.procs[pid] = procWindow{
+			sm: float64(b.sm) / whole, mem: float64(b.mem) / whole,
+			enc: float64(b.enc) / whole, dec: float64(b.dec) / whole,
+		}
+	}
+	return w
+}
+
+// sampleValue decodes an nvmlValue_t union of the type NVML said it holds.
+func sampleValue(typ nvml.ValueType, b [8]byte) (float64, bool) {
+	u64 := binary.LittleEndian.Uint64(b[:])
+	switch typ {
+	case nvml.VALUE_TYPE_DOUBLE:
+		return math.Float64frombits(u64), true
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return float64(uint32(u64)), true
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+		return float64(u64), true
+	case nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		return float64(int64(u64)), true
+	case nvml.VALUE_TYPE_SIGNED_INT:
+		return float64(int32(uint32(u64))), true
+	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
+		return float64(uint16(u64)), true
+	}
+	return 0, false
+}

@@ -1,0 +1,136 @@
+package nvidia
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+func utilSample(ts uint64, percent uint32) nvml.Sample {
+	s := nvml.Sample{TimeStamp: ts}
+	binary.LittleEndian.PutUint64(s.SampleValue[:], uint64(percent))
+	return s
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// Periods are rebuilt from device samples in any order, start after the
+// previous read, and drop the first sample when its start is unknown.
+func TestDevicePeriods(t *testing.T) {
+	// Samples of a 1 s driver period (µs), out of order as NVML may return them.
+	samples := []nvml.Sample{utilSample(3_000_000, 30), utilSample(1_000_000, 10), utilSample(2_000_000, 20), utilSample(2_000_000, 20)}
+	for _, tc := range []struct {
+		name string
+		prev uint64
+		want []period
+	}{
+		// First read: the 1 s sample only marks the start; two periods remain.
+		{"first read", 0, []period{{2_000_000, 1_000_000, 20}, {3_000_000, 1_000_000, 30}}},
+		// After a read at 0.5 s: the first period runs 0.5 s → 1 s.
+		{"after a read", 500_000, []period{{1_000_000, 500_000, 10}, {2_000_000, 1_000_000, 20}, {3_000_000, 1_000_000, 30}}},
+		// The previous read at 1 s: that sample was counted then.
+		{"sample already read", 1_000_000, []period{{2_000_000, 1_000_000, 20}, {3_000_000, 1_000_000, 30}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := devicePeriods(tc.prev, nvml.VALUE_TYPE_UNSIGNED_INT, samples)
+			if len(got) != len(tc.want) {
+				t.Fatalf("periods %v, want %v", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("period %d = %+v, want %+v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+
+	// The driver's buffer no longer reaches back to a read 60 s ago: the
+	// longest gap between samples is 1 s, so a 58 s gap before the oldest is
+	// a stretch the buffer dropped, not one period; the oldest sample only
+	// marks the start.
+	got := devicePeriods(1, nvml.VALUE_TYPE_UNSIGNED_INT, []nvml.Sample{utilSample(59_000_001, 50), utilSample(60_000_001, 70), utilSample(61_000_001, 90)})
+	if len(got) != 2 || got[0].length != 1_000_000 || got[0].percent != 70 {
+		t.Errorf("after a gap: %+v, want two 1 s periods from 59 s", got)
+	}
+	if devicePeriods(0, nvml.ValueType(99), samples) != nil {
+		t.Error("a value type NVML did not define must give no periods, not a guess")
+	}
+}
+
+func entry(pid uint32, ts uint64, sm uint32) nvml.ProcessUtilizationSample {
+	return nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: ts, SmUtil: sm, MemUtil: sm / 2}
+}
+
+// The split of one window: device and process values over the same periods,
+// each entry weighted by the length of the period it ends.
+func TestWindowSplitByTime(t *testing.T) {
+	// Four periods after a read at 1 s: (1,2], (2,3] and (3,4] seconds,
+	// and a half one, (4, 4.5], to check that entries are weighted by their
+	// own period's length.
+	periods := []period{
+		{end: 2_000_000, length: 1_000_000, percent: 90},
+		{end: 3_000_000, length: 1_000_000, percent: 90},
+		{end: 4_000_000, length: 1_000_000, percent: 30},
+		{end: 4_500_000, length: 500_000, percent: 0},
+	}
+	entries := []nvml.ProcessUtilizationSample{
+		entry(10, 3_000_000, 60), entry(10, 2_000_000, 60), // busy in two periods, idle in the last two
+		entry(11, 2_000_000, 30), entry(11, 3_000_000, 30), entry(11, 4_000_000, 30),
+		entry(11, 4_000_000, 10), // a second entry for the same PID and period: the same time, not more
+		entry(12, 1_000_000, 99), // belongs to the previous window
+		entry(13, 5_000_000, 99), // taken after the newest device sample: next window
+	}
+	w := newWindow(periods, entries)
+	// Window: 1 + 1 + 1 + 0.5 = 3.5 s.
+	if w.length != 3_500_000 || w.end != 4_500_000 {
+		t.Fatalf("window %d µs ending %d, want 3.5 s ending at 4.5 s", w.length, w.end)
+	}
+	// Device: (0.9·1 + 0.9·1 + 0.3·1 + 0·0.5) / 3.5 = 2.1 / 3.5 = 0.6.
+	if !near(w.device, 0.6) {
+		t.Errorf("device %v, want 2.1/3.5 = 0.6", w.device)
+	}
+	// PID 10: 0.6·1 + 0.6·1 = 1.2 busy seconds of 3.5 → 0.342857…; the old
+	// average of its entries (0.6) ignored the 1.5 s it was idle.
+	if got := w.procs[10].sm; !near(got, 1.2/3.5) {
+		t.Errorf("pid 10 sm %v, want 1.2/3.5", got)
+	}
+	// PID 11: 0.3 in each of three 1 s periods (the duplicate adds nothing)
+	// → 0.9 / 3.5; its memory samples are half: 0.45 / 3.5.
+	if got := w.procs[11]; !near(got.sm, 0.9/3.5) || !near(got.mem, 0.45/3.5) {
+		t.Errorf("pid 11 %+v, want sm 0.9/3.5 and mem 0.45/3.5", got)
+	}
+	for _, pid := range []uint32{12, 13} {
+		if _, ok := w.procs[pid]; ok {
+			t.Errorf("pid %d's entry is outside the window but was counted", pid)
+		}
+	}
+}
+
+// A process busy 14 s of a 15 s scrape interval and idle at the scrape keeps
+// its 14 s: NVML's entries for its busy periods are still in the window.
+func TestWindowBusyEarlierIdleNow(t *testing.T) {
+	var periods []period
+	var entries []nvml.ProcessUtilizationSample
+	for k := uint64(1); k <= 15; k++ {
+		end := k * 1_000_000
+		percent := uint64(80 + 10) // pid 1 at 80% plus pid 2 at 10%
+		if k == 15 {
+			percent = 10 // pid 1 idle in the last period: no entry for it
+		} else {
+			entries = append(entries, entry(1, end, 80))
+		}
+		entries = append(entries, entry(2, end, 10))
+		periods = append(periods, period{end: end, length: 1_000_000, percent: percent})
+	}
+	w := newWindow(periods, entries)
+	// pid 1: 14 periods × 0.8 / 15 = 11.2/15 = 0.74666…
+	if got := w.procs[1].sm; !near(got, 11.2/15) {
+		t.Errorf("pid 1 sm %v, want 11.2/15", got)
+	}
+	// device: (14 × 0.9 + 0.1) / 15 = 12.7/15
+	if !near(w.device, 12.7/15) {
+		t.Errorf("device %v, want 12.7/15", w.device)
+	}
+}
