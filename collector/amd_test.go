@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 )
 
