@@ -46,10 +46,10 @@ type rasKey struct{ block, typ string }
 // the driver gives nothing that says it reloaded.
 //
 // Increases wait until the next scrape that serves the device, and are
-// credited to the owner the device has in that scrape's snapshot (all of
-// a scrape's collectors see one snapshot, and one of them drains them, so
-// coalesced scrapes count them once). Reads for /devices and Xid owner
-// look-ups move the baseline too; their increases wait the same way.
+// credited to the owner the device has in that scrape's snapshot; the
+// first Update to serve them drains them, so a coalesced scrape served
+// from the same snapshot counts nothing twice. Reads for /devices and Xid
+// owner look-ups move the baseline too; their increases wait the same way.
 type amdRAS struct {
 	base    map[string]map[rasKey]uint64  // GPU uuid → last count seen
 	pending map[string]map[rasKey]float64 // GPU uuid → increases not yet served
