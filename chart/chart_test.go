@@ -346,9 +346,10 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 		t.Errorf("DaemonSet %s: privileged", ds.Name)
 	case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL"):
 		t.Errorf("DaemonSet %s: capabilities %+v, want all dropped", ds.Name, sc.Capabilities)
-	case len(sc.Capabilities.Add) > 0 && !(strings.HasSuffix(ds.Name, "-gaudi") && slices.Equal(sc.Capabilities.Add, []corev1.Capability{"SYS_PTRACE"})):
-		// The Gaudi exporter alone may read other processes' descriptors:
-		// hl-smi lists no processes.
+	case len(sc.Capabilities.Add) > 0 && !((strings.HasSuffix(ds.Name, "-gaudi") || strings.HasSuffix(ds.Name, "-amd")) && slices.Equal(sc.Capabilities.Add, []corev1.Capability{"SYS_PTRACE"})):
+		// The Gaudi and AMD exporters alone may read other processes'
+		// descriptors (hl-smi lists no processes; AMD's per-process usage
+		// is in their DRM fdinfo); NVML lists processes itself.
 		t.Errorf("DaemonSet %s: capabilities %v added", ds.Name, sc.Capabilities.Add)
 	}
 	for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
@@ -925,6 +926,41 @@ func TestAMDOnlyProfile(t *testing.T) {
 	if len(keys) != 2 || keys[0].MatchExpressions[0].Key != "feature.node.kubernetes.io/amd-gpu" {
 		t.Errorf("node affinity %+v", keys)
 	}
+	// Least privilege as values.yaml documents it: every host path
+	// read-only, no device node (the collector opens none), ptrace alone
+	// for other processes' fdinfo. No GPU is requested: checked for every
+	// profile (acceleratorResource).
+	for _, m := range c.VolumeMounts {
+		if !m.ReadOnly {
+			t.Errorf("mount %s at %s is writable", m.Name, m.MountPath)
+		}
+	}
+	for host := range hostPaths(pod) {
+		if strings.HasPrefix(host, "/dev") {
+			t.Errorf("device nodes %s mounted: the AMD collector opens none", host)
+		}
+	}
+	if caps := c.SecurityContext.Capabilities; caps == nil || !slices.Equal(caps.Add, []corev1.Capability{"SYS_PTRACE"}) || !slices.Contains(caps.Drop, "ALL") {
+		t.Errorf("capabilities %+v, want ALL dropped and SYS_PTRACE added", caps)
+	}
+	for _, tc := range []struct {
+		set  []string
+		want []corev1.Capability
+	}{
+		{[]string{"hostPID=false"}, nil},
+		{[]string{"amd.ptrace=false"}, nil},
+		{[]string{"amd.dacReadSearch=true"}, []corev1.Capability{"SYS_PTRACE", "DAC_READ_SEARCH"}},
+		{[]string{"amd.dacReadSearch=true", "hostPID=false"}, nil},
+	} {
+		args := []string{"--values", "ci/amd-only-values.yaml"}
+		for _, s := range tc.set {
+			args = append(args, "--set", s)
+		}
+		got := one[appsv1.DaemonSet](t, render(t, args...)).Spec.Template.Spec.Containers[0].SecurityContext.Capabilities.Add
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%v: capabilities %v added, want %v", tc.set, got, tc.want)
+		}
+	}
 }
 
 func TestGaudiOnlyProfile(t *testing.T) {
@@ -952,9 +988,13 @@ func TestGaudiOnlyProfile(t *testing.T) {
 		t.Errorf("capabilities %+v, want ALL dropped and SYS_PTRACE added", caps)
 	}
 	// Without the host PID namespace there are no processes to read.
-	noPID := one[appsv1.DaemonSet](t, render(t, "--values", "ci/gaudi-only-values.yaml", "--set", "hostPID=false"))
+	noPID := one[appsv1.DaemonSet](t, render(t, "--values", "ci/gaudi-only-values.yaml", "--set", "hostPID=false", "--set", "gaudi.dacReadSearch=true"))
 	if caps := noPID.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities; len(caps.Add) != 0 {
 		t.Errorf("without hostPID: capabilities %v added", caps.Add)
+	}
+	dac := one[appsv1.DaemonSet](t, render(t, "--values", "ci/gaudi-only-values.yaml", "--set", "gaudi.dacReadSearch=true"))
+	if caps := dac.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities; !slices.Equal(caps.Add, []corev1.Capability{"SYS_PTRACE", "DAC_READ_SEARCH"}) {
+		t.Errorf("gaudi.dacReadSearch: capabilities %v added", caps.Add)
 	}
 }
 

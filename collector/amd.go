@@ -70,6 +70,7 @@ type amdCollector struct {
 	state    string                 // logged on change only
 	down     map[string]string      // card → why it is down, logged on change
 	driver   amd.Opt[string]
+	ras      amdRAS
 }
 
 type amdIdentity struct {
@@ -105,6 +106,7 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		known:    map[string]amdIdentity{},
 		errs:     map[string]float64{},
 		down:     map[string]string{},
+		ras:      newAMDRAS(),
 	}, nil
 }
 
@@ -150,6 +152,11 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 		c.countReadErrors(ad.Errors)
 		d := c.device(card, index, ad)
 		devs = append(devs, d)
+		if d.UUID != "" {
+			c.mu.Lock()
+			c.ras.observe(d.UUID, ad.RAS)
+			c.mu.Unlock()
+		}
 		if !ad.Down {
 			gpus = append(gpus, *ad)
 			byPCI[ad.PCIBusID] = d
@@ -567,6 +574,13 @@ func (c *amdCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prome
 		e.emit(amdReadErrors, labels{names: []string{"file"}, values: []string{file}}, v)
 	}
 	driver := c.driver
+	now := c.now()
+	for _, d := range snap.Devices {
+		if data, ok := d.vendorData.(*amdData); ok && data.partition < 0 && d.UUID != "" {
+			c.ras.serve(d, now)
+		}
+	}
+	c.ras.emit(e)
 	c.mu.Unlock()
 	for _, d := range snap.Devices {
 		var data *amdData

@@ -2,8 +2,6 @@ package collector
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -14,11 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
-
 	"github.com/xpu-exporter/xpu_exporter/attribution"
-	"github.com/xpu-exporter/xpu_exporter/demo"
 )
 
 // amdTree is a minimal amdgpu node written by hand: one GPU at
@@ -372,39 +366,6 @@ func TestAMDScenarioOracles(t *testing.T) {
 	check("xpu_utilization_ratio", 0, `gpu="3"`)
 	check("xpu_power_watts", 140, `gpu="3"`)
 	golden(t, "amd-scenario", out)
-}
-
-// BenchmarkAMDScrape measures one full scrape of an 8-GPU MI300X node
-// served through the demo's sysfs and fdinfo: eight parallel sysfs reads,
-// the render-node holder scan, sixteen fdinfo clients and attribution.
-func BenchmarkAMDScrape(b *testing.B) {
-	var y strings.Builder
-	y.WriteString("node: bench-mi300x\ndefaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}\ndevices:\n")
-	for i := 0; i < 8; i++ {
-		fmt.Fprintf(&y, "  - processes: [{pid: %d, unit: a.service, memory_used: 8GiB, utilization: 0.4}, {pid: %d, unit: b.service, memory_used: 4GiB, utilization: 0.2}]\n", 5000+2*i, 5001+2*i)
-	}
-	s, err := demo.Parse([]byte(y.String()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, _ := newAttributedExporterSim(b, s)
-	enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
-	b.ReportAllocs()
-	for b.Loop() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(e.Bind(ctx))
-		mfs, err := reg.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
-		}
-		cancel()
-	}
 }
 
 // TestAMDNoDeviceLogsOnce: a node without amdgpu (no class/drm, or only

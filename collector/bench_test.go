@@ -2,7 +2,9 @@ package collector
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +28,23 @@ func BenchmarkScrapeGaudi(b *testing.B) {
 	s := loadScenario(b, "gaudi")
 	gaudiTable(b, s)
 	benchmarkScrape(b, newAttributedExporterFor(b, s, func(c *Config) { c.HLSMIPath = selfPath(b) }))
+}
+
+// BenchmarkScrapeAMD measures one full scrape of an 8-GPU MI300X node
+// served through the demo's sysfs and fdinfo, attributed: eight parallel
+// sysfs reads with their gpu_metrics tables, the render-node holder scan,
+// sixteen fdinfo clients and the owners of their processes.
+func BenchmarkScrapeAMD(b *testing.B) {
+	var y strings.Builder
+	y.WriteString("node: bench-mi300x\ndefaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}\ndevices:\n")
+	for i := range 8 {
+		fmt.Fprintf(&y, "  - processes: [{pid: %d, unit: a.service, memory_used: 8GiB, utilization: 0.4}, {pid: %d, unit: b.service, memory_used: 4GiB, utilization: 0.2}]\n", 5000+2*i, 5001+2*i)
+	}
+	s, err := demo.Parse([]byte(y.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchmarkScrape(b, newAttributedExporterFor(b, s))
 }
 
 func benchmarkScrape(b *testing.B, e *Exporter) {

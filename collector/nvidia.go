@@ -116,6 +116,15 @@ func (c *nvidiaCollector) background(ctx context.Context, snapshot func(context.
 func (c *nvidiaCollector) readDevices(ctx context.Context, advance bool) ([]*Device, error) {
 	node, err := c.client.Read(ctx, advance)
 	c.logChange(err)
+	if errors.Is(err, nvidia.ErrNoDriver) {
+		// No NVML library: a node without NVIDIA GPUs, such as the AMD or
+		// Gaudi nodes of a mixed fleet running one DaemonSet. That is not a
+		// failing collector, as an AMD node without amdgpu is not for the
+		// amd collector; logChange says it once. A library that loads but
+		// fails to initialise (a driver not loaded, a version mismatch) is
+		// a broken driver and fails the collector.
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

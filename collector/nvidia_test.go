@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
@@ -255,15 +257,58 @@ func TestNvidiaHangingCallMissesDeadline(t *testing.T) {
 	}
 }
 
+// TestNvidiaNoDriver: without the NVML library (an AMD or Gaudi node) the
+// collector serves no device and succeeds, saying so once; a library that
+// loads but fails to initialise is a broken driver and fails it.
 func TestNvidiaNoDriver(t *testing.T) {
-	out := scrapeText(t, newTestExporter(t, loadScenario(t, "no-driver"), map[string]bool{"nvidia": true}), time.Second)
-	if !strings.Contains(out, `xpu_scrape_collector_success{collector="nvidia"} 0`) {
-		t.Errorf("no driver must fail the nvidia collector:\n%s", out)
-	}
-	if n := seriesCount(out, "xpu_device_up"); n != 0 {
-		t.Errorf("no driver, yet %d devices", n)
+	for _, c := range []struct {
+		name    string
+		init    nvml.Return
+		success string
+		log     string
+	}{
+		{"no library", nvml.ERROR_LIBRARY_NOT_FOUND, "1", "has no driver to talk to"},
+		{"driver not loaded", nvml.ERROR_DRIVER_NOT_LOADED, "0", "NVIDIA collector failed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			states := map[string]bool{}
+			for name := range factories {
+				states[name] = name == "nvidia"
+			}
+			if err := Enable(states); err != nil {
+				t.Fatal(err)
+			}
+			var logs lockedBuffer
+			now := func() time.Time { return testNow }
+			lib := initFails{Interface: loadScenario(t, "no-driver").NVML(testStart, now), ret: c.init}
+			e, err := New(Config{NVML: lib, Now: now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(e.Close)
+			for range 2 {
+				out := scrapeText(t, e, time.Second)
+				if !strings.Contains(out, `xpu_scrape_collector_success{collector="nvidia"} `+c.success+"\n") {
+					t.Errorf("want the nvidia collector's success %s:\n%s", c.success, out)
+				}
+				if n := seriesCount(out, "xpu_device_up"); n != 0 {
+					t.Errorf("no driver, yet %d devices", n)
+				}
+			}
+			if n := strings.Count(logs.String(), c.log); n != 1 {
+				t.Errorf("%q logged %d times over two scrapes, want once:\n%s", c.log, n, logs.String())
+			}
+		})
 	}
 }
+
+// initFails is an NVML whose Init answers ret.
+type initFails struct {
+	nvml.Interface
+	ret nvml.Return
+}
+
+func (l initFails) Init() nvml.Return { return l.ret }
 
 func TestConcurrentScrapesShareOneSnapshot(t *testing.T) {
 	e := newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true})

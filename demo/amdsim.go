@@ -36,6 +36,23 @@ const amdXCCs = 8
 
 func (d *DeviceSpec) isAMD() bool { return d.Vendor == VendorAMD }
 
+// amdOnlyKeys are readings only a simulated AMD GPU takes.
+var amdOnlyKeys = map[string]string{
+	// driver_reloads counts amdgpu reloads (a counter): each time it
+	// passes a whole number, the driver is reloaded and its RAS counts
+	// start again from 0, as they live in the driver's RAS objects.
+	"driver_reloads": "count (counter)",
+}
+
+// amdRASKeys are the readings that fill ras/umc_err_count.
+var amdRASKeys = []string{"ecc_uncorrected", "ecc_corrected"}
+
+func init() {
+	for k, unit := range amdOnlyKeys {
+		MetricKeys[k] = unit
+	}
+}
+
 // amdDefaults fills what an AMD device lacks in the forms amdgpu gives:
 // unique_id as 16 hexadecimal digits, the PCI address in sysfs form.
 func (d *DeviceSpec) amdDefaults(node string, i int) {
@@ -60,7 +77,27 @@ func (d *DeviceSpec) validateVendor() []error {
 		if len(d.Partitions) > 0 {
 			errs = append(errs, errors.New("partitions: only AMD GPUs have compute partitions (vendor: amd); NVIDIA GPUs use mig"))
 		}
+		for _, k := range sortedKeys(d.Metrics) {
+			if _, ok := amdOnlyKeys[k]; ok {
+				errs = append(errs, fmt.Errorf("metrics.%s: only an AMD GPU (vendor: amd) has this reading", k))
+			}
+		}
 		return errs
+	}
+	// The simulated amdgpu answers no NVML call; of the faults, it takes
+	// the RAS file's: unsupported (no ras/umc_err_count, as on a part or
+	// firmware without UMC RAS) and errors (the driver's "Query currently
+	// inaccessible").
+	f := d.Faults
+	if f.Lost || len(f.Hang)+len(f.Panic)+len(f.FailingLinks) > 0 {
+		errs = append(errs, errors.New("faults: an AMD GPU takes only unsupported and errors, of "+strings.Join(amdRASKeys, " or ")))
+	}
+	for field, keys := range map[string][]string{"unsupported": f.Unsupported, "errors": f.Errors} {
+		for _, k := range keys {
+			if !slices.Contains(amdRASKeys, k) {
+				errs = append(errs, fmt.Errorf("faults.%s: %q; an AMD GPU's faults are its RAS file's, %s", field, k, strings.Join(amdRASKeys, " or ")))
+			}
+		}
 	}
 	if len(d.MIG) > 0 {
 		errs = append(errs, errors.New("mig: an AMD GPU has compute partitions (partitions), not MIG"))
@@ -115,8 +152,16 @@ type AMDSim struct {
 	// the process's utilization, so it is summed step by step.
 	engine map[uint32]float64
 	last   map[uint32]time.Time
+	// reload is, per GPU (scenario index), the driver load it is in and
+	// each RAS reading's value when that load began.
+	reload map[int]*amdLoad
 	stop   chan struct{}
 	done   chan struct{}
+}
+
+type amdLoad struct {
+	n    int
+	base map[string]float64
 }
 
 type amdGPU struct {
@@ -138,7 +183,7 @@ type amdPart struct {
 // the further partitions follow as amdgpu_xcp_<n> with the next cards and
 // render minors, numbered across the node as the amdxcp driver does.
 func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
-	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}}
+	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, reload: map[int]*amdLoad{}}
 	for i := range s.Devices {
 		if d := &s.Devices[i]; d.isAMD() {
 			a.gpus = append(a.gpus, amdGPU{spec: d, index: i})
@@ -294,7 +339,10 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	files["pp_dpm_sclk"] = fmt.Sprintf("0: 500Mhz\n1: %dMhz *\n2: 2100Mhz\n", sclk)
 	files["pp_dpm_mclk"] = fmt.Sprintf("0: 900Mhz\n1: %dMhz *\n", mclk)
 	files["ras/features"] = "feature mask: 0x00003fff\n"
-	files["ras/umc_err_count"] = fmt.Sprintf("ue: %d\nce: %d\nde: 0\n", int(m("ecc_uncorrected", 0)), int(m("ecc_corrected", 0)))
+	umc, umcFile := a.rasFile(g, m)
+	if umc != "" {
+		files[umcFile] = umc
+	}
 	files["ras/gfx_err_count"] = "ue: 0\nce: 0\n"
 	hw := "hwmon/hwmon" + fmt.Sprint(2+g.card)
 	junction := m("temperature", 35+util*45)
@@ -318,6 +366,11 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	var errs []error
 	for name, content := range files {
 		errs = append(errs, writeAtomic(filepath.Join(pciDir, name), content))
+	}
+	if umc == "" {
+		if err := os.Remove(filepath.Join(pciDir, umcFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	errs = append(errs,
 		writeAtomic(filepath.Join(pciDir, "drm", fmt.Sprintf("card%d", g.card), "dev"), fmt.Sprintf("226:%d\n", g.card)),
@@ -343,6 +396,41 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 		)
 	}
 	return errors.Join(errs...)
+}
+
+// rasFile is the content of ras/umc_err_count ("" when the file is
+// absent) and its name. The file prints the counts of the driver's UMC RAS
+// object (amdgpu_ras.c, amdgpu_ras_sysfs_read: "ue: %lu\nce: %lu\nde:
+// %lu\n" for UMC on kernels with deferred errors), which start at 0 when
+// the driver loads: after a reload (driver_reloads passing a whole number)
+// they count from the readings' values at that moment. While the driver
+// cannot query the block, it prints "Query currently inaccessible".
+func (a *AMDSim) rasFile(g amdGPU, m func(string, float64) float64) (content, name string) {
+	name = "ras/umc_err_count"
+	f := g.spec.Faults
+	if slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Unsupported, k) }) {
+		return "", name
+	}
+	if slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Errors, k) }) {
+		return "Query currently inaccessible\n", name
+	}
+	raw := map[string]float64{}
+	for _, k := range amdRASKeys {
+		raw[k] = m(k, 0)
+	}
+	n := int(m("driver_reloads", 0))
+	load := a.reload[g.index]
+	if load == nil || load.n != n {
+		base := map[string]float64{}
+		if load != nil {
+			// Reloaded since the last write: the counts restart here.
+			base = raw
+		}
+		load = &amdLoad{n: n, base: base}
+		a.reload[g.index] = load
+	}
+	count := func(k string) uint64 { return uint64(max(0, raw[k]-load.base[k])) }
+	return fmt.Sprintf("ue: %d\nce: %d\nde: 0\n", count("ecc_uncorrected"), count("ecc_corrected")), name
 }
 
 // writeClient writes the process's one DRM client, fd 5 on its render
@@ -464,6 +552,7 @@ func (a *AMDSim) Reset(start time.Time) {
 	a.start = start
 	clear(a.engine)
 	clear(a.last)
+	clear(a.reload)
 }
 
 // Animate rewrites the files every interval, as the driver's values move,

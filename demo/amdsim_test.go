@@ -24,6 +24,9 @@ func TestAMDParseErrors(t *testing.T) {
 		{"NVML bus id form", "devices:\n  - " + dev + ", pci_bus_id: \"00000000:0C:00.0\"}\n", "is not in sysfs form"},
 		{"event on an AMD GPU", "devices:\n  - " + dev + "}\nevents:\n  - {device: 0, xid: 79}\n", "events[0].device: events are NVML's; device 0 is not an NVIDIA GPU"},
 		{"partition pid twice", "devices:\n  - " + dev + ", partitions: [{processes: [{pid: 7}]}, {processes: [{pid: 7}]}]}\n", "partitions[1].processes[0].pid: 7 listed twice"},
+		{"reloads on NVIDIA", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {driver_reloads: 1}}\n", "metrics.driver_reloads: only an AMD GPU"},
+		{"NVML fault on AMD", "devices:\n  - " + dev + ", faults: {lost: true}}\n", "faults: an AMD GPU takes only unsupported and errors"},
+		{"AMD fault off RAS", "devices:\n  - " + dev + ", faults: {unsupported: [power]}}\n", `faults.unsupported: "power"; an AMD GPU`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))
@@ -142,5 +145,60 @@ func TestMixedNodeNVMLSkipsAMD(t *testing.T) {
 	es := set.(*eventSet)
 	if es.devices[0] != nil || es.devices[1] == nil {
 		t.Errorf("event devices %v: want none for the AMD GPU at 0 and the NVIDIA GPU at 1", es.devices)
+	}
+}
+
+// TestAMDSimRASCounts reads the simulated ras/umc_err_count back with the
+// exporter's reader as it jumps, restarts at a driver reload, goes missing
+// and cannot be queried. The corrected count rises 1 per 10 s from 2
+// (start 2, rate 0.1) and the driver reloads once a minute (driver_reloads
+// rate 1/60):
+//
+//	t      raw ce  reloads  file says
+//	5 s    2.5     0.08     ce 2 (int of 2.5)
+//	35 s   5.5     0.58     ce 5: jumped by 3
+//	65 s   8.5     1.08     ce 0: reloaded, counts from 8.5
+//	95 s   11.5    1.58     ce 3: 11.5 - 8.5
+//	then unsupported: no file; errors: "Query currently inaccessible".
+func TestAMDSimRASCounts(t *testing.T) {
+	s, err := Parse([]byte("devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, metrics: {ecc_corrected: {start: 2, rate: 0.1}, driver_reloads: {start: 0, rate: 0.016666666666666666}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	sim := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start)
+	r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}
+	read := func(at time.Duration) amd.Device {
+		t.Helper()
+		if err := sim.WriteAt(start.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+		d := r.ReadDevice("card1")
+		if len(d.Errors) > 0 {
+			t.Fatalf("at %v: %v", at, d.Errors)
+		}
+		return d
+	}
+	for _, c := range []struct {
+		at time.Duration
+		ce uint64
+	}{{5 * time.Second, 2}, {35 * time.Second, 5}, {65 * time.Second, 0}, {95 * time.Second, 3}} {
+		umc, ok := read(c.at).RAS["umc"]
+		if !ok || umc.Correctable.Value != c.ce || umc.Uncorrectable.Value != 0 || !umc.Deferred.OK {
+			t.Errorf("at %v: umc %+v (present %v), want ce %d", c.at, umc, ok, c.ce)
+		}
+	}
+	s.Devices[0].Faults.Unsupported = []string{"ecc_corrected"}
+	if d := read(100 * time.Second); len(d.RAS) != 1 || d.RAS["gfx"].Correctable.Value != 0 {
+		t.Errorf("umc unsupported: RAS %+v, want the gfx block alone", d.RAS)
+	}
+	s.Devices[0].Faults.Unsupported, s.Devices[0].Faults.Errors = nil, []string{"ecc_corrected"}
+	if _, ok := read(105 * time.Second).RAS["umc"]; ok {
+		t.Error("umc inaccessible, yet read")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "sys", "devices", "pci0000:00", "0000:00:01.1", "0000:0c:00.0", "ras", "umc_err_count"))
+	if err != nil || string(b) != "Query currently inaccessible\n" {
+		t.Errorf("umc file %q, %v", b, err)
 	}
 }

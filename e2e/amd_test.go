@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +95,70 @@ func TestAMDRecordedTree(t *testing.T) {
 	}
 	if strings.Contains(out, "xpu_amd_read_errors_total") {
 		t.Errorf("read errors on the recorded tree:\n%s", out)
+	}
+}
+
+// TestAMDRASEventsEndToEnd: a pod's GPU whose corrected UMC errors rise
+// 20 per second in the demo's ras/umc_err_count. Each scrape credits the
+// pod with the increase since the previous read, so between two scrapes
+// the events grow exactly as much as the driver's own count:
+// events(2) - events(1) = errors(2) - errors(1), whatever the timing.
+func TestAMDRASEventsEndToEnd(t *testing.T) {
+	scenario := filepath.Join(t.TempDir(), "ras.yaml")
+	if err := os.WriteFile(scenario, []byte(`node: ras-node
+defaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}
+devices:
+  - pci_bus_id: "0000:0c:00.0"
+    metrics: {ecc_corrected: {start: 0, rate: 20}}
+    processes: [{pid: 3001, pod: ml/train, memory_used: 1GiB, utilization: 0.5}]
+kubernetes:
+  pods:
+    - {namespace: ml, name: train, uid: 3d000000-0000-4000-8000-0000000000a0, containers: [{name: main, devices: [{resource: amd.com/gpu, ids: ["0000:0c:00.0"]}]}]}
+  allocatable:
+    - {resource: amd.com/gpu, ids: ["0000:0c:00.0"]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, "--demo", "--demo.scenario="+scenario)
+	url := "http://" + e.addr + "/metrics"
+	// A series absent is 0: the first scrape may be the baseline read.
+	sum := func(out, family string, labels ...string) float64 {
+		total := 0.0
+		for _, line := range strings.Split(out, "\n") {
+			if !strings.HasPrefix(line, family+"{") {
+				continue
+			}
+			ok := true
+			for _, l := range labels {
+				ok = ok && strings.Contains(line, l)
+			}
+			if ok {
+				v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += v
+			}
+		}
+		return total
+	}
+	scrape := func() (events, errors float64) {
+		t.Helper()
+		code, out := get(t, http.DefaultClient, url)
+		if code != http.StatusOK {
+			t.Fatalf("status %d:\n%s", code, out)
+		}
+		promtoolCheck(t, out)
+		return sum(out, "xpu_amd_ras_events_total", `block="umc"`, `type="corrected"`, `pod="train"`),
+			sum(out, "xpu_amd_ras_errors_total", `block="umc"`, `type="corrected"`)
+	}
+	ev1, err1 := scrape()
+	ev2, err2 := ev1, err1
+	for i := 0; i < 40 && err2 <= err1; i++ {
+		time.Sleep(250 * time.Millisecond)
+		ev2, err2 = scrape()
+	}
+	if err2 <= err1 || ev2-ev1 != err2-err1 {
+		t.Errorf("errors %v → %v, events with the pod %v → %v: want the events to grow by the errors' increase", err1, err2, ev1, ev2)
 	}
 }

@@ -12,11 +12,13 @@
 package amd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"sync"
 	"syscall"
 )
 
@@ -62,13 +64,29 @@ const (
 // as node_exporter's hwmon collector does (sysReadFile): some drivers
 // return EAGAIN on a second read, where os.ReadFile would poll forever.
 // sysfs attributes produce their whole content on the first read.
+//
+// The buffer is reused and only what was read is copied out: a GPU has
+// some forty files of a few bytes each, and a fresh page-sized buffer per
+// file was most of what a scrape of an AMD node allocated.
 func readFile(path string, limit int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	buf := make([]byte, limit+1)
+	var buf []byte
+	switch {
+	case limit <= maxValueSize:
+		bp := valueBufs.Get().(*[]byte)
+		defer valueBufs.Put(bp)
+		buf = (*bp)[:limit+1]
+	case limit <= maxTableSize:
+		bp := tableBufs.Get().(*[]byte)
+		defer tableBufs.Put(bp)
+		buf = (*bp)[:limit+1]
+	default:
+		buf = make([]byte, limit+1)
+	}
 	n, err := f.Read(buf)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
@@ -76,8 +94,15 @@ func readFile(path string, limit int) ([]byte, error) {
 	if n > limit {
 		return nil, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, limit)
 	}
-	return buf[:n], nil
+	return bytes.Clone(buf[:n]), nil
 }
+
+// Buffers for readFile, one size per limit class: value files up to
+// maxValueSize, tables up to maxTableSize.
+var (
+	valueBufs = sync.Pool{New: func() any { b := make([]byte, maxValueSize+1); return &b }}
+	tableBufs = sync.Pool{New: func() any { b := make([]byte, maxTableSize+1); return &b }}
+)
 
 // absent reports whether err means the reading does not exist on this
 // device, kernel or firmware: the file is missing, or the driver says the

@@ -338,7 +338,7 @@ func (r Reader) readRAS(dr devReader) {
 			dr.fail("ras", fmt.Errorf("%w: more than %d blocks", ErrTooLarge, maxRASBlocks))
 			return
 		}
-		v := value(dr, filepath.Join("ras", name), parseRASCount)
+		v := optional(dr, filepath.Join("ras", name), parseRASCount)
 		if v.OK {
 			if dr.d.RAS == nil {
 				dr.d.RAS = map[string]RASCount{}

@@ -178,7 +178,25 @@ type RASCount struct {
 // line is below, [ce|ue]: count". Newer kernels add "de: count" for
 // deferred errors. Unknown keys are ignored so that a kernel adding one
 // does not lose the others; a repeated or unparsable line is malformed.
-func parseRASCount(b []byte) (RASCount, error) {
+//
+// While the driver cannot query the block (during a GPU reset, or once a
+// fatal RAS interrupt fired), amdgpu_ras_sysfs_read answers
+// "Query currently inaccessible" instead of counts: no reading now, not
+// a malformed file.
+func parseRASCount(b []byte) (RASCount, bool, error) {
+	if strings.TrimSpace(string(b)) == rasInaccessible {
+		return RASCount{}, false, nil
+	}
+	c, err := parseRASLines(b)
+	return c, err == nil, err
+}
+
+// rasInaccessible is amdgpu_ras_sysfs_read's answer while
+// amdgpu_ras_get_error_query_ready is false (older kernels: while
+// amdgpu_ras_intr_triggered).
+const rasInaccessible = "Query currently inaccessible"
+
+func parseRASLines(b []byte) (RASCount, error) {
 	var c RASCount
 	for _, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)

@@ -103,19 +103,21 @@ func TestParseRASCount(t *testing.T) {
 		name string
 		in   string
 		want RASCount
+		ok   bool
 		err  bool
 	}{
-		{"ue and ce", "ue: 1\nce: 5\n", RASCount{Uncorrectable: u(1), Correctable: u(5)}, false},
-		{"deferred", "ue: 0\nce: 2\nde: 0\n", RASCount{Uncorrectable: u(0), Correctable: u(2), Deferred: u(0)}, false},
-		{"unknown key kept out", "ue: 0\nce: 0\nxx: 9\n", RASCount{Uncorrectable: u(0), Correctable: u(0)}, false},
-		{"repeated", "ue: 1\nue: 2\n", RASCount{}, true},
-		{"negative", "ue: -1\nce: 0\n", RASCount{}, true},
-		{"empty", "", RASCount{}, true},
-		{"no colon", "ue 1\n", RASCount{}, true},
+		{"ue and ce", "ue: 1\nce: 5\n", RASCount{Uncorrectable: u(1), Correctable: u(5)}, true, false},
+		{"deferred", "ue: 0\nce: 2\nde: 0\n", RASCount{Uncorrectable: u(0), Correctable: u(2), Deferred: u(0)}, true, false},
+		{"unknown key kept out", "ue: 0\nce: 0\nxx: 9\n", RASCount{Uncorrectable: u(0), Correctable: u(0)}, true, false},
+		{"query not ready", "Query currently inaccessible\n", RASCount{}, false, false},
+		{"repeated", "ue: 1\nue: 2\n", RASCount{}, false, true},
+		{"negative", "ue: -1\nce: 0\n", RASCount{}, false, true},
+		{"empty", "", RASCount{}, false, true},
+		{"no colon", "ue 1\n", RASCount{}, false, true},
 	} {
-		got, err := parseRASCount([]byte(c.in))
-		if !reflect.DeepEqual(got, c.want) || (err != nil) != c.err {
-			t.Errorf("%s: got %+v, %v", c.name, got, err)
+		got, ok, err := parseRASCount([]byte(c.in))
+		if !reflect.DeepEqual(got, c.want) || ok != c.ok || (err != nil) != c.err {
+			t.Errorf("%s: got %+v, %v, %v", c.name, got, ok, err)
 		}
 	}
 }
@@ -189,7 +191,7 @@ func FuzzSysfsValues(f *testing.F) {
 		if v, ok, err := parseDPMCurrent(b); err == nil && ok && v < 0 {
 			t.Fatalf("clock %v", v)
 		}
-		if c, err := parseRASCount(b); err == nil && !c.Uncorrectable.OK && !c.Correctable.OK {
+		if c, ok, err := parseRASCount(b); err == nil && ok && !c.Uncorrectable.OK && !c.Correctable.OK {
 			t.Fatal("RAS count without ue or ce")
 		}
 		if s, err := parseString(b); err == nil && s == "" {
