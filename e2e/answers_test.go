@@ -166,10 +166,11 @@ func TestAnswerBook(t *testing.T) {
 	job, ruleFile := mixinRules(t, answerBookConfig)
 	e := start(t, "--demo", "--cost.file="+costFile(t))
 	p := startPrometheus(t, labelledScrapeConfig(job, e.addr, ruleFile, map[string]string{"node": demoNode, "cluster": demoCluster}))
-	// The Xid of question 3 comes 45 s after the demo starts; the totals
-	// need their 20 s period and 10 s rate windows filled first.
 	deadline := time.Now().Add(150 * time.Second)
 	until(t, deadline, "target", p.targetUp(job))
+	// The Xid of question 3 comes 45 s after the demo starts: by then the
+	// 20 s period and the 10 s rate windows every answer reads are filled.
+	until(t, deadline, "the demo's Xid", p.value(`count(xpu_xid_errors_total)`, 1))
 
 	// n is how many times the usage rules recorded series in the period
 	// before at: totals are n per-hour values / 3600.
@@ -368,7 +369,11 @@ func TestAnswerBook(t *testing.T) {
 				if err != nil {
 					return err.Error()
 				}
-				return checks[i](samples, at)
+				if msg := checks[i](samples, at); msg != "" {
+					return msg
+				}
+				t.Logf("%s\n%s", a.Query, formatSamples(samples))
+				return ""
 			})
 		})
 	}
@@ -383,4 +388,12 @@ func cmpFloat(a, b float64) int {
 		return 1
 	}
 	return 0
+}
+
+func formatSamples(samples []promSample) string {
+	var b strings.Builder
+	for _, s := range samples {
+		fmt.Fprintf(&b, "  %v %g\n", s.Metric, s.Value)
+	}
+	return b.String()
 }
