@@ -378,6 +378,20 @@ func TestAnswerBook(t *testing.T) {
 		})
 	}
 	until(t, deadline, "rule health", p.rulesHealthy(time.Now()))
+
+	// Hours later the pod is gone: here the whole exporter is, its series
+	// go stale, and question 3 still names the pod that held GPU 3.
+	stopExporter(t, e)
+	until(t, deadline, "the Xid series gone stale", p.value(`count(xpu_xid_errors_total) or vector(0)`, 0))
+	t.Run("q3 after the pod is gone", func(t *testing.T) {
+		until(t, deadline, answers[2].Query, func() string {
+			samples, err := p.queryAt(answers[2].Query, time.Now().Add(-time.Second))
+			if err != nil {
+				return err.Error()
+			}
+			return checks[2](samples, time.Now())
+		})
+	})
 }
 
 func cmpFloat(a, b float64) int {
