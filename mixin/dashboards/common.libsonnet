@@ -8,7 +8,7 @@ function(c) {
 
   // Cluster-level recording rules only know the cluster.
   cluster: cluster,
-  // Every device series carries its vendor (nvidia, amd, gaudi), as do the
+  // Every device series carries its vendor (nvidia, amd, habana), as do the
   // per-device and per-model rules; series of no device (the exporter's
   // own, owners, engines) have none and are never filtered by it.
   vendor: 'vendor=~"$vendor"',
