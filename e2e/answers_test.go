@@ -42,8 +42,8 @@ const (
 	demoCluster = "demo"
 )
 
-// demoPrice is per hour; the usage rules run every second here, so a total
-// over the period is the sum of its evaluations / 3600.
+// The usage rules run every second here (testRulesConfig): a total over a
+// period is the sum of their per-hour values / 3600.
 const evaluationsPerHour = 3600
 
 type answer struct {
