@@ -18,6 +18,8 @@ type EngineSpec struct {
 	Engine string `yaml:"engine"` // vllm or triton
 	Model  string `yaml:"model"`
 	// RequestsPerSecond is the load; requests, tokens and latencies follow.
+	// 0 is an engine nobody sends requests to: loaded, holding its GPUs,
+	// with nothing running or queued.
 	RequestsPerSecond float64 `yaml:"requests_per_second"`
 }
 
@@ -36,8 +38,8 @@ func (e EngineSpec) validate(pods map[string]bool) error {
 	if e.Model == "" {
 		return fmt.Errorf("model: missing")
 	}
-	if e.RequestsPerSecond <= 0 || e.RequestsPerSecond > 1e6 {
-		return fmt.Errorf("requests_per_second: %g is not in (0, 1e6]", e.RequestsPerSecond)
+	if !(e.RequestsPerSecond >= 0 && e.RequestsPerSecond <= 1e6) {
+		return fmt.Errorf("requests_per_second: %g is not in [0, 1e6]", e.RequestsPerSecond)
 	}
 	return nil
 }
@@ -81,8 +83,12 @@ func closeServers(servers []*http.Server) {
 func engineHandler(spec EngineSpec, start time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		elapsed := time.Since(start).Seconds()
-		// Load swings around its mean over 10 minutes.
-		load := 0.6 + 0.4*math.Sin(2*math.Pi*elapsed/600)
+		// Load swings around its mean over 10 minutes; an engine without
+		// traffic has none.
+		load := 0.0
+		if spec.RequestsPerSecond > 0 {
+			load = 0.6 + 0.4*math.Sin(2*math.Pi*elapsed/600)
+		}
 		var b strings.Builder
 		engineWriters[spec.Engine](&b, spec, elapsed, load)
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -122,9 +128,14 @@ func writeVLLM(b *strings.Builder, e EngineSpec, elapsed, load float64) {
 	counter := func(name, extra string, v float64) {
 		fmt.Fprintf(b, "# HELP %s Demo counter.\n# TYPE %s counter\n%s{%s%s} %g\n", name, name, name, l, extra, math.Floor(v))
 	}
-	gauge("vllm:num_requests_running", math.Round(4+20*load))
+	// An idle engine (no load) runs nothing and holds no KV cache.
+	running, kvCache := 0.0, 0.0
+	if load > 0 {
+		running, kvCache = math.Round(4+20*load), 0.3+0.62*load
+	}
+	gauge("vllm:num_requests_running", running)
 	gauge("vllm:num_requests_waiting", math.Round(math.Max(0, 12*(load-0.5))))
-	gauge("vllm:kv_cache_usage_perc", 0.3+0.62*load)
+	gauge("vllm:kv_cache_usage_perc", kvCache)
 	counter("vllm:prompt_tokens_total", "", done*512)
 	counter("vllm:generation_tokens_total", "", done*256)
 	counter("vllm:num_preemptions_total", "", done*0.002)

@@ -128,6 +128,14 @@
     // fixed interval so that sum_over_time(rule[30d]) * interval / 1h turns
     // their per-hour values into totals.
     usageRulesInterval: '1m',
+    // The window of the energy counter's rate in the energy rules.
+    energyRateWindow: '5m',
+    // The window of the request and token rates the inference cost rules
+    // record (cost per million tokens, idle engines).
+    inferenceRateWindow: '5m',
+    // An engine serving fewer requests per second than this over
+    // inferenceRateWindow is idle: its GPUs burn without serving.
+    inferenceIdleRequestsPerSecond: 0.01,
     // Grid carbon intensity in gCO2 per kWh, with per-cluster overrides
     // (cluster label value -> intensity) for fleets spread over regions.
     gridCarbonIntensity: 400,

@@ -233,7 +233,8 @@ func TestRuleConventions(t *testing.T) {
 	// level:metric:operations, the operations from this list, newest
 	// first (Prometheus's recording-rule naming practice): what a rule
 	// does, never what its value means (no :allocated, :score, :weight).
-	record := regexp.MustCompile(`^[a-z_]+:xpu_[a-z0-9_]+:((sum|avg|max|min|count|group|ratio|mul|clamp_min|rate5m)(_|$))+$`)
+	// rate without a window: over a configured one (inferenceRateWindow).
+	record := regexp.MustCompile(`^[a-z_]+:xpu_[a-z0-9_]+:((sum|avg|max|min|count|group|ratio|mul|clamp_min|rate5m|rate)(_|$))+$`)
 	names := map[string]bool{}
 	for _, g := range append(m.Alerts.Groups, m.Rules.Groups...) {
 		if names[g.Name] {
@@ -337,8 +338,8 @@ func TestDashboards(t *testing.T) {
 				t.Errorf("%s: cluster variable shown without showMultiCluster", file)
 			}
 		}
-		if len(variables) < 3 || !slices.Equal(variables[:3], []string{"datasource", "cluster", "node"}) {
-			t.Errorf("%s: variables %v, want datasource, cluster, node first", file, variables)
+		if len(variables) < 4 || !slices.Equal(variables[:4], []string{"datasource", "cluster", "node", "vendor"}) {
+			t.Errorf("%s: variables %v, want datasource, cluster, node, vendor first", file, variables)
 		}
 		// The fleet counts devices whoever owns them; every other
 		// dashboard has per-owner panels and lets one pick the owner.
@@ -695,4 +696,110 @@ func TestPromrulesFixturesUseRealLabelSets(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Series of no device: the exporter's own, owners (xpu_workload_info) and
+// inference engines. Every other xpu_* family is a device's and carries
+// its vendor.
+var notDeviceFamily = regexp.MustCompile(`^xpu_(inference_|workload_info$|scrape_|attribution_|exporter_|nvml_|demo_|hlsmi_|gaudi_processes_)`)
+
+// Recording rules that keep the vendor label: per device and owner, per
+// device, and per model.
+var vendorRule = regexp.MustCompile(`^(device_owner:|device:xpu_health_score:|device:xpu_(allocated|utilized)_devices:|model:|model_state:)`)
+
+// A mixed fleet: every dashboard query of device series filters them by
+// the vendor variable, and no query of other series does (they have no
+// vendor label, and picking a vendor would blank them).
+func TestDashboardsFilterByVendor(t *testing.T) {
+	m := evaluate(t, "{}")
+	selector := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_:]*)\{([^}]*)\}`)
+	filtered := 0
+	for file, d := range m.Dashboards {
+		for _, p := range d.Panels {
+			for _, q := range p.Targets {
+				for _, sel := range selector.FindAllStringSubmatch(q.Expr, -1) {
+					name, matchers := sel[1], sel[2]
+					device := strings.HasPrefix(name, "xpu_") && !notDeviceFamily.MatchString(name) || vendorRule.MatchString(name)
+					has := strings.Contains(matchers, `vendor=~"$vendor"`)
+					switch {
+					case device && !has:
+						t.Errorf("%s: panel %q: %s is a device series not filtered by $vendor: %s", file, p.Title, name, q.Expr)
+					case !device && strings.Contains(matchers, "$vendor"):
+						t.Errorf("%s: panel %q: %s has no vendor label but is filtered by $vendor: %s", file, p.Title, name, q.Expr)
+					case device:
+						filtered++
+					}
+				}
+			}
+		}
+	}
+	if filtered < 50 {
+		t.Errorf("only %d device selectors in the dashboards filter by $vendor", filtered)
+	}
+}
+
+type answer struct {
+	Question string              `json:"question"`
+	Query    string              `json:"query"`
+	Panels   map[string][]string `json:"panels"`
+}
+
+// The answer book (answers.libsonnet) is what README.md's "Questions and
+// answers" shows, question by question and query by query, and each answer
+// names panels the dashboards have. ../e2e/answers_test.go runs the
+// queries against the demo.
+func TestAnswerBookInReadme(t *testing.T) {
+	vm := jsonnet.MakeVM()
+	out, err := vm.EvaluateAnonymousSnippet("answers.jsonnet", `(import 'mixin.libsonnet').answers()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers []answer
+	if err := json.Unmarshal([]byte(out), &answers); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Questions and answers\n")
+	if !ok {
+		t.Fatal(`README.md has no section "## Questions and answers"`)
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	question := regexp.MustCompile("(?m)^### [0-9]+\\. (.*)$")
+	block := regexp.MustCompile("(?s)```promql\n(.*?)\n```")
+	questions := question.FindAllStringSubmatch(section, -1)
+	blocks := block.FindAllStringSubmatch(section, -1)
+	if len(questions) != len(answers) || len(blocks) != len(answers) {
+		t.Fatalf("README.md answers %d questions with %d promql blocks; answers.libsonnet has %d", len(questions), len(blocks), len(answers))
+	}
+	m := evaluate(t, "{}")
+	for i, a := range answers {
+		if questions[i][1] != a.Question {
+			t.Errorf("README.md question %d is %q, answers.libsonnet says %q", i+1, questions[i][1], a.Question)
+		}
+		if blocks[i][1] != a.Query {
+			t.Errorf("README.md question %d shows\n%s\nanswers.libsonnet says\n%s", i+1, blocks[i][1], a.Query)
+		}
+		if len(a.Panels) == 0 {
+			t.Errorf("question %d names no dashboard panel", i+1)
+		}
+		for file, titles := range a.Panels {
+			for _, title := range titles {
+				if !slices.ContainsFunc(m.Dashboards[file].Panels, func(p panel) bool { return p.Title == title }) {
+					t.Errorf("question %d: %s has no panel %q", i+1, file, title)
+				}
+			}
+		}
+	}
+	checkPromQL(t, m, func() map[string]string {
+		queries := map[string]string{}
+		for i, a := range answers {
+			queries[fmt.Sprintf("answer %d", i+1)] = a.Query
+		}
+		return queries
+	}())
 }

@@ -8,9 +8,9 @@ local common = import 'common.libsonnet';
 {
   local c = $._config,
   local d = common(c),
-  local s = d.selector,
+  local s = d.deviceOwnerSelector,
   // Slurm jobs have no namespace: their panels ignore that variable.
-  local slurm = d.nodeSelector,
+  local slurm = d.deviceNodeSelector,
   local ns = '%s, namespace=~"$namespace"' % d.cluster,
   local noPrice = 'no price configured',
   local costNote = ' Cost comes from the prices configured in the exporter (xpu_device_hourly_cost); without one this panel says "%s" rather than showing a cost of zero.' % noPrice,
@@ -42,6 +42,18 @@ local common = import 'common.libsonnet';
         g.stat('CO2', 'Emissions of that energy at the configured grid carbon intensity.', [
           g.target('sum(%s)' % d.overRange('cluster:xpu_co2_grams_per_hour:sum{%s}' % d.cluster), instant=true),
         ], unit='massg') + g.size(6, 4),
+
+        g.row('Teams'),
+        g.table('Teams by GPU-hours over the time range', 'Namespaces and Slurm accounts, most GPU-hours allocated first, with the GPU-hours they kept busy.' + gpuHours, [
+          g.target('sort_desc(%s or %s)' % [d.overRange('namespace:xpu_allocated_devices:sum{%s}' % ns), d.overRange('slurm_account:xpu_allocated_devices:sum{%s}' % d.cluster)], instant=true),
+          g.target('%s or %s' % [d.overRange('namespace:xpu_utilized_devices:sum{%s}' % ns), d.overRange('slurm_account:xpu_utilized_devices:sum{%s}' % d.cluster)], instant=true),
+        ], [
+          { name: 'GPU-hours allocated', unit: 'short' },
+          { name: 'GPU-hours used', unit: 'short' },
+        ]),
+        g.timeseries('Top owners by utilized GPUs', "The five pods, Slurm jobs or units keeping the most GPUs busy (whole GPUs' worth): the owner behind a node's utilization spike.", [
+          g.target('topk(5, sum by (%s, node, namespace, pod, slurm_job_id, unit) (device_owner:xpu_utilized_devices:ratio{%s}))' % [c.clusterLabel, s], '{{node}} {{namespace}}/{{pod}}{{slurm_job_id}}{{unit}}'),
+        ], min=0),
 
         g.row('Kubernetes'),
         g.timeseries('Allocated GPUs by namespace', 'Devices allocated to the pods of each namespace.' + gpuHours, [
@@ -95,6 +107,21 @@ local common = import 'common.libsonnet';
           { name: 'Energy', unit: 'kwatth' },
           { name: 'CO2', unit: 'massg' },
         ]),
+        g.table('Slurm jobs over the time range', 'What to bill each job (a training run) to its account: GPU-hours allocated and used, energy, CO2, cost and the part of the cost left unused.' + gpuHours + costNote, [
+          g.target(d.overRange('slurm_job:xpu_allocated_devices:sum{%s}' % d.cluster), instant=true),
+          g.target(d.overRange('slurm_job:xpu_utilized_devices:sum{%s}' % d.cluster), instant=true),
+          g.target(d.overRange('slurm_job:xpu_energy_kwh_per_hour:sum{%s}' % d.cluster), instant=true),
+          g.target(d.overRange('slurm_job:xpu_co2_grams_per_hour:sum{%s}' % d.cluster), instant=true),
+          g.target(d.overRange('slurm_job:xpu_cost_per_hour:sum{%s}' % d.cluster), instant=true),
+          g.target(d.overRange('slurm_job:xpu_idle_cost_per_hour:sum{%s}' % d.cluster), instant=true),
+        ], [
+          { name: 'GPU-hours allocated', unit: 'short' },
+          { name: 'GPU-hours used', unit: 'short' },
+          { name: 'Energy', unit: 'kwatth' },
+          { name: 'CO2', unit: 'massg' },
+          { name: 'Cost', unit: 'short' },
+          { name: 'Idle cost', unit: 'short' },
+        ], noValue=noPrice) + g.size(24),
         g.table('Users now', 'Devices each Slurm user holds now and how much of them they use.', [
           g.target('sum by (%s, slurm_account, slurm_user) (xpu_workload_allocated_devices{%s, slurm_user!=""})' % [c.clusterLabel, slurm], instant=true),
           g.target('sum by (%s, slurm_account, slurm_user) (device_owner:xpu_utilized_devices:ratio{%s, slurm_user!=""})' % [c.clusterLabel, slurm], instant=true),

@@ -8,18 +8,28 @@ function(c) {
 
   // Cluster-level recording rules only know the cluster.
   cluster: cluster,
+  // Every device series carries its vendor (nvidia, amd, habana), as do the
+  // per-device and per-model rules; series of no device (the exporter's
+  // own, owners, engines) have none and are never filtered by it.
+  vendor: 'vendor=~"$vendor"',
+  // Model-level recording rules know the cluster and the vendor.
+  clusterVendor: '%s, %s' % [cluster, self.vendor],
   // Series from the exporter, by node (self-metrics, Slurm owners, and
   // xpu_device_info and xpu_device_hourly_cost, which never carry owner
   // labels).
   nodeSelector: '%s, %s, node=~"$node"' % [c.xpuSelector, cluster],
+  // Device series by node, whoever owns the device.
+  deviceNodeSelector: '%s, %s' % [self.nodeSelector, self.vendor],
   // Device series picked by the gpu variable, whoever owns the device.
-  deviceSelector: self.nodeSelector + ', gpu=~"$gpu"',
-  // Device, owner and engine series of the picked owners. Only a device
-  // with one owner carries owner labels: once a namespace, workload or pod
-  // is picked, shared devices drop out here and show in xpu_workload_*.
+  deviceSelector: self.deviceNodeSelector + ', gpu=~"$gpu"',
+  // Owner and engine series of the picked owners. Only a device with one
+  // owner carries owner labels: once a namespace, workload or pod is
+  // picked, shared devices drop out here and show in xpu_workload_*.
   selector: self.nodeSelector + ', namespace=~"$namespace", workload=~"$workload", pod=~"$pod"',
-  // The same for series that also have a device.
-  ownerDeviceSelector: self.selector + ', gpu=~"$gpu"',
+  // The same for device series (xpu_workload_*, device_owner:* rules).
+  deviceOwnerSelector: '%s, %s' % [self.selector, self.vendor],
+  // The same for device series, picked by the gpu variable too.
+  ownerDeviceSelector: self.deviceOwnerSelector + ', gpu=~"$gpu"',
 
   // Legends name the device and, when it has one owner, the owner.
   deviceLegend: '{{node}} gpu{{gpu}} {{namespace}}/{{pod}}{{slurm_job_id}}{{unit}}',
@@ -36,6 +46,8 @@ function(c) {
     g.datasourceVariable(),
     g.queryVariable('cluster', 'Cluster', 'label_values(xpu_device_up{%s}, %s)' % [c.xpuSelector, c.clusterLabel], hide=!c.showMultiCluster),
     g.queryVariable('node', 'Node', 'label_values(xpu_device_up{%s, %s}, node)' % [c.xpuSelector, cluster]),
+    // A mixed fleet shows one vendor's devices at a time, or all.
+    g.queryVariable('vendor', 'Vendor', 'label_values(xpu_device_info{%s, %s, node=~"$node"}, vendor)' % [c.xpuSelector, cluster]),
   ],
   // Dashboards with per-owner panels add the owner, from the owners the
   // exporter knows (xpu_workload_info, one series per owner).
@@ -44,5 +56,5 @@ function(c) {
     g.queryVariable('workload', 'Workload', 'label_values(%s, namespace=~"$namespace"}, workload)' % owners),
     g.queryVariable('pod', 'Pod', 'label_values(%s, namespace=~"$namespace", workload=~"$workload"}, pod)' % owners),
   ],
-  gpuVariable: g.queryVariable('gpu', 'GPU', 'label_values(xpu_device_up{%s, %s, node=~"$node"}, gpu)' % [c.xpuSelector, cluster]),
+  gpuVariable: g.queryVariable('gpu', 'GPU', 'label_values(xpu_device_up{%s, %s, node=~"$node", %s}, gpu)' % [c.xpuSelector, cluster, self.vendor]),
 }

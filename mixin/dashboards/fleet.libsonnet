@@ -7,7 +7,7 @@ local common = import 'common.libsonnet';
   local c = $._config,
   local d = common(c),
   // Capacity is counted per device, whoever owns it: no owner variable.
-  local s = d.nodeSelector,
+  local s = d.deviceNodeSelector,
   local byCluster = 'by (%s)' % c.clusterLabel,
   local physical = 'xpu_device_info{%s, parent_uuid=""}' % s,
 
@@ -62,16 +62,24 @@ local common = import 'common.libsonnet';
           g.target('sum(device_owner:xpu_utilized_devices:ratio{%s})' % s, 'utilized'),
         ], min=0),
 
+        g.row('Capacity'),
+        g.timeseries('Capacity by state', 'Physical devices split into unallocated, allocated but idle (the allocated part not utilized) and allocated and busy: whether utilization is low because devices sit unallocated or because their owners leave them idle.', [
+          g.target('sum by (state) (model_state:xpu_devices:sum{%s})' % d.clusterVendor, '{{state}}'),
+        ], stack=true, min=0),
+        g.table('Capacity by model and state', 'The same split per cluster, vendor and model, in devices.', [
+          g.target('model_state:xpu_devices:sum{%s}' % d.clusterVendor, instant=true),
+        ], [{ name: 'Devices', unit: 'short' }]),
+
         g.row('Models'),
         g.table('Devices by model', 'Physical devices and mean utilization per vendor and model.', [
-          g.target('model:xpu_devices:count{%s}' % d.cluster, instant=true),
-          g.target('model:xpu_utilization:avg{%s}' % d.cluster, instant=true),
+          g.target('model:xpu_devices:count{%s}' % d.clusterVendor, instant=true),
+          g.target('model:xpu_utilization:avg{%s}' % d.clusterVendor, instant=true),
         ], [
           { name: 'Devices', unit: 'short' },
           { name: 'Utilization', unit: 'percentunit' },
         ]),
         g.timeseries('Utilization by model', 'Mean device utilization per model.', [
-          g.target('model:xpu_utilization:avg{%s}' % d.cluster, '{{%s}} {{model}}' % c.clusterLabel),
+          g.target('model:xpu_utilization:avg{%s}' % d.clusterVendor, '{{%s}} {{model}}' % c.clusterLabel),
         ], unit='percentunit', min=0, max=1),
 
         g.row('Power and health'),

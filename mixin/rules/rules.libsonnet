@@ -1,2 +1,3 @@
 (import 'health.libsonnet') +
-(import 'usage.libsonnet')
+(import 'usage.libsonnet') +
+(import 'inference.libsonnet')

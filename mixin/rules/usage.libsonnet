@@ -24,8 +24,10 @@ local util = import '../lib/util.libsonnet';
     { name: 'namespace', labels: ['namespace'], filter: 'namespace!=""' },
     { name: 'namespace_workload', labels: ['namespace', 'workload', 'workload_kind'], filter: 'namespace!=""' },
     { name: 'slurm_account', labels: ['slurm_account'], filter: 'slurm_account!=""' },
+    // A job keeps its account and user: who to bill for a training run.
+    { name: 'slurm_job', labels: ['slurm_account', 'slurm_user', 'slurm_job_id'], filter: 'slurm_job_id!=""' },
   ],
-  local chargebackLevels = [levels[0], levels[2]],
+  local chargebackLevels = [levels[0], levels[2], levels[3]],
   // series: a recorded series, or a raw one (with the exporter selector).
   local sumBy(level, extra, series) = 'sum by (%s) (%s{%s})\n' % [
     util.labels([c.clusterLabel] + level.labels + extra),
@@ -39,6 +41,8 @@ local util = import '../lib/util.libsonnet';
   // energy series, if any, are left out so nothing counts twice.
   local onGpu(expr) = 'label_replace(\n%s,\n  "uuid", "$1", "parent_uuid", "(.+)"\n)\n' % util.indent(expr),
   local allocationOnGpu = onGpu('xpu_workload_allocated_devices{%(xpuSelector)s}' % c),
+  // The owners' utilized shares summed per physical GPU.
+  local usedOnGpu = 'sum by (%(key)s, vendor, model) (label_replace(device_owner:xpu_utilized_devices:ratio, "uuid", "$1", "parent_uuid", "(.+)"))' % fmt,
 
   // One price per physical GPU. Taken per device key so that labels a
   // price series might gain never make the joins below ambiguous.
@@ -46,7 +50,7 @@ local util = import '../lib/util.libsonnet';
   // A GPU's energy rate, summed over its counter series: a device with one
   // owner carries that owner's labels on its counter, so after an owner
   // change the old and the new series both have a rate in the window.
-  local energyRate = 'sum by (%(key)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[5m]))' % fmt,
+  local energyRate = 'sum by (%(key)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))' % fmt,
 
   // Each physical GPU's utilization: its own, or for a GPU in MIG mode
   // (which has none) its instances' scaled by their slices.
@@ -125,6 +129,55 @@ local util = import '../lib/util.libsonnet';
             expr: sumBy(level, [], 'device_owner:xpu_utilized_devices:ratio'),
           }
           for level in levels
+        ] + [
+          // The capacity split: every physical GPU is allocated (to any
+          // owner) or not, and its allocated part busy or idle.
+          {
+            // Per physical GPU, the allocations of all its owners and MIG
+            // instances, 0 for a GPU nobody holds. Not capped: more than 1
+            // is a GPU handed out twice.
+            record: 'device:xpu_allocated_devices:sum',
+            expr: |||
+              sum by (%(key)s, vendor, model) (
+              %(allocationOnGpu)s)
+              or 0 * group by (%(key)s, vendor, model) (xpu_device_info{%(xpuSelector)s, parent_uuid=""})
+            ||| % (fmt { allocationOnGpu: util.indent(allocationOnGpu) }),
+          },
+          {
+            // Per physical GPU, the owners' utilized shares, at most what
+            // is allocated (a time-slice replica may use more than its
+            // 1/N); 0 for owners without a utilization reading.
+            record: 'device:xpu_utilized_devices:sum',
+            expr: |||
+              (
+                %(used)s
+                  < device:xpu_allocated_devices:sum
+              )
+              or (device:xpu_allocated_devices:sum and %(used)s)
+              or 0 * device:xpu_allocated_devices:sum
+            ||| % (fmt { used: usedOnGpu }),
+          },
+          {
+            record: 'model_state:xpu_devices:sum',
+            labels: { state: 'unallocated' },
+            expr: |||
+              sum by (%(clusterLabel)s, vendor, model) (1 - device:xpu_allocated_devices:sum)
+            ||| % fmt,
+          },
+          {
+            record: 'model_state:xpu_devices:sum',
+            labels: { state: 'allocated_idle' },
+            expr: |||
+              sum by (%(clusterLabel)s, vendor, model) (device:xpu_allocated_devices:sum - device:xpu_utilized_devices:sum)
+            ||| % fmt,
+          },
+          {
+            record: 'model_state:xpu_devices:sum',
+            labels: { state: 'allocated_busy' },
+            expr: |||
+              sum by (%(clusterLabel)s, vendor, model) (device:xpu_utilized_devices:sum)
+            ||| % fmt,
+          },
         ],
       },
       {
