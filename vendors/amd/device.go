@@ -79,7 +79,7 @@ type Device struct {
 	// TempLimits are the driver's limits of each temperature channel, by
 	// the same labels; a channel without a limit file has no entry.
 	TempLimits map[string]TempLimit
-	Power        Opt[float64]       // W
+	Power      Opt[float64] // W
 	// PowerSource names the file Power came from: "power1_average" or
 	// "power1_input".
 	PowerSource string
