@@ -7,6 +7,7 @@ package e2e
 // change and a lost GPU.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -873,27 +874,44 @@ func TestScalingExamples(t *testing.T) {
 // (with its Kubernetes, Slurm and systemd owners, an Xid, engines and
 // prices), and owner labels appear only on families that carry owners.
 func TestPromrulesFixturesMatchDemoLabels(t *testing.T) {
-	e := start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t))
+	// The NVIDIA demo with an Xid, and the AMD one with an uncorrected
+	// RAS error a second on the GPU of pod ml/train, so that its RAS event
+	// series exists, with an owner.
+	amd, err := os.ReadFile("../fixtures/scenarios/amd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	amdScenario := filepath.Join(t.TempDir(), "amd.yaml")
+	if err := os.WriteFile(amdScenario, bytes.Replace(amd, []byte("- pci_bus_id: \"0000:0c:00.0\"\n"), []byte("- pci_bus_id: \"0000:0c:00.0\"\n    metrics: {ecc_uncorrected: {start: 0, rate: 1}}\n"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exporters := []*exporter{
+		start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t)),
+		start(t, "--demo", "--demo.scenario="+amdScenario, "--collector.process"),
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	served := map[string]map[string]bool{}
 	label := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
-	// GPM series come from the second scrape, the first Xid a second in.
+	// GPM series come from the second scrape, the first Xid a second in,
+	// the first RAS event from the second read of the counts.
 	for i := 0; i < 3; i++ {
 		time.Sleep(1100 * time.Millisecond)
-		code, body := get(t, client, "http://"+e.addr+"/metrics")
-		if code != http.StatusOK {
-			t.Fatalf("scrape: status %d", code)
-		}
-		for _, line := range strings.Split(body, "\n") {
-			if !strings.HasPrefix(line, "xpu_") {
-				continue
+		for _, e := range exporters {
+			code, body := get(t, client, "http://"+e.addr+"/metrics")
+			if code != http.StatusOK {
+				t.Fatalf("scrape: status %d", code)
 			}
-			name := line[:strings.IndexAny(line+" ", "{ ")]
-			if served[name] == nil {
-				served[name] = map[string]bool{}
-			}
-			for _, m := range label.FindAllStringSubmatch(line, -1) {
-				served[name][m[1]] = true
+			for _, line := range strings.Split(body, "\n") {
+				if !strings.HasPrefix(line, "xpu_") {
+					continue
+				}
+				name := line[:strings.IndexAny(line+" ", "{ ")]
+				if served[name] == nil {
+					served[name] = map[string]bool{}
+				}
+				for _, m := range label.FindAllStringSubmatch(line, -1) {
+					served[name][m[1]] = true
+				}
 			}
 		}
 	}
