@@ -71,6 +71,27 @@ func xidScenario(t *testing.T) string {
 	return path
 }
 
+// amdRASScenario writes fixtures/scenarios/amd.yaml with an uncorrected
+// RAS error a second on the GPU of pod ml/train, so that the AMD demo
+// serves its RAS event series, with an owner, from its second read on.
+func amdRASScenario(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../fixtures/scenarios/amd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := []byte("- pci_bus_id: \"0000:0c:00.0\"\n")
+	if !bytes.Contains(data, gpu) {
+		t.Fatal("fixtures/scenarios/amd.yaml has no GPU 0000:0c:00.0")
+	}
+	path := filepath.Join(t.TempDir(), "amd.yaml")
+	data = bytes.Replace(data, gpu, append(gpu, "    metrics: {ecc_uncorrected: {start: 0, rate: 1}}\n"...), 1)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // demoPrice is the hourly price of a demo GPU in the price table the tests
 // pass with --cost.file.
 const demoPrice = 4
@@ -188,10 +209,14 @@ func servedFamilies(exposition string) map[string]string {
 var notInDemo = map[string]string{}
 
 // Every xpu_* metric the mixin's rules and dashboards read is served by the
-// demo exporter (process series on, an Xid every second on GPU 3).
+// demo exporter (process series on, an Xid every second on GPU 3) or, for
+// AMD's own families, by the AMD demo (an uncorrected RAS error a second).
 func TestMixinMetricsExistInDemo(t *testing.T) {
 	used := mixinMetricNames(t)
-	e := start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t))
+	exporters := []*exporter{
+		start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t)),
+		start(t, "--demo", "--demo.scenario="+amdRASScenario(t), "--collector.process"),
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
 
 	// Profiling (GPM) series appear from the second scrape and the first Xid
@@ -225,12 +250,14 @@ func TestMixinMetricsExistInDemo(t *testing.T) {
 		if i > 0 {
 			time.Sleep(1100 * time.Millisecond)
 		}
-		code, body := get(t, client, "http://"+e.addr+"/metrics")
-		if code != http.StatusOK {
-			t.Fatalf("scrape %d: status %d:\n%s", i+1, code, body)
-		}
-		for name, typ := range servedFamilies(body) {
-			served[name] = typ
+		for _, e := range exporters {
+			code, body := get(t, client, "http://"+e.addr+"/metrics")
+			if code != http.StatusOK {
+				t.Fatalf("scrape %d: status %d:\n%s", i+1, code, body)
+			}
+			for name, typ := range servedFamilies(body) {
+				served[name] = typ
+			}
 		}
 		if i > 0 && len(missing()) == 0 {
 			break
@@ -874,20 +901,9 @@ func TestScalingExamples(t *testing.T) {
 // (with its Kubernetes, Slurm and systemd owners, an Xid, engines and
 // prices), and owner labels appear only on families that carry owners.
 func TestPromrulesFixturesMatchDemoLabels(t *testing.T) {
-	// The NVIDIA demo with an Xid, and the AMD one with an uncorrected
-	// RAS error a second on the GPU of pod ml/train, so that its RAS event
-	// series exists, with an owner.
-	amd, err := os.ReadFile("../fixtures/scenarios/amd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	amdScenario := filepath.Join(t.TempDir(), "amd.yaml")
-	if err := os.WriteFile(amdScenario, bytes.Replace(amd, []byte("- pci_bus_id: \"0000:0c:00.0\"\n"), []byte("- pci_bus_id: \"0000:0c:00.0\"\n    metrics: {ecc_uncorrected: {start: 0, rate: 1}}\n"), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	exporters := []*exporter{
 		start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t)),
-		start(t, "--demo", "--demo.scenario="+amdScenario, "--collector.process"),
+		start(t, "--demo", "--demo.scenario="+amdRASScenario(t), "--collector.process"),
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	served := map[string]map[string]bool{}
