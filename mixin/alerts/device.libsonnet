@@ -46,7 +46,7 @@ local util = import '../lib/util.libsonnet';
           labels: { severity: 'warning' },
           annotations: {
             summary: 'A device is running hot.',
-            description: '%s (owner: %s) has its {{ $labels.sensor }} sensor at {{ $value }} °C, past its maximum operating temperature.' % [device, owner],
+            description: '%s (owner: %s) has its {{ $labels.sensor }} sensor at {{ $value }} °C, past its maximum operating temperature or close to where the hardware slows down.' % [device, owner],
           },
         }),
         util.alert(c, {
