@@ -76,15 +76,16 @@ type Device struct {
 
 	// Hwmon readings in base units.
 	Temperatures map[string]float64 // °C by label: "edge", "junction", "mem"
-	// TempLimits are the driver's limits of each temperature channel, by
-	// the same labels; a channel without a limit file has no entry.
-	TempLimits map[string]TempLimit
-	Power      Opt[float64] // W
+	Power        Opt[float64]       // W
 	// PowerSource names the file Power came from: "power1_average" or
 	// "power1_input".
 	PowerSource string
 	PowerCap    Opt[float64] // W
 	Energy      Opt[float64] // J
+	// TempLimits are the driver's limits of each temperature channel, by
+	// the labels of Temperatures; a channel without a limit file has no
+	// entry.
+	TempLimits map[string]TempLimit
 
 	// ComputePartition and MemoryPartition are the current modes ("CPX",
 	// "NPS4") of a GPU that can be partitioned (MI300).
