@@ -375,6 +375,15 @@ func TestAMDScenarioOracles(t *testing.T) {
 	// GPU 3: idle and unallocated, 140 W.
 	check("xpu_utilization_ratio", 0, `gpu="3"`)
 	check("xpu_power_watts", 140, `gpu="3"`)
+	// Temperature limits, per sensor: the demo's MI300X temp2_crit 100000
+	// and temp3_emergency 105000 m°C; GPU 3's kernel shows no emergency
+	// limits, so it has crit alone.
+	check("xpu_temperature_threshold_celsius", 100, `gpu="0"`, `sensor="junction"`, `threshold="crit"`)
+	check("xpu_temperature_threshold_celsius", 105, `gpu="0"`, `sensor="memory"`, `threshold="emergency"`)
+	check("xpu_temperature_threshold_celsius", 100, `gpu="3"`, `sensor="junction"`, `threshold="crit"`)
+	if strings.Contains(out, `gpu="3",model="AMD Instinct MI300X OAM",sensor="junction",threshold="emergency"`) {
+		t.Error("GPU 3 shows no temp2_emergency, yet its emergency limit is served")
+	}
 	golden(t, "amd-scenario", out)
 }
 
