@@ -651,7 +651,17 @@ func emitAMDReadings(e emitter, l labels, d *Device, ad *amd.Device) {
 		{"memory", "mem", func(m *amd.GPUMetrics) amd.Opt[float64] { return m.TemperatureMem }},
 	} {
 		v, ok := ad.Temperatures[s.hwmon]
-		amdOpt(e, temperature, l.with("sensor", s.sensor), amd.Opt[float64]{Value: v, OK: ok}, get(s.table))
+		sl := l.with("sensor", s.sensor)
+		amdOpt(e, temperature, sl, amd.Opt[float64]{Value: v, OK: ok}, get(s.table))
+		// Each channel's own limits, labelled with its sensor so that a
+		// rule compares the junction with the junction's limit; NVIDIA's
+		// device-wide limits have no sensor label. threshold keeps the
+		// hwmon names: crit is where the firmware throttles (NVIDIA's
+		// slowdown, or memory_max for the memory), emergency where the ASIC
+		// shuts down (NVIDIA's shutdown).
+		lim := ad.TempLimits[s.hwmon]
+		amdOpt(e, tempLimit, sl.with("threshold", "crit"), lim.Crit)
+		amdOpt(e, tempLimit, sl.with("threshold", "emergency"), lim.Emergency)
 	}
 	amdOpt(e, power, l, ad.Power, get(func(m *amd.GPUMetrics) amd.Opt[float64] { return m.SocketPower }))
 	amdOpt(e, powerLimit, l, ad.PowerCap)

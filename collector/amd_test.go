@@ -260,6 +260,13 @@ func TestAMDFixtureGolden(t *testing.T) {
 		{"xpu_energy_joules_total", 1e6, []string{`gpu="0"`}},
 		// MI300X has no edge sensor: its junction is hwmon temp2, 48 °C.
 		{"xpu_temperature_celsius", 48, []string{`gpu="0"`, `sensor="junction"`}},
+		// Its limits: temp2_crit 100000 m°C = 100 °C, temp3_crit 95 °C.
+		{"xpu_temperature_threshold_celsius", 100, []string{`gpu="0"`, `sensor="junction"`, `threshold="crit"`}},
+		{"xpu_temperature_threshold_celsius", 95, []string{`gpu="0"`, `sensor="memory"`, `threshold="crit"`}},
+		// MI210: temp1_emergency 105000 m°C (edge), temp2_emergency 115000
+		// m°C (junction).
+		{"xpu_temperature_threshold_celsius", 105, []string{`gpu="1"`, `sensor="edge"`, `threshold="emergency"`}},
+		{"xpu_temperature_threshold_celsius", 115, []string{`gpu="1"`, `sensor="junction"`, `threshold="emergency"`}},
 		// MI210: power1_average 150000000 µW = 150 W; link 16 GT/s = gen 4.
 		{"xpu_power_watts", 150, []string{`gpu="1"`}},
 		{"xpu_pcie_link_generation", 4, []string{`gpu="1"`}},
@@ -278,6 +285,9 @@ func TestAMDFixtureGolden(t *testing.T) {
 	}
 	if strings.Contains(out, `xpu_temperature_celsius{gpu="0",model="AMD Instinct MI300X OAM",sensor="edge"`) {
 		t.Error("the MI300X has no edge sensor, yet a series says it has")
+	}
+	if strings.Contains(out, `gpu="0",model="AMD Instinct MI300X OAM",sensor="junction",threshold="emergency"`) {
+		t.Error("the MI300X fixture has no temp2_emergency, yet a limit is served")
 	}
 	golden(t, "amd-fixture", out)
 }
@@ -365,6 +375,15 @@ func TestAMDScenarioOracles(t *testing.T) {
 	// GPU 3: idle and unallocated, 140 W.
 	check("xpu_utilization_ratio", 0, `gpu="3"`)
 	check("xpu_power_watts", 140, `gpu="3"`)
+	// Temperature limits, per sensor: the demo's MI300X temp2_crit 100000
+	// and temp3_emergency 105000 m°C; GPU 3's kernel shows no emergency
+	// limits, so it has crit alone.
+	check("xpu_temperature_threshold_celsius", 100, `gpu="0"`, `sensor="junction"`, `threshold="crit"`)
+	check("xpu_temperature_threshold_celsius", 105, `gpu="0"`, `sensor="memory"`, `threshold="emergency"`)
+	check("xpu_temperature_threshold_celsius", 100, `gpu="3"`, `sensor="junction"`, `threshold="crit"`)
+	if strings.Contains(out, `gpu="3",model="AMD Instinct MI300X OAM",sensor="junction",threshold="emergency"`) {
+		t.Error("GPU 3 shows no temp2_emergency, yet its emergency limit is served")
+	}
 	golden(t, "amd-scenario", out)
 }
 

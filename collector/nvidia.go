@@ -29,7 +29,7 @@ var (
 	memTotal     = gauge("memory_total_bytes", "Device memory in total.")
 	memReserved  = gauge("memory_reserved_bytes", "Device memory reserved by the driver and firmware.")
 	temperature  = gauge("temperature_celsius", "Temperature of a device sensor.")
-	tempLimit    = gauge("temperature_threshold_celsius", "Temperature limit the driver sets for the device: shutdown (hardware protection), slowdown (hardware slowdown begins), gpu_max (maximum operating temperature of the core) or memory_max (memory slowdown begins).")
+	tempLimit    = gauge("temperature_threshold_celsius", "Temperature limit the driver sets for the device: shutdown (hardware protection), slowdown (hardware slowdown begins), gpu_max (maximum operating temperature of the core) or memory_max (memory slowdown begins); on AMD, per sensor, crit (the sensor's throttle limit) or emergency (ASIC shutdown).")
 	power        = gauge("power_watts", "Power draw of the device.")
 	powerLimit   = gauge("power_limit_watts", "Power limit the driver enforces on the device.")
 	energy       = counter("energy_joules_total", "Energy the device consumed since the driver was loaded.")

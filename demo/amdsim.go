@@ -47,6 +47,19 @@ var amdOnlyKeys = map[string]string{
 // amdRASKeys are the readings that fill ras/umc_err_count.
 var amdRASKeys = []string{"ecc_uncorrected", "ecc_corrected"}
 
+// amdEmergencyFault, in faults.unsupported, leaves out temp2_emergency and
+// temp3_emergency, as kernels did on MI300X (gc 9.4.3) before
+// hwmon_attributes_visible showed them there (fixtures/amd/SOURCES.md).
+const amdEmergencyFault = "temperature_emergency"
+
+// amdTempLimits are the limits every simulated MI300X shows, °C, by hwmon
+// channel: illustrative values of the order the firmware gives, the
+// throttle limit (crit) some degrees below shutdown (emergency).
+var amdTempLimits = []struct {
+	channel         string
+	crit, emergency int
+}{{"temp2", 100, 110}, {"temp3", 95, 105}}
+
 func init() {
 	for k, unit := range amdOnlyKeys {
 		MetricKeys[k] = unit
@@ -82,6 +95,9 @@ func (d *DeviceSpec) validateVendor() []error {
 				errs = append(errs, fmt.Errorf("metrics.%s: only an AMD GPU (vendor: amd) has this reading", k))
 			}
 		}
+		if slices.Contains(d.Faults.Unsupported, amdEmergencyFault) {
+			errs = append(errs, fmt.Errorf("faults.unsupported: %q: only an AMD GPU (vendor: amd) has hwmon emergency limits", amdEmergencyFault))
+		}
 		return errs
 	}
 	// The simulated amdgpu answers no NVML call; of the faults, it takes
@@ -94,8 +110,8 @@ func (d *DeviceSpec) validateVendor() []error {
 	}
 	for field, keys := range map[string][]string{"unsupported": f.Unsupported, "errors": f.Errors} {
 		for _, k := range keys {
-			if !slices.Contains(amdRASKeys, k) {
-				errs = append(errs, fmt.Errorf("faults.%s: %q; an AMD GPU's faults are its RAS file's, %s", field, k, strings.Join(amdRASKeys, " or ")))
+			if !slices.Contains(amdRASKeys, k) && (field != "unsupported" || k != amdEmergencyFault) {
+				errs = append(errs, fmt.Errorf("faults.%s: %q; an AMD GPU's faults are its RAS file's, %s, and unsupported %s", field, k, strings.Join(amdRASKeys, " or "), amdEmergencyFault))
 			}
 		}
 	}
@@ -351,6 +367,12 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	files[hw+"/temp2_label"] = "junction\n"
 	files[hw+"/temp3_input"] = fmt.Sprintf("%d\n", int(m("memory_temperature", junction-6)*1000))
 	files[hw+"/temp3_label"] = "mem\n"
+	for _, l := range amdTempLimits {
+		files[hw+"/"+l.channel+"_crit"] = fmt.Sprintf("%d\n", l.crit*1000)
+		if !slices.Contains(d.Faults.Unsupported, amdEmergencyFault) {
+			files[hw+"/"+l.channel+"_emergency"] = fmt.Sprintf("%d\n", l.emergency*1000)
+		}
+	}
 	files[hw+"/power1_input"] = fmt.Sprintf("%d\n", uint64(power*1e6))
 	files[hw+"/power1_cap"] = fmt.Sprintf("%d\n", uint64(d.PowerLimitWatts.Mean()*1e6))
 	mode := amdPartitionModes[max(1, len(g.parts))]

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,8 @@ func TestAMDParseErrors(t *testing.T) {
 		{"reloads on NVIDIA", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {driver_reloads: 1}}\n", "metrics.driver_reloads: only an AMD GPU"},
 		{"NVML fault on AMD", "devices:\n  - " + dev + ", faults: {lost: true}}\n", "faults: an AMD GPU takes only unsupported and errors"},
 		{"AMD fault off RAS", "devices:\n  - " + dev + ", faults: {unsupported: [power]}}\n", `faults.unsupported: "power"; an AMD GPU`},
+		{"emergency limit as an error", "devices:\n  - " + dev + ", faults: {errors: [temperature_emergency]}}\n", `faults.errors: "temperature_emergency"; an AMD GPU`},
+		{"emergency limit on NVIDIA", "devices:\n  - {model: X, memory_total: 1GiB, faults: {unsupported: [temperature_emergency]}}\n", "only an AMD GPU (vendor: amd) has hwmon emergency limits"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))
@@ -200,5 +203,36 @@ func TestAMDSimRASCounts(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, "sys", "devices", "pci0000:00", "0000:00:01.1", "0000:0c:00.0", "ras", "umc_err_count"))
 	if err != nil || string(b) != "Query currently inaccessible\n" {
 		t.Errorf("umc file %q, %v", b, err)
+	}
+}
+
+// TestAMDSimTemperatureLimits reads the simulated hwmon limits back with
+// the exporter's reader: every MI300X shows temp2 (junction) crit 100 °C
+// and emergency 110 °C, temp3 (mem) 95 and 105 °C (amdTempLimits); the
+// second GPU is one whose kernel hides temp*_emergency.
+func TestAMDSimTemperatureLimits(t *testing.T) {
+	s, err := Parse([]byte("defaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}\ndevices:\n  - {}\n  - {faults: {unsupported: [temperature_emergency]}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	if err := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start).WriteAt(start.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}
+	cards, err := r.Cards()
+	if err != nil || len(cards) != 2 {
+		t.Fatalf("cards %v %v", cards, err)
+	}
+	c := func(v float64) amd.Opt[float64] { return amd.Opt[float64]{Value: v, OK: true} }
+	for i, want := range []map[string]amd.TempLimit{
+		{"junction": {Crit: c(100), Emergency: c(110)}, "mem": {Crit: c(95), Emergency: c(105)}},
+		{"junction": {Crit: c(100)}, "mem": {Crit: c(95)}},
+	} {
+		d := r.ReadDevice(cards[i])
+		if len(d.Errors) > 0 || !reflect.DeepEqual(d.TempLimits, want) {
+			t.Errorf("GPU %d: limits %+v (errors %v), want %+v", i, d.TempLimits, d.Errors, want)
+		}
 	}
 }

@@ -603,7 +603,7 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 	f := &d.Faults
 	for field, keys := range map[string][]string{"unsupported": f.Unsupported, "errors": f.Errors, "hang": f.Hang, "panic": f.Panic} {
 		for _, k := range keys {
-			if _, ok := MetricKeys[k]; !ok && !slices.Contains(faultOnlyKeys, k) {
+			if _, ok := MetricKeys[k]; !ok && !slices.Contains(faultOnlyKeys, k) && k != amdEmergencyFault {
 				bad("faults.%s: unknown call %q (a metric key or one of %s)", field, k, strings.Join(faultOnlyKeys, ", "))
 			}
 		}

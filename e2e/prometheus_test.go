@@ -7,6 +7,7 @@ package e2e
 // change and a lost GPU.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +66,27 @@ func xidScenario(t *testing.T) string {
 	}
 	path := filepath.Join(t.TempDir(), "xid.yaml")
 	if err := os.WriteFile(path, []byte(s[:i+1]+"events:\n  - {device: 3, xid: 94, every: 1s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// amdRASScenario writes fixtures/scenarios/amd.yaml with an uncorrected
+// RAS error a second on the GPU of pod ml/train, so that the AMD demo
+// serves its RAS event series, with an owner, from its second read on.
+func amdRASScenario(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../fixtures/scenarios/amd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := []byte("- pci_bus_id: \"0000:0c:00.0\"\n")
+	if !bytes.Contains(data, gpu) {
+		t.Fatal("fixtures/scenarios/amd.yaml has no GPU 0000:0c:00.0")
+	}
+	path := filepath.Join(t.TempDir(), "amd.yaml")
+	data = bytes.Replace(data, gpu, append(gpu, "    metrics: {ecc_uncorrected: {start: 0, rate: 1}}\n"...), 1)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -187,10 +209,14 @@ func servedFamilies(exposition string) map[string]string {
 var notInDemo = map[string]string{}
 
 // Every xpu_* metric the mixin's rules and dashboards read is served by the
-// demo exporter (process series on, an Xid every second on GPU 3).
+// demo exporter (process series on, an Xid every second on GPU 3) or, for
+// AMD's own families, by the AMD demo (an uncorrected RAS error a second).
 func TestMixinMetricsExistInDemo(t *testing.T) {
 	used := mixinMetricNames(t)
-	e := start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t))
+	exporters := []*exporter{
+		start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t)),
+		start(t, "--demo", "--demo.scenario="+amdRASScenario(t), "--collector.process"),
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
 
 	// Profiling (GPM) series appear from the second scrape and the first Xid
@@ -224,12 +250,14 @@ func TestMixinMetricsExistInDemo(t *testing.T) {
 		if i > 0 {
 			time.Sleep(1100 * time.Millisecond)
 		}
-		code, body := get(t, client, "http://"+e.addr+"/metrics")
-		if code != http.StatusOK {
-			t.Fatalf("scrape %d: status %d:\n%s", i+1, code, body)
-		}
-		for name, typ := range servedFamilies(body) {
-			served[name] = typ
+		for _, e := range exporters {
+			code, body := get(t, client, "http://"+e.addr+"/metrics")
+			if code != http.StatusOK {
+				t.Fatalf("scrape %d: status %d:\n%s", i+1, code, body)
+			}
+			for name, typ := range servedFamilies(body) {
+				served[name] = typ
+			}
 		}
 		if i > 0 && len(missing()) == 0 {
 			break
@@ -873,27 +901,33 @@ func TestScalingExamples(t *testing.T) {
 // (with its Kubernetes, Slurm and systemd owners, an Xid, engines and
 // prices), and owner labels appear only on families that carry owners.
 func TestPromrulesFixturesMatchDemoLabels(t *testing.T) {
-	e := start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t))
+	exporters := []*exporter{
+		start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t)),
+		start(t, "--demo", "--demo.scenario="+amdRASScenario(t), "--collector.process"),
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	served := map[string]map[string]bool{}
 	label := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
-	// GPM series come from the second scrape, the first Xid a second in.
+	// GPM series come from the second scrape, the first Xid a second in,
+	// the first RAS event from the second read of the counts.
 	for i := 0; i < 3; i++ {
 		time.Sleep(1100 * time.Millisecond)
-		code, body := get(t, client, "http://"+e.addr+"/metrics")
-		if code != http.StatusOK {
-			t.Fatalf("scrape: status %d", code)
-		}
-		for _, line := range strings.Split(body, "\n") {
-			if !strings.HasPrefix(line, "xpu_") {
-				continue
+		for _, e := range exporters {
+			code, body := get(t, client, "http://"+e.addr+"/metrics")
+			if code != http.StatusOK {
+				t.Fatalf("scrape: status %d", code)
 			}
-			name := line[:strings.IndexAny(line+" ", "{ ")]
-			if served[name] == nil {
-				served[name] = map[string]bool{}
-			}
-			for _, m := range label.FindAllStringSubmatch(line, -1) {
-				served[name][m[1]] = true
+			for _, line := range strings.Split(body, "\n") {
+				if !strings.HasPrefix(line, "xpu_") {
+					continue
+				}
+				name := line[:strings.IndexAny(line+" ", "{ ")]
+				if served[name] == nil {
+					served[name] = map[string]bool{}
+				}
+				for _, m := range label.FindAllStringSubmatch(line, -1) {
+					served[name][m[1]] = true
+				}
 			}
 		}
 	}

@@ -35,8 +35,11 @@
     // High when the GPU core passes its maximum operating temperature or the
     // memory comes within memoryTemperatureMarginCelsius of its maximum;
     // Critical when the core reaches its slowdown threshold or the memory its
-    // maximum. The fixed values below apply only to devices whose driver
-    // reports no such threshold.
+    // maximum. AMD gives one limit per sensor, crit (where the firmware
+    // throttles): each sensor is Critical at its own crit and High within
+    // temperatureLimitMarginCelsius of it. The fixed values below apply only
+    // to sensors whose driver reports no such limit (Gaudi): the memory's
+    // to sensor="memory", the others to every other sensor.
     temperatureWarningCelsius: 85,
     temperatureWarningFor: '5m',
     temperatureCriticalCelsius: 95,
@@ -44,6 +47,7 @@
     memoryTemperatureWarningCelsius: 90,
     memoryTemperatureCriticalCelsius: 95,
     memoryTemperatureMarginCelsius: 5,
+    temperatureLimitMarginCelsius: 5,
     // A GPU that stopped answering the driver (fell off the bus) pages
     // within minutes.
     deviceLostFor: '2m',

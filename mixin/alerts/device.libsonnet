@@ -10,18 +10,19 @@ local util = import '../lib/util.libsonnet';
     throttleRegex: util.regex(c.throttleReasons),
   },
 
-  // critical: the core at its slowdown threshold or the memory at its
-  // maximum; else the core past its maximum operating temperature or the
-  // memory within the margin of its maximum.
+  // critical: the core at its slowdown threshold, the memory at its
+  // maximum, an AMD sensor at its own crit (throttle) limit; else the core
+  // past its maximum operating temperature, the memory or an AMD sensor
+  // within the margin of that limit.
   local temperatureOver(critical) =
     if critical then
-      util.overTemperatureLimit(c, 'gpu', 'slowdown', 0, c.temperatureCriticalCelsius)
+      util.overTemperatureLimit(c, 'core', 'slowdown', 0, 0, c.temperatureCriticalCelsius)
       + 'or\n'
-      + util.overTemperatureLimit(c, 'memory', 'memory_max', 0, c.memoryTemperatureCriticalCelsius)
+      + util.overTemperatureLimit(c, 'memory', 'memory_max', 0, 0, c.memoryTemperatureCriticalCelsius)
     else
-      util.overTemperatureLimit(c, 'gpu', 'gpu_max', 0, c.temperatureWarningCelsius)
+      util.overTemperatureLimit(c, 'core', 'gpu_max', 0, c.temperatureLimitMarginCelsius, c.temperatureWarningCelsius)
       + 'or\n'
-      + util.overTemperatureLimit(c, 'memory', 'memory_max', c.memoryTemperatureMarginCelsius, c.memoryTemperatureWarningCelsius),
+      + util.overTemperatureLimit(c, 'memory', 'memory_max', c.memoryTemperatureMarginCelsius, c.temperatureLimitMarginCelsius, c.memoryTemperatureWarningCelsius),
   local device = util.deviceText,
   local owner = util.ownerText,
 
@@ -45,7 +46,7 @@ local util = import '../lib/util.libsonnet';
           labels: { severity: 'warning' },
           annotations: {
             summary: 'A device is running hot.',
-            description: '%s (owner: %s) has its {{ $labels.sensor }} sensor at {{ $value }} °C, past its maximum operating temperature.' % [device, owner],
+            description: '%s (owner: %s) has its {{ $labels.sensor }} sensor at {{ $value }} °C, past its maximum operating temperature or close to where the hardware slows down.' % [device, owner],
           },
         }),
         util.alert(c, {

@@ -85,9 +85,9 @@ local common = import 'common.libsonnet';
         g.timeseries('Active throttle reasons', 'Devices slowed down right now, one line per reason.', [
           g.target('xpu_clock_throttled{%s, reason=~"%s"} == 1' % [s, throttle], '%s {{reason}}' % d.deviceLegend),
         ], min=0, max=1),
-        g.timeseries('Temperature', "Device and memory temperature, with the limits the alerts use where the driver reports them: the core's slowdown and the memory's maximum.", [
+        g.timeseries('Temperature', "Device and memory temperature, with the limits the alerts use where the driver reports them: the core's slowdown and the memory's maximum (AMD: each sensor's crit).", [
           g.target('xpu_temperature_celsius{%s}' % s, '%s {{sensor}}' % d.deviceLegend),
-          g.target('xpu_temperature_threshold_celsius{%s, threshold=~"slowdown|memory_max"}' % s, 'limit %s {{threshold}}' % d.deviceLegend),
+          g.target('xpu_temperature_threshold_celsius{%s, threshold=~"slowdown|memory_max|crit"}' % s, 'limit %s {{sensor}} {{threshold}}' % d.deviceLegend),
         ], unit='celsius'),
         g.timeseries('Power', 'Power drawn and the power limit.', [
           g.target('xpu_power_watts{%s}' % s, d.deviceLegend),

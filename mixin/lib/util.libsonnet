@@ -46,7 +46,12 @@
   //    Without process_start_time_seconds only the lookback counts.
   // `* 1` drops the metric name so the arms share label sets.
   xidRecent(c, window)::
-    local x = 'xpu_xid_errors_total{%s, xid=~"%s"}' % [c.xpuSelector, self.regex(c.xidHardware)];
+    self.eventsRecent(c, 'xpu_xid_errors_total{%s, xid=~"%s"}' % [c.xpuSelector, self.regex(c.xidHardware)], window),
+
+  // xidRecent for any event counter kept as the Xid counters are (born
+  // with the first event, kept in the exporter's memory), such as AMD's
+  // xpu_amd_ras_events_total.
+  eventsRecent(c, x, window)::
     local start = 'process_start_time_seconds{%s}' % c.xpuSelector;
     local target = self.labels([c.clusterLabel, 'job', 'instance']);
     |||
@@ -65,25 +70,47 @@
       )
     ||| % { x: x, w: window, lookback: c.xidSeenLookback, target: target, start: start },
 
-  // The temperature series of one sensor at or above a limit (less a
-  // margin): the device's own threshold where the exporter serves it
-  // (xpu_temperature_threshold_celsius, from NVML's
-  // nvmlDeviceGetTemperatureThreshold), else a fixed fallback. The threshold
-  // is taken per device (max by the device key) so that owner labels, which
-  // change with every new pod, never break the join.
-  overTemperatureLimit(c, sensor, threshold, margin, fallback)::
+  // The temperature series of one kind of sensor ('core': every sensor but
+  // the memory's, i.e. NVIDIA's and Gaudi's gpu, AMD's edge and junction;
+  // 'memory') at or above a limit, less a margin. Each is compared with
+  // the limit the exporter serves for it (xpu_temperature_threshold_celsius):
+  //   - NVIDIA's per-device threshold (no sensor label, from NVML's
+  //     nvmlDeviceGetTemperatureThreshold) for its gpu or memory sensor;
+  //   - AMD's per-sensor crit (hwmon temp*_crit, the throttle limit), joined
+  //     on the sensor label, less ownMargin;
+  //   - else, for a sensor with neither (Gaudi; an AMD sensor whose crit
+  //     file is missing), the fixed fallback.
+  // Limits are taken per device and sensor (max by the key) so that owner
+  // labels, which change with every new pod, never break the join.
+  overTemperatureLimit(c, kind, threshold, margin, ownMargin, fallback)::
     local key = self.labels(c.deviceKeyLabels);
-    local t = 'xpu_temperature_threshold_celsius{%s, threshold="%s"}' % [c.xpuSelector, threshold];
-    local temp = 'xpu_temperature_celsius{%s, sensor="%s"}' % [c.xpuSelector, sensor];
+    local limit = 'xpu_temperature_threshold_celsius{%s, threshold="%s"}' % [c.xpuSelector, threshold];
+    local own = 'xpu_temperature_threshold_celsius{%s, threshold="crit"}' % c.xpuSelector;
+    local temp(matcher) = 'xpu_temperature_celsius{%s, %s}' % [c.xpuSelector, matcher];
+    local less(m) = if m == 0 then '' else ' - %g' % m;
     |||
-      %(temp)s
+      %(device)s
         >= on (%(key)s) group_left ()
-        (max by (%(key)s) (%(t)s)%(margin)s)
+        (max by (%(key)s) (%(limit)s)%(margin)s)
+      or
+      %(kind)s
+        >= on (%(key)s, sensor) group_left ()
+        (max by (%(key)s, sensor) (%(own)s)%(ownMargin)s)
       or (
-        %(temp)s >= %(fallback)g
-          unless on (%(key)s) %(t)s
+        %(kind)s >= %(fallback)g
+          unless on (%(key)s) %(limit)s
+          unless on (%(key)s, sensor) %(own)s
       )
-    ||| % { temp: temp, key: key, t: t, fallback: fallback, margin: if margin == 0 then '' else ' - %g' % margin },
+    ||| % {
+      device: temp('sensor="%s"' % { core: 'gpu', memory: 'memory' }[kind]),
+      kind: temp({ core: 'sensor!="memory"', memory: 'sensor="memory"' }[kind]),
+      key: key,
+      limit: limit,
+      own: own,
+      fallback: fallback,
+      margin: less(margin),
+      ownMargin: less(ownMargin),
+    },
 
   // '1m' -> 60: rules need some windows as numbers (time() arithmetic,
   // evaluations per hour) while the config keeps Prometheus durations.

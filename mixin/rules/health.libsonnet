@@ -32,8 +32,13 @@ local util = import '../lib/util.libsonnet';
           {__name__=~"xpu_remapped_rows_pending|xpu_remapped_rows_failed|xpu_retired_pages_pending", %(xpuSelector)s} > 0
         ||| % fmt),
         // Hardware Xids only (xidHardware): an application Xid means a user
-        // job crashed, not that the device is unwell.
-        penalty('xid', util.xidRecent(c, c.healthWindow)),
+        // job crashed, not that the device is unwell. An AMD GPU's
+        // uncorrected RAS errors, in any block, are its hardware Xids: the
+        // hardware failed to correct an error, whatever job ran. Corrected
+        // ones are a wear trend (the memory's is the ecc_corrected input);
+        // deferred ones (poisoned data not yet consumed) stay on the
+        // dashboards.
+        penalty('xid', util.xidRecent(c, c.healthWindow) + 'or\n' + util.eventsRecent(c, 'xpu_amd_ras_events_total{%(xpuSelector)s, type="uncorrected"}' % fmt, c.healthWindow)),
         // A corrected-error rate that keeps rising is the early sign of
         // memory that will soon produce uncorrectable errors. Volatile and
         // aggregate counters count the same errors: the largest is taken.
@@ -54,12 +59,13 @@ local util = import '../lib/util.libsonnet';
               and on (%(key)s) xpu_utilization_ratio{%(xpuSelector)s} >= %(idle)g
           )
         ||| % fmt),
-        // Thermal throttling, or the core past its maximum operating
-        // temperature (the device's own limit, as XpuTemperatureHigh).
+        // Thermal throttling, or the core at XpuTemperatureHigh's level:
+        // past its maximum operating temperature, or (AMD, per sensor) the
+        // edge or junction within the margin of its own crit limit.
         penalty('thermal', |||
           xpu_clock_throttled{%(xpuSelector)s, reason=~"hw_thermal_slowdown|sw_thermal_slowdown"} == 1
           or
-        ||| % fmt + util.overTemperatureLimit(c, 'gpu', 'gpu_max', 0, c.temperatureWarningCelsius)),
+        ||| % fmt + util.overTemperatureLimit(c, 'core', 'gpu_max', 0, c.temperatureLimitMarginCelsius, c.temperatureWarningCelsius)),
         {
           record: 'device:xpu_health_score:clamp_min',
           // Keeps the labels of xpu_device_up (device and owner labels);

@@ -82,6 +82,10 @@ type Device struct {
 	PowerSource string
 	PowerCap    Opt[float64] // W
 	Energy      Opt[float64] // J
+	// TempLimits are the driver's limits of each temperature channel, by
+	// the labels of Temperatures; a channel without a limit file has no
+	// entry.
+	TempLimits map[string]TempLimit
 
 	// ComputePartition and MemoryPartition are the current modes ("CPX",
 	// "NPS4") of a GPU that can be partitioned (MI300).
@@ -96,6 +100,22 @@ type Device struct {
 
 	// Errors lists each file that exists but could not be read or parsed.
 	Errors []ReadError
+}
+
+// TempLimit is what amdgpu's hwmon interface gives of one temperature
+// channel's limits, in °C. amdgpu.rst (hwmon interfaces, from amdgpu_pm.c):
+// "temp[1-3]_crit: temperature critical max value in millidegrees Celsius"
+// and "temp[1-3]_emergency: temperature emergency max value(asic shutdown)
+// in millidegrees Celsius"; the hwmon ABI (sysfs-interface.rst) adds that
+// the emergency value is for "chips supporting more than two upper
+// temperature limits". On MI300 (smu_v13_0_6_ppt.c,
+// smu_v13_0_6_get_thermal_temperature_range) the firmware's thermal
+// throttle limits fill crit ("Get SOC thermal throttle limit", "Get HBM
+// thermal throttle limit") and its CTF limits emergency ("Get SOC Max
+// operating temperature", "Get HBM Max operating temperature").
+type TempLimit struct {
+	Crit      Opt[float64]
+	Emergency Opt[float64]
 }
 
 // XGMI describes a GPU's place in an XGMI hive, from amdgpu_xgmi.c:
@@ -403,6 +423,16 @@ func (r Reader) readHwmon(dr devReader) {
 			dr.d.Temperatures = map[string]float64{}
 		}
 		dr.d.Temperatures[label] = float64(v.Value) / 1000
+		lim := TempLimit{
+			Crit:      optional(dr, prefix+"_crit", parseTempLimit),
+			Emergency: optional(dr, prefix+"_emergency", parseTempLimit),
+		}
+		if lim.Crit.OK || lim.Emergency.OK {
+			if dr.d.TempLimits == nil {
+				dr.d.TempLimits = map[string]TempLimit{}
+			}
+			dr.d.TempLimits[label] = lim
+		}
 	}
 	for _, src := range []string{"power1_average", "power1_input"} {
 		if v := value(dr, filepath.Join(hw, src), parseUint); v.OK {

@@ -50,6 +50,12 @@ func TestReadDeviceMI300X(t *testing.T) {
 	if want := map[string]float64{"junction": 48, "mem": 41}; !reflect.DeepEqual(d.Temperatures, want) {
 		t.Errorf("temperatures %v, want %v", d.Temperatures, want)
 	}
+	// 100000 and 95000 m°C; this kernel's MI300X shows no temp*_emergency,
+	// and a limit the driver does not show is unset, never zero.
+	wantLimits(t, d, map[string]TempLimit{
+		"junction": {Crit: some(100.0)},
+		"mem":      {Crit: some(95.0)},
+	})
 	// 312 000 000 µW = 312 W; 750 000 000 µW = 750 W.
 	wantF(t, "power", d.Power, 312)
 	if d.PowerSource != "power1_input" {
@@ -79,6 +85,13 @@ func TestReadDeviceMI210(t *testing.T) {
 	if want := map[string]float64{"edge": 35, "junction": 52, "mem": 60}; !reflect.DeepEqual(d.Temperatures, want) {
 		t.Errorf("temperatures %v", d.Temperatures)
 	}
+	// temp1..3_crit 100000, 110000, 100000 m°C; _emergency 105000,
+	// 115000, 105000 m°C.
+	wantLimits(t, d, map[string]TempLimit{
+		"edge":     {Crit: some(100.0), Emergency: some(105.0)},
+		"junction": {Crit: some(110.0), Emergency: some(115.0)},
+		"mem":      {Crit: some(100.0), Emergency: some(105.0)},
+	})
 	// 150 000 000 µW from power1_average = 150 W.
 	wantF(t, "power", d.Power, 150)
 	if d.PowerSource != "power1_average" {
@@ -90,6 +103,13 @@ func TestReadDeviceMI210(t *testing.T) {
 	}
 	if d.Metrics == nil || d.Metrics.ContentRevision != 3 {
 		t.Errorf("metrics %+v", d.Metrics)
+	}
+}
+
+func wantLimits(t *testing.T, d Device, want map[string]TempLimit) {
+	t.Helper()
+	if !reflect.DeepEqual(d.TempLimits, want) {
+		t.Errorf("temperature limits %+v, want %+v", d.TempLimits, want)
 	}
 }
 
@@ -128,25 +148,28 @@ func errorFiles(d Device) []string {
 
 func TestReadDeviceMissingMalformedOversized(t *testing.T) {
 	root := buildCard(t, map[string]string{
-		"vendor":                     "0x1002\n",
-		"gpu_busy_percent":           "12a\n",
-		"mem_busy_percent":           "250\n",
-		"mem_info_vram_total":        strings.Repeat("9", maxValueSize+10),
-		"pp_dpm_sclk":                "0: 500Mhz *\n1: 800Mhz *\n",
-		"ras/umc_err_count":          "ue: x\n",
-		"ras/gfx_err_count":          "ue: 0\nce: 3\n",
-		"hwmon/hwmon0/temp1_input":   "hot\n",
-		"hwmon/hwmon0/temp2_input":   "-5000\n",
-		"hwmon/hwmon0/power1_input":  "15000000\n",
-		"hwmon/hwmon0/power1_cap":    "",
-		"gpu_metrics":                "\x78\x00\x01\x03short",
-		"current_compute_partition":  "SPX\n",
-		"available_memory_partition": "\n",
+		"vendor":                       "0x1002\n",
+		"gpu_busy_percent":             "12a\n",
+		"mem_busy_percent":             "250\n",
+		"mem_info_vram_total":          strings.Repeat("9", maxValueSize+10),
+		"pp_dpm_sclk":                  "0: 500Mhz *\n1: 800Mhz *\n",
+		"ras/umc_err_count":            "ue: x\n",
+		"ras/gfx_err_count":            "ue: 0\nce: 3\n",
+		"hwmon/hwmon0/temp1_input":     "hot\n",
+		"hwmon/hwmon0/temp2_input":     "-5000\n",
+		"hwmon/hwmon0/temp2_crit":      "0\n",
+		"hwmon/hwmon0/temp2_emergency": "105C\n",
+		"hwmon/hwmon0/temp1_crit":      "90000\n",
+		"hwmon/hwmon0/power1_input":    "15000000\n",
+		"hwmon/hwmon0/power1_cap":      "",
+		"gpu_metrics":                  "\x78\x00\x01\x03short",
+		"current_compute_partition":    "SPX\n",
+		"available_memory_partition":   "\n",
 	})
 	d := Reader{SysfsRoot: root}.ReadDevice("card0")
 	want := []string{
 		"gpu_busy_percent", "mem_busy_percent", "mem_info_vram_total", "pp_dpm_sclk",
-		"ras/umc_err_count", "hwmon/hwmon0/temp1_input", "hwmon/hwmon0/power1_cap",
+		"ras/umc_err_count", "hwmon/hwmon0/temp1_input", "hwmon/hwmon0/temp2_emergency", "hwmon/hwmon0/power1_cap",
 		"available_memory_partition", "gpu_metrics",
 	}
 	if got := errorFiles(d); !reflect.DeepEqual(got, want) {
@@ -173,6 +196,9 @@ func TestReadDeviceMissingMalformedOversized(t *testing.T) {
 	if want := map[string]float64{"temp2": -5}; !reflect.DeepEqual(d.Temperatures, want) {
 		t.Errorf("temperatures %v", d.Temperatures)
 	}
+	// A crit of 0 is no limit; a malformed emergency is filed and unset;
+	// temp1's crit goes with its unreadable input.
+	wantLimits(t, d, nil)
 	wantF(t, "power from power1_input", d.Power, 15)
 	if d.Metrics != nil || d.Down {
 		t.Errorf("metrics %v down %v", d.Metrics, d.Down)

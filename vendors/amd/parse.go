@@ -32,6 +32,21 @@ func parseInt(b []byte) (int64, error) {
 	return v, nil
 }
 
+// parseTempLimit parses a hwmon temperature limit (millidegrees) into °C.
+// amdgpu prints the limit as its thermal range holds it (amdgpu_pm.c,
+// amdgpu_hwmon_show_temp_thresh and its hotspot and mem siblings:
+// sysfs_emit "%d\n"), also when the firmware filled no range
+// (smu_v13_0_6_get_thermal_temperature_range returns early on firmware
+// older than 85.69). No GPU has a limit at or below 0 °C, so such a value
+// is no limit, and an alert comparing with it would fire on every device.
+func parseTempLimit(b []byte) (float64, bool, error) {
+	v, err := parseInt(b)
+	if err != nil || v <= 0 {
+		return 0, false, err
+	}
+	return float64(v) / 1000, true, nil
+}
+
 // parsePercent parses gpu_busy_percent or mem_busy_percent into a ratio.
 // amdgpu.rst (DOC: gpu_busy_percent): "The amdgpu driver provides a sysfs
 // API for reading how busy the GPU is as a percentage."

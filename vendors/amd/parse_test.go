@@ -73,6 +73,26 @@ func TestParseLinkWidth(t *testing.T) {
 	}
 }
 
+func TestParseTempLimit(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want float64
+		ok   bool
+		err  bool
+	}{
+		{"105000\n", 105, true, false}, // 105000 m°C = 105 °C
+		{"94500\n", 94.5, true, false}, // 94500 m°C = 94.5 °C
+		{"0\n", 0, false, false},       // a range the firmware never filled
+		{"-273150\n", 0, false, false}, // below 0 °C: no limit either
+		{"hot\n", 0, false, true},
+	} {
+		v, ok, err := parseTempLimit([]byte(c.in))
+		if v != c.want || ok != c.ok || (err != nil) != c.err {
+			t.Errorf("%q: %v %v %v, want %v %v error %v", c.in, v, ok, err, c.want, c.ok, c.err)
+		}
+	}
+}
+
 func TestParseDPMCurrent(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -187,6 +207,9 @@ func FuzzSysfsValues(f *testing.F) {
 		}
 		if v, ok, err := parseLinkWidth(b); err == nil && ok && (v <= 0 || v > 32) {
 			t.Fatalf("link width %v", v)
+		}
+		if v, ok, err := parseTempLimit(b); err == nil && ok && v <= 0 {
+			t.Fatalf("temperature limit %v", v)
 		}
 		if v, ok, err := parseDPMCurrent(b); err == nil && ok && v < 0 {
 			t.Fatalf("clock %v", v)
