@@ -476,7 +476,15 @@ func machineInfo() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%d CPUs (%s), %s RAM, shared with other jobs", runtime.NumCPU(), model, mem)
+	// proc(5): the first three fields of /proc/loadavg are the load
+	// averages over 1, 5 and 15 minutes.
+	load := "unknown"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			load = strings.Join(f[:3], " ")
+		}
+	}
+	return fmt.Sprintf("%d CPUs (%s), %s RAM, shared with other jobs (load average at the end: %s)", runtime.NumCPU(), model, mem, load)
 }
 
 func fleetMarkdown(results []fleetResult) string {
