@@ -115,10 +115,10 @@ soak:
 ## 8-GPU demo nodes (one `--demo` process each, own node name and UUIDs)
 ## scraped by a fresh Prometheus with the mixin's rules for FLEET_DURATION:
 ## series per node, samples/s, rule group times, Prometheus memory, written
-## to bench/fleet.md. Not part of make test; about 15 minutes with the
+## to bench/fleet.md. Not part of make test; about 35 minutes with the
 ## defaults (125 demo processes, ~6 GiB of RAM, at 1,000 GPUs).
 FLEET_GPUS     ?= 10,100,1000
-FLEET_DURATION ?= 4m
+FLEET_DURATION ?= 10m
 fleet: build-deps
 	$(GO) test -count=1 -v -timeout 1h -run '^TestFleet$$' ./e2e/ -args -fleet.gpus=$(FLEET_GPUS) -fleet.duration=$(FLEET_DURATION) -fleet.results=$(CURDIR)/bench/fleet.md
 

@@ -221,6 +221,7 @@ type fleetResult struct {
 	// From Prometheus' /metrics.
 	headSeries     float64
 	appendedPerSec float64 // samples appended to the head per second over the window
+	cpu            float64 // Prometheus' CPU seconds per second over the window
 	rssMax, rssEnd float64
 	heapEnd        float64
 	groupMean      map[string]float64 // mean of the last-duration readings
@@ -277,6 +278,7 @@ func measureFleet(t *testing.T, job, ruleFile string, nodes []fleetNode, gpus in
 	// Prometheus 2.4x splits the counter by sample type (float, histogram).
 	appended := "prometheus_tsdb_head_samples_appended_total"
 	r.appendedPerSec = (sumPrefix(last, appended) - sumPrefix(first, appended)) / r.window.Seconds()
+	r.cpu = (last["process_cpu_seconds_total"] - first["process_cpu_seconds_total"]) / r.window.Seconds()
 	r.rssEnd = last["process_resident_memory_bytes"]
 	r.heapEnd = last["go_memstats_heap_inuse_bytes"]
 	r.missed = sumPrefix(last, "prometheus_rule_group_iterations_missed_total")
@@ -495,17 +497,17 @@ func fleetMarkdown(results []fleetResult) string {
 	fmt.Fprintf(&b, "- fleet: N copies of the demo node (`demo/default.yaml`: 8 H100 GPUs, one split into 4 MIG instances, pods, a Slurm job, a systemd service, 2 inference engines), each its own `xpu_exporter --demo` process with default flags and a price table, renamed `fleet-node-NNN` (own UUIDs), `node` and `instance` target labels set to that name; N is the smallest number of 8-GPU nodes holding the size\n")
 	fmt.Fprintf(&b, "- Prometheus: one fresh server per size, scrape and evaluation interval %v, the mixin's recording and alerting rules with their default settings (usage groups every 1m); %v per size, the first %v warm-up; its own metrics read from its /metrics every %v (it does not scrape itself)\n\n", *fleetInterval, *fleetDuration, fleetWarmup, promPoll)
 
-	b.WriteString("| size, GPUs | simulated GPUs (nodes) | series per node | series per GPU | devices per node | head series | rule series | samples appended/s | Prometheus RSS MiB (max) | heap in use MiB | rule groups ms per round | missed rounds | scrape s | exporters RSS MiB | exporters CPU cores |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| size, GPUs | simulated GPUs (nodes) | series per node | series per GPU | devices per node | head series | rule series | samples appended/s | Prometheus CPU cores | Prometheus RSS MiB (max) | heap in use MiB | rule groups ms per round | missed rounds | scrape s | exporters RSS MiB | exporters CPU cores |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %d | %d (%d) | %.0f (%.0f–%.0f) | %.1f | %.0f | %.0f | %.0f | %.0f | %s (%s) | %s | %.1f | %.0f | %.3f | %s | %.2f |\n",
+		fmt.Fprintf(&b, "| %d | %d (%d) | %.0f (%.0f–%.0f) | %.1f | %.0f | %.0f | %.0f | %.0f | %.2f | %s (%s) | %s | %.1f | %.0f | %.3f | %s | %.2f |\n",
 			r.gpus, r.nodes*gpusPerNode, r.nodes, r.seriesAvg, r.seriesMin, r.seriesMax, r.seriesAvg/gpusPerNode, r.devicesPerNode,
-			r.headSeries, r.ruleSeries, r.appendedPerSec, mib(r.rssEnd), mib(r.rssMax), mib(r.heapEnd),
+			r.headSeries, r.ruleSeries, r.appendedPerSec, r.cpu, mib(r.rssEnd), mib(r.rssMax), mib(r.heapEnd),
 			sumValues(r.groupMean)*1000, r.missed, r.scrapeSeconds, mib(r.exporterRSS), r.exporterCPU)
 	}
 	b.WriteString("\n- series per node: `scrape_samples_scraped` of the targets at the end, average (min–max): they differ by the Xid and ECC event counters that have appeared by then; series per GPU is that over 8 (MIG instances, owners and self-metrics included)\n")
 	b.WriteString("- head series: `prometheus_tsdb_head_series` at the end: the scraped series, 5 per target that Prometheus adds (up, scrape_*), the recording rules' output and ALERTS; rule series: head series − nodes × (series per node + 5)\n")
-	b.WriteString("- samples appended/s: the increase of `prometheus_tsdb_head_samples_appended_total` over the measured window, scrapes and rules together\n")
+	b.WriteString("- samples appended/s: the increase of `prometheus_tsdb_head_samples_appended_total` over the measured window, scrapes and rules together; Prometheus CPU cores: the increase of its `process_cpu_seconds_total` over the window divided by its length (CPU time, so less sensitive than the rule groups' wall times to other jobs on the machine)\n")
 	b.WriteString("- rule groups ms per round: the sum over the groups of the mean of `prometheus_rule_group_last_duration_seconds` readings in the window; missed rounds: `prometheus_rule_group_iterations_missed_total`, all groups\n")
 	b.WriteString("- scrape s: mean `scrape_duration_seconds`; exporters RSS and CPU: `process_resident_memory_bytes` summed and `rate(process_cpu_seconds_total[2m])` summed over the demo processes (the simulated node included), i.e. the harness' own cost\n\n")
 
