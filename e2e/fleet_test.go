@@ -146,7 +146,9 @@ type fleetNode struct {
 
 // fleetConfig is a Prometheus configuration scraping nodes as job every
 // interval, each target labelled with its node name as node and instance
-// (as the chart's ServiceMonitor does), with ruleFile loaded.
+// (as the chart's ServiceMonitor does), with ruleFile loaded. The scrape
+// timeout is Prometheus' default, 10s, unless the interval is shorter:
+// Prometheus refuses a timeout longer than the interval.
 func fleetConfig(job, ruleFile string, interval time.Duration, nodes []fleetNode) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "global:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\n", interval, min(interval, 10*time.Second), interval)
@@ -229,7 +231,10 @@ type fleetResult struct {
 	missed         float64
 	window         time.Duration
 	// ruleSeries is what the head holds beyond the scraped series and the
-	// 5 Prometheus adds per target: recording-rule output and ALERTS.
+	// 5 Prometheus adds per target (up, scrape_duration_seconds,
+	// scrape_samples_scraped, scrape_samples_post_metric_relabeling,
+	// scrape_series_added: "Jobs and instances" in its documentation):
+	// recording-rule output and ALERTS.
 	ruleSeries float64
 	queries    []queryCost
 }
