@@ -37,10 +37,10 @@ const (
 	// gpusPerNode is the number of physical GPUs of demo/default.yaml (GPU 4
 	// is also split into 4 MIG instances, devices of their own).
 	gpusPerNode = 8
-	// demoNode is demo/default.yaml's node name; its GPU UUIDs, and the
-	// device IDs its kubelet hands to pods, carry demoNodeHash.
-	demoNode     = "demo-h100-node"
-	demoNodeHash = "2b149611"
+	// templateNode is demo/default.yaml's node name; its GPU UUIDs, and the
+	// device IDs its kubelet hands to pods, carry templateNodeHash.
+	templateNode     = "demo-h100-node"
+	templateNodeHash = "2b149611"
 	// fleetWarmup passes before measuring: every target scraped a few
 	// times (profiling series appear from the second scrape, the demo's
 	// first Xid 45 s after start).
@@ -65,8 +65,8 @@ func fleetNodeName(i int) string { return fmt.Sprintf("fleet-node-%03d", i) }
 // UUIDs follow from the name, so the device IDs its pods hold are rewritten
 // to match.
 func fleetScenario(defaultYAML, node string) string {
-	s := strings.Replace(defaultYAML, "\nnode: "+demoNode+"\n", "\nnode: "+node+"\n", 1)
-	return strings.ReplaceAll(s, "-"+demoNodeHash+"-", "-"+fnv32a(node)+"-")
+	s := strings.Replace(defaultYAML, "\nnode: "+templateNode+"\n", "\nnode: "+node+"\n", 1)
+	return strings.ReplaceAll(s, "-"+templateNodeHash+"-", "-"+fnv32a(node)+"-")
 }
 
 // Each fleet node is the demo node under its own name with GPU UUIDs of its
@@ -80,13 +80,13 @@ func TestFleetScenario(t *testing.T) {
 	defaultYAML := string(b)
 	// The demo's own UUIDs are GPU-2b149611-…: the FNV-1a hash of its node
 	// name, so the rewrite below derives new ones the way the demo does.
-	if got := fnv32a(demoNode); got != demoNodeHash {
-		t.Fatalf("fnv32a(%q) = %s, want %s (the prefix of demo/default.yaml's UUIDs)", demoNode, got, demoNodeHash)
+	if got := fnv32a(templateNode); got != templateNodeHash {
+		t.Fatalf("fnv32a(%q) = %s, want %s (the prefix of demo/default.yaml's UUIDs)", templateNode, got, templateNodeHash)
 	}
 	seen := map[string]string{}
 	for _, node := range []string{fleetNodeName(1), fleetNodeName(2)} {
 		text := fleetScenario(defaultYAML, node)
-		if strings.Contains(text, demoNodeHash) {
+		if strings.Contains(text, templateNodeHash) {
 			t.Errorf("%s: the scenario still names the demo node's UUIDs", node)
 		}
 		s, err := demo.Parse([]byte(text))
