@@ -16,7 +16,7 @@ LDFLAGS   := -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X $(PK
 export CGO_ENABLED := 1
 export CGO_CFLAGS  := -Wno-deprecated-declarations
 
-.PHONY: all build demo test vet fmt-check tidy-check staticcheck unit build-deps test-deps bench load soak fuzz clean
+.PHONY: all build demo test vet fmt-check tidy-check staticcheck unit build-deps test-deps bench load soak fleet fuzz clean
 
 # apt-get as root, else through sudo: CI runs as root, developers may not.
 APT_INSTALL = SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -110,6 +110,17 @@ load:
 SOAK_SCRAPES ?= 100000
 soak:
 	$(GO) test -count=1 -v -timeout 3h -run '^TestSoak$$' ./e2e/ -args -soak.scrapes=$(SOAK_SCRAPES) -soak.results=$(CURDIR)/bench/soak.md
+
+## fleet: Prometheus sizing by simulation. For each of FLEET_GPUS, enough
+## 8-GPU demo nodes (one `--demo` process each, own node name and UUIDs)
+## scraped by a fresh Prometheus with the mixin's rules for FLEET_DURATION:
+## series per node, samples/s, rule group times, Prometheus memory, written
+## to bench/fleet.md. Not part of make test; about 35 minutes with the
+## defaults (at 1,000 GPUs: 125 demo processes, 5.5 GiB of RSS in all).
+FLEET_GPUS     ?= 10,100,1000
+FLEET_DURATION ?= 10m
+fleet: build-deps
+	$(GO) test -count=1 -v -timeout 1h -run '^TestFleet$$' ./e2e/ -args -fleet.gpus=$(FLEET_GPUS) -fleet.duration=$(FLEET_DURATION) -fleet.results=$(CURDIR)/bench/fleet.md
 
 ## fuzz: every native fuzz target (func FuzzXxx in a _test.go file), one
 ## after another for FUZZTIME each; not part of `make test`. Targets are
