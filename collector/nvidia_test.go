@@ -169,7 +169,8 @@ func TestNvidiaHealthyNode(t *testing.T) {
 		"xpu_fan_speed_ratio":         0, // H100 SXM has no fans
 		"xpu_nvml_errors_total":       0,
 		"xpu_mig_mode_enabled":        8,
-		"xpu_nvlink_up":               8 * 18,
+		"xpu_nvlink_up":               0,     // per link only with --nvidia.nvlink-per-link
+		"xpu_nvlink_links":            8 * 2, // up and down, per GPU
 		"xpu_nvlink_data_bytes_total": 8 * 2, // summed per GPU by default
 		"xpu_nvlink_errors_total":     8 * 4,
 		"xpu_process_memory_bytes":    0, // the process collector is off
@@ -330,7 +331,10 @@ func TestNvidiaProfilingNeedsTwoScrapes(t *testing.T) {
 		`xpu_sm_active_ratio{gpu="7",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000007",vendor="nvidia"} 0`,
 		// A MIG instance's utilization is GPM's graphics activity.
 		`xpu_utilization_ratio{gpu="4",mig_instance="13",mig_profile="1g.10gb",model="NVIDIA H100 80GB HBM3",parent_uuid="GPU-2b149611-0000-4000-8000-000000000004",uuid="MIG-2b149611-0004-4000-8000-000000000002",vendor="nvidia"} 0.12`,
-		`xpu_nvlink_up{gpu="6",link="11",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 0`,
+		// GPU 6 has link 11 of its 18 down: 17 up, 1 down.
+		`xpu_nvlink_links{gpu="6",model="NVIDIA H100 80GB HBM3",state="down",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 1`,
+		`xpu_nvlink_links{gpu="6",model="NVIDIA H100 80GB HBM3",state="up",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 17`,
+		`xpu_nvlink_links{gpu="7",model="NVIDIA H100 80GB HBM3",state="down",uuid="GPU-2b149611-0000-4000-8000-000000000007",vendor="nvidia"} 0`,
 		`xpu_pcie_throughput_bytes_per_second{direction="tx",gpu="7",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000007",vendor="nvidia"} 100000`,
 	} {
 		if !strings.Contains(second, line+"\n") {
@@ -363,6 +367,15 @@ func TestNVLinkCountersPerLink(t *testing.T) {
 	out := scrapeText(t, newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true}), 5*time.Second)
 	if n := seriesCount(out, "xpu_nvlink_data_bytes_total"); n != 8*18*2 {
 		t.Errorf("%d per-link data series, want %d", n, 8*18*2)
+	}
+	if n := seriesCount(out, "xpu_nvlink_up"); n != 8*18 {
+		t.Errorf("%d link states, want %d", n, 8*18)
+	}
+	if n := seriesCount(out, "xpu_nvlink_links"); n != 0 {
+		t.Errorf("%d per-GPU link counts with per-link states, want none", n)
+	}
+	if !strings.Contains(out, `xpu_nvlink_up{gpu="6",link="11",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 0`+"\n") {
+		t.Error("GPU 6's link 11 is not down")
 	}
 	// GPU 6's replay errors: 3 + 0.005/s over the 90 minutes, on each link.
 	if v := sample(t, out, "xpu_nvlink_errors_total", `gpu="6"`, `link="0"`, `type="replay"`); v != 30 {

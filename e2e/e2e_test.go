@@ -219,7 +219,7 @@ var wantFamilies = map[string]string{
 	"xpu_workload_utilization_ratio":            "gauge",
 	"xpu_workload_memory_used_bytes":            "gauge",
 	"xpu_attribution_source_up":                 "gauge",
-	"xpu_nvlink_up":                             "gauge",
+	"xpu_nvlink_links":                          "gauge",
 	"xpu_nvlink_errors_total":                   "counter",
 	"xpu_inference_up":                          "gauge",
 	"xpu_inference_requests_running":            "gauge",
