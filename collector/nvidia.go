@@ -269,16 +269,27 @@ func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pr
 	return nil
 }
 
+var extendedReadings = kingpin.Flag("nvidia.extended-readings",
+	"Also the readings no alert, rule or dashboard of the mixin uses: maximum clocks, reserved memory, performance state, "+
+		"video encoder and decoder utilization, PCIe throughput and the aggregate-scope (lifetime) ECC counters (11 series an H100).").Bool()
+
 // emitNvidiaReadings emits the device's readings, its PCIe throughput only
-// if withPCIe.
+// if withPCIe. The extended readings wait for their flag: every series is
+// paid for on every node at every scrape, so the default set is what the
+// mixin's alerts, rules and dashboards use and what tells a GPU's health
+// and use, within the budget of 60 series per GPU (issue 12).
 func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
+	ext := *extendedReadings
 	optional(e, utilization, l, d.Utilization)
 	optional(e, memUtil, l, d.MemoryUtilization)
-	optional(e, encoderUtil, l, d.EncoderUtilization)
-	optional(e, decoderUtil, l, d.DecoderUtilization)
+	if ext {
+		optional(e, encoderUtil, l, d.EncoderUtilization)
+		optional(e, decoderUtil, l, d.DecoderUtilization)
+		optional(e, memReserved, l, d.MemoryReserved)
+		optional(e, pstate, l, d.PState)
+	}
 	optional(e, memUsed, l, d.MemoryUsed)
 	optional(e, memTotal, l, d.MemoryTotal)
-	optional(e, memReserved, l, d.MemoryReserved)
 	optional(e, temperature, l.with("sensor", "gpu"), d.Temperature)
 	optional(e, temperature, l.with("sensor", "memory"), d.MemoryTemperature)
 	for _, t := range nvidia.TempThresholds {
@@ -290,12 +301,11 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 	optional(e, powerLimit, l, d.PowerLimit)
 	optional(e, energy, l, d.Energy)
 	optional(e, fanSpeed, l, d.FanSpeed)
-	optional(e, pstate, l, d.PState)
 	for _, c := range []nvidia.Clock{nvidia.ClockGraphics, nvidia.ClockSM, nvidia.ClockMemory} {
 		if v, ok := d.Clocks[c]; ok {
 			e.emit(clock, l.with("clock", string(c)), v)
 		}
-		if v, ok := d.MaxClocks[c]; ok {
+		if v, ok := d.MaxClocks[c]; ok && ext {
 			e.emit(clockMax, l.with("clock", string(c)), v)
 		}
 	}
@@ -306,7 +316,7 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 	}
 	// GPM averages PCIe traffic since the previous scrape; NVML's counter is
 	// a 20 ms sample. The average is the better reading, so it wins.
-	if withPCIe {
+	if withPCIe && ext {
 		pcieTX, pcieRX := d.PCIeTX, d.PCIeRX
 		if v, ok := d.Profiling[nvidia.ProfPCIeTX]; ok {
 			pcieTX = nvidia.Opt[float64]{Value: v, OK: true}
@@ -324,7 +334,7 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 	optional(e, pcieMaxWidth, l, d.PCIeLinkMaxWidth)
 	for _, t := range []string{"corrected", "uncorrected"} {
 		for _, s := range []string{"volatile", "aggregate"} {
-			if v, ok := d.ECC[nvidia.ECCCounter{Type: t, Scope: s}]; ok {
+			if v, ok := d.ECC[nvidia.ECCCounter{Type: t, Scope: s}]; ok && (ext || s == "volatile") {
 				e.emit(eccErrors, l.with("type", t).with("scope", s), float64(v))
 			}
 		}
