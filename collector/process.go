@@ -27,10 +27,16 @@ func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 	e := emitter{ch: ch}
 	for _, d := range snap.Devices {
 		id := identityLabels(d)
+		// An owner's labels are built once for all its processes: a pod
+		// may run hundreds of them.
+		owners := make([]labels, len(d.Claims))
 		for _, p := range d.Processes {
 			l := id.with("pid", strconv.FormatUint(uint64(p.PID), 10))
 			if i, ok := d.ProcessOwner[p.PID]; ok && i >= 0 {
-				l = l.withOwner(d.Claims[i].Owner)
+				if owners[i].names == nil {
+					owners[i] = labels{}.withOwner(d.Claims[i].Owner)
+				}
+				l = l.withLabels(owners[i])
 			}
 			if p.MemoryUsed != nil {
 				e.emit(processMemory, l, float64(*p.MemoryUsed))
