@@ -379,7 +379,11 @@ func (r *Resolver) podOwner(namespace, pod, container string) Owner {
 // processes could not be attributed at all, such as not seeing the host's
 // PIDs from a container.
 func (r *Resolver) processes(devices []Device) (map[uint32]procInfo, error) {
-	out := map[uint32]procInfo{}
+	n := 0
+	for _, d := range devices {
+		n += len(d.PIDs)
+	}
+	out := make(map[uint32]procInfo, n)
 	if r.cfg.Procfs == nil {
 		return out, nil
 	}

@@ -173,13 +173,14 @@ func TestSeriesCacheForgetsGoneSeries(t *testing.T) {
 		seriesOf(m, labels{names: []string{"pod"}, values: []string{fmt.Sprint("pod-", i)}})
 	}
 	kept := func() int {
+		seriesMu.RLock()
+		defer seriesMu.RUnlock()
 		n := 0
-		seriesCache.Range(func(k, _ any) bool {
-			if strings.HasPrefix(k.(string), "xpu_test_churn") {
+		for k := range seriesCache {
+			if strings.HasPrefix(k, "xpu_test_churn") {
 				n++
 			}
-			return true
-		})
+		}
 		return n
 	}
 	if n := kept(); n != 100 {
