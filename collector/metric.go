@@ -170,14 +170,9 @@ func deviceLabels(d *Device) labels {
 
 func (l labels) withOwner(o attribution.Owner) labels {
 	names, values := o.Labels()
-	return l.withLabels(labels{names: names, values: values})
-}
-
-// withLabels appends other's labels to l's.
-func (l labels) withLabels(other labels) labels {
 	return labels{
-		names:  append(l.names[:len(l.names):len(l.names)], other.names...),
-		values: append(l.values[:len(l.values):len(l.values)], other.values...),
+		names:  append(l.names[:len(l.names):len(l.names)], names...),
+		values: append(l.values[:len(l.values):len(l.values)], values...),
 	}
 }
 
