@@ -206,6 +206,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		}
 	}
 	allocated := len(own.Claims) > 0
+	idx := newClaims(own.Claims)
 	podOnDevice := slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return procs[pid].info.Cgroup.PodUID != "" })
 	for _, pid := range d.PIDs {
 		p, ok := procs[pid]
@@ -216,7 +217,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		if !known || (kubeDown && owner.Kind == Kubernetes) {
 			continue
 		}
-		i, ambiguous := claimOf(own.Claims, owner)
+		i, ambiguous := idx.of(owner)
 		switch {
 		case ambiguous:
 			// Which of its pod's containers runs the process is unknown:
@@ -245,10 +246,11 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			if allocated {
 				share = 0
 			}
-			own.Claims = append(own.Claims, Claim{Owner: owner, Share: share})
-			own.Process[pid] = len(own.Claims) - 1
+			idx.add(Claim{Owner: owner, Share: share})
+			own.Process[pid] = len(idx.list) - 1
 		}
 	}
+	own.Claims = idx.list
 	// Devices owned through their processes are shared evenly between them.
 	if !allocated && len(own.Claims) > 1 {
 		for i := range own.Claims {
@@ -257,21 +259,57 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 	}
 }
 
-// claimOf finds the claim a process's owner runs under, -1 for none. A
+// claims finds the claim a process's owner runs under, -1 for none. A
 // process knows its pod, and its container where the pod metadata has the
 // containers' runtime IDs (the kubelet Pods API); without its container, a
 // process of a pod whose several containers hold the device is ambiguous.
-func claimOf(claims []Claim, proc Owner) (index int, ambiguous bool) {
+//
+// Claims are indexed by pod and by owner key, so that a process is not
+// compared with every claim: hundreds of pods may share one GPU that
+// thousands of processes run on.
+type claims struct {
+	list  []Claim
+	byPod map[podRef][]int // Kubernetes claims, in list order
+	byKey map[string]int   // other owners' first claim
+}
+
+type podRef struct{ namespace, pod string }
+
+func newClaims(list []Claim) *claims {
+	c := &claims{list: list, byPod: map[podRef][]int{}, byKey: map[string]int{}}
+	for i, cl := range list {
+		c.index(i, cl)
+	}
+	return c
+}
+
+func (c *claims) add(cl Claim) {
+	c.list = append(c.list, cl)
+	c.index(len(c.list)-1, cl)
+}
+
+func (c *claims) index(i int, cl Claim) {
+	if cl.Owner.Kind == Kubernetes {
+		ref := podRef{cl.Owner.Namespace, cl.Owner.Pod}
+		c.byPod[ref] = append(c.byPod[ref], i)
+		return
+	}
+	if _, ok := c.byKey[cl.Owner.Key()]; !ok {
+		c.byKey[cl.Owner.Key()] = i
+	}
+}
+
+func (c *claims) of(proc Owner) (index int, ambiguous bool) {
 	if proc.Kind != Kubernetes {
-		return slices.IndexFunc(claims, func(c Claim) bool { return c.Owner.Key() == proc.Key() }), false
+		if i, ok := c.byKey[proc.Key()]; ok {
+			return i, false
+		}
+		return -1, false
 	}
 	index = -1
-	for i, c := range claims {
-		if c.Owner.Kind != Kubernetes || c.Owner.Namespace != proc.Namespace || c.Owner.Pod != proc.Pod {
-			continue
-		}
+	for _, i := range c.byPod[podRef{proc.Namespace, proc.Pod}] {
 		if proc.Container != "" {
-			if c.Owner.Container == proc.Container {
+			if c.list[i].Owner.Container == proc.Container {
 				return i, false
 			}
 			continue
@@ -341,7 +379,11 @@ func (r *Resolver) podOwner(namespace, pod, container string) Owner {
 // processes could not be attributed at all, such as not seeing the host's
 // PIDs from a container.
 func (r *Resolver) processes(devices []Device) (map[uint32]procInfo, error) {
-	out := map[uint32]procInfo{}
+	n := 0
+	for _, d := range devices {
+		n += len(d.PIDs)
+	}
+	out := make(map[uint32]procInfo, n)
 	if r.cfg.Procfs == nil {
 		return out, nil
 	}

@@ -52,18 +52,24 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 		}
 		id := identityLabels(d)
 		e.emit(deviceOwners, id, float64(len(d.Claims)))
-		for _, cl := range d.Claims {
+		// Each owner's labels are built once for its three families: on a
+		// GPU shared by hundreds of pods they were most of this work.
+		claimLabels := make([]labels, len(d.Claims))
+		for i, cl := range d.Claims {
+			claimLabels[i] = id.withOwner(cl.Owner)
 			// One series of xpu_workload_info per owner and DRA claim: a
 			// container may hold devices through several claims.
 			owners[cl.Owner.Key()+"\xff"+cl.Owner.ClaimNamespace+"/"+cl.Owner.Claim] = cl.Owner
 			if v, ok := d.AllocatedDevices(cl); ok {
-				e.emit(workloadAllocated, id.withOwner(cl.Owner), v)
+				e.emit(workloadAllocated, claimLabels[i], v)
 			}
 		}
-		for _, u := range d.Usage() {
+		// Usage lists the claims' parts in their order, then the
+		// unattributed processes' part, which has no owner.
+		for i, u := range d.Usage() {
 			l := id.with("workload_kind", "unattributed")
 			if u.Owner != nil {
-				l = id.withOwner(*u.Owner)
+				l = claimLabels[i]
 			}
 			if u.MemoryUsed != nil {
 				e.emit(workloadMemory, l, *u.MemoryUsed)

@@ -157,6 +157,7 @@ DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0",UUID="GPU-7e47e47e-0000-4000-8000-00000000000
 // DCGM's PCIe reading is an average over its sample period; NVML's is one
 // 20 ms sample. DCGM's wins, NVML's fills in what DCGM lacks.
 func TestDCGMBridgePCIeBeforeNVML(t *testing.T) {
+	withExtendedReadings(t)
 	t4 := `uuid="GPU-7e47e47e-0000-4000-8000-000000000000"`
 	// The scenario's NVML PCIe: pcie_tx 1048576 B/s and pcie_rx 2097152 B/s
 	// (NVML reports KB/s: 1024 and 2048, times 1024).
@@ -215,6 +216,7 @@ func TestDCGMBridgeRealSample(t *testing.T) {
 // GPM wins wherever the GPU has it: an H100's PCIe comes from GPM even when
 // DCGM has a reading for it.
 func TestDCGMBridgePCIePrefersGPM(t *testing.T) {
+	withExtendedReadings(t)
 	dcgmEndpoint(t, `# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge
 DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0",UUID="GPU-2b149611-0000-4000-8000-000000000000"} 123456789
 `, 0)

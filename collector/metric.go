@@ -78,31 +78,44 @@ type series struct {
 const seriesMaxAge = 10
 
 var (
-	seriesCache sync.Map // series key → *series
+	seriesMu    sync.RWMutex
+	seriesCache = map[string]*series{} // series key → series
 	seriesGen   atomic.Uint64
+	keyBufs     = sync.Pool{New: func() any { return new([]byte) }}
 )
 
+// seriesOf finds the series of m with labels l, building it the first
+// time. The key is built in a reused buffer and looked up without copying
+// it to a string: only a new series allocates.
 func seriesOf(m metric, l labels) *series {
-	var b strings.Builder
-	b.WriteString(m.name)
+	buf := keyBufs.Get().(*[]byte)
+	defer keyBufs.Put(buf)
+	b := append((*buf)[:0], m.name...)
 	for i := range l.names {
-		b.WriteByte(0xff)
-		b.WriteString(l.names[i])
-		b.WriteByte(0xfe)
-		b.WriteString(l.values[i])
+		b = append(b, 0xff)
+		b = append(b, l.names[i]...)
+		b = append(b, 0xfe)
+		b = append(b, l.values[i]...)
 	}
-	key := b.String()
+	*buf = b
 	gen := seriesGen.Load()
-	if s, ok := seriesCache.Load(key); ok {
-		s := s.(*series)
+	seriesMu.RLock()
+	s, ok := seriesCache[string(b)]
+	seriesMu.RUnlock()
+	if ok {
 		s.used.Store(gen)
 		return s
 	}
 	desc := m.desc(l.names)
-	s := &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, l.values)}
+	s = &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, l.values)}
 	s.used.Store(gen)
-	actual, _ := seriesCache.LoadOrStore(key, s)
-	return actual.(*series)
+	seriesMu.Lock()
+	defer seriesMu.Unlock()
+	if old, ok := seriesCache[string(b)]; ok {
+		return old
+	}
+	seriesCache[string(b)] = s
+	return s
 }
 
 // sweepSeries ends a scrape generation and forgets the series no scrape of
@@ -112,12 +125,13 @@ func sweepSeries() {
 	if gen%seriesMaxAge != 0 {
 		return
 	}
-	seriesCache.Range(func(k, v any) bool {
-		if gen-v.(*series).used.Load() > seriesMaxAge {
-			seriesCache.Delete(k)
+	seriesMu.Lock()
+	defer seriesMu.Unlock()
+	for k, s := range seriesCache {
+		if gen-s.used.Load() > seriesMaxAge {
+			delete(seriesCache, k)
 		}
-		return true
-	})
+	}
 }
 
 // cachedMetric is one sample of a cached series.

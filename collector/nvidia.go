@@ -52,7 +52,8 @@ var (
 	remapFailed  = gauge("remapped_rows_failed", "1 if a row remapping failed: the GPU should be serviced.")
 	migEnabled   = gauge("mig_mode_enabled", "1 if the GPU is in MIG mode.")
 	nvmlErrors   = counter("nvml_errors_total", "Unexpected NVML call failures (not counting features a GPU model lacks).")
-	nvlinkUp     = gauge("nvlink_up", "1 if the NVLink is up.")
+	nvlinkUp     = gauge("nvlink_up", "1 if the NVLink is up (--nvidia.nvlink-per-link).")
+	nvlinkLinks  = gauge("nvlink_links", "The GPU's NVLinks by state (up, down), counting those whose state NVML gave; per link with --nvidia.nvlink-per-link.")
 	nvlinkErrors = counter("nvlink_errors_total", "NVLink data-link errors by type (replay, recovery, crc_flit, crc_data), summed over the GPU's links unless --nvidia.nvlink-per-link.")
 	nvlinkBytes  = gauge("nvlink_throughput_bytes_per_second", "NVLink throughput over all links, averaged since the previous scrape (GPM).")
 	nvlinkData   = counter("nvlink_data_bytes_total", "Data bytes the GPU's NVLinks carried since the driver was loaded, by direction; per link with --nvidia.nvlink-per-link.")
@@ -277,16 +278,27 @@ func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pr
 	return nil
 }
 
+var extendedReadings = kingpin.Flag("nvidia.extended-readings",
+	"Also the readings no alert, rule or dashboard of the mixin uses: maximum clocks, reserved memory, performance state, "+
+		"video encoder and decoder utilization, PCIe throughput and the aggregate-scope (lifetime) ECC counters (11 series an H100).").Bool()
+
 // emitNvidiaReadings emits the device's readings, its PCIe throughput only
-// if withPCIe.
+// if withPCIe. The extended readings wait for their flag: every series is
+// paid for on every node at every scrape, so the default set is what the
+// mixin's alerts, rules and dashboards use and what tells a GPU's health
+// and use, within the budget of 60 series per GPU (README "Sizing").
 func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
+	ext := *extendedReadings
 	optional(e, utilization, l, d.Utilization)
 	optional(e, memUtil, l, d.MemoryUtilization)
-	optional(e, encoderUtil, l, d.EncoderUtilization)
-	optional(e, decoderUtil, l, d.DecoderUtilization)
+	if ext {
+		optional(e, encoderUtil, l, d.EncoderUtilization)
+		optional(e, decoderUtil, l, d.DecoderUtilization)
+		optional(e, memReserved, l, d.MemoryReserved)
+		optional(e, pstate, l, d.PState)
+	}
 	optional(e, memUsed, l, d.MemoryUsed)
 	optional(e, memTotal, l, d.MemoryTotal)
-	optional(e, memReserved, l, d.MemoryReserved)
 	optional(e, temperature, l.with("sensor", "gpu"), d.Temperature)
 	optional(e, temperature, l.with("sensor", "memory"), d.MemoryTemperature)
 	for _, t := range nvidia.TempThresholds {
@@ -298,12 +310,11 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 	optional(e, powerLimit, l, d.PowerLimit)
 	optional(e, energy, l, d.Energy)
 	optional(e, fanSpeed, l, d.FanSpeed)
-	optional(e, pstate, l, d.PState)
 	for _, c := range []nvidia.Clock{nvidia.ClockGraphics, nvidia.ClockSM, nvidia.ClockMemory} {
 		if v, ok := d.Clocks[c]; ok {
 			e.emit(clock, l.with("clock", string(c)), v)
 		}
-		if v, ok := d.MaxClocks[c]; ok {
+		if v, ok := d.MaxClocks[c]; ok && ext {
 			e.emit(clockMax, l.with("clock", string(c)), v)
 		}
 	}
@@ -314,7 +325,7 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 	}
 	// GPM averages PCIe traffic since the previous scrape; NVML's counter is
 	// a 20 ms sample. The average is the better reading, so it wins.
-	if withPCIe {
+	if withPCIe && ext {
 		pcieTX, pcieRX := d.PCIeTX, d.PCIeRX
 		if v, ok := d.Profiling[nvidia.ProfPCIeTX]; ok {
 			pcieTX = nvidia.Opt[float64]{Value: v, OK: true}
@@ -332,7 +343,7 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 	optional(e, pcieMaxWidth, l, d.PCIeLinkMaxWidth)
 	for _, t := range []string{"corrected", "uncorrected"} {
 		for _, s := range []string{"volatile", "aggregate"} {
-			if v, ok := d.ECC[nvidia.ECCCounter{Type: t, Scope: s}]; ok {
+			if v, ok := d.ECC[nvidia.ECCCounter{Type: t, Scope: s}]; ok && (ext || s == "volatile") {
 				e.emit(eccErrors, l.with("type", t).with("scope", s), float64(v))
 			}
 		}
@@ -369,58 +380,74 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 }
 
 var nvlinkPerLink = kingpin.Flag("nvidia.nvlink-per-link",
-	"NVLink error and data counters per link (18 links on an H100: 6 series each) instead of summed per GPU. Link state is always per link.").Bool()
+	"NVLink state, error and data counters per link (18 links on an H100: 7 series each) instead of counted and summed per GPU.").Bool()
 
-var nvlinkErrorTypes = []string{"replay", "recovery", "crc_flit", "crc_data"}
+var nvlinkErrorTypes = [...]string{"replay", "recovery", "crc_flit", "crc_data"}
 
-// emitNVLinks emits each link's state and, per link or summed per GPU, its
-// counters: per-link counters multiply a node's series several times over,
-// and the sum tells a bad GPU already; the state says which link is down.
+// emitNVLinks emits the links' states and counters, per link or counted and
+// summed per GPU: per-link series multiply a node's series several times
+// over (18 links on an H100), and the GPU's count of links down and its
+// sums tell a bad GPU already; the flag says which link it is.
 // A sum is emitted only when every link gave its counter: a sum missing one
 // link would drop, and Prometheus would read that as a counter reset.
 func emitNVLinks(e emitter, l labels, links []nvidia.NVLink) {
+	if *nvlinkPerLink {
+		for _, link := range links {
+			ll := l.with("link", strconv.Itoa(link.Link))
+			optional(e, nvlinkUp, ll, nvidia.Opt[float64]{Value: boolValue(link.Up.Value), OK: link.Up.OK})
+			for _, t := range nvlinkErrorTypes {
+				if v, ok := link.Errors[t]; ok {
+					e.emit(nvlinkErrors, ll.with("type", t), float64(v))
+				}
+			}
+			optional(e, nvlinkData, ll.with("direction", "tx"), link.TXBytes)
+			optional(e, nvlinkData, ll.with("direction", "rx"), link.RXBytes)
+		}
+		return
+	}
 	type sum struct {
 		v       float64
 		missing bool
 	}
-	sums := map[string]*sum{}
-	perLink := *nvlinkPerLink
-	add := func(ll labels, name, key string, m metric, v float64, ok bool) {
-		if perLink {
-			if ok {
-				e.emit(m, ll.with(name, key), v)
-			}
-			return
-		}
-		s := sums[key]
-		if s == nil {
-			s = &sum{}
-			sums[key] = s
-		}
+	var errs [len(nvlinkErrorTypes)]sum
+	var tx, rx sum
+	add := func(s *sum, v float64, ok bool) {
 		s.v += v
 		s.missing = s.missing || !ok
 	}
+	var up, down int
 	for _, link := range links {
-		ll := l.with("link", strconv.Itoa(link.Link))
-		if link.Up.OK {
-			e.emit(nvlinkUp, ll, boolValue(link.Up.Value))
+		switch {
+		case !link.Up.OK:
+		case link.Up.Value:
+			up++
+		default:
+			down++
 		}
-		for _, t := range nvlinkErrorTypes {
+		for i, t := range nvlinkErrorTypes {
 			v, ok := link.Errors[t]
-			add(ll, "type", t, nvlinkErrors, float64(v), ok)
+			add(&errs[i], float64(v), ok)
 		}
-		add(ll, "direction", "tx", nvlinkData, link.TXBytes.Value, link.TXBytes.OK)
-		add(ll, "direction", "rx", nvlinkData, link.RXBytes.Value, link.RXBytes.OK)
+		add(&tx, link.TXBytes.Value, link.TXBytes.OK)
+		add(&rx, link.RXBytes.Value, link.RXBytes.OK)
 	}
-	for _, t := range nvlinkErrorTypes {
-		if s := sums[t]; s != nil && !s.missing {
-			e.emit(nvlinkErrors, l.with("type", t), s.v)
+	if up+down > 0 {
+		e.emit(nvlinkLinks, l.with("state", "up"), float64(up))
+		e.emit(nvlinkLinks, l.with("state", "down"), float64(down))
+	}
+	if len(links) == 0 {
+		return
+	}
+	for i, t := range nvlinkErrorTypes {
+		if !errs[i].missing {
+			e.emit(nvlinkErrors, l.with("type", t), errs[i].v)
 		}
 	}
-	for _, dir := range []string{"tx", "rx"} {
-		if s := sums[dir]; s != nil && !s.missing {
-			e.emit(nvlinkData, l.with("direction", dir), s.v)
-		}
+	if !tx.missing {
+		e.emit(nvlinkData, l.with("direction", "tx"), tx.v)
+	}
+	if !rx.missing {
+		e.emit(nvlinkData, l.with("direction", "rx"), rx.v)
 	}
 }
 

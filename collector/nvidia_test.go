@@ -132,7 +132,15 @@ func diffLines(want, got string) string {
 	return b.String()
 }
 
+// withExtendedReadings turns on --nvidia.extended-readings for one test:
+// the goldens and the tests of how each reading is read cover them all.
+func withExtendedReadings(t *testing.T) {
+	*extendedReadings = true
+	t.Cleanup(func() { *extendedReadings = false })
+}
+
 func TestNvidiaGolden(t *testing.T) {
+	withExtendedReadings(t)
 	for _, tc := range []struct {
 		scenario string
 		process  bool
@@ -166,15 +174,23 @@ func TestNvidiaHealthyNode(t *testing.T) {
 		"xpu_utilization_ratio":       7, // NVML cannot measure a GPU in MIG mode as a whole, nor its instances
 		"xpu_power_watts":             8,
 		"xpu_clock_throttled":         8 * 9,
-		"xpu_ecc_errors_total":        8 * 4,
+		"xpu_ecc_errors_total":        8 * 2, // corrected and uncorrected, volatile scope only
 		"xpu_temperature_celsius":     8 * 2,
 		"xpu_fan_speed_ratio":         0, // H100 SXM has no fans
 		"xpu_nvml_errors_total":       0,
 		"xpu_mig_mode_enabled":        8,
-		"xpu_nvlink_up":               8 * 18,
+		"xpu_nvlink_up":               0,     // per link only with --nvidia.nvlink-per-link
+		"xpu_nvlink_links":            8 * 2, // up and down, per GPU
 		"xpu_nvlink_data_bytes_total": 8 * 2, // summed per GPU by default
 		"xpu_nvlink_errors_total":     8 * 4,
 		"xpu_process_memory_bytes":    0, // the process collector is off
+		// The extended readings wait for --nvidia.extended-readings.
+		"xpu_clock_max_hertz":                  0,
+		"xpu_performance_state":                0,
+		"xpu_memory_reserved_bytes":            0,
+		"xpu_encoder_utilization_ratio":        0,
+		"xpu_decoder_utilization_ratio":        0,
+		"xpu_pcie_throughput_bytes_per_second": 0,
 	} {
 		if got := seriesCount(out, family); got != want {
 			t.Errorf("%s: %d series, want %d", family, got, want)
@@ -193,7 +209,43 @@ func TestNvidiaHealthyNode(t *testing.T) {
 	}
 }
 
+// With --nvidia.extended-readings a whole H100 of the demo node has 11
+// series more: 3 maximum clocks, P-state, reserved memory, encoder and
+// decoder utilization, 2 PCIe directions and 2 aggregate ECC counters.
+func TestNvidiaExtendedReadings(t *testing.T) {
+	e := newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true})
+	base := scrapeText(t, e, 5*time.Second)
+	withExtendedReadings(t)
+	ext := scrapeText(t, e, 5*time.Second)
+	// GPU 0 is a whole GPU, not in MIG mode.
+	gpu0 := func(out string) int {
+		n := 0
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "xpu_") && strings.Contains(l, `gpu="0"`) && !strings.HasPrefix(l, "xpu_scrape_") {
+				n++
+			}
+		}
+		return n
+	}
+	if d := gpu0(ext) - gpu0(base); d != 3+1+1+2+2+2 {
+		t.Errorf("GPU 0: %d series more with the extended readings, want 11", d)
+	}
+	for family, want := range map[string]int{
+		"xpu_clock_max_hertz":                  8 * 3,
+		"xpu_performance_state":                8,
+		"xpu_memory_reserved_bytes":            8 + 4, // the 8 GPUs and GPU 4's 4 MIG instances
+		"xpu_encoder_utilization_ratio":        7,     // not GPU 4 as a whole, in MIG mode
+		"xpu_pcie_throughput_bytes_per_second": 8 * 2,
+		"xpu_ecc_errors_total":                 8 * 4, // 2 types × 2 scopes
+	} {
+		if got := seriesCount(ext, family); got != want {
+			t.Errorf("%s: %d series, want %d", family, got, want)
+		}
+	}
+}
+
 func TestNvidiaNotSupportedOmitsOnlyThatSeries(t *testing.T) {
+	withExtendedReadings(t)
 	out := scrapeText(t, newTestExporter(t, loadScenario(t, "not-supported"), map[string]bool{"nvidia": true}), 5*time.Second)
 	for family, want := range map[string]int{
 		"xpu_device_up":                        1,
@@ -358,6 +410,7 @@ func TestHungSourceFailsOnlyItself(t *testing.T) {
 }
 
 func TestNvidiaProfilingNeedsTwoScrapes(t *testing.T) {
+	withExtendedReadings(t)
 	now := testNow
 	e := newTestExporterAt(t, demo.Default(), map[string]bool{"nvidia": true}, func() time.Time { return now })
 	first := scrapeText(t, e, 5*time.Second)
@@ -375,7 +428,10 @@ func TestNvidiaProfilingNeedsTwoScrapes(t *testing.T) {
 		`xpu_sm_active_ratio{gpu="7",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000007",vendor="nvidia"} 0`,
 		// A MIG instance's utilization is GPM's graphics activity.
 		`xpu_utilization_ratio{gpu="4",mig_instance="13",mig_profile="1g.10gb",model="NVIDIA H100 80GB HBM3",parent_uuid="GPU-2b149611-0000-4000-8000-000000000004",uuid="MIG-2b149611-0004-4000-8000-000000000002",vendor="nvidia"} 0.12`,
-		`xpu_nvlink_up{gpu="6",link="11",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 0`,
+		// GPU 6 has link 11 of its 18 down: 17 up, 1 down.
+		`xpu_nvlink_links{gpu="6",model="NVIDIA H100 80GB HBM3",state="down",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 1`,
+		`xpu_nvlink_links{gpu="6",model="NVIDIA H100 80GB HBM3",state="up",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 17`,
+		`xpu_nvlink_links{gpu="7",model="NVIDIA H100 80GB HBM3",state="down",uuid="GPU-2b149611-0000-4000-8000-000000000007",vendor="nvidia"} 0`,
 		`xpu_pcie_throughput_bytes_per_second{direction="tx",gpu="7",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000007",vendor="nvidia"} 100000`,
 	} {
 		if !strings.Contains(second, line+"\n") {
@@ -408,6 +464,15 @@ func TestNVLinkCountersPerLink(t *testing.T) {
 	out := scrapeText(t, newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true}), 5*time.Second)
 	if n := seriesCount(out, "xpu_nvlink_data_bytes_total"); n != 8*18*2 {
 		t.Errorf("%d per-link data series, want %d", n, 8*18*2)
+	}
+	if n := seriesCount(out, "xpu_nvlink_up"); n != 8*18 {
+		t.Errorf("%d link states, want %d", n, 8*18)
+	}
+	if n := seriesCount(out, "xpu_nvlink_links"); n != 0 {
+		t.Errorf("%d per-GPU link counts with per-link states, want none", n)
+	}
+	if !strings.Contains(out, `xpu_nvlink_up{gpu="6",link="11",model="NVIDIA H100 80GB HBM3",uuid="GPU-2b149611-0000-4000-8000-000000000006",vendor="nvidia"} 0`+"\n") {
+		t.Error("GPU 6's link 11 is not down")
 	}
 	// GPU 6's replay errors: 3 + 0.005/s over the 90 minutes, on each link.
 	if v := sample(t, out, "xpu_nvlink_errors_total", `gpu="6"`, `link="0"`, `type="replay"`); v != 30 {

@@ -63,9 +63,13 @@ devices:
 	if v := sample(t, out, "xpu_nvlink_errors_total", `gpu="1"`, `type="replay"`); v != 8 {
 		t.Errorf("GPU 1 replay errors %v, want 4 links × 2 = 8", v)
 	}
-	// The failing link's state is unknown and left out; the other three are up.
-	if n := lines("xpu_nvlink_up{", `gpu="0"`); n != 3 {
-		t.Errorf("GPU 0: %d link states, want the 3 that answered", n)
+	// The failing link's state is unknown and left out of the count; the
+	// other three are up.
+	if v := sample(t, out, "xpu_nvlink_links", `gpu="0"`, `state="up"`); v != 3 {
+		t.Errorf("GPU 0: %v links up, want the 3 that answered", v)
+	}
+	if v := sample(t, out, "xpu_nvlink_links", `gpu="0"`, `state="down"`); v != 0 {
+		t.Errorf("GPU 0: %v links down, want 0", v)
 	}
 
 	// GPU 0 cannot say which throttle reasons it can report: none is
@@ -169,13 +173,14 @@ func TestSeriesCacheForgetsGoneSeries(t *testing.T) {
 		seriesOf(m, labels{names: []string{"pod"}, values: []string{fmt.Sprint("pod-", i)}})
 	}
 	kept := func() int {
+		seriesMu.RLock()
+		defer seriesMu.RUnlock()
 		n := 0
-		seriesCache.Range(func(k, _ any) bool {
-			if strings.HasPrefix(k.(string), "xpu_test_churn") {
+		for k := range seriesCache {
+			if strings.HasPrefix(k, "xpu_test_churn") {
 				n++
 			}
-			return true
-		})
+		}
 		return n
 	}
 	if n := kept(); n != 100 {

@@ -414,7 +414,9 @@ func (g *gpu) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationS
 	if g.spec.ProcessSamples == "last_period" && len(periods) > 1 {
 		periods = periods[len(periods)-1:]
 	}
-	var out []nvml.ProcessUtilizationSample
+	// Sized as the driver's buffer would be, so that benchmarks count the
+	// exporter's allocations rather than this simulation's growing slice.
+	out := make([]nvml.ProcessUtilizationSample, 0, len(periods)*len(g.spec.Processes))
 	for _, t := range periods {
 		for i := range g.spec.Processes {
 			p := &g.spec.Processes[i]

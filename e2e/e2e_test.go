@@ -181,7 +181,8 @@ func value(t *testing.T, exposition, name string, labels ...string) float64 {
 	return found[0]
 }
 
-// families issue 2 promises on the demo node, with their types.
+// families issue 2 promises on the demo node, with their types; some of the
+// NVIDIA readings need --nvidia.extended-readings.
 var wantFamilies = map[string]string{
 	"xpu_device_info":                           "gauge",
 	"xpu_device_up":                             "gauge",
@@ -219,7 +220,7 @@ var wantFamilies = map[string]string{
 	"xpu_workload_utilization_ratio":            "gauge",
 	"xpu_workload_memory_used_bytes":            "gauge",
 	"xpu_attribution_source_up":                 "gauge",
-	"xpu_nvlink_up":                             "gauge",
+	"xpu_nvlink_links":                          "gauge",
 	"xpu_nvlink_errors_total":                   "counter",
 	"xpu_inference_up":                          "gauge",
 	"xpu_inference_requests_running":            "gauge",
@@ -234,7 +235,7 @@ var wantFamilies = map[string]string{
 }
 
 func TestDemoServesEveryFamilyAndValuesMove(t *testing.T) {
-	e := start(t, "--demo")
+	e := start(t, "--demo", "--nvidia.extended-readings")
 	url := "http://" + e.addr + "/metrics"
 	code, first := get(t, http.DefaultClient, url)
 	if code != http.StatusOK {

@@ -398,7 +398,7 @@ func (r *reader) processes(d *Device, h nvml.Device) {
 // nvmlDeviceGetMPSComputeRunningProcesses_v3: "Get information about
 // processes with a MPS compute context on a device"), and a process that
 // both computes and draws is in two lists.
-var processLists = []struct {
+var processLists = [...]struct {
 	call string
 	get  func(nvml.Device) ([]nvml.ProcessInfo, nvml.Return)
 }{
@@ -412,9 +412,9 @@ var processLists = []struct {
 // "usedGpuMemory [...] is all of the memory used by the application", so
 // each list gives the same whole, not a part to add.
 func (r *reader) processList(h nvml.Device) []Process {
-	var out []Process
-	at := map[uint32]int{}
-	for _, l := range processLists {
+	var lists [len(processLists)][]nvml.ProcessInfo
+	n := 0
+	for i, l := range processLists {
 		if r.lost {
 			break
 		}
@@ -422,6 +422,16 @@ func (r *reader) processList(h nvml.Device) []Process {
 		if !r.ok(l.call, ret) {
 			continue
 		}
+		lists[i] = procs
+		n += len(procs)
+	}
+	if n == 0 {
+		return nil
+	}
+	// Sized for every entry at once: a GPU may run hundreds of processes.
+	out := make([]Process, 0, n)
+	at := make(map[uint32]int, n)
+	for _, procs := range lists {
 		for _, p := range procs {
 			i, dup := at[p.Pid]
 			if !dup {

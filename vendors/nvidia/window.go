@@ -57,6 +57,9 @@ type window struct {
 
 type procWindow struct{ sm, mem, enc, dec float64 }
 
+// peak is a process's largest entry in one period, in percent.
+type peak struct{ sm, mem, enc, dec uint8 }
+
 // period is one driver sample period: its end and length in µs, and the
 // device's utilization in percent. Busy time is summed as percent × µs in
 // integers, so that a mean is one exact division whatever the number of
@@ -147,40 +150,49 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 	}
 	whole := 100 * float64(w.length)
 	w.device = float64(busy) / whole
-	type key struct {
-		pid    uint32
-		period int
+	if entries == nil {
+		return w
 	}
-	type peak struct{ sm, mem, enc, dec uint64 }
-	peaks := map[key]peak{}
+	// Each PID with entries gets a row of peaks, one per period, in one
+	// flat slice: a map keyed by PID and period was most of a scrape's CPU
+	// and allocations on a busy node. Peaks are percents, so a byte holds
+	// each.
+	n := len(periods)
+	rows := make(map[uint32]int, min(len(entries)/n+1, len(entries)))
+	pids := make([]uint32, 0, len(entries)/n+1)
+	var peaks []peak
 	first := periods[0].end - periods[0].length
 	for _, e := range entries {
 		if e.TimeStamp <= first || e.TimeStamp > w.end {
 			continue
 		}
-		k := sort.Search(len(periods), func(i int) bool { return periods[i].end >= e.TimeStamp })
-		id := key{e.Pid, k}
-		p := peaks[id]
-		p.sm = max(p.sm, uint64(min(e.SmUtil, 100)))
-		p.mem = max(p.mem, uint64(min(e.MemUtil, 100)))
-		p.enc = max(p.enc, uint64(min(e.EncUtil, 100)))
-		p.dec = max(p.dec, uint64(min(e.DecUtil, 100)))
-		peaks[id] = p
+		k := sort.Search(n, func(i int) bool { return periods[i].end >= e.TimeStamp })
+		row, ok := rows[e.Pid]
+		if !ok {
+			row = len(pids)
+			rows[e.Pid] = row
+			pids = append(pids, e.Pid)
+			peaks = append(peaks, make([]peak, n)...)
+		}
+		p := &peaks[row*n+k]
+		p.sm = max(p.sm, uint8(min(e.SmUtil, 100)))
+		p.mem = max(p.mem, uint8(min(e.MemUtil, 100)))
+		p.enc = max(p.enc, uint8(min(e.EncUtil, 100)))
+		p.dec = max(p.dec, uint8(min(e.DecUtil, 100)))
 	}
-	busyOf := map[uint32]peak{}
-	for id, p := range peaks {
-		l := periods[id.period].length
-		b := busyOf[id.pid]
-		b.sm += p.sm * l
-		b.mem += p.mem * l
-		b.enc += p.enc * l
-		b.dec += p.dec * l
-		busyOf[id.pid] = b
-	}
-	for pid, b := range busyOf {
+	w.procs = make(map[uint32]procWindow, len(pids))
+	for row, pid := range pids {
+		var sm, mem, enc, dec uint64
+		for k, p := range peaks[row*n : (row+1)*n] {
+			l := periods[k].length
+			sm += uint64(p.sm) * l
+			mem += uint64(p.mem) * l
+			enc += uint64(p.enc) * l
+			dec += uint64(p.dec) * l
+		}
 		w.procs[pid] = procWindow{
-			sm: float64(b.sm) / whole, mem: float64(b.mem) / whole,
-			enc: float64(b.enc) / whole, dec: float64(b.dec) / whole,
+			sm: float64(sm) / whole, mem: float64(mem) / whole,
+			enc: float64(enc) / whole, dec: float64(dec) / whole,
 		}
 	}
 	return w
