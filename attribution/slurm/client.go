@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/internal/slurmid"
+	"github.com/xpu-exporter/xpu_exporter/internal/boundedbuf"
 )
 
 // Defaults for the zero values of Client's fields.
@@ -357,8 +358,8 @@ func (c *Client) runBinary(ctx context.Context, path string, args ...string) ([]
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	stdout := &boundedBuffer{limit: maxOutput, failOnOverflow: true}
-	stderr := &boundedBuffer{limit: maxStderr}
+	stdout := &boundedbuf.Buffer{Limit: maxOutput, FailOnOverflow: true}
+	stderr := &boundedbuf.Buffer{Limit: maxStderr}
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = waitDelay
@@ -368,36 +369,12 @@ func (c *Client) runBinary(ctx context.Context, path string, args ...string) ([]
 	switch {
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("%s: %w", joined, ctx.Err())
-	case stdout.overflow:
+	case stdout.Overflowed():
 		return nil, fmt.Errorf("%s: %w", joined, errOutputTooLarge)
 	case err != nil:
-		return nil, &scontrolError{args: joined, stdout: string(stdout.buf[:min(len(stdout.buf), maxStderr)]), stderr: string(stderr.buf), err: err}
+		return nil, &scontrolError{args: joined, stdout: string(stdout.Bytes()[:min(len(stdout.Bytes()), maxStderr)]), stderr: string(stderr.Bytes()), err: err}
 	}
-	return stdout.buf, nil
-}
-
-// boundedBuffer keeps at most limit bytes. When failOnOverflow is set it
-// fails the write beyond the limit, which makes os/exec close the pipe so
-// that a runaway scontrol stops on EPIPE instead of filling memory.
-type boundedBuffer struct {
-	buf            []byte
-	limit          int
-	failOnOverflow bool
-	overflow       bool
-}
-
-func (b *boundedBuffer) Write(p []byte) (int, error) {
-	room := b.limit - len(b.buf)
-	if len(p) <= room {
-		b.buf = append(b.buf, p...)
-		return len(p), nil
-	}
-	b.buf = append(b.buf, p[:room]...)
-	b.overflow = true
-	if b.failOnOverflow {
-		return room, errOutputTooLarge
-	}
-	return len(p), nil
+	return stdout.Bytes(), nil
 }
 
 // validJobArg accepts what Job may pass to scontrol: a job ID, an array

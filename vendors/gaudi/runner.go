@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/boundedbuf"
 )
 
 const (
@@ -168,8 +170,8 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 	if limit <= 0 {
 		limit = DefaultMaxOutput
 	}
-	stdout := &boundedBuffer{limit: limit, failOnOverflow: true}
-	stderr := &boundedBuffer{limit: maxStderr}
+	stdout := &boundedbuf.Buffer{Limit: limit, FailOnOverflow: true}
+	stderr := &boundedbuf.Buffer{Limit: maxStderr}
 	cmd := exec.Command(path, r.Args()...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = waitDelay
@@ -207,43 +209,17 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 			return nil, &Error{Reason: ReasonTimeout, Detail: "killed at the deadline", Err: context.Cause(ctx)}
 		}
 	}
-	if stdout.overflow {
+	if stdout.Overflowed() {
 		return nil, &Error{Reason: ReasonOutputTooLarge, Detail: fmt.Sprintf("more than %d bytes", limit)}
 	}
 	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			return nil, &Error{Reason: ReasonExit, Detail: excerpt(stderr.buf), Err: err}
+			return nil, &Error{Reason: ReasonExit, Detail: excerpt(stderr.Bytes()), Err: err}
 		}
 		return nil, &Error{Reason: ReasonExit, Err: err}
 	}
-	return stdout.buf, nil
+	return stdout.Bytes(), nil
 }
 
 func killProcessGroup(pgid int) error { return syscall.Kill(-pgid, syscall.SIGKILL) }
-
-// boundedBuffer keeps at most limit bytes. When failOnOverflow is set it
-// fails the write beyond the limit, which makes os/exec close the pipe so
-// that a runaway hl-smi stops on EPIPE instead of filling memory.
-type boundedBuffer struct {
-	buf            []byte
-	limit          int
-	failOnOverflow bool
-	overflow       bool
-}
-
-var errOverflow = errors.New("output limit reached")
-
-func (b *boundedBuffer) Write(p []byte) (int, error) {
-	room := b.limit - len(b.buf)
-	if len(p) <= room {
-		b.buf = append(b.buf, p...)
-		return len(p), nil
-	}
-	b.buf = append(b.buf, p[:room]...)
-	b.overflow = true
-	if b.failOnOverflow {
-		return room, errOverflow
-	}
-	return len(p), nil
-}
