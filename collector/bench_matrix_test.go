@@ -351,7 +351,7 @@ func (s seriesResult) markdown() string {
 		"| per owner, a pod alone on its GPU | (8 GPUs with a pod and one process each − 8 without): (%d − %d) / 8 | %.1f |\n"+
 		"| per owner, a pod sharing a GPU | (8 GPUs × 16 pods − 8 GPUs × 8 pods), one process per pod: (%d − %d) / 64 | %.1f |\n"+
 		"| whole node | 8 GPUs, 64 pods, 1,000 processes | %d |\n\n"+
-		"Budget (issue 12): ≤ 60 per device, ≤ 6 per owner.\n",
+		"Budget: ≤ 60 per device, ≤ 6 per owner.\n",
 		s.gpus16, s.gpus8, s.perDevice, s.exclusive8, s.exclusive0, s.perExclusive, s.shared128, s.shared64, s.perSharedPod, s.node)
 }
 
