@@ -769,7 +769,7 @@ func TestAnswerBookInReadme(t *testing.T) {
 	if i := strings.Index(section, "\n## "); i >= 0 {
 		section = section[:i]
 	}
-	question := regexp.MustCompile("(?m)^### [0-9]+\\. (.*)$")
+	question := regexp.MustCompile(`(?m)^### [0-9]+\. (.*)$`)
 	block := regexp.MustCompile("(?s)```promql\n(.*?)\n```")
 	questions := question.FindAllStringSubmatch(section, -1)
 	blocks := block.FindAllStringSubmatch(section, -1)
