@@ -259,14 +259,7 @@ func (c *amdCollector) device(card, index string, ad *amd.Device) *Device {
 	if v, ok := firstOpt(ad.GPUBusy, metricsOpt(m, func(m *amd.GPUMetrics) amd.Opt[float64] { return m.GFXActivity })); ok {
 		d.Utilization = &v
 	}
-	if ad.VRAMUsed.OK {
-		v := float64(ad.VRAMUsed.Value)
-		d.MemoryUsed = &v
-	}
-	if ad.VRAMTotal.OK {
-		v := float64(ad.VRAMTotal.Value)
-		d.MemoryTotal = &v
-	}
+	d.MemoryUsed, d.MemoryTotal = asFloat(ad.VRAMUsed), asFloat(ad.VRAMTotal)
 	why := ""
 	c.mu.Lock()
 	switch id, ok := c.known[card]; {
@@ -701,8 +694,8 @@ func emitAMDReadings(e emitter, l labels, d *Device, ad *amd.Device) {
 			e.emit(pcieMaxGen, l, float64(g))
 		}
 	}
-	amdOptInt(e, pcieWidth, l, ad.LinkWidth)
-	amdOptInt(e, pcieMaxWidth, l, ad.MaxLinkWidth)
+	optional(e, pcieWidth, l, ad.LinkWidth)
+	optional(e, pcieMaxWidth, l, ad.MaxLinkWidth)
 	// The UMC (unified memory controller) block counts the device memory's
 	// ECC errors: that is ecc_errors_total. amdgpu_ras.c,
 	// amdgpu_ras_sysfs_read prints the ue/ce counts that
@@ -712,8 +705,8 @@ func emitAMDReadings(e emitter, l labels, d *Device, ad *amd.Device) {
 	// the family calls scope "volatile". Every block, umc included, is in
 	// xpu_amd_ras_errors_total.
 	if umc, ok := ad.RAS["umc"]; ok {
-		amdOptU(e, eccErrors, l.with("type", "corrected").with("scope", "volatile"), umc.Correctable)
-		amdOptU(e, eccErrors, l.with("type", "uncorrected").with("scope", "volatile"), umc.Uncorrectable)
+		optional(e, eccErrors, l.with("type", "corrected").with("scope", "volatile"), umc.Correctable)
+		optional(e, eccErrors, l.with("type", "uncorrected").with("scope", "volatile"), umc.Uncorrectable)
 	}
 	blocks := make([]string, 0, len(ad.RAS))
 	for b := range ad.RAS {
@@ -723,9 +716,9 @@ func emitAMDReadings(e emitter, l labels, d *Device, ad *amd.Device) {
 	for _, block := range blocks {
 		r := ad.RAS[block]
 		bl := l.with("block", block)
-		amdOptU(e, amdRASErrors, bl.with("type", "corrected"), r.Correctable)
-		amdOptU(e, amdRASErrors, bl.with("type", "uncorrected"), r.Uncorrectable)
-		amdOptU(e, amdRASErrors, bl.with("type", "deferred"), r.Deferred)
+		optional(e, amdRASErrors, bl.with("type", "corrected"), r.Correctable)
+		optional(e, amdRASErrors, bl.with("type", "uncorrected"), r.Uncorrectable)
+		optional(e, amdRASErrors, bl.with("type", "deferred"), r.Deferred)
 	}
 }
 
@@ -733,18 +726,6 @@ func emitAMDReadings(e emitter, l labels, d *Device, ad *amd.Device) {
 func amdOpt(e emitter, m metric, l labels, vs ...amd.Opt[float64]) {
 	if v, ok := firstOpt(vs...); ok {
 		e.emit(m, l, v)
-	}
-}
-
-func amdOptInt(e emitter, m metric, l labels, v amd.Opt[int]) {
-	if v.OK {
-		e.emit(m, l, float64(v.Value))
-	}
-}
-
-func amdOptU(e emitter, m metric, l labels, v amd.Opt[uint64]) {
-	if v.OK {
-		e.emit(m, l, float64(v.Value))
 	}
 }
 

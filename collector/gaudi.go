@@ -234,18 +234,8 @@ func gaudiDevice(nd *gaudi.Device, up bool) *Device {
 		return d
 	}
 	d.vendorData = nd
-	if nd.MemoryUsed.OK {
-		v := float64(nd.MemoryUsed.Value)
-		d.MemoryUsed = &v
-	}
-	if nd.MemoryTotal.OK {
-		v := float64(nd.MemoryTotal.Value)
-		d.MemoryTotal = &v
-	}
-	if nd.Utilization.OK {
-		v := nd.Utilization.Value
-		d.Utilization = &v
-	}
+	d.MemoryUsed, d.MemoryTotal = asFloat(nd.MemoryUsed), asFloat(nd.MemoryTotal)
+	d.Utilization = asFloat(nd.Utilization)
 	// hl-smi gives no memory or utilization per process: Process.MemoryUsed
 	// and Utilization stay nil, so a shared device has no per-owner split
 	// (Device.Usage leaves it out rather than guess).
@@ -332,15 +322,15 @@ func (c *gaudiCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pro
 // emitGaudiReadings emits what hl-smi gave, each reading in the families and
 // units NVIDIA's use; a reading hl-smi printed as N/A is left out.
 func emitGaudiReadings(e emitter, l labels, d *gaudi.Device) {
-	optionalGaudi(e, utilization, l, d.Utilization)
-	optionalGaudi(e, memUsed, l, d.MemoryUsed)
-	optionalGaudi(e, memTotal, l, d.MemoryTotal)
+	optional(e, utilization, l, d.Utilization)
+	optional(e, memUsed, l, d.MemoryUsed)
+	optional(e, memTotal, l, d.MemoryTotal)
 	// sensor="gpu" as for NVIDIA: temperature.aip is the accelerator die's
 	// temperature, as NVML_TEMPERATURE_GPU is the GPU die's ("Temperature
 	// sensor for the GPU die", nvml.h), so one query covers both vendors.
-	optionalGaudi(e, temperature, l.with("sensor", "gpu"), d.Temperature)
-	optionalGaudi(e, power, l, d.Power)
-	optionalGaudi(e, powerLimit, l, d.PowerLimit)
+	optional(e, temperature, l.with("sensor", "gpu"), d.Temperature)
+	optional(e, power, l, d.Power)
+	optional(e, powerLimit, l, d.PowerLimit)
 	// clocks.limit.* are not emitted: the manual lists them without saying
 	// how a limit differs from clocks.max, so no family can be named for
 	// them truthfully.
@@ -352,10 +342,10 @@ func emitGaudiReadings(e emitter, l labels, d *gaudi.Device) {
 			e.emit(clockMax, l.with("clock", string(c)), v)
 		}
 	}
-	optionalGaudi(e, pcieGen, l, d.PCIeLinkGeneration)
-	optionalGaudi(e, pcieWidth, l, d.PCIeLinkWidth)
-	optionalGaudi(e, pcieMaxGen, l, d.PCIeLinkMaxGeneration)
-	optionalGaudi(e, pcieMaxWidth, l, d.PCIeLinkMaxWidth)
+	optional(e, pcieGen, l, d.PCIeLinkGeneration)
+	optional(e, pcieWidth, l, d.PCIeLinkWidth)
+	optional(e, pcieMaxGen, l, d.PCIeLinkMaxGeneration)
+	optional(e, pcieMaxWidth, l, d.PCIeLinkMaxWidth)
 	for _, t := range []string{"corrected", "uncorrected"} {
 		for _, s := range []string{"volatile", "aggregate"} {
 			if v, ok := d.ECC[gaudi.ECCCounter{Type: t, Scope: s}]; ok {
@@ -372,8 +362,3 @@ func emitGaudiReadings(e emitter, l labels, d *gaudi.Device) {
 }
 
 // optionalGaudi emits a reading hl-smi gave, and nothing for one it did not.
-func optionalGaudi[T int | uint64 | float64](e emitter, m metric, l labels, v gaudi.Opt[T]) {
-	if v.OK {
-		e.emit(m, l, float64(v.Value))
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xpu-exporter/xpu_exporter/vendors/nvidia"
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 func init() {
@@ -167,14 +168,7 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device) []*Device {
 				Fraction:   nd.MIG.SliceFraction,
 			}
 		}
-		if nd.MemoryUsed.OK {
-			v := float64(nd.MemoryUsed.Value)
-			d.MemoryUsed = &v
-		}
-		if nd.MemoryTotal.OK {
-			v := float64(nd.MemoryTotal.Value)
-			d.MemoryTotal = &v
-		}
+		d.MemoryUsed, d.MemoryTotal = asFloat(nd.MemoryUsed), asFloat(nd.MemoryTotal)
 		if nd.Utilization.OK {
 			d.Utilization = &nd.Utilization.Value
 		}
@@ -451,8 +445,18 @@ func emitNVLinks(e emitter, l labels, links []nvidia.NVLink) {
 	}
 }
 
-// optional emits a reading NVML gave, and nothing for one it did not.
-func optional[T int | uint64 | float64](e emitter, m metric, l labels, v nvidia.Opt[T]) {
+// asFloat is a reading as a Device holds it: nil when unset.
+func asFloat[T int | uint64 | float64](v reading.Opt[T]) *float64 {
+	if !v.OK {
+		return nil
+	}
+	f := float64(v.Value)
+	return &f
+}
+
+// optional emits a reading the device gave, and nothing for one it did
+// not (any vendor: their readers share reading.Opt).
+func optional[T int | uint64 | float64](e emitter, m metric, l labels, v reading.Opt[T]) {
 	if v.OK {
 		e.emit(m, l, float64(v.Value))
 	}

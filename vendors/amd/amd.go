@@ -20,16 +20,12 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
-// Opt is a reading that the hardware or driver may not have given. The zero
-// value is unset.
-type Opt[T any] struct {
-	Value T
-	OK    bool
-}
-
-func some[T any](v T) Opt[T] { return Opt[T]{Value: v, OK: true} }
+// Opt is a reading the device may not have given (reading.Opt).
+type Opt[T any] = reading.Opt[T]
 
 // ReadError is a file that existed but could not be read or parsed.
 type ReadError struct {

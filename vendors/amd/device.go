@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // vendorAMD is the PCI vendor ID of AMD/ATI as the PCI core prints it in a
@@ -191,7 +193,7 @@ func (r Reader) DriverVersion() Opt[string] {
 	if err != nil {
 		return Opt[string]{}
 	}
-	return some(v)
+	return reading.Some(v)
 }
 
 func (r Reader) isAMDGPU(devDir string) bool {
@@ -244,7 +246,7 @@ func value[T any](dr devReader, name string, parse func([]byte) (T, error)) Opt[
 		dr.fail(name, err)
 		return Opt[T]{}
 	}
-	return some(v)
+	return reading.Some(v)
 }
 
 // optional is value for parsers that may say "no reading" without error.
@@ -261,7 +263,7 @@ func optional[T any](dr devReader, name string, parse func([]byte) (T, bool, err
 	if !ok {
 		return Opt[T]{}
 	}
-	return some(v)
+	return reading.Some(v)
 }
 
 // ReadDevice reads every file of card. It never fails as a whole: a card
@@ -376,7 +378,7 @@ func (r Reader) readXGMI(dr devReader) {
 	}
 	x := &XGMI{DeviceID: dev.Value, HiveID: hive.Value}
 	if v := value(dr, "xgmi_physical_id", parseUint); v.OK && v.Value < 1<<16 {
-		x.PhysicalID = some(int(v.Value))
+		x.PhysicalID = reading.Some(int(v.Value))
 	}
 	dr.d.XGMI = x
 }
@@ -436,15 +438,15 @@ func (r Reader) readHwmon(dr devReader) {
 	}
 	for _, src := range []string{"power1_average", "power1_input"} {
 		if v := value(dr, filepath.Join(hw, src), parseUint); v.OK {
-			dr.d.Power, dr.d.PowerSource = some(float64(v.Value)/1e6), src
+			dr.d.Power, dr.d.PowerSource = reading.Some(float64(v.Value)/1e6), src
 			break
 		}
 	}
 	if v := value(dr, filepath.Join(hw, "power1_cap"), parseUint); v.OK {
-		dr.d.PowerCap = some(float64(v.Value) / 1e6)
+		dr.d.PowerCap = reading.Some(float64(v.Value) / 1e6)
 	}
 	if v := value(dr, filepath.Join(hw, "energy1_input"), parseUint); v.OK {
-		dr.d.Energy = some(float64(v.Value) / 1e6)
+		dr.d.Energy = reading.Some(float64(v.Value) / 1e6)
 	}
 }
 
@@ -471,7 +473,7 @@ func renderMinor(names []string) Opt[int] {
 	for _, name := range names {
 		if v, ok := strings.CutPrefix(name, "renderD"); ok {
 			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-				return some(n)
+				return reading.Some(n)
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 func TestCardsSkipsOtherDrivers(t *testing.T) {
@@ -53,8 +55,8 @@ func TestReadDeviceMI300X(t *testing.T) {
 	// 100000 and 95000 m°C; this kernel's MI300X shows no temp*_emergency,
 	// and a limit the driver does not show is unset, never zero.
 	wantLimits(t, d, map[string]TempLimit{
-		"junction": {Crit: some(100.0)},
-		"mem":      {Crit: some(95.0)},
+		"junction": {Crit: reading.Some(100.0)},
+		"mem":      {Crit: reading.Some(95.0)},
 	})
 	// 312 000 000 µW = 312 W; 750 000 000 µW = 750 W.
 	wantF(t, "power", d.Power, 312)
@@ -88,9 +90,9 @@ func TestReadDeviceMI210(t *testing.T) {
 	// temp1..3_crit 100000, 110000, 100000 m°C; _emergency 105000,
 	// 115000, 105000 m°C.
 	wantLimits(t, d, map[string]TempLimit{
-		"edge":     {Crit: some(100.0), Emergency: some(105.0)},
-		"junction": {Crit: some(110.0), Emergency: some(115.0)},
-		"mem":      {Crit: some(100.0), Emergency: some(105.0)},
+		"edge":     {Crit: reading.Some(100.0), Emergency: reading.Some(105.0)},
+		"junction": {Crit: reading.Some(110.0), Emergency: reading.Some(115.0)},
+		"mem":      {Crit: reading.Some(100.0), Emergency: reading.Some(105.0)},
 	})
 	// 150 000 000 µW from power1_average = 150 W.
 	wantF(t, "power", d.Power, 150)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // DRM fdinfo follows the kernel documentation "DRM client usage stats"
@@ -116,7 +118,7 @@ func (f *Fdinfo) set(key, val string) error {
 		if err != nil {
 			return err
 		}
-		f.ClientID = some(v)
+		f.ClientID = reading.Some(v)
 	case strings.HasPrefix(key, "drm-engine-capacity-"):
 		name := key[len("drm-engine-capacity-"):]
 		v, err := strconv.ParseUint(val, 10, 64)
@@ -162,7 +164,7 @@ func (f *Fdinfo) set(key, val string) error {
 				f.Memory = map[string]Memory{}
 			}
 			mem := f.Memory[region]
-			*m.field(&mem) = some(v)
+			*m.field(&mem) = reading.Some(v)
 			f.Memory[region] = mem
 			return nil
 		}
@@ -310,7 +312,7 @@ func fdRenderMinor(link string) Opt[int] {
 	if err != nil || v < 0 {
 		return Opt[int]{}
 	}
-	return some(v)
+	return reading.Some(v)
 }
 
 // readOne reads one fdinfo file. procfs files report size 0 and are

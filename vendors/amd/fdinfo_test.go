@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 const fixtureProc = "../../fixtures/amd/proc"
@@ -94,10 +96,10 @@ func TestScanDeduplicatesClients(t *testing.T) {
 	}
 	// Client 17 is open twice in 100 (dup) and inherited by 101: once.
 	// The fd links (fixtures/amd/proc/<pid>/fd) give the render nodes.
-	if got[0].Key != (ClientKey{"0000:0c:00.0", 17}) || !reflect.DeepEqual(got[0].PIDs, []int{100, 101}) || got[0].RenderMinor != some(128) {
+	if got[0].Key != (ClientKey{"0000:0c:00.0", 17}) || !reflect.DeepEqual(got[0].PIDs, []int{100, 101}) || got[0].RenderMinor != reading.Some(128) {
 		t.Errorf("first client %+v", got[0])
 	}
-	if got[1].Key != (ClientKey{"0000:83:00.0", 18}) || !reflect.DeepEqual(got[1].PIDs, []int{101}) || got[1].RenderMinor != some(136) {
+	if got[1].Key != (ClientKey{"0000:83:00.0", 18}) || !reflect.DeepEqual(got[1].PIDs, []int{101}) || got[1].RenderMinor != reading.Some(136) {
 		t.Errorf("second client %+v", got[1])
 	}
 }

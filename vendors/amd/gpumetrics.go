@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // The gpu_metrics sysfs file holds one binary table whose layout is a
@@ -203,7 +205,7 @@ func (t table) u16(off int) Opt[uint16] {
 	if v == 0xFFFF {
 		return Opt[uint16]{}
 	}
-	return some(v)
+	return reading.Some(v)
 }
 
 func (t table) u32(off int) Opt[uint32] {
@@ -211,7 +213,7 @@ func (t table) u32(off int) Opt[uint32] {
 	if v == 0xFFFFFFFF {
 		return Opt[uint32]{}
 	}
-	return some(v)
+	return reading.Some(v)
 }
 
 func (t table) u64(off int) Opt[uint64] {
@@ -219,7 +221,7 @@ func (t table) u64(off int) Opt[uint64] {
 	if v == 0xFFFFFFFFFFFFFFFF {
 		return Opt[uint64]{}
 	}
-	return some(v)
+	return reading.Some(v)
 }
 
 // scaled16 reads a uint16 and multiplies it by k.
@@ -228,7 +230,7 @@ func (t table) scaled16(off int, k float64) Opt[float64] {
 	if !v.OK {
 		return Opt[float64]{}
 	}
-	return some(float64(v.Value) * k)
+	return reading.Some(float64(v.Value) * k)
 }
 
 // percent16 reads a uint16 percentage as a ratio; a value above 100 is
@@ -238,7 +240,7 @@ func (t table) percent16(off int) Opt[float64] {
 	if !v.OK || v.Value > 100 {
 		return Opt[float64]{}
 	}
-	return some(float64(v.Value) / 100)
+	return reading.Some(float64(v.Value) / 100)
 }
 
 func (t table) width16(off int) Opt[int] {
@@ -246,7 +248,7 @@ func (t table) width16(off int) Opt[int] {
 	if !v.OK {
 		return Opt[int]{}
 	}
-	return some(int(v.Value))
+	return reading.Some(int(v.Value))
 }
 
 func (t table) array16(off, n int, f func(int) Opt[float64]) []Opt[float64] {
@@ -262,7 +264,7 @@ func (t table) array64(off, n int, k uint64) []Opt[uint64] {
 	for i := range out {
 		v := t.u64(off + 8*i)
 		if v.OK && v.Value <= ^uint64(0)/k {
-			out[i] = some(v.Value * k)
+			out[i] = reading.Some(v.Value * k)
 		}
 	}
 	return out
@@ -274,7 +276,7 @@ func (t table) percent32(off int) Opt[float64] {
 	if !v.OK || v.Value > 100 {
 		return Opt[float64]{}
 	}
-	return some(float64(v.Value) / 100)
+	return reading.Some(float64(v.Value) / 100)
 }
 
 func widen(v Opt[uint32]) Opt[uint64] { return Opt[uint64]{Value: uint64(v.Value), OK: v.OK} }
@@ -349,7 +351,7 @@ func timestamp10ns(v Opt[uint64]) Opt[uint64] {
 	if !v.OK || v.Value > ^uint64(0)/10 {
 		return Opt[uint64]{}
 	}
-	return some(v.Value * 10)
+	return reading.Some(v.Value * 10)
 }
 
 // decodeV1_1 decodes the prefix v1.1, v1.2 and v1.3 share (offsets from
@@ -404,7 +406,7 @@ func decodeV1_4(t table, m *GPUMetrics, v15 bool) {
 		o = 88
 	}
 	if e := t.u64(o); e.OK {
-		m.Energy = some(float64(e.Value) / 65536)
+		m.Energy = reading.Some(float64(e.Value) / 65536)
 	}
 	m.SystemClockCounter = t.u64(o + 8)
 	m.ThrottleStatus = t.u32(o + 16)
@@ -472,7 +474,7 @@ func decodeV1_6(t table, m *GPUMetrics, crev uint8) {
 		e = 24
 	}
 	if v := t.u64(e); v.OK {
-		m.Energy = some(float64(v.Value) / 65536)
+		m.Energy = reading.Some(float64(v.Value) / 65536)
 	}
 	m.SystemClockCounter = t.u64(e + 8)
 	m.AccumulationCounter = t.u32(e + 16)

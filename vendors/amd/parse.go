@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // The parsers below take the raw bytes of one sysfs file. Each is pure and
@@ -240,7 +242,7 @@ func parseRASLines(b []byte) (RASCount, error) {
 		if err != nil {
 			return RASCount{}, fmt.Errorf("%w: line %q", ErrMalformed, truncate(line))
 		}
-		*dst = some(v)
+		*dst = reading.Some(v)
 	}
 	if !c.Uncorrectable.OK && !c.Correctable.OK {
 		return RASCount{}, fmt.Errorf("%w: neither ue nor ce", ErrMalformed)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 func TestParsePercent(t *testing.T) {
@@ -118,7 +120,7 @@ func TestParseDPMCurrent(t *testing.T) {
 }
 
 func TestParseRASCount(t *testing.T) {
-	u := func(v uint64) Opt[uint64] { return some(v) }
+	u := func(v uint64) Opt[uint64] { return reading.Some(v) }
 	for _, c := range []struct {
 		name string
 		in   string

@@ -11,13 +11,10 @@
 // and counted as ReasonBadValue, so that one odd cell never hides a device.
 package gaudi
 
-// Opt is a reading that hl-smi may not have given. The zero value is unset.
-type Opt[T any] struct {
-	Value T
-	OK    bool
-}
+import "github.com/xpu-exporter/xpu_exporter/vendors/reading"
 
-func some[T any](v T) Opt[T] { return Opt[T]{Value: v, OK: true} }
+// Opt is a reading the device may not have given (reading.Opt).
+type Opt[T any] = reading.Opt[T]
 
 // Clock names a clock domain hl-smi reports.
 type Clock string

@@ -28,6 +28,8 @@ package gaudi
 import (
 	"strconv"
 	"strings"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // DefaultFields is what a Runner asks for unless told otherwise.
@@ -67,7 +69,7 @@ var fieldSpecs = map[string]field{
 		if !ok || f < 0 || f > 100 {
 			return false
 		}
-		d.Utilization = some(f / 100)
+		d.Utilization = reading.Some(f / 100)
 		return true
 	}},
 	"memory.total":    {"MiB", func(d *Device, v string) bool { return setBytes(&d.MemoryTotal, v) }},
@@ -146,7 +148,7 @@ func setOptInt(dst *Opt[int], v string) bool {
 	if !setInt(&n, v) {
 		return false
 	}
-	*dst = some(n)
+	*dst = reading.Some(n)
 	return true
 }
 
@@ -155,7 +157,7 @@ func setFloat(dst *Opt[float64], v string, scale float64) bool {
 	if !ok {
 		return false
 	}
-	*dst = some(f * scale)
+	*dst = reading.Some(f * scale)
 	return true
 }
 
@@ -164,7 +166,7 @@ func setNonNeg(dst *Opt[float64], v string) bool {
 	if !ok || f < 0 {
 		return false
 	}
-	*dst = some(f)
+	*dst = reading.Some(f)
 	return true
 }
 
@@ -174,7 +176,7 @@ func setBytes(dst *Opt[uint64], v string) bool {
 	if !ok || f < 0 || f >= 1<<43 {
 		return false
 	}
-	*dst = some(uint64(f * mib))
+	*dst = reading.Some(uint64(f * mib))
 	return true
 }
 

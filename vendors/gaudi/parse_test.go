@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 const fixtures = "../../fixtures/gaudi"
@@ -83,8 +85,8 @@ func TestParseReorderedByHeader(t *testing.T) {
 	// The file lists index 1 first, with its columns in reverse order:
 	// "10, 512, HL-225, 1" is utilization 10 % and 512 MiB.
 	want := []Device{
-		{Index: 1, Name: "HL-225", MemoryUsed: some(uint64(512 * 1048576)), Utilization: some(0.10)},
-		{Index: 0, Name: "HL-225", MemoryUsed: some(uint64(1024 * 1048576)), Utilization: some(0.20)},
+		{Index: 1, Name: "HL-225", MemoryUsed: reading.Some(uint64(512 * 1048576)), Utilization: reading.Some(0.10)},
+		{Index: 0, Name: "HL-225", MemoryUsed: reading.Some(uint64(1024 * 1048576)), Utilization: reading.Some(0.20)},
 	}
 	if !reflect.DeepEqual(devices, want) {
 		t.Errorf("got %+v\nwant %+v", devices, want)
@@ -109,14 +111,14 @@ func TestParseBadValuesUnsetOneReading(t *testing.T) {
 	if got := problems(devices[0]); !reflect.DeepEqual(got, []string{"memory.used"}) {
 		t.Errorf("device 0 problems %v", got)
 	}
-	if devices[0].MemoryUsed.OK || devices[0].Utilization != some(0.10) {
+	if devices[0].MemoryUsed.OK || devices[0].Utilization != reading.Some(0.10) {
 		t.Errorf("device 0 %+v", devices[0])
 	}
 	// Row 1: 250 % is beyond what a utilization can be.
 	if got := problems(devices[1]); !reflect.DeepEqual(got, []string{"utilization.aip"}) {
 		t.Errorf("device 1 problems %v", got)
 	}
-	if devices[1].Utilization.OK || devices[1].MemoryUsed != some(uint64(1024*1048576)) {
+	if devices[1].Utilization.OK || devices[1].MemoryUsed != reading.Some(uint64(1024*1048576)) {
 		t.Errorf("device 1 %+v", devices[1])
 	}
 	// Row 2: N/A is a reading the device does not give, not a problem.
@@ -135,19 +137,19 @@ func TestParseGaudi2Node(t *testing.T) {
 	}
 	want := Device{
 		Index:         1,
-		ModuleID:      some(3),
+		ModuleID:      reading.Some(3),
 		UUID:          "01P0-HL2080A0-15-TNB9H1-01-04-03",
 		Name:          "HL-225",
 		BusID:         "0000:1a:00.0",
 		Serial:        "AN15010023",
 		DriverVersion: "1.18.0-ee698fb",
-		Utilization:   some(0.87),                         // 87 %
-		MemoryTotal:   some(uint64(103079215104)),         // 98304 MiB × 1048576
-		MemoryUsed:    some(uint64(68719476736)),          // 65536 MiB × 1048576
-		MemoryFree:    some(uint64(34359738368)),          // 32768 MiB × 1048576
-		Temperature:   some(58.0),                         // °C
-		Power:         some(412.0),                        // W
-		PowerLimit:    some(600.0),                        // W
+		Utilization:   reading.Some(0.87),                 // 87 %
+		MemoryTotal:   reading.Some(uint64(103079215104)), // 98304 MiB × 1048576
+		MemoryUsed:    reading.Some(uint64(68719476736)),  // 65536 MiB × 1048576
+		MemoryFree:    reading.Some(uint64(34359738368)),  // 32768 MiB × 1048576
+		Temperature:   reading.Some(58.0),                 // °C
+		Power:         reading.Some(412.0),                // W
+		PowerLimit:    reading.Some(600.0),                // W
 		Clocks:        map[Clock]float64{ClockSoC: 1.8e9}, // 1800 MHz
 		MaxClocks:     map[Clock]float64{ClockSoC: 1.8e9},
 		// clocks.limit.tpc is N/A on this node: only the SoC limit is set.
@@ -162,10 +164,10 @@ func TestParseGaudi2Node(t *testing.T) {
 			{"uncorrected", "aggregate", "dram"}: 0,
 			{"uncorrected", "volatile", "dram"}:  0,
 		},
-		PCIeLinkGeneration:    some(4),
-		PCIeLinkMaxGeneration: some(4),
-		PCIeLinkWidth:         some(16),
-		PCIeLinkMaxWidth:      some(16),
+		PCIeLinkGeneration:    reading.Some(4),
+		PCIeLinkMaxGeneration: reading.Some(4),
+		PCIeLinkWidth:         reading.Some(16),
+		PCIeLinkMaxWidth:      reading.Some(16),
 	}
 	if !reflect.DeepEqual(devices[1], want) {
 		t.Errorf("device 1:\n got %+v\nwant %+v", devices[1], want)
@@ -187,11 +189,11 @@ func TestParseGaudi3Node(t *testing.T) {
 	}
 	d := devices[4]
 	// Index 4 is module 0 at 0000:19:00.0: index, module and address orders differ.
-	if d.Index != 4 || d.ModuleID != some(0) || d.BusID != "0000:19:00.0" {
+	if d.Index != 4 || d.ModuleID != reading.Some(0) || d.BusID != "0000:19:00.0" {
 		t.Errorf("identity %d %+v %s", d.Index, d.ModuleID, d.BusID)
 	}
 	// 130400 MiB × 1048576 = 136734310400 bytes; 100 % is a ratio of 1.
-	if d.MemoryUsed != some(uint64(136734310400)) || d.Utilization != some(1.0) || d.PowerLimit != some(850.0) {
+	if d.MemoryUsed != reading.Some(uint64(136734310400)) || d.Utilization != reading.Some(1.0) || d.PowerLimit != reading.Some(850.0) {
 		t.Errorf("readings %+v", d)
 	}
 	if d.ClockLimits[ClockTPC] != 1.6e9 { // 1600 MHz
@@ -203,7 +205,7 @@ func TestParseGaudi3Node(t *testing.T) {
 	}
 	// Device 5 answers identity only: every reading N/A, none invented.
 	in := devices[5]
-	want := Device{Index: 5, ModuleID: some(7), UUID: in.UUID, Name: "HL-325L", BusID: "0000:bb:00.0", DriverVersion: "1.22.1-97ec1a4"}
+	want := Device{Index: 5, ModuleID: reading.Some(7), UUID: in.UUID, Name: "HL-325L", BusID: "0000:bb:00.0", DriverVersion: "1.22.1-97ec1a4"}
 	if !reflect.DeepEqual(in, want) {
 		t.Errorf("device 5:\n got %+v\nwant %+v", in, want)
 	}
@@ -225,11 +227,11 @@ func TestParseRecordedOutput(t *testing.T) {
 			Index:       7, // row order
 			Name:        "HL-205",
 			UUID:        "00P1-HL2000A1-14-P64X00-08-05-09",
-			Power:       some(103.0),
-			Temperature: some(38.0),
-			Utilization: some(0.14),                // 14 %
-			MemoryUsed:  some(uint64(536870912)),   // 512 MiB × 1048576
-			MemoryTotal: some(uint64(34359738368)), // 32768 MiB × 1048576
+			Power:       reading.Some(103.0),
+			Temperature: reading.Some(38.0),
+			Utilization: reading.Some(0.14),                // 14 %
+			MemoryUsed:  reading.Some(uint64(536870912)),   // 512 MiB × 1048576
+			MemoryTotal: reading.Some(uint64(34359738368)), // 32768 MiB × 1048576
 		}
 		if !reflect.DeepEqual(devices[7], want) {
 			t.Errorf("got %+v\nwant %+v", devices[7], want)
@@ -246,13 +248,13 @@ func TestParseRecordedOutput(t *testing.T) {
 			UUID:          "01P4-HL3090A0-18-U4V298-03-04-04",
 			Name:          "HL-325L",
 			DriverVersion: "1.22.1-97ec1a4",
-			MemoryTotal:   some(uint64(137438953472)), // "131072 MiB" × 1048576
-			MemoryUsed:    some(uint64(704643072)),    // "672 MiB" × 1048576
-			MemoryFree:    some(uint64(136734310400)), // "130400 MiB" × 1048576
-			Power:         some(230.0),                // "230 W"
-			PowerLimit:    some(850.0),                // "850 W"
-			Temperature:   some(39.0),                 // "39 C"
-			Utilization:   some(0.0),                  // "0 %"
+			MemoryTotal:   reading.Some(uint64(137438953472)), // "131072 MiB" × 1048576
+			MemoryUsed:    reading.Some(uint64(704643072)),    // "672 MiB" × 1048576
+			MemoryFree:    reading.Some(uint64(136734310400)), // "130400 MiB" × 1048576
+			Power:         reading.Some(230.0),                // "230 W"
+			PowerLimit:    reading.Some(850.0),                // "850 W"
+			Temperature:   reading.Some(39.0),                 // "39 C"
+			Utilization:   reading.Some(0.0),                  // "0 %"
 		}
 		if len(devices) != 2 || !reflect.DeepEqual(devices[1], want) {
 			t.Errorf("got %+v\nwant %+v", devices, want)

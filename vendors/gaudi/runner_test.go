@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // fakeHLSMI is the hl-smi stand-in (demo/hlsmi), built once for the tests.
@@ -111,7 +113,7 @@ func TestRunnerReadsAllDevicesInOneRun(t *testing.T) {
 				t.Fatalf("%d devices, want 8", len(devices))
 			}
 			// 120000 MiB × 1048576 = 125829120000 bytes on device 1.
-			if d := devices[1]; d.MemoryUsed != some(uint64(125829120000)) || d.ModuleID != some(3) {
+			if d := devices[1]; d.MemoryUsed != reading.Some(uint64(125829120000)) || d.ModuleID != reading.Some(3) {
 				t.Errorf("device 1 %+v", d)
 			}
 			if n := len(started(t, log, "start")); n != 1 {

@@ -6,15 +6,14 @@
 // Device.Errors so that it can be counted, never silently dropped.
 package nvidia
 
-import "github.com/NVIDIA/go-nvml/pkg/nvml"
+import (
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-// Opt is a reading that NVML may not have given. The zero value is unset.
-type Opt[T any] struct {
-	Value T
-	OK    bool
-}
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
+)
 
-func some[T any](v T) Opt[T] { return Opt[T]{Value: v, OK: true} }
+// Opt is a reading the device may not have given (reading.Opt).
+type Opt[T any] = reading.Opt[T]
 
 // Identity holds the static facts of a device. They are cached per index so
 // that a device that stops answering can still be named in its down series.

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // reader reads one device. It collects unexpected errors and stops at the
@@ -130,8 +132,8 @@ func busID(raw [32]int8) string {
 // the driver keeps no samples or has none newer than the previous scrape.
 func (r *reader) utilization(d *Device, h nvml.Device) {
 	if u, ret := h.GetUtilizationRates(); r.ok("GetUtilizationRates", ret) {
-		d.Utilization = some(percent(u.Gpu))
-		d.MemoryUtilization = some(percent(u.Memory))
+		d.Utilization = reading.Some(percent(u.Gpu))
+		d.MemoryUtilization = reading.Some(percent(u.Memory))
 	}
 	if r.lost {
 		return
@@ -143,12 +145,12 @@ func (r *reader) utilization(d *Device, h nvml.Device) {
 		// than the driver's sample period see the most recent complete
 		// window again.
 		if r.prev != nil {
-			d.Utilization = some(r.prev.device)
+			d.Utilization = reading.Some(r.prev.device)
 		}
 	case r.ok("GetSamples", ret):
 		r.periods = devicePeriods(r.lastSeen, typ, samples)
 		if w := newWindow(r.periods, nil); w.length > 0 {
-			d.Utilization = some(w.device)
+			d.Utilization = reading.Some(w.device)
 			r.win = &w
 		} else {
 			r.periods = nil
@@ -158,10 +160,10 @@ func (r *reader) utilization(d *Device, h nvml.Device) {
 		return
 	}
 	if u, _, ret := h.GetEncoderUtilization(); r.ok("GetEncoderUtilization", ret) {
-		d.EncoderUtilization = some(percent(u))
+		d.EncoderUtilization = reading.Some(percent(u))
 	}
 	if u, _, ret := h.GetDecoderUtilization(); r.ok("GetDecoderUtilization", ret) {
-		d.DecoderUtilization = some(percent(u))
+		d.DecoderUtilization = reading.Some(percent(u))
 	}
 }
 
@@ -172,7 +174,7 @@ func (r *reader) memory(d *Device, h nvml.Device) {
 		// v2 separates the memory the driver reserves from the memory in use,
 		// which v1 counts as used.
 		if m, ret := h.GetMemoryInfo_v2(); r.ok("GetMemoryInfo_v2", ret) {
-			d.MemoryTotal, d.MemoryUsed, d.MemoryReserved = some(m.Total), some(m.Used), some(m.Reserved)
+			d.MemoryTotal, d.MemoryUsed, d.MemoryReserved = reading.Some(m.Total), reading.Some(m.Used), reading.Some(m.Reserved)
 			return
 		}
 		if r.lost {
@@ -180,19 +182,19 @@ func (r *reader) memory(d *Device, h nvml.Device) {
 		}
 	}
 	if m, ret := h.GetMemoryInfo(); r.ok("GetMemoryInfo", ret) {
-		d.MemoryTotal, d.MemoryUsed = some(m.Total), some(m.Used)
+		d.MemoryTotal, d.MemoryUsed = reading.Some(m.Total), reading.Some(m.Used)
 	}
 }
 
 func (r *reader) thermal(d *Device, h nvml.Device) {
 	if t, ret := h.GetTemperature(nvml.TEMPERATURE_GPU); r.ok("GetTemperature", ret) {
-		d.Temperature = some(float64(t))
+		d.Temperature = reading.Some(float64(t))
 	}
 	if v, ok := r.field(h, nvml.FI_DEV_MEMORY_TEMP); ok {
-		d.MemoryTemperature = some(v)
+		d.MemoryTemperature = reading.Some(v)
 	}
 	if v, ret := h.GetFanSpeed(); r.ok("GetFanSpeed", ret) {
-		d.FanSpeed = some(percent(v))
+		d.FanSpeed = reading.Some(percent(v))
 	}
 	for _, t := range tempThresholdTypes {
 		// A limit of 0 °C would put every device past it at all times: a
@@ -230,16 +232,16 @@ var tempThresholdTypes = []struct {
 
 func (r *reader) power(d *Device, h nvml.Device) {
 	if mw, ret := h.GetPowerUsage(); r.ok("GetPowerUsage", ret) {
-		d.Power = some(float64(mw) / 1000)
+		d.Power = reading.Some(float64(mw) / 1000)
 	}
 	if mw, ret := h.GetEnforcedPowerLimit(); r.ok("GetEnforcedPowerLimit", ret) {
-		d.PowerLimit = some(float64(mw) / 1000)
+		d.PowerLimit = reading.Some(float64(mw) / 1000)
 	}
 	if mj, ret := h.GetTotalEnergyConsumption(); r.ok("GetTotalEnergyConsumption", ret) {
-		d.Energy = some(float64(mj) / 1000)
+		d.Energy = reading.Some(float64(mj) / 1000)
 	}
 	if p, ret := h.GetPerformanceState(); r.ok("GetPerformanceState", ret) && p != nvml.PSTATE_UNKNOWN {
-		d.PState = some(int(p))
+		d.PState = reading.Some(int(p))
 	}
 }
 
@@ -296,25 +298,25 @@ func (r *reader) throttle(d *Device, h nvml.Device) {
 func (r *reader) pcie(d *Device, h nvml.Device) {
 	// NVML reports PCIe throughput in KB/s over a 20 ms sample.
 	if kb, ret := h.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES); r.ok("GetPcieThroughput", ret) {
-		d.PCIeTX = some(float64(kb) * 1024)
+		d.PCIeTX = reading.Some(float64(kb) * 1024)
 	}
 	if kb, ret := h.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES); r.ok("GetPcieThroughput", ret) {
-		d.PCIeRX = some(float64(kb) * 1024)
+		d.PCIeRX = reading.Some(float64(kb) * 1024)
 	}
 	if v, ret := h.GetPcieReplayCounter(); r.ok("GetPcieReplayCounter", ret) {
-		d.PCIeReplays = some(uint64(v))
+		d.PCIeReplays = reading.Some(uint64(v))
 	}
 	if v, ret := h.GetCurrPcieLinkGeneration(); r.ok("GetCurrPcieLinkGeneration", ret) {
-		d.PCIeLinkGeneration = some(v)
+		d.PCIeLinkGeneration = reading.Some(v)
 	}
 	if v, ret := h.GetCurrPcieLinkWidth(); r.ok("GetCurrPcieLinkWidth", ret) {
-		d.PCIeLinkWidth = some(v)
+		d.PCIeLinkWidth = reading.Some(v)
 	}
 	if v, ret := h.GetMaxPcieLinkGeneration(); r.ok("GetMaxPcieLinkGeneration", ret) {
-		d.PCIeLinkMaxGeneration = some(v)
+		d.PCIeLinkMaxGeneration = reading.Some(v)
 	}
 	if v, ret := h.GetMaxPcieLinkWidth(); r.ok("GetMaxPcieLinkWidth", ret) {
-		d.PCIeLinkMaxWidth = some(v)
+		d.PCIeLinkMaxWidth = reading.Some(v)
 	}
 }
 
@@ -356,19 +358,19 @@ func (r *reader) retirement(d *Device, h nvml.Device) {
 		}
 	}
 	if v, ret := h.GetRetiredPagesPendingStatus(); r.ok("GetRetiredPagesPendingStatus", ret) {
-		d.RetiredPagesPending = some(v == nvml.FEATURE_ENABLED)
+		d.RetiredPagesPending = reading.Some(v == nvml.FEATURE_ENABLED)
 	}
 	if !r.symbols.remappedRows {
 		return
 	}
 	if corr, unc, pending, failed, ret := h.GetRemappedRows(); r.ok("GetRemappedRows", ret) {
-		d.RemappedRows = some(RemappedRows{Correctable: corr, Uncorrectable: unc, Pending: pending, Failed: failed})
+		d.RemappedRows = reading.Some(RemappedRows{Correctable: corr, Uncorrectable: unc, Pending: pending, Failed: failed})
 	}
 }
 
 func (r *reader) migMode(d *Device, h nvml.Device) {
 	if current, _, ret := h.GetMigMode(); r.ok("GetMigMode", ret) {
-		d.MIGEnabled = some(current == nvml.DEVICE_MIG_ENABLE)
+		d.MIGEnabled = reading.Some(current == nvml.DEVICE_MIG_ENABLE)
 	}
 }
 
@@ -442,7 +444,7 @@ func (r *reader) processList(h nvml.Device) []Process {
 			// NVML_VALUE_NOT_AVAILABLE (all ones) without the permission to
 			// see another user's process.
 			if p.UsedGpuMemory != math.MaxUint64 && (!out[i].UsedMemory.OK || p.UsedGpuMemory > out[i].UsedMemory.Value) {
-				out[i].UsedMemory = some(p.UsedGpuMemory)
+				out[i].UsedMemory = reading.Some(p.UsedGpuMemory)
 			}
 		}
 	}
@@ -469,10 +471,10 @@ func setProcessUtilization(d *Device, w window) {
 	for i := range d.Processes {
 		p := &d.Processes[i]
 		u := w.procs[p.PID]
-		p.SMUtilization = some(u.sm)
-		p.MemoryUtilization = some(u.mem)
-		p.EncoderUtilization = some(u.enc)
-		p.DecoderUtilization = some(u.dec)
+		p.SMUtilization = reading.Some(u.sm)
+		p.MemoryUtilization = reading.Some(u.mem)
+		p.EncoderUtilization = reading.Some(u.enc)
+		p.DecoderUtilization = reading.Some(u.dec)
 	}
 }
 
@@ -511,7 +513,7 @@ func (r *reader) nvlink(d *Device, h nvml.Device) {
 			d.NVLinks = append(d.NVLinks, NVLink{Link: link})
 			continue
 		}
-		l := NVLink{Link: link, Up: some(state == nvml.FEATURE_ENABLED)}
+		l := NVLink{Link: link, Up: reading.Some(state == nvml.FEATURE_ENABLED)}
 		for _, c := range nvlinkCounters {
 			if v, ret := h.GetNvLinkErrorCounter(link, c.counter); r.ok("GetNvLinkErrorCounter", ret) {
 				if l.Errors == nil {
@@ -551,9 +553,9 @@ func (r *reader) nvlinkTraffic(d *Device, h nvml.Device) {
 		}
 		l := &d.NVLinks[i/2]
 		if v.FieldId == nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX {
-			l.TXBytes = some(kib * 1024)
+			l.TXBytes = reading.Some(kib * 1024)
 		} else {
-			l.RXBytes = some(kib * 1024)
+			l.RXBytes = reading.Some(kib * 1024)
 		}
 	}
 }
@@ -633,7 +635,7 @@ func (r *reader) profileMIG(parent nvml.Device, devs []Device) {
 		d := &devs[idx[0]]
 		r.profile(d, "gi:"+strconv.Itoa(gi), func(s nvml.GpmSample) nvml.Return { return parent.GpmMigSampleGet(gi, s) })
 		if v, ok := d.Profiling[ProfGraphicsActive]; ok {
-			d.Utilization = some(v)
+			d.Utilization = reading.Some(v)
 		}
 	}
 }
