@@ -285,6 +285,10 @@ func mhz(t table) func(int) Opt[float64] {
 	return func(off int) Opt[float64] { return t.scaled16(off, 1e6) }
 }
 
+// layoutSizes is the size of each gpu_metrics v1.x layout, by content
+// revision.
+var layoutSizes = [...]int{1: sizeV1_1, 2: sizeV1_2, 3: sizeV1_3, 4: sizeV1_4, 5: sizeV1_5, 6: sizeV1_6, 7: sizeV1_7, 8: sizeV1_8}
+
 // DecodeGPUMetrics decodes one gpu_metrics table. It returns a
 // *MetricsError for a buffer shorter than the header or than the size the
 // header declares, for a revision it does not know, and for a known
@@ -298,27 +302,10 @@ func DecodeGPUMetrics(b []byte) (*GPUMetrics, error) {
 	fail := func(kind error, reason string) (*GPUMetrics, error) {
 		return nil, &MetricsError{Format: b[2], Content: b[3], StructureSize: size, Len: len(b), kind: kind, reason: reason}
 	}
-	var want int
-	switch [2]uint8{b[2], b[3]} {
-	case [2]uint8{1, 1}:
-		want = sizeV1_1
-	case [2]uint8{1, 2}:
-		want = sizeV1_2
-	case [2]uint8{1, 3}:
-		want = sizeV1_3
-	case [2]uint8{1, 4}:
-		want = sizeV1_4
-	case [2]uint8{1, 5}:
-		want = sizeV1_5
-	case [2]uint8{1, 6}:
-		want = sizeV1_6
-	case [2]uint8{1, 7}:
-		want = sizeV1_7
-	case [2]uint8{1, 8}:
-		want = sizeV1_8
-	default:
+	if b[2] != 1 || b[3] == 0 || int(b[3]) >= len(layoutSizes) {
 		return fail(ErrMetricsVersion, "revision not decoded")
 	}
+	want := layoutSizes[b[3]]
 	if int(size) != want {
 		return fail(ErrMetricsVersion, fmt.Sprintf("this revision's layout is %d bytes", want))
 	}
