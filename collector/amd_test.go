@@ -296,18 +296,7 @@ func TestAMDFixtureGolden(t *testing.T) {
 // given trees.
 func newAMDTestExporter(t testing.TB, sysfs, procfs string, now func() time.Time) *Exporter {
 	t.Helper()
-	states := map[string]bool{}
-	for name := range factories {
-		states[name] = name == "amd" || name == "process"
-	}
-	if err := Enable(states); err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Sysfs: sysfs, Procfs: procfs, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := newExporterOf(t, Config{Sysfs: sysfs, Procfs: procfs, Now: now}, "amd", "process")
 	return e
 }
 

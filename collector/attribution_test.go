@@ -102,24 +102,11 @@ func newExporterWith(t testing.TB, s *demo.Scenario, sim *demo.Attribution, reso
 	for _, o := range opts {
 		o(&ecfg)
 	}
-	states := map[string]bool{}
-	for name := range factories {
-		if collectors != nil {
-			states[name] = collectors[name]
-			continue
-		}
-		states[name] = name == "nvidia" || name == "attribution" || name == "process" || name == "engines" ||
-			(name == "gaudi" && ecfg.HLSMIPath != "") || (name == "amd" && s.HasAMD())
+	if collectors == nil {
+		collectors = map[string]bool{"nvidia": true, "attribution": true, "process": true, "engines": true,
+			"gaudi": ecfg.HLSMIPath != "", "amd": s.HasAMD()}
 	}
-	if err := Enable(states); err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(ecfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return e
+	return newExporterOf(t, ecfg, enabled(collectors)...)
 }
 
 // sample returns the value of the one series of family whose label set

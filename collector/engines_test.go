@@ -199,18 +199,7 @@ func TestRedirectLoopLoggedOnce(t *testing.T) {
 		defer mu.Unlock()
 		return logs.Write(p)
 	}), nil))
-	states := map[string]bool{}
-	for name := range factories {
-		states[name] = name == "engines"
-	}
-	if err := Enable(states); err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := newExporterOf(t, Config{Logger: logger}, "engines")
 	for range 3 {
 		out := scrapeText(t, e, 5*time.Second)
 		if v := sample(t, out, "xpu_inference_up", `engine="vllm"`); v != 0 {

@@ -297,18 +297,7 @@ func TestEngineFaults(t *testing.T) {
 	setEngineFlags(t, targets)
 
 	var logs lockedBuffer
-	states := map[string]bool{}
-	for name := range factories {
-		states[name] = name == "engines"
-	}
-	if err := Enable(states); err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
 
 	for scrape := range 2 {
 		started := time.Now()
@@ -359,20 +348,9 @@ func TestNvidiaGPULostAndBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := loadScenario(t, "lost")
-			states := map[string]bool{}
-			for name := range factories {
-				states[name] = name == "nvidia"
-			}
-			if err := Enable(states); err != nil {
-				t.Fatal(err)
-			}
 			var logs lockedBuffer
-			e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
-				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(e.Close)
+			e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
 			for i, lost := range tc.lost {
 				// Between scrapes nothing reads the simulated GPU.
 				s.Devices[1].Faults.Lost = lost
@@ -405,20 +383,9 @@ func TestNvidiaDriverAppears(t *testing.T) {
 	s := loadScenario(t, "lost")
 	s.Devices[1].Faults.Lost = false
 	s.NoDriver = true
-	states := map[string]bool{}
-	for name := range factories {
-		states[name] = name == "nvidia"
-	}
-	if err := Enable(states); err != nil {
-		t.Fatal(err)
-	}
 	var logs lockedBuffer
-	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
 	for i := range 2 {
 		out := scrapeText(t, e, 5*time.Second)
 		if n := seriesCount(out, "xpu_device_up"); n != 0 {
@@ -460,20 +427,9 @@ func TestDCGMFailureLoggedOnChange(t *testing.T) {
 	t.Cleanup(func() { *dcgmURL, *dcgmMaxBytes = oldURL, oldMax })
 
 	s := loadScenario(t, "not-supported")
-	states := map[string]bool{}
-	for name := range factories {
-		states[name] = name == "nvidia" || name == "dcgm"
-	}
-	if err := Enable(states); err != nil {
-		t.Fatal(err)
-	}
 	var logs lockedBuffer
-	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia", "dcgm")
 	for i, fail := range []bool{true, true, false, false} {
 		broken.Store(fail)
 		out := scrapeText(t, e, 5*time.Second)
@@ -502,20 +458,9 @@ func TestNvidiaEventSetErrors(t *testing.T) {
 		s.Devices[i].Faults.Lost = false
 		s.Devices[i].Faults.Errors = []string{"events"}
 	}
-	states := map[string]bool{}
-	for name := range factories {
-		states[name] = name == "nvidia"
-	}
-	if err := Enable(states); err != nil {
-		t.Fatal(err)
-	}
 	var logs lockedBuffer
-	e, err := New(Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	e.Start(ctx)

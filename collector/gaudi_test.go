@@ -180,19 +180,8 @@ func (b *logBuffer) count(substr string) int {
 
 func newGaudiExporter(t *testing.T, hlsmi string, logs *logBuffer) *Exporter {
 	t.Helper()
-	states := map[string]bool{}
-	for name := range factories {
-		states[name] = name == "gaudi"
-	}
-	if err := Enable(states); err != nil {
-		t.Fatal(err)
-	}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	e, err := New(Config{Logger: logger, HLSMIPath: hlsmi, Procfs: t.TempDir(), Sysfs: t.TempDir(), Now: func() time.Time { return testNow }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := newExporterOf(t, Config{Logger: logger, HLSMIPath: hlsmi, Procfs: t.TempDir(), Sysfs: t.TempDir(), Now: func() time.Time { return testNow }}, "gaudi")
 	return e
 }
 

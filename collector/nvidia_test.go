@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -48,14 +49,32 @@ func newTestExporter(t testing.TB, s *demo.Scenario, collectors map[string]bool)
 
 func newTestExporterAt(t testing.TB, s *demo.Scenario, collectors map[string]bool, now func() time.Time) *Exporter {
 	t.Helper()
+	return newExporterOf(t, Config{NVML: s.NVML(testStart, now), Now: now}, enabled(collectors)...)
+}
+
+// enabled lists the collectors set to true.
+func enabled(collectors map[string]bool) []string {
+	var names []string
+	for name, on := range collectors {
+		if on {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// newExporterOf enables exactly the named collectors and builds an exporter
+// from cfg, closed when the test ends.
+func newExporterOf(t testing.TB, cfg Config, collectors ...string) *Exporter {
+	t.Helper()
 	states := map[string]bool{}
 	for name := range factories {
-		states[name] = collectors[name]
+		states[name] = slices.Contains(collectors, name)
 	}
 	if err := Enable(states); err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(Config{NVML: s.NVML(testStart, now), Now: now})
+	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,21 +342,10 @@ func TestNvidiaNoDriver(t *testing.T) {
 		{"driver not loaded", nvml.ERROR_DRIVER_NOT_LOADED, "0", "NVIDIA collector failed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			states := map[string]bool{}
-			for name := range factories {
-				states[name] = name == "nvidia"
-			}
-			if err := Enable(states); err != nil {
-				t.Fatal(err)
-			}
 			var logs lockedBuffer
 			now := func() time.Time { return testNow }
 			lib := initFails{Interface: loadScenario(t, "no-driver").NVML(testStart, now), ret: c.init}
-			e, err := New(Config{NVML: lib, Now: now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(e.Close)
+			e := newExporterOf(t, Config{NVML: lib, Now: now, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
 			for range 2 {
 				out := scrapeText(t, e, time.Second)
 				if !strings.Contains(out, `xpu_scrape_collector_success{collector="nvidia"} `+c.success+"\n") {
