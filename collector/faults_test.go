@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,25 +18,9 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/demo"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
-
-// lockedBuffer is a log sink safe for the goroutines a scrape runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // writeScript replaces an executable atomically: a script being run
 // cannot be rewritten in place (ETXTBSY). An empty body removes it.
@@ -90,7 +73,7 @@ func TestScontrolFaults(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "scontrol")
 			writeScript(t, path, fault.script)
 			cfg.Slurm.Path, cfg.Slurm.Timeout = path, 300*time.Millisecond
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			e := newResolvedExporter(t, s, sim, attribution.New(cfg))
 
@@ -178,7 +161,7 @@ func TestKubeletSocketFaults(t *testing.T) {
 	}
 	t.Cleanup(func() { client.Close() })
 	cfg.Kubelet = client
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	e := newResolvedExporter(t, s, sim, attribution.New(cfg))
 
@@ -296,7 +279,7 @@ func TestEngineFaults(t *testing.T) {
 	targets = append(targets, "triton="+good.URL+"/metrics")
 	setEngineFlags(t, targets)
 
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
 
 	for scrape := range 2 {
@@ -348,7 +331,7 @@ func TestNvidiaGPULostAndBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := loadScenario(t, "lost")
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
 			for i, lost := range tc.lost {
@@ -383,7 +366,7 @@ func TestNvidiaDriverAppears(t *testing.T) {
 	s := loadScenario(t, "lost")
 	s.Devices[1].Faults.Lost = false
 	s.NoDriver = true
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
 	for i := range 2 {
@@ -427,7 +410,7 @@ func TestDCGMFailureLoggedOnChange(t *testing.T) {
 	t.Cleanup(func() { *dcgmURL, *dcgmMaxBytes = oldURL, oldMax })
 
 	s := loadScenario(t, "not-supported")
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia", "dcgm")
 	for i, fail := range []bool{true, true, false, false} {
@@ -458,7 +441,7 @@ func TestNvidiaEventSetErrors(t *testing.T) {
 		s.Devices[i].Faults.Lost = false
 		s.Devices[i].Faults.Errors = []string{"events"}
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/xpu-exporter/xpu_exporter/demo"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files from the current output")
@@ -342,7 +344,7 @@ func TestNvidiaNoDriver(t *testing.T) {
 		{"driver not loaded", nvml.ERROR_DRIVER_NOT_LOADED, "0", "NVIDIA collector failed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			now := func() time.Time { return testNow }
 			lib := initFails{Interface: loadScenario(t, "no-driver").NVML(testStart, now), ret: c.init}
 			e := newExporterOf(t, Config{NVML: lib, Now: now, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")

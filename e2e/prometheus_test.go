@@ -23,13 +23,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-jsonnet"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 // evalMixin evaluates ../mixin/mixin.libsonnet, bound to m with the _config
@@ -277,29 +278,10 @@ func TestMixinMetricsExistInDemo(t *testing.T) {
 	t.Logf("%d xpu_* names read by the mixin, %d families served by the demo", len(used), len(served))
 }
 
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) tail(lines int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	all := strings.Split(strings.TrimRight(b.buf.String(), "\n"), "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
-}
-
 // prometheus is a running Prometheus server.
 type prometheus struct {
 	url  string
-	logs *lockedBuffer
+	logs *syncbuf.Buffer
 }
 
 // startPrometheus runs /usr/bin/prometheus (or the one on PATH) with
@@ -319,7 +301,7 @@ func startPrometheus(t *testing.T, config string) *prometheus {
 		t.Fatal(err)
 	}
 	addr := freePort(t)
-	p := &prometheus{url: "http://" + addr, logs: &lockedBuffer{}}
+	p := &prometheus{url: "http://" + addr, logs: &syncbuf.Buffer{}}
 	cmd := exec.Command(bin,
 		"--config.file="+configFile,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
@@ -342,7 +324,7 @@ func startPrometheus(t *testing.T, config string) *prometheus {
 			t.Errorf("prometheus did not stop on SIGINT")
 		}
 		if t.Failed() {
-			t.Logf("prometheus log (last 40 lines):\n%s", p.logs.tail(40))
+			t.Logf("prometheus log (last 40 lines):\n%s", p.logs.Tail(40))
 		}
 	})
 	client := &http.Client{Timeout: 2 * time.Second}
@@ -350,7 +332,7 @@ func startPrometheus(t *testing.T, config string) *prometheus {
 	for {
 		select {
 		case <-exited:
-			t.Fatalf("prometheus exited early:\n%s", p.logs.tail(40))
+			t.Fatalf("prometheus exited early:\n%s", p.logs.Tail(40))
 		default:
 		}
 		if resp, err := client.Get(p.url + "/-/ready"); err == nil {

@@ -12,6 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	metricpb "go.opentelemetry.io/proto/otlp/metrics/v1"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 // testRegistry holds one family of each kind the exporter serves, with
@@ -36,7 +38,7 @@ func testRegistry() *prometheus.Registry {
 	return reg
 }
 
-func startPusher(t *testing.T, r *receiver, protocol string, f Flags, reg prometheus.Gatherer, self *prometheus.Registry, log *syncBuffer) {
+func startPusher(t *testing.T, r *receiver, protocol string, f Flags, reg prometheus.Gatherer, self *prometheus.Registry, log *syncbuf.Buffer) {
 	t.Helper()
 	f.Endpoint, f.Protocol = r.url.String(), protocol
 	if f.Interval == 0 {
@@ -230,7 +232,7 @@ func TestOTLPBackendDownThenUp(t *testing.T) {
 			}
 			r.setDown(true)
 			self := prometheus.NewRegistry()
-			var log syncBuffer
+			var log syncbuf.Buffer
 			startPusher(t, r, protocol, Flags{
 				Interval: 50 * time.Millisecond, Timeout: time.Second,
 				Headers: []string{"Authorization=Bearer topsecret-token"},

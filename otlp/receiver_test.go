@@ -1,7 +1,6 @@
 package otlp
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"fmt"
@@ -162,25 +161,6 @@ func newGRPCReceiver(t *testing.T) *receiver {
 	t.Cleanup(srv.Stop)
 	r.url = &url.URL{Scheme: "http", Host: lis.Addr().String()}
 	return r
-}
-
-// syncBuffer is a log sink the pusher's goroutines write to while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // encodingRecorder notes each gRPC request's compression.

@@ -1,34 +1,17 @@
 package kubernetes
 
 import (
-	"bytes"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A kubelet without the Pods API (its feature gate off) answers every
 // watch at once with Unimplemented: one warning for the outage, the
@@ -48,7 +31,7 @@ func TestPodsAPIWatchRefusedWarnsOnce(t *testing.T) {
 	go srv.Serve(l)
 	t.Cleanup(srv.Stop)
 
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	s, err := StartPodsAPISource(socket, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
