@@ -109,6 +109,31 @@ func newExporterWith(t testing.TB, s *demo.Scenario, sim *demo.Attribution, reso
 	return newExporterOf(t, ecfg, enabled(collectors)...)
 }
 
+// oracleChecks returns the assertions of the oracle tests on one scrape:
+// check that a series has the value worked out by hand (to 1e-9), absent
+// that no series of family matches every matcher.
+func oracleChecks(out string) (check func(t *testing.T, family string, want float64, matchers ...string), absent func(t *testing.T, family string, matchers ...string)) {
+	check = func(t *testing.T, family string, want float64, matchers ...string) {
+		t.Helper()
+		if got := sample(t, out, family, matchers...); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s%v = %v, want %v", family, matchers, got, want)
+		}
+	}
+	absent = func(t *testing.T, family string, matchers ...string) {
+		t.Helper()
+		for _, line := range strings.Split(out, "\n") {
+			all := strings.HasPrefix(line, family+"{")
+			for _, m := range matchers {
+				all = all && strings.Contains(line, m)
+			}
+			if all {
+				t.Errorf("want no %s%v, got %s", family, matchers, line)
+			}
+		}
+	}
+	return check, absent
+}
+
 // sample returns the value of the one series of family whose label set
 // contains all of matchers.
 func sample(t *testing.T, text, family string, matchers ...string) float64 {

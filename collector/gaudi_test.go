@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,24 +65,7 @@ func TestGaudiGolden(t *testing.T) {
 // 5400 s after the node booted.
 func TestGaudiOracles(t *testing.T) {
 	out := scrapeGaudiScenario(t)
-	check := func(t *testing.T, family string, want float64, matchers ...string) {
-		t.Helper()
-		if got := sample(t, out, family, matchers...); math.Abs(got-want) > 1e-9 {
-			t.Errorf("%s%v = %v, want %v", family, matchers, got, want)
-		}
-	}
-	absent := func(t *testing.T, family string, matchers ...string) {
-		t.Helper()
-		for _, line := range strings.Split(out, "\n") {
-			all := strings.HasPrefix(line, family+"{")
-			for _, m := range matchers {
-				all = all && strings.Contains(line, m)
-			}
-			if all {
-				t.Errorf("want no %s%v, got %s", family, matchers, line)
-			}
-		}
-	}
+	check, absent := oracleChecks(out)
 	const mib = 1 << 20
 
 	t.Run("readings in base units", func(t *testing.T) {

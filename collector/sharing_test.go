@@ -3,7 +3,6 @@ package collector
 import (
 	"math"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,24 +44,7 @@ func scrapeSharing(t *testing.T) string {
 func TestSharingOracles(t *testing.T) {
 	out := scrapeSharing(t)
 	const gib = 1 << 30
-	check := func(t *testing.T, family string, want float64, matchers ...string) {
-		t.Helper()
-		if got := sample(t, out, family, matchers...); math.Abs(got-want) > 1e-9 {
-			t.Errorf("%s%v = %v, want %v", family, matchers, got, want)
-		}
-	}
-	absent := func(t *testing.T, family string, matchers ...string) {
-		t.Helper()
-		for _, line := range strings.Split(out, "\n") {
-			all := strings.HasPrefix(line, family+"{")
-			for _, m := range matchers {
-				all = all && strings.Contains(line, m)
-			}
-			if all {
-				t.Errorf("want no %s%v, got %s", family, matchers, line)
-			}
-		}
-	}
+	check, absent := oracleChecks(out)
 
 	t.Run("time-slicing, one pod busy earlier and idle now", func(t *testing.T) {
 		gpu := `uuid="GPU-5a000000-0000-4000-8000-000000000000"`
