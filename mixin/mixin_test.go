@@ -467,34 +467,50 @@ func TestRecordedNames(t *testing.T) {
 	}
 }
 
-// promrules/tests has a firing and a non-firing case for every alert and
-// a test of every recording rule.
-func TestPromrulesTestsCoverEveryRule(t *testing.T) {
-	m := evaluate(t, "{}")
+// promtoolSuite is what the tests read of a promtool test file.
+type promtoolSuite struct {
+	Tests []struct {
+		InputSeries []struct {
+			Series string `yaml:"series"`
+		} `yaml:"input_series"`
+		Alerts []struct {
+			Alertname string `yaml:"alertname"`
+			ExpAlerts []any  `yaml:"exp_alerts"`
+		} `yaml:"alert_rule_test"`
+		Exprs []struct {
+			Expr string `yaml:"expr"`
+		} `yaml:"promql_expr_test"`
+	} `yaml:"tests"`
+}
+
+// promtoolSuites reads every file of promrules/tests, by file name.
+func promtoolSuites(t *testing.T) map[string]promtoolSuite {
+	t.Helper()
 	files, err := filepath.Glob("../promrules/tests/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no promtool tests: %v", err)
 	}
-	firing, quiet, tested := map[string]bool{}, map[string]bool{}, ""
+	suites := map[string]promtoolSuite{}
 	for _, file := range files {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var suite struct {
-			Tests []struct {
-				Alerts []struct {
-					Alertname string `yaml:"alertname"`
-					ExpAlerts []any  `yaml:"exp_alerts"`
-				} `yaml:"alert_rule_test"`
-				Exprs []struct {
-					Expr string `yaml:"expr"`
-				} `yaml:"promql_expr_test"`
-			} `yaml:"tests"`
-		}
+		var suite promtoolSuite
 		if err := yaml.Unmarshal(data, &suite); err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
+		suites[file] = suite
+	}
+	return suites
+}
+
+// promrules/tests has a firing and a non-firing case for every alert and
+// a test of every recording rule.
+func TestPromrulesTestsCoverEveryRule(t *testing.T) {
+	m := evaluate(t, "{}")
+	firing, quiet, tested := map[string]bool{}, map[string]bool{}, ""
+	for _, suite := range promtoolSuites(t) {
 		for _, test := range suite.Tests {
 			for _, a := range test.Alerts {
 				if len(a.ExpAlerts) > 0 {
@@ -657,31 +673,13 @@ func anyStrings(v any) []string {
 // xpu_inference_up, and instance is a node name (the chart's relabeling),
 // not a pod address.
 func TestPromrulesFixturesUseRealLabelSets(t *testing.T) {
-	files, err := filepath.Glob("../promrules/tests/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no promtool tests: %v", err)
-	}
 	m := evaluate(t, "{}")
 	var owners []string
 	for _, kind := range []string{"kubernetes", "slurm", "process"} {
 		owners = append(owners, anyStrings(m.Config["ownerLabels"].(map[string]any)[kind])...)
 	}
 	label := regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var suite struct {
-			Tests []struct {
-				InputSeries []struct {
-					Series string `yaml:"series"`
-				} `yaml:"input_series"`
-			} `yaml:"tests"`
-		}
-		if err := yaml.Unmarshal(data, &suite); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
+	for file, suite := range promtoolSuites(t) {
 		for _, test := range suite.Tests {
 			for _, in := range test.InputSeries {
 				name := in.Series[:strings.IndexAny(in.Series+"{", "{")]
