@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
@@ -349,17 +347,7 @@ func hashNode(s string) uint32 {
 // BenchmarkScrapeShared is one scrape of 8 GPUs shared by 64 pods with
 // 1,000 processes: the attribution path at its busiest.
 func BenchmarkScrapeShared(b *testing.B) {
-	e := newAttributedExporterFor(b, sharedScenario(b))
-	b.ReportAllocs()
-	for b.Loop() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(e.Bind(ctx))
-		if _, err := reg.Gather(); err != nil {
-			b.Fatal(err)
-		}
-		cancel()
-	}
+	benchmarkScrape(b, newAttributedExporterFor(b, sharedScenario(b)))
 }
 
 func TestSharedScenarioAttributesEveryProcess(t *testing.T) {

@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
-
 	"github.com/xpu-exporter/xpu_exporter/demo"
 )
 
@@ -121,22 +118,13 @@ func benchScrape(b *testing.B, s *demo.Scenario, collectors map[string]bool) {
 	clock.Store(testNow.UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	e := newAttributedExporterWith(b, s, collectors, now)
-	enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+	var body bytes.Buffer
 	scrape := func() {
 		clock.Add(int64(15 * time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(e.Bind(ctx))
-		mfs, err := reg.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
-		}
+		body.Reset()
+		e.WriteText(ctx, &body, nil)
 	}
 	scrape() // caches and the first sample windows fill here
 	b.ReportAllocs()

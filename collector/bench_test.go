@@ -1,15 +1,12 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/xpu-exporter/xpu_exporter/demo"
 )
@@ -48,21 +45,12 @@ func BenchmarkScrapeAMD(b *testing.B) {
 }
 
 func benchmarkScrape(b *testing.B, e *Exporter) {
-	enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+	var body bytes.Buffer
 	b.ReportAllocs()
 	for b.Loop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(e.Bind(ctx))
-		mfs, err := reg.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
-		}
+		body.Reset()
+		e.WriteText(ctx, &body, nil)
 		cancel()
 	}
 }

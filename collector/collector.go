@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -91,10 +92,20 @@ type Exporter struct {
 	names      []string
 	snapshots  *snapshotter
 
-	duration  *prometheus.Desc
-	success   *prometheus.Desc
-	coalesced *prometheus.Desc
+	// Samples the text exposition left out, by reason, and whether the
+	// last text scrape left out any for that reason.
+	dropped  [dropReasons]atomic.Uint64
+	dropping [dropReasons]atomic.Bool
 }
+
+var (
+	collectorDuration = gauge("scrape_collector_duration_seconds",
+		"Time a collector took in this scrape, including its part of the node snapshot.")
+	collectorSuccess = gauge("scrape_collector_success",
+		"1 if the collector succeeded in this scrape, 0 if it failed or missed the deadline.")
+	scrapesCoalesced = counter("scrape_coalesced_total",
+		"Scrapes served from a node snapshot that a concurrent scrape was already taking.")
+)
 
 // New builds the enabled collectors.
 func New(cfg Config) (*Exporter, error) {
@@ -108,12 +119,6 @@ func New(cfg Config) (*Exporter, error) {
 		logger:     cfg.Logger,
 		collectors: map[string]Collector{},
 		snapshots:  &snapshotter{sources: map[string]source{}, stuck: map[string]*read{}, resolver: cfg.Attribution, now: cfg.Now},
-		duration: prometheus.NewDesc(namespace+"_scrape_collector_duration_seconds",
-			"Time a collector took in this scrape, including its part of the node snapshot.", []string{"collector"}, nil),
-		success: prometheus.NewDesc(namespace+"_scrape_collector_success",
-			"1 if the collector succeeded in this scrape, 0 if it failed or missed the deadline.", []string{"collector"}, nil),
-		coalesced: prometheus.NewDesc(namespace+"_scrape_coalesced_total",
-			"Scrapes served from a node snapshot that a concurrent scrape was already taking.", nil, nil),
 	}
 	factoriesMu.Lock()
 	defer factoriesMu.Unlock()
@@ -198,7 +203,7 @@ func (scrape) Describe(chan<- *prometheus.Desc) {}
 func (s scrape) Collect(ch chan<- prometheus.Metric) {
 	e := s.e
 	snap := e.snapshots.get(s.ctx, true)
-	ch <- prometheus.MustNewConstMetric(e.coalesced, prometheus.CounterValue, float64(e.snapshots.coalesced.Load()))
+	emitter{ch: ch}.emit(scrapesCoalesced, labels{}, float64(e.snapshots.coalesced.Load()))
 	if snap == nil {
 		for _, name := range e.names {
 			e.report(ch, name, 0, errors.New("deadline passed while waiting for the node snapshot"))
@@ -245,6 +250,7 @@ func (e *Exporter) report(ch chan<- prometheus.Metric, name string, d time.Durat
 		// than the same failure at every scrape.
 		e.logger.Debug("collector failed", "collector", name, "duration_seconds", d.Seconds(), "err", err)
 	}
-	ch <- prometheus.MustNewConstMetric(e.duration, prometheus.GaugeValue, d.Seconds(), name)
-	ch <- prometheus.MustNewConstMetric(e.success, prometheus.GaugeValue, success, name)
+	l := labels{names: []string{"collector"}, values: []string{name}}
+	emitter{ch: ch}.emit(collectorDuration, l, d.Seconds())
+	emitter{ch: ch}.emit(collectorSuccess, l, success)
 }

@@ -446,7 +446,8 @@ func emitSample(e emitter, base labels, s engines.Sample) {
 				buckets[b.UpperBound] = b.Count
 			}
 		}
-		e.ch <- prometheus.MustNewConstHistogram(m.desc(l.names), s.Count, s.Sum, buckets, l.values...)
+		m.histogram = true
+		e.ch <- histMetric{series: seriesOf(m, l), Metric: prometheus.MustNewConstHistogram(m.desc(l.names), s.Count, s.Sum, buckets, l.values...)}
 	}
 }
 

@@ -17,9 +17,10 @@ import (
 // vary from device to device (MIG and owner labels), so descriptors are made
 // per label set and cached.
 type metric struct {
-	name string
-	help string
-	typ  prometheus.ValueType
+	name      string
+	help      string
+	typ       prometheus.ValueType
+	histogram bool
 }
 
 func gauge(name, help string) metric {
@@ -73,6 +74,17 @@ type series struct {
 	typ   prometheus.ValueType
 	pairs []*dto.LabelPair
 	used  atomic.Uint64 // the scrape generation that last used it
+
+	// For the text exposition (exposition.go): the family, the series'
+	// name and labels as written before the value, why the series cannot
+	// be written (nil if it can), and the text scrape that last wrote it.
+	fam     *family
+	text    []byte
+	invalid error
+	written atomic.Uint64
+	// order is the label values joined by NUL, which sorts as comparing
+	// them one by one does; nil when a value holds a NUL itself.
+	order []byte
 }
 
 const seriesMaxAge = 10
@@ -107,7 +119,9 @@ func seriesOf(m metric, l labels) *series {
 		return s
 	}
 	desc := m.desc(l.names)
-	s = &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, l.values)}
+	s = &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, l.values), fam: familyOf(m)}
+	s.text, s.invalid = seriesText(m.name, s.pairs)
+	s.order = sortKey(s.pairs)
 	s.used.Store(gen)
 	seriesMu.Lock()
 	defer seriesMu.Unlock()

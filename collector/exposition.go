@@ -1,0 +1,385 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The text exposition path. A scrape through prometheus.Registry turns every
+// sample into a dto.Metric, checks its consistency, sorts and encodes it:
+// most of a scrape's CPU and allocations once the hardware is read. Our
+// series are cached with their labels already rendered (metric.go), so a
+// scrape writes each sample as that text and its value, in the order the
+// registry would (families by name, samples by label values), and keeps the
+// checks the registry made that our own series can fail: label values that
+// are not UTF-8 and the same series twice in one scrape.
+
+// family is one metric family as the text format writes it.
+type family struct {
+	name   string
+	id     int
+	header []byte // # HELP and # TYPE lines
+	dtype  dto.MetricType
+	help   string
+}
+
+var (
+	familiesMu sync.Mutex
+	families   = map[string]*family{} // bounded: our families and the engines' fixed table
+)
+
+func familyOf(m metric) *family {
+	familiesMu.Lock()
+	defer familiesMu.Unlock()
+	if f, ok := families[m.name]; ok {
+		return f
+	}
+	f := &family{name: m.name, id: len(families), help: m.help, dtype: dto.MetricType_GAUGE}
+	typ := "gauge"
+	switch {
+	case m.histogram:
+		f.dtype, typ = dto.MetricType_HISTOGRAM, "histogram"
+	case m.typ == prometheus.CounterValue:
+		f.dtype, typ = dto.MetricType_COUNTER, "counter"
+	case m.typ == prometheus.UntypedValue:
+		f.dtype, typ = dto.MetricType_UNTYPED, "untyped"
+	}
+	var h bytes.Buffer
+	h.WriteString("# HELP ")
+	writeName(&h, m.name)
+	h.WriteByte(' ')
+	helpEscaper.WriteString(&h, m.help)
+	h.WriteString("\n# TYPE ")
+	writeName(&h, m.name)
+	h.WriteString(" " + typ + "\n")
+	f.header = h.Bytes()
+	families[m.name] = f
+	return f
+}
+
+var (
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+	valueEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
+)
+
+// writeName writes a metric or label name as the text format does: as it
+// is when it is a legacy name, quoted otherwise.
+func writeName(b *bytes.Buffer, name string) {
+	if model.LegacyValidation.IsValidMetricName(name) {
+		b.WriteString(name)
+		return
+	}
+	b.WriteByte('"')
+	valueEscaper.WriteString(b, name)
+	b.WriteByte('"')
+}
+
+// seriesText renders a series' name and labels, or says why the series
+// cannot be exposed: what prometheus.Registry's consistency check refuses.
+func seriesText(name string, pairs []*dto.LabelPair) ([]byte, error) {
+	for _, p := range pairs {
+		if !utf8.ValidString(p.GetValue()) {
+			return nil, fmt.Errorf("%s: label %s: value %q is not valid UTF-8", name, p.GetName(), p.GetValue())
+		}
+		if !model.UTF8Validation.IsValidLabelName(p.GetName()) {
+			return nil, fmt.Errorf("%s: label name %q is not valid", name, p.GetName())
+		}
+	}
+	var b bytes.Buffer
+	legacy := model.LegacyValidation.IsValidMetricName(name)
+	sep := byte('{')
+	if !legacy {
+		b.WriteByte('{')
+		sep = ','
+	}
+	writeName(&b, name)
+	for _, p := range pairs {
+		b.WriteByte(sep)
+		sep = ','
+		if model.LegacyValidation.IsValidLabelName(p.GetName()) {
+			b.WriteString(p.GetName())
+		} else {
+			b.WriteByte('"')
+			valueEscaper.WriteString(&b, p.GetName())
+			b.WriteByte('"')
+		}
+		b.WriteString(`="`)
+		valueEscaper.WriteString(&b, p.GetValue())
+		b.WriteByte('"')
+	}
+	if sep == ',' {
+		b.WriteByte('}')
+	}
+	return b.Bytes(), nil
+}
+
+// histMetric is a histogram sample of a cached series. The text path
+// writes it through expfmt: histograms come only from inference engines,
+// few and not worth a writer of their own.
+type histMetric struct {
+	series *series
+	prometheus.Metric
+}
+
+// Why a sample was left out of the text exposition.
+const (
+	dropInvalid   = iota // a label the format cannot carry
+	dropDuplicate        // the same series twice in one scrape
+	dropConflict         // a family the base registry serves too
+	dropForeign          // a metric not made by this package
+	dropReasons
+)
+
+var dropReasonNames = [dropReasons]string{"invalid_label", "duplicate_series", "family_conflict", "unknown_metric"}
+
+var (
+	droppedSamples = counter("exposition_dropped_samples_total",
+		"Samples left out of /metrics because they could not be written correctly, by reason; the first of each run of failures is logged.")
+	textScrapes = atomic.Uint64{} // identifies a text scrape, for duplicate series
+	textPool    = sync.Pool{New: func() any { return new(textScrape) }}
+)
+
+// textScrape is one scrape's samples, grouped by family. Pooled: the
+// slices keep their capacity from scrape to scrape.
+type textScrape struct {
+	byFamily [][]textSample // by family id
+	hists    [][]*dto.Metric
+	used     []*family
+	drops    [dropReasons]uint64
+	firstErr [dropReasons]error
+}
+
+type textSample struct {
+	s *series
+	v float64
+}
+
+func (t *textScrape) family(f *family) {
+	for len(t.byFamily) <= f.id {
+		t.byFamily = append(t.byFamily, nil)
+		t.hists = append(t.hists, nil)
+	}
+	if len(t.byFamily[f.id]) == 0 && len(t.hists[f.id]) == 0 {
+		t.used = append(t.used, f)
+	}
+}
+
+func (t *textScrape) drop(reason int, err error) {
+	if t.drops[reason] == 0 {
+		t.firstErr[reason] = err
+	}
+	t.drops[reason]++
+}
+
+// accept files one sample, unless it must be dropped.
+func (t *textScrape) accept(s *series, id uint64) bool {
+	if s.invalid != nil {
+		t.drop(dropInvalid, s.invalid)
+		return false
+	}
+	if s.written.Swap(id) == id {
+		t.drop(dropDuplicate, fmt.Errorf("%s was collected twice in one scrape", s.text))
+		return false
+	}
+	t.family(s.fam)
+	return true
+}
+
+func (t *textScrape) reset() {
+	for _, f := range t.used {
+		t.byFamily[f.id] = t.byFamily[f.id][:0]
+		clear(t.hists[f.id])
+		t.hists[f.id] = t.hists[f.id][:0]
+	}
+	t.used = t.used[:0]
+	t.drops = [dropReasons]uint64{}
+	t.firstErr = [dropReasons]error{}
+}
+
+// lessPairs orders series as prometheus.Registry does: by the number of
+// labels, then by the label values in label-name order.
+func lessPairs(a, b []*dto.LabelPair) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	for i := range a {
+		if c := strings.Compare(a[i].GetValue(), b[i].GetValue()); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+func sortKey(pairs []*dto.LabelPair) []byte {
+	var b []byte
+	for i, p := range pairs {
+		if strings.IndexByte(p.GetValue(), 0) >= 0 {
+			return nil
+		}
+		if i > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, p.GetValue()...)
+	}
+	return b
+}
+
+// compareSeries orders two series of one family as lessPairs does.
+func compareSeries(a, b *series) int {
+	if len(a.pairs) != len(b.pairs) || a.order == nil || b.order == nil {
+		return lessPairs(a.pairs, b.pairs)
+	}
+	return bytes.Compare(a.order, b.order)
+}
+
+// WriteText writes one scrape bounded by ctx in the text exposition format
+// (version 0.0.4), merged by family name with base, the families of the
+// process's own registry. It writes what prometheus.Gatherers{base, Bind(ctx)}
+// would encode, without building a dto.Metric per sample.
+func (e *Exporter) WriteText(ctx context.Context, out *bytes.Buffer, base []*dto.MetricFamily) {
+	ch := make(chan prometheus.Metric, 256)
+	go func() {
+		scrape{e: e, ctx: ctx}.Collect(ch)
+		close(ch)
+	}()
+	e.writeText(ch, out, base)
+}
+
+// writeText writes the metrics of ch, a scrape's, merged with base.
+func (e *Exporter) writeText(ch <-chan prometheus.Metric, out *bytes.Buffer, base []*dto.MetricFamily) {
+	t := textPool.Get().(*textScrape)
+	defer func() {
+		t.reset()
+		textPool.Put(t)
+	}()
+	id := textScrapes.Add(1)
+	for m := range ch {
+		switch m := m.(type) {
+		case cachedMetric:
+			if t.accept(m.series, id) {
+				t.byFamily[m.series.fam.id] = append(t.byFamily[m.series.fam.id], textSample{m.series, m.value})
+			}
+		case histMetric:
+			if !t.accept(m.series, id) {
+				continue
+			}
+			d := new(dto.Metric)
+			if err := m.Write(d); err != nil {
+				t.drop(dropInvalid, err)
+				continue
+			}
+			t.hists[m.series.fam.id] = append(t.hists[m.series.fam.id], d)
+		default:
+			t.drop(dropForeign, fmt.Errorf("%s is not a series of this exporter", m.Desc()))
+		}
+	}
+
+	slices.SortFunc(t.used, func(a, b *family) int { return strings.Compare(a.name, b.name) })
+	t.leaveOutConflicts(base)
+	e.countDrops(t, id)
+
+	ours := t.used
+	for len(ours) > 0 || len(base) > 0 {
+		if len(ours) == 0 || (len(base) > 0 && base[0].GetName() < ours[0].name) {
+			if _, err := expfmt.MetricFamilyToText(out, base[0]); err != nil {
+				e.logger.Error("cannot encode a family of the exporter's registry", "family", base[0].GetName(), "err", err)
+			}
+			base = base[1:]
+			continue
+		}
+		t.write(out, ours[0])
+		ours = ours[1:]
+	}
+}
+
+// leaveOutConflicts drops our families that base serves too: two blocks of
+// one family would make the whole exposition invalid.
+func (t *textScrape) leaveOutConflicts(base []*dto.MetricFamily) {
+	kept := t.used[:0]
+	for _, f := range t.used {
+		_, found := slices.BinarySearchFunc(base, f.name, func(mf *dto.MetricFamily, name string) int {
+			return strings.Compare(mf.GetName(), name)
+		})
+		if !found {
+			kept = append(kept, f)
+			continue
+		}
+		n := len(t.byFamily[f.id]) + len(t.hists[f.id])
+		t.drop(dropConflict, fmt.Errorf("family %s is served by the exporter's own registry too", f.name))
+		t.drops[dropConflict] += uint64(n - 1)
+		t.byFamily[f.id] = t.byFamily[f.id][:0]
+		clear(t.hists[f.id])
+		t.hists[f.id] = t.hists[f.id][:0]
+	}
+	t.used = kept
+}
+
+// countDrops adds this scrape's left-out samples to the totals, logs a
+// reason when it starts and when it ends (not at every scrape it lasts),
+// and files the totals as a family of this scrape.
+func (e *Exporter) countDrops(t *textScrape, id uint64) {
+	var errs []error
+	for r := range dropReasons {
+		n := t.drops[r]
+		e.dropped[r].Add(n)
+		if n > 0 && !e.dropping[r].Swap(true) {
+			errs = append(errs, t.firstErr[r])
+		} else if n == 0 && e.dropping[r].Swap(false) {
+			e.logger.Info("samples are exposed again", "reason", dropReasonNames[r])
+		}
+	}
+	if len(errs) > 0 {
+		e.logger.Warn("samples left out of /metrics", "err", errors.Join(errs...))
+	}
+	before := len(t.used)
+	for r := range dropReasons {
+		s := seriesOf(droppedSamples, labels{names: []string{"reason"}, values: []string{dropReasonNames[r]}})
+		if t.accept(s, id) {
+			t.byFamily[s.fam.id] = append(t.byFamily[s.fam.id], textSample{s, float64(e.dropped[r].Load())})
+		}
+	}
+	if len(t.used) == before {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(t.used[:before], droppedSamples.name, func(f *family, name string) int {
+		return strings.Compare(f.name, name)
+	})
+	f := t.used[before]
+	copy(t.used[i+1:], t.used[i:before])
+	t.used[i] = f
+}
+
+func (t *textScrape) write(out *bytes.Buffer, f *family) {
+	if f.dtype == dto.MetricType_HISTOGRAM {
+		hs := t.hists[f.id]
+		slices.SortFunc(hs, func(a, b *dto.Metric) int { return lessPairs(a.Label, b.Label) })
+		name, help, typ := f.name, f.help, f.dtype
+		expfmt.MetricFamilyToText(out, &dto.MetricFamily{Name: &name, Help: &help, Type: &typ, Metric: hs})
+		return
+	}
+	ss := t.byFamily[f.id]
+	cmp := func(a, b textSample) int { return compareSeries(a.s, b.s) }
+	if !slices.IsSortedFunc(ss, cmp) {
+		slices.SortFunc(ss, cmp)
+	}
+	out.Write(f.header)
+	for _, s := range ss {
+		out.Write(s.s.text)
+		out.WriteByte(' ')
+		out.Write(strconv.AppendFloat(out.AvailableBuffer(), s.v, 'g', -1, 64))
+		out.WriteByte('\n')
+	}
+}

@@ -1,0 +1,260 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
+)
+
+// replay is a recorded scrape, collected again.
+type replay []prometheus.Metric
+
+func (replay) Describe(chan<- *prometheus.Desc) {}
+func (r replay) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range r {
+		ch <- m
+	}
+}
+
+func (r replay) channel() <-chan prometheus.Metric {
+	ch := make(chan prometheus.Metric, len(r))
+	r.Collect(ch)
+	close(ch)
+	return ch
+}
+
+func record(e *Exporter) replay {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := make(chan prometheus.Metric)
+	go func() {
+		scrape{e: e, ctx: ctx}.Collect(ch)
+		close(ch)
+	}()
+	var r replay
+	for m := range ch {
+		r = append(r, m)
+	}
+	return r
+}
+
+// registryText is what promhttp served before the text path: base and the
+// scrape gathered by a registry, encoded by expfmt.
+func registryText(t *testing.T, base prometheus.Gatherer, r replay) string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(r)
+	mfs, err := prometheus.Gatherers{base, reg}.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.String()
+}
+
+func writeText(t *testing.T, e *Exporter, base prometheus.Gatherer, r replay) string {
+	t.Helper()
+	mfs, err := base.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	e.writeText(r.channel(), &buf, mfs)
+	return buf.String()
+}
+
+var droppedFamily = regexp.MustCompile(`(?m)^(# (HELP|TYPE) )?xpu_exposition_dropped_samples_total\b.*\n`)
+
+// baseRegistry stands for main's registry: families that sort before,
+// between and after ours.
+func baseRegistry() *prometheus.Registry {
+	base := prometheus.NewRegistry()
+	for _, name := range []string{"go_goroutines", "xpu_exporter_build_info", "xpu_zz_last"} {
+		base.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: name + " help"}, func() float64 { return 1 }))
+	}
+	return base
+}
+
+// TestTextMatchesRegistry: the text path writes, byte for byte, what the
+// registry and expfmt write for the same samples, on the busiest scrape
+// the tests have: attribution of shared GPUs, the process collector,
+// engine counters, gauges and histograms, and the exporter's own metrics.
+func TestTextMatchesRegistry(t *testing.T) {
+	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	triton := engineServer(t, "triton-densenet-t4-datadog-fixture.prom")
+	setEngineFlags(t, []string{"vllm=" + vllm.URL + "/metrics", "triton=" + triton.URL + "/metrics"})
+	e := newAttributedExporterWith(t, loadScenario(t, "sharing"),
+		map[string]bool{"nvidia": true, "attribution": true, "process": true, "engines": true, "cost": true}, nil)
+	base := baseRegistry()
+	for range 2 { // the second scrape has the rates and windows the first starts
+		r := record(e)
+		want := registryText(t, base, r)
+		got := writeText(t, e, base, r)
+		if !strings.Contains(want, "_bucket{") || !strings.Contains(want, `container="`) {
+			t.Fatalf("the scrape lacks histograms or owners, it proves little:\n%s", want)
+		}
+		if !strings.Contains(got, "\nxpu_exposition_dropped_samples_total{reason=\"duplicate_series\"} 0\n") {
+			t.Errorf("no count of dropped samples:\n%s", grepLines(got, "xpu_exposition"))
+		}
+		if got := droppedFamily.ReplaceAllString(got, ""); got != want {
+			t.Fatalf("text path differs from the registry's encoding:\n%s", lineDiff(want, got))
+		}
+	}
+}
+
+// lineDiff shows the first lines where two expositions part.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var a, b string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			b = g[i]
+		}
+		if a != b {
+			return "line " + strconv.Itoa(i+1) + ":\nwant " + a + "\ngot  " + b
+		}
+	}
+	return "(equal)"
+}
+
+// TestTextDropsWhatTheRegistryRefuses: a label value that is not UTF-8, the
+// same series twice, and a family the base registry serves too are left out
+// and counted, the rest served; each reason is logged when it starts and
+// when it ends, not at every scrape in between.
+func TestTextDropsWhatTheRegistryRefuses(t *testing.T) {
+	var logs syncbuf.Buffer
+	e := &Exporter{logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	good := gauge("test_text_good", "A good series.")
+	bad := gauge("test_text_bad", "A series with a label that is not UTF-8.")
+	conflict := gauge("test_text_conflict", "A family the base registry serves.")
+	base := prometheus.NewRegistry()
+	base.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xpu_test_text_conflict", Help: "base's"}, func() float64 { return 7 }))
+
+	faulty := func() replay {
+		ch := make(chan prometheus.Metric, 8)
+		em := emitter{ch: ch}
+		em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 1)
+		em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 2) // again
+		em.emit(bad, labels{names: []string{"pod"}, values: []string{"a\xffb"}}, 3)
+		em.emit(conflict, labels{}, 4)
+		em.emit(conflict, labels{names: []string{"gpu"}, values: []string{"1"}}, 5)
+		close(ch)
+		var r replay
+		for m := range ch {
+			r = append(r, m)
+		}
+		return r
+	}
+	want := []string{
+		"xpu_test_text_good{gpu=\"0\"} 1\n",
+		"xpu_test_text_conflict 7\n", // base's, once
+		// Hand count after one scrape: one duplicate, one invalid label,
+		// two samples of the conflicting family.
+		"xpu_exposition_dropped_samples_total{reason=\"duplicate_series\"} 1\n",
+		"xpu_exposition_dropped_samples_total{reason=\"invalid_label\"} 1\n",
+		"xpu_exposition_dropped_samples_total{reason=\"family_conflict\"} 2\n",
+		"xpu_exposition_dropped_samples_total{reason=\"unknown_metric\"} 0\n",
+	}
+	out := writeText(t, e, base, faulty())
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("missing %q in:\n%s", w, out)
+		}
+	}
+	for _, absent := range []string{"xpu_test_text_good{gpu=\"0\"} 2", "xpu_test_text_bad", "xpu_test_text_conflict 4", `xpu_test_text_conflict{gpu="1"}`} {
+		if strings.Contains(out, absent) {
+			t.Errorf("%q was served:\n%s", absent, out)
+		}
+	}
+	if n := strings.Count(out, "# TYPE xpu_test_text_conflict "); n != 1 {
+		t.Errorf("family written %d times", n)
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Errorf("%d warnings after the first faulty scrape, want 1:\n%s", n, logs.String())
+	}
+	out = writeText(t, e, base, faulty())
+	// Two faulty scrapes: 2 duplicates, 2 invalid, 4 conflicting.
+	if !strings.Contains(out, "xpu_exposition_dropped_samples_total{reason=\"family_conflict\"} 4\n") {
+		t.Errorf("conflicts not counted again:\n%s", out)
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Errorf("a lasting fault logged again:\n%s", logs.String())
+	}
+	writeText(t, e, base, replay{})
+	if n := strings.Count(logs.String(), "samples are exposed again"); n != 3 {
+		t.Errorf("%d recoveries logged, want 3 (duplicate, invalid, conflict):\n%s", n, logs.String())
+	}
+}
+
+// TestTextEscaping: label values with a quote, a backslash and a newline,
+// and help with a backslash and a newline, are escaped as expfmt does.
+func TestTextEscaping(t *testing.T) {
+	e := &Exporter{logger: slog.New(slog.DiscardHandler)}
+	m := gauge("test_text_escaping", "Help with a \\ and a\nnewline.")
+	ch := make(chan prometheus.Metric, 2)
+	emitter{ch: ch}.emit(m, labels{names: []string{"model", "pod"}, values: []string{"a \"quoted\" \\ name\nnext", "ünïcode"}}, 0.25)
+	close(ch)
+	var r replay
+	for x := range ch {
+		r = append(r, x)
+	}
+	base := prometheus.NewRegistry()
+	got := droppedFamily.ReplaceAllString(writeText(t, e, base, r), "")
+	want := registryText(t, base, r)
+	if got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+	if !strings.Contains(got, `model="a \"quoted\" \\ name\nnext"`) {
+		t.Errorf("label value not escaped: %s", got)
+	}
+}
+
+// TestCompareSeries: the NUL-joined key orders series as comparing label
+// values one by one does (the registry's order), also where one value is a
+// prefix of another, and values holding a NUL fall back to that comparison.
+func TestCompareSeries(t *testing.T) {
+	mk := func(values ...string) *series {
+		names := []string{"a", "b"}[:len(values)]
+		d := prometheus.NewDesc("x", "x", names, nil)
+		pairs := prometheus.MakeLabelPairs(d, values)
+		return &series{pairs: pairs, order: sortKey(pairs)}
+	}
+	for _, c := range []struct {
+		a, b *series
+		want int
+	}{
+		{mk("ab", "z"), mk("abc", "a"), -1}, // "ab" < "abc" decides before the second label
+		{mk("a", "b"), mk("a", "c"), -1},
+		{mk("b", "a"), mk("a", "z"), 1},
+		{mk("a\x00", "z"), mk("a", "\x00z"), 1}, // "a\x00" > "a"; joined, both are "a\x00\x00z"
+		{mk("x"), mk("a", "b"), -1},             // fewer labels first
+		{mk("a", "b"), mk("a", "b"), 0},
+	} {
+		if got := sign(compareSeries(c.a, c.b)); got != c.want {
+			t.Errorf("compare(%q, %q) = %d, want %d", c.a.order, c.b.order, got, c.want)
+		}
+		if got := sign(lessPairs(c.a.pairs, c.b.pairs)); got != c.want {
+			t.Errorf("lessPairs disagrees on %v: %d", c, got)
+		}
+	}
+}
+
+func sign(i int) int { return min(max(i, -1), 1) }
