@@ -294,7 +294,7 @@ func (r Reader) ReadDevice(card string) Device {
 		dr.fail("device", err)
 	}
 
-	if names, err := readDirNames(filepath.Join(dir, "drm"), 16); err == nil {
+	if names, err := dr.files.stableDir(filepath.Join(dir, "drm"), 16); err == nil {
 		d.RenderMinor = renderMinor(names)
 	}
 
@@ -402,7 +402,7 @@ func (r Reader) readXGMI(dr devReader) {
 // temp*_label, and hides the channels a model lacks (MI300 has no edge
 // sensor and no power1_average, only power1_input).
 func (r Reader) readHwmon(dr devReader) {
-	names, err := readDirNames(filepath.Join(dr.dir, "hwmon"), 16)
+	names, err := dr.files.stableDir(filepath.Join(dr.dir, "hwmon"), 16)
 	if err != nil {
 		if !absent(err) {
 			dr.fail("hwmon", err)

@@ -56,6 +56,9 @@ type cardFiles struct {
 	// registered again, which removes every file held (ENODEV) and clears
 	// this set.
 	missing map[string]bool
+	// dirs are the listings of directories whose entries are registered
+	// with the GPU and removed with it (stableDir), cleared with missing.
+	dirs map[string][]string
 }
 
 type heldFile struct {
@@ -76,7 +79,7 @@ func (fs *Files) card(card string) *cardFiles {
 	}
 	cf := fs.cards[card]
 	if cf == nil {
-		cf = &cardFiles{fs: fs, files: map[string]*heldFile{}, missing: map[string]bool{}}
+		cf = &cardFiles{fs: fs, files: map[string]*heldFile{}, missing: map[string]bool{}, dirs: map[string][]string{}}
 		fs.cards[card] = cf
 	}
 	cf.used = map[string]bool{}
@@ -140,6 +143,30 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 	return b, err
 }
 
+// stableDir lists dir, a directory whose entries the GPU registers once
+// and removes only with itself: its DRM minors (drm_dev_register) and its
+// hwmon device (amdgpu_pm_sysfs_init). The listing is kept like the
+// missing files.
+func (cf *cardFiles) stableDir(dir string, limit int) ([]string, error) {
+	if cf == nil {
+		return readDirNames(dir, limit)
+	}
+	fs := cf.fs
+	fs.mu.Lock()
+	names, ok := cf.dirs[dir]
+	fs.mu.Unlock()
+	if ok {
+		return names, nil
+	}
+	names, err := readDirNames(dir, limit)
+	if err == nil {
+		fs.mu.Lock()
+		cf.dirs[dir] = names
+		fs.mu.Unlock()
+	}
+	return names, err
+}
+
 // drop closes h if it is still the held file of path.
 func (cf *cardFiles) drop(path string, h *heldFile) {
 	fs := cf.fs
@@ -157,7 +184,7 @@ func (cf *cardFiles) reset() {
 	fs := cf.fs
 	fs.mu.Lock()
 	stale := cf.files
-	cf.files, cf.missing = map[string]*heldFile{}, map[string]bool{}
+	cf.files, cf.missing, cf.dirs = map[string]*heldFile{}, map[string]bool{}, map[string][]string{}
 	fs.open -= len(stale)
 	fs.mu.Unlock()
 	for _, h := range stale {
