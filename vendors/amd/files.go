@@ -109,6 +109,9 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 			// The file may have been removed with all the GPU's others:
 			// read them all anew.
 			cf.reset()
+		case errors.Is(err, os.ErrClosed):
+			// Closed under this read by Close, or by the end of another
+			// read of the card: open it anew.
 		default:
 			cf.drop(path, h)
 			return nil, err
