@@ -98,7 +98,7 @@ type amdData struct {
 
 func newAMDCollector(cfg Config) (Collector, error) {
 	return &amdCollector{
-		reader:   amd.Reader{SysfsRoot: cfg.Sysfs},
+		reader:   amd.Reader{SysfsRoot: cfg.Sysfs, Files: amd.NewFiles()},
 		scanner:  amd.FdinfoScanner{ProcRoot: cfg.Procfs, Driver: "amdgpu"},
 		logger:   cfg.Logger,
 		now:      cfg.Now,
@@ -109,6 +109,9 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		ras:      newAMDRAS(),
 	}, nil
 }
+
+// Close closes the sysfs files held open between scrapes.
+func (c *amdCollector) Close() { c.reader.Files.Close() }
 
 func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device, error) {
 	cards, err := c.reader.Cards()

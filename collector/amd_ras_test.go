@@ -104,10 +104,10 @@ func TestAMDRASEventsOracle(t *testing.T) {
 	umc("ue: 0\nce: 7\nde: 0\n")
 	gfx("ue: 1\nce: 0\n")
 	scrape(a)
-	scrape(b)
 	if err := os.Remove(filepath.Join(dev, "ras", "gfx_err_count")); err != nil {
 		t.Fatal(err)
 	}
+	scrape(b)
 	umc("ue: 0\nce: 2\nde: 0\n")
 	gfx("ue: 1\nce: 0\n")
 	scrape(b)

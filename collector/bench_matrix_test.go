@@ -101,9 +101,17 @@ func matrixScenario(tb testing.TB, devices, procs, pods int) *demo.Scenario {
 
 // cpuTime is the CPU time this process has used, user and system: the
 // cost of a scrape on a shared node, whatever the wall time.
-func cpuTime() time.Duration {
+func cpuTime() time.Duration { return rusageCPU(syscall.RUSAGE_SELF) }
+
+// childCPUTime is the CPU time of this process's children that have been
+// waited for (getrusage(2): RUSAGE_CHILDREN "returns resource usage
+// statistics for all children of the calling process that have terminated
+// and been waited for"), such as the hl-smi runs.
+func childCPUTime() time.Duration { return rusageCPU(syscall.RUSAGE_CHILDREN) }
+
+func rusageCPU(who int) time.Duration {
 	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	if err := syscall.Getrusage(who, &ru); err != nil {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())

@@ -222,9 +222,9 @@ func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
 	return a
 }
 
-// WriteAt writes every file as it reads at time t. Files are replaced by
-// rename, so that a concurrent reader sees the old or the new content,
-// never a half-written one.
+// WriteAt writes every file as it reads at time t. A GPU's sysfs files are
+// rewritten in place (writeInPlace), as the exporter keeps them open the
+// way sysfs allows; the other files are replaced by rename (writeAtomic).
 func (a *AMDSim) WriteAt(t time.Time) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -387,7 +387,7 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	}))
 	var errs []error
 	for name, content := range files {
-		errs = append(errs, writeAtomic(filepath.Join(pciDir, name), content))
+		errs = append(errs, writeInPlace(filepath.Join(pciDir, name), content))
 	}
 	if umc == "" {
 		if err := os.Remove(filepath.Join(pciDir, umcFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -398,7 +398,7 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 		writeAtomic(filepath.Join(pciDir, "drm", fmt.Sprintf("card%d", g.card), "dev"), fmt.Sprintf("226:%d\n", g.card)),
 		writeAtomic(filepath.Join(pciDir, "drm", fmt.Sprintf("renderD%d", g.render), "dev"), fmt.Sprintf("226:%d\n", g.render)),
 		symlink("../../../../bus/pci/drivers/amdgpu", filepath.Join(pciDir, "driver")),
-		symlink("../../", filepath.Join(pciDir, "drm", fmt.Sprintf("card%d", g.card), "device")),
+		symlink("../../../"+d.PCIBusID, filepath.Join(pciDir, "drm", fmt.Sprintf("card%d", g.card), "device")),
 		symlink(filepath.Join("..", "..", "devices", "pci0000:00", "0000:00:01.1", d.PCIBusID, "drm", fmt.Sprintf("card%d", g.card)),
 			filepath.Join(a.sysfs, "class", "drm", fmt.Sprintf("card%d", g.card))),
 		symlink(filepath.Join("..", "..", "devices", "pci0000:00", "0000:00:01.1", d.PCIBusID, "drm", fmt.Sprintf("renderD%d", g.render)),
@@ -553,6 +553,36 @@ func writeAtomic(path, content string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// writeInPlace rewrites the file at path keeping its inode, so that a
+// reader holding it open, as the exporter holds sysfs attributes, reads the
+// new content at its next read from offset 0; a file replaced by rename
+// would leave that reader on the old inode forever. The content goes in
+// with one write at offset 0, padded with newlines up to the old length,
+// before the file is cut to size: a concurrent reader sees the old content,
+// the new one, or the new one followed by blank lines, which every sysfs
+// parser of vendors/amd skips as trailing white space; never an empty file
+// nor the tail of the old value.
+func writeInPlace(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	b := []byte(content)
+	for int64(len(b)) < st.Size() {
+		b = append(b, '\n')
+	}
+	_, err = f.WriteAt(b, 0)
+	return errors.Join(err, f.Truncate(int64(len(content))), f.Close())
 }
 
 func symlink(target, path string) error {

@@ -1,6 +1,8 @@
 package demo
 
 import (
+	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -234,5 +236,71 @@ func TestAMDSimTemperatureLimits(t *testing.T) {
 		if len(d.Errors) > 0 || !reflect.DeepEqual(d.TempLimits, want) {
 			t.Errorf("GPU %d: limits %+v (errors %v), want %+v", i, d.TempLimits, d.Errors, want)
 		}
+	}
+}
+
+// TestAMDSimUpdatesReachHeldFiles: the exporter keeps a GPU's sysfs files
+// open between scrapes (amd.Files), so the simulator must rewrite them in
+// place; a reader holding the files sees each WriteAt.
+func TestAMDSimUpdatesReachHeldFiles(t *testing.T) {
+	s, err := Load(filepath.Join("..", "fixtures", "scenarios", "amd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	sim := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start)
+	files := amd.NewFiles()
+	defer files.Close()
+	r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys"), Files: files}
+	energy := func(at time.Duration) float64 {
+		t.Helper()
+		if err := sim.WriteAt(start.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+		d := r.ReadDevice("card1")
+		if len(d.Errors) > 0 || d.Down || d.Metrics == nil || !d.Metrics.Energy.OK {
+			t.Fatalf("at %v: errors %v down %v", at, d.Errors, d.Down)
+		}
+		return d.Metrics.Energy.Value
+	}
+	// The energy counter runs at the mean of the power curve, 140 W plus
+	// half of the 750 W limit's headroom: 140 + 0.5 × (750 - 140) = 445 W.
+	// 445 W × 10 s = 4450 J.
+	if got := energy(10 * time.Second); got != 4450 {
+		t.Errorf("energy at 10 s = %v J, want 4450", got)
+	}
+	held := files.Held()
+	if held == 0 {
+		t.Fatal("no file held open after a read")
+	}
+	// 445 W × 70 s = 31150 J, read through the files held since 10 s.
+	if got := energy(70 * time.Second); got != 31150 {
+		t.Errorf("energy at 70 s = %v J through the held gpu_metrics, want 31150", got)
+	}
+	if files.Held() != held {
+		t.Errorf("%d files held after the second read, %d after the first: a file was reopened", files.Held(), held)
+	}
+}
+
+// TestWriteInPlaceKeepsTheInode: a reader that opened the file before the
+// rewrite reads the new content, shorter than the old, with no tail left.
+func TestWriteInPlaceKeepsTheInode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mem_info_vram_used")
+	if err := writeInPlace(path, "1234567\n"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := writeInPlace(path, "99\n"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, err := f.ReadAt(buf, 0)
+	if got := string(buf[:n]); got != "99\n" || !errors.Is(err, io.EOF) {
+		t.Errorf("held reader read %q, %v; want \"99\\n\"", got, err)
 	}
 }

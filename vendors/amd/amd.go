@@ -70,6 +70,11 @@ func readFile(path string, limit int) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readLimited(f.Read, limit)
+}
+
+// readLimited makes the single read of readFile with read.
+func readLimited(read func([]byte) (int, error), limit int) ([]byte, error) {
 	var buf []byte
 	switch {
 	case limit <= maxValueSize:
@@ -83,7 +88,7 @@ func readFile(path string, limit int) ([]byte, error) {
 	default:
 		buf = make([]byte, limit+1)
 	}
-	n, err := f.Read(buf)
+	n, err := read(buf)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}

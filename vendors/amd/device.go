@@ -138,6 +138,8 @@ type Reader struct {
 	// SysfsRoot is the sysfs mount, "/sys" on a host and usually
 	// "/host/sys" in a container.
 	SysfsRoot string
+	// Files, when set, keeps each card's files open between reads.
+	Files *Files
 }
 
 func (r Reader) root() string {
@@ -150,7 +152,8 @@ func (r Reader) root() string {
 // Cards lists the DRM cards driven by amdgpu, sorted by number. A card
 // counts when its device's driver symlink names amdgpu or, where the
 // driver link cannot be read, its vendor is 0x1002. Connector entries
-// ("card1-DP-1") and render nodes are skipped.
+// ("card1-DP-1") and render nodes are skipped. The held Files of a card
+// no longer listed are closed.
 func (r Reader) Cards() ([]string, error) {
 	dir := filepath.Join(r.root(), "class", "drm")
 	entries, err := os.ReadDir(dir)
@@ -177,6 +180,7 @@ func (r Reader) Cards() ([]string, error) {
 	for i, c := range cards {
 		out[i] = c.name
 	}
+	r.Files.keep(out)
 	return out, nil
 }
 
@@ -206,8 +210,9 @@ func (r Reader) isAMDGPU(devDir string) bool {
 
 // devReader reads the files of one device directory and files the errors.
 type devReader struct {
-	dir string
-	d   *Device
+	dir   string
+	d     *Device
+	files *cardFiles
 }
 
 // read returns the content of name (relative to the device directory), or
@@ -218,7 +223,7 @@ func (dr devReader) read(name string, limit int) []byte {
 		// fails the same way, and may block as long.
 		return nil
 	}
-	b, err := readFile(filepath.Join(dr.dir, name), limit)
+	b, err := dr.files.read(filepath.Join(dr.dir, name), limit)
 	switch {
 	case err == nil:
 		return b
@@ -271,8 +276,12 @@ func optional[T any](dr devReader, name string, parse func([]byte) (T, bool, err
 func (r Reader) ReadDevice(card string) Device {
 	dir := filepath.Join(r.root(), "class", "drm", card, "device")
 	d := Device{Card: card}
-	dr := devReader{dir: dir, d: &d}
-	if target, err := filepath.EvalSymlinks(dir); err == nil {
+	dr := devReader{dir: dir, d: &d, files: r.Files.card(card)}
+	defer dr.files.done()
+	// The device link names the PCI device it points to last: sysfs links
+	// read as the relative path to their target (fs/kernfs/symlink.c,
+	// kernfs_get_target_path), "../../../0000:0c:00.0".
+	if target, err := os.Readlink(dir); err == nil {
 		if base := filepath.Base(target); isPCIAddress(base) {
 			d.PCIBusID = base
 		} else {
@@ -285,7 +294,7 @@ func (r Reader) ReadDevice(card string) Device {
 		dr.fail("device", err)
 	}
 
-	if names, err := readDirNames(filepath.Join(dir, "drm"), 16); err == nil {
+	if names, err := dr.files.stableDir(filepath.Join(dir, "drm"), 16); err == nil {
 		d.RenderMinor = renderMinor(names)
 	}
 
@@ -393,7 +402,7 @@ func (r Reader) readXGMI(dr devReader) {
 // temp*_label, and hides the channels a model lacks (MI300 has no edge
 // sensor and no power1_average, only power1_input).
 func (r Reader) readHwmon(dr devReader) {
-	names, err := readDirNames(filepath.Join(dr.dir, "hwmon"), 16)
+	names, err := dr.files.stableDir(filepath.Join(dr.dir, "hwmon"), 16)
 	if err != nil {
 		if !absent(err) {
 			dr.fail("hwmon", err)

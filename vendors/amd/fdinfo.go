@@ -236,12 +236,14 @@ func (e ScanError) Error() string {
 
 func (e ScanError) Unwrap() error { return e.Err }
 
-// Scan reads /proc/<pid>/fdinfo/* of each PID and returns the DRM clients
-// of s.Driver, de-duplicated by (drm-pdev, drm-client-id): a client whose
-// file was dup()ed or inherited appears once, with every PID holding it.
-// An fd whose fdinfo has no drm-client-id cannot be de-duplicated and is
-// skipped. A process that exited between listing and reading is not an
-// error.
+// Scan reads /proc/<pid>/fdinfo/<fd> of each PID's fds open on a DRM node
+// (/dev/dri/…, from the fd's link in /proc/<pid>/fd; a process's other fds,
+// often hundreds of sockets and files, are not opened) and returns the DRM
+// clients of s.Driver, de-duplicated by (drm-pdev, drm-client-id): a
+// client whose file was dup()ed or inherited appears once, with every PID
+// holding it. An fd whose fdinfo has no drm-client-id cannot be
+// de-duplicated and is skipped. A process that exited between listing and
+// reading is not an error.
 func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
 	root := s.ProcRoot
 	if root == "" {
@@ -249,17 +251,23 @@ func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
 	}
 	byKey := map[ClientKey]*Client{}
 	var errs []ScanError
+	buf := make([]byte, maxLinkTarget)
 	for _, pid := range pids {
-		dir := filepath.Join(root, strconv.Itoa(pid), "fdinfo")
-		fds, err := readDirNames(dir, maxFDsPerProcess)
+		dir := filepath.Join(root, strconv.Itoa(pid))
+		fds, err := readDirNames(filepath.Join(dir, "fd"), maxFDsPerProcess)
 		if err != nil {
 			if !processGone(err) {
-				errs = append(errs, ScanError{PID: pid, File: "fdinfo", Err: err})
+				errs = append(errs, ScanError{PID: pid, File: "fd", Err: err})
 			}
 			continue
 		}
 		for _, fd := range fds {
-			f, ok, err := s.readOne(filepath.Join(dir, fd))
+			target := fdTarget(filepath.Join(dir, "fd", fd), buf)
+			if !bytes.HasPrefix(target, []byte("/dev/dri/")) {
+				continue
+			}
+			minor := renderMinorOf(target)
+			f, ok, err := s.readOne(filepath.Join(dir, "fdinfo", fd))
 			if err != nil {
 				if !processGone(err) {
 					errs = append(errs, ScanError{PID: pid, File: "fdinfo/" + fd, Err: err})
@@ -276,7 +284,7 @@ func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
 				byKey[key] = c
 			}
 			if !c.RenderMinor.OK {
-				c.RenderMinor = fdRenderMinor(filepath.Join(root, strconv.Itoa(pid), "fd", fd))
+				c.RenderMinor = minor
 			}
 			if n := len(c.PIDs); n == 0 || c.PIDs[n-1] != pid {
 				c.PIDs = append(c.PIDs, pid)
@@ -297,18 +305,14 @@ func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
 	return out, errs
 }
 
-// fdRenderMinor reads the target of an fd link and returns the minor of a
-// DRM render node ("/dev/dri/renderD129").
-func fdRenderMinor(link string) Opt[int] {
-	target, err := os.Readlink(link)
-	if err != nil {
-		return Opt[int]{}
-	}
-	n, ok := strings.CutPrefix(target, "/dev/dri/renderD")
+// renderMinorOf is the minor of a DRM render node from an fd's link
+// target ("/dev/dri/renderD129"), unset for another node.
+func renderMinorOf(target []byte) Opt[int] {
+	n, ok := bytes.CutPrefix(target, []byte(renderPrefix))
 	if !ok {
 		return Opt[int]{}
 	}
-	v, err := strconv.Atoi(n)
+	v, err := strconv.Atoi(string(n))
 	if err != nil || v < 0 {
 		return Opt[int]{}
 	}

@@ -110,6 +110,15 @@ func TestScanReportsUnreadableFdinfo(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "7", "fdinfo", "3"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Only the fdinfo of fds open on a DRM node is read.
+	for _, fd := range []string{"3", "4"} {
+		if err := os.MkdirAll(filepath.Join(root, "7", "fd"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("/dev/dri/renderD128", filepath.Join(root, "7", "fd", fd)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	big := make([]byte, maxFdinfoSize+1)
 	if err := os.WriteFile(filepath.Join(root, "7", "fdinfo", "4"), big, 0o644); err != nil {
 		t.Fatal(err)

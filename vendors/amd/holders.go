@@ -1,11 +1,11 @@
 package amd
 
 import (
-	"os"
+	"bytes"
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
+	"syscall"
 )
 
 // maxProcEntries bounds the scan of the procfs root: the kernel's default
@@ -28,6 +28,7 @@ func RenderHolders(procRoot string) (pids []int, errs []ScanError) {
 	if err != nil {
 		return nil, []ScanError{{File: procRoot, Err: err}}
 	}
+	buf := make([]byte, maxLinkTarget)
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil || pid <= 0 {
@@ -42,8 +43,7 @@ func RenderHolders(procRoot string) (pids []int, errs []ScanError) {
 			continue
 		}
 		for _, fd := range fds {
-			target, err := os.Readlink(filepath.Join(dir, fd))
-			if err == nil && strings.HasPrefix(target, "/dev/dri/renderD") {
+			if bytes.HasPrefix(fdTarget(filepath.Join(dir, fd), buf), []byte(renderPrefix)) {
 				pids = append(pids, pid)
 				break
 			}
@@ -52,4 +52,23 @@ func RenderHolders(procRoot string) (pids []int, errs []ScanError) {
 	// readDirNames sorts names as strings; PIDs sort as numbers.
 	sort.Ints(pids)
 	return pids, errs
+}
+
+// renderPrefix is how a process's fd link names a DRM render node: the
+// path it was opened under, /dev/dri/renderD<minor>.
+const renderPrefix = "/dev/dri/renderD"
+
+// maxLinkTarget bounds the fd link read: a DRM node's path is some twenty
+// bytes, and a longer target names some other file.
+const maxLinkTarget = 128
+
+// fdTarget reads the link of an fd (/proc/<pid>/fd/<n>) into buf, which
+// the caller reuses across the fds of a scan: nil when the fd is gone or
+// its target does not fit, then not a DRM node.
+func fdTarget(link string, buf []byte) []byte {
+	n, err := syscall.Readlink(link, buf)
+	if err != nil || n >= len(buf) {
+		return nil
+	}
+	return buf[:n]
 }
