@@ -81,7 +81,11 @@ type Resolver struct {
 
 // procInfo is who a process runs for, as far as procfs tells.
 type procInfo struct {
-	info process.Info
+	// A pointer, read-only once read: procInfo stays small enough for a
+	// map to hold it in place, so that carrying a process over from the
+	// previous scrape allocates nothing (Go maps store values over 128
+	// bytes out of line, one allocation per insert).
+	info *process.Info
 	// job is the Slurm job of the process, from its cgroup, environment or
 	// slurmd, when Slurm is in use.
 	job string
@@ -207,7 +211,10 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 	}
 	allocated := len(own.Claims) > 0
 	idx := newClaims(own.Claims)
-	podOnDevice := slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return procs[pid].info.Cgroup.PodUID != "" })
+	podOnDevice := slices.ContainsFunc(d.PIDs, func(pid uint32) bool {
+		p, ok := procs[pid]
+		return ok && p.info.Cgroup.PodUID != ""
+	})
 	for _, pid := range d.PIDs {
 		p, ok := procs[pid]
 		if !ok {
@@ -411,7 +418,7 @@ func (r *Resolver) processes(devices []Device) (map[uint32]procInfo, error) {
 				firstErr = cmpErr(firstErr, err)
 				continue
 			}
-			out[pid] = procInfo{info: info}
+			out[pid] = procInfo{info: &info}
 		}
 	}
 	if seen > 0 && missing == seen {

@@ -172,7 +172,10 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device) []*Device {
 		if nd.Utilization.OK {
 			d.Utilization = &nd.Utilization.Value
 		}
-		for _, p := range nd.Processes {
+		d.Processes = make([]Process, 0, len(nd.Processes))
+		// Pointers into nd's own slice, not into a per-process copy.
+		for i := range nd.Processes {
+			p := &nd.Processes[i]
 			proc := Process{PID: p.PID}
 			if p.UsedMemory.OK {
 				proc.MemoryUsed = &p.UsedMemory.Value

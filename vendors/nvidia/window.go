@@ -160,7 +160,9 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 	n := len(periods)
 	rows := make(map[uint32]int, min(len(entries)/n+1, len(entries)))
 	pids := make([]uint32, 0, len(entries)/n+1)
-	var peaks []peak
+	// A PID has about one entry per period while it runs: room for that
+	// many rows saves growing the slice row by row.
+	peaks := make([]peak, 0, (len(entries)/n+1)*n)
 	first := periods[0].end - periods[0].length
 	for _, e := range entries {
 		if e.TimeStamp <= first || e.TimeStamp > w.end {
