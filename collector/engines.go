@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -440,14 +439,8 @@ func emitSample(e emitter, base labels, s engines.Sample) {
 		m.typ = prometheus.CounterValue
 		e.emit(m, l, s.Value)
 	case engines.Histogram:
-		buckets := make(map[float64]uint64, len(s.Buckets))
-		for _, b := range s.Buckets {
-			if !math.IsInf(b.UpperBound, 1) {
-				buckets[b.UpperBound] = b.Count
-			}
-		}
 		m.histogram = true
-		e.ch <- histMetric{series: seriesOf(m, l), Metric: prometheus.MustNewConstHistogram(m.desc(l.names), s.Count, s.Sum, buckets, l.values...)}
+		e.ch <- histMetric{series: seriesOf(m, l), buckets: s.Buckets, count: s.Count, sum: s.Sum}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/xpu-exporter/xpu_exporter/engines"
 )
 
 // The text exposition path. A scrape through prometheus.Registry turns every
@@ -126,12 +129,38 @@ func seriesText(name string, pairs []*dto.LabelPair) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// histMetric is a histogram sample of a cached series. The text path
-// writes it through expfmt: histograms come only from inference engines,
-// few and not worth a writer of their own.
+// labelText is the series' labels as written inside the braces.
+func (s *series) labelText() []byte {
+	if len(s.pairs) == 0 {
+		return nil
+	}
+	return s.text[len(s.fam.name)+1 : len(s.text)-1]
+}
+
+// histMetric is a histogram sample of a cached series: an inference
+// engine's, whose buckets are ascending with +Inf last (engines.Sample).
 type histMetric struct {
-	series *series
-	prometheus.Metric
+	series  *series
+	buckets []engines.Bucket
+	count   uint64
+	sum     float64
+}
+
+func (h histMetric) Desc() *prometheus.Desc { return h.series.desc }
+
+// Write leaves out the +Inf bucket, as client_golang's histograms do: the
+// encoders add it from the sample count.
+func (h histMetric) Write(out *dto.Metric) error {
+	out.Label = h.series.pairs
+	d := &dto.Histogram{SampleCount: &h.count, SampleSum: &h.sum}
+	for _, b := range h.buckets {
+		if math.IsInf(b.UpperBound, 1) {
+			continue
+		}
+		d.Bucket = append(d.Bucket, &dto.Bucket{UpperBound: &b.UpperBound, CumulativeCount: &b.Count})
+	}
+	out.Histogram = d
+	return nil
 }
 
 // Why a sample was left out of the text exposition.
@@ -156,7 +185,7 @@ var (
 // slices keep their capacity from scrape to scrape.
 type textScrape struct {
 	byFamily [][]textSample // by family id
-	hists    [][]*dto.Metric
+	hists    [][]histMetric
 	used     []*family
 	drops    [dropReasons]uint64
 	firstErr [dropReasons]error
@@ -273,15 +302,9 @@ func (e *Exporter) writeText(ch <-chan prometheus.Metric, out *bytes.Buffer, bas
 				t.byFamily[m.series.fam.id] = append(t.byFamily[m.series.fam.id], textSample{m.series, m.value})
 			}
 		case histMetric:
-			if !t.accept(m.series, id) {
-				continue
+			if t.accept(m.series, id) {
+				t.hists[m.series.fam.id] = append(t.hists[m.series.fam.id], m)
 			}
-			d := new(dto.Metric)
-			if err := m.Write(d); err != nil {
-				t.drop(dropInvalid, err)
-				continue
-			}
-			t.hists[m.series.fam.id] = append(t.hists[m.series.fam.id], d)
 		default:
 			t.drop(dropForeign, fmt.Errorf("%s is not a series of this exporter", m.Desc()))
 		}
@@ -364,10 +387,7 @@ func (e *Exporter) countDrops(t *textScrape, id uint64) {
 
 func (t *textScrape) write(out *bytes.Buffer, f *family) {
 	if f.dtype == dto.MetricType_HISTOGRAM {
-		hs := t.hists[f.id]
-		slices.SortFunc(hs, func(a, b *dto.Metric) int { return lessPairs(a.Label, b.Label) })
-		name, help, typ := f.name, f.help, f.dtype
-		expfmt.MetricFamilyToText(out, &dto.MetricFamily{Name: &name, Help: &help, Type: &typ, Metric: hs})
+		t.writeHistograms(out, f)
 		return
 	}
 	ss := t.byFamily[f.id]
@@ -379,7 +399,52 @@ func (t *textScrape) write(out *bytes.Buffer, f *family) {
 	for _, s := range ss {
 		out.Write(s.s.text)
 		out.WriteByte(' ')
-		out.Write(strconv.AppendFloat(out.AvailableBuffer(), s.v, 'g', -1, 64))
+		out.Write(appendFloat(out.AvailableBuffer(), s.v))
 		out.WriteByte('\n')
 	}
 }
+
+// writeHistograms writes a histogram family as expfmt does: the buckets
+// with their upper bound as the last label, le="+Inf" holding the count,
+// then _sum and _count.
+func (t *textScrape) writeHistograms(out *bytes.Buffer, f *family) {
+	hs := t.hists[f.id]
+	cmp := func(a, b histMetric) int { return compareSeries(a.series, b.series) }
+	if !slices.IsSortedFunc(hs, cmp) {
+		slices.SortFunc(hs, cmp)
+	}
+	out.Write(f.header)
+	for _, h := range hs {
+		inner := h.series.labelText()
+		line := func(suffix string, le float64, withLE bool, v float64) {
+			out.WriteString(f.name)
+			out.WriteString(suffix)
+			if len(inner) > 0 || withLE {
+				out.WriteByte('{')
+				out.Write(inner)
+				if withLE {
+					if len(inner) > 0 {
+						out.WriteByte(',')
+					}
+					out.WriteString(`le="`)
+					out.Write(appendFloat(out.AvailableBuffer(), le))
+					out.WriteByte('"')
+				}
+				out.WriteByte('}')
+			}
+			out.WriteByte(' ')
+			out.Write(appendFloat(out.AvailableBuffer(), v))
+			out.WriteByte('\n')
+		}
+		for _, b := range h.buckets {
+			if !math.IsInf(b.UpperBound, 1) {
+				line("_bucket", b.UpperBound, true, float64(b.Count))
+			}
+		}
+		line("_bucket", math.Inf(1), true, float64(h.count))
+		line("_sum", 0, false, h.sum)
+		line("_count", 0, false, float64(h.count))
+	}
+}
+
+func appendFloat(b []byte, v float64) []byte { return strconv.AppendFloat(b, v, 'g', -1, 64) }

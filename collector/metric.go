@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/model"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 )
@@ -121,6 +123,10 @@ func seriesOf(m metric, l labels) *series {
 	desc := m.desc(l.names)
 	s = &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, l.values), fam: familyOf(m)}
 	s.text, s.invalid = seriesText(m.name, s.pairs)
+	if m.histogram && !model.LegacyValidation.IsValidMetricName(m.name) {
+		// Its _bucket, _sum and _count lines are written after the name.
+		s.invalid = fmt.Errorf("histogram %q: the name is not a legacy metric name", m.name)
+	}
 	s.order = sortKey(s.pairs)
 	s.used.Store(gen)
 	seriesMu.Lock()
