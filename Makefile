@@ -24,8 +24,11 @@ APT_INSTALL = SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 
 all: build
 
+# Built as the release binaries are (packaging.mk): -trimpath, and -s -w drop
+# the symbol table and DWARF, 12 MiB of the file. Neither is loaded at run
+# time, so resident memory does not change (make rss).
 build: build-deps
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
+	$(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o $(BIN) .
 
 demo: build
 	./$(BIN) --demo

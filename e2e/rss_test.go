@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ var (
 	rssIdle    = flag.Duration("rss.idle", 10*time.Second, "how long TestRSS leaves the exporter idle before its first scrape and after its last")
 	rssEnv     = flag.String("rss.env", "", "environment given to TestRSS's exporter on top of the test's own, KEY=VALUE,… (e.g. GOGC=50)")
 	rssResults = flag.String("rss.results", "", "write TestRSS's table to this Markdown file (make rss: bench/rss.md)")
+	rssEvery   = 50
 )
 
 // smapsRollup reads the resident set of pid from /proc/<pid>/smaps_rollup,
@@ -52,8 +54,8 @@ type rssPoint struct {
 	what                string
 	scrapes             int
 	rss, anon, pmd      float64
-	heapInuse, heapIdle float64
-	heapReleased, stack float64
+	goHeap, heapInuse   float64 // goHeap: in use + idle not yet released
+	outside, stack      float64 // outside: anonymous memory not in goHeap
 	nextGC, sys         float64
 	cpu, allocated, gcs float64
 	goroutines, threads float64
@@ -88,10 +90,11 @@ func (r *rssRun) point(what string, scrapes int) rssPoint {
 	m := smapsRollup(r.t, r.e.cmd.Process.Pid)
 	body := r.scrape()
 	v := func(name string) float64 { return value(r.t, body, name) }
+	heap := v("go_memstats_heap_inuse_bytes") + v("go_memstats_heap_idle_bytes") - v("go_memstats_heap_released_bytes")
 	return rssPoint{
 		what: what, scrapes: scrapes, rss: m["Rss"], anon: m["Anonymous"], pmd: m["FilePmdMapped"],
-		heapInuse: v("go_memstats_heap_inuse_bytes"), heapIdle: v("go_memstats_heap_idle_bytes"),
-		heapReleased: v("go_memstats_heap_released_bytes"), stack: v("go_memstats_stack_sys_bytes"),
+		goHeap: heap, heapInuse: v("go_memstats_heap_inuse_bytes"), outside: m["Anonymous"] - heap,
+		stack:  v("go_memstats_stack_sys_bytes"),
 		nextGC: v("go_memstats_next_gc_bytes"), sys: v("go_memstats_sys_bytes"),
 		cpu: v("process_cpu_seconds_total"), allocated: v("go_memstats_alloc_bytes_total"),
 		gcs: v("go_gc_duration_seconds_count"), goroutines: v("go_goroutines"), threads: v("go_threads"),
@@ -135,29 +138,26 @@ func TestRSS(t *testing.T) {
 	}
 	r := &rssRun{t: t, e: start(t, "--demo"), client: &http.Client{Timeout: 30 * time.Second}}
 	time.Sleep(*rssIdle)
-	points := []rssPoint{r.point("idle, before scraping", 0)}
-	first := points[0]
-	every := max(1, *rssScrapes/4)
+	first := r.point("idle, before scraping", 0)
+	// The heap's share of RSS swings with the GC cycle a reading falls in,
+	// so the scraping phase is read every rssEvery scrapes and summarised.
+	var during []rssPoint
 	began := time.Now()
-	for i := 2; i <= *rssScrapes; i++ {
-		if i%every == 0 {
-			points = append(points, r.point("scraping", i))
+	for i := 1; i <= *rssScrapes; i++ {
+		if i%rssEvery == 0 || i == *rssScrapes {
+			during = append(during, r.point("scraping", i))
 			continue
 		}
 		r.scrape()
 	}
 	wall := time.Since(began)
-	last := points[len(points)-1]
-	if last.scrapes != *rssScrapes {
-		last = r.point("scraping", *rssScrapes)
-		points = append(points, last)
-	}
+	last := during[len(during)-1]
+	last.what = "after the last scrape"
 	time.Sleep(*rssIdle)
-	points = append(points, r.point(fmt.Sprintf("idle %s after", *rssIdle), *rssScrapes))
+	points := []rssPoint{first, summarise("scraping, median", during, 0.5), summarise("scraping, max", during, 1), last,
+		r.point(fmt.Sprintf("idle %s after", *rssIdle), *rssScrapes)}
 
-	// The readings of the first point were taken by its own scrape, so the
-	// per-scrape figures divide by the scrapes that came after it.
-	n := float64(last.scrapes - first.scrapes)
+	n := float64(last.scrapes)
 	cpu := (last.cpu - first.cpu) / n
 	alloc := (last.allocated - first.allocated) / n
 	gcs := (last.gcs - first.gcs) / n
@@ -168,17 +168,18 @@ func TestRSS(t *testing.T) {
 	fmt.Fprintf(&md, "# Resident memory of the demo exporter\n\nWritten by `make rss` (e2e/rss_test.go, TestRSS); do not edit.\n\n")
 	fmt.Fprintf(&md, "- date: %s\n- machine: %d CPUs, %s, kernel %s\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), runtime.Version(), kernelRelease())
 	fmt.Fprintf(&md, "- binary: %s MiB on disk, %s MiB of read-only loadable segments (code, rodata, pclntab)\n", mib(float64(size)), mib(float64(readOnly)))
-	fmt.Fprintf(&md, "- run: `--demo` (default scenario), idle %s, %d sequential gzip scrapes of /metrics on one keep-alive connection (%.2f ms each), idle %s\n", *rssIdle, *rssScrapes, wall.Seconds()*1000/float64(*rssScrapes), *rssIdle)
+	fmt.Fprintf(&md, "- run: `--demo` (default scenario), idle %s, %d sequential gzip scrapes of /metrics on one keep-alive connection (%.2f ms each, read every %d), idle %s\n", *rssIdle, *rssScrapes, wall.Seconds()*1000/n, rssEvery, *rssIdle)
 	if *rssEnv != "" {
 		fmt.Fprintf(&md, "- exporter environment: `%s`\n", *rssEnv)
 	}
 	fmt.Fprintf(&md, "- per scrape: %.2f ms CPU, %s MiB allocated, %.2f GCs\n\n", cpu*1000, mib(alloc), gcs)
-	fmt.Fprintf(&md, "RSS, anonymous and file-backed (RSS − anonymous, of it mapped 2 MiB at a time) from /proc/<pid>/smaps_rollup; heap and stacks from go_memstats_*.\n\n")
-	fmt.Fprintf(&md, "| when | scrapes | RSS MiB | anon MiB | file MiB | file PMD MiB | heap in use MiB | heap idle, not released MiB | next GC MiB | stacks MiB | Go sys MiB | goroutines | threads |\n")
-	fmt.Fprintf(&md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&md, "RSS and its anonymous part from /proc/<pid>/smaps_rollup; file = RSS − anonymous (the binary and libc), of it mapped 2 MiB at a time (FilePmdMapped); "+
+		"Go heap = heap in use + heap idle not yet released (go_memstats_*); outside = anonymous − Go heap (stacks, runtime metadata, profiling records, C).\n\n")
+	fmt.Fprintf(&md, "| when | scrapes | RSS MiB | anon MiB | file MiB | file PMD MiB | Go heap MiB | of it in use MiB | anon outside the heap MiB | next GC MiB | stacks MiB | Go sys MiB | goroutines | threads |\n")
+	fmt.Fprintf(&md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range points {
-		fmt.Fprintf(&md, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f |\n", p.what, p.scrapes,
-			mib(p.rss), mib(p.anon), mib(p.rss-p.anon), mib(p.pmd), mib(p.heapInuse), mib(p.heapIdle-p.heapReleased),
+		fmt.Fprintf(&md, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f |\n", p.what, p.scrapes,
+			mib(p.rss), mib(p.anon), mib(p.rss-p.anon), mib(p.pmd), mib(p.goHeap), mib(p.heapInuse), mib(p.outside),
 			mib(p.nextGC), mib(p.stack), mib(p.sys), p.goroutines, p.threads)
 	}
 	t.Logf("\n%s", md.String())
@@ -186,6 +187,33 @@ func TestRSS(t *testing.T) {
 		if err := os.WriteFile(*rssResults, md.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// summarise is the q-quantile (0.5 median, 1 max) of each reading across
+// ps, taken column by column, so its figures need not come from one point.
+func summarise(what string, ps []rssPoint, q float64) rssPoint {
+	pick := func(f func(rssPoint) float64) float64 {
+		vs := make([]float64, len(ps))
+		for i, p := range ps {
+			vs[i] = f(p)
+		}
+		slices.Sort(vs)
+		return vs[int(q*float64(len(vs)-1))]
+	}
+	return rssPoint{
+		what: what, scrapes: ps[len(ps)-1].scrapes,
+		rss:        pick(func(p rssPoint) float64 { return p.rss }),
+		anon:       pick(func(p rssPoint) float64 { return p.anon }),
+		pmd:        pick(func(p rssPoint) float64 { return p.pmd }),
+		goHeap:     pick(func(p rssPoint) float64 { return p.goHeap }),
+		heapInuse:  pick(func(p rssPoint) float64 { return p.heapInuse }),
+		outside:    pick(func(p rssPoint) float64 { return p.outside }),
+		nextGC:     pick(func(p rssPoint) float64 { return p.nextGC }),
+		stack:      pick(func(p rssPoint) float64 { return p.stack }),
+		sys:        pick(func(p rssPoint) float64 { return p.sys }),
+		goroutines: pick(func(p rssPoint) float64 { return p.goroutines }),
+		threads:    pick(func(p rssPoint) float64 { return p.threads }),
 	}
 }
 
