@@ -26,7 +26,8 @@ all: build
 
 # Built as the release binaries are (packaging.mk): -trimpath, and -s -w drop
 # the symbol table and DWARF, 12 MiB of the file. Neither is loaded at run
-# time, so resident memory does not change (make rss).
+# time, so resident memory does not change (make rss). For a debugger or
+# `go tool nm`, build with plain `go build`.
 build: build-deps
 	$(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o $(BIN) .
 
