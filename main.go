@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -69,6 +70,12 @@ func main() {
 	kingpin.CommandLine.UsageWriter(os.Stdout)
 	kingpin.HelpFlag.Short('h')
 	kingpin.Parse()
+	if !*enablePprof {
+		// Only /debug/pprof/heap reads the heap profile. Its records, one
+		// per sampled allocation stack and never freed, and their hash
+		// table cost about 1.2 MiB of resident memory (make rss).
+		runtime.MemProfileRate = 0
+	}
 	logger := promslog.New(logConfig)
 
 	if *scenarioPath != "" && !*demoMode {

@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -30,9 +31,17 @@ import (
 	"golang.org/x/crypto/bcrypt"
 )
 
-var binary string
+var (
+	binary   string
+	prebuilt = flag.String("e2e.binary", "", "run this xpu_exporter binary instead of building one (make rss: the one make build writes)")
+)
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if *prebuilt != "" {
+		binary = *prebuilt
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "xpu-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

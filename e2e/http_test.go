@@ -95,3 +95,22 @@ func TestSlowReadersDoNotStarveScrapes(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+// --web.enable-pprof still gives a heap profile of the scrape path: without
+// the flag the exporter stops recording one (runtime.MemProfileRate 0,
+// main.go), so this fails if that ever happens with the flag too.
+func TestPprofHeapProfileWhenEnabled(t *testing.T) {
+	e := start(t, "--demo", "--web.enable-pprof")
+	// 20 scrapes allocate about 40 MiB (make rss: 2 MiB a scrape) and the
+	// runtime samples one allocation per 512 KiB on average: about 80
+	// samples. 13% of the bytes are allocated under collector.(*Exporter)
+	// (pprof -sample_index=alloc_space), so the chance that no sample
+	// falls there is about 0.87^80 ≈ 1.4e-5.
+	for range 20 {
+		get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+	}
+	code, body := get(t, http.DefaultClient, "http://"+e.addr+"/debug/pprof/heap?debug=1")
+	if code != http.StatusOK || !strings.Contains(body, "collector.(*Exporter).") {
+		t.Errorf("heap profile: status %d, no allocation under collector.(*Exporter):\n%.2000s", code, body)
+	}
+}
