@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
@@ -89,7 +90,19 @@ type procInfo struct {
 	// job is the Slurm job of the process, from its cgroup, environment or
 	// slurmd, when Slurm is in use.
 	job string
+	// slurmdJob says job is slurmd's answer, which stands for the life of
+	// the process: a process is put in a job step when it starts and never
+	// moves to another. askedSlurmd is when slurmd last listed no job for
+	// the process.
+	slurmdJob   bool
+	askedSlurmd time.Time
 }
+
+// slurmdRecheck is how long slurmd's "in no job" stands for a process
+// before slurmd is asked again: each question is a run of scontrol, and
+// a GPU process outside every job (a host service) would otherwise cost
+// one at every scrape.
+const slurmdRecheck = time.Minute
 
 // New returns a resolver over the configured sources.
 func New(cfg Config) *Resolver {
@@ -654,6 +667,8 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 	c := r.cfg.Slurm
 	var errs []error
 	var listed map[int]string // PID → job, from slurmd, asked only if needed
+	listFailed := false
+	now := time.Now()
 	ids := map[string]bool{}
 	for pid, p := range procs {
 		cg := p.info.Cgroup
@@ -668,26 +683,37 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 		if job == "" && cg.PodUID == "" {
 			// The cgroup says nothing (proctrack/linuxproc): ask slurmd,
 			// whose answer the job cannot forge, then the environment.
-			if listed == nil {
-				listed = map[int]string{}
-				steps, err := c.ListPIDs(ctx)
-				if err != nil {
-					errs = append(errs, err)
+			switch {
+			case p.slurmdJob:
+				job = p.job
+			case !p.askedSlurmd.IsZero() && now.Sub(p.askedSlurmd) < slurmdRecheck:
+			default:
+				if listed == nil {
+					listed = map[int]string{}
+					steps, err := c.ListPIDs(ctx)
+					if err != nil {
+						errs = append(errs, err)
+						listFailed = true
+					}
+					for _, s := range steps {
+						listed[s.PID] = s.JobID
+					}
 				}
-				for _, s := range steps {
-					listed[s.PID] = s.JobID
+				if job = listed[int(pid)]; job != "" {
+					p.slurmdJob = true
+				} else if !listFailed {
+					p.askedSlurmd = now
 				}
 			}
-			job = listed[int(pid)]
 			if job == "" && r.cfg.Procfs != nil {
 				job, _ = r.cfg.Procfs.SlurmJobFromEnviron(int(pid))
 			}
 		}
 		if job != "" {
 			p.job = job
-			procs[pid] = p
 			ids[job] = true
 		}
+		procs[pid] = p
 	}
 	gres := map[int][]string{}
 	if r.cfg.NodeName != "" {

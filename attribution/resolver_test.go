@@ -378,3 +378,38 @@ func TestIndexDevicesAMDPartitions(t *testing.T) {
 		t.Errorf("an idle partition resolved to %q", got)
 	}
 }
+
+// With proctrack/linuxproc the cgroup names no job, so slurmd is asked
+// (scontrol listpids). Its answer stands for the life of the process, and
+// "in no job" for slurmdRecheck: three scrapes of the same two processes
+// run listpids once, and still credit process 600 to job 41.
+func TestSlurmdAskedOncePerProcess(t *testing.T) {
+	calls := filepath.Join(t.TempDir(), "listpids-calls")
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; listpids) echo x >> `+calls+`; printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n600      41       0        0       0\n' ; exit 0 ;; esac
+case "$last" in
+41) printf 'JobId=41 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	r := New(Config{
+		Slurm: &slurm.Client{Path: scontrol},
+		Procfs: procfs(t, map[uint32]string{
+			600: "/user.slice/user-1000.slice/session-3.scope",
+			601: "/system.slice/ollama.service",
+		}),
+	})
+	for scrape := 1; scrape <= 3; scrape++ {
+		res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{600, 601}}})
+		c := res.Devices[gpuA].Claims
+		if len(c) != 2 || c[res.Devices[gpuA].Process[600]].Owner.SlurmJobID != "41" || c[res.Devices[gpuA].Process[601]].Owner.Unit != "ollama.service" {
+			t.Fatalf("scrape %d: claims %+v, processes %v", scrape, c, res.Devices[gpuA].Process)
+		}
+	}
+	b, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "x"); n != 1 {
+		t.Errorf("scontrol listpids ran %d times in 3 scrapes, want 1", n)
+	}
+}
