@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
@@ -239,38 +238,48 @@ func (e ScanError) Unwrap() error { return e.Err }
 // Scan reads /proc/<pid>/fdinfo/<fd> of each PID's fds open on a DRM node
 // (/dev/dri/…, from the fd's link in /proc/<pid>/fd; a process's other fds,
 // often hundreds of sockets and files, are not opened) and returns the DRM
-// clients of s.Driver, de-duplicated by (drm-pdev, drm-client-id): a
-// client whose file was dup()ed or inherited appears once, with every PID
-// holding it. An fd whose fdinfo has no drm-client-id cannot be
-// de-duplicated and is skipped. A process that exited between listing and
-// reading is not an error.
+// clients of s.Driver as ScanHolders does. A process that exited before
+// its fds were listed is not an error.
 func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
+	var holders []procfd.Holder
+	var errs []ScanError
+	ps := procfd.Scanner{Root: s.ProcRoot, MaxFDs: maxFDsPerProcess}
+	for _, pid := range pids {
+		fds, err := ps.Process(pid, isDRINode)
+		if err != nil && !procfd.Gone(err) {
+			errs = append(errs, ScanError{PID: pid, File: "fd", Err: err})
+		}
+		if len(fds) > 0 {
+			holders = append(holders, procfd.Holder{PID: pid, FDs: fds})
+		}
+	}
+	clients, ferrs := s.ScanHolders(holders)
+	return clients, append(errs, ferrs...)
+}
+
+// ScanHolders reads /proc/<pid>/fdinfo/<fd> of the fds of each holder (as
+// RenderHolders lists them) and returns the DRM clients of s.Driver,
+// de-duplicated by (drm-pdev, drm-client-id): a client whose file was
+// dup()ed or inherited appears once, with every PID holding it. An fd
+// whose fdinfo has no drm-client-id cannot be de-duplicated and is
+// skipped. A process or fd gone before its fdinfo is read is not an
+// error.
+func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) ([]Client, []ScanError) {
 	root := s.ProcRoot
 	if root == "" {
 		root = "/proc"
 	}
 	byKey := map[ClientKey]*Client{}
 	var errs []ScanError
-	buf := make([]byte, maxLinkTarget)
-	for _, pid := range pids {
-		dir := filepath.Join(root, strconv.Itoa(pid))
-		fds, err := readDirNames(filepath.Join(dir, "fd"), maxFDsPerProcess)
-		if err != nil {
-			if !processGone(err) {
-				errs = append(errs, ScanError{PID: pid, File: "fd", Err: err})
-			}
-			continue
-		}
-		for _, fd := range fds {
-			target := fdTarget(filepath.Join(dir, "fd", fd), buf)
-			if !bytes.HasPrefix(target, []byte("/dev/dri/")) {
-				continue
-			}
-			minor := renderMinorOf(target)
-			f, ok, err := s.readOne(filepath.Join(dir, "fdinfo", fd))
+	for _, h := range holders {
+		pid := h.PID
+		dir := filepath.Join(root, strconv.Itoa(pid), "fdinfo")
+		for _, fd := range h.FDs {
+			num := strconv.Itoa(fd.Num)
+			f, ok, err := s.readOne(filepath.Join(dir, num))
 			if err != nil {
-				if !processGone(err) {
-					errs = append(errs, ScanError{PID: pid, File: "fdinfo/" + fd, Err: err})
+				if !procfd.Gone(err) {
+					errs = append(errs, ScanError{PID: pid, File: "fdinfo/" + num, Err: err})
 				}
 				continue
 			}
@@ -284,7 +293,7 @@ func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
 				byKey[key] = c
 			}
 			if !c.RenderMinor.OK {
-				c.RenderMinor = minor
+				c.RenderMinor = renderMinorOf(fd.Target)
 			}
 			if n := len(c.PIDs); n == 0 || c.PIDs[n-1] != pid {
 				c.PIDs = append(c.PIDs, pid)
@@ -307,12 +316,12 @@ func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
 
 // renderMinorOf is the minor of a DRM render node from an fd's link
 // target ("/dev/dri/renderD129"), unset for another node.
-func renderMinorOf(target []byte) Opt[int] {
-	n, ok := bytes.CutPrefix(target, []byte(renderPrefix))
+func renderMinorOf(target string) Opt[int] {
+	n, ok := strings.CutPrefix(target, renderPrefix)
 	if !ok {
 		return Opt[int]{}
 	}
-	v, err := strconv.Atoi(string(n))
+	v, err := strconv.Atoi(n)
 	if err != nil || v < 0 {
 		return Opt[int]{}
 	}
@@ -336,12 +345,6 @@ func (s FdinfoScanner) readOne(path string) (Fdinfo, bool, error) {
 		return Fdinfo{}, false, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, maxFdinfoSize)
 	}
 	return ParseFdinfo(b)
-}
-
-// processGone reports whether err means the process or fd went away while
-// it was read: ENOENT, or ESRCH from a process that has just exited.
-func processGone(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 // EngineShare is the share of one engine's time a client used between two
