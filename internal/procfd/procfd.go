@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -142,6 +143,11 @@ func (s Scanner) root() string {
 	return s.Root
 }
 
+// path is the fd directory being read, for an error.
+func (s Scanner) path(b *buffers) string {
+	return filepath.Join(s.root(), string(b.path[:len(b.path)-1]))
+}
+
 const (
 	// direntBuf is the getdents64 buffer: a procfs entry takes 24 to 32
 	// bytes, so one call returns some 250 of them.
@@ -165,7 +171,7 @@ func newBuffers() *buffers {
 func (s Scanner) scanDir(root int, b *buffers, match func([]byte) bool) ([]FD, error) {
 	dir, err := openat(root, b.path)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: string(b.path[:len(b.path)-1]), Err: err}
+		return nil, &fs.PathError{Op: "open", Path: s.path(b), Err: err}
 	}
 	defer syscall.Close(dir)
 	var fds []FD
@@ -173,7 +179,7 @@ func (s Scanner) scanDir(root int, b *buffers, match func([]byte) bool) ([]FD, e
 	for {
 		n, err := readDirent(dir, b.dents)
 		if err != nil {
-			return sortFDs(fds), &fs.PathError{Op: "getdents64", Path: string(b.path[:len(b.path)-1]), Err: err}
+			return sortFDs(fds), &fs.PathError{Op: "getdents64", Path: s.path(b), Err: err}
 		}
 		if n == 0 {
 			return sortFDs(fds), nil
