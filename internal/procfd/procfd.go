@@ -98,18 +98,22 @@ func (s Scanner) Scan(ctx context.Context, match func(target []byte) bool) (hold
 			break
 		}
 		for rec := range records(dents[:n]) {
+			entry := name(rec)
+			if string(entry) == "." || string(entry) == ".." {
+				continue
+			}
 			if s.MaxEntries > 0 && seen >= s.MaxEntries {
 				return sortHolders(holders), errs, nil
 			}
 			seen++
-			pid, ok := parsePID(name(rec))
+			pid, ok := parsePID(entry)
 			if !ok || pid == 0 {
 				continue
 			}
 			if err := ctx.Err(); err != nil {
 				return nil, nil, err
 			}
-			b.path = append(append(b.path[:0], name(rec)...), "/fd\x00"...)
+			b.path = append(append(b.path[:0], entry...), "/fd\x00"...)
 			fds, err := s.scanDir(root, b, match)
 			if err != nil && !Gone(err) {
 				errs = append(errs, Error{PID: pid, Err: err})
