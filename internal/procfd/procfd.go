@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -86,8 +87,9 @@ func (s Scanner) Scan(ctx context.Context, match func(target []byte) bool) (hold
 		return nil, nil, err
 	}
 	defer syscall.Close(root)
-	b := newBuffers()
-	dents := make([]byte, direntBuf)
+	b := bufPool.Get().(*buffers)
+	defer bufPool.Put(b)
+	dents := b.root
 	seen := 0
 	for {
 		n, err := readDirent(root, dents)
@@ -135,7 +137,8 @@ func (s Scanner) Process(pid int, match func(target []byte) bool) ([]FD, error) 
 		return nil, err
 	}
 	defer syscall.Close(root)
-	b := newBuffers()
+	b := bufPool.Get().(*buffers)
+	defer bufPool.Put(b)
 	b.path = append(strconv.AppendInt(b.path[:0], int64(pid), 10), "/fd\x00"...)
 	return s.scanDir(root, b, match)
 }
@@ -160,15 +163,16 @@ const (
 	linkBuf = 4096
 )
 
-// buffers are what a scan reuses for every process: the fd directory's
-// entries, the relative path of the directory, the link read.
+// buffers are what a scan reuses: the root's entries, and for every
+// process the fd directory's entries, the relative path of the directory,
+// the link read. They are pooled across scans, which run at every scrape.
 type buffers struct {
-	dents, path, link []byte
+	root, dents, path, link []byte
 }
 
-func newBuffers() *buffers {
-	return &buffers{dents: make([]byte, direntBuf), path: make([]byte, 0, 32), link: make([]byte, linkBuf)}
-}
+var bufPool = sync.Pool{New: func() any {
+	return &buffers{root: make([]byte, direntBuf), dents: make([]byte, direntBuf), path: make([]byte, 0, 32), link: make([]byte, linkBuf)}
+}}
 
 // scanDir lists the fd directory at b.path (NUL-terminated, relative to
 // root) and returns its matching fds.
