@@ -357,7 +357,7 @@ func (r Reader) ReadDevice(card string) Device {
 const maxRASBlocks = 64
 
 func (r Reader) readRAS(dr devReader) {
-	names, err := dr.files.stableDir(filepath.Join(dr.dir, "ras"), maxRASBlocks*4)
+	names, err := readDirNames(filepath.Join(dr.dir, "ras"), maxRASBlocks*4)
 	if err != nil {
 		if !absent(err) {
 			dr.fail("ras", err)

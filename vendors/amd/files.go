@@ -147,21 +147,9 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 }
 
 // stableDir lists dir, a directory whose entries the GPU registers once
-// and removes only with itself: its DRM minors (drm_dev_register), its
-// hwmon device (amdgpu_pm_sysfs_init) and its RAS error counters
-// (amdgpu_ras.c: amdgpu_ras_block_late_init adds a block's <block>_err_count
-// to the "ras" group when the device initialises, and returns before doing
-// so on resume and GPU reset, "in resume phase, no need to create ras fs
-// node"; amdgpu_ras_sysfs_remove takes them away at fini). The listing is
-// kept like the missing files: when an entry goes, its held file answers
-// ENODEV and reset drops the listing with the rest.
-//
-// Recent kernels remove and re-create the RAS nodes within one reset, an
-// NPS memory-partition switch (the same check reads "amdgpu_in_reset(adev)
-// && !amdgpu_in_nps_switch(adev)"). An empty listing, as taken between the
-// removal and the re-creation, is not kept; one taken while the blocks are
-// being re-created one by one would be kept short until the next ENODEV, as
-// a file found missing then is.
+// and removes only with itself: its DRM minors (drm_dev_register) and its
+// hwmon device (amdgpu_pm_sysfs_init). The listing is kept like the
+// missing files.
 func (cf *cardFiles) stableDir(dir string, limit int) ([]string, error) {
 	if cf == nil {
 		return readDirNames(dir, limit)
@@ -174,7 +162,7 @@ func (cf *cardFiles) stableDir(dir string, limit int) ([]string, error) {
 		return names, nil
 	}
 	names, err := readDirNames(dir, limit)
-	if err == nil && len(names) > 0 {
+	if err == nil {
 		fs.mu.Lock()
 		cf.dirs[dir] = names
 		fs.mu.Unlock()
