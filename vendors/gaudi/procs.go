@@ -30,7 +30,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -269,17 +268,26 @@ func readDev(path string) (devNum, bool) {
 }
 
 // readSysfs reads a small sysfs attribute in one read(2), as sysfs hands
-// out a whole attribute per read, and trims it.
+// out a whole attribute per read, and trims it. It makes the system calls
+// itself: os.Open would try the file with the poller (four fcntl and an
+// epoll_ctl) only to find it cannot be polled, for two attributes of each
+// node at every scan.
 func readSysfs(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	for errors.Is(err, syscall.EINTR) {
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	}
-	defer f.Close()
-	buf := make([]byte, maxSysfsValue)
-	n, err := f.Read(buf)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", err
+	if err != nil {
+		return "", &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	var buf [maxSysfsValue]byte
+	n, err := syscall.Read(fd, buf[:])
+	for errors.Is(err, syscall.EINTR) {
+		n, err = syscall.Read(fd, buf[:])
+	}
+	if err != nil {
+		return "", &fs.PathError{Op: "read", Path: path, Err: err}
 	}
 	return strings.TrimSpace(string(buf[:n])), nil
 }
