@@ -385,14 +385,14 @@ type amdPartition struct {
 // drm-total-vram, else the older drm-memory-vram that amdgpu printed before
 // it adopted drm-total- (kernel documentation "DRM client usage stats").
 func (c *amdCollector) attachProcesses(devs []*Device, advance bool) {
-	pids, herrs := amd.RenderHolders(c.scanner.ProcRoot)
+	holders, herrs := amd.RenderHolders(c.scanner.ProcRoot)
 	for _, e := range herrs {
 		c.countFile(e.File)
 	}
-	if len(pids) == 0 && len(herrs) > 0 {
+	if len(holders) == 0 && len(herrs) > 0 {
 		return
 	}
-	clients, serrs := c.scanner.Scan(pids)
+	clients, serrs := c.scanner.ScanHolders(holders)
 	for _, e := range serrs {
 		c.countFile(scanFile(e.File))
 	}

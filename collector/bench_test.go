@@ -32,8 +32,24 @@ func BenchmarkScrapeGaudi(b *testing.B) {
 // sysfs reads with their gpu_metrics tables, the render-node holder scan,
 // sixteen fdinfo clients and the owners of their processes.
 func BenchmarkScrapeAMD(b *testing.B) {
+	s := unitScenario(b, "vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750")
+	benchmarkScrape(b, newAttributedExporterFor(b, s))
+}
+
+// BenchmarkScrapeNVIDIAAttributed is BenchmarkScrapeAMD's node with H100s:
+// the same sixteen processes under the same units, read through NVML, so
+// that the AMD and Gaudi scrapes are set against an NVIDIA scrape that
+// resolves owners too (BenchmarkScrape resolves none).
+func BenchmarkScrapeNVIDIAAttributed(b *testing.B) {
+	s := unitScenario(b, "vendor: nvidia, model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, power_limit_watts: 700")
+	benchmarkScrape(b, newAttributedExporterFor(b, s))
+}
+
+// unitScenario is an 8-device node of the given defaults, each device
+// running two processes, one of a.service and one of b.service.
+func unitScenario(b *testing.B, defaults string) *demo.Scenario {
 	var y strings.Builder
-	y.WriteString("node: bench-mi300x\ndefaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}\ndevices:\n")
+	fmt.Fprintf(&y, "node: bench-units\ndefaults: {%s}\ndevices:\n", defaults)
 	for i := range 8 {
 		fmt.Fprintf(&y, "  - processes: [{pid: %d, unit: a.service, memory_used: 8GiB, utilization: 0.4}, {pid: %d, unit: b.service, memory_used: 4GiB, utilization: 0.2}]\n", 5000+2*i, 5001+2*i)
 	}
@@ -41,7 +57,7 @@ func BenchmarkScrapeAMD(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchmarkScrape(b, newAttributedExporterFor(b, s))
+	return s
 }
 
 // benchmarkScrape reports, beside the wall time, the CPU time per scrape of

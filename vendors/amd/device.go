@@ -3,12 +3,12 @@ package amd
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
@@ -223,7 +223,11 @@ func (dr devReader) read(name string, limit int) []byte {
 		// fails the same way, and may block as long.
 		return nil
 	}
-	b, err := dr.files.read(filepath.Join(dr.dir, name), limit)
+	// dir is clean (ReadDevice builds it with filepath.Join) and so is
+	// every name read (a constant, or joined from one), so a separator is
+	// all the join needs; filepath.Join would clean the path again at each
+	// of a scrape's some 250 reads.
+	b, err := dr.files.read(dr.dir+"/"+name, limit)
 	switch {
 	case err == nil:
 		return b
@@ -459,22 +463,54 @@ func (r Reader) readHwmon(dr devReader) {
 	}
 }
 
-// readDirNames lists at most limit names of dir, sorted.
+// readDirNames lists at most limit names of dir, sorted. It makes the
+// system calls itself: os.Open would try each directory with the poller
+// (fcntl twice, epoll_ctl, fcntl twice again) only to find it cannot be
+// polled, five calls more than the open, getdents64 and close a listing
+// needs, for the directories listed at every scrape (a card's ras).
 func readDirNames(dir string, limit int) ([]string, error) {
-	f, err := os.Open(dir)
+	fd, err := openRaw(dir, syscall.O_DIRECTORY)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	names, err := f.Readdirnames(limit)
-	if err != nil && len(names) == 0 {
-		if errors.Is(err, io.EOF) {
-			return nil, nil
+	defer syscall.Close(fd)
+	bp := tableBufs.Get().(*[]byte)
+	defer tableBufs.Put(bp)
+	var names []string
+	for len(names) < limit {
+		n, err := syscall.ReadDirent(fd, *bp)
+		if errors.Is(err, syscall.EINTR) {
+			continue
 		}
-		return nil, err
+		if err != nil {
+			if len(names) > 0 {
+				break
+			}
+			return nil, &os.PathError{Op: "readdirent", Path: dir, Err: err}
+		}
+		if n <= 0 {
+			break
+		}
+		// ParseDirent leaves out "." and "..".
+		_, _, names = syscall.ParseDirent((*bp)[:n], limit-len(names), names)
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// openRaw opens path read-only with flags, as os.Open would without the
+// poller (see readDirNames).
+func openRaw(path string, flags int) (int, error) {
+	for {
+		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|flags, 0)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return -1, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return fd, nil
+	}
 }
 
 // renderMinor finds "renderD<n>" among the entries of a drm directory.

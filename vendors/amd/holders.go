@@ -2,10 +2,10 @@ package amd
 
 import (
 	"bytes"
-	"path/filepath"
-	"sort"
-	"strconv"
-	"syscall"
+	"context"
+	"strings"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 )
 
 // maxProcEntries bounds the scan of the procfs root: the kernel's default
@@ -14,61 +14,40 @@ import (
 const maxProcEntries = 1 << 17
 
 // RenderHolders lists the processes under procRoot that hold an open DRM
-// render node (an fd whose link reads "/dev/dri/renderD<n>"), sorted. These
-// are the only processes whose fdinfo can describe a DRM client of a GPU,
-// so the scanner reads their fdinfo alone rather than every fd of every
-// process. A process that exits during the scan is skipped; a process
-// whose fds cannot be listed (EACCES without CAP_SYS_PTRACE) is returned in
-// errs.
-func RenderHolders(procRoot string) (pids []int, errs []ScanError) {
-	if procRoot == "" {
-		procRoot = "/proc"
-	}
-	names, err := readDirNames(procRoot, maxProcEntries)
+// render node (an fd whose link reads "/dev/dri/renderD<n>"), sorted by
+// PID, each with its fds open on any DRM node (/dev/dri/…). These are the
+// only processes whose fdinfo can describe a DRM client of a GPU, so
+// FdinfoScanner.ScanHolders reads the fdinfo of those fds alone rather
+// than of every fd of every process. A process that exits during the scan
+// is skipped; a process whose fds cannot be listed (EACCES without
+// CAP_SYS_PTRACE) is returned in errs.
+func RenderHolders(procRoot string) (holders []procfd.Holder, errs []ScanError) {
+	s := procfd.Scanner{Root: procRoot, MaxEntries: maxProcEntries, MaxFDs: maxFDsPerProcess}
+	all, perr, err := s.Scan(context.Background(), isDRINode)
 	if err != nil {
+		if procRoot == "" {
+			procRoot = "/proc"
+		}
 		return nil, []ScanError{{File: procRoot, Err: err}}
 	}
-	buf := make([]byte, maxLinkTarget)
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid <= 0 {
-			continue
-		}
-		dir := filepath.Join(procRoot, name, "fd")
-		fds, err := readDirNames(dir, maxFDsPerProcess)
-		if err != nil {
-			if !processGone(err) {
-				errs = append(errs, ScanError{PID: pid, File: "fd", Err: err})
-			}
-			continue
-		}
-		for _, fd := range fds {
-			if bytes.HasPrefix(fdTarget(filepath.Join(dir, fd), buf), []byte(renderPrefix)) {
-				pids = append(pids, pid)
+	for _, e := range perr {
+		errs = append(errs, ScanError{PID: e.PID, File: "fd", Err: e.Err})
+	}
+	for _, h := range all {
+		for _, fd := range h.FDs {
+			if strings.HasPrefix(fd.Target, renderPrefix) {
+				holders = append(holders, h)
 				break
 			}
 		}
 	}
-	// readDirNames sorts names as strings; PIDs sort as numbers.
-	sort.Ints(pids)
-	return pids, errs
+	return holders, errs
 }
 
 // renderPrefix is how a process's fd link names a DRM render node: the
 // path it was opened under, /dev/dri/renderD<minor>.
 const renderPrefix = "/dev/dri/renderD"
 
-// maxLinkTarget bounds the fd link read: a DRM node's path is some twenty
-// bytes, and a longer target names some other file.
-const maxLinkTarget = 128
-
-// fdTarget reads the link of an fd (/proc/<pid>/fd/<n>) into buf, which
-// the caller reuses across the fds of a scan: nil when the fd is gone or
-// its target does not fit, then not a DRM node.
-func fdTarget(link string, buf []byte) []byte {
-	n, err := syscall.Readlink(link, buf)
-	if err != nil || n >= len(buf) {
-		return nil
-	}
-	return buf[:n]
-}
+// isDRINode matches the fd link of any DRM node, render or primary: a
+// client's fdinfo is on whichever node it opened.
+func isDRINode(target []byte) bool { return bytes.HasPrefix(target, []byte("/dev/dri/")) }

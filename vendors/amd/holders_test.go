@@ -5,13 +5,21 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 )
 
 func TestRenderHolders(t *testing.T) {
 	// 100 and 101 hold renderD128/136; 102 holds renderD140 (an i915
-	// client: still a render node, its fdinfo tells the driver).
+	// client: still a render node, its fdinfo tells the driver). 100's fd
+	// 0 (/dev/null) is not a DRM node.
 	got, errs := RenderHolders(fixtureProc)
-	if len(errs) != 0 || !reflect.DeepEqual(got, []int{100, 101, 102}) {
+	want := []procfd.Holder{
+		{PID: 100, FDs: []procfd.FD{{Num: 5, Target: "/dev/dri/renderD128"}, {Num: 6, Target: "/dev/dri/renderD128"}}},
+		{PID: 101, FDs: []procfd.FD{{Num: 5, Target: "/dev/dri/renderD128"}, {Num: 7, Target: "/dev/dri/renderD136"}}},
+		{PID: 102, FDs: []procfd.FD{{Num: 4, Target: "/dev/dri/renderD140"}}},
+	}
+	if len(errs) != 0 || !reflect.DeepEqual(got, want) {
 		t.Errorf("RenderHolders = %v, %v", got, errs)
 	}
 }
@@ -30,6 +38,7 @@ func TestRenderHoldersOddTree(t *testing.T) {
 		}
 	}
 	mk("9", "3", "/dev/dri/renderD129")
+	mk("9", "4", "/dev/dri/card1")         // listed with the holder's DRM fds
 	mk("10", "1", "/dev/dri/card1")        // a card node, not a render node
 	mk("11", "1", "socket:[123]")          // not a device
 	mk("12", "", "")                       // no fds at all
@@ -40,7 +49,8 @@ func TestRenderHoldersOddTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, errs := RenderHolders(root)
-	if !reflect.DeepEqual(got, []int{9}) {
+	want := []procfd.Holder{{PID: 9, FDs: []procfd.FD{{Num: 3, Target: "/dev/dri/renderD129"}, {Num: 4, Target: "/dev/dri/card1"}}}}
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("RenderHolders = %v", got)
 	}
 	if os.Geteuid() != 0 && (len(errs) != 1 || errs[0].PID != 13) {

@@ -27,9 +27,9 @@ package gaudi
 // preselects the descriptors worth a stat.
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -39,6 +39,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 )
 
 const (
@@ -132,79 +134,45 @@ func (s *ProcessScanner) scan(ctx context.Context) (uses []NodeUse, unreadable i
 	}
 	nodes := gaudiNodes(sysRoot)
 
-	dir, err := os.Open(procRoot)
-	if err != nil {
+	holders, perrs, err := procfd.Scanner{Root: procRoot, MaxFDs: maxFDs}.Scan(ctx, computeNodeLink)
+	switch {
+	case ctx.Err() != nil:
+		return nil, 0, &Error{Reason: ReasonTimeout, Detail: "process scan", Err: ctx.Err()}
+	case err != nil:
 		return nil, 0, &Error{Reason: ReasonProcfs, Err: err}
 	}
-	defer dir.Close()
-	for {
-		names, rerr := dir.Readdirnames(1024)
-		for _, name := range names {
-			pid, err := strconv.Atoi(name)
-			if err != nil || pid <= 0 {
-				continue
-			}
-			if err := ctx.Err(); err != nil {
-				return nil, 0, &Error{Reason: ReasonTimeout, Detail: "process scan", Err: err}
-			}
-			found, err := s.scanProcess(filepath.Join(procRoot, name, "fd"), pid, nodes)
-			switch {
-			case errors.Is(err, fs.ErrPermission):
-				unreadable++
-			case err != nil:
-				// The process exited during the scan.
-			}
-			uses = append(uses, found...)
+	for _, e := range perrs {
+		// Other errors are of a process that exited during the scan.
+		if errors.Is(e.Err, fs.ErrPermission) {
+			unreadable++
 		}
-		if errors.Is(rerr, io.EOF) {
-			break
-		}
-		if rerr != nil {
-			return nil, 0, &Error{Reason: ReasonProcfs, Err: rerr}
+	}
+	for _, h := range holders {
+		fdDir := filepath.Join(procRoot, strconv.Itoa(h.PID), "fd")
+		first := len(uses)
+		for _, fd := range h.FDs {
+			u, ok := s.describeFD(filepath.Join(fdDir, strconv.Itoa(fd.Num)), fd.Target, nodes)
+			// Each node once per process.
+			if ok && !slices.ContainsFunc(uses[first:], func(x NodeUse) bool { return x.Node == u.Node }) {
+				u.PID = h.PID
+				uses = append(uses, u)
+			}
 		}
 	}
 	return uses, unreadable, nil
 }
 
-// scanProcess lists the compute nodes one process holds open, each once.
-func (s *ProcessScanner) scanProcess(fdDir string, pid int, nodes map[devNum]node) ([]NodeUse, error) {
-	dir, err := os.Open(fdDir)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	var uses []NodeUse
-	read := 0
-	for read < maxFDs {
-		names, rerr := dir.Readdirnames(min(1024, maxFDs-read))
-		read += len(names)
-		for _, fd := range names {
-			u, ok := s.describeFD(filepath.Join(fdDir, fd), nodes)
-			if ok && !slices.ContainsFunc(uses, func(x NodeUse) bool { return x.Node == u.Node }) {
-				u.PID = pid
-				uses = append(uses, u)
-			}
-		}
-		if errors.Is(rerr, io.EOF) {
-			break
-		}
-		if rerr != nil {
-			return uses, rerr
-		}
-	}
-	return uses, nil
+// computeNodeLink preselects the descriptors worth a stat: those whose link's
+// base name is a compute node's.
+func computeNodeLink(target []byte) bool {
+	target = bytes.TrimSuffix(target, []byte(" (deleted)"))
+	return computeNode.Match(target[bytes.LastIndexByte(target, '/')+1:])
 }
 
-// describeFD says whether a descriptor refers to a Gaudi compute node.
-func (s *ProcessScanner) describeFD(path string, nodes map[devNum]node) (NodeUse, bool) {
-	target, err := os.Readlink(path)
-	if err != nil {
-		return NodeUse{}, false
-	}
+// describeFD says whether the descriptor at path, whose link computeNodeLink
+// accepted, refers to a Gaudi compute node.
+func (s *ProcessScanner) describeFD(path, target string, nodes map[devNum]node) (NodeUse, bool) {
 	base := filepath.Base(strings.TrimSuffix(target, " (deleted)"))
-	if !computeNode.MatchString(base) {
-		return NodeUse{}, false
-	}
 	stat := s.stat
 	if stat == nil {
 		stat = os.Stat
@@ -300,17 +268,26 @@ func readDev(path string) (devNum, bool) {
 }
 
 // readSysfs reads a small sysfs attribute in one read(2), as sysfs hands
-// out a whole attribute per read, and trims it.
+// out a whole attribute per read, and trims it. It makes the system calls
+// itself: os.Open would try the file with the poller (four fcntl and an
+// epoll_ctl) only to find it cannot be polled, for two attributes of each
+// node at every scan.
 func readSysfs(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	for errors.Is(err, syscall.EINTR) {
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	}
-	defer f.Close()
-	buf := make([]byte, maxSysfsValue)
-	n, err := f.Read(buf)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", err
+	if err != nil {
+		return "", &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	var buf [maxSysfsValue]byte
+	n, err := syscall.Read(fd, buf[:])
+	for errors.Is(err, syscall.EINTR) {
+		n, err = syscall.Read(fd, buf[:])
+	}
+	if err != nil {
+		return "", &fs.PathError{Op: "read", Path: path, Err: err}
 	}
 	return strings.TrimSpace(string(buf[:n])), nil
 }
