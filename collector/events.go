@@ -216,6 +216,7 @@ func (r *eventRecorder) collect(e emitter) {
 
 // key identifies a label set.
 func (l labels) key() string {
+	l = l.flat()
 	k := ""
 	for i := range l.names {
 		k += l.names[i] + "\xfe" + l.values[i] + "\xff"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -258,3 +259,26 @@ func TestCompareSeries(t *testing.T) {
 }
 
 func sign(i int) int { return min(max(i, -1), 1) }
+
+// TestLabelsWith: pairs added by with are kept apart until a series is
+// made, yet name the same series as the same pairs copied in; labels made
+// from one base do not share what they add; a third pair copies them in.
+func TestLabelsWith(t *testing.T) {
+	base := labels{names: []string{"gpu"}, values: []string{"0"}}
+	a, b := base.with("sensor", "gpu"), base.with("sensor", "memory")
+	if fa, fb := a.flat(), b.flat(); !slices.Equal(fa.values, []string{"0", "gpu"}) || !slices.Equal(fb.values, []string{"0", "memory"}) {
+		t.Errorf("labels from one base share pairs: %v, %v", fa.values, fb.values)
+	}
+	three := base.with("a", "1").with("b", "2").with("c", "3")
+	if three.n != 0 || !slices.Equal(three.names, []string{"gpu", "a", "b", "c"}) || !slices.Equal(three.values, []string{"0", "1", "2", "3"}) {
+		t.Errorf("three pairs: %+v", three)
+	}
+	m := gauge("test_labels_with", "A test family.")
+	flat := labels{names: []string{"gpu", "type", "scope"}, values: []string{"0", "corrected", "volatile"}}
+	if seriesOf(m, base.with("type", "corrected").with("scope", "volatile")) != seriesOf(m, flat) {
+		t.Error("pending pairs and copied pairs name different series")
+	}
+	if got := string(seriesOf(m, base.with("sensor", "gpu")).text); got != `xpu_test_labels_with{gpu="0",sensor="gpu"}` {
+		t.Errorf("series text %s", got)
+	}
+}

@@ -44,17 +44,45 @@ func (m metric) desc(labelNames []string) *prometheus.Desc {
 	return d.(*prometheus.Desc)
 }
 
-// labels is a label set under construction.
+// labels is a label set under construction: names and values, then up to
+// two pairs added by with and not yet copied into them. Most series are a
+// device's or owner's labels plus one or two of their own ("sensor",
+// "clock", "type" and "scope"); keeping those apart lets emit find a
+// cached series without allocating, and copies them only for a new one.
 type labels struct {
 	names  []string
 	values []string
+	extra  [2][2]string // name, value
+	n      int
 }
 
 func (l labels) with(name, value string) labels {
+	if l.n < len(l.extra) {
+		l.extra[l.n] = [2]string{name, value}
+		l.n++
+		return l
+	}
+	l = l.flat()
 	return labels{
 		names:  append(l.names[:len(l.names):len(l.names)], name),
 		values: append(l.values[:len(l.values):len(l.values)], value),
 	}
+}
+
+// flat returns l with its added pairs copied into names and values.
+func (l labels) flat() labels {
+	if l.n == 0 {
+		return l
+	}
+	f := labels{
+		names:  append(make([]string, 0, len(l.names)+l.n), l.names...),
+		values: append(make([]string, 0, len(l.values)+l.n), l.values...),
+	}
+	for _, x := range l.extra[:l.n] {
+		f.names = append(f.names, x[0])
+		f.values = append(f.values, x[1])
+	}
+	return f
 }
 
 // emitter sends metrics for one scrape.
@@ -111,6 +139,12 @@ func seriesOf(m metric, l labels) *series {
 		b = append(b, 0xfe)
 		b = append(b, l.values[i]...)
 	}
+	for _, x := range l.extra[:l.n] {
+		b = append(b, 0xff)
+		b = append(b, x[0]...)
+		b = append(b, 0xfe)
+		b = append(b, x[1]...)
+	}
 	*buf = b
 	gen := seriesGen.Load()
 	seriesMu.RLock()
@@ -120,6 +154,7 @@ func seriesOf(m metric, l labels) *series {
 		s.used.Store(gen)
 		return s
 	}
+	l = l.flat()
 	desc := m.desc(l.names)
 	s = &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, l.values), fam: familyOf(m)}
 	s.text, s.invalid = seriesText(m.name, s.pairs)
@@ -189,6 +224,7 @@ func deviceLabels(d *Device) labels {
 }
 
 func (l labels) withOwner(o attribution.Owner) labels {
+	l = l.flat()
 	names, values := o.Labels()
 	return labels{
 		names:  append(l.names[:len(l.names):len(l.names)], names...),
@@ -202,18 +238,26 @@ func (l labels) withOwner(o attribution.Owner) labels {
 // A device that stopped answering before it was ever identified has only
 // gpu and vendor: an empty uuid or model would be a made-up value.
 func identityLabels(d *Device) labels {
-	l := labels{names: []string{"gpu"}, values: []string{d.Index}}
-	if d.UUID != "" {
-		l = l.with("uuid", d.UUID)
+	l := labels{names: make([]string, 0, 7), values: make([]string, 0, 7)}
+	add := func(name, value string) {
+		l.names = append(l.names, name)
+		l.values = append(l.values, value)
 	}
-	l = l.with("vendor", d.Vendor)
+	add("gpu", d.Index)
+	if d.UUID != "" {
+		add("uuid", d.UUID)
+	}
+	add("vendor", d.Vendor)
 	if d.Model != "" {
-		l = l.with("model", d.Model)
+		add("model", d.Model)
 	}
 	if d.MIG != nil {
-		l.names = append(l.names, "parent_uuid", "mig_profile", "mig_instance")
-		l.values = append(l.values, d.MIG.ParentUUID, d.MIG.Profile, d.MIG.Instance)
+		add("parent_uuid", d.MIG.ParentUUID)
+		add("mig_profile", d.MIG.Profile)
+		add("mig_instance", d.MIG.Instance)
 	}
+	// Cut to length: labels made from this one append to copies.
+	l.names, l.values = l.names[:len(l.names):len(l.names)], l.values[:len(l.values):len(l.values)]
 	return l
 }
 

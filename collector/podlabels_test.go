@@ -37,7 +37,7 @@ func TestWorkloadInfoPodLabelNames(t *testing.T) {
 		}
 		l := c.(*attributionCollector).infoLabels(attribution.Owner{
 			Kind: attribution.Kubernetes, Namespace: "ml", Pod: "p", Container: "c", PodLabels: tc.values,
-		})
+		}).flat()
 		ownerNames, _ := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "p", Container: "c"}.Labels()
 		if got := l.names[len(ownerNames):]; !slices.Equal(got, tc.want) {
 			t.Errorf("pod labels %q: label names %q, want %q", tc.keys, got, tc.want)

@@ -38,7 +38,7 @@ func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 				k = i
 			}
 			if owners[k].names == nil {
-				owners[k] = id.with("pid", "")
+				owners[k] = id.with("pid", "").flat()
 				if k < len(d.Claims) {
 					owners[k] = owners[k].withOwner(d.Claims[k].Owner)
 				}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -88,6 +89,7 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 	}
 	body := newLineFilter(&cappedReader{r: resp.Body, left: lim.MaxBytes}, lim)
 	families, err := parse(body, format)
+	body.release()
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
 	}
@@ -110,8 +112,23 @@ type lineFilter struct {
 // filter hold it whole.
 const maxLine = 1 << 20
 
+// lineReaders are the filters' 64 KiB read buffers, one per parse slot in
+// use: a new one for every target at every scrape was most of what the
+// engines collector allocated.
+var lineReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
 func newLineFilter(r io.Reader, lim Limits) *lineFilter {
-	return &lineFilter{in: bufio.NewReaderSize(r, 64<<10), lim: lim}
+	in := lineReaders.Get().(*bufio.Reader)
+	in.Reset(r)
+	return &lineFilter{in: in, lim: lim}
+}
+
+// release gives the read buffer back once the parser is done with the
+// filter: lines it returned point into that buffer.
+func (f *lineFilter) release() {
+	f.in.Reset(nil)
+	lineReaders.Put(f.in)
+	f.in, f.buf = nil, nil
 }
 
 func (f *lineFilter) Read(p []byte) (int, error) {
