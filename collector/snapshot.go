@@ -131,13 +131,18 @@ type build struct {
 	advance  bool
 }
 
+// noDeadline stands for the deadline of a context that has none.
+var noDeadline = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // get returns a snapshot: the one being built right now if it will be done
 // by ctx's deadline, else a new one built under ctx. A caller whose ctx ends
 // first gets nil. A scrape (advance) shares only a scrape's build.
 func (s *snapshotter) get(ctx context.Context, advance bool) *Snapshot {
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(24 * time.Hour)
+		// One far deadline for every caller without one, so that such
+		// callers share a build whichever of them takes the lock first.
+		deadline = noDeadline
 	}
 	s.mu.Lock()
 	b := s.inflight
