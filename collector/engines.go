@@ -103,10 +103,20 @@ type enginesCollector struct {
 	// detected remembers the engine found behind an "auto" target, so that
 	// its xpu_inference_up series keeps its engine label while it is down.
 	detected map[string]string
+	// inflight are the fetches under way, which concurrent scrapes (an HA
+	// pair of Prometheus servers) share as they share device reads: an
+	// engine's /metrics is fetched and parsed once, not once per scraper.
+	inflight map[engineTarget]*engineCall
+}
+
+type engineCall struct {
+	done     chan struct{}
+	deadline time.Time
+	res      engineResult
 }
 
 func newEnginesCollector(cfg Config) (Collector, error) {
-	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}}
+	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, inflight: map[engineTarget]*engineCall{}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata
 	}
@@ -292,7 +302,7 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[i] = c.scrape(ctx, t)
+			results[i] = c.shared(ctx, t)
 		}()
 	}
 	wg.Wait()
@@ -361,6 +371,40 @@ func (c *enginesCollector) engineLabel(target string, r engineResult) string {
 		return e
 	}
 	return r.engine
+}
+
+// shared joins a fetch of t under way that ends by ctx's deadline, else
+// fetches t itself: a fetch that may outlive this scrape would leave it
+// nothing to serve (the rule the node snapshot follows too).
+func (c *enginesCollector) shared(ctx context.Context, t engineTarget) engineResult {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = noDeadline
+	}
+	c.mu.Lock()
+	call := c.inflight[t]
+	if call == nil || call.deadline.After(deadline) {
+		call = &engineCall{done: make(chan struct{}), deadline: deadline}
+		c.inflight[t] = call
+		c.mu.Unlock()
+		call.res = c.scrape(ctx, t)
+		c.mu.Lock()
+		if c.inflight[t] == call {
+			delete(c.inflight, t)
+		}
+		c.mu.Unlock()
+		close(call.done)
+		return call.res
+	}
+	c.mu.Unlock()
+	start := time.Now()
+	select {
+	case <-call.done:
+		return call.res
+	case <-ctx.Done():
+		return engineResult{target: t, engine: t.Engine, duration: time.Since(start),
+			err: fmt.Errorf("waiting for a concurrent scrape's fetch of %s: %w", redact(t.URL), ctx.Err())}
+	}
 }
 
 func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineResult {

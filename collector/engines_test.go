@@ -216,3 +216,46 @@ func TestRedirectLoopLoggedOnce(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Two scrapes at once (an HA pair) share one fetch of an engine's
+// /metrics, as they share device reads; the next scrape fetches anew.
+func TestConcurrentScrapesShareEngineFetch(t *testing.T) {
+	body, err := os.ReadFile("../fixtures/engines/vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int32
+	arrived, release := make(chan struct{}, 4), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if requests.Add(1) == 1 {
+			arrived <- struct{}{}
+			<-release
+		}
+		w.Write(body)
+		w.Write([]byte("\n"))
+	}))
+	t.Cleanup(srv.Close)
+	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
+	e := newTestExporter(t, loadScenario(t, "lost"), map[string]bool{"nvidia": true, "engines": true})
+
+	outs := make(chan string, 2)
+	go func() { outs <- scrapeText(t, e, 10*time.Second) }()
+	<-arrived // the first scrape's fetch is under way
+	go func() { outs <- scrapeText(t, e, 10*time.Second) }()
+	// Give the second scrape the time to reach the engines collector; had
+	// it fetched on its own, the server counts a second request.
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	for range 2 {
+		if v := sample(t, <-outs, "xpu_inference_up", `engine="vllm"`); v != 1 {
+			t.Errorf("xpu_inference_up = %v", v)
+		}
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("two concurrent scrapes fetched the engine %d times, want 1", n)
+	}
+	scrapeText(t, e, 10*time.Second)
+	if n := requests.Load(); n != 2 {
+		t.Errorf("after a third scrape, %d fetches, want 2", n)
+	}
+}
