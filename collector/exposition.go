@@ -50,16 +50,8 @@ func familyOf(m metric) *family {
 	if f, ok := families[m.name]; ok {
 		return f
 	}
-	f := &family{name: m.name, id: len(families), help: m.help, dtype: dto.MetricType_GAUGE}
-	typ := "gauge"
-	switch {
-	case m.histogram:
-		f.dtype, typ = dto.MetricType_HISTOGRAM, "histogram"
-	case m.typ == prometheus.CounterValue:
-		f.dtype, typ = dto.MetricType_COUNTER, "counter"
-	case m.typ == prometheus.UntypedValue:
-		f.dtype, typ = dto.MetricType_UNTYPED, "untyped"
-	}
+	f := &family{name: m.name, id: len(families), help: m.help, dtype: sampleType(m.typ, m.histogram)}
+	typ := strings.ToLower(f.dtype.String())
 	var h bytes.Buffer
 	h.WriteString("# HELP ")
 	writeName(&h, m.name)
@@ -169,10 +161,11 @@ const (
 	dropDuplicate        // the same series twice in one scrape
 	dropConflict         // a family the base registry serves too
 	dropForeign          // a metric not made by this package
+	dropType             // a sample of another type than its family's
 	dropReasons
 )
 
-var dropReasonNames = [dropReasons]string{"invalid_label", "duplicate_series", "family_conflict", "unknown_metric"}
+var dropReasonNames = [dropReasons]string{"invalid_label", "duplicate_series", "family_conflict", "unknown_metric", "type_mismatch"}
 
 var (
 	droppedSamples = counter("exposition_dropped_samples_total",
@@ -214,9 +207,15 @@ func (t *textScrape) drop(reason int, err error) {
 }
 
 // accept files one sample, unless it must be dropped.
-func (t *textScrape) accept(s *series, id uint64) bool {
+func (t *textScrape) accept(s *series, id uint64, histogram bool) bool {
 	if s.invalid != nil {
 		t.drop(dropInvalid, s.invalid)
+		return false
+	}
+	if want := s.fam.dtype; want != sampleType(s.typ, histogram) {
+		// One family, one type: the registry refuses the sample too.
+		t.drop(dropType, fmt.Errorf("%s: a %s sample in a %s family", s.text,
+			strings.ToLower(sampleType(s.typ, histogram).String()), strings.ToLower(want.String())))
 		return false
 	}
 	if s.written.Swap(id) == id {
@@ -236,6 +235,18 @@ func (t *textScrape) reset() {
 	t.used = t.used[:0]
 	t.drops = [dropReasons]uint64{}
 	t.firstErr = [dropReasons]error{}
+}
+
+func sampleType(typ prometheus.ValueType, histogram bool) dto.MetricType {
+	switch {
+	case histogram:
+		return dto.MetricType_HISTOGRAM
+	case typ == prometheus.CounterValue:
+		return dto.MetricType_COUNTER
+	case typ == prometheus.UntypedValue:
+		return dto.MetricType_UNTYPED
+	}
+	return dto.MetricType_GAUGE
 }
 
 // lessPairs orders series as prometheus.Registry does: by the number of
@@ -298,11 +309,11 @@ func (e *Exporter) writeText(ch <-chan prometheus.Metric, out *bytes.Buffer, bas
 	for m := range ch {
 		switch m := m.(type) {
 		case cachedMetric:
-			if t.accept(m.series, id) {
+			if t.accept(m.series, id, false) {
 				t.byFamily[m.series.fam.id] = append(t.byFamily[m.series.fam.id], textSample{m.series, m.value})
 			}
 		case histMetric:
-			if t.accept(m.series, id) {
+			if t.accept(m.series, id, true) {
 				t.hists[m.series.fam.id] = append(t.hists[m.series.fam.id], m)
 			}
 		default:
@@ -370,7 +381,7 @@ func (e *Exporter) countDrops(t *textScrape, id uint64) {
 	before := len(t.used)
 	for r := range dropReasons {
 		s := seriesOf(droppedSamples, labels{names: []string{"reason"}, values: []string{dropReasonNames[r]}})
-		if t.accept(s, id) {
+		if t.accept(s, id, false) {
 			t.byFamily[s.fam.id] = append(t.byFamily[s.fam.id], textSample{s, float64(e.dropped[r].Load())})
 		}
 	}

@@ -173,6 +173,7 @@ func TestTextDropsWhatTheRegistryRefuses(t *testing.T) {
 		"xpu_exposition_dropped_samples_total{reason=\"invalid_label\"} 1\n",
 		"xpu_exposition_dropped_samples_total{reason=\"family_conflict\"} 2\n",
 		"xpu_exposition_dropped_samples_total{reason=\"unknown_metric\"} 0\n",
+		"xpu_exposition_dropped_samples_total{reason=\"type_mismatch\"} 0\n",
 	}
 	out := writeText(t, e, base, faulty())
 	for _, w := range want {
@@ -280,5 +281,35 @@ func TestLabelsWith(t *testing.T) {
 	}
 	if got := string(seriesOf(m, base.with("sensor", "gpu")).text); got != `xpu_test_labels_with{gpu="0",sensor="gpu"}` {
 		t.Errorf("series text %s", got)
+	}
+}
+
+// TestTextOneTypePerFamily: a counter sample in a family first made as a
+// gauge is left out and counted, as the registry refuses it; the gauge's
+// samples are served.
+func TestTextOneTypePerFamily(t *testing.T) {
+	e := &Exporter{logger: slog.New(slog.DiscardHandler)}
+	ch := make(chan prometheus.Metric, 2)
+	em := emitter{ch: ch}
+	em.emit(gauge("test_text_one_type", "A family."), labels{names: []string{"gpu"}, values: []string{"0"}}, 1)
+	em.emit(counter("test_text_one_type", "A family."), labels{names: []string{"gpu"}, values: []string{"1"}}, 2)
+	close(ch)
+	var r replay
+	for m := range ch {
+		r = append(r, m)
+	}
+	out := writeText(t, e, prometheus.NewRegistry(), r)
+	for _, want := range []string{
+		"# TYPE xpu_test_text_one_type gauge\n",
+		"xpu_test_text_one_type{gpu=\"0\"} 1\n",
+		"xpu_exposition_dropped_samples_total{reason=\"type_mismatch\"} 1\n",
+		"xpu_exposition_dropped_samples_total{reason=\"invalid_label\"} 0\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `gpu="1"`) {
+		t.Errorf("the counter sample was served:\n%s", out)
 	}
 }
