@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/demo/hlsmisim"
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 // TestMain lets this test binary be the hl-smi stand-in (demo/hlsmisim):
@@ -142,25 +142,7 @@ func TestGaudiOracles(t *testing.T) {
 	})
 }
 
-// logBuffer collects log lines for a test.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) count(substr string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), substr)
-}
-
-func newGaudiExporter(t *testing.T, hlsmi string, logs *logBuffer) *Exporter {
+func newGaudiExporter(t *testing.T, hlsmi string, logs *syncbuf.Buffer) *Exporter {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	e := newExporterOf(t, Config{Logger: logger, HLSMIPath: hlsmi, Procfs: t.TempDir(), Sysfs: t.TempDir(), Now: func() time.Time { return testNow }}, "gaudi")
@@ -168,7 +150,7 @@ func newGaudiExporter(t *testing.T, hlsmi string, logs *logBuffer) *Exporter {
 }
 
 func TestGaudiNoHLSMI(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	e := newGaudiExporter(t, filepath.Join(t.TempDir(), "hl-smi"), logs)
 	var out string
 	for range 3 {
@@ -186,8 +168,8 @@ func TestGaudiNoHLSMI(t *testing.T) {
 	if !strings.Contains(out, `xpu_scrape_collector_success{collector="gaudi"} 1`) {
 		t.Error("a node without hl-smi and without Gaudi devices reports the collector failing")
 	}
-	if n := logs.count("found no hl-smi"); n != 1 {
-		t.Errorf("%d log lines about the missing hl-smi over three scrapes, want 1:\n%s", n, logs.buf.String())
+	if n := strings.Count(logs.String(), "found no hl-smi"); n != 1 {
+		t.Errorf("%d log lines about the missing hl-smi over three scrapes, want 1:\n%s", n, logs.String())
 	}
 }
 
@@ -196,7 +178,7 @@ func TestGaudiNoHLSMI(t *testing.T) {
 func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
 	s := loadScenario(t, "gaudi")
 	table := gaudiTable(t, s)
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	e := newGaudiExporter(t, selfPath(t), logs)
 	out := scrapeText(t, e, 5*time.Second)
 	if got := seriesCount(out, "xpu_utilization_ratio"); got != 8 {
@@ -220,7 +202,7 @@ func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("HLSMI_FAKE_MODE", tt.mode)
 			t.Setenv("HLSMI_FAKE_TABLE", tt.table)
-			before := logs.count(fmt.Sprintf("reason=%s", tt.reason))
+			before := strings.Count(logs.String(), fmt.Sprintf("reason=%s", tt.reason))
 			start := time.Now()
 			for range 2 {
 				out = scrapeText(t, e, tt.timeout)
@@ -243,8 +225,8 @@ func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
 			if got := sample(t, out, "xpu_hlsmi_errors_total", `reason="`+tt.reason+`"`); got != 2 {
 				t.Errorf("%s counted %v times over two scrapes, want 2", tt.reason, got)
 			}
-			if n := logs.count(fmt.Sprintf("reason=%s", tt.reason)) - before; n != 1 {
-				t.Errorf("%d log lines for two failures of one reason, want 1:\n%s", n, logs.buf.String())
+			if n := strings.Count(logs.String(), fmt.Sprintf("reason=%s", tt.reason)) - before; n != 1 {
+				t.Errorf("%d log lines for two failures of one reason, want 1:\n%s", n, logs.String())
 			}
 		})
 	}
@@ -254,7 +236,7 @@ func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
 		if got := seriesCount(out, "xpu_utilization_ratio"); got != 8 {
 			t.Errorf("%d devices with utilization after recovery, want 8", got)
 		}
-		if n := logs.count("reading devices through hl-smi"); n != 2 {
+		if n := strings.Count(logs.String(), "reading devices through hl-smi"); n != 2 {
 			t.Errorf("%d lines saying hl-smi answers (start and recovery), want 2", n)
 		}
 	})
@@ -308,7 +290,7 @@ func TestGaudiDeviceNoLongerListed(t *testing.T) {
 		}
 	}
 	t.Setenv("HLSMI_FAKE_TABLE", fullPath)
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	e := newGaudiExporter(t, selfPath(t), logs)
 	scrapeText(t, e, 5*time.Second)
 
@@ -326,7 +308,7 @@ func TestGaudiDeviceNoLongerListed(t *testing.T) {
 	if got := sample(t, out, "xpu_device_up", `gpu="6"`); got != 1 {
 		t.Errorf("device 6 up = %v, want 1", got)
 	}
-	if n := logs.count("no longer listed"); n != 1 {
+	if n := strings.Count(logs.String(), "no longer listed"); n != 1 {
 		t.Errorf("%d log lines over two scrapes without device 7, want 1", n)
 	}
 	if !strings.Contains(out, `xpu_scrape_collector_success{collector="gaudi"} 1`) {
@@ -338,7 +320,7 @@ func TestGaudiDeviceNoLongerListed(t *testing.T) {
 	if got := sample(t, out, "xpu_device_up", `gpu="7"`); got != 1 {
 		t.Errorf("device 7 up = %v after it is listed again, want 1", got)
 	}
-	if n := logs.count("listed by hl-smi again"); n != 1 {
+	if n := strings.Count(logs.String(), "listed by hl-smi again"); n != 1 {
 		t.Errorf("%d log lines for the device's return, want 1", n)
 	}
 }

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -24,11 +23,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 var (
@@ -64,21 +64,10 @@ func TestMain(m *testing.M) {
 type exporter struct {
 	addr string
 	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs bytes.Buffer
+	logs syncbuf.Buffer
 }
 
-func (e *exporter) Write(p []byte) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.logs.Write(p)
-}
-
-func (e *exporter) Logs() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.logs.String()
-}
+func (e *exporter) Logs() string { return e.logs.String() }
 
 func freePort(t *testing.T) string {
 	t.Helper()
@@ -101,7 +90,7 @@ func startAt(t *testing.T, addr string, args ...string) *exporter {
 	t.Helper()
 	e := &exporter{addr: addr}
 	e.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + e.addr}, args...)...)
-	e.cmd.Stdout, e.cmd.Stderr = e, e
+	e.cmd.Stdout, e.cmd.Stderr = &e.logs, &e.logs
 	if err := e.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
