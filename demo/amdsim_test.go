@@ -85,16 +85,23 @@ func TestGPUMetricsV1_6RoundTrip(t *testing.T) {
 	}
 }
 
-// TestAMDSimTreeReadsBack reads the generated tree with the exporter's
-// reader: identity, partitions and a process's fdinfo client.
-func TestAMDSimTreeReadsBack(t *testing.T) {
+// amdScenarioSim is the simulator of fixtures/scenarios/amd.yaml writing
+// under a temporary directory, its clock started at a fixed moment.
+func amdScenarioSim(t *testing.T) (sim *AMDSim, dir string, start time.Time) {
+	t.Helper()
 	s, err := Load(filepath.Join("..", "fixtures", "scenarios", "amd.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	sim := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start)
+	dir = t.TempDir()
+	start = time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	return s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start), dir, start
+}
+
+// TestAMDSimTreeReadsBack reads the generated tree with the exporter's
+// reader: identity, partitions and a process's fdinfo client.
+func TestAMDSimTreeReadsBack(t *testing.T) {
+	sim, dir, start := amdScenarioSim(t)
 	if err := os.MkdirAll(filepath.Join(dir, "proc", "3001"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -243,13 +250,7 @@ func TestAMDSimTemperatureLimits(t *testing.T) {
 // open between scrapes (amd.Files), so the simulator must rewrite them in
 // place; a reader holding the files sees each WriteAt.
 func TestAMDSimUpdatesReachHeldFiles(t *testing.T) {
-	s, err := Load(filepath.Join("..", "fixtures", "scenarios", "amd.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	sim := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start)
+	sim, dir, start := amdScenarioSim(t)
 	files := amd.NewFiles()
 	defer files.Close()
 	r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys"), Files: files}
