@@ -177,11 +177,15 @@ var (
 // textScrape is one scrape's samples, grouped by family. Pooled: the
 // slices keep their capacity from scrape to scrape.
 type textScrape struct {
-	byFamily [][]textSample // by family id
-	hists    [][]histMetric
+	byFamily []familySamples // by family id
 	used     []*family
 	drops    [dropReasons]uint64
 	firstErr [dropReasons]error
+}
+
+type familySamples struct {
+	samples []textSample
+	hists   []histMetric
 }
 
 type textSample struct {
@@ -189,14 +193,16 @@ type textSample struct {
 	v float64
 }
 
-func (t *textScrape) family(f *family) {
+// family returns the samples of f, noting f as used by this scrape.
+func (t *textScrape) family(f *family) *familySamples {
 	for len(t.byFamily) <= f.id {
-		t.byFamily = append(t.byFamily, nil)
-		t.hists = append(t.hists, nil)
+		t.byFamily = append(t.byFamily, familySamples{})
 	}
-	if len(t.byFamily[f.id]) == 0 && len(t.hists[f.id]) == 0 {
+	fs := &t.byFamily[f.id]
+	if len(fs.samples) == 0 && len(fs.hists) == 0 {
 		t.used = append(t.used, f)
 	}
+	return fs
 }
 
 func (t *textScrape) drop(reason int, err error) {
@@ -206,31 +212,35 @@ func (t *textScrape) drop(reason int, err error) {
 	t.drops[reason]++
 }
 
-// accept files one sample, unless it must be dropped.
-func (t *textScrape) accept(s *series, id uint64, histogram bool) bool {
+// accept returns where to file a sample of s, or nil when it must be
+// dropped.
+func (t *textScrape) accept(s *series, id uint64, histogram bool) *familySamples {
 	if s.invalid != nil {
 		t.drop(dropInvalid, s.invalid)
-		return false
+		return nil
 	}
 	if want := s.fam.dtype; want != sampleType(s.typ, histogram) {
 		// One family, one type: the registry refuses the sample too.
 		t.drop(dropType, fmt.Errorf("%s: a %s sample in a %s family", s.text,
 			strings.ToLower(sampleType(s.typ, histogram).String()), strings.ToLower(want.String())))
-		return false
+		return nil
 	}
 	if s.written.Swap(id) == id {
 		t.drop(dropDuplicate, fmt.Errorf("%s was collected twice in one scrape", s.text))
-		return false
+		return nil
 	}
-	t.family(s.fam)
-	return true
+	return t.family(s.fam)
+}
+
+func (fs *familySamples) clear() {
+	fs.samples = fs.samples[:0]
+	clear(fs.hists)
+	fs.hists = fs.hists[:0]
 }
 
 func (t *textScrape) reset() {
 	for _, f := range t.used {
-		t.byFamily[f.id] = t.byFamily[f.id][:0]
-		clear(t.hists[f.id])
-		t.hists[f.id] = t.hists[f.id][:0]
+		t.byFamily[f.id].clear()
 	}
 	t.used = t.used[:0]
 	t.drops = [dropReasons]uint64{}
@@ -249,8 +259,13 @@ func sampleType(typ prometheus.ValueType, histogram bool) dto.MetricType {
 	return dto.MetricType_GAUGE
 }
 
-// lessPairs orders series as prometheus.Registry does: by the number of
-// labels, then by the label values in label-name order.
+// compareSeries orders two series of one family as prometheus.Registry
+// orders its metrics: by the number of labels, then by the label values in
+// label-name order.
+func compareSeries(a, b *series) int {
+	return lessPairs(a.pairs, b.pairs)
+}
+
 func lessPairs(a, b []*dto.LabelPair) int {
 	if len(a) != len(b) {
 		return len(a) - len(b)
@@ -261,28 +276,6 @@ func lessPairs(a, b []*dto.LabelPair) int {
 		}
 	}
 	return 0
-}
-
-func sortKey(pairs []*dto.LabelPair) []byte {
-	var b []byte
-	for i, p := range pairs {
-		if strings.IndexByte(p.GetValue(), 0) >= 0 {
-			return nil
-		}
-		if i > 0 {
-			b = append(b, 0)
-		}
-		b = append(b, p.GetValue()...)
-	}
-	return b
-}
-
-// compareSeries orders two series of one family as lessPairs does.
-func compareSeries(a, b *series) int {
-	if len(a.pairs) != len(b.pairs) || a.order == nil || b.order == nil {
-		return lessPairs(a.pairs, b.pairs)
-	}
-	return bytes.Compare(a.order, b.order)
 }
 
 // WriteText writes one scrape bounded by ctx in the text exposition format
@@ -309,21 +302,21 @@ func (e *Exporter) writeText(ch <-chan prometheus.Metric, out *bytes.Buffer, bas
 	for m := range ch {
 		switch m := m.(type) {
 		case cachedMetric:
-			if t.accept(m.series, id, false) {
-				t.byFamily[m.series.fam.id] = append(t.byFamily[m.series.fam.id], textSample{m.series, m.value})
+			if fs := t.accept(m.series, id, false); fs != nil {
+				fs.samples = append(fs.samples, textSample{m.series, m.value})
 			}
 		case histMetric:
-			if t.accept(m.series, id, true) {
-				t.hists[m.series.fam.id] = append(t.hists[m.series.fam.id], m)
+			if fs := t.accept(m.series, id, true); fs != nil {
+				fs.hists = append(fs.hists, m)
 			}
 		default:
 			t.drop(dropForeign, fmt.Errorf("%s is not a series of this exporter", m.Desc()))
 		}
 	}
 
-	slices.SortFunc(t.used, func(a, b *family) int { return strings.Compare(a.name, b.name) })
 	t.leaveOutConflicts(base)
 	e.countDrops(t, id)
+	slices.SortFunc(t.used, func(a, b *family) int { return strings.Compare(a.name, b.name) })
 
 	ours := t.used
 	for len(ours) > 0 || len(base) > 0 {
@@ -351,12 +344,10 @@ func (t *textScrape) leaveOutConflicts(base []*dto.MetricFamily) {
 			kept = append(kept, f)
 			continue
 		}
-		n := len(t.byFamily[f.id]) + len(t.hists[f.id])
+		fs := &t.byFamily[f.id]
 		t.drop(dropConflict, fmt.Errorf("family %s is served by the exporter's own registry too", f.name))
-		t.drops[dropConflict] += uint64(n - 1)
-		t.byFamily[f.id] = t.byFamily[f.id][:0]
-		clear(t.hists[f.id])
-		t.hists[f.id] = t.hists[f.id][:0]
+		t.drops[dropConflict] += uint64(len(fs.samples) + len(fs.hists) - 1)
+		fs.clear()
 	}
 	t.used = kept
 }
@@ -378,22 +369,12 @@ func (e *Exporter) countDrops(t *textScrape, id uint64) {
 	if len(errs) > 0 {
 		e.logger.Warn("samples left out of /metrics", "err", errors.Join(errs...))
 	}
-	before := len(t.used)
 	for r := range dropReasons {
 		s := seriesOf(droppedSamples, labels{names: []string{"reason"}, values: []string{dropReasonNames[r]}})
-		if t.accept(s, id, false) {
-			t.byFamily[s.fam.id] = append(t.byFamily[s.fam.id], textSample{s, float64(e.dropped[r].Load())})
+		if fs := t.accept(s, id, false); fs != nil {
+			fs.samples = append(fs.samples, textSample{s, float64(e.dropped[r].Load())})
 		}
 	}
-	if len(t.used) == before {
-		return
-	}
-	i, _ := slices.BinarySearchFunc(t.used[:before], droppedSamples.name, func(f *family, name string) int {
-		return strings.Compare(f.name, name)
-	})
-	f := t.used[before]
-	copy(t.used[i+1:], t.used[i:before])
-	t.used[i] = f
 }
 
 func (t *textScrape) write(out *bytes.Buffer, f *family) {
@@ -401,11 +382,8 @@ func (t *textScrape) write(out *bytes.Buffer, f *family) {
 		t.writeHistograms(out, f)
 		return
 	}
-	ss := t.byFamily[f.id]
-	cmp := func(a, b textSample) int { return compareSeries(a.s, b.s) }
-	if !slices.IsSortedFunc(ss, cmp) {
-		slices.SortFunc(ss, cmp)
-	}
+	ss := t.byFamily[f.id].samples
+	slices.SortFunc(ss, func(a, b textSample) int { return compareSeries(a.s, b.s) })
 	out.Write(f.header)
 	for _, s := range ss {
 		out.Write(s.s.text)
@@ -419,11 +397,8 @@ func (t *textScrape) write(out *bytes.Buffer, f *family) {
 // with their upper bound as the last label, le="+Inf" holding the count,
 // then _sum and _count.
 func (t *textScrape) writeHistograms(out *bytes.Buffer, f *family) {
-	hs := t.hists[f.id]
-	cmp := func(a, b histMetric) int { return compareSeries(a.series, b.series) }
-	if !slices.IsSortedFunc(hs, cmp) {
-		slices.SortFunc(hs, cmp)
-	}
+	hs := t.byFamily[f.id].hists
+	slices.SortFunc(hs, func(a, b histMetric) int { return compareSeries(a.series, b.series) })
 	out.Write(f.header)
 	for _, h := range hs {
 		inner := h.series.labelText()

@@ -229,15 +229,15 @@ func TestTextEscaping(t *testing.T) {
 	}
 }
 
-// TestCompareSeries: the NUL-joined key orders series as comparing label
-// values one by one does (the registry's order), also where one value is a
-// prefix of another, and values holding a NUL fall back to that comparison.
+// TestCompareSeries: series are ordered as the registry orders metrics,
+// by label count, then value by value, also where one value is a prefix of
+// another or holds a NUL.
 func TestCompareSeries(t *testing.T) {
 	mk := func(values ...string) *series {
 		names := []string{"a", "b"}[:len(values)]
 		d := prometheus.NewDesc("x", "x", names, nil)
 		pairs := prometheus.MakeLabelPairs(d, values)
-		return &series{pairs: pairs, order: sortKey(pairs)}
+		return &series{pairs: pairs}
 	}
 	for _, c := range []struct {
 		a, b *series
@@ -246,12 +246,12 @@ func TestCompareSeries(t *testing.T) {
 		{mk("ab", "z"), mk("abc", "a"), -1}, // "ab" < "abc" decides before the second label
 		{mk("a", "b"), mk("a", "c"), -1},
 		{mk("b", "a"), mk("a", "z"), 1},
-		{mk("a\x00", "z"), mk("a", "\x00z"), 1}, // "a\x00" > "a"; joined, both are "a\x00\x00z"
+		{mk("a\x00", "z"), mk("a", "\x00z"), 1}, // "a\x00" > "a", though joined by NUL both would read "a\x00\x00z"
 		{mk("x"), mk("a", "b"), -1},             // fewer labels first
 		{mk("a", "b"), mk("a", "b"), 0},
 	} {
 		if got := sign(compareSeries(c.a, c.b)); got != c.want {
-			t.Errorf("compare(%q, %q) = %d, want %d", c.a.order, c.b.order, got, c.want)
+			t.Errorf("compare(%v, %v) = %d, want %d", c.a.pairs, c.b.pairs, got, c.want)
 		}
 		if got := sign(lessPairs(c.a.pairs, c.b.pairs)); got != c.want {
 			t.Errorf("lessPairs disagrees on %v: %d", c, got)

@@ -112,9 +112,6 @@ type series struct {
 	text    []byte
 	invalid error
 	written atomic.Uint64
-	// order is the label values joined by NUL, which sorts as comparing
-	// them one by one does; nil when a value holds a NUL itself.
-	order []byte
 }
 
 const seriesMaxAge = 10
@@ -162,7 +159,6 @@ func seriesOf(m metric, l labels) *series {
 		// Its _bucket, _sum and _count lines are written after the name.
 		s.invalid = fmt.Errorf("histogram %q: the name is not a legacy metric name", m.name)
 	}
-	s.order = sortKey(s.pairs)
 	s.used.Store(gen)
 	seriesMu.Lock()
 	defer seriesMu.Unlock()
