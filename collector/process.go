@@ -2,7 +2,6 @@ package collector
 
 import (
 	"context"
-	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,9 +27,9 @@ func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 	e := emitter{ch: ch}
 	for _, d := range snap.Devices {
 		id := identityLabels(d)
-		// The label names of an owner's processes, and the values but the
-		// PID, are built once per device: a pod may run hundreds of
-		// processes. Slot len(d.Claims) is for processes without an owner.
+		// An owner's labels are built once per device, not per process: a
+		// pod may run hundreds of processes. Slot len(d.Claims) is for
+		// processes without an owner.
 		owners := make([]labels, len(d.Claims)+1)
 		for _, p := range d.Processes {
 			k := len(d.Claims)
@@ -38,13 +37,12 @@ func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 				k = i
 			}
 			if owners[k].names == nil {
-				owners[k] = id.with("pid", "").flat()
+				owners[k] = id
 				if k < len(d.Claims) {
-					owners[k] = owners[k].withOwner(d.Claims[k].Owner)
+					owners[k] = id.withOwner(d.Claims[k].Owner)
 				}
 			}
-			l := labels{names: owners[k].names, values: slices.Clone(owners[k].values)}
-			l.values[len(id.values)] = strconv.FormatUint(uint64(p.PID), 10)
+			l := owners[k].with("pid", strconv.FormatUint(uint64(p.PID), 10))
 			if p.MemoryUsed != nil {
 				e.emit(processMemory, l, float64(*p.MemoryUsed))
 			}
