@@ -64,6 +64,8 @@ type cardFiles struct {
 type heldFile struct {
 	f  *os.File
 	rc syscall.RawConn
+	// read is pread, or in tests what a removed kernfs node answers.
+	read func(buf []byte) (int, error)
 }
 
 // card returns the held files of card for one ReadDevice, nil without Files.
@@ -101,7 +103,7 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
 	}
 	if h != nil {
-		b, err := readLimited(h.pread, limit)
+		b, err := readLimited(h.read, limit)
 		switch {
 		case err == nil:
 			return b, nil
@@ -132,7 +134,8 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 		return nil, err
 	}
 	h = &heldFile{f: f, rc: rc}
-	b, err := readLimited(h.pread, limit)
+	h.read = h.pread
+	b, err := readLimited(h.read, limit)
 	fs.mu.Lock()
 	keep := err == nil && fs.open < maxHeldFiles && cf.files[path] == nil && fs.cards != nil
 	if keep {

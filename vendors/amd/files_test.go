@@ -1,7 +1,10 @@
 package amd
 
 import (
+	"maps"
 	"reflect"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -42,5 +45,45 @@ func TestFilesHeldReadTheSame(t *testing.T) {
 	}
 	if got := held.ReadDevice("card1"); !reflect.DeepEqual(got, want) || files.Held() != 0 {
 		t.Errorf("after Close: %+v, %d held", got, files.Held())
+	}
+}
+
+// TestFilesAfterENODEV: a held file whose kernfs node was removed (the
+// driver reloaded, the GPU unbound) answers ENODEV (fs/kernfs/file.c). The
+// read is then made on fresh opens, and every file of the card held before
+// is let go, since the GPU's attributes were all re-registered: the next
+// reads hold new descriptors, and read what opening each file gives. A
+// file of a test tree cannot answer ENODEV, so the held gpu_metrics is made
+// to.
+func TestFilesAfterENODEV(t *testing.T) {
+	files := NewFiles()
+	defer files.Close()
+	held := Reader{SysfsRoot: fixtureSys, Files: files}
+	want := Reader{SysfsRoot: fixtureSys}.ReadDevice("card1")
+	held.ReadDevice("card1")
+	before := maps.Clone(files.cards["card1"].files)
+	removed := false
+	for path, h := range before {
+		if strings.HasSuffix(path, "/gpu_metrics") {
+			h.read = func([]byte) (int, error) { return 0, syscall.ENODEV }
+			removed = true
+		}
+	}
+	if !removed {
+		t.Fatal("gpu_metrics is not held")
+	}
+	for i := range 2 {
+		if got := held.ReadDevice("card1"); !reflect.DeepEqual(got, want) {
+			t.Fatalf("read %d after ENODEV:\n%+v\nwant\n%+v", i, got, want)
+		}
+	}
+	after := files.cards["card1"].files
+	if len(after) != len(before) {
+		t.Errorf("%d files held after the re-registration, %d before", len(after), len(before))
+	}
+	for path, h := range after {
+		if before[path] == h {
+			t.Errorf("%s is still read through the descriptor held before the ENODEV", path)
+		}
 	}
 }
