@@ -29,6 +29,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
 )
 
 // FD is one matching fd of a process.
@@ -82,7 +84,7 @@ func Gone(err error) bool {
 // fd closed while it is read is skipped. err is set only when Root cannot
 // be listed, or when ctx ends, which is checked between processes.
 func (s Scanner) Scan(ctx context.Context, match func(target []byte) bool) (holders []Holder, errs []Error, err error) {
-	root, err := openDir(s.root())
+	root, err := rawfile.Open(s.root(), syscall.O_DIRECTORY)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -132,7 +134,7 @@ func (s Scanner) Scan(ctx context.Context, match func(target []byte) bool) (hold
 // by number, and what Scan would count for it as an error; ENOENT or ESRCH
 // (see Gone) when it has exited.
 func (s Scanner) Process(pid int, match func(target []byte) bool) ([]FD, error) {
-	root, err := openDir(s.root())
+	root, err := rawfile.Open(s.root(), syscall.O_DIRECTORY)
 	if err != nil {
 		return nil, err
 	}
@@ -276,18 +278,6 @@ func sortHolders(h []Holder) []Holder {
 func sortFDs(f []FD) []FD {
 	slices.SortFunc(f, func(a, b FD) int { return a.Num - b.Num })
 	return f
-}
-
-func openDir(path string) (int, error) {
-	for {
-		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-		if err != syscall.EINTR {
-			if err != nil {
-				return -1, &fs.PathError{Op: "open", Path: path, Err: err}
-			}
-			return fd, nil
-		}
-	}
 }
 
 // openat opens the directory path (NUL-terminated) relative to dirfd.

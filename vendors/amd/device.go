@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
@@ -463,13 +464,10 @@ func (r Reader) readHwmon(dr devReader) {
 	}
 }
 
-// readDirNames lists at most limit names of dir, sorted. It makes the
-// system calls itself: os.Open would try each directory with the poller
-// (fcntl twice, epoll_ctl, fcntl twice again) only to find it cannot be
-// polled, five calls more than the open, getdents64 and close a listing
-// needs, for the directories listed at every scrape (a card's ras).
+// readDirNames lists at most limit names of dir, sorted, without the
+// poller (internal/rawfile), as a card's ras is listed at every scrape.
 func readDirNames(dir string, limit int) ([]string, error) {
-	fd, err := openRaw(dir, syscall.O_DIRECTORY)
+	fd, err := rawfile.Open(dir, syscall.O_DIRECTORY)
 	if err != nil {
 		return nil, err
 	}
@@ -498,28 +496,21 @@ func readDirNames(dir string, limit int) ([]string, error) {
 	return names, nil
 }
 
-// openRaw opens path read-only with flags, as os.Open would without the
-// poller (see readDirNames).
-func openRaw(path string, flags int) (int, error) {
-	for {
-		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|flags, 0)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil {
-			return -1, &os.PathError{Op: "open", Path: path, Err: err}
-		}
-		return fd, nil
-	}
-}
-
 // renderMinor finds "renderD<n>" among the entries of a drm directory.
 func renderMinor(names []string) Opt[int] {
 	for _, name := range names {
-		if v, ok := strings.CutPrefix(name, "renderD"); ok {
-			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-				return reading.Some(n)
-			}
+		if m := renderDMinor(name); m.OK {
+			return m
+		}
+	}
+	return Opt[int]{}
+}
+
+// renderDMinor is n of a render node's name, "renderD<n>".
+func renderDMinor(name string) Opt[int] {
+	if v, ok := strings.CutPrefix(name, "renderD"); ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			return reading.Some(n)
 		}
 	}
 	return Opt[int]{}

@@ -41,6 +41,7 @@ import (
 	"syscall"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
+	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
 )
 
 const (
@@ -268,24 +269,16 @@ func readDev(path string) (devNum, bool) {
 }
 
 // readSysfs reads a small sysfs attribute in one read(2), as sysfs hands
-// out a whole attribute per read, and trims it. It makes the system calls
-// itself: os.Open would try the file with the poller (four fcntl and an
-// epoll_ctl) only to find it cannot be polled, for two attributes of each
-// node at every scan.
+// out a whole attribute per read, and trims it; without the poller
+// (internal/rawfile), for two attributes of each node at every scan.
 func readSysfs(path string) (string, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	for errors.Is(err, syscall.EINTR) {
-		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	}
+	fd, err := rawfile.Open(path, 0)
 	if err != nil {
-		return "", &fs.PathError{Op: "open", Path: path, Err: err}
+		return "", err
 	}
 	defer syscall.Close(fd)
 	var buf [maxSysfsValue]byte
-	n, err := syscall.Read(fd, buf[:])
-	for errors.Is(err, syscall.EINTR) {
-		n, err = syscall.Read(fd, buf[:])
-	}
+	n, err := rawfile.Read(fd, buf[:])
 	if err != nil {
 		return "", &fs.PathError{Op: "read", Path: path, Err: err}
 	}
