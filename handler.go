@@ -34,6 +34,27 @@ type metricsHandler struct {
 	base     prometheus.Gatherer
 	opts     handlerOpts
 	inflight chan struct{}
+
+	mu        sync.Mutex
+	rendering *sharedBody // the body being rendered now, if any
+}
+
+// sharedBody is one scrape's response body, served as well to the scrapes
+// that arrive while it is being rendered and can wait for it. Concurrent
+// scrapes (an HA pair of Prometheus servers, or ten scrapers in a load test)
+// already share the node snapshot; without this each still paid for its own
+// collector pass, text and gzip, which on two cores queued them behind one
+// another. Their bodies would differ only in the exporter's own process
+// figures and the engines' and self-metrics' values of a few milliseconds
+// later.
+type sharedBody struct {
+	done     chan struct{}
+	deadline time.Time
+	text     *bytes.Buffer
+	users    int // guarded by metricsHandler.mu; the last one pools the buffers
+
+	zipOnce sync.Once
+	zipped  *bytes.Buffer
 }
 
 func newMetricsHandler(e *collector.Exporter, base prometheus.Gatherer, opts handlerOpts) *metricsHandler {
@@ -57,7 +78,49 @@ func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.deadline(r))
+	b := h.body(r)
+	if b == nil {
+		return // the scraper went away while waiting
+	}
+	defer h.release(b)
+
+	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	w.Header().Add("Vary", "Accept-Encoding")
+	body := b.text
+	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		w.Header().Set("Content-Encoding", "gzip")
+		body = b.gzip()
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(body.Len()))
+	w.Write(body.Bytes())
+}
+
+// body renders this scrape's body, or joins the one being rendered when it
+// is due no later than this scrape's deadline: a body due later could
+// outlive this scrape, which then renders its own (and still shares the
+// snapshot being taken, see collector's snapshotter).
+func (h *metricsHandler) body(r *http.Request) *sharedBody {
+	deadline := time.Now().Add(h.deadline(r))
+	h.mu.Lock()
+	if b := h.rendering; b != nil && !b.deadline.After(deadline) {
+		b.users++
+		h.mu.Unlock()
+		h.exporter.CountCoalesced()
+		// The body's own scrape ends by its deadline, no later than ours:
+		// nothing but the scraper leaving ends the wait sooner.
+		select {
+		case <-b.done:
+			return b
+		case <-r.Context().Done():
+			h.release(b)
+			return nil
+		}
+	}
+	b := &sharedBody{done: make(chan struct{}), deadline: deadline, text: bodies.get(), users: 1}
+	h.rendering = b
+	h.mu.Unlock()
+
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
 	// Like promhttp's ContinueOnError: what the registry could gather is
 	// served, and the error logged.
@@ -65,30 +128,48 @@ func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.opts.logger.Error("error gathering the exporter's own metrics", "err", err)
 	}
-	buf := bodies.get()
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
+	h.exporter.WriteText(ctx, b.text, mfs)
+
+	h.mu.Lock()
+	if h.rendering == b {
+		h.rendering = nil
+	}
+	h.mu.Unlock()
+	close(b.done)
+	return b
+}
+
+// gzip is the body compressed, once for all the scrapes that share it.
+func (b *sharedBody) gzip() *bytes.Buffer {
+	b.zipOnce.Do(func() {
+		b.zipped = bodies.get()
+		zw := gzips.get()
+		zw.Reset(b.zipped)
+		zw.Write(b.text.Bytes())
+		zw.Close()
+		// Not to hold on to this body until the next one.
+		zw.Reset(io.Discard)
+		gzips.put(zw)
+	})
+	return b.zipped
+}
+
+// release is a user's end of b; the last one keeps its buffers for the
+// next scrapes.
+func (h *metricsHandler) release(b *sharedBody) {
+	h.mu.Lock()
+	b.users--
+	last := b.users == 0
+	h.mu.Unlock()
+	if !last {
+		return
+	}
+	for _, buf := range []*bytes.Buffer{b.text, b.zipped} {
+		if buf != nil && buf.Cap() <= maxPooledBody {
 			buf.Reset()
 			bodies.put(buf)
 		}
-	}()
-	h.exporter.WriteText(ctx, buf, mfs)
-
-	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	w.Header().Add("Vary", "Accept-Encoding")
-	if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
-		w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-		w.Write(buf.Bytes())
-		return
 	}
-	w.Header().Set("Content-Encoding", "gzip")
-	zw := gzips.get()
-	zw.Reset(w)
-	zw.Write(buf.Bytes())
-	zw.Close()
-	// Not to hold on to this response until the next one.
-	zw.Reset(io.Discard)
-	gzips.put(zw)
 }
 
 // A response body is built whole before it is sent, so that the scrape's

@@ -2,14 +2,19 @@ package main
 
 import (
 	"compress/gzip"
+	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xpu-exporter/xpu_exporter/collector"
 )
@@ -39,22 +44,10 @@ func TestAcceptsGzip(t *testing.T) {
 // when asked, with the exporter's own registry and the collectors merged,
 // and HEAD without a body.
 func TestMetricsResponse(t *testing.T) {
-	off := map[string]bool{}
-	for _, name := range []string{"amd", "attribution", "cost", "dcgm", "engines", "gaudi", "nvidia", "process"} {
-		off[name] = false
-	}
-	if err := collector.Enable(off); err != nil {
-		t.Fatal(err)
-	}
-	e, err := collector.New(collector.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
 	base := prometheus.NewRegistry()
 	base.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a_base_metric", Help: "h"}, func() float64 { return 42 }))
-	h := newMetricsHandler(e, base, handlerOpts{defaultTimeout: time.Second, maxTimeout: time.Second, logger: slog.New(slog.DiscardHandler)})
-
+	h := newTestHandler(t, base)
+	var err error
 	for _, c := range []struct {
 		method, encoding string
 		gzipped, body    bool
@@ -94,6 +87,161 @@ func TestMetricsResponse(t *testing.T) {
 			if !strings.Contains(string(b), want) {
 				t.Errorf("%s %q: %q missing from:\n%s", c.method, c.encoding, want, b)
 			}
+		}
+	}
+}
+
+// newTestHandler is a /metrics handler with every collector off: the
+// exporter's self-metrics and base's families.
+func newTestHandler(t *testing.T, base prometheus.Gatherer) *metricsHandler {
+	t.Helper()
+	off := map[string]bool{}
+	for _, name := range []string{"amd", "attribution", "cost", "dcgm", "engines", "gaudi", "nvidia", "process"} {
+		off[name] = false
+	}
+	if err := collector.Enable(off); err != nil {
+		t.Fatal(err)
+	}
+	e, err := collector.New(collector.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return newMetricsHandler(e, base, handlerOpts{defaultTimeout: 10 * time.Second, maxTimeout: time.Minute, logger: slog.New(slog.DiscardHandler)})
+}
+
+// heldGatherer stands for the exporter's registry; its first Gather waits
+// until release is closed, holding the first scrape's body in rendering.
+type heldGatherer struct {
+	entered, release chan struct{}
+	calls            atomic.Int32
+}
+
+func (g *heldGatherer) Gather() ([]*dto.MetricFamily, error) {
+	if g.calls.Add(1) == 1 {
+		close(g.entered)
+		<-g.release
+	}
+	return nil, nil
+}
+
+// TestConcurrentScrapesShareOneBody: scrapes that arrive while a body is
+// being rendered, and can wait for it, are served that body (plain or
+// gzipped) and counted as coalesced; a scrape due sooner renders its own,
+// and a scraper that leaves while waiting takes nothing from the others.
+func TestConcurrentScrapesShareOneBody(t *testing.T) {
+	g := &heldGatherer{entered: make(chan struct{}), release: make(chan struct{})}
+	h := newTestHandler(t, g)
+	users := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.rendering == nil {
+			return 0
+		}
+		return h.rendering.users
+	}
+	serve := func(r *http.Request) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	scrape := func(timeout, encoding string) *http.Request {
+		r := httptest.NewRequest("GET", "/metrics", nil)
+		r.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", timeout)
+		r.Header.Set("Accept-Encoding", encoding)
+		return r
+	}
+
+	type answer struct {
+		name string
+		w    *httptest.ResponseRecorder
+	}
+	answers := make(chan answer, 4)
+	go func() { answers <- answer{"leader", serve(scrape("10", "gzip"))} }()
+	<-g.entered
+	// Joining: due later than the leader (same timeout, sent later), and
+	// a longer timeout; one plain, two gzipped.
+	go func() { answers <- answer{"plain", serve(scrape("10", "identity"))} }()
+	go func() { answers <- answer{"gzip", serve(scrape("20", "gzip"))} }()
+	leaving, leave := context.WithCancel(context.Background())
+	left := make(chan struct{})
+	go func() {
+		serve(scrape("10", "gzip").WithContext(leaving))
+		close(left)
+	}()
+	waitFor(t, func() bool { return users() == 4 })
+	leave()
+	<-left
+	if n := users(); n != 3 {
+		t.Fatalf("%d users after one left, want 3", n)
+	}
+
+	// Due sooner than the body being rendered: its own body, while the
+	// leader is still held.
+	sooner := make(chan *httptest.ResponseRecorder)
+	go func() { sooner <- serve(scrape("1", "")) }()
+	var w *httptest.ResponseRecorder
+	select {
+	case w = <-sooner:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sooner scrape waits for the held body")
+	}
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "xpu_scrape_coalesced_total 3\n") {
+		t.Errorf("the sooner scrape: %d\n%s", w.Code, w.Body)
+	}
+	if n := g.calls.Load(); n != 2 {
+		t.Errorf("registry gathered %d times, want 2 (the held leader and the sooner scrape)", n)
+	}
+	close(g.release)
+
+	bodies := map[string]string{}
+	for range 3 {
+		a := <-answers
+		if cl := a.w.Header().Get("Content-Length"); cl != strconv.Itoa(a.w.Body.Len()) {
+			t.Errorf("%s: Content-Length %s for %d bytes", a.name, cl, a.w.Body.Len())
+		}
+		body := a.w.Body.String()
+		if a.w.Header().Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(a.w.Body)
+			if err != nil {
+				t.Fatalf("%s: %v", a.name, err)
+			}
+			b, err := io.ReadAll(zr)
+			if err != nil {
+				t.Fatalf("%s: %v", a.name, err)
+			}
+			body = string(b)
+		}
+		bodies[a.name] = body
+	}
+	// The three joined before the leader wrote its text, so its
+	// coalesced count includes them.
+	if !strings.Contains(bodies["leader"], "xpu_scrape_coalesced_total 3\n") {
+		t.Errorf("leader's body:\n%s", bodies["leader"])
+	}
+	for _, name := range []string{"plain", "gzip"} {
+		if bodies[name] != bodies["leader"] {
+			t.Errorf("%s's body differs from the leader's:\n%s\n---\n%s", name, bodies[name], bodies["leader"])
+		}
+	}
+	if n := users(); n != 0 {
+		t.Errorf("a body is still rendering with %d users", n)
+	}
+	// Nothing in flight: a scrape alone renders anew, with nothing new
+	// to count.
+	if w := serve(scrape("10", "")); !strings.Contains(w.Body.String(), "xpu_scrape_coalesced_total 3\n") {
+		t.Errorf("the next scrape:\n%s", w.Body)
+	}
+	if n := g.calls.Load(); n != 3 {
+		t.Errorf("registry gathered %d times, want 3", n)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("condition not met in 10s")
 		}
 	}
 }

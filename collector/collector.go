@@ -104,7 +104,7 @@ var (
 	collectorSuccess = gauge("scrape_collector_success",
 		"1 if the collector succeeded in this scrape, 0 if it failed or missed the deadline.")
 	scrapesCoalesced = counter("scrape_coalesced_total",
-		"Scrapes served from a node snapshot that a concurrent scrape was already taking.")
+		"Scrapes served from a node snapshot, or a whole response, that a concurrent scrape was already taking.")
 )
 
 // New builds the enabled collectors.
@@ -175,6 +175,10 @@ func (e *Exporter) Close() {
 		}
 	}
 }
+
+// CountCoalesced counts a scrape served with the response of a concurrent
+// scrape, which was taken from that scrape's snapshot.
+func (e *Exporter) CountCoalesced() { e.snapshots.coalesced.Add(1) }
 
 // Collectors lists the enabled collectors.
 func (e *Exporter) Collectors() []string { return e.names }
