@@ -7,6 +7,8 @@
 // never counted as one.
 package attribution
 
+import "strings"
+
 // Kind is the kind of an owner.
 type Kind string
 
@@ -54,10 +56,38 @@ type Owner struct {
 // Labels returns the owner labels of the design that device series carry,
 // in a fixed order. Values that are unknown are left out, never empty.
 func (o Owner) Labels() (names, values []string) {
+	pairs, n := o.pairs()
+	names, values = make([]string, n), make([]string, n)
+	for i, p := range pairs[:n] {
+		names[i], values[i] = p[0], p[1]
+	}
+	return names, values
+}
+
+// Key identifies the owner among others.
+func (o Owner) Key() string {
+	pairs, n := o.pairs()
+	size := len(o.Kind)
+	for _, p := range pairs[:n] {
+		size += 1 + len(p[1])
+	}
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteString(string(o.Kind))
+	for _, p := range pairs[:n] {
+		b.WriteByte('\xff')
+		b.WriteString(p[1])
+	}
+	return b.String()
+}
+
+// pairs are Labels' name and value pairs in an array, so that Key, asked
+// for every process at every scrape, allocates only the key.
+func (o Owner) pairs() (pairs [5][2]string, n int) {
 	add := func(name, value string) {
 		if value != "" {
-			names = append(names, name)
-			values = append(values, value)
+			pairs[n] = [2]string{name, value}
+			n++
 		}
 	}
 	switch o.Kind {
@@ -78,17 +108,7 @@ func (o Owner) Labels() (names, values []string) {
 		add("user", o.User)
 		add("command", o.Command)
 	}
-	return names, values
-}
-
-// Key identifies the owner among others.
-func (o Owner) Key() string {
-	_, values := o.Labels()
-	key := string(o.Kind)
-	for _, v := range values {
-		key += "\xff" + v
-	}
-	return key
+	return pairs, n
 }
 
 // Claim is an owner's hold on one device.

@@ -1,6 +1,9 @@
 package attribution
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // The claim index answers as a walk over the claims would: a process with
 // its container takes that container's claim; without it, its pod's only
@@ -43,5 +46,35 @@ func TestClaimsOf(t *testing.T) {
 	}
 	if len(c.list) != 6 {
 		t.Errorf("%d claims, want the 4 given and 2 added", len(c.list))
+	}
+}
+
+// TestOwnerLabelsAndKey: unknown values are left out of both, and the key
+// is the kind and the values joined by 0xff, so that owners that differ in
+// one value never share a key.
+func TestOwnerLabelsAndKey(t *testing.T) {
+	for _, c := range []struct {
+		owner         Owner
+		names, values []string
+		key           string
+	}{
+		{Owner{Kind: Kubernetes, Namespace: "ml", Pod: "train-0", Workload: "train", WorkloadKind: "Job"},
+			[]string{"namespace", "pod", "workload", "workload_kind"}, []string{"ml", "train-0", "train", "Job"},
+			string(Kubernetes) + "\xffml\xfftrain-0\xfftrain\xffJob"},
+		{Owner{Kind: Slurm, SlurmJobID: "42", SlurmUser: "ana", SlurmQOS: "normal", SlurmJobName: "not a label"},
+			[]string{"slurm_job_id", "slurm_user", "slurm_qos"}, []string{"42", "ana", "normal"},
+			string(Slurm) + "\xff42\xffana\xffnormal"},
+		{Owner{Kind: Process, Unit: "a.service", User: "root", Command: "python3"},
+			[]string{"unit", "user", "command"}, []string{"a.service", "root", "python3"},
+			string(Process) + "\xffa.service\xffroot\xffpython3"},
+		{Owner{Kind: Process}, []string{}, []string{}, string(Process)},
+	} {
+		names, values := c.owner.Labels()
+		if !slices.Equal(names, c.names) || !slices.Equal(values, c.values) {
+			t.Errorf("%+v: Labels() = %q, %q; want %q, %q", c.owner, names, values, c.names, c.values)
+		}
+		if key := c.owner.Key(); key != c.key {
+			t.Errorf("%+v: Key() = %q, want %q", c.owner, key, c.key)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -158,23 +159,41 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 	// and allocations on a busy node. Peaks are percents, so a byte holds
 	// each.
 	n := len(periods)
-	rows := make(map[uint32]int, min(len(entries)/n+1, len(entries)))
-	pids := make([]uint32, 0, len(entries)/n+1)
-	// A PID has about one entry per period while it runs: room for that
-	// many rows saves growing the slice row by row.
-	peaks := make([]peak, 0, (len(entries)/n+1)*n)
+	sc := scratches.Get().(*windowScratch)
+	defer scratches.Put(sc)
+	clear(sc.rows)
+	pids, peaks := sc.pids[:0], sc.peaks[:0]
 	first := periods[0].end - periods[0].length
+	k, row := 0, 0
 	for _, e := range entries {
 		if e.TimeStamp <= first || e.TimeStamp > w.end {
 			continue
 		}
-		k := sort.Search(n, func(i int) bool { return periods[i].end >= e.TimeStamp })
-		row, ok := rows[e.Pid]
-		if !ok {
-			row = len(pids)
-			rows[e.Pid] = row
-			pids = append(pids, e.Pid)
-			peaks = append(peaks, make([]peak, n)...)
+		// Entries come period by period, or process by process in time
+		// order: the previous entry's period, or the next, is most often
+		// this one's, which saves the search.
+		switch {
+		case inPeriod(periods, k, e.TimeStamp):
+		case k+1 < n && inPeriod(periods, k+1, e.TimeStamp):
+			k++
+		default:
+			k = sort.Search(n, func(i int) bool { return periods[i].end >= e.TimeStamp })
+		}
+		// Likewise the PID is most often the previous entry's (entries
+		// process by process) or the one placed after it (period by
+		// period, processes in the same order each time).
+		switch {
+		case row < len(pids) && pids[row] == e.Pid:
+		case row+1 < len(pids) && pids[row+1] == e.Pid:
+			row++
+		default:
+			var ok bool
+			if row, ok = sc.rows[e.Pid]; !ok {
+				row = len(pids)
+				sc.rows[e.Pid] = row
+				pids = append(pids, e.Pid)
+				peaks = append(peaks, make([]peak, n)...)
+			}
 		}
 		p := &peaks[row*n+k]
 		p.sm = max(p.sm, uint8(min(e.SmUtil, 100)))
@@ -182,6 +201,7 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 		p.enc = max(p.enc, uint8(min(e.EncUtil, 100)))
 		p.dec = max(p.dec, uint8(min(e.DecUtil, 100)))
 	}
+	sc.pids, sc.peaks = pids, peaks
 	w.procs = make(map[uint32]procWindow, len(pids))
 	for row, pid := range pids {
 		var sm, mem, enc, dec uint64
@@ -199,6 +219,23 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 	}
 	return w
 }
+
+// inPeriod says whether the entry taken at ts (µs) falls in periods[k]:
+// after the previous period's end, up to and including its own.
+func inPeriod(periods []period, k int, ts uint64) bool {
+	return ts <= periods[k].end && (k == 0 || ts > periods[k-1].end)
+}
+
+// windowScratch is newWindow's working space, kept between reads: rows of
+// peaks for every PID with entries (a busy GPU has ~11,000 entries in a
+// 15 s window) and the PIDs' rows.
+type windowScratch struct {
+	rows  map[uint32]int
+	pids  []uint32
+	peaks []peak
+}
+
+var scratches = sync.Pool{New: func() any { return &windowScratch{rows: map[uint32]int{}} }}
 
 // sampleValue decodes an nvmlValue_t union of the type NVML said it holds.
 func sampleValue(typ nvml.ValueType, b [8]byte) (float64, bool) {

@@ -2,7 +2,10 @@ package nvidia
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -108,6 +111,55 @@ func TestWindowSplitByTime(t *testing.T) {
 	}
 }
 
+// NVML documents no order for the entries: every order gives the same
+// window. The entries of TestWindowSplitByTime and a third process, in each
+// order here, must give the hand-worked values.
+func TestWindowAnyEntryOrder(t *testing.T) {
+	periods := []period{
+		{end: 2_000_000, length: 1_000_000, percent: 90},
+		{end: 3_000_000, length: 1_000_000, percent: 90},
+		{end: 4_000_000, length: 1_000_000, percent: 30},
+		{end: 4_500_000, length: 500_000, percent: 0},
+	}
+	byProcess := []nvml.ProcessUtilizationSample{
+		entry(10, 2_000_000, 60), entry(10, 3_000_000, 60),
+		entry(11, 2_000_000, 30), entry(11, 3_000_000, 30), entry(11, 4_000_000, 30), entry(11, 4_000_000, 10),
+		entry(12, 1_000_000, 99), entry(13, 5_000_000, 99),
+		entry(14, 3_000_000, 20), entry(14, 4_500_000, 40),
+	}
+	byPeriod := []nvml.ProcessUtilizationSample{
+		entry(12, 1_000_000, 99),
+		entry(10, 2_000_000, 60), entry(11, 2_000_000, 30),
+		entry(10, 3_000_000, 60), entry(11, 3_000_000, 30), entry(14, 3_000_000, 20),
+		entry(11, 4_000_000, 10), entry(11, 4_000_000, 30),
+		entry(14, 4_500_000, 40),
+		entry(13, 5_000_000, 99),
+	}
+	reversed := slices.Clone(byPeriod)
+	slices.Reverse(reversed)
+	orders := map[string][]nvml.ProcessUtilizationSample{
+		"by process": byProcess,
+		"by period":  byPeriod,
+		"reversed":   reversed,
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 20 {
+		shuffled := slices.Clone(byProcess)
+		rng.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
+		orders[fmt.Sprintf("shuffle %d", i)] = shuffled
+	}
+	for name, entries := range orders {
+		w := newWindow(periods, entries)
+		// As in TestWindowSplitByTime: PID 10 1.2/3.5, PID 11 0.9/3.5
+		// (mem 0.45/3.5), PIDs 12 and 13 outside the window. PID 14:
+		// 0.2·1 s + 0.4·0.5 s = 0.4 busy seconds of 3.5.
+		if len(w.procs) != 3 || !near(w.procs[10].sm, 1.2/3.5) || !near(w.procs[11].sm, 0.9/3.5) ||
+			!near(w.procs[11].mem, 0.45/3.5) || !near(w.procs[14].sm, 0.4/3.5) {
+			t.Errorf("%s: %+v", name, w.procs)
+		}
+	}
+}
+
 // A process busy 14 s of a 15 s scrape interval and idle at the scrape keeps
 // its 14 s: NVML's entries for its busy periods are still in the window.
 func TestWindowBusyEarlierIdleNow(t *testing.T) {
@@ -132,5 +184,28 @@ func TestWindowBusyEarlierIdleNow(t *testing.T) {
 	// device: (14 × 0.9 + 0.1) / 15 = 12.7/15
 	if !near(w.device, 12.7/15) {
 		t.Errorf("device %v, want 12.7/15", w.device)
+	}
+}
+
+// BenchmarkWindow places one busy H100's 15 s of entries: 125 processes,
+// one entry each per 1/6 s period (90 periods), as BenchmarkScrapeShared's
+// simulated NVML returns them, period by period.
+func BenchmarkWindow(b *testing.B) {
+	const procs, periods, step = 125, 90, 166_667
+	var ps []period
+	for k := range periods {
+		ps = append(ps, period{end: uint64(k+1) * step, length: step, percent: 90})
+	}
+	var entries []nvml.ProcessUtilizationSample
+	for k := range periods {
+		for p := range procs {
+			entries = append(entries, entry(uint32(10000+p), uint64(k+1)*step, 1))
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if w := newWindow(ps, entries); len(w.procs) != procs {
+			b.Fatalf("%d processes, want %d", len(w.procs), procs)
+		}
 	}
 }
