@@ -163,9 +163,10 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: err})
 	}
 
+	pods := podOwners{}
 	for _, d := range devices {
 		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || gres[d.GRESIndex] != nil {
-			r.attribute(res.Devices[d.UUID], d, procs, kube[d.UUID], kubeDown, jobs, gres)
+			r.attribute(res.Devices[d.UUID], d, procs, kube[d.UUID], kubeDown, jobs, gres, pods)
 		}
 	}
 	r.mu.Lock()
@@ -213,7 +214,7 @@ func (r *Resolver) logChanges(sources []Source) {
 // taken from the processes themselves. On Kubernetes only the kubelet makes
 // a pod an owner: while it is down (kubeDown), pod processes stay unresolved
 // rather than guessed at.
-func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo, kube []Claim, kubeDown bool, jobs map[string]slurm.Job, gres map[int][]string) {
+func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo, kube []Claim, kubeDown bool, jobs map[string]slurm.Job, gres map[int][]string, pods podOwners) {
 	switch {
 	case len(kube) > 0:
 		own.Claims = kube
@@ -233,7 +234,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		if !ok {
 			continue
 		}
-		owner, known := r.processOwner(p, jobs)
+		owner, known := r.processOwner(p, jobs, pods)
 		if !known || (kubeDown && owner.Kind == Kubernetes) {
 			continue
 		}
@@ -346,24 +347,15 @@ func (c *claims) of(proc Owner) (index int, ambiguous bool) {
 // its systemd unit (the stable one: process.Cgroup.OwnerUnit) and user. It
 // is unknown for a pod the metadata source does not know: a wrong guess
 // would be worse than none.
-func (r *Resolver) processOwner(p procInfo, jobs map[string]slurm.Job) (Owner, bool) {
+func (r *Resolver) processOwner(p procInfo, jobs map[string]slurm.Job, pods podOwners) (Owner, bool) {
 	if uid := p.info.Cgroup.PodUID; uid != "" {
-		if r.cfg.Metadata == nil {
-			return Owner{}, false
-		}
-		meta, ok := r.cfg.Metadata.PodByUID(uid)
+		key := podProcess{uid, p.info.Cgroup.ContainerID}
+		a, ok := pods[key]
 		if !ok {
-			return Owner{}, false
+			a.owner, a.known = r.podProcessOwner(key)
+			pods[key] = a
 		}
-		container := ""
-		if id := p.info.Cgroup.ContainerID; id != "" {
-			for _, c := range meta.Containers {
-				if c.ID == id {
-					container = c.Name
-				}
-			}
-		}
-		return r.podOwner(meta.Namespace, meta.Name, container), true
+		return a.owner, a.known
 	}
 	if p.job != "" {
 		return slurmOwner(p.job, jobs), true
@@ -371,6 +363,38 @@ func (r *Resolver) processOwner(p procInfo, jobs map[string]slurm.Job) (Owner, b
 	// Transient units (a container's scope, a login session) would make an
 	// owner per container or login: OwnerUnit names what is stable.
 	return Owner{Kind: Process, Unit: p.info.Cgroup.OwnerUnit(), User: p.info.User, Command: p.info.Comm}, true
+}
+
+// podOwners holds the owners of pod processes found in one Resolve: a pod's
+// processes, hundreds of them on a busy node, share a UID and mostly a
+// container, and would each repeat the same metadata lookups.
+type podOwners map[podProcess]podOwnerAnswer
+
+// podProcess is what a process's cgroup says of its pod.
+type podProcess struct{ podUID, containerID string }
+
+type podOwnerAnswer struct {
+	owner Owner
+	known bool
+}
+
+func (r *Resolver) podProcessOwner(p podProcess) (Owner, bool) {
+	if r.cfg.Metadata == nil {
+		return Owner{}, false
+	}
+	meta, ok := r.cfg.Metadata.PodByUID(p.podUID)
+	if !ok {
+		return Owner{}, false
+	}
+	container := ""
+	if p.containerID != "" {
+		for _, c := range meta.Containers {
+			if c.ID == p.containerID {
+				container = c.Name
+			}
+		}
+	}
+	return r.podOwner(meta.Namespace, meta.Name, container), true
 }
 
 func slurmOwner(id string, jobs map[string]slurm.Job) Owner {
