@@ -120,7 +120,10 @@ func (h *metricsHandler) body(r *http.Request) *sharedBody {
 	h.rendering = b
 	h.mu.Unlock()
 
-	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	// Bounded by the deadline only: were the body cut short when its own
+	// scraper leaves, the scrapes that joined it would be served devices
+	// reported down.
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
 	defer cancel()
 	// Like promhttp's ContinueOnError: what the registry could gather is
 	// served, and the error logged.
