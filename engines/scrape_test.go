@@ -137,6 +137,12 @@ h_bucket{le="1"} 1
 h_bucket{le="+Inf"} 1
 h_count 1
 `, "duplicate bucket le=1"},
+		// Found by fuzzing our own parser against expfmt's: expfmt writes
+		// to a nil map and panics, in a target's own goroutine.
+		{"summary named in braces first", textContentType, http.StatusOK, "# TYPE s summary\n# TYPE g gauge\n{s,a=\"b\"} 1\n", "the text parser failed"},
+		// 65 labels: more than maxLabels, whose cost grows with their
+		// square in the text parser.
+		{"too many labels", textContentType, http.StatusOK, "x{" + strings.Repeat("a=\"1\",", 64) + "b=\"2\"} 1\n", "too many labels in one series"},
 		{"HTML error page served as 200", "text/html", http.StatusOK, "<html><body>Bad gateway</body></html>\n", "parsing metrics"},
 		// Found by fuzzing the protobuf decoder: the varint length prefix
 		// 99 99 99 99 d9 3f (7-bit groups 19 19 19 19 59 3f, low first)
