@@ -206,11 +206,15 @@ func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
 			start := time.Now()
 			for range 2 {
 				out = scrapeText(t, e, tt.timeout)
-				// A killed run is reaped in the background: let it be, or
-				// the next run would be refused as busy.
-				time.Sleep(200 * time.Millisecond)
+				// A killed run is reaped in the background: wait for it,
+				// or the next run would be refused as busy (a fixed 200 ms
+				// was too short on a loaded machine).
+				runner := e.collectors["gaudi"].(*gaudiCollector).runner
+				for deadline := time.Now().Add(10 * time.Second); runner.Busy() && time.Now().Before(deadline); {
+					time.Sleep(10 * time.Millisecond)
+				}
 			}
-			if took := time.Since(start); took > 2*tt.timeout+2*time.Second {
+			if took := time.Since(start); took > 2*tt.timeout+10*time.Second {
 				t.Errorf("two scrapes took %v", took)
 			}
 			if got := seriesCount(out, "xpu_device_up"); got != 8 {

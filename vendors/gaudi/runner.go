@@ -69,6 +69,10 @@ var reasonIndex = func() map[Reason]int {
 	return m
 }()
 
+// Busy says whether a run has not exited yet: until it has, Query starts
+// none and fails as ReasonBusy.
+func (r *Runner) Busy() bool { return r.running.Load() }
+
 // Failures returns how many times each Reason occurred since the Runner
 // was created, every Reason included.
 func (r *Runner) Failures() map[Reason]uint64 {
