@@ -35,3 +35,13 @@ func Read(fd int, buf []byte) (int, error) {
 		}
 	}
 }
+
+// Pread reads once from fd at offset into buf, retrying on EINTR.
+func Pread(fd int, buf []byte, offset int64) (int, error) {
+	for {
+		n, err := syscall.Pread(fd, buf, offset)
+		if !errors.Is(err, syscall.EINTR) {
+			return n, err
+		}
+	}
+}

@@ -24,6 +24,11 @@ func TestOpenAndRead(t *testing.T) {
 	if n, err := Read(fd, buf); err != nil || string(buf[:n]) != "42\n" {
 		t.Errorf("read %q, %v", buf[:n], err)
 	}
+	// After the read the offset is at the end; a pread at 0 reads the
+	// whole file again, as a held sysfs attribute is re-read.
+	if n, err := Pread(fd, buf, 0); err != nil || string(buf[:n]) != "42\n" {
+		t.Errorf("pread at 0: %q, %v", buf[:n], err)
+	}
 	if _, err := Open(path, syscall.O_DIRECTORY); !errors.Is(err, syscall.ENOTDIR) {
 		t.Errorf("a file opened as a directory: %v", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
 )
 
 // Files keeps the sysfs attribute files of each card open from one
@@ -30,7 +32,6 @@ import (
 type Files struct {
 	mu    sync.Mutex
 	cards map[string]*cardFiles
-	open  int
 }
 
 // maxHeldFiles bounds the files held open across all cards. A GPU has
@@ -137,10 +138,9 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 	h.read = h.pread
 	b, err := readLimited(h.read, limit)
 	fs.mu.Lock()
-	keep := err == nil && fs.open < maxHeldFiles && cf.files[path] == nil && fs.cards != nil
+	keep := err == nil && fs.cards != nil && cf.files[path] == nil && fs.held() < maxHeldFiles
 	if keep {
 		cf.files[path] = h
-		fs.open++
 	}
 	fs.mu.Unlock()
 	if !keep {
@@ -179,7 +179,6 @@ func (cf *cardFiles) drop(path string, h *heldFile) {
 	fs.mu.Lock()
 	if cf.files[path] == h {
 		delete(cf.files, path)
-		fs.open--
 	}
 	fs.mu.Unlock()
 	h.f.Close()
@@ -191,7 +190,6 @@ func (cf *cardFiles) reset() {
 	fs.mu.Lock()
 	stale := cf.files
 	cf.files, cf.missing, cf.dirs = map[string]*heldFile{}, map[string]bool{}, map[string][]string{}
-	fs.open -= len(stale)
 	fs.mu.Unlock()
 	for _, h := range stale {
 		h.f.Close()
@@ -210,7 +208,6 @@ func (cf *cardFiles) done() {
 		if !cf.used[path] {
 			stale = append(stale, h)
 			delete(cf.files, path)
-			fs.open--
 		}
 	}
 	fs.mu.Unlock()
@@ -237,7 +234,6 @@ func (fs *Files) keep(cards []string) {
 		}
 		for _, h := range cf.files {
 			stale = append(stale, h)
-			fs.open--
 		}
 		delete(fs.cards, card)
 	}
@@ -256,7 +252,7 @@ func (fs *Files) Close() {
 	}
 	fs.mu.Lock()
 	cards := fs.cards
-	fs.cards, fs.open = nil, 0
+	fs.cards = nil
 	fs.mu.Unlock()
 	for _, cf := range cards {
 		for _, h := range cf.files {
@@ -269,18 +265,25 @@ func (fs *Files) Close() {
 func (fs *Files) Held() int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	return fs.open
+	return fs.held()
+}
+
+// held counts the held files; fs.mu must be held. Counted rather than kept
+// as a total that every open and close would have to update: it is asked
+// only when a file is opened, a few dozen cards at most.
+func (fs *Files) held() int {
+	n := 0
+	for _, cf := range fs.cards {
+		n += len(cf.files)
+	}
+	return n
 }
 
 // pread makes one pread(2) at offset 0 (see readFile for why one).
 func (h *heldFile) pread(buf []byte) (n int, err error) {
 	cerr := h.rc.Read(func(fd uintptr) bool {
-		for {
-			n, err = syscall.Pread(int(fd), buf, 0)
-			if !errors.Is(err, syscall.EINTR) {
-				return true
-			}
-		}
+		n, err = rawfile.Pread(int(fd), buf, 0)
+		return true
 	})
 	if cerr != nil {
 		return 0, cerr
