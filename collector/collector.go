@@ -254,7 +254,7 @@ func (e *Exporter) report(ch chan<- prometheus.Metric, name string, d time.Durat
 		// than the same failure at every scrape.
 		e.logger.Debug("collector failed", "collector", name, "duration_seconds", d.Seconds(), "err", err)
 	}
-	l := labels{names: []string{"collector"}, values: []string{name}}
+	l := labels{}.with("collector", name)
 	emitter{ch: ch}.emit(collectorDuration, l, d.Seconds())
 	emitter{ch: ch}.emit(collectorSuccess, l, success)
 }

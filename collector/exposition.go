@@ -53,12 +53,13 @@ func familyOf(m metric) *family {
 	f := &family{name: m.name, id: len(families), help: m.help, dtype: sampleType(m.typ, m.histogram)}
 	typ := strings.ToLower(f.dtype.String())
 	var h bytes.Buffer
+	legacy := model.LegacyValidation.IsValidMetricName(m.name)
 	h.WriteString("# HELP ")
-	writeName(&h, m.name)
+	writeName(&h, m.name, legacy)
 	h.WriteByte(' ')
 	helpEscaper.WriteString(&h, m.help)
 	h.WriteString("\n# TYPE ")
-	writeName(&h, m.name)
+	writeName(&h, m.name, legacy)
 	h.WriteString(" " + typ + "\n")
 	f.header = h.Bytes()
 	families[m.name] = f
@@ -71,9 +72,9 @@ var (
 )
 
 // writeName writes a metric or label name as the text format does: as it
-// is when it is a legacy name, quoted otherwise.
-func writeName(b *bytes.Buffer, name string) {
-	if model.LegacyValidation.IsValidMetricName(name) {
+// is when it is a legacy name (legacy), quoted otherwise.
+func writeName(b *bytes.Buffer, name string, legacy bool) {
+	if legacy {
 		b.WriteString(name)
 		return
 	}
@@ -100,17 +101,11 @@ func seriesText(name string, pairs []*dto.LabelPair) ([]byte, error) {
 		b.WriteByte('{')
 		sep = ','
 	}
-	writeName(&b, name)
+	writeName(&b, name, legacy)
 	for _, p := range pairs {
 		b.WriteByte(sep)
 		sep = ','
-		if model.LegacyValidation.IsValidLabelName(p.GetName()) {
-			b.WriteString(p.GetName())
-		} else {
-			b.WriteByte('"')
-			valueEscaper.WriteString(&b, p.GetName())
-			b.WriteByte('"')
-		}
+		writeName(&b, p.GetName(), model.LegacyValidation.IsValidLabelName(p.GetName()))
 		b.WriteString(`="`)
 		valueEscaper.WriteString(&b, p.GetValue())
 		b.WriteByte('"')
@@ -370,7 +365,7 @@ func (e *Exporter) countDrops(t *textScrape, id uint64) {
 		e.logger.Warn("samples left out of /metrics", "err", errors.Join(errs...))
 	}
 	for r := range dropReasons {
-		s := seriesOf(droppedSamples, labels{names: []string{"reason"}, values: []string{dropReasonNames[r]}})
+		s := seriesOf(droppedSamples, labels{}.with("reason", dropReasonNames[r]))
 		if fs := t.accept(s, id, false); fs != nil {
 			fs.samples = append(fs.samples, textSample{s, float64(e.dropped[r].Load())})
 		}
