@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/xpu-exporter/xpu_exporter/collector"
+	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 )
 
 type handlerOpts struct {
@@ -34,24 +35,24 @@ type metricsHandler struct {
 	base     prometheus.Gatherer
 	opts     handlerOpts
 	inflight chan struct{}
-
-	mu        sync.Mutex
-	rendering *sharedBody // the body being rendered now, if any
+	// bodies are the bodies being rendered. Concurrent scrapes (an HA pair
+	// of Prometheus servers, or ten scrapers in a load test) already share
+	// the node snapshot; without this each still paid for its own
+	// collector pass, text and gzip, which on two cores queued them behind
+	// one another. Their bodies would differ only in the exporter's own
+	// process figures and the engines' and self-metrics' values of a few
+	// milliseconds later.
+	rendering flight.Group[struct{}, *sharedBody]
 }
 
 // sharedBody is one scrape's response body, served as well to the scrapes
-// that arrive while it is being rendered and can wait for it. Concurrent
-// scrapes (an HA pair of Prometheus servers, or ten scrapers in a load test)
-// already share the node snapshot; without this each still paid for its own
-// collector pass, text and gzip, which on two cores queued them behind one
-// another. Their bodies would differ only in the exporter's own process
-// figures and the engines' and self-metrics' values of a few milliseconds
-// later.
+// that joined it while it was rendered.
 type sharedBody struct {
-	done     chan struct{}
-	deadline time.Time
-	text     *bytes.Buffer
-	users    int // guarded by metricsHandler.mu; the last one pools the buffers
+	text *bytes.Buffer
+	// users counts the scrapes serving the body; the last one pools the
+	// buffers. Joins add to it under the flight's lock, before the body's
+	// call is finished, so it cannot reach 0 while a scrape may yet join.
+	users atomic.Int32
 
 	zipOnce sync.Once
 	zipped  *bytes.Buffer
@@ -82,7 +83,7 @@ func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b == nil {
 		return // the scraper went away while waiting
 	}
-	defer h.release(b)
+	defer b.release()
 
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 	w.Header().Add("Vary", "Accept-Encoding")
@@ -96,29 +97,28 @@ func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // body renders this scrape's body, or joins the one being rendered when it
-// is due no later than this scrape's deadline: a body due later could
-// outlive this scrape, which then renders its own (and still shares the
-// snapshot being taken, see collector's snapshotter).
+// is due no later than this scrape's deadline (internal/flight); a scrape
+// due sooner renders its own, and still shares the snapshot being taken.
 func (h *metricsHandler) body(r *http.Request) *sharedBody {
 	deadline := time.Now().Add(h.deadline(r))
-	h.mu.Lock()
-	if b := h.rendering; b != nil && !b.deadline.After(deadline) {
-		b.users++
-		h.mu.Unlock()
+	start := new(sharedBody)
+	start.users.Store(1)
+	call, leader := h.rendering.Join(struct{}{}, deadline, start, func(b **sharedBody) bool {
+		(*b).users.Add(1)
+		return true
+	})
+	b := call.Val
+	if !leader {
 		h.exporter.CountCoalesced()
 		// The body's own scrape ends by its deadline, no later than ours:
 		// nothing but the scraper leaving ends the wait sooner.
-		select {
-		case <-b.done:
-			return b
-		case <-r.Context().Done():
-			h.release(b)
+		if !call.Wait(r.Context()) {
+			b.release()
 			return nil
 		}
+		return b
 	}
-	b := &sharedBody{done: make(chan struct{}), deadline: deadline, text: bodies.get(), users: 1}
-	h.rendering = b
-	h.mu.Unlock()
+	b.text = bodies.get()
 
 	// Bounded by the deadline only: were the body cut short when its own
 	// scraper leaves, the scrapes that joined it would be served devices
@@ -132,13 +132,7 @@ func (h *metricsHandler) body(r *http.Request) *sharedBody {
 		h.opts.logger.Error("error gathering the exporter's own metrics", "err", err)
 	}
 	h.exporter.WriteText(ctx, b.text, mfs)
-
-	h.mu.Lock()
-	if h.rendering == b {
-		h.rendering = nil
-	}
-	h.mu.Unlock()
-	close(b.done)
+	h.rendering.Finish(struct{}{}, call)
 	return b
 }
 
@@ -159,12 +153,8 @@ func (b *sharedBody) gzip() *bytes.Buffer {
 
 // release is a user's end of b; the last one keeps its buffers for the
 // next scrapes.
-func (h *metricsHandler) release(b *sharedBody) {
-	h.mu.Lock()
-	b.users--
-	last := b.users == 0
-	h.mu.Unlock()
-	if !last {
+func (b *sharedBody) release() {
+	if b.users.Add(-1) != 0 {
 		return
 	}
 	for _, buf := range []*bytes.Buffer{b.text, b.zipped} {

@@ -133,12 +133,9 @@ func TestConcurrentScrapesShareOneBody(t *testing.T) {
 	g := &heldGatherer{entered: make(chan struct{}), release: make(chan struct{})}
 	h := newTestHandler(t, g)
 	users := func() int {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.rendering == nil {
-			return 0
-		}
-		return h.rendering.users
+		n := 0
+		h.rendering.Peek(struct{}{}, func(b **sharedBody) { n = int((*b).users.Load()) })
+		return n
 	}
 	serve := func(r *http.Request) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()

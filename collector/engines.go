@@ -22,6 +22,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/engines"
+	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 )
 
 func init() {
@@ -103,20 +104,14 @@ type enginesCollector struct {
 	// detected remembers the engine found behind an "auto" target, so that
 	// its xpu_inference_up series keeps its engine label while it is down.
 	detected map[string]string
-	// inflight are the fetches under way, which concurrent scrapes (an HA
+	// fetches are the fetches under way, which concurrent scrapes (an HA
 	// pair of Prometheus servers) share as they share device reads: an
 	// engine's /metrics is fetched and parsed once, not once per scraper.
-	inflight map[engineTarget]*engineCall
-}
-
-type engineCall struct {
-	done     chan struct{}
-	deadline time.Time
-	res      engineResult
+	fetches flight.Group[engineTarget, engineResult]
 }
 
 func newEnginesCollector(cfg Config) (Collector, error) {
-	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, inflight: map[engineTarget]*engineCall{}}
+	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata
 	}
@@ -374,37 +369,20 @@ func (c *enginesCollector) engineLabel(target string, r engineResult) string {
 }
 
 // shared joins a fetch of t under way that ends by ctx's deadline, else
-// fetches t itself: a fetch that may outlive this scrape would leave it
-// nothing to serve (the rule the node snapshot follows too).
+// fetches t itself (internal/flight).
 func (c *enginesCollector) shared(ctx context.Context, t engineTarget) engineResult {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = noDeadline
+	call, leader := c.fetches.Join(t, flight.Deadline(ctx), engineResult{}, nil)
+	if leader {
+		call.Val = c.scrape(ctx, t)
+		c.fetches.Finish(t, call)
+		return call.Val
 	}
-	c.mu.Lock()
-	call := c.inflight[t]
-	if call == nil || call.deadline.After(deadline) {
-		call = &engineCall{done: make(chan struct{}), deadline: deadline}
-		c.inflight[t] = call
-		c.mu.Unlock()
-		call.res = c.scrape(ctx, t)
-		c.mu.Lock()
-		if c.inflight[t] == call {
-			delete(c.inflight, t)
-		}
-		c.mu.Unlock()
-		close(call.done)
-		return call.res
-	}
-	c.mu.Unlock()
 	start := time.Now()
-	select {
-	case <-call.done:
-		return call.res
-	case <-ctx.Done():
+	if !call.Wait(ctx) {
 		return engineResult{target: t, engine: t.Engine, duration: time.Since(start),
 			err: fmt.Errorf("waiting for a concurrent scrape's fetch of %s: %w", redact(t.URL), ctx.Err())}
 	}
+	return call.Val
 }
 
 func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineResult {

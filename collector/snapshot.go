@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 )
 
 // Device is one accelerator (or MIG instance) of the node as seen in one
@@ -117,64 +118,40 @@ type snapshotter struct {
 	resolver *attribution.Resolver // nil: no attribution
 	now      func() time.Time
 
-	mu       sync.Mutex
-	inflight *build
-	stuck    map[string]*read // sources whose read outlived its build
+	mu     sync.Mutex
+	builds flight.Group[struct{}, build]
+	stuck  map[string]*read // sources whose read outlived its build
 	// coalesced counts scrapes served from another scrape's snapshot.
 	coalesced atomic.Uint64
 }
 
+// build is a snapshot being built, for a scrape (advance) or not.
 type build struct {
-	done     chan struct{}
-	snap     *Snapshot
-	deadline time.Time
-	advance  bool
+	snap    *Snapshot
+	advance bool
 }
-
-// noDeadline stands for the deadline of a context that has none.
-var noDeadline = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // get returns a snapshot: the one being built right now if it will be done
 // by ctx's deadline, else a new one built under ctx. A caller whose ctx ends
 // first gets nil. A scrape (advance) shares only a scrape's build.
+//
+// A build due later than this caller (the warm-up at start, a scrape with a
+// longer timeout) is not joined but built anew; the two builds share each
+// device's read in flight (nvidia.Client), so no device is read twice at
+// once, nor reported down for the other build's read.
 func (s *snapshotter) get(ctx context.Context, advance bool) *Snapshot {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		// One far deadline for every caller without one, so that such
-		// callers share a build whichever of them takes the lock first.
-		deadline = noDeadline
-	}
-	s.mu.Lock()
-	b := s.inflight
-	// A build with a later deadline than ours may outlive our scrape (the
-	// warm-up at start, a scrape with a longer timeout): build our own
-	// then, rather than wait and serve nothing. The two builds share each
-	// device's read in flight (nvidia.Client), so no device is read twice
-	// at once, nor reported down for the other build's read.
-	leader := b == nil || b.deadline.After(deadline) || (advance && !b.advance)
+	b, leader := s.builds.Join(struct{}{}, flight.Deadline(ctx), build{advance: advance},
+		func(b *build) bool { return b.advance || !advance })
 	if leader {
-		b = &build{done: make(chan struct{}), deadline: deadline, advance: advance}
-		s.inflight = b
-	}
-	s.mu.Unlock()
-
-	if leader {
-		b.snap = s.build(ctx, advance)
-		s.mu.Lock()
-		if s.inflight == b {
-			s.inflight = nil
-		}
-		s.mu.Unlock()
-		close(b.done)
-		return b.snap
+		b.Val.snap = s.build(ctx, advance)
+		s.builds.Finish(struct{}{}, b)
+		return b.Val.snap
 	}
 	s.coalesced.Add(1)
-	select {
-	case <-b.done:
-		return b.snap
-	case <-ctx.Done():
+	if !b.Wait(ctx) {
 		return nil
 	}
+	return b.Val.snap
 }
 
 // build reads every source in parallel. A source that has not answered when
