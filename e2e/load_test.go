@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -32,9 +34,19 @@ func (r *loadResult) quantile(q float64) time.Duration {
 	if len(r.latencies) == 0 {
 		return 0
 	}
-	s := slices.Clone(r.latencies)
+	return quantile(r.latencies, q)
+}
+
+// quantile is the q-quantile of vs by nearest rank: the smallest value with
+// at least q of all values at or below it (1 is the largest). vs is not
+// modified and must not be empty.
+func quantile[T cmp.Ordered](vs []T, q float64) T {
+	s := slices.Clone(vs)
 	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
+	// The tolerance keeps a rank such as 0.99 × 100 from rounding up to
+	// 100 in floating point.
+	rank := int(math.Ceil(q*float64(len(s)) - 1e-9))
+	return s[min(max(rank, 1), len(s))-1]
 }
 
 func (r *loadResult) String() string {
@@ -157,6 +169,55 @@ func TestLoad(t *testing.T) {
 	// scraper's rate is the margin for a noisy machine.
 	if perSec(ten) > 2*perSec(one) {
 		t.Errorf("device reads grew with the scrapers: %.1f/s with one, %.1f/s with ten", perSec(one), perSec(ten))
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	var ms []time.Duration
+	for i := 100; i >= 1; i-- { // 100 ms … 1 ms, unsorted
+		ms = append(ms, time.Duration(i)*time.Millisecond)
+	}
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{
+		// Nearest rank: ⌈q·100⌉-th smallest of 1 … 100 ms.
+		{0.5, 50 * time.Millisecond},  // ⌈50⌉ = 50th
+		{0.99, 99 * time.Millisecond}, // ⌈99⌉ = 99th, not the maximum
+		{1, 100 * time.Millisecond},
+		{0.001, time.Millisecond}, // ⌈0.1⌉ = 1st
+		{0, time.Millisecond},
+	} {
+		if got := quantile(ms, c.q); got != c.want {
+			t.Errorf("quantile(%v) = %v, want %v", c.q, got, c.want)
+		}
+	}
+	// Four values: the median is the 2nd (⌈0.5·4⌉), the maximum the 4th.
+	if got := quantile([]float64{4, 1, 3, 2}, 0.5); got != 2 {
+		t.Errorf("median of 1…4 = %v, want 2", got)
+	}
+	if got := quantile([]float64{4, 1, 3, 2}, 1); got != 4 {
+		t.Errorf("max of 1…4 = %v, want 4", got)
+	}
+	if ms[0] != 100*time.Millisecond {
+		t.Error("quantile sorted its argument")
+	}
+}
+
+func TestParseSmapsRollup(t *testing.T) {
+	// A smaps_rollup as Linux 6.1 prints it (abridged).
+	in := "55d0c0000000-7ffc5e3fe000 ---p 00000000 00:00 0                          [rollup]\n" +
+		"Rss:               44876 kB\nPss:               44012 kB\nAnonymous:         13412 kB\nFilePmdMapped:         0 kB\n"
+	m, err := parseSmapsRollup([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 44876 kB × 1024 = 45,953,024 B; 13412 kB × 1024 = 13,733,888 B.
+	if m["Rss"] != 45953024 || m["Anonymous"] != 13733888 || m["FilePmdMapped"] != 0 || len(m) != 4 {
+		t.Errorf("parsed %v", m)
+	}
+	if _, err := parseSmapsRollup([]byte("Rss: x kB\n")); err == nil {
+		t.Error("a bad value was accepted")
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,6 +32,16 @@ func smapsRollup(t *testing.T, pid int) map[string]float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m, err := parseSmapsRollup(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// parseSmapsRollup reads the "Name: value kB" lines of smaps_rollup into
+// bytes by name; the first line, the address range, is not one.
+func parseSmapsRollup(b []byte) (map[string]float64, error) {
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -41,11 +50,11 @@ func smapsRollup(t *testing.T, pid int) map[string]float64 {
 		}
 		kb, err := strconv.ParseFloat(f[1], 64)
 		if err != nil {
-			t.Fatalf("bad smaps_rollup line %q", line)
+			return nil, fmt.Errorf("bad smaps_rollup line %q", line)
 		}
 		out[strings.TrimSuffix(f[0], ":")] = kb * 1024
 	}
-	return out
+	return out, nil
 }
 
 // rssPoint is one reading: smaps_rollup taken just before a scrape, Go's
@@ -198,8 +207,7 @@ func summarise(what string, ps []rssPoint, q float64) rssPoint {
 		for i, p := range ps {
 			vs[i] = f(p)
 		}
-		slices.Sort(vs)
-		return vs[int(q*float64(len(vs)-1))]
+		return quantile(vs, q)
 	}
 	return rssPoint{
 		what: what, scrapes: ps[len(ps)-1].scrapes,
