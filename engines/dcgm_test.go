@@ -10,12 +10,11 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 )
 
 func parseText(t testing.TB, text string) map[string]*dto.MetricFamily {
 	t.Helper()
-	mfs, err := parse(strings.NewReader(text), expfmt.NewFormat(expfmt.TypeTextPlain))
+	mfs, err := parse(strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +73,7 @@ func FuzzDCGMProfiling(f *testing.F) {
 	f.Add("DCGM_FI_PROF_SM_ACTIVE{UUID=\"GPU-1\",GPU_I_ID=\"1\"} 0.5\n")
 	f.Add("# TYPE DCGM_FI_PROF_DRAM_ACTIVE counter\nDCGM_FI_PROF_DRAM_ACTIVE{UUID=\"\"} 1\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		mfs, err := parse(strings.NewReader(text), expfmt.NewFormat(expfmt.TypeTextPlain))
+		mfs, err := parse(strings.NewReader(text))
 		if err != nil {
 			return
 		}

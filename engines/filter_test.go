@@ -4,13 +4,36 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	dto "github.com/prometheus/client_model/go"
 	"io"
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/common/expfmt"
 )
+
+// filterLines gives the lines the filter keeps, as one string.
+func filterLines(r io.Reader, lim Limits) (string, error) {
+	f := newLineFilter(r, lim)
+	defer f.release()
+	var out strings.Builder
+	for {
+		line, _, err := f.next()
+		out.Write(line)
+		if errors.Is(err, errEOF) {
+			return out.String(), nil
+		}
+		if err != nil {
+			return out.String(), err
+		}
+	}
+}
+
+// parseFiltered parses what the filter keeps, as Scrape does.
+func parseFiltered(r io.Reader, lim Limits) (map[string]*dto.MetricFamily, error) {
+	f := newLineFilter(r, lim)
+	defer f.release()
+	return parseLines(f.next)
+}
 
 // Filtering lines before parsing drops nothing Normalize reads: on every real
 // sample, normalizing the filtered parse gives what the whole parse gives.
@@ -18,7 +41,7 @@ func TestFilterKeepsWhatNormalizeReads(t *testing.T) {
 	for _, f := range fixtures {
 		t.Run(f.file, func(t *testing.T) {
 			whole := parseFixture(t, f.file)
-			filtered, err := parse(newLineFilter(bytes.NewReader(readFixture(t, f.file)), Limits{Keep: Wanted}), expfmt.FmtText)
+			filtered, err := parseFiltered(bytes.NewReader(readFixture(t, f.file)), Limits{Keep: Wanted})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,7 +78,7 @@ func TestLineFilter(t *testing.T) {
 		"",
 	}, "\n")
 	keep := func(name string) bool { return strings.HasPrefix(name, "vllm:") }
-	out, err := io.ReadAll(newLineFilter(strings.NewReader(body), Limits{Keep: keep}))
+	out, err := filterLines(strings.NewReader(body), Limits{Keep: keep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,20 +90,20 @@ func TestLineFilter(t *testing.T) {
 		t.Errorf("%d vllm lines kept (3 of the gauge, 4 samples and a TYPE of the histogram), want 8:\n%s", n, out)
 	}
 	// Five sample lines are kept: a limit of 4 fails, 5 passes.
-	if _, err := io.ReadAll(newLineFilter(strings.NewReader(body), Limits{Keep: keep, MaxSeries: 4})); !errors.Is(err, ErrTooManySeries) {
+	if _, err := filterLines(strings.NewReader(body), Limits{Keep: keep, MaxSeries: 4}); !errors.Is(err, ErrTooManySeries) {
 		t.Errorf("limit 4: %v, want ErrTooManySeries", err)
 	}
-	if _, err := io.ReadAll(newLineFilter(strings.NewReader(body), Limits{Keep: keep, MaxSeries: 5})); err != nil {
+	if _, err := filterLines(strings.NewReader(body), Limits{Keep: keep, MaxSeries: 5}); err != nil {
 		t.Errorf("limit 5: %v", err)
 	}
 	// The parser needs no blank after '#': "#TYPE x" types x as "# TYPE x"
 	// does, so it is kept (found by fuzzing); other comments still go.
 	comments := "#TYPE vllm:x histogram\n#\tHELP vllm:x Help.\n#EOF\n#TYPE python_gc_x counter\n#a comment\n"
-	if out, err := io.ReadAll(newLineFilter(strings.NewReader(comments), Limits{Keep: keep})); err != nil || string(out) != "#TYPE vllm:x histogram\n#\tHELP vllm:x Help.\n#EOF\n" {
+	if out, err := filterLines(strings.NewReader(comments), Limits{Keep: keep}); err != nil || out != "#TYPE vllm:x histogram\n#\tHELP vllm:x Help.\n#EOF\n" {
 		t.Errorf("comments kept: %q, %v", out, err)
 	}
 	// A line longer than the bound is an error, not a buffer that grows.
-	if _, err := io.ReadAll(newLineFilter(strings.NewReader(strings.Repeat("x", maxLine+10)), Limits{})); err == nil {
+	if _, err := filterLines(strings.NewReader(strings.Repeat("x", maxLine+10)), Limits{}); err == nil {
 		t.Error("a 1 MiB line without newline was accepted")
 	}
 }
@@ -97,7 +120,7 @@ func BenchmarkHugeUnrelatedResponse(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		fams, err := parse(newLineFilter(bytes.NewReader(body), Limits{Keep: Wanted, MaxSeries: 20000}), expfmt.FmtText)
+		fams, err := parseFiltered(bytes.NewReader(body), Limits{Keep: Wanted, MaxSeries: 20000})
 		if err != nil || len(fams) != 1 {
 			b.Fatalf("%d families, %v", len(fams), err)
 		}

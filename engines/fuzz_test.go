@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"math"
 	"testing"
-
-	"github.com/prometheus/common/expfmt"
 )
 
 // FuzzNormalize feeds arbitrary expositions through the parser and every
@@ -28,7 +26,7 @@ func FuzzNormalize(f *testing.F) {
 	f.Add([]byte("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"\\\"\\n\"} NaN\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		families, err := parse(bytes.NewReader(data), expfmt.FmtText)
+		families, err := parse(bytes.NewReader(data))
 		if err != nil {
 			return
 		}

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in fixtures/engines/golden")
@@ -52,7 +51,7 @@ func readFixture(t testing.TB, file string) []byte {
 
 func parseFixture(t *testing.T, file string) map[string]*dto.MetricFamily {
 	t.Helper()
-	families, err := parse(bytes.NewReader(readFixture(t, file)), expfmt.FmtText)
+	families, err := parse(bytes.NewReader(readFixture(t, file)))
 	if err != nil {
 		t.Fatalf("parsing %s: %v", file, err)
 	}
@@ -93,7 +92,7 @@ func TestFixtureWithoutFinalNewlineIsRejected(t *testing.T) {
 	if bytes.HasSuffix(data, []byte("\n")) {
 		t.Fatal("fixture gained a final newline; it is kept verbatim from its source")
 	}
-	if _, err := parse(bytes.NewReader(data), expfmt.FmtText); err == nil {
+	if _, err := parse(bytes.NewReader(data)); err == nil {
 		t.Error("parse accepted an exposition cut short of its final newline")
 	}
 }

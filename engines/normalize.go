@@ -132,10 +132,23 @@ func Normalize(engine Engine, families map[string]*dto.MetricFamily, defaultMode
 			out = append(out, sample)
 		}
 	}
-	slices.SortFunc(out, func(a, b Sample) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(labelKey(a.Labels), labelKey(b.Labels)))
+	// Each sample's label key is made once, not at every comparison.
+	keyed := make([]keyedSample, len(out))
+	for i, s := range out {
+		keyed[i] = keyedSample{labelKey(s.Labels), s}
+	}
+	slices.SortFunc(keyed, func(a, b keyedSample) int {
+		return cmp.Or(cmp.Compare(a.s.Name, b.s.Name), cmp.Compare(a.key, b.key))
 	})
+	for i := range keyed {
+		out[i] = keyed[i].s
+	}
 	return out, errors.Join(errs...)
+}
+
+type keyedSample struct {
+	key string
+	s   Sample
 }
 
 // spec is how one engine's metrics map onto the canonical families.

@@ -3,8 +3,6 @@ package engines
 import (
 	"strings"
 	"testing"
-
-	"github.com/prometheus/common/expfmt"
 )
 
 func TestNormalize(t *testing.T) {
@@ -292,7 +290,7 @@ xpu_inference_requests_waiting{model="trt",model_version="1"} 5
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			families, err := parse(strings.NewReader(tt.input), expfmt.FmtText)
+			families, err := parse(strings.NewReader(tt.input))
 			if err != nil {
 				t.Fatalf("parse: %v", err)
 			}
@@ -314,7 +312,7 @@ func TestNormalizeKeepsLabelValuesVerbatim(t *testing.T) {
 	const model = "a \"quoted\" \\ model\nwith ünïcode ✓"
 	families, err := parse(strings.NewReader(`# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{model_name="a \"quoted\" \\ model\nwith ünïcode ✓"} 1
-`), expfmt.FmtText)
+`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +400,7 @@ func TestHistogramRejectsCollapsingBounds(t *testing.T) {
 nv_inference_first_response_histogram_ms_bucket{le="5e-324",model="m"} 1
 nv_inference_first_response_histogram_ms_bucket{le="1e-323",model="m"} 1
 nv_inference_first_response_histogram_ms_bucket{le="+Inf",model="m"} 1
-`), expfmt.FmtText)
+`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 		return nil, fmt.Errorf("GET %s: waiting to parse: %w", req.URL.Redacted(), ctx.Err())
 	}
 	body := newLineFilter(&cappedReader{r: resp.Body, left: lim.MaxBytes}, lim)
-	families, err := parse(body, format)
+	families, err := parseLines(body.next)
 	body.release()
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
@@ -107,8 +107,9 @@ type lineFilter struct {
 	in      *bufio.Reader
 	lim     Limits
 	samples int
-	buf     []byte
-	err     error
+	// no is the number of the line last read, counting dropped lines.
+	no  int
+	err error
 }
 
 // maxLine bounds one line, so that a body without newlines cannot make the
@@ -131,28 +132,35 @@ func newLineFilter(r io.Reader, lim Limits) *lineFilter {
 func (f *lineFilter) release() {
 	f.in.Reset(nil)
 	lineReaders.Put(f.in)
-	f.in, f.buf = nil, nil
+	f.in = nil
 }
 
-func (f *lineFilter) Read(p []byte) (int, error) {
-	for len(f.buf) == 0 {
-		if f.err != nil {
-			return 0, f.err
-		}
+// next returns the next kept line, valid until the following call, and its
+// number in the body. After the last line it returns errEOF, or the error
+// that ended the body.
+func (f *lineFilter) next() ([]byte, int, error) {
+	for f.err == nil {
 		line, err := f.readLine()
+		f.no++
 		if err != nil {
 			f.err = err
+			if errors.Is(err, io.EOF) {
+				f.err = errEOF
+			}
 		}
-		if len(line) > 0 && f.keep(line) {
-			f.buf = line
-		}
+		// A body that ends without a newline is refused whatever its
+		// last line holds, so that line goes to the parser even if unwanted.
+		kept := len(line) > 0 && (f.keep(line) || f.err == errEOF && len(trimBlanks(line)) > 0)
 		if f.lim.MaxSeries > 0 && f.samples > f.lim.MaxSeries {
-			f.err, f.buf = fmt.Errorf("%w (%d)", ErrTooManySeries, f.lim.MaxSeries), nil
+			f.err = fmt.Errorf("%w (%d)", ErrTooManySeries, f.lim.MaxSeries)
+			return nil, f.no, f.err
+		}
+		if kept {
+			// A kept line that ended the body comes with the error.
+			return line, f.no, f.err
 		}
 	}
-	n := copy(p, f.buf)
-	f.buf = f.buf[n:]
-	return n, nil
+	return nil, f.no, f.err
 }
 
 // readLine returns the next line; a line that fits the reader's buffer is
@@ -202,19 +210,11 @@ func (f *lineFilter) keep(line []byte) bool {
 		return false
 	}
 	f.samples++
-	if n := bytes.Count(b, []byte("=")); n > maxLabels {
-		f.err = fmt.Errorf("%w: a series with %d '=' signs, more than %d labels", ErrTooManyLabels, n, maxLabels)
-		return false
-	}
 	return true
 }
 
-// maxLabels bounds the labels of one series, counted by its '=' signs (a
-// label value's own '=' counts too). expfmt's text parser checks each label
-// of a line against all the others: a 1 MiB line of 100,000 labels costs
-// minutes of CPU, 100 lines of 1,000 labels took 11.5 s here. At 64 the
-// worst, a body of series limit lines of 64 labels, costs ~0.5 ms a line;
-// engines and dcgm-exporter send fewer than 20, pod labels included.
+// maxLabels bounds the labels of one series: engines and dcgm-exporter send
+// fewer than 20, pod labels included.
 const maxLabels = 64
 
 // wanted asks Keep about a family, or the family a sample line's name
@@ -231,68 +231,11 @@ func (f *lineFilter) wanted(name string) bool {
 	return false
 }
 
-// parse decodes an exposition in the given format, sniffed from the response
-// headers. OpenMetrics and unknown content types go to the text parser,
-// which reads OpenMetrics 1.0 as produced by the engines.
-func parse(r io.Reader, format expfmt.Format) (_ map[string]*dto.MetricFamily, err error) {
-	// expfmt's text parser panics on some malformed input: a summary or
-	// histogram named inside the braces (`{s,a="b"} 1`) before any line of
-	// it writes to a nil map. Targets are read in goroutines of their own,
-	// where a panic would end the process: one broken endpoint must cost
-	// its own target only.
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("parsing metrics: the text parser failed: %v", v)
-		}
-	}()
-	dec := expfmt.NewDecoder(r, format)
-	var decoded []*dto.MetricFamily
-	for {
-		mf := &dto.MetricFamily{}
-		err := dec.Decode(mf)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			// The text decoder hands out what it parsed before it
-			// reports the error that stopped it: all of it goes.
-			return nil, fmt.Errorf("parsing metrics: %w", err)
-		}
-		decoded = append(decoded, mf)
-	}
-	families := make(map[string]*dto.MetricFamily, len(decoded))
-	for _, mf := range decoded {
-		if _, dup := families[mf.GetName()]; dup {
-			return nil, fmt.Errorf("parsing metrics: family %q appears twice", mf.GetName())
-		}
-		if err := checkDuplicates(mf); err != nil {
-			return nil, fmt.Errorf("parsing metrics: %w", err)
-		}
-		families[mf.GetName()] = mf
-	}
-	return families, nil
-}
-
-// checkDuplicates rejects a family holding the same series twice, which the
-// text parser lets through: repeated histogram lines with the same labels are
-// folded into one histogram with repeated buckets.
-func checkDuplicates(mf *dto.MetricFamily) error {
-	seen := make(map[string]bool, len(mf.GetMetric()))
-	for _, m := range mf.GetMetric() {
-		key := seriesName(mf.GetName(), m)
-		if seen[key] {
-			return fmt.Errorf("duplicate series %s", key)
-		}
-		seen[key] = true
-		bounds := map[float64]bool{}
-		for _, b := range m.GetHistogram().GetBucket() {
-			if bounds[b.GetUpperBound()] {
-				return fmt.Errorf("duplicate bucket le=%g in %s", b.GetUpperBound(), key)
-			}
-			bounds[b.GetUpperBound()] = true
-		}
-	}
-	return nil
+// parse reads a whole exposition (tests; Scrape filters it first).
+func parse(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	f := newLineFilter(r, Limits{})
+	defer f.release()
+	return parseLines(f.next)
 }
 
 // cappedReader fails once more than left bytes are read, so that the parser

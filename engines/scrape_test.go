@@ -1,7 +1,6 @@
 package engines
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -126,9 +125,9 @@ func TestScrapeErrors(t *testing.T) {
 		{"not found", textContentType, http.StatusNotFound, "no metrics here\n", "unexpected status 404 Not Found"},
 		{"server error", textContentType, http.StatusServiceUnavailable, "", "unexpected status 503 Service Unavailable"},
 		{"invalid exposition", textContentType, http.StatusOK, "vllm:num_requests_running{model_name=\"m\" 1\n", "parsing metrics"},
-		{"unknown type", textContentType, http.StatusOK, "# TYPE x bogus\nx 1\n", "unknown metric type"},
-		{"no final newline", textContentType, http.StatusOK, "x 1", "unexpected end of input stream"},
-		{"duplicate series", textContentType, http.StatusOK, "# TYPE x gauge\nx{a=\"1\"} 1\nx{a=\"1\"} 2\n", "duplicate series x{a=\"1\"}"},
+		{"unknown type", textContentType, http.StatusOK, "# TYPE x bogus\nx 1\n", `line 1: unsupported metric type "bogus" for x`},
+		{"no final newline", textContentType, http.StatusOK, "x 1", "line 1: the body ends without a newline"},
+		{"duplicate series", textContentType, http.StatusOK, "# TYPE x gauge\nx{a=\"1\"} 1\nx{a=\"1\"} 2\n", `line 3: x{a="1"} given twice`},
 		{"duplicate histogram", textContentType, http.StatusOK, `# TYPE h histogram
 h_bucket{le="1"} 1
 h_bucket{le="+Inf"} 1
@@ -136,12 +135,16 @@ h_count 1
 h_bucket{le="1"} 1
 h_bucket{le="+Inf"} 1
 h_count 1
-`, "duplicate bucket le=1"},
-		// Found by fuzzing our own parser against expfmt's: expfmt writes
-		// to a nil map and panics, in a target's own goroutine.
-		{"summary named in braces first", textContentType, http.StatusOK, "# TYPE s summary\n# TYPE g gauge\n{s,a=\"b\"} 1\n", "the text parser failed"},
-		// 65 labels: more than maxLabels, whose cost grows with their
-		// square in the text parser.
+`, "line 7: h_count{} given twice"},
+		{"duplicate bucket", textContentType, http.StatusOK, `# TYPE h histogram
+h_bucket{le="1"} 1
+h_bucket{le="+Inf"} 1
+h_bucket{le="1.0"} 1
+`, "h{}: duplicate bucket le=1"},
+		// expfmt's parser wrote to a nil map and panicked on this, in a
+		// target's own goroutine (found by fuzzing).
+		{"summary named in braces", textContentType, http.StatusOK, "# TYPE s summary\n# TYPE g gauge\n{s,a=\"b\"} 1\n", "line 3: a metric name inside the braces is not supported"},
+		// 65 labels: more than maxLabels.
 		{"too many labels", textContentType, http.StatusOK, "x{" + strings.Repeat("a=\"1\",", 64) + "b=\"2\"} 1\n", "too many labels in one series"},
 		{"HTML error page served as 200", "text/html", http.StatusOK, "<html><body>Bad gateway</body></html>\n", "parsing metrics"},
 		// Found by fuzzing the protobuf decoder: the varint length prefix
@@ -236,12 +239,17 @@ func TestScrapeRefusesNonPositiveLimit(t *testing.T) {
 // up at the 1 MiB limit instead of reading, or holding, the rest.
 func TestScrapeHugeBodyStopsAtLimit(t *testing.T) {
 	const bodySize = 50 << 20
-	chunk := bytes.Repeat([]byte("vllm:num_requests_running{model_name=\"m\"} 1\n"), 1500)
 	written := make(chan int, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", textContentType)
 		n := 0
-		for n < bodySize {
+		var chunk []byte
+		for i := 0; n < bodySize; i++ {
+			// Series all different: a repeated one fails the parse at once.
+			chunk = chunk[:0]
+			for j := range 1500 {
+				chunk = fmt.Appendf(chunk, "vllm:num_requests_running{model_name=\"m%d\"} 1\n", i*1500+j)
+			}
 			m, err := w.Write(chunk)
 			n += m
 			if err != nil {
