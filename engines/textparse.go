@@ -451,7 +451,7 @@ func (p *textParser) histogramLine(name []byte, s *parsedSeries, kind lineKind, 
 		h.SampleSum, s.sum = v, true
 		return nil
 	}
-	n, err := wholeCount(value)
+	n, err := p.wholeCount(value)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -493,7 +493,7 @@ func (p *textParser) summaryLine(name []byte, s *parsedSeries, kind lineKind, ha
 		if s.count {
 			return dup()
 		}
-		n, err := wholeCount(value)
+		n, err := p.wholeCount(value)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -514,12 +514,13 @@ func (p *textParser) summaryLine(name []byte, s *parsedSeries, kind lineKind, ha
 }
 
 // wholeCount reads a count of observations.
-func wholeCount(v float64) (*uint64, error) {
+func (p *textParser) wholeCount(v float64) (*uint64, error) {
 	if !(v >= 0 && v < math.Exp2(64)) || v != math.Trunc(v) {
 		return nil, fmt.Errorf("%g is not a count of observations", v)
 	}
-	n := uint64(v)
-	return &n, nil
+	n := p.counts.new()
+	*n = uint64(v)
+	return n, nil
 }
 
 // readLabels reads `name="value", ...}` after the '{' into p.labels and
