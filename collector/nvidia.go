@@ -379,7 +379,6 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 var nvlinkPerLink = kingpin.Flag("nvidia.nvlink-per-link",
 	"NVLink state, error and data counters per link (18 links on an H100: 7 series each) instead of counted and summed per GPU.").Bool()
 
-var nvlinkErrorTypes = [...]string{"replay", "recovery", "crc_flit", "crc_data"}
 
 // emitNVLinks emits the links' states and counters, per link or counted and
 // summed per GPU: per-link series multiply a node's series several times
@@ -392,9 +391,9 @@ func emitNVLinks(e emitter, l labels, links []nvidia.NVLink) {
 		for _, link := range links {
 			ll := l.with("link", strconv.Itoa(link.Link))
 			optional(e, nvlinkUp, ll, nvidia.Opt[float64]{Value: boolValue(link.Up.Value), OK: link.Up.OK})
-			for _, t := range nvlinkErrorTypes {
-				if v, ok := link.Errors[t]; ok {
-					e.emit(nvlinkErrors, ll.with("type", t), float64(v))
+			for i, t := range nvidia.NVLinkErrorTypes {
+				if v := link.Errors[i]; v.OK {
+					e.emit(nvlinkErrors, ll.with("type", t), float64(v.Value))
 				}
 			}
 			optional(e, nvlinkData, ll.with("direction", "tx"), link.TXBytes)
@@ -406,7 +405,7 @@ func emitNVLinks(e emitter, l labels, links []nvidia.NVLink) {
 		v       float64
 		missing bool
 	}
-	var errs [len(nvlinkErrorTypes)]sum
+	var errs [len(nvidia.NVLinkErrorTypes)]sum
 	var tx, rx sum
 	add := func(s *sum, v float64, ok bool) {
 		s.v += v
@@ -421,9 +420,8 @@ func emitNVLinks(e emitter, l labels, links []nvidia.NVLink) {
 		default:
 			down++
 		}
-		for i, t := range nvlinkErrorTypes {
-			v, ok := link.Errors[t]
-			add(&errs[i], float64(v), ok)
+		for i, v := range link.Errors {
+			add(&errs[i], float64(v.Value), v.OK)
 		}
 		add(&tx, link.TXBytes.Value, link.TXBytes.OK)
 		add(&rx, link.RXBytes.Value, link.RXBytes.OK)
@@ -435,7 +433,7 @@ func emitNVLinks(e emitter, l labels, links []nvidia.NVLink) {
 	if len(links) == 0 {
 		return
 	}
-	for i, t := range nvlinkErrorTypes {
+	for i, t := range nvidia.NVLinkErrorTypes {
 		if !errs[i].missing {
 			e.emit(nvlinkErrors, l.with("type", t), errs[i].v)
 		}

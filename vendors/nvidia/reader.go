@@ -490,14 +490,9 @@ func (r *reader) profiling(d *Device, h nvml.Device) {
 	}
 }
 
-var nvlinkCounters = []struct {
-	counter nvml.NvLinkErrorCounter
-	name    string
-}{
-	{nvml.NVLINK_ERROR_DL_REPLAY, "replay"},
-	{nvml.NVLINK_ERROR_DL_RECOVERY, "recovery"},
-	{nvml.NVLINK_ERROR_DL_CRC_FLIT, "crc_flit"},
-	{nvml.NVLINK_ERROR_DL_CRC_DATA, "crc_data"},
+// nvlinkCounters are the counters of NVLinkErrorTypes, in their order.
+var nvlinkCounters = [len(NVLinkErrorTypes)]nvml.NvLinkErrorCounter{
+	nvml.NVLINK_ERROR_DL_REPLAY, nvml.NVLINK_ERROR_DL_RECOVERY, nvml.NVLINK_ERROR_DL_CRC_FLIT, nvml.NVLINK_ERROR_DL_CRC_DATA,
 }
 
 // nvlink reads the state and error counters of every NVLink of the GPU. A
@@ -514,12 +509,9 @@ func (r *reader) nvlink(d *Device, h nvml.Device) {
 			continue
 		}
 		l := NVLink{Link: link, Up: reading.Some(state == nvml.FEATURE_ENABLED)}
-		for _, c := range nvlinkCounters {
-			if v, ret := h.GetNvLinkErrorCounter(link, c.counter); r.ok("GetNvLinkErrorCounter", ret) {
-				if l.Errors == nil {
-					l.Errors = map[string]uint64{}
-				}
-				l.Errors[c.name] = v
+		for i, c := range nvlinkCounters {
+			if v, ret := h.GetNvLinkErrorCounter(link, c); r.ok("GetNvLinkErrorCounter", ret) {
+				l.Errors[i] = reading.Some(v)
 			}
 		}
 		d.NVLinks = append(d.NVLinks, l)
