@@ -379,7 +379,6 @@ func emitNvidiaReadings(e emitter, l labels, d *nvidia.Device, withPCIe bool) {
 var nvlinkPerLink = kingpin.Flag("nvidia.nvlink-per-link",
 	"NVLink state, error and data counters per link (18 links on an H100: 7 series each) instead of counted and summed per GPU.").Bool()
 
-
 // emitNVLinks emits the links' states and counters, per link or counted and
 // summed per GPU: per-link series multiply a node's series several times
 // over (18 links on an H100), and the GPU's count of links down and its
