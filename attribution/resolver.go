@@ -133,7 +133,7 @@ func (r *Resolver) PodLabelNames() []string {
 func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	res := Result{Devices: make(map[string]*Ownership, len(devices))}
 	for _, d := range devices {
-		res.Devices[d.UUID] = &Ownership{Process: map[uint32]int{}}
+		res.Devices[d.UUID] = &Ownership{Process: make(map[uint32]int, len(d.PIDs))}
 	}
 	procs, procErr := r.processes(devices)
 	if r.cfg.Procfs != nil {

@@ -258,7 +258,33 @@ func sampleType(typ prometheus.ValueType, histogram bool) dto.MetricType {
 // orders its metrics: by the number of labels, then by the label values in
 // label-name order.
 func compareSeries(a, b *series) int {
+	if len(a.pairs) == len(b.pairs) && a.order != "" && b.order != "" {
+		return strings.Compare(a.order, b.order)
+	}
 	return lessPairs(a.pairs, b.pairs)
+}
+
+// sortKey joins the label values with NULs. NUL sorts below every other
+// byte, so for values without NULs the keys compare as the value lists do,
+// value by value; a value holding a NUL gives no key.
+func sortKey(pairs []*dto.LabelPair) string {
+	n := 0
+	for _, p := range pairs {
+		if strings.IndexByte(p.GetValue(), 0) >= 0 {
+			return ""
+		}
+		n += len(p.GetValue()) + 1
+	}
+	if n == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, p := range pairs {
+		b.WriteString(p.GetValue())
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 func lessPairs(a, b []*dto.LabelPair) int {

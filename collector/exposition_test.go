@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
@@ -311,5 +313,31 @@ func TestTextOneTypePerFamily(t *testing.T) {
 	}
 	if strings.Contains(out, `gpu="1"`) {
 		t.Errorf("the counter sample was served:\n%s", out)
+	}
+}
+
+// TestCompareSeriesOrdersAsLessPairs: the joined sort key orders series
+// exactly as comparing their label values one by one does, also where a
+// value is a prefix of another or holds a NUL (those fall back).
+func TestCompareSeriesOrdersAsLessPairs(t *testing.T) {
+	values := [][]string{
+		{"a", "b"}, {"a", ""}, {"", "a"}, {"ab", "a"}, {"a", "ba"}, {"a\x00", "z"}, {"a", "\x00b"},
+		{"a\x00b", ""}, {"b", "a"}, {"a", "b"}, {"é", "a"}, {"e", "\xffa"}, {"a"}, {"a", "b", "c"}, {},
+	}
+	var all []*series
+	for _, vs := range values {
+		var pairs []*dto.LabelPair
+		for i, v := range vs {
+			pairs = append(pairs, &dto.LabelPair{Name: proto.String("l" + strconv.Itoa(i)), Value: proto.String(v)})
+		}
+		all = append(all, &series{pairs: pairs, order: sortKey(pairs)})
+	}
+	sign := func(c int) int { return min(max(c, -1), 1) }
+	for _, a := range all {
+		for _, b := range all {
+			if got, want := sign(compareSeries(a, b)), sign(lessPairs(a.pairs, b.pairs)); got != want {
+				t.Errorf("%q against %q: %d, lessPairs %d", a.order, b.order, got, want)
+			}
+		}
 	}
 }

@@ -112,6 +112,10 @@ type series struct {
 	text    []byte
 	invalid error
 	written atomic.Uint64
+	// order is the label values joined by NULs, which sorts the series of
+	// one family as lessPairs does with one comparison of strings; empty
+	// (and unused) when a value holds a NUL itself.
+	order string
 }
 
 const seriesMaxAge = 10
@@ -155,6 +159,7 @@ func seriesOf(m metric, l labels) *series {
 	desc := m.desc(l.names)
 	s = &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, l.values), fam: familyOf(m)}
 	s.text, s.invalid = seriesText(m.name, s.pairs)
+	s.order = sortKey(s.pairs)
 	if m.histogram && !model.LegacyValidation.IsValidMetricName(m.name) {
 		// Its _bucket, _sum and _count lines are written after the name.
 		s.invalid = fmt.Errorf("histogram %q: the name is not a legacy metric name", m.name)
