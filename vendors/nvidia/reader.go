@@ -504,6 +504,11 @@ func (r *reader) nvlink(d *Device, h nvml.Device) {
 		if ret == nvml.ERROR_INVALID_ARGUMENT || (link == 0 && benign(ret)) {
 			break // past the GPU's last link, or a GPU without NVLink
 		}
+		if d.NVLinks == nil {
+			// Grown one link at a time, 18 links on an H100 took five
+			// allocations and twice the room.
+			d.NVLinks = make([]NVLink, 0, nvml.NVLINK_MAX_LINKS)
+		}
 		if !r.ok("GetNvLinkState", ret) {
 			d.NVLinks = append(d.NVLinks, NVLink{Link: link})
 			continue
