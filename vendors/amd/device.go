@@ -214,6 +214,15 @@ type devReader struct {
 	dir   string
 	d     *Device
 	files *cardFiles
+	// static reads attributes fixed at registration (cardFiles.readStatic).
+	static bool
+}
+
+// fixed returns dr reading attributes whose value the driver fixes when the
+// GPU registers.
+func (dr devReader) fixed() devReader {
+	dr.static = true
+	return dr
 }
 
 // read returns the content of name (relative to the device directory), or
@@ -228,7 +237,11 @@ func (dr devReader) read(name string, limit int) []byte {
 	// every name read (a constant, or joined from one), so a separator is
 	// all the join needs; filepath.Join would clean the path again at each
 	// of a scrape's some 250 reads.
-	b, err := dr.files.read(dr.dir+"/"+name, limit)
+	read := dr.files.read
+	if dr.static {
+		read = dr.files.readStatic
+	}
+	b, err := read(dr.dir+"/"+name, limit)
 	switch {
 	case err == nil:
 		return b
@@ -303,19 +316,30 @@ func (r Reader) ReadDevice(card string) Device {
 		d.RenderMinor = renderMinor(names)
 	}
 
-	d.UniqueID = value(dr, "unique_id", parseString)
-	d.ProductName = value(dr, "product_name", parseString)
-	d.VBIOSVersion = value(dr, "vbios_version", parseString)
-	d.Serial = value(dr, "serial_number", parseString)
+	// Readings first: the first held file read after the GPU registered
+	// anew answers ENODEV, which clears the attributes kept from its last
+	// registration before they are asked for.
 	d.GPUBusy = value(dr, "gpu_busy_percent", parsePercent)
 	d.MemBusy = value(dr, "mem_busy_percent", parsePercent)
 	d.VRAMTotal = value(dr, "mem_info_vram_total", parseUint)
 	d.VRAMUsed = value(dr, "mem_info_vram_used", parseUint)
-
 	d.LinkSpeed = optional(dr, "current_link_speed", parseLinkSpeed)
-	d.MaxLinkSpeed = optional(dr, "max_link_speed", parseLinkSpeed)
 	d.LinkWidth = optional(dr, "current_link_width", parseLinkWidth)
-	d.MaxLinkWidth = optional(dr, "max_link_width", parseLinkWidth)
+
+	// Fixed when the GPU registers: amdgpu reads the product name, serial
+	// and unique ID from the FRU and SMU at init
+	// (amdgpu_fru_get_product_info), and vbios_version prints a field of
+	// the atom context parsed from the VBIOS at init (amdgpu_atombios.c,
+	// vbios_version_show, formerly amdgpu_atombios_get_vbios_version:
+	// sysfs_emit of ctx->vbios_pn); the PCI core reads the maximum link
+	// speed and width from the Link Capabilities register, the hardware's.
+	st := dr.fixed()
+	d.UniqueID = value(st, "unique_id", parseString)
+	d.ProductName = value(st, "product_name", parseString)
+	d.VBIOSVersion = value(st, "vbios_version", parseString)
+	d.Serial = value(st, "serial_number", parseString)
+	d.MaxLinkSpeed = optional(st, "max_link_speed", parseLinkSpeed)
+	d.MaxLinkWidth = optional(st, "max_link_width", parseLinkWidth)
 
 	d.SClock = optional(dr, "pp_dpm_sclk", parseDPMCurrent)
 	d.MClock = optional(dr, "pp_dpm_mclk", parseDPMCurrent)
@@ -332,10 +356,11 @@ func (r Reader) ReadDevice(card string) Device {
 	// files likewise print "NPS1", "NPS4"….
 	d.ComputePartition = optional(dr, "current_compute_partition", parseMode)
 	d.MemoryPartition = optional(dr, "current_memory_partition", parseMode)
-	if v := optional(dr, "available_compute_partition", parseList); v.OK {
+	// The modes a GPU supports are its ASIC's.
+	if v := optional(st, "available_compute_partition", parseList); v.OK {
 		d.AvailableComputePartitions = v.Value
 	}
-	if v := optional(dr, "available_memory_partition", parseList); v.OK {
+	if v := optional(st, "available_memory_partition", parseList); v.OK {
 		d.AvailableMemoryPartitions = v.Value
 	}
 
@@ -384,7 +409,10 @@ func (r Reader) readRAS(dr devReader) {
 	}
 }
 
+// readXGMI reads the GPU's place in its XGMI hive, which amdgpu sets up
+// when the GPU registers (amdgpu_xgmi_add_device).
 func (r Reader) readXGMI(dr devReader) {
+	dr = dr.fixed()
 	dev := value(dr, "xgmi_device_id", parseString)
 	hive := value(dr, "xgmi_hive_info/xgmi_hive_id", parseString)
 	if !dev.OK && !hive.OK {
@@ -432,7 +460,8 @@ func (r Reader) readHwmon(dr devReader) {
 			continue
 		}
 		label := "temp" + strconv.Itoa(ch)
-		if l := value(dr, prefix+"_label", parseString); l.OK {
+		// A channel's label is fixed (amdgpu_hwmon_show_temp_label).
+		if l := value(dr.fixed(), prefix+"_label", parseString); l.OK {
 			label = l.Value
 		}
 		if dr.d.Temperatures == nil {

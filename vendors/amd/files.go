@@ -60,6 +60,9 @@ type cardFiles struct {
 	// dirs are the listings of directories whose entries are registered
 	// with the GPU and removed with it (stableDir), cleared with missing.
 	dirs map[string][]string
+	// static are the contents of attributes whose value the driver fixes
+	// when the GPU registers (readStatic), cleared with missing.
+	static map[string][]byte
 }
 
 type heldFile struct {
@@ -82,7 +85,7 @@ func (fs *Files) card(card string) *cardFiles {
 	}
 	cf := fs.cards[card]
 	if cf == nil {
-		cf = &cardFiles{fs: fs, files: map[string]*heldFile{}, missing: map[string]bool{}, dirs: map[string][]string{}}
+		cf = &cardFiles{fs: fs, files: map[string]*heldFile{}, missing: map[string]bool{}, dirs: map[string][]string{}, static: map[string][]byte{}}
 		fs.cards[card] = cf
 	}
 	cf.used = map[string]bool{}
@@ -149,6 +152,38 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 	return b, err
 }
 
+// readStatic reads path, an attribute whose value the driver fixes when the
+// GPU registers (its identity, PCIe capabilities, partition modes, XGMI
+// hive, sensor labels), once: the content is kept, and no file held, until
+// the GPU registers again (reset). A read of the card makes its held reads
+// before its static ones, so that a re-registration (ENODEV) is seen first.
+func (cf *cardFiles) readStatic(path string, limit int) ([]byte, error) {
+	if cf == nil {
+		return readFile(path, limit)
+	}
+	fs := cf.fs
+	fs.mu.Lock()
+	b, ok := cf.static[path]
+	missing := cf.missing[path]
+	fs.mu.Unlock()
+	switch {
+	case ok:
+		return b, nil
+	case missing:
+		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+	}
+	b, err := readFile(path, limit)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	switch {
+	case err == nil:
+		cf.static[path] = b
+	case errors.Is(err, os.ErrNotExist):
+		cf.missing[path] = true
+	}
+	return b, err
+}
+
 // stableDir lists dir, a directory whose entries the GPU registers once
 // and removes only with itself: its DRM minors (drm_dev_register) and its
 // hwmon device (amdgpu_pm_sysfs_init). The listing is kept like the
@@ -189,7 +224,7 @@ func (cf *cardFiles) reset() {
 	fs := cf.fs
 	fs.mu.Lock()
 	stale := cf.files
-	cf.files, cf.missing, cf.dirs = map[string]*heldFile{}, map[string]bool{}, map[string][]string{}
+	cf.files, cf.missing, cf.dirs, cf.static = map[string]*heldFile{}, map[string]bool{}, map[string][]string{}, map[string][]byte{}
 	fs.mu.Unlock()
 	for _, h := range stale {
 		h.f.Close()

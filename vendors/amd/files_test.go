@@ -87,3 +87,52 @@ func TestFilesAfterENODEV(t *testing.T) {
 		}
 	}
 }
+
+// TestFilesStaticAttributes: attributes fixed at registration are read
+// once and kept, not held; a re-registration (ENODEV on a held reading)
+// clears them before the same read asks for them again.
+func TestFilesStaticAttributes(t *testing.T) {
+	files := NewFiles()
+	defer files.Close()
+	held := Reader{SysfsRoot: fixtureSys, Files: files}
+	want := Reader{SysfsRoot: fixtureSys}.ReadDevice("card1")
+	held.ReadDevice("card1")
+	cf := files.cards["card1"]
+	var product string
+	for path := range cf.static {
+		if strings.HasSuffix(path, "/product_name") {
+			product = path
+		}
+		if cf.files[path] != nil {
+			t.Errorf("%s is kept and held", path)
+		}
+	}
+	if product == "" {
+		t.Fatal("product_name is not kept")
+	}
+	dir := strings.TrimSuffix(product, "/product_name")
+	for _, name := range []string{"unique_id", "serial_number", "vbios_version", "max_link_speed", "max_link_width", "xgmi_device_id", "available_compute_partition"} {
+		if _, ok := cf.static[dir+"/"+name]; !ok && !cf.missing[dir+"/"+name] {
+			t.Errorf("%s is neither kept nor known missing", name)
+		}
+	}
+	// Served from what was kept: a changed value would not be seen
+	// before the GPU registers again.
+	cf.static[product] = []byte("kept\n")
+	if got := held.ReadDevice("card1"); got.ProductName.Value != "kept" {
+		t.Fatalf("product name %q, want the kept one", got.ProductName.Value)
+	}
+	busy := ""
+	for path, h := range cf.files {
+		if strings.HasSuffix(path, "/gpu_busy_percent") {
+			h.read = func([]byte) (int, error) { return 0, syscall.ENODEV }
+			busy = path
+		}
+	}
+	if busy == "" {
+		t.Fatal("gpu_busy_percent is not held")
+	}
+	if got := held.ReadDevice("card1"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("read after ENODEV:\n%+v\nwant\n%+v", got, want)
+	}
+}
