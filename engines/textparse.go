@@ -36,6 +36,8 @@ import (
 //     without `le`, `le` or `quantile` on a _sum or _count line, a summary's
 //     own name without `quantile`, a histogram's own name (expfmt dropped
 //     such values silently);
+//   - a timestamp on a histogram's or summary's line (expfmt kept the
+//     first line's for a histogram, the last line's for a summary);
 //   - a count of observations that is not a whole number (expfmt kept a
 //     summary's truncated, a histogram's as a float, which Normalize
 //     rejects), and a _sum or _count given twice for one series (expfmt kept
@@ -387,6 +389,9 @@ func (p *textParser) sample(b []byte) error {
 		special = "le"
 	case dto.MetricType_SUMMARY:
 		special = "quantile"
+	}
+	if special != "" && timestamp != nil {
+		return fmt.Errorf("%s: a timestamp on a line of a %s", name, strings.ToLower(f.mf.GetType().String()))
 	}
 	p.special = special
 	bound, hasBound, err := p.signature()

@@ -136,6 +136,8 @@ var parseCases = []struct {
 				bucket:{cumulative_count:1 upper_bound:1} bucket:{cumulative_count:3 upper_bound:inf}}}
 			metric:{label:{name:"x" value:"b"} histogram:{bucket:{cumulative_count:2 upper_bound:1}}}`},
 	},
+	{name: "timestamp on a histogram line", input: "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 1 100\nh_count 1 200\n", accepted: true},
+	{name: "timestamp on a summary line", input: "# TYPE s summary\ns{quantile=\"0.5\"} 1 5\ns_sum 2 6\n", accepted: true},
 	{name: "bucket count not whole", input: "# TYPE h histogram\nh_bucket{le=\"1\"} 1.5\n", accepted: true},
 	{name: "bucket count negative", input: "# TYPE h histogram\nh_bucket{le=\"1\"} -1\n"},
 	{name: "le not a number", input: "# TYPE h histogram\nh_bucket{le=\"x\"} 1\n"},
