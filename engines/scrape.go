@@ -231,13 +231,6 @@ func (f *lineFilter) wanted(name string) bool {
 	return false
 }
 
-// parse reads a whole exposition (tests; Scrape filters it first).
-func parse(r io.Reader) (map[string]*dto.MetricFamily, error) {
-	f := newLineFilter(r, Limits{})
-	defer f.release()
-	return parseLines(f.next)
-}
-
 // cappedReader fails once more than left bytes are read, so that the parser
 // stops and reports ErrTooLarge instead of seeing a short body.
 type cappedReader struct {

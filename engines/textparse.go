@@ -40,8 +40,8 @@ import (
 //     first line's for a histogram, the last line's for a summary);
 //   - a count of observations that is not a whole number (expfmt kept a
 //     summary's truncated, a histogram's as a float, which Normalize
-//     rejects), and a _sum or _count given twice for one series (expfmt kept
-//     the last).
+//     rejects), and a _sum, _count or quantile given twice for one series
+//     (expfmt kept the last _sum or _count, and both quantiles).
 //
 // Families with no sample are left out, as expfmt did.
 
@@ -163,11 +163,18 @@ func (p *textParser) result() (map[string]*dto.MetricFamily, error) {
 		if len(f.mf.Metric) == 0 {
 			continue
 		}
-		if f.mf.GetType() == dto.MetricType_HISTOGRAM {
-			for _, s := range f.series {
-				if err := distinctBounds(s.m.Histogram.Bucket); err != nil {
-					return nil, fmt.Errorf("parsing metrics: %s: %w", seriesName(name, s.m), err)
-				}
+		for _, s := range f.series {
+			var err error
+			switch f.mf.GetType() {
+			case dto.MetricType_HISTOGRAM:
+				b := s.m.Histogram.Bucket
+				err = distinct("bucket le", len(b), func(i int) float64 { return b[i].GetUpperBound() })
+			case dto.MetricType_SUMMARY:
+				q := s.m.Summary.Quantile
+				err = distinct("quantile", len(q), func(i int) float64 { return q[i].GetQuantile() })
+			}
+			if err != nil {
+				return nil, fmt.Errorf("parsing metrics: %s: %w", seriesName(name, s.m), err)
 			}
 		}
 		out[name] = f.mf
@@ -175,26 +182,26 @@ func (p *textParser) result() (map[string]*dto.MetricFamily, error) {
 	return out, nil
 }
 
-// distinctBounds rejects a histogram with a bucket bound given twice.
-func distinctBounds(buckets []*dto.Bucket) error {
+// distinct rejects a series giving one bucket bound or quantile (what) twice:
+// n values, the i-th at(i). They come in increasing order from every
+// client library; any other order is sorted, so a hostile body costs
+// n log n, not n².
+func distinct(what string, n int, at func(int) float64) error {
 	increasing := true
-	for i := 1; i < len(buckets); i++ {
-		if buckets[i].GetUpperBound() <= buckets[i-1].GetUpperBound() {
-			increasing = false
-			break
-		}
+	for i := 1; i < n && increasing; i++ {
+		increasing = at(i) > at(i-1)
 	}
 	if increasing {
 		return nil
 	}
-	bounds := make([]float64, len(buckets))
-	for i, b := range buckets {
-		bounds[i] = b.GetUpperBound()
+	values := make([]float64, n)
+	for i := range values {
+		values[i] = at(i)
 	}
-	slices.Sort(bounds)
-	for i := 1; i < len(bounds); i++ {
-		if bounds[i] == bounds[i-1] {
-			return fmt.Errorf("duplicate bucket le=%g", bounds[i])
+	slices.Sort(values)
+	for i := 1; i < n; i++ {
+		if values[i] == values[i-1] {
+			return fmt.Errorf("duplicate %s=%g", what, values[i])
 		}
 	}
 	return nil
@@ -504,11 +511,6 @@ func (p *textParser) summaryLine(name []byte, s *parsedSeries, kind lineKind, ha
 		}
 		sm.SampleCount, s.count = n, true
 		return nil
-	}
-	for _, q := range sm.Quantile {
-		if q.GetQuantile() == bound {
-			return fmt.Errorf("%s: quantile %g given twice", name, bound)
-		}
 	}
 	q := p.quants.new()
 	qv, v := p.floats.new(), p.floats.new()

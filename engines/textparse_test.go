@@ -16,6 +16,13 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// parse reads a whole exposition, every line kept.
+func parse(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	f := newLineFilter(r, Limits{})
+	defer f.release()
+	return parseLines(f.next)
+}
+
 // parseExpfmt is how bodies were parsed before textparse.go: expfmt's text
 // decoder, then a check for series given twice. It is the reference our
 // parser is held to, and the baseline of BenchmarkParse. expfmt panics on
@@ -157,6 +164,7 @@ var parseCases = []struct {
 		want: map[string]string{"s": `name:"s" type:SUMMARY
 			metric:{label:{name:"x" value:"a"} summary:{sample_count:3 sample_sum:2 quantile:{quantile:0.5 value:1} quantile:{quantile:0.9 value:2}}}`},
 	},
+	{name: "quantile given twice", input: "# TYPE s summary\ns{quantile=\"0.5\"} 1\ns{quantile=\"0.9\"} 2\ns{quantile=\".5\"} 3\n", accepted: true},
 	{name: "summary sample without quantile", input: "# TYPE s summary\ns{x=\"b\"} 4\n", accepted: true},
 	{name: "summary count not whole", input: "# TYPE s summary\ns_count 3.9\n", accepted: true},
 	{
