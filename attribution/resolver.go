@@ -225,7 +225,9 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 	}
 	allocated := len(own.Claims) > 0
 	idx := newClaims(own.Claims)
-	podOnDevice := slices.ContainsFunc(d.PIDs, func(pid uint32) bool {
+	// Only while the kubelet is down does it matter whether pods' processes
+	// run on the device: a lookup per process saved at every other scrape.
+	podOnDevice := kubeDown && slices.ContainsFunc(d.PIDs, func(pid uint32) bool {
 		p, ok := procs[pid]
 		return ok && p.info.Cgroup.PodUID != ""
 	})
@@ -253,7 +255,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			// whether or not Slurm gave it the device through GRES.
 			// Where the kubelet answers, only it makes pods owners.
 			own.Process[pid] = Unattributed
-		case kubeDown && podOnDevice:
+		case podOnDevice: // the kubelet is down
 			// Every device looks unallocated while the kubelet is down; a
 			// GPU that pods' processes run on is theirs, and a host daemon
 			// on it must not become its owner. Elsewhere Slurm jobs and
