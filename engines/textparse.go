@@ -59,6 +59,7 @@ type textParser struct {
 	order   []int
 	key     []byte
 
+	series   slab[parsedSeries]
 	metrics  slab[dto.Metric]
 	pairs    slab[dto.LabelPair]
 	pairPtrs slab[*dto.LabelPair]
@@ -93,12 +94,21 @@ type lineLabel struct{ name, value []byte }
 
 // slab hands out values from arrays allocated a few at a time: the
 // families are built of many small messages, each of which would otherwise
-// be an allocation of its own.
-type slab[T any] struct{ free []T }
+// be an allocation of its own. The arrays double from 8 up to 256 values,
+// so that a body of a dozen series does not pay for hundreds.
+type slab[T any] struct {
+	free []T
+	size int // of the last array
+}
+
+func (s *slab[T]) grow(atLeast int) {
+	s.size = min(max(2*s.size, 8), 256)
+	s.free = make([]T, max(s.size, atLeast))
+}
 
 func (s *slab[T]) new() *T {
 	if len(s.free) == 0 {
-		s.free = make([]T, 64)
+		s.grow(1)
 	}
 	p := &s.free[0]
 	s.free = s.free[1:]
@@ -107,11 +117,8 @@ func (s *slab[T]) new() *T {
 
 // take returns n consecutive values.
 func (s *slab[T]) take(n int) []T {
-	if n > 64 {
-		return make([]T, n)
-	}
 	if len(s.free) < n {
-		s.free = make([]T, 64)
+		s.grow(n)
 	}
 	out := s.free[:n:n]
 	s.free = s.free[n:]
@@ -407,7 +414,8 @@ func (p *textParser) sample(b []byte) error {
 	}
 	s, found := f.series[string(p.key)]
 	if !found {
-		s = &parsedSeries{m: p.metrics.new()}
+		s = p.series.new()
+		s.m = p.metrics.new()
 		s.m.Label = p.labelPairs()
 		s.m.TimestampMs = timestamp
 		f.series[string(p.key)] = s
