@@ -97,9 +97,10 @@ func TestLineFilter(t *testing.T) {
 		t.Errorf("limit 5: %v", err)
 	}
 	// The parser needs no blank after '#': "#TYPE x" types x as "# TYPE x"
-	// does, so it is kept (found by fuzzing); other comments still go.
-	comments := "#TYPE vllm:x histogram\n#\tHELP vllm:x Help.\n#EOF\n#TYPE python_gc_x counter\n#a comment\n"
-	if out, err := filterLines(strings.NewReader(comments), Limits{Keep: keep}); err != nil || out != "#TYPE vllm:x histogram\n#\tHELP vllm:x Help.\n#EOF\n" {
+	// does, so it is kept (found by fuzzing); other comments, OpenMetrics'
+	// EOF and UNIT included, mean nothing to the parser and go.
+	comments := "#TYPE vllm:x histogram\n#\tHELP vllm:x Help.\n#EOF\n# UNIT vllm:x seconds\n#TYPE python_gc_x counter\n#a comment\n# HELP\n"
+	if out, err := filterLines(strings.NewReader(comments), Limits{Keep: keep}); err != nil || out != "#TYPE vllm:x histogram\n#\tHELP vllm:x Help.\n" {
 		t.Errorf("comments kept: %q, %v", out, err)
 	}
 	// A line longer than the bound is an error, not a buffer that grows.

@@ -110,6 +110,8 @@ type lineFilter struct {
 	// no is the number of the line last read, counting dropped lines.
 	no  int
 	err error
+	// decided are Keep's answers by name (wanted).
+	decided map[string]bool
 }
 
 // maxLine bounds one line, so that a body without newlines cannot make the
@@ -184,43 +186,63 @@ func (f *lineFilter) readLine() ([]byte, error) {
 	}
 }
 
-// keep decides on one line and counts the sample lines kept. Only the
-// metric name is turned into a string: a huge body of unread families costs
-// little more than reading it.
+// keep decides on one line and counts the sample lines kept. Names are
+// turned into strings once per body (wantedName): a huge body of unread
+// families costs little more than reading it.
 func (f *lineFilter) keep(line []byte) bool {
-	b := bytes.TrimLeft(line, " \t")
+	b := trimBlanks(bytes.TrimSuffix(line, []byte("\n")))
 	if len(b) > 0 && b[0] == '#' {
-		// The text parser reads "#TYPE x" as "# TYPE x": the blanks after
-		// '#' are optional to it (found by fuzzing: such a TYPE line was
-		// dropped, and x's histogram read as untyped lines).
-		fields := bytes.Fields(b[1:])
-		if len(fields) >= 2 && (string(fields[0]) == "HELP" || string(fields[0]) == "TYPE" || string(fields[0]) == "UNIT") {
-			return f.wanted(string(fields[1]))
+		// Only HELP and TYPE lines mean anything to the parser, which
+		// reads them as this does ("#TYPE x" too: the blanks after '#'
+		// are optional; found by fuzzing, when such a TYPE line was
+		// dropped and x's histogram read as untyped lines).
+		keyword, rest := token(trimBlanks(b[1:]))
+		if string(keyword) != "HELP" && string(keyword) != "TYPE" {
+			return false
 		}
-		return len(fields) == 1 && string(fields[0]) == "EOF" // OpenMetrics' end marker; other comments go
+		name, _ := token(trimBlanks(rest))
+		return len(name) > 0 && f.wanted(name)
 	}
 	name := b
-	if i := bytes.IndexAny(b, "{ \t\r\n"); i >= 0 {
+	if i := bytes.IndexAny(b, "{ \t\r"); i >= 0 {
 		name = b[:i]
 	}
 	if len(name) == 0 {
 		return true // blank lines are harmless
 	}
-	if !f.wanted(string(name)) {
+	if !f.wanted(name) {
 		return false
 	}
 	f.samples++
 	return true
 }
 
-// maxLabels bounds the labels of one series: engines and dcgm-exporter send
-// fewer than 20, pod labels included.
-const maxLabels = 64
+// maxDecisions bounds the names whose Keep answer a filter remembers, so
+// that a body of distinct names cannot grow the memory without limit.
+const maxDecisions = 4096
 
 // wanted asks Keep about a family, or the family a sample line's name
-// (x_bucket, x_count, …) belongs to.
-func (f *lineFilter) wanted(name string) bool {
-	if f.lim.Keep == nil || f.lim.Keep(name) {
+// (x_bucket, x_count, …) belongs to, once per name and body.
+func (f *lineFilter) wanted(name []byte) bool {
+	if f.lim.Keep == nil {
+		return true
+	}
+	if v, ok := f.decided[string(name)]; ok {
+		return v
+	}
+	n := string(name)
+	v := f.wantedName(n)
+	if len(f.decided) < maxDecisions {
+		if f.decided == nil {
+			f.decided = map[string]bool{}
+		}
+		f.decided[n] = v
+	}
+	return v
+}
+
+func (f *lineFilter) wantedName(name string) bool {
+	if f.lim.Keep(name) {
 		return true
 	}
 	for _, suffix := range []string{"_bucket", "_count", "_sum", "_total", "_created", "_info", "_gcount", "_gsum"} {
@@ -230,6 +252,10 @@ func (f *lineFilter) wanted(name string) bool {
 	}
 	return false
 }
+
+// maxLabels bounds the labels of one series: engines and dcgm-exporter send
+// fewer than 20, pod labels included.
+const maxLabels = 64
 
 // cappedReader fails once more than left bytes are read, so that the parser
 // stops and reports ErrTooLarge instead of seeing a short body.

@@ -421,12 +421,11 @@ func (p *textParser) sample(b []byte) error {
 		f.series[string(p.key)] = s
 		f.mf.Metric = append(f.mf.Metric, s.m)
 	}
-	dup := func() error { return fmt.Errorf("%s given twice", seriesName(string(name), s.m)) }
 
 	switch f.mf.GetType() {
 	case dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
 		if found {
-			return dup()
+			return twice(name, s)
 		}
 		v := p.floats.new()
 		*v = value
@@ -443,13 +442,18 @@ func (p *textParser) sample(b []byte) error {
 		}
 		return nil
 	case dto.MetricType_HISTOGRAM:
-		return p.histogramLine(name, s, kind, hasBound, bound, value, dup)
+		return p.histogramLine(name, s, kind, hasBound, bound, value)
 	default:
-		return p.summaryLine(name, s, kind, hasBound, bound, value, dup)
+		return p.summaryLine(name, s, kind, hasBound, bound, value)
 	}
 }
 
-func (p *textParser) histogramLine(name []byte, s *parsedSeries, kind lineKind, hasBound bool, bound, value float64, dup func() error) error {
+// twice reports a series given twice.
+func twice(name []byte, s *parsedSeries) error {
+	return fmt.Errorf("%s given twice", seriesName(string(name), s.m))
+}
+
+func (p *textParser) histogramLine(name []byte, s *parsedSeries, kind lineKind, hasBound bool, bound, value float64) error {
 	h := s.m.Histogram
 	if h == nil {
 		h = p.hists.new()
@@ -464,7 +468,7 @@ func (p *textParser) histogramLine(name []byte, s *parsedSeries, kind lineKind, 
 		return fmt.Errorf("%s: le on a line that is not a bucket", name)
 	case kind == sumLine:
 		if s.sum {
-			return dup()
+			return twice(name, s)
 		}
 		v := p.floats.new()
 		*v = value
@@ -477,7 +481,7 @@ func (p *textParser) histogramLine(name []byte, s *parsedSeries, kind lineKind, 
 	}
 	if kind == countLine {
 		if s.count {
-			return dup()
+			return twice(name, s)
 		}
 		h.SampleCount, s.count = n, true
 		return nil
@@ -490,7 +494,7 @@ func (p *textParser) histogramLine(name []byte, s *parsedSeries, kind lineKind, 
 	return nil
 }
 
-func (p *textParser) summaryLine(name []byte, s *parsedSeries, kind lineKind, hasBound bool, bound, value float64, dup func() error) error {
+func (p *textParser) summaryLine(name []byte, s *parsedSeries, kind lineKind, hasBound bool, bound, value float64) error {
 	sm := s.m.Summary
 	if sm == nil {
 		sm = p.sums.new()
@@ -503,7 +507,7 @@ func (p *textParser) summaryLine(name []byte, s *parsedSeries, kind lineKind, ha
 		return fmt.Errorf("%s: quantile on a _sum or _count line", name)
 	case kind == sumLine:
 		if s.sum {
-			return dup()
+			return twice(name, s)
 		}
 		v := p.floats.new()
 		*v = value
@@ -511,7 +515,7 @@ func (p *textParser) summaryLine(name []byte, s *parsedSeries, kind lineKind, ha
 		return nil
 	case kind == countLine:
 		if s.count {
-			return dup()
+			return twice(name, s)
 		}
 		n, err := p.wholeCount(value)
 		if err != nil {
