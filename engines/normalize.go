@@ -112,7 +112,7 @@ func Normalize(engine Engine, families map[string]*dto.MetricFamily, defaultMode
 	}
 	n := normalizer{spec: s, families: families, defaultModel: defaultModel}
 	var (
-		out  []Sample
+		out  []keyedSample
 		errs []error
 	)
 	for _, m := range s.mappings {
@@ -128,24 +128,22 @@ func Normalize(engine Engine, families map[string]*dto.MetricFamily, defaultMode
 				}
 			}
 		}
-		for _, sample := range chosen {
-			out = append(out, sample)
+		for key, sample := range chosen {
+			out = append(out, keyedSample{key, sample})
 		}
 	}
-	// Each sample's label key is made once, not at every comparison.
-	keyed := make([]keyedSample, len(out))
-	for i, s := range out {
-		keyed[i] = keyedSample{labelKey(s.Labels), s}
-	}
-	slices.SortFunc(keyed, func(a, b keyedSample) int {
+	slices.SortFunc(out, func(a, b keyedSample) int {
 		return cmp.Or(cmp.Compare(a.s.Name, b.s.Name), cmp.Compare(a.key, b.key))
 	})
-	for i := range keyed {
-		out[i] = keyed[i].s
+	samples := make([]Sample, len(out))
+	for i := range out {
+		samples[i] = out[i].s
 	}
-	return out, errors.Join(errs...)
+	return samples, errors.Join(errs...)
 }
 
+// keyedSample is a sample with its labelKey, by which the sources key
+// their samples already and Normalize sorts them.
 type keyedSample struct {
 	key string
 	s   Sample
