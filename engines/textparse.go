@@ -52,14 +52,11 @@ type textParser struct {
 	// line of an engine's exposition.
 	strings map[string]*string
 
-	// Per-line scratch, reused. special is the label that is not part of
-	// the line's series: le in a histogram, quantile in a summary.
-	special string
-	labels  []lineLabel
-	order   []int
-	key     []byte
+	// Per-line scratch, reused.
+	labels []lineLabel
+	order  []int
+	key    []byte
 
-	series   slab[parsedSeries]
 	metrics  slab[dto.Metric]
 	pairs    slab[dto.LabelPair]
 	pairPtrs slab[*dto.LabelPair]
@@ -74,20 +71,15 @@ type textParser struct {
 	quants   slab[dto.Quantile]
 }
 
-// parsedFamily is a family being read. A family is typed by its TYPE line or
-// by its first sample (untyped), after which a TYPE line is an error.
+// parsedFamily is a family being read. A family is typed (mf.Type set) by
+// its TYPE line or by its first sample (untyped), after which a TYPE line is
+// an error.
 type parsedFamily struct {
-	mf    *dto.MetricFamily
-	typed bool
+	mf *dto.MetricFamily
 	// series finds a series by its labels (without le or quantile), so that
 	// a histogram's or summary's lines fold into one metric and a series
 	// given twice is caught.
-	series map[string]*parsedSeries
-}
-
-type parsedSeries struct {
-	m          *dto.Metric
-	sum, count bool
+	series map[string]*dto.Metric
 }
 
 type lineLabel struct{ name, value []byte }
@@ -170,18 +162,18 @@ func (p *textParser) result() (map[string]*dto.MetricFamily, error) {
 		if len(f.mf.Metric) == 0 {
 			continue
 		}
-		for _, s := range f.series {
+		for _, m := range f.series {
 			var err error
 			switch f.mf.GetType() {
 			case dto.MetricType_HISTOGRAM:
-				b := s.m.Histogram.Bucket
+				b := m.Histogram.Bucket
 				err = distinct("bucket le", len(b), func(i int) float64 { return b[i].GetUpperBound() })
 			case dto.MetricType_SUMMARY:
-				q := s.m.Summary.Quantile
+				q := m.Summary.Quantile
 				err = distinct("quantile", len(q), func(i int) float64 { return q[i].GetQuantile() })
 			}
 			if err != nil {
-				return nil, fmt.Errorf("parsing metrics: %s: %w", seriesName(name, s.m), err)
+				return nil, fmt.Errorf("parsing metrics: %s: %w", seriesName(name, m), err)
 			}
 		}
 		out[name] = f.mf
@@ -279,7 +271,7 @@ func (p *textParser) comment(b []byte) error {
 		}
 		return nil
 	}
-	if f.typed {
+	if f.mf.Type != nil {
 		return fmt.Errorf("a TYPE line for %s after its first TYPE line or sample", name)
 	}
 	var t dto.MetricType
@@ -297,7 +289,7 @@ func (p *textParser) comment(b []byte) error {
 	default:
 		return fmt.Errorf("unsupported metric type %q for %s", text, name)
 	}
-	f.mf.Type, f.typed = t.Enum(), true
+	f.mf.Type = t.Enum()
 	return nil
 }
 
@@ -307,7 +299,7 @@ func (p *textParser) family(name []byte) *parsedFamily {
 		return f
 	}
 	n := string(name)
-	f := &parsedFamily{mf: &dto.MetricFamily{Name: &n}, series: map[string]*parsedSeries{}}
+	f := &parsedFamily{mf: &dto.MetricFamily{Name: &n}, series: map[string]*dto.Metric{}}
 	p.families[n] = f
 	return f
 }
@@ -394,8 +386,8 @@ func (p *textParser) sample(b []byte) error {
 	}
 
 	f, kind := p.familyOf(name)
-	if !f.typed {
-		f.mf.Type, f.typed = dto.MetricType_UNTYPED.Enum(), true
+	if f.mf.Type == nil {
+		f.mf.Type = dto.MetricType_UNTYPED.Enum()
 	}
 	special := ""
 	switch f.mf.GetType() {
@@ -407,57 +399,54 @@ func (p *textParser) sample(b []byte) error {
 	if special != "" && timestamp != nil {
 		return fmt.Errorf("%s: a timestamp on a line of a %s", name, strings.ToLower(f.mf.GetType().String()))
 	}
-	p.special = special
-	bound, hasBound, err := p.signature()
+	bound, hasBound, err := p.signature(special)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	s, found := f.series[string(p.key)]
+	m, found := f.series[string(p.key)]
 	if !found {
-		s = p.series.new()
-		s.m = p.metrics.new()
-		s.m.Label = p.labelPairs()
-		s.m.TimestampMs = timestamp
-		f.series[string(p.key)] = s
-		f.mf.Metric = append(f.mf.Metric, s.m)
+		m = p.metrics.new()
+		m.Label = p.labelPairs(special)
+		m.TimestampMs = timestamp
+		f.series[string(p.key)] = m
+		f.mf.Metric = append(f.mf.Metric, m)
 	}
 
 	switch f.mf.GetType() {
 	case dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
 		if found {
-			return twice(name, s)
+			return twice(name, m)
 		}
-		v := p.floats.new()
-		*v = value
+		v := p.float(value)
 		switch f.mf.GetType() {
 		case dto.MetricType_COUNTER:
-			s.m.Counter = p.counters.new()
-			s.m.Counter.Value = v
+			m.Counter = p.counters.new()
+			m.Counter.Value = v
 		case dto.MetricType_GAUGE:
-			s.m.Gauge = p.gauges.new()
-			s.m.Gauge.Value = v
+			m.Gauge = p.gauges.new()
+			m.Gauge.Value = v
 		default:
-			s.m.Untyped = p.untyped.new()
-			s.m.Untyped.Value = v
+			m.Untyped = p.untyped.new()
+			m.Untyped.Value = v
 		}
 		return nil
 	case dto.MetricType_HISTOGRAM:
-		return p.histogramLine(name, s, kind, hasBound, bound, value)
+		return p.histogramLine(name, m, kind, hasBound, bound, value)
 	default:
-		return p.summaryLine(name, s, kind, hasBound, bound, value)
+		return p.summaryLine(name, m, kind, hasBound, bound, value)
 	}
 }
 
 // twice reports a series given twice.
-func twice(name []byte, s *parsedSeries) error {
-	return fmt.Errorf("%s given twice", seriesName(string(name), s.m))
+func twice(name []byte, m *dto.Metric) error {
+	return fmt.Errorf("%s given twice", seriesName(string(name), m))
 }
 
-func (p *textParser) histogramLine(name []byte, s *parsedSeries, kind lineKind, hasBound bool, bound, value float64) error {
-	h := s.m.Histogram
+func (p *textParser) histogramLine(name []byte, m *dto.Metric, kind lineKind, hasBound bool, bound, value float64) error {
+	h := m.Histogram
 	if h == nil {
 		h = p.hists.new()
-		s.m.Histogram = h
+		m.Histogram = h
 	}
 	switch {
 	case kind == plainLine:
@@ -466,70 +455,65 @@ func (p *textParser) histogramLine(name []byte, s *parsedSeries, kind lineKind, 
 		return fmt.Errorf("%s: a bucket without an le label", name)
 	case kind != bucketLine && hasBound:
 		return fmt.Errorf("%s: le on a line that is not a bucket", name)
-	case kind == sumLine:
-		if s.sum {
-			return twice(name, s)
-		}
-		v := p.floats.new()
-		*v = value
-		h.SampleSum, s.sum = v, true
-		return nil
+	case kind != bucketLine:
+		return p.sumOrCount(name, m, kind, value, &h.SampleSum, &h.SampleCount)
 	}
 	n, err := p.wholeCount(value)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if kind == countLine {
-		if s.count {
-			return twice(name, s)
-		}
-		h.SampleCount, s.count = n, true
-		return nil
-	}
 	b := p.buckets.new()
-	ub := p.floats.new()
-	*ub = bound
-	b.UpperBound, b.CumulativeCount = ub, n
+	b.UpperBound, b.CumulativeCount = p.float(bound), n
 	h.Bucket = append(h.Bucket, b)
 	return nil
 }
 
-func (p *textParser) summaryLine(name []byte, s *parsedSeries, kind lineKind, hasBound bool, bound, value float64) error {
-	sm := s.m.Summary
+func (p *textParser) summaryLine(name []byte, m *dto.Metric, kind lineKind, hasBound bool, bound, value float64) error {
+	sm := m.Summary
 	if sm == nil {
 		sm = p.sums.new()
-		s.m.Summary = sm
+		m.Summary = sm
 	}
 	switch {
 	case kind == plainLine && !hasBound:
 		return fmt.Errorf("%s: a summary's sample without a quantile label", name)
 	case kind != plainLine && hasBound:
 		return fmt.Errorf("%s: quantile on a _sum or _count line", name)
-	case kind == sumLine:
-		if s.sum {
-			return twice(name, s)
-		}
-		v := p.floats.new()
-		*v = value
-		sm.SampleSum, s.sum = v, true
-		return nil
-	case kind == countLine:
-		if s.count {
-			return twice(name, s)
-		}
-		n, err := p.wholeCount(value)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		sm.SampleCount, s.count = n, true
-		return nil
+	case kind != plainLine:
+		return p.sumOrCount(name, m, kind, value, &sm.SampleSum, &sm.SampleCount)
 	}
 	q := p.quants.new()
-	qv, v := p.floats.new(), p.floats.new()
-	*qv, *v = bound, value
-	q.Quantile, q.Value = qv, v
+	q.Quantile, q.Value = p.float(bound), p.float(value)
 	sm.Quantile = append(sm.Quantile, q)
 	return nil
+}
+
+// sumOrCount files the _sum or _count line of a histogram's or summary's
+// series into sum or count, once each.
+func (p *textParser) sumOrCount(name []byte, m *dto.Metric, kind lineKind, value float64, sum **float64, count **uint64) error {
+	if kind == sumLine {
+		if *sum != nil {
+			return twice(name, m)
+		}
+		*sum = p.float(value)
+		return nil
+	}
+	if *count != nil {
+		return twice(name, m)
+	}
+	n, err := p.wholeCount(value)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	*count = n
+	return nil
+}
+
+// float returns v in a value of the parser's slab.
+func (p *textParser) float(v float64) *float64 {
+	f := p.floats.new()
+	*f = v
+	return f
 }
 
 // wholeCount reads a count of observations.
@@ -613,8 +597,7 @@ func quoted(b []byte) (value, rest []byte, err error) {
 // signature sorts the line's labels, checks that no name is given twice,
 // takes out the special label (le or quantile) and parses it, and writes
 // the other labels into p.key: the series' identity within its family.
-func (p *textParser) signature() (bound float64, hasBound bool, err error) {
-	special := p.special
+func (p *textParser) signature(special string) (bound float64, hasBound bool, err error) {
 	p.order = p.order[:0]
 	for i := range p.labels {
 		p.order = append(p.order, i)
@@ -644,10 +627,10 @@ func (p *textParser) signature() (bound float64, hasBound bool, err error) {
 
 // labelPairs makes the new series' labels, in the order of the line, the
 // special label left out.
-func (p *textParser) labelPairs() []*dto.LabelPair {
+func (p *textParser) labelPairs(special string) []*dto.LabelPair {
 	n := 0
 	for _, l := range p.labels {
-		if string(l.name) != p.special {
+		if string(l.name) != special {
 			n++
 		}
 	}
@@ -657,7 +640,7 @@ func (p *textParser) labelPairs() []*dto.LabelPair {
 	out := p.pairPtrs.take(n)
 	k := 0
 	for _, l := range p.labels {
-		if string(l.name) == p.special {
+		if string(l.name) == special {
 			continue
 		}
 		lp := p.pairs.new()
