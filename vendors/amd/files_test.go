@@ -62,16 +62,7 @@ func TestFilesAfterENODEV(t *testing.T) {
 	want := Reader{SysfsRoot: fixtureSys}.ReadDevice("card1")
 	held.ReadDevice("card1")
 	before := maps.Clone(files.cards["card1"].files)
-	removed := false
-	for path, h := range before {
-		if strings.HasSuffix(path, "/gpu_metrics") {
-			h.read = func([]byte) (int, error) { return 0, syscall.ENODEV }
-			removed = true
-		}
-	}
-	if !removed {
-		t.Fatal("gpu_metrics is not held")
-	}
+	removeHeld(t, files.cards["card1"], "gpu_metrics")
 	for i := range 2 {
 		if got := held.ReadDevice("card1"); !reflect.DeepEqual(got, want) {
 			t.Fatalf("read %d after ENODEV:\n%+v\nwant\n%+v", i, got, want)
@@ -122,17 +113,21 @@ func TestFilesStaticAttributes(t *testing.T) {
 	if got := held.ReadDevice("card1"); got.ProductName.Value != "kept" {
 		t.Fatalf("product name %q, want the kept one", got.ProductName.Value)
 	}
-	busy := ""
-	for path, h := range cf.files {
-		if strings.HasSuffix(path, "/gpu_busy_percent") {
-			h.read = func([]byte) (int, error) { return 0, syscall.ENODEV }
-			busy = path
-		}
-	}
-	if busy == "" {
-		t.Fatal("gpu_busy_percent is not held")
-	}
+	removeHeld(t, cf, "gpu_busy_percent")
 	if got := held.ReadDevice("card1"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("read after ENODEV:\n%+v\nwant\n%+v", got, want)
 	}
+}
+
+// removeHeld makes the held file of the card's attribute name answer as a
+// removed kernfs node does (ENODEV), which a file of a test tree cannot.
+func removeHeld(t *testing.T, cf *cardFiles, name string) {
+	t.Helper()
+	for path, h := range cf.files {
+		if strings.HasSuffix(path, "/"+name) {
+			h.read = func([]byte) (int, error) { return 0, syscall.ENODEV }
+			return
+		}
+	}
+	t.Fatalf("%s is not held", name)
 }
