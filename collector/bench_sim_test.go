@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 	"unsafe"
 
@@ -84,4 +85,37 @@ func (d meteredDevice) GetGraphicsRunningProcesses() (out []nvml.ProcessInfo, re
 func (d meteredDevice) GetMPSComputeRunningProcesses() (out []nvml.ProcessInfo, ret nvml.Return) {
 	d.m.time(func() { out, ret = d.Device.GetMPSComputeRunningProcesses() })
 	return out, ret
+}
+
+// spinDevice is a device whose GetSamples burns cpu of its thread's CPU
+// time, measured on the clock simMeter reads.
+type spinDevice struct {
+	nvml.Device
+	cpu time.Duration
+}
+
+func (d spinDevice) GetSamples(nvml.SamplingType, uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
+	t0 := threadCPU()
+	for threadCPU()-t0 < d.cpu {
+	}
+	return nvml.VALUE_TYPE_UNSIGNED_INT, nil, nvml.SUCCESS
+}
+
+// TestSimMeter: two calls that each burn 20 ms of their thread's CPU are
+// metered at 2 × 20 = 40 ms at least (the clock reads around the call count
+// too), and at most what the whole process used meanwhile.
+func TestSimMeter(t *testing.T) {
+	var m simMeter
+	d := meteredDevice{spinDevice{cpu: 20 * time.Millisecond}, &m}
+	cpu0 := cpuTime()
+	for range 2 {
+		if _, _, ret := d.GetSamples(nvml.TOTAL_POWER_SAMPLES, 0); ret != nvml.SUCCESS {
+			t.Fatal(ret)
+		}
+	}
+	process := cpuTime() - cpu0
+	got := time.Duration(m.ns.Load())
+	if got < 40*time.Millisecond || got > process {
+		t.Errorf("metered %v, want at least 40ms and at most the process's %v", got, process)
+	}
 }
