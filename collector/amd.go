@@ -169,7 +169,7 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 	parts, perrs := c.reader.Partitions(gpus)
 	c.countReadErrors(perrs)
 	devs = append(devs, c.partitions(parts, byPCI)...)
-	c.attachProcesses(devs, advance)
+	c.attachProcesses(ctx, devs, advance)
 	return devs, nil
 }
 
@@ -384,8 +384,15 @@ type amdPartition struct {
 // in them. Memory is
 // drm-total-vram, else the older drm-memory-vram that amdgpu printed before
 // it adopted drm-total- (kernel documentation "DRM client usage stats").
-func (c *amdCollector) attachProcesses(devs []*Device, advance bool) {
-	holders, herrs := amd.RenderHolders(c.scanner.ProcRoot)
+//
+// A walk of procfs cut short by the deadline leaves every device without
+// processes and the window where it was: the scrape that asked has given
+// up on this read, and the next measures from the last complete walk.
+func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, advance bool) {
+	holders, herrs, err := amd.RenderHolders(ctx, c.scanner.ProcRoot)
+	if err != nil {
+		return
+	}
 	for _, e := range herrs {
 		c.countFile(e.File)
 	}

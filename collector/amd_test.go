@@ -187,6 +187,27 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 			t.Errorf("pid 200 after the third read: %v, want 0.1", got)
 		}
 	}
+
+	// A walk of procfs cut by the deadline, at 6 s (client 17 at 2.0e9
+	// ns), attaches no process and leaves the window at the last complete
+	// walk, 4 s (1.8e9 ns): at 8 s (2.6e9 ns) PID 200 has
+	// (2.6e9 - 1.8e9) / 4e9 = 0.2, not (2.6e9 - 2.0e9) / 2e9 = 0.3.
+	clk.t = testNow.Add(6 * time.Second)
+	tr.fd(200, 5, clientA("2000000000"))
+	cut, cancel := context.WithCancel(ctx)
+	cancel()
+	late := *again[0]
+	late.Processes = nil
+	c.attachProcesses(cut, []*Device{&late}, true)
+	if len(late.Processes) != 0 {
+		t.Errorf("a walk cut by the deadline attached %+v", late.Processes)
+	}
+	clk.t = testNow.Add(8 * time.Second)
+	tr.fd(200, 5, clientA("2600000000"))
+	devs, _ = c.readDevices(ctx, true)
+	if got := *devs[0].Processes[0].Utilization; math.Abs(got-0.2) > 1e-12 {
+		t.Errorf("pid 200 after a cut walk: %v, want 0.2", got)
+	}
 }
 
 // TestAMDHungCardIsDownOthersServed: a sysfs read that blocks (a FIFO

@@ -197,12 +197,39 @@ func TestParsePID(t *testing.T) {
 }
 
 // BenchmarkScanProc scans this host's /proc for DRM nodes: the per-scrape
-// cost on a node of this many processes, most holding none.
+// cost on a node of this many processes, most holding none. Each fd costs a
+// lookup of its magic link in procfs whatever it points to, so the cost
+// follows the fds the node's processes hold: ns/fd is what the README's
+// cost paragraph quotes. "busy" holds 10,000 more fds (/dev/null) in this
+// process, as a server with many sockets would.
 func BenchmarkScanProc(b *testing.B) {
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, _, err := (Scanner{}).Scan(context.Background(), isDRI); err != nil {
-			b.Fatal(err)
+	for _, extra := range []int{0, 10000} {
+		name := "host"
+		if extra > 0 {
+			name = "busy"
 		}
+		b.Run(name, func(b *testing.B) {
+			for range extra {
+				f, err := os.Open(os.DevNull)
+				if err != nil {
+					b.Skipf("opening %d fds: %v", extra, err)
+				}
+				defer f.Close()
+			}
+			b.ReportAllocs()
+			fds := 0
+			for b.Loop() {
+				fds = 0
+				count := func(target []byte) bool {
+					fds++
+					return isDRI(target)
+				}
+				if _, _, err := (Scanner{}).Scan(context.Background(), count); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(fds), "fds/op")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(max(fds, 1)), "ns/fd")
+		})
 	}
 }

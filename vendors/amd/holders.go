@@ -21,14 +21,21 @@ const maxProcEntries = 1 << 17
 // than of every fd of every process. A process that exits during the scan
 // is skipped; a process whose fds cannot be listed (EACCES without
 // CAP_SYS_PTRACE) is returned in errs.
-func RenderHolders(procRoot string) (holders []procfd.Holder, errs []ScanError) {
+//
+// The walk costs a procfs lookup per open fd of the node, tens of
+// milliseconds on a busy one, so it stops when ctx ends, checked between
+// processes: err is then ctx's error and the holders are unknown.
+func RenderHolders(ctx context.Context, procRoot string) (holders []procfd.Holder, errs []ScanError, err error) {
 	s := procfd.Scanner{Root: procRoot, MaxEntries: maxProcEntries, MaxFDs: maxFDsPerProcess}
-	all, perr, err := s.Scan(context.Background(), isDRINode)
+	all, perr, err := s.Scan(ctx, isDRINode)
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, nil, ctxErr
+	}
 	if err != nil {
 		if procRoot == "" {
 			procRoot = "/proc"
 		}
-		return nil, []ScanError{{File: procRoot, Err: err}}
+		return nil, []ScanError{{File: procRoot, Err: err}}, nil
 	}
 	for _, e := range perr {
 		errs = append(errs, ScanError{PID: e.PID, File: "fd", Err: e.Err})
@@ -41,7 +48,7 @@ func RenderHolders(procRoot string) (holders []procfd.Holder, errs []ScanError) 
 			}
 		}
 	}
-	return holders, errs
+	return holders, errs, nil
 }
 
 // renderPrefix is how a process's fd link names a DRM render node: the

@@ -1,6 +1,8 @@
 package amd
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,14 +15,25 @@ func TestRenderHolders(t *testing.T) {
 	// 100 and 101 hold renderD128/136; 102 holds renderD140 (an i915
 	// client: still a render node, its fdinfo tells the driver). 100's fd
 	// 0 (/dev/null) is not a DRM node.
-	got, errs := RenderHolders(fixtureProc)
+	got, errs, err := RenderHolders(context.Background(), fixtureProc)
 	want := []procfd.Holder{
 		{PID: 100, FDs: []procfd.FD{{Num: 5, Target: "/dev/dri/renderD128"}, {Num: 6, Target: "/dev/dri/renderD128"}}},
 		{PID: 101, FDs: []procfd.FD{{Num: 5, Target: "/dev/dri/renderD128"}, {Num: 7, Target: "/dev/dri/renderD136"}}},
 		{PID: 102, FDs: []procfd.FD{{Num: 4, Target: "/dev/dri/renderD140"}}},
 	}
-	if len(errs) != 0 || !reflect.DeepEqual(got, want) {
-		t.Errorf("RenderHolders = %v, %v", got, errs)
+	if err != nil || len(errs) != 0 || !reflect.DeepEqual(got, want) {
+		t.Errorf("RenderHolders = %v, %v, %v", got, errs, err)
+	}
+}
+
+// A walk past the deadline says so rather than returning the holders it
+// reached: the split would miss the processes it did not.
+func TestRenderHoldersDeadline(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	got, errs, err := RenderHolders(ctx, fixtureProc)
+	if !errors.Is(err, context.Canceled) || got != nil || errs != nil {
+		t.Errorf("RenderHolders after the deadline = %v, %v, %v; want context.Canceled alone", got, errs, err)
 	}
 }
 
@@ -48,7 +61,10 @@ func TestRenderHoldersOddTree(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "13", "fd"), 0o000); err != nil {
 		t.Fatal(err)
 	}
-	got, errs := RenderHolders(root)
+	got, errs, err := RenderHolders(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []procfd.Holder{{PID: 9, FDs: []procfd.FD{{Num: 3, Target: "/dev/dri/renderD129"}, {Num: 4, Target: "/dev/dri/card1"}}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("RenderHolders = %v", got)
@@ -56,7 +72,7 @@ func TestRenderHoldersOddTree(t *testing.T) {
 	if os.Geteuid() != 0 && (len(errs) != 1 || errs[0].PID != 13) {
 		t.Errorf("errors %v, want pid 13's", errs)
 	}
-	if _, errs := RenderHolders(filepath.Join(root, "missing")); len(errs) != 1 {
-		t.Errorf("a missing procfs root gives %v", errs)
+	if _, errs, err := RenderHolders(context.Background(), filepath.Join(root, "missing")); len(errs) != 1 || err != nil {
+		t.Errorf("a missing procfs root gives %v, %v", errs, err)
 	}
 }
