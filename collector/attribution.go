@@ -146,9 +146,10 @@ type Usage struct {
 // party has the whole device's, as its device series say, and an owner
 // without processes on a shared device 0, which is what an allocated but
 // idle share looks like. Where a split cannot be made right (processes
-// whose owner is unknown, a process without its memory or samples, no
-// samples on a busy shared device) it is left out rather than guessed. A
-// GPU in MIG mode has none: its instances carry the usage.
+// whose owner is unknown, a process without its memory or samples, a
+// process list the vendor could not read whole, no samples on a busy
+// shared device) it is left out rather than guessed. A GPU in MIG mode has
+// none: its instances carry the usage.
 func (d *Device) Usage() []Usage {
 	unattributed := hasUnattributed(d)
 	if d.HasMIG || (len(d.Claims) == 0 && !unattributed) {
@@ -169,7 +170,7 @@ func (d *Device) Usage() []Usage {
 		return i
 	}
 	sole := len(d.Claims) == 1 && !unattributed
-	resolved, memKnown := true, true
+	resolved, memKnown, utilKnown := !d.ProcessesPartial, true, true
 	mem := make([]float64, len(parties))
 	util := make([]float64, len(parties))
 	utilTotal := 0.0
@@ -187,6 +188,8 @@ func (d *Device) Usage() []Usage {
 		if p.Utilization != nil {
 			util[party(i)] += *p.Utilization
 			utilTotal += *p.Utilization
+		} else {
+			utilKnown = false
 		}
 	}
 	for i := range parties {
@@ -199,7 +202,7 @@ func (d *Device) Usage() []Usage {
 		switch {
 		case sole:
 			parties[i].Utilization = d.Utilization
-		case resolved && utilTotal > 0:
+		case resolved && utilKnown && utilTotal > 0:
 			v := *d.Utilization * util[i] / utilTotal
 			parties[i].Utilization = &v
 		case resolved && *d.Utilization == 0:

@@ -172,6 +172,7 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device) []*Device {
 		if nd.Utilization.OK {
 			d.Utilization = &nd.Utilization.Value
 		}
+		d.ProcessesPartial = nd.ProcessesPartial
 		d.Processes = make([]Process, 0, len(nd.Processes))
 		// Pointers into nd's own slice, not into a per-process copy.
 		for i := range nd.Processes {

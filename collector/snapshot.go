@@ -34,6 +34,11 @@ type Device struct {
 	Up     bool
 
 	Processes []Process
+	// ProcessesPartial says Processes may lack some of the device's
+	// processes: a vendor's list call failed, or procfs could not be read
+	// for every process of the node. The per-owner split is then left out,
+	// since the missing processes' owners would show 0.
+	ProcessesPartial bool
 	// MemoryUsed and Utilization are the device readings attribution splits
 	// between owners; nil when the vendor has none.
 	MemoryUsed  *float64

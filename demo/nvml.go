@@ -138,6 +138,12 @@ func (s *sim) gate(key string) nvml.Return {
 	if s.spec.callLatency > 0 {
 		time.Sleep(s.spec.callLatency)
 	}
+	return s.fault(key)
+}
+
+// fault is the answer the scenario's faults give a call named key, SUCCESS
+// if none.
+func (s *sim) fault(key string) nvml.Return {
 	f := &s.spec.Faults
 	switch {
 	case f.Lost:
@@ -280,9 +286,14 @@ func (s *sim) memory() (nvml.Memory_v2, nvml.Return) {
 }
 
 // processes answers one of NVML's three process lists: the processes whose
-// spec names that list (compute by default).
+// spec names that list (compute by default). A fault on "processes" fails
+// the three, one on "processes_<list>" that list alone, as a driver may
+// refuse one list (NO_PERMISSION) and answer the others.
 func (s *sim) processes(procs []ProcessSpec, list string, gi, ci uint32) ([]nvml.ProcessInfo, nvml.Return) {
 	if ret := s.gate("processes"); ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	if ret := s.fault("processes_" + list); ret != nvml.SUCCESS {
 		return nil, ret
 	}
 	out := make([]nvml.ProcessInfo, 0, len(procs))

@@ -161,7 +161,10 @@ type Device struct {
 	Profiling map[string]float64
 
 	Processes []Process
-	Errors    []CallError
+	// ProcessesPartial says a process list call failed with an error that
+	// may hide processes (processList).
+	ProcessesPartial bool
+	Errors           []CallError
 }
 
 // NVLinkErrorTypes name NVLink.Errors: nvmlDeviceGetNvLinkErrorCounter's

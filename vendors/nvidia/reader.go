@@ -381,7 +381,7 @@ func (r *reader) processes(d *Device, h nvml.Device) {
 	if d.MIGEnabled.OK && d.MIGEnabled.Value {
 		return
 	}
-	d.Processes = r.processList(h)
+	d.Processes, d.ProcessesPartial = r.processList(h)
 	switch {
 	case r.lost:
 	case len(d.Processes) == 0:
@@ -413,7 +413,12 @@ var processLists = [...]struct {
 // PID in several lists is the largest it is given: nvml.h says
 // "usedGpuMemory [...] is all of the memory used by the application", so
 // each list gives the same whole, not a part to add.
-func (r *reader) processList(h nvml.Device) []Process {
+//
+// partial says a list could not be read for a reason other than the
+// device or driver lacking it (NOT_SUPPORTED, FUNCTION_NOT_FOUND: no such
+// processes to list), such as NO_PERMISSION: the processes it holds are
+// then missing, and their owners must not show 0.
+func (r *reader) processList(h nvml.Device) (out []Process, partial bool) {
 	var lists [len(processLists)][]nvml.ProcessInfo
 	n := 0
 	for i, l := range processLists {
@@ -422,16 +427,17 @@ func (r *reader) processList(h nvml.Device) []Process {
 		}
 		procs, ret := l.get(h)
 		if !r.ok(l.call, ret) {
+			partial = partial || (ret != nvml.ERROR_NOT_SUPPORTED && ret != nvml.ERROR_FUNCTION_NOT_FOUND)
 			continue
 		}
 		lists[i] = procs
 		n += len(procs)
 	}
 	if n == 0 {
-		return nil
+		return nil, partial
 	}
 	// Sized for every entry at once: a GPU may run hundreds of processes.
-	out := make([]Process, 0, n)
+	out = make([]Process, 0, n)
 	at := make(map[uint32]int, n)
 	for _, procs := range lists {
 		for _, p := range procs {
@@ -448,7 +454,7 @@ func (r *reader) processList(h nvml.Device) []Process {
 			}
 		}
 	}
-	return out
+	return out, partial
 }
 
 // processUtilization gives every process its utilization over this read's
@@ -691,7 +697,7 @@ func (r *reader) readMIG(parent Device, h nvml.Device, index, parentSlices int) 
 		// nvml.h, nvmlDeviceGetProcessUtilization: "On MIG-enabled GPUs,
 		// querying process utilization is not currently supported", so a MIG
 		// instance's processes carry memory only.
-		d.Processes = r.processList(h)
+		d.Processes, d.ProcessesPartial = r.processList(h)
 	}
 	return r.finish(d)
 }
