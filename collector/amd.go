@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"regexp"
@@ -68,9 +69,12 @@ type amdCollector struct {
 	window   amdWindow              // fdinfo scan at the previous scrape
 	errs     map[string]float64     // file → count
 	state    string                 // logged on change only
-	down     map[string]string      // card → why it is down, logged on change
-	driver   amd.Opt[string]
-	ras      amdRAS
+	// scanState is the process scan's first error, "" when it read every
+	// process; logged on change only.
+	scanState string
+	down      map[string]string // card → why it is down, logged on change
+	driver    amd.Opt[string]
+	ras       amdRAS
 }
 
 type amdIdentity struct {
@@ -388,20 +392,33 @@ type amdPartition struct {
 // A walk of procfs cut short by the deadline leaves every device without
 // processes and the window where it was: the scrape that asked has given
 // up on this read, and the next measures from the last complete walk.
+//
+// A process whose fds or fdinfo could not be read (no CAP_SYS_PTRACE, or a
+// non-root process without CAP_DAC_READ_SEARCH: see the README's least
+// privilege) may hold any of the GPUs, so every device's process list is
+// then partial and the per-owner split left out: its owner would show 0
+// bytes and the others its share of the time.
 func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, advance bool) {
 	holders, herrs, err := amd.RenderHolders(ctx, c.scanner.ProcRoot)
 	if err != nil {
+		markPartial(devs)
 		return
 	}
 	for _, e := range herrs {
 		c.countFile(e.File)
 	}
 	if len(holders) == 0 && len(herrs) > 0 {
+		c.logScan(herrs)
+		markPartial(devs)
 		return
 	}
 	clients, serrs := c.scanner.ScanHolders(holders)
 	for _, e := range serrs {
 		c.countFile(scanFile(e.File))
+	}
+	c.logScan(append(herrs, serrs...))
+	if len(herrs)+len(serrs) > 0 {
+		markPartial(devs)
 	}
 	now := c.now()
 	c.mu.Lock()
@@ -492,6 +509,39 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 			}
 			d.Processes = append(d.Processes, p)
 		}
+	}
+}
+
+func markPartial(devs []*Device) {
+	for _, d := range devs {
+		d.ProcessesPartial = true
+	}
+}
+
+// logScan logs when the process scan starts missing processes, and when
+// the reason changes (which file, which errno: not which PID, which changes
+// as processes come and go), and when it sees them all again.
+func (c *amdCollector) logScan(errs []amd.ScanError) {
+	state := ""
+	if len(errs) > 0 {
+		cause := errs[0].Err
+		var pe *fs.PathError
+		if errors.As(cause, &pe) {
+			cause = pe.Err
+		}
+		state = fmt.Sprintf("%s: %v", errs[0].File, cause)
+	}
+	c.mu.Lock()
+	changed := state != c.scanState
+	c.scanState = state
+	c.mu.Unlock()
+	switch {
+	case !changed:
+	case state != "":
+		c.logger.Warn("AMD process scan cannot read every process; per-owner memory and utilization are left out until it can (other processes' fds need CAP_SYS_PTRACE, other users' also CAP_DAC_READ_SEARCH: chart amd.ptrace, amd.dacReadSearch)",
+			"unreadable", len(errs), "reason", state, "first", errs[0].Error())
+	default:
+		c.logger.Info("AMD process scan reads every process again")
 	}
 }
 

@@ -85,7 +85,10 @@ type gaudiRead struct {
 	done chan struct{}
 	up   []gaudi.Device // listed by this run, with their processes
 	down []gaudi.Device // known from earlier runs, not listed by this one
-	err  error
+	// partial says the process scan failed or could not read every
+	// process: any device may lack processes (Device.ProcessesPartial).
+	partial bool
+	err     error
 }
 
 // readDevices reads every Gaudi device: one hl-smi run under the snapshot's
@@ -106,7 +109,7 @@ func (c *gaudiCollector) readDevices(ctx context.Context, _ bool) ([]*Device, er
 	}
 	c.mu.Unlock()
 	if leader {
-		r.up, r.down, r.err = c.read(ctx)
+		r.up, r.down, r.partial, r.err = c.read(ctx)
 		c.mu.Lock()
 		c.inflight = nil
 		c.mu.Unlock()
@@ -135,7 +138,9 @@ func (c *gaudiCollector) readDevices(ctx context.Context, _ bool) ([]*Device, er
 	}
 	devs := make([]*Device, 0, len(r.up)+len(r.down))
 	for i := range r.up {
-		devs = append(devs, gaudiDevice(&r.up[i], true))
+		d := gaudiDevice(&r.up[i], true)
+		d.ProcessesPartial = r.partial
+		devs = append(devs, d)
 	}
 	for i := range r.down {
 		devs = append(devs, gaudiDevice(&r.down[i], false))
@@ -156,14 +161,16 @@ func (c *gaudiCollector) waitedOutFor(ctx context.Context) ([]*Device, error) {
 }
 
 // read runs hl-smi and the process scan once, and keeps track of the
-// devices known across runs.
-func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, err error) {
+// devices known across runs. partial says the scan failed or could not read
+// every process.
+func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, partial bool, err error) {
 	nds, err := c.runner.Query(ctx)
 	c.logChange(err)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	uses, unreadable, scanErr := c.procs.Scan(ctx)
+	partial = scanErr != nil || unreadable > 0
 	if scanErr == nil {
 		unmatched := gaudi.AttachProcesses(nds, uses)
 		if len(unmatched) > 0 {
@@ -200,7 +207,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, err
 		}
 		down = append(down, nd)
 	}
-	return nds, down, nil
+	return nds, down, partial, nil
 }
 
 // unanswered is every device known from earlier runs, down: a run that

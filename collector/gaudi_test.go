@@ -142,6 +142,23 @@ func TestGaudiOracles(t *testing.T) {
 	})
 }
 
+// TestGaudiFailedScanLeavesOwnerMemoryOut: with no process seen because
+// the procfs scan failed, an owner's memory is unknown, not the 0 bytes of
+// an owner without processes.
+func TestGaudiFailedScanLeavesOwnerMemoryOut(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	gaudiTable(t, s)
+	missing := filepath.Join(t.TempDir(), "no-proc")
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath, c.Procfs = selfPath(t), missing })
+	out := scrapeText(t, e, 10*time.Second)
+	check, absent := oracleChecks(out)
+	check(t, "xpu_gaudi_process_scan_errors_total", 1, `reason="procfs"`)
+	// Device 1 is still the pod's (kubelet), with the device's 0.87.
+	pod := `pod="tgi-gaudi-6b8d7f9c5-m2p7x"`
+	check(t, "xpu_workload_utilization_ratio", 0.87, `gpu="1"`, pod)
+	absent(t, "xpu_workload_memory_used_bytes", `vendor="habana"`)
+}
+
 func newGaudiExporter(t *testing.T, hlsmi string, logs *syncbuf.Buffer) *Exporter {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(logs, nil))
