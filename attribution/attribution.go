@@ -160,6 +160,10 @@ type Device struct {
 	// the GPU. -1 for a GPU in MIG mode, which Slurm does not hand out.
 	GRESIndex int
 	PIDs      []uint32
+	// PIDsPartial says PIDs may lack some of the device's processes (the
+	// vendor could not list them all): owners are then not taken from the
+	// processes, since those seen need not be all of them.
+	PIDsPartial bool
 }
 
 // Source is the state of one attribution source in a scrape.

@@ -135,7 +135,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	for _, d := range devices {
 		res.Devices[d.UUID] = &Ownership{Process: make(map[uint32]int, len(d.PIDs))}
 	}
-	procs, procErr := r.processes(devices)
+	procs, hidden, procErr := r.processes(devices)
 	if r.cfg.Procfs != nil {
 		res.Sources = append(res.Sources, Source{Name: SourceProcfs, Err: procErr})
 	}
@@ -166,7 +166,8 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	pods := podOwners{}
 	for _, d := range devices {
 		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || gres[d.GRESIndex] != nil {
-			r.attribute(res.Devices[d.UUID], d, procs, kube[d.UUID], kubeDown, jobs, gres, pods)
+			partial := d.PIDsPartial || slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] })
+			r.attribute(res.Devices[d.UUID], d, procs, partial, kube[d.UUID], kubeDown, jobs, gres, pods)
 		}
 	}
 	r.mu.Lock()
@@ -213,8 +214,10 @@ func (r *Resolver) logChanges(sources []Source) {
 // Slurm jobs whose GRES hold the device; only without either are owners
 // taken from the processes themselves. On Kubernetes only the kubelet makes
 // a pod an owner: while it is down (kubeDown), pod processes stay unresolved
-// rather than guessed at.
-func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo, kube []Claim, kubeDown bool, jobs map[string]slurm.Job, gres map[int][]string, pods podOwners) {
+// rather than guessed at. Nor are owners taken from a partial list of the
+// device's processes (partial): the owners seen need not be all of them,
+// and one alone would be taken for the device's sole owner.
+func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo, partial bool, kube []Claim, kubeDown bool, jobs map[string]slurm.Job, gres map[int][]string, pods podOwners) {
 	switch {
 	case len(kube) > 0:
 		own.Claims = kube
@@ -255,6 +258,8 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			// whether or not Slurm gave it the device through GRES.
 			// Where the kubelet answers, only it makes pods owners.
 			own.Process[pid] = Unattributed
+		case partial:
+			// Left unresolved: see above.
 		case podOnDevice: // the kubelet is down
 			// Every device looks unallocated while the kubelet is down; a
 			// GPU that pods' processes run on is theirs, and a host daemon
@@ -421,17 +426,19 @@ func (r *Resolver) podOwner(namespace, pod, container string) Owner {
 	return o
 }
 
-// processes reads procfs for every PID on the devices. The error says why
-// processes could not be attributed at all, such as not seeing the host's
-// PIDs from a container.
-func (r *Resolver) processes(devices []Device) (map[uint32]procInfo, error) {
+// processes reads procfs for every PID on the devices. hidden are the PIDs
+// procfs has but would not show (no permission, a malformed file): unlike
+// a process that exited, such a process still uses its device. The error
+// says why processes could not be attributed at all, such as not seeing
+// the host's PIDs from a container.
+func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden map[uint32]bool, err error) {
 	n := 0
 	for _, d := range devices {
 		n += len(d.PIDs)
 	}
-	out := make(map[uint32]procInfo, n)
+	out = make(map[uint32]procInfo, n)
 	if r.cfg.Procfs == nil {
-		return out, nil
+		return out, nil, nil
 	}
 	r.mu.Lock()
 	prev := r.procs
@@ -455,15 +462,19 @@ func (r *Resolver) processes(devices []Device) (map[uint32]procInfo, error) {
 				continue
 			case err != nil:
 				firstErr = cmpErr(firstErr, err)
+				if hidden == nil {
+					hidden = map[uint32]bool{}
+				}
+				hidden[pid] = true
 				continue
 			}
 			out[pid] = procInfo{info: &info}
 		}
 	}
 	if seen > 0 && missing == seen {
-		return out, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
+		return out, hidden, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
 	}
-	return out, firstErr
+	return out, hidden, firstErr
 }
 
 func (r *Resolver) procRoot() string {

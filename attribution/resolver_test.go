@@ -237,6 +237,38 @@ func TestResolveBareMetal(t *testing.T) {
 	}
 }
 
+// TestResolveBareMetalPartialProcesses: without an allocation, owners come
+// from a device's processes, so a list known to miss some (the vendor's,
+// or a PID procfs would not show, unlike one that exited) makes none:
+// ollama.service alone would otherwise be the GPU's sole owner.
+func TestResolveBareMetalPartialProcesses(t *testing.T) {
+	fs := procfs(t, map[uint32]string{
+		10: "/system.slice/ollama.service",
+		30: "/system.slice/ollama.service",
+		31: "/system.slice/vllm.service",
+	})
+	// PID 20 is there, but its status says nothing of its user.
+	dir := filepath.Join(fs.Root, "20")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/system.slice/other.service\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "status"), []byte("Name:\tpython3\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "comm"), []byte("python3\n"), 0o644)
+	r := New(Config{Procfs: fs})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{10}, PIDsPartial: true},
+		{UUID: gpuB, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{10, 20}},
+		{UUID: gpuM, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{30, 31, 777}}, // 777 exited
+	})
+	for _, uuid := range []string{gpuA, gpuB} {
+		if own := res.Devices[uuid]; len(own.Claims) != 0 || len(own.Process) != 0 {
+			t.Errorf("%s: owners %+v, processes %v from a partial list", uuid, own.Claims, own.Process)
+		}
+	}
+	if own := res.Devices[gpuM]; len(own.Claims) != 2 || own.Claims[0].Share != 0.5 {
+		t.Errorf("a process that exited made the list partial: %+v", own.Claims)
+	}
+}
+
 func TestResolveHiddenPIDs(t *testing.T) {
 	r := New(Config{Procfs: procfs(t, nil)})
 	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{10, 11}}})

@@ -242,6 +242,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		for _, p := range d.Processes {
 			ad.PIDs = append(ad.PIDs, p.PID)
 		}
+		ad.PIDsPartial = d.ProcessesPartial
 		devs = append(devs, ad)
 	}
 	start := time.Now()
