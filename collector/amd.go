@@ -393,11 +393,11 @@ type amdPartition struct {
 // processes and the window where it was: the scrape that asked has given
 // up on this read, and the next measures from the last complete walk.
 //
-// A process whose fds or fdinfo could not be read (no CAP_SYS_PTRACE, or a
-// non-root process without CAP_DAC_READ_SEARCH: see the README's least
-// privilege) may hold any of the GPUs, so every device's process list is
-// then partial and the per-owner split left out: its owner would show 0
-// bytes and the others its share of the time.
+// A process whose fds could be read neither through their links nor their
+// fdinfo (no CAP_SYS_PTRACE: see the README's least privilege) may hold
+// any of the GPUs, so every device's process list is then partial and the
+// per-owner split left out: its owner would show 0 bytes and the others
+// its share of the time.
 func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, advance bool) {
 	holders, herrs, err := amd.RenderHolders(ctx, c.scanner.ProcRoot)
 	if err != nil {
@@ -442,6 +442,7 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 	}
 	byMinor := map[int]*Device{}
 	byPCI := map[string]*Device{}
+	partitioned := map[string]bool{}
 	for _, d := range devs {
 		switch v := d.vendorData.(type) {
 		case *amdPartition:
@@ -449,8 +450,11 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 				byMinor[v.renderMinor] = d
 			}
 		case *amdData:
-			if d.Up && !d.HasMIG {
+			switch {
+			case d.Up && !d.HasMIG:
 				byPCI[d.PCIBusID] = d
+			case d.HasMIG:
+				partitioned[d.PCIBusID] = true
 			}
 		}
 	}
@@ -465,6 +469,11 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 		d := byPCI[cl.Key.PDev]
 		if cl.RenderMinor.OK && byMinor[cl.RenderMinor.Value] != nil {
 			d = byMinor[cl.RenderMinor.Value]
+		}
+		if d == nil && !cl.RenderMinor.OK && partitioned[cl.Key.PDev] {
+			// Found through fdinfo alone (amd.RenderHolders): a client of
+			// one of this GPU's partitions, which one unknown.
+			markPartial(devs)
 		}
 		if d == nil || len(cl.PIDs) == 0 {
 			continue
@@ -538,7 +547,7 @@ func (c *amdCollector) logScan(errs []amd.ScanError) {
 	switch {
 	case !changed:
 	case state != "":
-		c.logger.Warn("AMD process scan cannot read every process; per-owner memory and utilization are left out until it can (other processes' fds need CAP_SYS_PTRACE, other users' also CAP_DAC_READ_SEARCH: chart amd.ptrace, amd.dacReadSearch)",
+		c.logger.Warn("AMD process scan cannot read every process; per-owner memory and utilization are left out until it can (other processes' fdinfo needs CAP_SYS_PTRACE: chart amd.ptrace)",
 			"unreadable", len(errs), "reason", state, "first", errs[0].Error())
 	default:
 		c.logger.Info("AMD process scan reads every process again")

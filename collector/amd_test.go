@@ -211,19 +211,26 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 	}
 }
 
-// TestAMDUnreadableProcessLeavesSplitOut: a process whose fds cannot be
-// listed (EACCES without CAP_DAC_READ_SEARCH on a real node; here an fd
-// "directory" that is a file, ENOTDIR, which root cannot read past either)
-// may hold the GPU for another owner. The split is left out while it
-// lasts, one warning says why, and it comes back when every process reads.
+// TestAMDUnreadableProcessLeavesSplitOut: a process whose fds can be read
+// neither through their links nor through fdinfo (on a real node: no
+// CAP_SYS_PTRACE; here "directories" that are files, ENOTDIR, which root
+// cannot read past either) may hold the GPU for another owner. The split is
+// left out while it lasts, with one warning. A process whose links cannot
+// be read but whose fdinfo can (another user's without
+// CAP_DAC_READ_SEARCH) is found through fdinfo, and the split comes back.
 func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "60\n"})
-	client := func(id, gfx string) string {
+	client := func(id, vram, gfx string) string {
 		return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-pdev:\t0000:0c:00.0\n" +
-			"drm-total-vram:\t1024 MiB\ndrm-engine-gfx:\t" + gfx + " ns\n"
+			"drm-total-vram:\t" + vram + " MiB\ndrm-engine-gfx:\t" + gfx + " ns\n"
 	}
-	tr.fd(200, 5, client("17", "1000000000"))
+	a17 := func(gfx string) { tr.fd(200, 5, client("17", "1024", gfx)) }
+	b18 := func(gfx string) {
+		tr.write(filepath.Join(tr.procs, "300", "fdinfo", "7"), "pos:\t0\nflags:\t02100002\nmnt_id:\t24\n"+client("18", "2048", gfx))
+	}
+	a17("1000000000")
 	tr.write(filepath.Join(tr.procs, "300", "fd"), "")
+	tr.write(filepath.Join(tr.procs, "300", "fdinfo"), "")
 	clk := &fakeClock{t: testNow}
 	var logs bytes.Buffer
 	c := newAMDCollectorFor(t, tr, clk)
@@ -231,30 +238,47 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 	ctx := context.Background()
 	a := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}
 	b := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "b", Container: "main"}
-	scrape := func(gfx string) *Device {
+	// scrape reads the GPU 2 s after the previous read; pod a runs 200,
+	// pod b 300.
+	scrape := func() *Device {
 		t.Helper()
 		clk.t = clk.t.Add(2 * time.Second)
-		tr.fd(200, 5, client("17", gfx))
 		devs, err := c.readDevices(ctx, true)
 		if err != nil || len(devs) != 1 {
 			t.Fatalf("%d devices, %v", len(devs), err)
 		}
 		d := devs[0]
-		// Pod a runs 200; pod b's process is the one that cannot be read.
 		d.Claims = []attribution.Claim{{Owner: a, Share: 0.5}, {Owner: b, Share: 0.5}}
-		d.ProcessOwner = map[uint32]int{200: 0}
+		d.ProcessOwner = map[uint32]int{200: 0, 300: 1}
 		return d
 	}
-	scrape("1000000000")
-	d := scrape("1600000000")
+	const gib = 1 << 30
+	// want checks each party's memory and utilization, -1 for absent.
+	want := func(d *Device, w [2][2]float64) {
+		t.Helper()
+		usage := d.Usage()
+		if len(usage) != 2 {
+			t.Fatalf("usage %+v", usage)
+		}
+		for i, u := range usage {
+			for j, g := range []*float64{u.MemoryUsed, u.Utilization} {
+				switch {
+				case w[i][j] < 0 && g != nil:
+					t.Errorf("%s: %v, want it absent", u.Owner.Pod, *g)
+				case w[i][j] >= 0 && (g == nil || math.Abs(*g-w[i][j]) > 1e-12):
+					t.Errorf("%s: %v, want %v", u.Owner.Pod, deref(g), w[i][j])
+				}
+			}
+		}
+	}
+
+	scrape()
+	a17("1600000000")
+	d := scrape()
 	if !d.ProcessesPartial {
 		t.Error("the process list is not marked partial")
 	}
-	for _, u := range d.Usage() {
-		if u.MemoryUsed != nil || u.Utilization != nil {
-			t.Errorf("%s: memory %v utilization %v from a partial process list", u.Owner.Pod, deref(u.MemoryUsed), deref(u.Utilization))
-		}
-	}
+	want(d, [2][2]float64{{-1, -1}, {-1, -1}})
 	if got := c.errs["fd"]; got != 2 {
 		t.Errorf("fd read errors %v, want 2 (one per scrape)", got)
 	}
@@ -262,30 +286,28 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 		t.Errorf("%d warnings for one state, want 1:\n%s", n, logs.String())
 	}
 
-	// Process 300 readable again, holding nothing: pod a has the only
-	// client, 1 GiB, and pod b 0; the 0.6 goes to a, whose client ran
-	// (2.2e9 - 1.6e9) / 2e9 = 0.3 of the window, b's nothing: 0.6 and 0.
-	if err := os.Remove(filepath.Join(tr.procs, "300", "fd")); err != nil {
+	// 300's fdinfo readable, its links still not: client 18 is found, new
+	// in this window, so its share is unknown and so is the split; memory
+	// is known: a 1024 MiB = 1 GiB, b 2048 MiB = 2 GiB.
+	if err := os.Remove(filepath.Join(tr.procs, "300", "fdinfo")); err != nil {
 		t.Fatal(err)
 	}
-	tr.write(filepath.Join(tr.procs, "300", "fdinfo", "0"), "pos:\t0\n")
-	if err := os.MkdirAll(filepath.Join(tr.procs, "300", "fd"), 0o755); err != nil {
-		t.Fatal(err)
+	b18("200000000")
+	a17("2200000000")
+	d = scrape()
+	if d.ProcessesPartial {
+		t.Error("still partial with every process read")
 	}
-	d = scrape("2200000000")
-	want := [][2]float64{{1 << 30, 0.6}, {0, 0}}
-	usage := d.Usage()
-	if d.ProcessesPartial || len(usage) != 2 {
-		t.Fatalf("partial %v, usage %+v", d.ProcessesPartial, usage)
-	}
-	for i, u := range usage {
-		if u.MemoryUsed == nil || u.Utilization == nil || *u.MemoryUsed != want[i][0] || math.Abs(*u.Utilization-want[i][1]) > 1e-12 {
-			t.Errorf("%s: memory %v utilization %v, want %v", u.Owner.Pod, deref(u.MemoryUsed), deref(u.Utilization), want[i])
-		}
-	}
+	want(d, [2][2]float64{{1 * gib, -1}, {2 * gib, -1}})
 	if !strings.Contains(logs.String(), "reads every process again") {
 		t.Errorf("no log line when the scan recovered:\n%s", logs.String())
 	}
+	// Two seconds on: client 17 ran (2.6e9 - 2.2e9) / 2e9 = 0.2 of the
+	// window, client 18 (0.6e9 - 0.2e9) / 2e9 = 0.2; the device's 0.6 is
+	// split 0.6 × 0.2/0.4 = 0.3 each.
+	a17("2600000000")
+	b18("600000000")
+	want(scrape(), [2][2]float64{{1 * gib, 0.3}, {2 * gib, 0.3}})
 }
 
 // TestAMDHungCardIsDownOthersServed: a sysfs read that blocks (a FIFO
@@ -569,6 +591,30 @@ func TestAMDReadErrorsCounted(t *testing.T) {
 	for _, family := range []string{"xpu_utilization_ratio", "xpu_temperature_celsius"} {
 		if strings.Contains(out, "\n"+family+"{") {
 			t.Errorf("%s served from a file that did not parse", family)
+		}
+	}
+}
+
+// TestAMDFdinfoClientOfAPartitionedGPU: a client found through fdinfo alone
+// (its process's fd links unreadable) is known by its GPU's PCI address,
+// not by the render node of the partition it opened: on a GPU in CPX or
+// DPX mode it could be any partition's, so their lists are partial rather
+// than the client dropped unseen.
+func TestAMDFdinfoClientOfAPartitionedGPU(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n"})
+	tr.write(filepath.Join(tr.procs, "300", "fd"), "")
+	tr.write(filepath.Join(tr.procs, "300", "fdinfo", "7"),
+		"drm-driver:\tamdgpu\ndrm-client-id:\t18\ndrm-pdev:\t0000:0c:00.0\ndrm-total-vram:\t2048 MiB\n")
+	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+	parent := &Device{Vendor: "amd", Up: true, HasMIG: true, PCIBusID: "0000:0c:00.0", vendorData: &amdData{}}
+	parts := []*Device{
+		{Vendor: "amd", Up: true, PCIBusID: "0000:0c:00.0", vendorData: &amdPartition{amdData: &amdData{}, renderMinor: 128}},
+		{Vendor: "amd", Up: true, PCIBusID: "0000:0c:00.0", vendorData: &amdPartition{amdData: &amdData{}, renderMinor: 129}},
+	}
+	c.attachProcesses(context.Background(), append([]*Device{parent}, parts...), true)
+	for i, d := range parts {
+		if !d.ProcessesPartial || len(d.Processes) != 0 {
+			t.Errorf("partition %d: partial %v, processes %+v", i, d.ProcessesPartial, d.Processes)
 		}
 	}
 }

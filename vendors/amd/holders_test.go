@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
@@ -74,5 +75,58 @@ func TestRenderHoldersOddTree(t *testing.T) {
 	}
 	if _, errs, err := RenderHolders(context.Background(), filepath.Join(root, "missing")); len(errs) != 1 || err != nil {
 		t.Errorf("a missing procfs root gives %v, %v", errs, err)
+	}
+}
+
+// TestRenderHoldersFdinfoFallback: a process whose fd links cannot be read
+// (another user's, without CAP_DAC_READ_SEARCH: EACCES; here an fd
+// "directory" that is a file, ENOTDIR) is looked for in its fdinfo, which
+// asks only for ptrace access. Its DRM fds are those whose fdinfo has a
+// drm-driver key; their link target is unknown.
+func TestRenderHoldersFdinfoFallback(t *testing.T) {
+	root := t.TempDir()
+	write := func(path, body string) {
+		t.Helper()
+		p := filepath.Join(root, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const drm = "pos:\t0\nflags:\t02100002\ndrm-driver:\tamdgpu\ndrm-client-id:\t9\ndrm-pdev:\t0000:0c:00.0\n"
+	// 40: links unreadable, fdinfo readable: fd 12 is a DRM client, 3 a
+	// socket, 4 a DRM file of another driver (still a DRM fd: the driver
+	// is ScanHolders' to judge).
+	write("40/fd", "")
+	write("40/fdinfo/3", "pos:\t0\nflags:\t02\nmnt_id:\t8\n")
+	write("40/fdinfo/12", drm)
+	write("40/fdinfo/4", "drm-driver:\ti915\n")
+	// 41: neither readable.
+	write("41/fd", "")
+	write("41/fdinfo", "")
+	// 42: links unreadable, a DRM fdinfo malformed: an error, not a
+	// process without DRM files.
+	write("42/fd", "")
+	write("42/fdinfo/5", "drm-driver:\tamdgpu\ndrm-client-id:\tseven\n")
+	// 43: links unreadable, no DRM fd.
+	write("43/fd", "")
+	write("43/fdinfo/0", "pos:\t0\n")
+	got, errs, err := RenderHolders(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []procfd.Holder{{PID: 40, FDs: []procfd.FD{{Num: 4}, {Num: 12}}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("holders %+v, want %+v", got, want)
+	}
+	var pids []int
+	for _, e := range errs {
+		pids = append(pids, e.PID)
+	}
+	slices.Sort(pids)
+	if !reflect.DeepEqual(pids, []int{41, 42}) {
+		t.Errorf("errors for %v (%v), want 41 and 42", pids, errs)
 	}
 }
