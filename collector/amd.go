@@ -92,6 +92,9 @@ type amdRead struct {
 type amdWindow struct {
 	at      time.Time
 	clients []amd.Client
+	// complete says the scan read every process, so that a client absent
+	// from it did not exist yet (amd.EngineShares).
+	complete bool
 }
 
 // amdData is what Update needs of an AMD device beyond Device.
@@ -421,10 +424,11 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 		markPartial(devs)
 	}
 	now := c.now()
+	complete := len(herrs)+len(serrs) == 0
 	c.mu.Lock()
 	prev := c.window
 	if advance {
-		c.window = amdWindow{at: now, clients: clients}
+		c.window = amdWindow{at: now, clients: clients, complete: complete}
 	}
 	c.mu.Unlock()
 
@@ -434,7 +438,7 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 	}
 	shares := map[amd.ClientKey]float64{}
 	if !prev.at.IsZero() {
-		for _, s := range amd.EngineShares(prev.at, prev.clients, now, clients) {
+		for _, s := range amd.EngineShares(prev.at, prev.clients, prev.complete, now, clients) {
 			if s.Engine == "gfx" || s.Engine == "compute" {
 				shares[s.Key] += s.Ratio
 			}
@@ -482,7 +486,7 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 			per[d] = map[int]*usage{}
 		}
 		mem, memOK := vram(cl)
-		utilOK := baseline[cl.Key] && !prev.at.IsZero()
+		utilOK := !prev.at.IsZero() && (baseline[cl.Key] || prev.complete)
 		for i, pid := range cl.PIDs {
 			u := per[d][pid]
 			if u == nil {

@@ -618,3 +618,46 @@ func TestAMDFdinfoClientOfAPartitionedGPU(t *testing.T) {
 		}
 	}
 }
+
+// TestAMDNewClientAfterACompleteScan: a client that was not there when the
+// previous scan read every process opened its DRM file since, so all its
+// engine time is the window's: the split is made at once, not a window
+// later (short jobs would otherwise never be split).
+func TestAMDNewClientAfterACompleteScan(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "60\n"})
+	client := func(id, gfx string) string {
+		return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-pdev:\t0000:0c:00.0\n" +
+			"drm-total-vram:\t1024 MiB\ndrm-engine-gfx:\t" + gfx + " ns\n"
+	}
+	tr.fd(200, 5, client("17", "1000000000"))
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	ctx := context.Background()
+	if _, err := c.readDevices(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// Two seconds on, client 17 at 1.6e9 ns: (1.6e9 - 1.0e9) / 2e9 = 0.3;
+	// client 19, new, at 0.2e9 ns: 0.2e9 / 2e9 = 0.1. The device's 0.6
+	// splits 0.6 × 0.3/0.4 = 0.45 and 0.6 × 0.1/0.4 = 0.15.
+	clk.t = clk.t.Add(2 * time.Second)
+	tr.fd(200, 5, client("17", "1600000000"))
+	tr.fd(400, 3, client("19", "200000000"))
+	devs, err := c.readDevices(ctx, true)
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("%d devices, %v", len(devs), err)
+	}
+	d := devs[0]
+	a := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}
+	b := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "b", Container: "main"}
+	d.Claims = []attribution.Claim{{Owner: a, Share: 0.5}, {Owner: b, Share: 0.5}}
+	d.ProcessOwner = map[uint32]int{200: 0, 400: 1}
+	usage := d.Usage()
+	if len(usage) != 2 {
+		t.Fatalf("usage %+v", usage)
+	}
+	for i, w := range []float64{0.45, 0.15} {
+		if u := usage[i].Utilization; u == nil || math.Abs(*u-w) > 1e-12 {
+			t.Errorf("%s: utilization %v, want %v", usage[i].Owner.Pod, deref(u), w)
+		}
+	}
+}

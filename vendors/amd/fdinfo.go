@@ -374,13 +374,21 @@ type EngineShare struct {
 //
 //	(ns at t1 - ns at t0) / ((t1 - t0) in ns × capacity)
 //
-// A client absent at t0 has no baseline and is left out: it may have run
-// before t0 while its process was not scanned. An engine of a known client
-// that had no line at t0 starts from 0. A counter that went backwards (a
-// client ID reused for a new file) is left out. The two
-// scans are not atomic with the clock readings, so a ratio may exceed 1 by
-// the jitter of reading the files; it is capped at 1.
-func EngineShares(t0 time.Time, before []Client, t1 time.Time, after []Client) []EngineShare {
+// A client absent at t0 has no baseline. If the scan at t0 read every
+// process (complete), the client did not exist when its process was read,
+// so all its engine time is the window's and it starts from 0: a DRM
+// client's counters are "time which the respective GPU engine spent busy
+// executing workloads belonging to this client" (kernel documentation,
+// "DRM client usage stats", drm-engine-<keystr>), a client being one open
+// DRM file. It may have run between the start of the scan at t0 and t0,
+// which is the end of that scan: its ratio can exceed its due by that
+// much of the window. Otherwise the client is left out: it may have run
+// before t0 while its process could not be read. An engine of a known
+// client that had no line at t0 starts from 0. A counter that went
+// backwards (a client ID reused for a new file) is left out. The two scans
+// are not atomic with the clock readings, so a ratio may exceed 1 by the
+// jitter of reading the files; it is capped at 1.
+func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, after []Client) []EngineShare {
 	wall := t1.Sub(t0)
 	if wall <= 0 {
 		return nil
@@ -392,7 +400,7 @@ func EngineShares(t0 time.Time, before []Client, t1 time.Time, after []Client) [
 	var out []EngineShare
 	for _, c := range after {
 		p, ok := prev[c.Key]
-		if !ok {
+		if !ok && !complete {
 			continue
 		}
 		names := make([]string, 0, len(c.Engines))

@@ -147,7 +147,7 @@ func TestEngineShares(t *testing.T) {
 		{Key: c, Engines: map[string]uint64{"gfx": 500000000}},
 		{Key: d, Engines: map[string]uint64{"gfx": 1000, "compute": 2200000100}},
 	}
-	got := EngineShares(t0, before, t1, after)
+	got := EngineShares(t0, before, false, t1, after)
 	want := []EngineShare{
 		// (2.5e9 - 1.5e9) / 2e9 = 0.5
 		{a, "compute", 0.5},
@@ -163,8 +163,15 @@ func TestEngineShares(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("EngineShares =\n%+v\nwant\n%+v", got, want)
 	}
-	if s := EngineShares(t1, before, t0, after); s != nil {
+	if s := EngineShares(t1, before, false, t0, after); s != nil {
 		t.Errorf("reversed window gave %v", s)
+	}
+	// After a scan that read every process, c did not exist at t0: its
+	// 5e8 ns are the window's, 5e8 / 2e9 = 0.25.
+	got = EngineShares(t0, before, true, t1, after)
+	want = append(want[:3:3], EngineShare{c, "gfx", 0.25}, want[3])
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("EngineShares after a complete scan =\n%+v\nwant\n%+v", got, want)
 	}
 }
 
