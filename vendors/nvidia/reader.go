@@ -415,9 +415,12 @@ var processLists = [...]struct {
 // each list gives the same whole, not a part to add.
 //
 // partial says a list could not be read for a reason other than the
-// device or driver lacking it (NOT_SUPPORTED, FUNCTION_NOT_FOUND: no such
-// processes to list), such as NO_PERMISSION: the processes it holds are
-// then missing, and their owners must not show 0.
+// device or driver lacking it, so that processes may be missing and their
+// owners must not show 0. nvml.h, nvmlDeviceGet*RunningProcesses_v3:
+// NVML_ERROR_NOT_SUPPORTED "if this query is not supported by device" (and
+// FUNCTION_NOT_FOUND, a driver without the call): no such processes to
+// list; NVML_ERROR_NO_PERMISSION "if the user doesn't have permission to
+// perform this operation", or UNKNOWN: processes hidden.
 func (r *reader) processList(h nvml.Device) (out []Process, partial bool) {
 	var lists [len(processLists)][]nvml.ProcessInfo
 	n := 0
