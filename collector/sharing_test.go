@@ -136,31 +136,41 @@ func TestSharingOracles(t *testing.T) {
 	})
 }
 
-// TestSharingWithARefusedProcessList: a process list NVML refuses (here
-// ERROR_UNKNOWN; NO_PERMISSION alike) may hold the processes of any owner,
-// so the device's split is left out rather than made from the other lists;
-// one the GPU does not support (NOT_SUPPORTED) holds none, and the split
+// TestSharingWithARefusedProcessList: a process list NVML refuses
+// (NO_PERMISSION, "if the user doesn't have permission to perform this
+// operation"; or ERROR_UNKNOWN) may hold the processes of any owner, so the
+// device's split is left out rather than made from the other lists; one
+// the GPU does not support (NOT_SUPPORTED) holds none, and the split
 // stands.
 func TestSharingWithARefusedProcessList(t *testing.T) {
-	out := scrapeSharing(t, func(s *demo.Scenario) {
-		s.Devices[0].Faults.Unsupported = append(s.Devices[0].Faults.Unsupported, "processes_graphics")
-		s.Devices[1].Faults.Errors = append(s.Devices[1].Faults.Errors, "processes_graphics")
-	})
-	const gib = 1 << 30
-	check, absent := oracleChecks(out)
-	// GPU 0 as in TestSharingOracles: 0.86 split 0.56 : 0.3, 20 and 10 GiB.
-	ts := `uuid="GPU-5a000000-0000-4000-8000-000000000000"`
-	check(t, "xpu_workload_utilization_ratio", 0.56, ts, `pod="ts-a"`)
-	check(t, "xpu_workload_utilization_ratio", 0.3, ts, `pod="ts-b"`)
-	check(t, "xpu_workload_memory_used_bytes", 20*gib, ts, `pod="ts-a"`)
-	check(t, "xpu_workload_memory_used_bytes", 10*gib, ts, `pod="ts-b"`)
-	// GPU 1: the MPS clients are still read from the MPS list, but the
-	// graphics list could hold anyone's processes.
-	mps := `uuid="GPU-5a000000-0000-4000-8000-000000000001"`
-	check(t, "xpu_utilization_ratio", 0.75, mps)
-	check(t, "xpu_workload_allocated_devices", 0.5, mps, `pod="mps-a"`)
-	absent(t, "xpu_workload_utilization_ratio", mps)
-	absent(t, "xpu_workload_memory_used_bytes", mps)
+	for _, refusal := range []string{"no_permission", "errors"} {
+		t.Run(refusal, func(t *testing.T) {
+			out := scrapeSharing(t, func(s *demo.Scenario) {
+				s.Devices[0].Faults.Unsupported = append(s.Devices[0].Faults.Unsupported, "processes_graphics")
+				f := &s.Devices[1].Faults
+				if refusal == "errors" {
+					f.Errors = append(f.Errors, "processes_graphics")
+				} else {
+					f.NoPermission = append(f.NoPermission, "processes_graphics")
+				}
+			})
+			const gib = 1 << 30
+			check, absent := oracleChecks(out)
+			// GPU 0 as in TestSharingOracles: 0.86 split 0.56 : 0.3, 20 and 10 GiB.
+			ts := `uuid="GPU-5a000000-0000-4000-8000-000000000000"`
+			check(t, "xpu_workload_utilization_ratio", 0.56, ts, `pod="ts-a"`)
+			check(t, "xpu_workload_utilization_ratio", 0.3, ts, `pod="ts-b"`)
+			check(t, "xpu_workload_memory_used_bytes", 20*gib, ts, `pod="ts-a"`)
+			check(t, "xpu_workload_memory_used_bytes", 10*gib, ts, `pod="ts-b"`)
+			// GPU 1: the MPS clients are still read from the MPS list, but the
+			// graphics list could hold anyone's processes.
+			mps := `uuid="GPU-5a000000-0000-4000-8000-000000000001"`
+			check(t, "xpu_utilization_ratio", 0.75, mps)
+			check(t, "xpu_workload_allocated_devices", 0.5, mps, `pod="mps-a"`)
+			absent(t, "xpu_workload_utilization_ratio", mps)
+			absent(t, "xpu_workload_memory_used_bytes", mps)
+		})
+	}
 }
 
 func TestSlurmSharingOracles(t *testing.T) {

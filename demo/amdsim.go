@@ -105,7 +105,7 @@ func (d *DeviceSpec) validateVendor() []error {
 	// firmware without UMC RAS) and errors (the driver's "Query currently
 	// inaccessible").
 	f := d.Faults
-	if f.Lost || len(f.Hang)+len(f.Panic)+len(f.FailingLinks) > 0 {
+	if f.Lost || len(f.NoPermission)+len(f.Hang)+len(f.Panic)+len(f.FailingLinks) > 0 {
 		errs = append(errs, errors.New("faults: an AMD GPU takes only unsupported and errors, of "+strings.Join(amdRASKeys, " or ")))
 	}
 	for field, keys := range map[string][]string{"unsupported": f.Unsupported, "errors": f.Errors} {

@@ -67,7 +67,7 @@ func (d *DeviceSpec) validateGaudi() []error {
 		bad("throttle_reasons: hl-smi reports none")
 	}
 	f := d.Faults
-	if f.Lost || len(f.Unsupported)+len(f.Errors)+len(f.Hang)+len(f.Panic)+len(f.FailingLinks) > 0 {
+	if f.Lost || len(f.Unsupported)+len(f.Errors)+len(f.NoPermission)+len(f.Hang)+len(f.Panic)+len(f.FailingLinks) > 0 {
 		bad("faults: NVML faults; a Gaudi's failures are the scenario's hl_smi")
 	}
 	for i, p := range d.Processes {

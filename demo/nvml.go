@@ -158,6 +158,8 @@ func (s *sim) fault(key string) nvml.Return {
 		return nvml.ERROR_NOT_SUPPORTED
 	case slices.Contains(f.Errors, key):
 		return nvml.ERROR_UNKNOWN
+	case slices.Contains(f.NoPermission, key):
+		return nvml.ERROR_NO_PERMISSION
 	}
 	return nvml.SUCCESS
 }
@@ -288,7 +290,7 @@ func (s *sim) memory() (nvml.Memory_v2, nvml.Return) {
 // processes answers one of NVML's three process lists: the processes whose
 // spec names that list (compute by default). A fault on "processes" fails
 // the three, one on "processes_<list>" that list alone, as a driver may
-// refuse one list (NO_PERMISSION) and answer the others.
+// refuse one list (no_permission: NO_PERMISSION) and answer the others.
 func (s *sim) processes(procs []ProcessSpec, list string, gi, ci uint32) ([]nvml.ProcessInfo, nvml.Return) {
 	if ret := s.gate("processes"); ret != nvml.SUCCESS {
 		return nil, ret

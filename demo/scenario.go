@@ -228,6 +228,10 @@ type Faults struct {
 	Unsupported []string `yaml:"unsupported"`
 	// Errors calls return ERROR_UNKNOWN.
 	Errors []string `yaml:"errors"`
+	// NoPermission calls return NO_PERMISSION, as nvml.h documents for
+	// calls "if the user doesn't have permission to perform this
+	// operation" (the process lists among them).
+	NoPermission []string `yaml:"no_permission"`
 	// Hang calls block for HangFor (default 1h) before answering.
 	Hang    []string `yaml:"hang"`
 	HangFor string   `yaml:"hang_for"`
@@ -601,7 +605,7 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 		}
 	}
 	f := &d.Faults
-	for field, keys := range map[string][]string{"unsupported": f.Unsupported, "errors": f.Errors, "hang": f.Hang, "panic": f.Panic} {
+	for field, keys := range map[string][]string{"unsupported": f.Unsupported, "errors": f.Errors, "no_permission": f.NoPermission, "hang": f.Hang, "panic": f.Panic} {
 		for _, k := range keys {
 			if _, ok := MetricKeys[k]; !ok && !slices.Contains(faultOnlyKeys, k) && k != amdEmergencyFault {
 				bad("faults.%s: unknown call %q (a metric key or one of %s)", field, k, strings.Join(faultOnlyKeys, ", "))
