@@ -166,7 +166,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	pods := podOwners{}
 	for _, d := range devices {
 		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || gres[d.GRESIndex] != nil {
-			partial := d.PIDsPartial || slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] })
+			partial := d.PIDsPartial || (len(hidden) > 0 && slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] }))
 			r.attribute(res.Devices[d.UUID], d, procs, partial, kube[d.UUID], kubeDown, jobs, gres, pods)
 		}
 	}

@@ -54,7 +54,7 @@ func RenderHolders(ctx context.Context, procRoot string) (holders []procfd.Holde
 			}
 		}
 	}
-	fallback := false
+	found := len(holders)
 	for _, e := range perr {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
@@ -64,7 +64,6 @@ func RenderHolders(ctx context.Context, procRoot string) (holders []procfd.Holde
 		case err == nil:
 			if len(fds) > 0 {
 				holders = append(holders, procfd.Holder{PID: e.PID, FDs: fds})
-				fallback = true
 			}
 		case procfd.Gone(err):
 			// Exited since its fds were listed.
@@ -72,7 +71,7 @@ func RenderHolders(ctx context.Context, procRoot string) (holders []procfd.Holde
 			errs = append(errs, ScanError{PID: e.PID, File: "fd", Err: fmt.Errorf("%w; through fdinfo: %w", e.Err, err)})
 		}
 	}
-	if fallback {
+	if len(holders) > found {
 		slices.SortFunc(holders, func(a, b procfd.Holder) int { return a.PID - b.PID })
 	}
 	return holders, errs, nil
