@@ -73,6 +73,28 @@ type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time { return c.t }
 
+// amdgpuClient is the fdinfo of an amdgpu DRM client of the test tree's
+// GPU, with its VRAM in MiB and its gfx busy time in ns.
+func amdgpuClient(id, vramMiB, gfxNs string) string {
+	return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-pdev:\t0000:0c:00.0\n" +
+		"drm-total-vram:\t" + vramMiB + " MiB\ndrm-engine-gfx:\t" + gfxNs + " ns\n"
+}
+
+// sharedByPods makes pods ml/a and ml/b the owners of d, half each, a
+// running the processes in pidsA and b those in pidsB.
+func sharedByPods(d *Device, pidsA, pidsB []uint32) {
+	a := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}
+	b := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "b", Container: "main"}
+	d.Claims = []attribution.Claim{{Owner: a, Share: 0.5}, {Owner: b, Share: 0.5}}
+	d.ProcessOwner = map[uint32]int{}
+	for _, pid := range pidsA {
+		d.ProcessOwner[pid] = 0
+	}
+	for _, pid := range pidsB {
+		d.ProcessOwner[pid] = 1
+	}
+}
+
 func newAMDCollectorFor(t *testing.T, tr *amdTree, clk *fakeClock) *amdCollector {
 	t.Helper()
 	c, err := newAMDCollector(Config{Sysfs: tr.sysfs, Procfs: tr.procs, Now: clk.now, Logger: slog.New(slog.DiscardHandler)})
@@ -160,20 +182,8 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 	// Pod A owns 200 and 201, pod B 300: the device's 0.6 (gpu_busy_percent
 	// 60) is split 0.3 : 0.15, that is 0.6 × 0.3/0.45 = 0.4 and
 	// 0.6 × 0.15/0.45 = 0.2; memory is each pod's processes' VRAM.
-	a := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}
-	b := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "b", Container: "main"}
-	d.Claims = []attribution.Claim{{Owner: a, Share: 0.5}, {Owner: b, Share: 0.5}}
-	d.ProcessOwner = map[uint32]int{200: 0, 201: 0, 300: 1}
-	usage := d.Usage()
-	if len(usage) != 2 {
-		t.Fatalf("usage %+v", usage)
-	}
-	for i, w := range [][2]float64{{0.4, 8 * gib}, {0.2, 4 * gib}} {
-		u := usage[i]
-		if u.Utilization == nil || u.MemoryUsed == nil || math.Abs(*u.Utilization-w[0]) > 1e-12 || *u.MemoryUsed != w[1] {
-			t.Errorf("party %d (%s): %+v, want %v", i, u.Owner.Pod, u, w)
-		}
-	}
+	sharedByPods(d, []uint32{200, 201}, []uint32{300})
+	checkUsage(t, d.Usage(), []usageWant{{some(8 * gib), some(0.4)}, {some(4 * gib), some(0.2)}})
 
 	// A read for /devices (advance false) measures from the last scrape and
 	// does not move the window: two seconds after the second scrape, PID
@@ -220,13 +230,9 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 // CAP_DAC_READ_SEARCH) is found through fdinfo, and the split comes back.
 func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "60\n"})
-	client := func(id, vram, gfx string) string {
-		return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-pdev:\t0000:0c:00.0\n" +
-			"drm-total-vram:\t" + vram + " MiB\ndrm-engine-gfx:\t" + gfx + " ns\n"
-	}
-	a17 := func(gfx string) { tr.fd(200, 5, client("17", "1024", gfx)) }
+	a17 := func(gfx string) { tr.fd(200, 5, amdgpuClient("17", "1024", gfx)) }
 	b18 := func(gfx string) {
-		tr.write(filepath.Join(tr.procs, "300", "fdinfo", "7"), "pos:\t0\nflags:\t02100002\nmnt_id:\t24\n"+client("18", "2048", gfx))
+		tr.write(filepath.Join(tr.procs, "300", "fdinfo", "7"), "pos:\t0\nflags:\t02100002\nmnt_id:\t24\n"+amdgpuClient("18", "2048", gfx))
 	}
 	a17("1000000000")
 	tr.write(filepath.Join(tr.procs, "300", "fd"), "")
@@ -236,8 +242,6 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 	c := newAMDCollectorFor(t, tr, clk)
 	c.logger = slog.New(slog.NewTextHandler(&logs, nil))
 	ctx := context.Background()
-	a := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}
-	b := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "b", Container: "main"}
 	// scrape reads the GPU 2 s after the previous read; pod a runs 200,
 	// pod b 300.
 	scrape := func() *Device {
@@ -248,29 +252,10 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 			t.Fatalf("%d devices, %v", len(devs), err)
 		}
 		d := devs[0]
-		d.Claims = []attribution.Claim{{Owner: a, Share: 0.5}, {Owner: b, Share: 0.5}}
-		d.ProcessOwner = map[uint32]int{200: 0, 300: 1}
+		sharedByPods(d, []uint32{200}, []uint32{300})
 		return d
 	}
 	const gib = 1 << 30
-	// want checks each party's memory and utilization, -1 for absent.
-	want := func(d *Device, w [2][2]float64) {
-		t.Helper()
-		usage := d.Usage()
-		if len(usage) != 2 {
-			t.Fatalf("usage %+v", usage)
-		}
-		for i, u := range usage {
-			for j, g := range []*float64{u.MemoryUsed, u.Utilization} {
-				switch {
-				case w[i][j] < 0 && g != nil:
-					t.Errorf("%s: %v, want it absent", u.Owner.Pod, *g)
-				case w[i][j] >= 0 && (g == nil || math.Abs(*g-w[i][j]) > 1e-12):
-					t.Errorf("%s: %v, want %v", u.Owner.Pod, deref(g), w[i][j])
-				}
-			}
-		}
-	}
 
 	scrape()
 	a17("1600000000")
@@ -278,7 +263,7 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 	if !d.ProcessesPartial {
 		t.Error("the process list is not marked partial")
 	}
-	want(d, [2][2]float64{{-1, -1}, {-1, -1}})
+	checkUsage(t, d.Usage(), []usageWant{{}, {}})
 	if got := c.errs["fd"]; got != 2 {
 		t.Errorf("fd read errors %v, want 2 (one per scrape)", got)
 	}
@@ -298,7 +283,7 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 	if d.ProcessesPartial {
 		t.Error("still partial with every process read")
 	}
-	want(d, [2][2]float64{{1 * gib, -1}, {2 * gib, -1}})
+	checkUsage(t, d.Usage(), []usageWant{{mem: some(1 * gib)}, {mem: some(2 * gib)}})
 	if !strings.Contains(logs.String(), "reads every process again") {
 		t.Errorf("no log line when the scan recovered:\n%s", logs.String())
 	}
@@ -307,7 +292,7 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 	// split 0.6 × 0.2/0.4 = 0.3 each.
 	a17("2600000000")
 	b18("600000000")
-	want(scrape(), [2][2]float64{{1 * gib, 0.3}, {2 * gib, 0.3}})
+	checkUsage(t, scrape().Usage(), []usageWant{{some(1 * gib), some(0.3)}, {some(2 * gib), some(0.3)}})
 }
 
 // TestAMDHungCardIsDownOthersServed: a sysfs read that blocks (a FIFO
@@ -625,11 +610,7 @@ func TestAMDFdinfoClientOfAPartitionedGPU(t *testing.T) {
 // later (short jobs would otherwise never be split).
 func TestAMDNewClientAfterACompleteScan(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "60\n"})
-	client := func(id, gfx string) string {
-		return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-pdev:\t0000:0c:00.0\n" +
-			"drm-total-vram:\t1024 MiB\ndrm-engine-gfx:\t" + gfx + " ns\n"
-	}
-	tr.fd(200, 5, client("17", "1000000000"))
+	tr.fd(200, 5, amdgpuClient("17", "1024", "1000000000"))
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
 	ctx := context.Background()
@@ -638,26 +619,17 @@ func TestAMDNewClientAfterACompleteScan(t *testing.T) {
 	}
 	// Two seconds on, client 17 at 1.6e9 ns: (1.6e9 - 1.0e9) / 2e9 = 0.3;
 	// client 19, new, at 0.2e9 ns: 0.2e9 / 2e9 = 0.1. The device's 0.6
-	// splits 0.6 × 0.3/0.4 = 0.45 and 0.6 × 0.1/0.4 = 0.15.
+	// splits 0.6 × 0.3/0.4 = 0.45 and 0.6 × 0.1/0.4 = 0.15; each client
+	// has 1024 MiB = 1 GiB.
 	clk.t = clk.t.Add(2 * time.Second)
-	tr.fd(200, 5, client("17", "1600000000"))
-	tr.fd(400, 3, client("19", "200000000"))
+	tr.fd(200, 5, amdgpuClient("17", "1024", "1600000000"))
+	tr.fd(400, 3, amdgpuClient("19", "1024", "200000000"))
 	devs, err := c.readDevices(ctx, true)
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
 	d := devs[0]
-	a := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}
-	b := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "b", Container: "main"}
-	d.Claims = []attribution.Claim{{Owner: a, Share: 0.5}, {Owner: b, Share: 0.5}}
-	d.ProcessOwner = map[uint32]int{200: 0, 400: 1}
-	usage := d.Usage()
-	if len(usage) != 2 {
-		t.Fatalf("usage %+v", usage)
-	}
-	for i, w := range []float64{0.45, 0.15} {
-		if u := usage[i].Utilization; u == nil || math.Abs(*u-w) > 1e-12 {
-			t.Errorf("%s: utilization %v, want %v", usage[i].Owner.Pod, deref(u), w)
-		}
-	}
+	sharedByPods(d, []uint32{200}, []uint32{400})
+	const gib = 1 << 30
+	checkUsage(t, d.Usage(), []usageWant{{some(1 * gib), some(0.45)}, {some(1 * gib), some(0.15)}})
 }

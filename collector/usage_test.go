@@ -11,7 +11,6 @@ import (
 // by hand, and the cases where it must leave the split out because some of
 // what it would divide is unknown.
 func TestUsage(t *testing.T) {
-	f := func(v float64) *float64 { return &v }
 	u := func(v uint64) *uint64 { return &v }
 	const gib = 1 << 30
 	a := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}
@@ -26,69 +25,81 @@ func TestUsage(t *testing.T) {
 			{PID: 20, MemoryUsed: u(4 * gib), Utilization: u20},
 		}
 	}
-	type want struct{ mem, util *float64 }
-	none := want{}
+	none := usageWant{}
 	tests := []struct {
 		name string
 		d    Device
-		want []want
+		want []usageWant
 	}{{
 		// Device 0.6 busy; processes' shares 0.2 + 0.1 (a) and 0.15 (b),
 		// 0.45 in all: a 0.6 × 0.3/0.45 = 0.4, b 0.6 × 0.15/0.45 = 0.2.
 		// Memory: a 2 + 1 = 3 GiB, b 4 GiB.
 		name: "split by the processes' utilization",
-		d:    Device{Utilization: f(0.6), Claims: two, ProcessOwner: owners, Processes: procs(f(0.2), f(0.1), f(0.15))},
-		want: []want{{f(3 * gib), f(0.4)}, {f(4 * gib), f(0.2)}},
+		d:    Device{Utilization: some(0.6), Claims: two, ProcessOwner: owners, Processes: procs(some(0.2), some(0.1), some(0.15))},
+		want: []usageWant{{some(3 * gib), some(0.4)}, {some(4 * gib), some(0.2)}},
 	}, {
 		// A process without samples (an AMD client first seen this
 		// scrape): dividing 0.6 between the others would hand b all of it.
 		name: "a process without utilization",
-		d:    Device{Utilization: f(0.6), Claims: two, ProcessOwner: owners, Processes: procs(f(0.2), f(0.1), nil)},
-		want: []want{{f(3 * gib), nil}, {f(4 * gib), nil}},
+		d:    Device{Utilization: some(0.6), Claims: two, ProcessOwner: owners, Processes: procs(some(0.2), some(0.1), nil)},
+		want: []usageWant{{some(3 * gib), nil}, {some(4 * gib), nil}},
 	}, {
 		// The vendor could not list every process: a's and b's memory
 		// would be what was seen of them, 0 for an owner whose processes
 		// were all missed.
 		name: "a partial process list",
-		d:    Device{Utilization: f(0.6), Claims: two, ProcessOwner: owners, Processes: procs(f(0.2), f(0.1), f(0.15)), ProcessesPartial: true},
-		want: []want{none, none},
+		d:    Device{Utilization: some(0.6), Claims: two, ProcessOwner: owners, Processes: procs(some(0.2), some(0.1), some(0.15)), ProcessesPartial: true},
+		want: []usageWant{none, none},
 	}, {
 		name: "no process seen, list partial",
-		d:    Device{Utilization: f(0.6), Claims: two, ProcessesPartial: true},
-		want: []want{none, none},
+		d:    Device{Utilization: some(0.6), Claims: two, ProcessesPartial: true},
+		want: []usageWant{none, none},
 	}, {
 		// Nothing listed and nothing failed: allocated but idle shares,
 		// 0 bytes each; 0.6 busy with no process samples cannot be split.
 		name: "no process, list whole",
-		d:    Device{Utilization: f(0.6), Claims: two},
-		want: []want{{f(0), nil}, {f(0), nil}},
+		d:    Device{Utilization: some(0.6), Claims: two},
+		want: []usageWant{{some(0), nil}, {some(0), nil}},
 	}, {
 		// A sole owner has the device's utilization whatever its
 		// processes say; its memory is its processes', unknown here.
 		name: "sole owner, list partial",
-		d:    Device{Utilization: f(0.6), Claims: two[:1], ProcessesPartial: true},
-		want: []want{{nil, f(0.6)}},
+		d:    Device{Utilization: some(0.6), Claims: two[:1], ProcessesPartial: true},
+		want: []usageWant{{nil, some(0.6)}},
 	}}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := tc.d.Usage()
-			if len(got) != len(tc.want) {
-				t.Fatalf("%d parties, want %d: %+v", len(got), len(tc.want), got)
+		t.Run(tc.name, func(t *testing.T) { checkUsage(t, tc.d.Usage(), tc.want) })
+	}
+}
+
+// usageWant is one party's expected memory and utilization, nil for absent.
+type usageWant struct{ mem, util *float64 }
+
+func some(v float64) *float64 { return &v }
+
+// checkUsage compares each party's memory and utilization with want, to
+// 1e-12, and that a reading absent from want is absent.
+func checkUsage(t *testing.T, got []Usage, want []usageWant) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d parties, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		name := "unattributed"
+		if got[i].Owner != nil {
+			name = got[i].Owner.Pod
+		}
+		for _, c := range []struct {
+			what string
+			g, w *float64
+		}{{"memory", got[i].MemoryUsed, w.mem}, {"utilization", got[i].Utilization, w.util}} {
+			switch {
+			case (c.g == nil) != (c.w == nil):
+				t.Errorf("party %d (%s) %s = %v, want %v", i, name, c.what, deref(c.g), deref(c.w))
+			case c.g != nil && math.Abs(*c.g-*c.w) > 1e-12:
+				t.Errorf("party %d (%s) %s = %v, want %v", i, name, c.what, *c.g, *c.w)
 			}
-			for i, w := range tc.want {
-				check := func(what string, g, w *float64) {
-					t.Helper()
-					switch {
-					case (g == nil) != (w == nil):
-						t.Errorf("party %d %s = %v, want %v", i, what, deref(g), deref(w))
-					case g != nil && math.Abs(*g-*w) > 1e-12:
-						t.Errorf("party %d %s = %v, want %v", i, what, *g, *w)
-					}
-				}
-				check("memory", got[i].MemoryUsed, w.mem)
-				check("utilization", got[i].Utilization, w.util)
-			}
-		})
+		}
 	}
 }
 
