@@ -1,9 +1,11 @@
 package procself
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -159,5 +161,15 @@ func TestCollectsEveryFamilyHere(t *testing.T) {
 	}
 	if v := mfs["process_cpu_seconds_total"].GetMetric()[0].GetCounter().GetValue(); v <= 0 {
 		t.Errorf("process_cpu_seconds_total = %f", v)
+	}
+}
+
+// TestSeconds: process_cpu_seconds_total adds getrusage's user and system
+// times, each seconds plus microseconds: 3 s 250,000 µs + 1 s 750,001 µs
+// = 3.25 + 1.750001 = 5.000001 s.
+func TestSeconds(t *testing.T) {
+	got := seconds(syscall.Timeval{Sec: 3, Usec: 250000}) + seconds(syscall.Timeval{Sec: 1, Usec: 750001})
+	if math.Abs(got-5.000001) > 1e-12 {
+		t.Errorf("seconds = %.9f, want 5.000001", got)
 	}
 }
