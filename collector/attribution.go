@@ -45,7 +45,10 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 	}
 	e.emit(unknownIDs, labels{}, float64(snap.unknownDeviceIDs))
 	e.emit(unresolvedClaims, labels{}, float64(snap.unresolvedClaimDevices))
-	owners := map[string]attribution.Owner{}
+	// Owners in the order first met, not a map's: the exposition keeps a
+	// family's order from one scrape to the next (family.order).
+	var owners []attribution.Owner
+	seen := map[string]bool{}
 	for _, d := range snap.Devices {
 		if d.UUID == "" {
 			continue
@@ -59,7 +62,10 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 			claimLabels[i] = id.withOwner(cl.Owner)
 			// One series of xpu_workload_info per owner and DRA claim: a
 			// container may hold devices through several claims.
-			owners[cl.Owner.Key()+"\xff"+cl.Owner.ClaimNamespace+"/"+cl.Owner.Claim] = cl.Owner
+			if k := cl.Owner.Key() + "\xff" + cl.Owner.ClaimNamespace + "/" + cl.Owner.Claim; !seen[k] {
+				seen[k] = true
+				owners = append(owners, cl.Owner)
+			}
 			if v, ok := d.AllocatedDevices(cl); ok {
 				e.emit(workloadAllocated, claimLabels[i], v)
 			}

@@ -37,6 +37,43 @@ type family struct {
 	header []byte // # HELP and # TYPE lines
 	dtype  dto.MetricType
 	help   string
+	last   atomic.Pointer[familyOrder]
+}
+
+// familyOrder is the exposition order of a family's samples in one scrape:
+// in, its series as the collectors sent them, and perm, their indexes in
+// the order client_golang's Gather writes them (compareSeries). Collectors
+// send a family's series in the same order scrape after scrape, so the next
+// scrape usually finds the very same series and takes perm as it is: a
+// pointer comparison per sample instead of a sort's string comparisons.
+// A familyOrder is never changed once stored, so concurrent scrapes can
+// share it.
+type familyOrder struct {
+	in   []*series
+	perm []int32
+}
+
+// order returns the indexes of the n series at(i) in exposition order.
+func (f *family) order(n int, at func(int) *series) []int32 {
+	if o := f.last.Load(); o != nil && len(o.in) == n && sameSeries(o.in, at) {
+		return o.perm
+	}
+	o := &familyOrder{in: make([]*series, n), perm: make([]int32, n)}
+	for i := range n {
+		o.in[i], o.perm[i] = at(i), int32(i)
+	}
+	slices.SortFunc(o.perm, func(a, b int32) int { return compareSeries(o.in[a], o.in[b]) })
+	f.last.Store(o)
+	return o.perm
+}
+
+func sameSeries(in []*series, at func(int) *series) bool {
+	for i, s := range in {
+		if at(i) != s {
+			return false
+		}
+	}
+	return true
 }
 
 var (
@@ -404,9 +441,9 @@ func (t *textScrape) write(out *bytes.Buffer, f *family) {
 		return
 	}
 	ss := t.byFamily[f.id].samples
-	slices.SortFunc(ss, func(a, b textSample) int { return compareSeries(a.s, b.s) })
 	out.Write(f.header)
-	for _, s := range ss {
+	for _, i := range f.order(len(ss), func(i int) *series { return ss[i].s }) {
+		s := ss[i]
 		out.Write(s.s.text)
 		out.WriteByte(' ')
 		out.Write(appendFloat(out.AvailableBuffer(), s.v))
@@ -419,9 +456,9 @@ func (t *textScrape) write(out *bytes.Buffer, f *family) {
 // then _sum and _count.
 func (t *textScrape) writeHistograms(out *bytes.Buffer, f *family) {
 	hs := t.byFamily[f.id].hists
-	slices.SortFunc(hs, func(a, b histMetric) int { return compareSeries(a.series, b.series) })
 	out.Write(f.header)
-	for _, h := range hs {
+	for _, i := range f.order(len(hs), func(i int) *series { return hs[i].series }) {
+		h := hs[i]
 		inner := h.series.labelText()
 		line := func(suffix string, le float64, withLE bool, v float64) {
 			out.WriteString(f.name)

@@ -120,6 +120,37 @@ func TestTextMatchesRegistry(t *testing.T) {
 	}
 }
 
+// TestTextOrderWhenSeriesChange: a family's exposition order is kept from
+// the scrape before (family.order); the same series sent in another order,
+// fewer of them, or others, must still come out as the registry sorts them.
+func TestTextOrderWhenSeriesChange(t *testing.T) {
+	e := newAttributedExporterWith(t, loadScenario(t, "sharing"),
+		map[string]bool{"nvidia": true, "attribution": true, "process": true}, nil)
+	base := baseRegistry()
+	r := record(e)
+	reversed := slices.Clone(r)
+	slices.Reverse(reversed)
+	var fewer, swapped replay
+	for i, m := range r {
+		if i%3 != 0 {
+			fewer = append(fewer, m)
+		}
+	}
+	swapped = slices.Clone(r)
+	for i := 0; i+1 < len(swapped); i += 2 {
+		swapped[i], swapped[i+1] = swapped[i+1], swapped[i]
+	}
+	for _, c := range []struct {
+		name string
+		r    replay
+	}{{"as sent", r}, {"as sent again", r}, {"reversed", reversed}, {"a third left out", fewer}, {"pairs swapped", swapped}, {"as sent at last", r}} {
+		want := registryText(t, base, c.r)
+		if got := droppedFamily.ReplaceAllString(writeText(t, e, base, c.r), ""); got != want {
+			t.Fatalf("%s: text path differs from the registry's encoding:\n%s", c.name, lineDiff(want, got))
+		}
+	}
+}
+
 // lineDiff shows the first lines where two expositions part.
 func lineDiff(want, got string) string {
 	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
