@@ -82,6 +82,7 @@ type nvidiaCollector struct {
 	mu         sync.Mutex
 	lastErr    string            // logged on change only
 	down       map[string]string // device → why it is down, logged on change only
+	partial    map[string]bool   // devices whose process list is not whole, logged on change only
 	driver     string
 	cuda       string
 	callErrors map[[2]string]float64 // call, error → count
@@ -103,7 +104,7 @@ func newNvidiaCollector(cfg Config) (Collector, error) {
 	}
 	return &nvidiaCollector{
 		client: nvidia.New(lib), logger: cfg.Logger, events: newEventRecorder(cfg.Logger, cfg.Now),
-		callErrors: map[[2]string]float64{}, down: map[string]string{},
+		callErrors: map[[2]string]float64{}, down: map[string]string{}, partial: map[string]bool{},
 	}, nil
 }
 
@@ -187,6 +188,7 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device) []*Device {
 			d.Processes = append(d.Processes, proc)
 		}
 		c.logDown(d, nd.Down)
+		c.logPartial(d)
 		devs = append(devs, d)
 	}
 	return devs
@@ -215,13 +217,17 @@ func (c *nvidiaCollector) logChange(err error) {
 	}
 }
 
-func (c *nvidiaCollector) logDown(d *Device, why string) {
-	// Keyed by position, not UUID: a GPU that is lost has none, so it
-	// would never be found again when it is back.
-	key := d.Index
+// deviceLogKey keys a device's logged state by position, not UUID: a GPU
+// that is lost has none, so it would never be found again when it is back.
+func deviceLogKey(d *Device) string {
 	if d.MIG != nil {
-		key += "/mig" + strconv.Itoa(d.MIG.Index)
+		return d.Index + "/mig" + strconv.Itoa(d.MIG.Index)
 	}
+	return d.Index
+}
+
+func (c *nvidiaCollector) logDown(d *Device, why string) {
+	key := deviceLogKey(d)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.down[key] == why {
@@ -234,6 +240,23 @@ func (c *nvidiaCollector) logDown(d *Device, why string) {
 	}
 	c.logger.Warn("NVIDIA device down", "gpu", d.Index, "uuid", d.UUID, "reason", why)
 	c.down[key] = why
+}
+
+// logPartial logs a device whose process list NVML would not give whole
+// when that starts and when it ends: its owners' memory and utilization are
+// left out meanwhile (Device.Usage), and this says why.
+func (c *nvidiaCollector) logPartial(d *Device) {
+	key := deviceLogKey(d)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case d.ProcessesPartial && !c.partial[key]:
+		c.partial[key] = true
+		c.logger.Warn("NVML did not list all processes of an NVIDIA device; its owners' memory and utilization are left out until it does (see xpu_nvml_errors_total)", "gpu", d.Index, "uuid", d.UUID)
+	case !d.ProcessesPartial && c.partial[key]:
+		delete(c.partial, key)
+		c.logger.Info("NVML lists all processes of an NVIDIA device again", "gpu", d.Index, "uuid", d.UUID)
+	}
 }
 
 func (c *nvidiaCollector) countErrors(errs []nvidia.CallError) {

@@ -1,13 +1,16 @@
 package collector
 
 import (
+	"log/slog"
 	"math"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 // Every expected value below is worked out by hand from the raw inputs of
@@ -170,6 +173,59 @@ func TestSharingWithARefusedProcessList(t *testing.T) {
 			absent(t, "xpu_workload_utilization_ratio", mps)
 			absent(t, "xpu_workload_memory_used_bytes", mps)
 		})
+	}
+}
+
+// TestRefusedProcessListIsToldOnce: the left-out split of
+// TestSharingWithARefusedProcessList says why. A refusal (NO_PERMISSION, as
+// benign as NOT_SUPPORTED for other readings) is counted under its call,
+// and logged when it starts and when it ends, not at every scrape.
+func TestRefusedProcessListIsToldOnce(t *testing.T) {
+	s, err := demo.Load(filepath.Join("..", "fixtures", "scenarios", "sharing.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &s.Devices[1].Faults
+	f.NoPermission = append(f.NoPermission, "processes_graphics")
+	clk := &testClock{t: testNow}
+	var logs syncbuf.Buffer
+	e := newAttributedExporterFor(t, s, func(c *Config) {
+		c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	mps := `uuid="GPU-5a000000-0000-4000-8000-000000000001"`
+	refused := []string{`call="GetGraphicsRunningProcesses"`, `error="ERROR_NO_PERMISSION"`}
+	for i := 1; i <= 3; i++ {
+		clk.set(testNow.Add(time.Duration(i) * 15 * time.Second))
+		out := scrapeText(t, e, 10*time.Second)
+		// One read of the device per scrape, one refusal per read.
+		if v := sample(t, out, "xpu_nvml_errors_total", refused...); v != float64(i) {
+			t.Errorf("scrape %d: xpu_nvml_errors_total%v = %v, want %d", i, refused, v, i)
+		}
+		if strings.Contains(out, "xpu_workload_memory_used_bytes{"+mps) {
+			t.Errorf("scrape %d: owner memory of the refused GPU is served", i)
+		}
+	}
+	if n := strings.Count(logs.String(), "NVML did not list all processes"); n != 1 {
+		t.Errorf("%d warnings over three refusals, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), `gpu=1 uuid=GPU-5a000000-0000-4000-8000-000000000001`) {
+		t.Errorf("the warning does not name GPU 1:\n%s", logs.String())
+	}
+
+	f.NoPermission = nil
+	for i := 4; i <= 5; i++ {
+		clk.set(testNow.Add(time.Duration(i) * 15 * time.Second))
+		out := scrapeText(t, e, 10*time.Second)
+		if v := sample(t, out, "xpu_nvml_errors_total", refused...); v != 3 {
+			t.Errorf("scrape %d: xpu_nvml_errors_total%v = %v, want still 3", i, refused, v)
+		}
+		if !strings.Contains(out, "xpu_workload_memory_used_bytes{") || !strings.Contains(out, mps) {
+			t.Errorf("scrape %d: owner memory of GPU 1 not back", i)
+		}
+	}
+	if n := strings.Count(logs.String(), "NVML lists all processes of an NVIDIA device again"); n != 1 {
+		t.Errorf("%d recoveries logged, want 1:\n%s", n, logs.String())
 	}
 }
 

@@ -431,6 +431,11 @@ func (r *reader) processList(h nvml.Device) (out []Process, partial bool) {
 		procs, ret := l.get(h)
 		if !r.ok(l.call, ret) {
 			partial = partial || (ret != nvml.ERROR_NOT_SUPPORTED && ret != nvml.ERROR_FUNCTION_NOT_FOUND)
+			if ret == nvml.ERROR_NO_PERMISSION {
+				// Counted though benign elsewhere: here it costs every
+				// owner of the device its memory and utilization.
+				r.errs = append(r.errs, CallError{Call: l.call, Return: ret})
+			}
 			continue
 		}
 		lists[i] = procs
