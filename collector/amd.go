@@ -42,7 +42,13 @@ const (
 // NVML calls: one wedged GPU never piles up goroutines nor hides the others.
 //
 // Indices: a GPU's `gpu` label is its position among the node's amdgpu
-// cards in card-number order (probe order). ROCm's own tools number GPUs
+// cards in card-number order (probe order) when the collector first sees
+// them, and stays with the GPU (its PCI address) while the exporter runs:
+// DRM minors are handed out at registration, so a GPU re-registered after
+// a reset or a PCI rescan may come back as another card, and the others
+// must not be renumbered when one vanishes (its index stays with it,
+// reported down). A GPU that appears later takes the lowest index free.
+// ROCm's own tools number GPUs
 // by their own enumeration, and the ROCm SMI documentation warns that "a
 // device may end up with a different index after a reboot, so an index
 // should not be relied upon to be constant over reboots"; so attribution
@@ -66,6 +72,7 @@ type amdCollector struct {
 	mu       sync.Mutex
 	inflight map[string]*amdRead    // card → read in flight
 	known    map[string]amdIdentity // card → identity at its last answer
+	indices  map[string]int         // PCI address (card/<card> before one is read) → gpu index
 	window   amdWindow              // fdinfo scan at the previous scrape
 	errs     map[string]float64     // file → count
 	state    string                 // logged on change only
@@ -111,6 +118,7 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		now:      cfg.Now,
 		inflight: map[string]*amdRead{},
 		known:    map[string]amdIdentity{},
+		indices:  map[string]int{},
 		errs:     map[string]float64{},
 		down:     map[string]string{},
 		ras:      newAMDRAS(),
@@ -153,18 +161,17 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 	var gpus []amd.Device
 	byPCI := map[string]*Device{}
 	for i, card := range cards {
-		index := strconv.Itoa(i)
 		ad, answered := c.await(ctx, reads[i])
 		if !answered {
-			devs = append(devs, c.timedOut(card, index))
+			devs = append(devs, c.timedOut(card))
 			continue
 		}
 		c.countReadErrors(ad.Errors)
-		d := c.device(card, index, ad)
+		d := c.device(card, ad)
 		devs = append(devs, d)
 		if d.UUID != "" {
 			c.mu.Lock()
-			c.ras.observe(d.UUID, ad.RAS)
+			c.ras.observe(d.PCIBusID, ad.RAS)
 			c.mu.Unlock()
 		}
 		if !ad.Down {
@@ -172,7 +179,7 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 			byPCI[ad.PCIBusID] = d
 		}
 	}
-	devs = append(devs, c.vanished(cards)...)
+	devs = append(devs, c.vanished(cards, byPCI)...)
 	parts, perrs := c.reader.Partitions(gpus)
 	c.countReadErrors(perrs)
 	devs = append(devs, c.partitions(parts, byPCI)...)
@@ -217,9 +224,10 @@ func (c *amdCollector) await(ctx context.Context, r *amdRead) (*amd.Device, bool
 
 // timedOut is a card that did not answer: down, with the identity it had
 // at its last answer, if any.
-func (c *amdCollector) timedOut(card, index string) *Device {
+func (c *amdCollector) timedOut(card string) *Device {
 	c.mu.Lock()
 	id := c.known[card]
+	index := c.indexOf(card, id.pci)
 	c.mu.Unlock()
 	d := &Device{Vendor: "amd", Index: index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, vendorData: noAMDReadings()}
 	c.logDown(card, d, amdTimeout)
@@ -252,7 +260,48 @@ func amdUUID(ad *amd.Device) string {
 	return ad.PCIBusID
 }
 
-func (c *amdCollector) device(card, index string, ad *amd.Device) *Device {
+// indexOf is the gpu label of the GPU on card at PCI address pci ("" when
+// not known): the index it had, else the lowest one no other GPU holds.
+// c.mu must be held.
+func (c *amdCollector) indexOf(card, pci string) string {
+	byCard := "card/" + card
+	key := pci
+	if key == "" {
+		key = byCard
+	}
+	i, ok := c.indices[key]
+	if !ok {
+		if j, seen := c.indices[byCard]; seen {
+			// Its card was indexed before the GPU named its address.
+			i, ok = j, true
+			c.indices[key] = i
+		}
+	}
+	if key != byCard {
+		delete(c.indices, byCard)
+	}
+	if ok {
+		return strconv.Itoa(i)
+	}
+	held := make(map[int]bool, len(c.indices))
+	for _, j := range c.indices {
+		held[j] = true
+	}
+	for held[i] {
+		i++
+	}
+	c.indices[key] = i
+	return strconv.Itoa(i)
+}
+
+func (c *amdCollector) device(card string, ad *amd.Device) *Device {
+	c.mu.Lock()
+	pci := ad.PCIBusID
+	if pci == "" {
+		pci = c.known[card].pci
+	}
+	index := c.indexOf(card, pci)
+	c.mu.Unlock()
 	d := &Device{
 		Vendor:     "amd",
 		Index:      index,
@@ -291,14 +340,25 @@ func (c *amdCollector) device(card, index string, ad *amd.Device) *Device {
 // vanished are the GPUs known from earlier scrapes whose card is no longer
 // listed: a GPU that fell off the bus leaves class/drm once the PCI core
 // removes it. They stay reported down, under their last index, so that a
-// lost GPU shows as xpu_device_up 0 rather than disappearing.
-func (c *amdCollector) vanished(cards []string) []*Device {
+// lost GPU shows as xpu_device_up 0 rather than disappearing. A GPU that
+// answers under another card (at, by PCI address: re-registered with a
+// new minor) has not vanished: its old card is forgotten.
+func (c *amdCollector) vanished(cards []string, at map[string]*Device) []*Device {
 	c.mu.Lock()
 	var gone []string
-	for card := range c.known {
-		if !slices.Contains(cards, card) {
-			gone = append(gone, card)
+	for card, id := range c.known {
+		if slices.Contains(cards, card) {
+			continue
 		}
+		if d := at[id.pci]; d != nil && id.pci != "" {
+			delete(c.known, card)
+			if c.down[card] != "" {
+				delete(c.down, card)
+				c.logger.Info("AMD device is back", "gpu", d.Index, "uuid", d.UUID, "card", d.vendorData.(*amdData).dev.Card, "was", card)
+			}
+			continue
+		}
+		gone = append(gone, card)
 	}
 	c.mu.Unlock()
 	slices.Sort(gone)

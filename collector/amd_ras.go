@@ -50,9 +50,13 @@ type rasKey struct{ block, typ string }
 // first Update to serve them drains them, so a coalesced scrape served
 // from the same snapshot counts nothing twice. Reads for /devices and Xid
 // owner look-ups move the baseline too; their increases wait the same way.
+//
+// The counts are kept by PCI address, not uuid: unique_id comes from the
+// board's firmware, and two boards reporting one would alternate their
+// counts in one baseline, every step read as new errors.
 type amdRAS struct {
-	base    map[string]map[rasKey]uint64  // GPU uuid → last count seen
-	pending map[string]map[rasKey]float64 // GPU uuid → increases not yet served
+	base    map[string]map[rasKey]uint64  // GPU PCI address → last count seen
+	pending map[string]map[rasKey]float64 // GPU PCI address → increases not yet served
 	series  map[string]*xidSeries
 	trimmed time.Time
 }
@@ -61,12 +65,12 @@ func newAMDRAS() amdRAS {
 	return amdRAS{base: map[string]map[rasKey]uint64{}, pending: map[string]map[rasKey]float64{}, series: map[string]*xidSeries{}}
 }
 
-// observe takes a GPU's counts from one read.
-func (r *amdRAS) observe(uuid string, counts map[string]amd.RASCount) {
-	base := r.base[uuid]
+// observe takes the counts of the GPU at PCI address pci from one read.
+func (r *amdRAS) observe(pci string, counts map[string]amd.RASCount) {
+	base := r.base[pci]
 	if base == nil {
 		base = map[rasKey]uint64{}
-		r.base[uuid] = base
+		r.base[pci] = base
 	}
 	for block, c := range counts {
 		for i, v := range rasCounts(c) {
@@ -87,10 +91,10 @@ func (r *amdRAS) observe(uuid string, counts map[string]amd.RASCount) {
 			if n == 0 {
 				continue
 			}
-			if r.pending[uuid] == nil {
-				r.pending[uuid] = map[rasKey]float64{}
+			if r.pending[pci] == nil {
+				r.pending[pci] = map[rasKey]float64{}
 			}
-			r.pending[uuid][k] += float64(n)
+			r.pending[pci][k] += float64(n)
 		}
 	}
 }
@@ -98,11 +102,11 @@ func (r *amdRAS) observe(uuid string, counts map[string]amd.RASCount) {
 // serve credits the pending increases of d, a whole GPU of a scrape's
 // snapshot, to its owner in that snapshot.
 func (r *amdRAS) serve(d *Device, now time.Time) {
-	p := r.pending[d.UUID]
+	p := r.pending[d.PCIBusID]
 	if len(p) == 0 {
 		return
 	}
-	delete(r.pending, d.UUID)
+	delete(r.pending, d.PCIBusID)
 	l := deviceLabels(d)
 	for k, n := range p {
 		sl := l.with("block", k.block).with("type", k.typ)

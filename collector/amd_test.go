@@ -3,6 +3,7 @@ package collector
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -28,15 +29,30 @@ func newAMDTree(t *testing.T, files map[string]string) *amdTree {
 	t.Helper()
 	root := t.TempDir()
 	tr := &amdTree{t: t, sysfs: filepath.Join(root, "sys"), procs: filepath.Join(root, "proc")}
-	dev := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0")
 	files["drm/renderD128/dev"] = "226:128\n"
+	tr.gpu("card0", "0000:0c:00.0", files)
+	return tr
+}
+
+// gpu adds an amdgpu GPU at PCI address pci, registered as card, with
+// these files in its device directory.
+func (tr *amdTree) gpu(card, pci string, files map[string]string) {
+	tr.t.Helper()
+	dev := filepath.Join(tr.sysfs, "devices", "pci0000:00", pci)
 	for name, content := range files {
 		tr.write(filepath.Join(dev, name), content)
 	}
 	tr.link("../../../bus/pci/drivers/amdgpu", filepath.Join(dev, "driver"))
-	card := filepath.Join(tr.sysfs, "class", "drm", "card0")
-	tr.link(dev, filepath.Join(card, "device"))
-	return tr
+	tr.link(dev, filepath.Join(tr.sysfs, "class", "drm", card, "device"))
+}
+
+// unregister removes card from class/drm, as the DRM core does when its
+// GPU leaves (PCI removal, a reset that re-registers it).
+func (tr *amdTree) unregister(card string) {
+	tr.t.Helper()
+	if err := os.RemoveAll(filepath.Join(tr.sysfs, "class", "drm", card)); err != nil {
+		tr.t.Fatal(err)
+	}
 }
 
 func (tr *amdTree) write(path, content string) {
@@ -542,6 +558,77 @@ func TestAMDLostGPUStaysDown(t *testing.T) {
 	}
 	if d := devs[0]; d.Up || d.UUID != "00000000000000bb" || d.Index != "0" || d.Model != "AMD Instinct MI300X OAM" {
 		t.Errorf("lost GPU %+v", d)
+	}
+}
+
+// TestAMDIndicesStayWithTheirGPU: DRM hands out card minors at
+// registration, so a GPU re-registered (a reset, a PCI rescan) may come
+// back as another card. It must come back as itself, its index and uuid,
+// not stay down as a ghost of its old card next to its live self; nor may
+// the other GPUs be renumbered when one leaves or one arrives.
+func TestAMDIndicesStayWithTheirGPU(t *testing.T) {
+	gpu := func(uuid string) map[string]string {
+		return map[string]string{"unique_id": uuid + "\n", "gpu_busy_percent": "10\n"}
+	}
+	tr := newAMDTree(t, gpu("00000000000000aa"))
+	tr.gpu("card1", "0000:0d:00.0", gpu("00000000000000bb"))
+	tr.gpu("card2", "0000:0e:00.0", gpu("00000000000000cc"))
+	var logs bytes.Buffer
+	c, err := newAMDCollector(Config{Sysfs: tr.sysfs, Procfs: tr.procs, Now: (&fakeClock{t: testNow}).now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string, want map[string]string) {
+		t.Helper()
+		devs, err := c.(*amdCollector).readDevices(context.Background(), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, d := range devs {
+			if _, dup := got[d.UUID]; dup {
+				t.Errorf("%s: GPU %s served twice", step, d.UUID)
+			}
+			got[d.UUID] = d.Index + " " + map[bool]string{true: "up", false: "down"}[d.Up]
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: uuid → index, state %v, want %v", step, got, want)
+		}
+	}
+	check("three cards", map[string]string{"00000000000000aa": "0 up", "00000000000000bb": "1 up", "00000000000000cc": "2 up"})
+	tr.unregister("card1")
+	check("card1 gone", map[string]string{"00000000000000aa": "0 up", "00000000000000bb": "1 down", "00000000000000cc": "2 up"})
+	tr.gpu("card5", "0000:0d:00.0", gpu("00000000000000bb"))
+	check("back as card5", map[string]string{"00000000000000aa": "0 up", "00000000000000bb": "1 up", "00000000000000cc": "2 up"})
+	check("back as card5 again", map[string]string{"00000000000000aa": "0 up", "00000000000000bb": "1 up", "00000000000000cc": "2 up"})
+	if n := strings.Count(logs.String(), `msg="AMD device is back" gpu=1 uuid=00000000000000bb card=card5 was=card1`); n != 1 {
+		t.Errorf("%d lines say card1's GPU is back as card5, want 1:\n%s", n, logs.String())
+	}
+	// A new GPU takes the lowest index free; card0 leaving renumbers no one.
+	tr.unregister("card0")
+	tr.gpu("card6", "0000:0f:00.0", gpu("00000000000000dd"))
+	check("card0 gone, a new GPU", map[string]string{"00000000000000aa": "0 down", "00000000000000bb": "1 up", "00000000000000cc": "2 up", "00000000000000dd": "3 up"})
+}
+
+// TestAMDRASOfTwoBoardsWithOneUniqueID: unique_id is the board firmware's;
+// two GPUs that report the same one keep their RAS counts apart (by PCI
+// address), so counts that never change make no events. Keyed by uuid, the
+// counts 5 and 100 alternated in one baseline: +95 at every second read.
+func TestAMDRASOfTwoBoardsWithOneUniqueID(t *testing.T) {
+	gpu := func(ce string) map[string]string {
+		return map[string]string{"unique_id": "1111222233334444\n", "ras/umc_err_count": "ue: 0\nce: " + ce + "\n"}
+	}
+	tr := newAMDTree(t, gpu("5"))
+	tr.gpu("card1", "0000:0d:00.0", gpu("100"))
+	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+	for i := range 4 {
+		devs, err := c.readDevices(context.Background(), true)
+		if err != nil || len(devs) != 2 {
+			t.Fatalf("read %d: %d devices, %v", i, len(devs), err)
+		}
+		if out := updateText(t, c, &Snapshot{Devices: devs}); strings.Contains(out, "xpu_amd_ras_events_total") {
+			t.Fatalf("read %d: RAS events from counts that never changed:\n%s", i, grepLines(out, "ras_events"))
+		}
 	}
 }
 
