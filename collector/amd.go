@@ -413,8 +413,8 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 				// address for partition 0, else amdgpu_xcp_<n>.
 				DevicePluginID: p.DevicePluginID,
 			},
-			// The render minor joins the partition's fdinfo clients to it.
-			vendorData: &amdPartition{amdData: data, renderMinor: p.RenderMinor},
+			// Its DRM nodes join the partition's fdinfo clients to it.
+			vendorData: &amdPartition{amdData: data, renderMinor: p.RenderMinor, card: p.Card},
 		}
 		if pd.Metrics != nil && n < len(pd.Metrics.Partitions) {
 			if v, ok := meanSet(pd.Metrics.Partitions[n].GFXBusy); ok {
@@ -427,10 +427,10 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 }
 
 // amdPartition is a partition's vendor data: its parent's readings and the
-// render node its processes open.
+// DRM nodes its processes open (-1 when it has none of that kind).
 type amdPartition struct {
 	*amdData
-	renderMinor int
+	renderMinor, card int
 }
 
 // attachProcesses gives each device the processes holding a DRM client of
@@ -462,7 +462,7 @@ type amdPartition struct {
 // per-owner split left out: its owner would show 0 bytes and the others
 // its share of the time.
 func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, advance bool) {
-	holders, herrs, err := amd.RenderHolders(ctx, c.scanner.ProcRoot)
+	holders, herrs, err := amd.DRMHolders(ctx, c.scanner.ProcRoot)
 	if err != nil {
 		markPartial(devs)
 		return
@@ -492,19 +492,20 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 	}
 	c.mu.Unlock()
 
-	baseline := map[amd.ClientKey]bool{}
-	for _, cl := range prev.clients {
-		baseline[cl.Key] = true
-	}
 	shares := map[amd.ClientKey]float64{}
+	unknown := map[amd.ClientKey]bool{}
 	if !prev.at.IsZero() {
-		for _, s := range amd.EngineShares(prev.at, prev.clients, prev.complete, now, clients) {
+		all, none := amd.EngineShares(prev.at, prev.clients, prev.complete, now, clients)
+		for _, s := range all {
 			if s.Engine == "gfx" || s.Engine == "compute" {
 				shares[s.Key] += s.Ratio
 			}
 		}
+		for _, k := range none {
+			unknown[k] = true
+		}
 	}
-	byMinor := map[int]*Device{}
+	byMinor, byCard := map[int]*Device{}, map[int]*Device{}
 	byPCI := map[string]*Device{}
 	partitioned := map[string]bool{}
 	for _, d := range devs {
@@ -513,10 +514,22 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 			if v.renderMinor >= 0 {
 				byMinor[v.renderMinor] = d
 			}
+			if v.card >= 0 {
+				byCard[v.card] = d
+			}
 		case *amdData:
 			switch {
 			case d.Up && !d.HasMIG:
 				byPCI[d.PCIBusID] = d
+				// A client's DRM node names its GPU too, where its fdinfo
+				// lacks drm-pdev (an optional key in the kernel
+				// documentation's list).
+				if v.dev.RenderMinor.OK {
+					byMinor[v.dev.RenderMinor.Value] = d
+				}
+				if n, err := strconv.Atoi(strings.TrimPrefix(v.dev.Card, "card")); err == nil {
+					byCard[n] = d
+				}
 			case d.HasMIG:
 				partitioned[d.PCIBusID] = true
 			}
@@ -531,12 +544,16 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 	per := map[*Device]map[int]*usage{}
 	for _, cl := range clients {
 		d := byPCI[cl.Key.PDev]
-		if cl.RenderMinor.OK && byMinor[cl.RenderMinor.Value] != nil {
+		switch {
+		case cl.RenderMinor.OK && byMinor[cl.RenderMinor.Value] != nil:
 			d = byMinor[cl.RenderMinor.Value]
+		case cl.CardMinor.OK && byCard[cl.CardMinor.Value] != nil:
+			d = byCard[cl.CardMinor.Value]
 		}
-		if d == nil && !cl.RenderMinor.OK && partitioned[cl.Key.PDev] {
-			// Found through fdinfo alone (amd.RenderHolders): a client of
-			// one of this GPU's partitions, which one unknown.
+		if d == nil && len(cl.PIDs) > 0 && (partitioned[cl.Key.PDev] || cl.Key.PDev == "") {
+			// A client of one of this GPU's partitions, which one unknown
+			// (found through fdinfo alone, amd.DRMHolders), or of a GPU its
+			// fdinfo does not name: its usage belongs to someone.
 			markPartial(devs)
 		}
 		if d == nil || len(cl.PIDs) == 0 {
@@ -546,7 +563,7 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 			per[d] = map[int]*usage{}
 		}
 		mem, memOK := vram(cl)
-		utilOK := !prev.at.IsZero() && (baseline[cl.Key] || prev.complete)
+		utilOK := !prev.at.IsZero() && !unknown[cl.Key]
 		for i, pid := range cl.PIDs {
 			u := per[d][pid]
 			if u == nil {

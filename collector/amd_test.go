@@ -80,8 +80,14 @@ func (tr *amdTree) link(target, path string) {
 // (after the keys every fdinfo has).
 func (tr *amdTree) fd(pid, n int, body string) {
 	tr.t.Helper()
+	tr.fdOn(pid, n, "/dev/dri/renderD128", body)
+}
+
+// fdOn is fd on another DRM node, such as the primary node /dev/dri/card0.
+func (tr *amdTree) fdOn(pid, n int, node, body string) {
+	tr.t.Helper()
 	dir := filepath.Join(tr.procs, strconv.Itoa(pid))
-	tr.link("/dev/dri/renderD128", filepath.Join(dir, "fd", strconv.Itoa(n)))
+	tr.link(node, filepath.Join(dir, "fd", strconv.Itoa(n)))
 	tr.write(filepath.Join(dir, "fdinfo", strconv.Itoa(n)), "pos:\t0\nflags:\t02100002\nmnt_id:\t24\n"+body)
 }
 
@@ -478,6 +484,8 @@ func TestAMDScenarioOracles(t *testing.T) {
 	check("xpu_workload_allocated_devices", 0.5, `mig_instance="0"`, `pod="part-a"`)
 	check("xpu_workload_allocated_devices", 0.5, `mig_instance="1"`, `pod="part-b"`)
 	check("xpu_workload_memory_used_bytes", 8*gib, `mig_instance="1"`, `pod="part-b"`)
+	// part-a's process opened the GPU's primary node, card3: partition 0's.
+	check("xpu_workload_memory_used_bytes", 16*gib, `mig_instance="0"`, `pod="part-a"`)
 	check("xpu_device_owners", 2, `,uuid="3f61f84fa0000002"`)
 	check("xpu_device_up", 1, `,uuid="3f61f84fa0000002"`)
 	if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
@@ -719,4 +727,73 @@ func TestAMDNewClientAfterACompleteScan(t *testing.T) {
 	sharedByPods(d, []uint32{200}, []uint32{400})
 	const gib = 1 << 30
 	checkUsage(t, d.Usage(), []usageWant{{some(1 * gib), some(0.45)}, {some(1 * gib), some(0.15)}})
+}
+
+// TestAMDPrimaryNodeAndUntrustworthyClients: a client on the primary node
+// (/dev/dri/card0) is a client like any other, and a client whose engine
+// time cannot be this window's (a new one busier than the window, a
+// counter that went backwards) leaves the utilization split out rather
+// than taking the device or counting as idle.
+func TestAMDPrimaryNodeAndUntrustworthyClients(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "60\n"})
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	const gib = 1 << 30
+	scrape := func(step string, want []usageWant) {
+		t.Helper()
+		devs, err := c.readDevices(context.Background(), true)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("%s: %d devices, %v", step, len(devs), err)
+		}
+		sharedByPods(devs[0], []uint32{200}, []uint32{300, 400})
+		t.Run(step, func(t *testing.T) { checkUsage(t, devs[0].Usage(), want) })
+		clk.t = clk.t.Add(2 * time.Second)
+	}
+	tr.fd(200, 5, amdgpuClient("17", "1024", "1000000000"))
+	tr.fdOn(300, 4, "/dev/dri/card0", amdgpuClient("13", "1024", "2000000000"))
+	scrape("first scan", []usageWant{{some(gib), nil}, {some(gib), nil}})
+	// 2 s on: 17 (1.6e9 - 1.0e9) / 2e9 = 0.3, 13 on card0 (2.4e9 - 2.0e9) /
+	// 2e9 = 0.2; the device's 0.6 splits 0.6 × 0.3/0.5 = 0.36 and
+	// 0.6 × 0.2/0.5 = 0.24.
+	tr.fd(200, 5, amdgpuClient("17", "1024", "1600000000"))
+	tr.fdOn(300, 4, "/dev/dri/card0", amdgpuClient("13", "1024", "2400000000"))
+	scrape("a primary-node client", []usageWant{{some(gib), some(0.36)}, {some(gib), some(0.24)}})
+	// Client 21 appears after a complete scan with 1e11 ns, 50 times the
+	// 2e9 ns window: it ran before out of sight (it would have taken the
+	// whole 0.6). Memory stands: b holds 13's and 21's, 2 GiB.
+	tr.fd(200, 5, amdgpuClient("17", "1024", "2000000000"))
+	tr.fdOn(300, 4, "/dev/dri/card0", amdgpuClient("13", "1024", "2600000000"))
+	tr.fd(400, 3, amdgpuClient("21", "1024", "100000000000"))
+	scrape("a new client busier than the window", []usageWant{{some(gib), nil}, {some(2 * gib), nil}})
+	// Now 21 has a baseline: 17 0.2e9 / 2e9 = 0.1, 13 0.2e9 / 2e9 = 0.1,
+	// 21 0.4e9 / 2e9 = 0.2; a 0.6 × 0.1/0.4 = 0.15, b 0.6 × 0.3/0.4 = 0.45.
+	tr.fd(200, 5, amdgpuClient("17", "1024", "2200000000"))
+	tr.fdOn(300, 4, "/dev/dri/card0", amdgpuClient("13", "1024", "2800000000"))
+	tr.fd(400, 3, amdgpuClient("21", "1024", "100400000000"))
+	scrape("the new client's next window", []usageWant{{some(gib), some(0.15)}, {some(2 * gib), some(0.45)}})
+	// 13 goes back to 1e9: its share is unknown, not 0.
+	tr.fd(200, 5, amdgpuClient("17", "1024", "2400000000"))
+	tr.fdOn(300, 4, "/dev/dri/card0", amdgpuClient("13", "1024", "1000000000"))
+	tr.fd(400, 3, amdgpuClient("21", "1024", "100600000000"))
+	scrape("a counter that went backwards", []usageWant{{some(gib), nil}, {some(2 * gib), nil}})
+}
+
+// TestAMDClientNamedByItsNodeAlone: drm-pdev is optional in the kernel's
+// list of fdinfo keys; a client without it is its GPU's by the DRM node its
+// fd is open on (renderD128 here, card0 for the primary node), not lost.
+func TestAMDClientNamedByItsNodeAlone(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "60\n"})
+	noPdev := func(id, mib string) string {
+		return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-total-vram:\t" + mib + " MiB\n"
+	}
+	tr.fd(200, 5, noPdev("17", "1024"))
+	tr.fdOn(300, 4, "/dev/dri/card0", noPdev("13", "2048"))
+	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+	devs, err := c.readDevices(context.Background(), true)
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("%d devices, %v", len(devs), err)
+	}
+	sharedByPods(devs[0], []uint32{200}, []uint32{300})
+	const gib = 1 << 30
+	checkUsage(t, devs[0].Usage(), []usageWant{{some(1 * gib), nil}, {some(2 * gib), nil}})
 }

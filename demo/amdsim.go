@@ -300,12 +300,12 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	// Processes: their fdinfo, and their part of the partition's or GPU's
 	// utilization and memory.
 	groups := [][]ProcessSpec{d.Processes}
-	renders := []int{g.render}
+	nodes := []amdNodes{{g.card, g.render}}
 	if len(g.parts) > 0 {
-		groups, renders = nil, nil
+		groups, nodes = nil, nil
 		for _, p := range g.parts {
 			groups = append(groups, p.spec.Processes)
-			renders = append(renders, p.render)
+			nodes = append(nodes, amdNodes{p.card, p.render})
 		}
 	}
 	var partUtil []float64
@@ -321,7 +321,7 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 				mem = seeded(*p.MemoryUsed, fmt.Sprint("amd-mem", p.PID), g.index).At(a.start, t)
 			}
 			memUsed += mem
-			if err := a.writeClient(p, d.PCIBusID, renders[k], g.index, mem, t); err != nil {
+			if err := a.writeClient(p, d.PCIBusID, nodes[k], g.index, mem, t); err != nil {
 				return err
 			}
 		}
@@ -455,14 +455,22 @@ func (a *AMDSim) rasFile(g amdGPU, m func(string, float64) float64) (content, na
 	return fmt.Sprintf("ue: %d\nce: %d\nde: 0\n", count("ecc_uncorrected"), count("ecc_corrected")), name
 }
 
+// amdNodes are the DRM nodes of a GPU or partition: card<card>,
+// renderD<render>.
+type amdNodes struct{ card, render int }
+
 // writeClient writes the process's one DRM client, fd 5 on its render
-// node, as amdgpu_show_fdinfo prints it with drm_print_memory_stats
-// (drm-total-/drm-resident- in KiB) and one drm-engine-gfx line once the
-// client has used the engine.
-func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, render, index int, mem float64, t time.Time) error {
+// node (or primary node: ProcessSpec.DRMNode), as amdgpu_show_fdinfo
+// prints it with drm_print_memory_stats (drm-total-/drm-resident- in KiB)
+// and one drm-engine-gfx line once the client has used the engine.
+func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, nodes amdNodes, index int, mem float64, t time.Time) error {
 	dir := filepath.Join(a.procfs, fmt.Sprint(p.PID))
+	node := fmt.Sprintf("/dev/dri/renderD%d", nodes.render)
+	if p.DRMNode == "primary" {
+		node = fmt.Sprintf("/dev/dri/card%d", nodes.card)
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t%d\n", 1000+render)
+	fmt.Fprintf(&b, "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t%d\n", 1000+nodes.render)
 	fmt.Fprintf(&b, "drm-driver:\tamdgpu\ndrm-client-id:\t%d\ndrm-pdev:\t%s\npasid:\t%d\n", p.PID, pdev, 32768+p.PID%32768)
 	kib := uint64(mem) / 1024
 	fmt.Fprintf(&b, "drm-total-vram:\t%d KiB\ndrm-resident-vram:\t%d KiB\ndrm-total-gtt:\t2048 KiB\ndrm-resident-gtt:\t2048 KiB\n", kib, kib)
@@ -471,7 +479,7 @@ func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, render, index int, mem
 	}
 	return errors.Join(
 		writeAtomic(filepath.Join(dir, "fdinfo", "5"), b.String()),
-		symlink(fmt.Sprintf("/dev/dri/renderD%d", render), filepath.Join(dir, "fd", "5")),
+		symlink(node, filepath.Join(dir, "fd", "5")),
 	)
 }
 

@@ -185,6 +185,10 @@ type ProcessSpec struct {
 	// Lists are NVML's process lists the process is in: compute (default),
 	// mps (an MPS client) and graphics.
 	Lists []string `yaml:"lists"`
+	// DRMNode is the DRM node an AMD process's client is open on: render
+	// (default, /dev/dri/renderD<n>, as ROCm opens it) or primary
+	// (/dev/dri/card<n>, which amdgpu serves the same stats on).
+	DRMNode string `yaml:"drm_node"`
 }
 
 // DutySpec is a process's duty cycle: busy for Busy at the start of every
@@ -666,6 +670,9 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 				if !slices.Contains(processListNames, l) {
 					bad("%s[%d].lists: unknown list %q (want compute, mps or graphics)", where, i, l)
 				}
+			}
+			if p.DRMNode != "" && p.DRMNode != "render" && p.DRMNode != "primary" {
+				bad("%s[%d].drm_node: %q (want render or primary)", where, i, p.DRMNode)
 			}
 			if p.Duty != nil {
 				if err := p.Duty.parse(); err != nil {

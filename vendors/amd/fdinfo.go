@@ -207,10 +207,12 @@ type Client struct {
 	// PIDs are the processes holding the client, sorted.
 	PIDs []int
 	// RenderMinor is the render node the client's file is open on
-	// (/dev/dri/renderD129 → 129), from the fd's link in /proc/<pid>/fd;
-	// unset when the link cannot be read or names another node. It tells
-	// apart the partitions of one GPU, which share drm-pdev.
+	// (/dev/dri/renderD129 → 129), CardMinor the primary node
+	// (/dev/dri/card1 → 1), from the fd's link in /proc/<pid>/fd; unset
+	// when the link cannot be read or names the other kind. They tell apart
+	// the partitions of one GPU, which share drm-pdev.
 	RenderMinor Opt[int]
+	CardMinor   Opt[int]
 	Engines     map[string]uint64
 	Capacity    map[string]uint64
 	Memory      map[string]Memory
@@ -260,7 +262,7 @@ func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
 }
 
 // ScanHolders reads /proc/<pid>/fdinfo/<fd> of the fds of each holder (as
-// RenderHolders lists them) and returns the DRM clients of s.Driver,
+// DRMHolders lists them) and returns the DRM clients of s.Driver,
 // de-duplicated by (drm-pdev, drm-client-id): a client whose file was
 // dup()ed or inherited appears once, with every PID holding it. An fd
 // whose fdinfo has no drm-client-id cannot be de-duplicated and is
@@ -296,8 +298,8 @@ func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) ([]Client, []ScanErr
 				c = &Client{Key: key, Driver: f.Driver, Engines: f.Engines, Capacity: f.Capacity, Memory: f.Memory}
 				byKey[key] = c
 			}
-			if !c.RenderMinor.OK {
-				c.RenderMinor = renderMinorOf(fd.Target)
+			if !c.RenderMinor.OK && !c.CardMinor.OK {
+				c.RenderMinor, c.CardMinor = nodeMinorOf(fd.Target)
 			}
 			if n := len(c.PIDs); n == 0 || c.PIDs[n-1] != pid {
 				c.PIDs = append(c.PIDs, pid)
@@ -318,13 +320,20 @@ func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) ([]Client, []ScanErr
 	return out, errs
 }
 
-// renderMinorOf is the minor of a DRM render node from an fd's link
-// target ("/dev/dri/renderD129"), unset for another node.
-func renderMinorOf(target string) Opt[int] {
-	if name, ok := strings.CutPrefix(target, "/dev/dri/"); ok {
-		return renderDMinor(name)
+// nodeMinorOf is the minor of the DRM node an fd's link target names:
+// render for "/dev/dri/renderD129", card for "/dev/dri/card1".
+func nodeMinorOf(target string) (render, card Opt[int]) {
+	name, ok := strings.CutPrefix(target, "/dev/dri/")
+	if !ok {
+		return
 	}
-	return Opt[int]{}
+	if v, ok := strings.CutPrefix(name, "card"); ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			card = reading.Some(n)
+		}
+		return
+	}
+	return renderDMinor(name), card
 }
 
 // readOne reads one fdinfo file into buf, reused across the files of a
@@ -374,6 +383,8 @@ type EngineShare struct {
 //
 //	(ns at t1 - ns at t0) / ((t1 - t0) in ns × capacity)
 //
+// and in unknown the clients of the scan at t1 whose share cannot be told.
+//
 // A client absent at t0 has no baseline. If the scan at t0 read every
 // process (complete), the client did not exist when its process was read,
 // so all its engine time is the window's and it starts from 0: a DRM
@@ -382,25 +393,31 @@ type EngineShare struct {
 // "DRM client usage stats", drm-engine-<keystr>), a client being one open
 // DRM file. It may have run between the start of the scan at t0 and t0,
 // which is the end of that scan: its ratio can exceed its due by that
-// much of the window. Otherwise the client is left out: it may have run
-// before t0 while its process could not be read. An engine of a known
-// client that had no line at t0 starts from 0. A counter that went
-// backwards (a client ID reused for a new file) is left out. The two scans
-// are not atomic with the clock readings, so a ratio may exceed 1 by the
-// jitter of reading the files; it is capped at 1.
-func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, after []Client) []EngineShare {
+// much of the window. Otherwise the client is unknown: it may have run
+// before t0 while its process could not be read. So is a new client busier
+// than the window allows (beyond maxShareJitter): its file existed before
+// t0 out of the scan's sight (handed over from another process, say), and
+// counting its whole past as this window's would bill its owner for the
+// device. An engine of a known client that had no line at t0 starts from
+// 0. A counter that went backwards (a client ID reused for a new file)
+// makes the client unknown. The two scans are not atomic with the clock
+// readings, so a ratio may exceed 1 by the jitter of reading the files; it
+// is capped at 1. So is a known client's, whose engine's rings may also run
+// at once: amdgpu sums a client's time over the rings of an IP type
+// (amdgpu_ctx.c, amdgpu_ctx_mgr_usage), and prints no capacity.
+func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, after []Client) (shares []EngineShare, unknown []ClientKey) {
 	wall := t1.Sub(t0)
 	if wall <= 0 {
-		return nil
+		return nil, nil
 	}
 	prev := make(map[ClientKey]Client, len(before))
 	for _, c := range before {
 		prev[c.Key] = c
 	}
-	var out []EngineShare
 	for _, c := range after {
-		p, ok := prev[c.Key]
-		if !ok && !complete {
+		p, known := prev[c.Key]
+		if !known && !complete {
+			unknown = append(unknown, c.Key)
 			continue
 		}
 		names := make([]string, 0, len(c.Engines))
@@ -408,6 +425,7 @@ func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, af
 			names = append(names, name)
 		}
 		sort.Strings(names)
+		n := len(shares)
 		for _, name := range names {
 			now := c.Engines[name]
 			// amdgpu prints an engine only once the client has used it
@@ -415,19 +433,24 @@ func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, af
 			// continue;"), so an engine a known client lacked at t0 had
 			// used 0 ns then.
 			was := p.Engines[name]
-			if now < was {
-				continue
-			}
 			capacity := uint64(1)
 			if v, ok := c.Capacity[name]; ok {
 				capacity = v
 			}
 			ratio := float64(now-was) / (float64(wall.Nanoseconds()) * float64(capacity))
-			if ratio > 1 {
-				ratio = 1
+			if now < was || (!known && ratio > 1+maxShareJitter) {
+				shares = shares[:n]
+				unknown = append(unknown, c.Key)
+				break
 			}
-			out = append(out, EngineShare{Key: c.Key, Engine: name, Ratio: ratio})
+			shares = append(shares, EngineShare{Key: c.Key, Engine: name, Ratio: min(ratio, 1)})
 		}
 	}
-	return out
+	return shares, unknown
 }
+
+// maxShareJitter is how far beyond 1 the scans' timing may push a new
+// client's ratio: a client that ran through the whole scan at t0 gains the
+// scan's length, a quarter of the window only for a scan of nearly 4 s
+// between scrapes 15 s apart (a scan costs ~4 µs per open fd, README).
+const maxShareJitter = 0.25

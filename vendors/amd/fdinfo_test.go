@@ -136,18 +136,25 @@ func TestEngineShares(t *testing.T) {
 	b := ClientKey{"0000:83:00.0", 18}
 	c := ClientKey{"0000:83:00.0", 19}
 	d := ClientKey{"0000:83:00.0", 20}
+	e := ClientKey{"0000:83:00.0", 21}
+	f := ClientKey{"0000:83:00.0", 22}
+	g := ClientKey{"0000:83:00.0", 23}
 	before := []Client{
 		{Key: a, Engines: map[string]uint64{"compute": 1500000000}},
 		{Key: b, Engines: map[string]uint64{"dec": 0}, Capacity: map[string]uint64{"dec": 2}},
 		{Key: d, Engines: map[string]uint64{"gfx": 9000000000, "compute": 100}},
+		{Key: g, Engines: map[string]uint64{"compute": 0}},
 	}
 	after := []Client{
 		{Key: a, Engines: map[string]uint64{"compute": 2500000000}},
 		{Key: b, Engines: map[string]uint64{"gfx": 300000000, "dec": 800000000}, Capacity: map[string]uint64{"dec": 2}},
 		{Key: c, Engines: map[string]uint64{"gfx": 500000000}},
 		{Key: d, Engines: map[string]uint64{"gfx": 1000, "compute": 2200000100}},
+		{Key: e, Engines: map[string]uint64{"gfx": 100000000000}},
+		{Key: f, Engines: map[string]uint64{"gfx": 2400000000}},
+		{Key: g, Engines: map[string]uint64{"compute": 3500000000}},
 	}
-	got := EngineShares(t0, before, false, t1, after)
+	got, unknown := EngineShares(t0, before, false, t1, after)
 	want := []EngineShare{
 		// (2.5e9 - 1.5e9) / 2e9 = 0.5
 		{a, "compute", 0.5},
@@ -155,23 +162,31 @@ func TestEngineShares(t *testing.T) {
 		{b, "dec", 0.2},
 		// gfx had no line at t0 (amdgpu omits unused engines): 3e8 / 2e9 = 0.15
 		{b, "gfx", 0.15},
-		// compute: (2.2e9+100 - 100) / 2e9 = 1.1, capped at 1 (read jitter).
-		// gfx went backwards (9e9 → 1000): left out.
-		{d, "compute", 1},
-		// c is new at t1: no baseline, left out.
+		// d: gfx went backwards (9e9 → 1000), so its compute (1.1) is not
+		// told either: d is unknown.
+		// g, known: (3.5e9 - 0) / 2e9 = 1.75, capped at 1 (amdgpu sums the
+		// time of an IP type's rings, which may run at once).
+		{g, "compute", 1},
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("EngineShares =\n%+v\nwant\n%+v", got, want)
+	// c, e and f are new at t1 after a scan that missed processes: no
+	// baseline.
+	wantUnknown := []ClientKey{c, d, e, f}
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(unknown, wantUnknown) {
+		t.Errorf("EngineShares =\n%+v, unknown %v\nwant\n%+v, unknown %v", got, unknown, want, wantUnknown)
 	}
-	if s := EngineShares(t1, before, false, t0, after); s != nil {
-		t.Errorf("reversed window gave %v", s)
+	if s, u := EngineShares(t1, before, false, t0, after); s != nil || u != nil {
+		t.Errorf("reversed window gave %v, %v", s, u)
 	}
-	// After a scan that read every process, c did not exist at t0: its
-	// 5e8 ns are the window's, 5e8 / 2e9 = 0.25.
-	got = EngineShares(t0, before, true, t1, after)
-	want = append(want[:3:3], EngineShare{c, "gfx", 0.25}, want[3])
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("EngineShares after a complete scan =\n%+v\nwant\n%+v", got, want)
+	// After a scan that read every process, a new client did not exist at
+	// t0 and its time is the window's: c 5e8 / 2e9 = 0.25; f 2.4e9 / 2e9 =
+	// 1.2, within the 0.25 of jitter, capped at 1. e's 1e11 / 2e9 = 50 it
+	// cannot have used in the window: it ran before t0 out of sight, and
+	// stays unknown.
+	got, unknown = EngineShares(t0, before, true, t1, after)
+	want = []EngineShare{want[0], want[1], want[2], {c, "gfx", 0.25}, {f, "gfx", 1}, want[3]}
+	wantUnknown = []ClientKey{d, e}
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(unknown, wantUnknown) {
+		t.Errorf("EngineShares after a complete scan =\n%+v, unknown %v\nwant\n%+v, unknown %v", got, unknown, want, wantUnknown)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 )
@@ -20,12 +19,17 @@ import (
 // the entries past this bound are not examined.
 const maxProcEntries = 1 << 17
 
-// RenderHolders lists the processes under procRoot that hold an open DRM
-// render node (an fd whose link reads "/dev/dri/renderD<n>"), sorted by
-// PID, each with its fds open on any DRM node (/dev/dri/…). These are the
-// only processes whose fdinfo can describe a DRM client of a GPU, so
-// FdinfoScanner.ScanHolders reads the fdinfo of those fds alone rather
-// than of every fd of every process. A process that exits during the scan
+// DRMHolders lists the processes under procRoot that hold an open DRM
+// node, render or primary (an fd whose link reads "/dev/dri/…"), sorted by
+// PID, each with those fds. These are the only processes whose fdinfo can
+// describe a DRM client of a GPU, so FdinfoScanner.ScanHolders reads the
+// fdinfo of those fds alone rather than of every fd of every process. A
+// primary node's fds count as much as a render node's: the usage stats
+// are the driver's show_fdinfo (kernel documentation "DRM client usage
+// stats": "fops->show_fdinfo() as part of the driver specific file
+// operations"), and amdgpu's file operations serve both nodes
+// (amdgpu_drv.c, amdgpu_driver_kms_fops), whose command submission is
+// allowed on either (DRM_AUTH|DRM_RENDER_ALLOW). A process that exits during the scan
 // is skipped. A process whose fd links cannot be read (EACCES: another
 // user's without CAP_DAC_READ_SEARCH) is looked for in its fdinfo
 // (drmFDsFromFdinfo); one whose fdinfo cannot be read either (no
@@ -34,7 +38,7 @@ const maxProcEntries = 1 << 17
 // The walk costs a procfs lookup per open fd of the node, tens of
 // milliseconds on a busy one, so it stops when ctx ends, checked between
 // processes: err is then ctx's error and the holders are unknown.
-func RenderHolders(ctx context.Context, procRoot string) (holders []procfd.Holder, errs []ScanError, err error) {
+func DRMHolders(ctx context.Context, procRoot string) (holders []procfd.Holder, errs []ScanError, err error) {
 	s := procfd.Scanner{Root: procRoot, MaxEntries: maxProcEntries, MaxFDs: maxFDsPerProcess}
 	all, perr, err := s.Scan(ctx, isDRINode)
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -46,14 +50,7 @@ func RenderHolders(ctx context.Context, procRoot string) (holders []procfd.Holde
 		}
 		return nil, []ScanError{{File: procRoot, Err: err}}, nil
 	}
-	for _, h := range all {
-		for _, fd := range h.FDs {
-			if strings.HasPrefix(fd.Target, renderPrefix) {
-				holders = append(holders, h)
-				break
-			}
-		}
-	}
+	holders = all
 	found := len(holders)
 	for _, e := range perr {
 		if err := ctx.Err(); err != nil {
@@ -127,10 +124,6 @@ func drmFDsFromFdinfo(ctx context.Context, procRoot string, pid int) ([]procfd.F
 	slices.SortFunc(fds, func(a, b procfd.FD) int { return a.Num - b.Num })
 	return fds, nil
 }
-
-// renderPrefix is how a process's fd link names a DRM render node: the
-// path it was opened under, /dev/dri/renderD<minor>.
-const renderPrefix = "/dev/dri/renderD"
 
 // isDRINode matches the fd link of any DRM node, render or primary: a
 // client's fdinfo is on whichever node it opened.

@@ -12,33 +12,33 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 )
 
-func TestRenderHolders(t *testing.T) {
+func TestDRMHolders(t *testing.T) {
 	// 100 and 101 hold renderD128/136; 102 holds renderD140 (an i915
 	// client: still a render node, its fdinfo tells the driver). 100's fd
 	// 0 (/dev/null) is not a DRM node.
-	got, errs, err := RenderHolders(context.Background(), fixtureProc)
+	got, errs, err := DRMHolders(context.Background(), fixtureProc)
 	want := []procfd.Holder{
 		{PID: 100, FDs: []procfd.FD{{Num: 5, Target: "/dev/dri/renderD128"}, {Num: 6, Target: "/dev/dri/renderD128"}}},
 		{PID: 101, FDs: []procfd.FD{{Num: 5, Target: "/dev/dri/renderD128"}, {Num: 7, Target: "/dev/dri/renderD136"}}},
 		{PID: 102, FDs: []procfd.FD{{Num: 4, Target: "/dev/dri/renderD140"}}},
 	}
 	if err != nil || len(errs) != 0 || !reflect.DeepEqual(got, want) {
-		t.Errorf("RenderHolders = %v, %v, %v", got, errs, err)
+		t.Errorf("DRMHolders = %v, %v, %v", got, errs, err)
 	}
 }
 
 // A walk past the deadline says so rather than returning the holders it
 // reached: the split would miss the processes it did not.
-func TestRenderHoldersDeadline(t *testing.T) {
+func TestDRMHoldersDeadline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	got, errs, err := RenderHolders(ctx, fixtureProc)
+	got, errs, err := DRMHolders(ctx, fixtureProc)
 	if !errors.Is(err, context.Canceled) || got != nil || errs != nil {
-		t.Errorf("RenderHolders after the deadline = %v, %v, %v; want context.Canceled alone", got, errs, err)
+		t.Errorf("DRMHolders after the deadline = %v, %v, %v; want context.Canceled alone", got, errs, err)
 	}
 }
 
-func TestRenderHoldersOddTree(t *testing.T) {
+func TestDRMHoldersOddTree(t *testing.T) {
 	root := t.TempDir()
 	mk := func(pid, fd, target string) {
 		dir := filepath.Join(root, pid, "fd")
@@ -53,7 +53,7 @@ func TestRenderHoldersOddTree(t *testing.T) {
 	}
 	mk("9", "3", "/dev/dri/renderD129")
 	mk("9", "4", "/dev/dri/card1")         // listed with the holder's DRM fds
-	mk("10", "1", "/dev/dri/card1")        // a card node, not a render node
+	mk("10", "1", "/dev/dri/card1")        // a primary node alone: its fdinfo has clients too
 	mk("11", "1", "socket:[123]")          // not a device
 	mk("12", "", "")                       // no fds at all
 	mk("self", "1", "/dev/dri/renderD128") // not a PID
@@ -62,28 +62,31 @@ func TestRenderHoldersOddTree(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "13", "fd"), 0o000); err != nil {
 		t.Fatal(err)
 	}
-	got, errs, err := RenderHolders(context.Background(), root)
+	got, errs, err := DRMHolders(context.Background(), root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []procfd.Holder{{PID: 9, FDs: []procfd.FD{{Num: 3, Target: "/dev/dri/renderD129"}, {Num: 4, Target: "/dev/dri/card1"}}}}
+	want := []procfd.Holder{
+		{PID: 9, FDs: []procfd.FD{{Num: 3, Target: "/dev/dri/renderD129"}, {Num: 4, Target: "/dev/dri/card1"}}},
+		{PID: 10, FDs: []procfd.FD{{Num: 1, Target: "/dev/dri/card1"}}},
+	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("RenderHolders = %v", got)
+		t.Errorf("DRMHolders = %v", got)
 	}
 	if os.Geteuid() != 0 && (len(errs) != 1 || errs[0].PID != 13) {
 		t.Errorf("errors %v, want pid 13's", errs)
 	}
-	if _, errs, err := RenderHolders(context.Background(), filepath.Join(root, "missing")); len(errs) != 1 || err != nil {
+	if _, errs, err := DRMHolders(context.Background(), filepath.Join(root, "missing")); len(errs) != 1 || err != nil {
 		t.Errorf("a missing procfs root gives %v, %v", errs, err)
 	}
 }
 
-// TestRenderHoldersFdinfoFallback: a process whose fd links cannot be read
+// TestDRMHoldersFdinfoFallback: a process whose fd links cannot be read
 // (another user's, without CAP_DAC_READ_SEARCH: EACCES; here an fd
 // "directory" that is a file, ENOTDIR) is looked for in its fdinfo, which
 // asks only for ptrace access. Its DRM fds are those whose fdinfo has a
 // drm-driver key; their link target is unknown.
-func TestRenderHoldersFdinfoFallback(t *testing.T) {
+func TestDRMHoldersFdinfoFallback(t *testing.T) {
 	root := t.TempDir()
 	write := func(path, body string) {
 		t.Helper()
@@ -113,7 +116,7 @@ func TestRenderHoldersFdinfoFallback(t *testing.T) {
 	// 43: links unreadable, no DRM fd.
 	write("43/fd", "")
 	write("43/fdinfo/0", "pos:\t0\n")
-	got, errs, err := RenderHolders(context.Background(), root)
+	got, errs, err := DRMHolders(context.Background(), root)
 	if err != nil {
 		t.Fatal(err)
 	}
