@@ -434,6 +434,9 @@ func (r Reader) readXGMI(dr devReader) {
 // interfaces") names temp1 "edge", temp2 "junction" and temp3 "mem" through
 // temp*_label, and hides the channels a model lacks (MI300 has no edge
 // sensor and no power1_average, only power1_input).
+// hwmonTempLabels are amdgpu's temperature channels in order.
+var hwmonTempLabels = [...]string{"edge", "junction", "mem"}
+
 func (r Reader) readHwmon(dr devReader) {
 	names, err := dr.files.stableDir(filepath.Join(dr.dir, "hwmon"), 16)
 	if err != nil {
@@ -459,8 +462,15 @@ func (r Reader) readHwmon(dr devReader) {
 		if !v.OK {
 			continue
 		}
+		// A channel's label is fixed: amdgpu_pm.c defines temp1_label,
+		// temp2_label and temp3_label with PP_TEMP_EDGE, PP_TEMP_JUNCTION
+		// and PP_TEMP_MEM, the sensors of temp1_input … temp3_input, and
+		// hides a label only with its input; a tree without the label
+		// file still numbers its channels that way.
 		label := "temp" + strconv.Itoa(ch)
-		// A channel's label is fixed (amdgpu_hwmon_show_temp_label).
+		if ch <= len(hwmonTempLabels) {
+			label = hwmonTempLabels[ch-1]
+		}
 		if l := value(dr.fixed(), prefix+"_label", parseString); l.OK {
 			label = l.Value
 		}

@@ -194,8 +194,10 @@ func TestReadDeviceMissingMalformedOversized(t *testing.T) {
 	if len(d.RAS) != 1 || d.RAS["gfx"].Correctable.Value != 3 {
 		t.Errorf("RAS %+v", d.RAS)
 	}
-	// temp2 has no label; negative temperatures are valid hwmon readings.
-	if want := map[string]float64{"temp2": -5}; !reflect.DeepEqual(d.Temperatures, want) {
+	// temp2 has no label file: amdgpu's temp2 is the junction sensor
+	// (amdgpu_pm.c, temp2_label's PP_TEMP_JUNCTION). Negative temperatures
+	// are valid hwmon readings.
+	if want := map[string]float64{"junction": -5}; !reflect.DeepEqual(d.Temperatures, want) {
 		t.Errorf("temperatures %v", d.Temperatures)
 	}
 	// A crit of 0 is no limit; a malformed emergency is filed and unset;
