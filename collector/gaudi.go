@@ -50,6 +50,7 @@ type gaudiCollector struct {
 	scanErrors map[gaudi.Reason]float64
 	unreadable float64
 	scanned    bool // a scan has succeeded: unreadable is known
+	unmatched  bool // processes hold devices no listed one could be tied to; logged on change only
 	// waitedOut counts snapshots that gave up waiting for a run under way.
 	waitedOut float64
 }
@@ -68,7 +69,9 @@ func newGaudiCollector(cfg Config) (Collector, error) {
 }
 
 // gaudiKey identifies a device across runs: its PCI address, which hl-smi's
-// index and the accel node numbers are not guaranteed to keep.
+// index and the accel node numbers are not guaranteed to keep. A device
+// already known keeps its key when a later run cannot read the cell it
+// came from (keyOf).
 func gaudiKey(d *gaudi.Device) string {
 	switch {
 	case d.BusID != "":
@@ -171,14 +174,23 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	}
 	uses, unreadable, scanErr := c.procs.Scan(ctx)
 	partial = scanErr != nil || unreadable > 0
+	unmatched := 0
 	if scanErr == nil {
-		unmatched := gaudi.AttachProcesses(nds, uses)
-		if len(unmatched) > 0 {
-			c.logger.Debug("Gaudi compute nodes held open that no hl-smi device matches", "uses", len(unmatched))
-		}
+		unmatched = len(gaudi.AttachProcesses(nds, uses))
+		// A process holds a Gaudi that no listed device could be tied to
+		// (sysfs not where --path.sysfs says, a layout not understood):
+		// it is some device's, so every device's list may lack it.
+		partial = partial || unmatched > 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	switch {
+	case unmatched > 0 && !c.unmatched:
+		c.logger.Warn("processes hold Gaudi devices that no hl-smi device could be tied to through sysfs (check --path.sysfs); per-owner figures are left out until they can", "uses", unmatched)
+	case unmatched == 0 && c.unmatched:
+		c.logger.Info("every process holding a Gaudi device is tied to its device again")
+	}
+	c.unmatched = unmatched > 0
 	if scanErr != nil {
 		c.scanErrors[gaudi.ReasonOf(scanErr)]++
 	} else {
@@ -187,7 +199,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	seen := map[string]bool{}
 	for i := range nds {
 		nd := &nds[i]
-		key := gaudiKey(nd)
+		key := c.keyOf(nd, seen)
 		seen[key] = true
 		if _, ok := c.known[key]; ok || len(c.known) < maxKnownGaudi {
 			c.known[key] = *nd
@@ -208,6 +220,29 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		down = append(down, nd)
 	}
 	return nds, down, partial, nil
+}
+
+// keyOf is the key of the known device nd is, matched by any identity
+// cell this run could read (PCI address, uuid, serial), so that one going
+// N/A does not make a second device of it; else nd's own key. A known
+// device already taken by another row of this run (seen) is not matched.
+// c.mu must be held.
+func (c *gaudiCollector) keyOf(nd *gaudi.Device, seen map[string]bool) string {
+	key := gaudiKey(nd)
+	if _, ok := c.known[key]; ok {
+		return key
+	}
+	same := func(a, b string) bool { return a != "" && a == b }
+	var match []string
+	for k, kd := range c.known {
+		if !seen[k] && (same(kd.BusID, nd.BusID) || same(kd.UUID, nd.UUID) || same(kd.Serial, nd.Serial)) {
+			match = append(match, k)
+		}
+	}
+	if len(match) == 1 {
+		return match[0]
+	}
+	return key
 }
 
 // unanswered is every device known from earlier runs, down: a run that
@@ -255,22 +290,31 @@ func gaudiDevice(nd *gaudi.Device, up bool) *Device {
 }
 
 // logChange logs one line when the reason hl-smi fails for changes, and one
-// when it answers again; never one per scrape.
+// when it answers again; never one per scrape. Busy and timeout are one
+// state, a hung hl-smi: the snapshot whose run it is counts a timeout, one
+// that waited for that run or found it not yet exited counts busy, and
+// scrapers with different deadlines meet both at every scrape.
 func (c *gaudiCollector) logChange(err error) {
 	reason := gaudi.ReasonOf(err)
 	if err != nil && reason == "" {
 		reason = "unknown"
 	}
+	state := reason
+	if state == gaudi.ReasonBusy {
+		state = gaudi.ReasonTimeout
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.started && reason == c.lastReason {
+	if c.started && state == c.lastReason {
 		return
 	}
-	c.started, c.lastReason = true, reason
-	switch reason {
-	case "":
+	c.started, c.lastReason = true, state
+	switch {
+	case reason == "":
 		c.logger.Info("Gaudi collector reading devices through hl-smi", "path", c.path())
-	case gaudi.ReasonMissingBinary:
+	case reason == gaudi.ReasonMissingBinary && len(c.known) == 0:
+		// A node without Gaudi; one whose hl-smi went away after listing
+		// devices is failing, below.
 		c.logger.Info("Gaudi collector found no hl-smi; serving no Gaudi devices until it appears (set --gaudi.hl-smi-path, or disable with --no-collector.gaudi)", "err", err)
 	default:
 		c.logger.Warn("hl-smi failed; Gaudi devices known so far are reported down", "reason", reason, "err", err)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -251,6 +252,27 @@ func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
 			}
 		})
 	}
+	// hl-smi removed from a node whose devices it listed: failing, not a
+	// node without Gaudi.
+	t.Run("binary gone", func(t *testing.T) {
+		t.Setenv("HLSMI_FAKE_MODE", "")
+		runner := e.collectors["gaudi"].(*gaudiCollector).runner
+		path := runner.Path
+		runner.Path = filepath.Join(t.TempDir(), "hl-smi")
+		defer func() { runner.Path = path }()
+		for range 2 {
+			out = scrapeText(t, e, 5*time.Second)
+		}
+		if got := strings.Count(out, `vendor="habana"} 0`); got < 8 {
+			t.Errorf("want 8 devices down, output:\n%s", out)
+		}
+		if !strings.Contains(out, `xpu_scrape_collector_success{collector="gaudi"} 0`) {
+			t.Error("the collector does not fail")
+		}
+		if n := strings.Count(logs.String(), "level=WARN msg=\"hl-smi failed; Gaudi devices known so far are reported down\" reason=missing_binary"); n != 1 || strings.Contains(logs.String(), "found no hl-smi") {
+			t.Errorf("%d warnings for the missing hl-smi, want 1 (and no \"found no hl-smi\"):\n%s", n, logs.String())
+		}
+	})
 	t.Run("answers again", func(t *testing.T) {
 		t.Setenv("HLSMI_FAKE_MODE", "")
 		out := scrapeText(t, e, 5*time.Second)
@@ -387,5 +409,103 @@ func TestGaudiConcurrentReadsShareOneRun(t *testing.T) {
 	}
 	if n := strings.Count(string(b), "start "); n != 1 {
 		t.Errorf("hl-smi started %d times for two concurrent reads, want 1", n)
+	}
+}
+
+// TestGaudiDeviceWhoseBusIDGoesNA: a device whose PCI address hl-smi stops
+// printing (N/A) is the same device, known by its uuid and serial: not a
+// second one, nor the first reported lost while it is listed and up.
+func TestGaudiDeviceWhoseBusIDGoesNA(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	full := string(s.HLSMITable(testStart, testNow))
+	lines := strings.Split(full, "\n")
+	header := strings.Split(lines[0], ", ")
+	col := slices.Index(header, "bus_id")
+	if col < 0 {
+		t.Fatalf("no bus_id column in %q", lines[0])
+	}
+	row := strings.Split(lines[1], ", ")
+	busID := row[col]
+	row[col] = "N/A"
+	lines[1] = strings.Join(row, ", ")
+	dir := t.TempDir()
+	fullPath, naPath := filepath.Join(dir, "full.csv"), filepath.Join(dir, "na.csv")
+	for path, content := range map[string]string{fullPath: full, naPath: strings.Join(lines, "\n")} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("HLSMI_FAKE_TABLE", fullPath)
+	logs := &syncbuf.Buffer{}
+	e := newGaudiExporter(t, selfPath(t), logs)
+	scrapeText(t, e, 5*time.Second)
+	t.Setenv("HLSMI_FAKE_TABLE", naPath)
+	for i := range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		if n := seriesCount(out, "xpu_device_up"); n != 8 {
+			t.Errorf("scrape %d: %d devices, want 8", i, n)
+		}
+		if n := seriesCount(out, "xpu_device_info"); n != 8 {
+			t.Errorf("scrape %d: %d xpu_device_info, want 8", i, n)
+		}
+		if v := sample(t, out, "xpu_device_up", `gpu="0"`); v != 1 {
+			t.Errorf("scrape %d: device 0 up = %v, want 1", i, v)
+		}
+	}
+	if strings.Contains(logs.String(), "no longer listed") || strings.Contains(logs.String(), "collected twice") {
+		t.Errorf("device 0 (%s) logged as lost:\n%s", busID, logs.String())
+	}
+}
+
+// TestGaudiProcessesNoDeviceTiesTo: with sysfs not where --path.sysfs says,
+// no process's Gaudi can be tied to an hl-smi device: that is a process
+// list with holes, per-owner memory left out and one warning, not devices
+// without processes.
+func TestGaudiProcessesNoDeviceTiesTo(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	gaudiTable(t, s)
+	logs := &syncbuf.Buffer{}
+	e := newAttributedExporterFor(t, s, func(c *Config) {
+		c.HLSMIPath, c.Sysfs = selfPath(t), t.TempDir()
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	for range 2 {
+		out := scrapeText(t, e, 10*time.Second)
+		_, absent := oracleChecks(out)
+		absent(t, "xpu_workload_memory_used_bytes", `vendor="habana"`)
+	}
+	if n := strings.Count(logs.String(), "no hl-smi device could be tied to"); n != 1 {
+		t.Errorf("%d warnings over two scrapes, want 1:\n%s", n, logs.String())
+	}
+}
+
+// TestGaudiHungHLSMIMixedDeadlines: while hl-smi stays hung, scrapers with
+// different deadlines (an HA pair) meet it as the run's timeout and as
+// busy, waiting for that run: one state, one log line, not one a scrape.
+func TestGaudiHungHLSMIMixedDeadlines(t *testing.T) {
+	gaudiTable(t, loadScenario(t, "gaudi"))
+	t.Setenv("HLSMI_FAKE_MODE", "hang")
+	logs := &syncbuf.Buffer{}
+	col, err := newGaudiCollector(Config{Logger: slog.New(slog.NewTextHandler(logs, nil)), HLSMIPath: selfPath(t), Procfs: t.TempDir(), Sysfs: t.TempDir(), Now: func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := col.(*gaudiCollector)
+	read := func(d time.Duration, wg *sync.WaitGroup) {
+		defer wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		c.readDevices(ctx, true)
+	}
+	for range 3 {
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go read(800*time.Millisecond, &wg) // the run's own scrape: timeout
+		time.Sleep(100 * time.Millisecond)
+		go read(200*time.Millisecond, &wg) // waits for that run: busy
+		wg.Wait()
+	}
+	if n := strings.Count(logs.String(), "hl-smi failed"); n != 1 {
+		t.Errorf("%d log lines over three cycles of one hung hl-smi, want 1:\n%s", n, logs.String())
 	}
 }

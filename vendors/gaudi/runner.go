@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -18,8 +19,10 @@ import (
 const (
 	// DefaultPath is where the Intel Gaudi software installs hl-smi.
 	DefaultPath = "/usr/bin/hl-smi"
-	// DefaultTimeout bounds a run when the caller's context has no sooner
-	// deadline. hl-smi answers in well under a second on a healthy node.
+	// DefaultTimeout bounds a run whose context has no deadline. hl-smi
+	// answers in well under a second on a healthy node; a scrape gives it
+	// the scrape's deadline, however long, since a slow answer on a loaded
+	// node is the one that matters.
 	DefaultTimeout = 5 * time.Second
 	// DefaultMaxOutput bounds stdout. With DefaultFields a row is about
 	// 400 bytes, so 8 devices print some 4 KiB.
@@ -46,8 +49,8 @@ type Runner struct {
 	// reordered output cannot be detected, so leave it false unless an
 	// hl-smi version is found that cannot print the header.
 	NoHeader bool
-	// Timeout bounds a run when the context has no sooner deadline;
-	// DefaultTimeout when zero.
+	// Timeout bounds a run whose context has no deadline; DefaultTimeout
+	// when zero.
 	Timeout time.Duration
 	// MaxOutput bounds stdout in bytes; DefaultMaxOutput when zero.
 	MaxOutput int
@@ -125,7 +128,7 @@ func (r *Runner) Validate() error {
 }
 
 // Query runs hl-smi once for all devices and parses its output. It returns
-// at ctx's deadline or the Runner's Timeout, whichever is sooner, after
+// at ctx's deadline (the Runner's Timeout when ctx has none), after
 // killing hl-smi's whole process group. A run that outlives the kill (a
 // process stuck in the driver cannot die until the driver lets it) keeps
 // the Runner busy until it exits, so hung runs never pile up.
@@ -159,12 +162,15 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 	if !r.running.CompareAndSwap(false, true) {
 		return nil, &Error{Reason: ReasonBusy, Detail: "the previous hl-smi run has not exited"}
 	}
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+	if _, ok := ctx.Deadline(); !ok {
+		timeout := r.Timeout
+		if timeout <= 0 {
+			timeout = DefaultTimeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 
 	path := r.Path
 	if path == "" {
@@ -184,7 +190,10 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		r.running.Store(false)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		// execve answers ENOENT for a file that exists too, when its
+		// interpreter (#! line, ELF loader) does not: that hl-smi is
+		// there and broken, not missing.
+		if _, statErr := os.Stat(path); errors.Is(err, exec.ErrNotFound) || (errors.Is(err, fs.ErrNotExist) && errors.Is(statErr, fs.ErrNotExist)) {
 			return nil, &Error{Reason: ReasonMissingBinary, Detail: path, Err: err}
 		}
 		return nil, &Error{Reason: ReasonStart, Detail: path, Err: err}

@@ -133,6 +133,12 @@ func TestRunnerFailures(t *testing.T) {
 	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// execve(2) fails with ENOENT, as for a missing file: "the interpreter
+	// of a script […] could not be found".
+	noInterpreter := filepath.Join(t.TempDir(), "hl-smi")
+	if err := os.WriteFile(noInterpreter, []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		runner *Runner
@@ -144,6 +150,7 @@ func TestRunnerFailures(t *testing.T) {
 	}{
 		{name: "missing binary", runner: &Runner{Path: filepath.Join(t.TempDir(), "hl-smi")}, reason: ReasonMissingBinary},
 		{name: "not executable", runner: &Runner{Path: notExecutable}, reason: ReasonStart},
+		{name: "interpreter missing", runner: &Runner{Path: noInterpreter}, reason: ReasonStart},
 		{
 			name: "non-zero exit", runner: &Runner{Path: fakeHLSMI}, mode: "exit",
 			env:    map[string]string{"HLSMI_FAKE_EXIT": "3", "HLSMI_FAKE_STDERR": "habanalabs driver is not loaded"},
@@ -214,6 +221,23 @@ func TestRunnerKillsProcessGroupAtDeadline(t *testing.T) {
 	r.Timeout = time.Minute
 	if _, err := r.Query(ctx); ReasonOf(err) != ReasonTimeout {
 		t.Errorf("error %v, want timeout at the context's deadline", err)
+	}
+}
+
+// TestRunnerTakesTheCallersDeadline: Timeout bounds only a run without a
+// deadline; a scrape's longer deadline is hl-smi's, so a slow answer on a
+// loaded node is read rather than killed as hung.
+func TestRunnerTakesTheCallersDeadline(t *testing.T) {
+	fake(t, "", "gaudi3-8x.csv")
+	t.Setenv("HLSMI_FAKE_DELAY", "400ms")
+	r := &Runner{Path: fakeHLSMI, Timeout: 100 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if devices, err := r.Query(ctx); err != nil || len(devices) != 8 {
+		t.Errorf("400 ms answer under a minute's deadline: %d devices, %v", len(devices), err)
+	}
+	if _, err := r.Query(context.Background()); ReasonOf(err) != ReasonTimeout {
+		t.Errorf("400 ms answer without a deadline: %v, want a timeout after Timeout", err)
 	}
 }
 
