@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,12 +71,13 @@ type amdCollector struct {
 	now     func() time.Time
 
 	mu       sync.Mutex
-	inflight map[string]*amdRead    // card → read in flight
-	known    map[string]amdIdentity // card → identity at its last answer
-	indices  map[string]int         // PCI address (card/<card> before one is read) → gpu index
-	window   amdWindow              // fdinfo scan at the previous scrape
-	errs     map[string]float64     // file → count
-	state    string                 // logged on change only
+	inflight map[string]*amdRead          // card → read in flight
+	known    map[string]amdIdentity       // card → identity at its last answer
+	indices  map[string]int               // PCI address (card/<card> before one is read) → gpu index
+	readErrs map[string]map[string]string // card → failing file → kind, logged on change only
+	window   amdWindow                    // fdinfo scan at the previous scrape
+	errs     map[string]float64           // file → count
+	state    string                       // logged on change only
 	// scanState is the process scan's first error, "" when it read every
 	// process; logged on change only.
 	scanState string
@@ -119,6 +121,7 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		inflight: map[string]*amdRead{},
 		known:    map[string]amdIdentity{},
 		indices:  map[string]int{},
+		readErrs: map[string]map[string]string{},
 		errs:     map[string]float64{},
 		down:     map[string]string{},
 		ras:      newAMDRAS(),
@@ -167,6 +170,9 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 			continue
 		}
 		c.countReadErrors(ad.Errors)
+		if !ad.Down {
+			c.logReadErrors(card, ad.Errors)
+		}
 		d := c.device(card, ad)
 		devs = append(devs, d)
 		if d.UUID != "" {
@@ -182,6 +188,7 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 	devs = append(devs, c.vanished(cards, byPCI)...)
 	parts, perrs := c.reader.Partitions(gpus)
 	c.countReadErrors(perrs)
+	c.logReadErrors("partitions", perrs)
 	devs = append(devs, c.partitions(parts, byPCI)...)
 	c.attachProcesses(ctx, devs, advance)
 	return devs, nil
@@ -651,6 +658,56 @@ func vram(cl amd.Client) (uint64, bool) {
 // hwmonDir is the probe-order number of a hwmon directory, kept out of the
 // file label so that the label names the same file on every node.
 var hwmonDir = regexp.MustCompile(`hwmon/hwmon[0-9]+/`)
+
+// logReadErrors logs a file of card that starts failing, or fails for
+// another kind of reason (readErrorKind), and one that reads again: the
+// counter says how often, this says which file and why, once.
+func (c *amdCollector) logReadErrors(card string, errs []amd.ReadError) {
+	now := map[string]string{}
+	first := map[string]error{}
+	for _, e := range errs {
+		f := hwmonDir.ReplaceAllString(e.File, "hwmon/")
+		if _, seen := now[f]; !seen {
+			now[f], first[f] = readErrorKind(e.Err), e
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	before := c.readErrs[card]
+	for f, kind := range now {
+		if before[f] != kind {
+			c.logger.Warn("amdgpu file cannot be read; its readings are left out (xpu_amd_read_errors_total)", "card", card, "file", f, "err", first[f])
+		}
+	}
+	for f := range before {
+		if _, still := now[f]; !still {
+			c.logger.Info("amdgpu file reads again", "card", card, "file", f)
+		}
+	}
+	if len(now) == 0 {
+		delete(c.readErrs, card)
+	} else {
+		c.readErrs[card] = now
+	}
+}
+
+// readErrorKind is what makes two failures of a file the same for logging:
+// its sentinel or errno, not the value or size that changes at every read.
+func readErrorKind(err error) string {
+	var me *amd.MetricsError
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &me):
+		return me.Unwrap().Error()
+	case errors.Is(err, amd.ErrTooLarge):
+		return amd.ErrTooLarge.Error()
+	case errors.Is(err, amd.ErrMalformed):
+		return amd.ErrMalformed.Error()
+	case errors.As(err, &errno):
+		return errno.Error()
+	}
+	return "other"
+}
 
 func (c *amdCollector) countReadErrors(errs []amd.ReadError) {
 	for _, e := range errs {

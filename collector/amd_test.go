@@ -797,3 +797,32 @@ func TestAMDClientNamedByItsNodeAlone(t *testing.T) {
 	const gib = 1 << 30
 	checkUsage(t, devs[0].Usage(), []usageWant{{some(1 * gib), nil}, {some(2 * gib), nil}})
 }
+
+// TestAMDReadErrorsLoggedOnChange: a file that stops parsing is named in
+// one warning with why, not one a scrape, and its return in one line.
+func TestAMDReadErrorsLoggedOnChange(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "12a\n"})
+	var logs bytes.Buffer
+	c, err := newAMDCollector(Config{Sysfs: tr.sysfs, Procfs: tr.procs, Now: (&fakeClock{t: testNow}).now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() {
+		t.Helper()
+		if _, err := c.(*amdCollector).readDevices(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	tr.write(filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "gpu_busy_percent"), "13b\n")
+	read()
+	if n := strings.Count(logs.String(), `msg="amdgpu file cannot be read; its readings are left out (xpu_amd_read_errors_total)" card=card0 file=gpu_busy_percent`); n != 1 {
+		t.Errorf("%d warnings for two malformed reads, want 1:\n%s", n, logs.String())
+	}
+	tr.write(filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "gpu_busy_percent"), "14\n")
+	read()
+	read()
+	if n := strings.Count(logs.String(), `msg="amdgpu file reads again" card=card0 file=gpu_busy_percent`); n != 1 {
+		t.Errorf("%d lines for the file's return, want 1:\n%s", n, logs.String())
+	}
+}
