@@ -47,7 +47,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 	e.emit(unresolvedClaims, labels{}, float64(snap.unresolvedClaimDevices))
 	// Owners in the order first met, not a map's: the exposition keeps a
 	// family's order from one scrape to the next (family.order).
-	var owners []attribution.Owner
+	var owners []*attribution.Owner // into the snapshot's claims, not copies
 	seen := map[string]bool{}
 	for _, d := range snap.Devices {
 		if d.UUID == "" {
@@ -64,7 +64,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 			// container may hold devices through several claims.
 			if k := cl.Owner.Key() + "\xff" + cl.Owner.ClaimNamespace + "/" + cl.Owner.Claim; !seen[k] {
 				seen[k] = true
-				owners = append(owners, cl.Owner)
+				owners = append(owners, &d.Claims[i].Owner)
 			}
 			if v, ok := d.AllocatedDevices(cl); ok {
 				e.emit(workloadAllocated, claimLabels[i], v)
@@ -86,7 +86,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 		}
 	}
 	for _, o := range owners {
-		e.emit(workloadInfo, c.infoLabels(o), 1)
+		e.emit(workloadInfo, c.infoLabels(*o), 1)
 	}
 	return nil
 }
