@@ -29,7 +29,7 @@ func BenchmarkScrapeGaudi(b *testing.B) {
 
 // BenchmarkScrapeAMD measures one full scrape of an 8-GPU MI300X node
 // served through the demo's sysfs and fdinfo, attributed: eight parallel
-// sysfs reads with their gpu_metrics tables, the render-node holder scan,
+// sysfs reads with their gpu_metrics tables, the DRM-node holder scan,
 // sixteen fdinfo clients and the owners of their processes.
 func BenchmarkScrapeAMD(b *testing.B) {
 	s := unitScenario(b, "vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750")
