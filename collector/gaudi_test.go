@@ -167,6 +167,26 @@ func newGaudiExporter(t *testing.T, hlsmi string, logs *syncbuf.Buffer) *Exporte
 	return e
 }
 
+// gaudiExporterThen is a Gaudi exporter whose hl-smi answers with table
+// first for one scrape, then with table then; it returns the first table's
+// file, to go back to.
+func gaudiExporterThen(t *testing.T, first, then string) (*Exporter, *syncbuf.Buffer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	firstPath, thenPath := filepath.Join(dir, "first.csv"), filepath.Join(dir, "then.csv")
+	for path, content := range map[string]string{firstPath: first, thenPath: then} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("HLSMI_FAKE_TABLE", firstPath)
+	logs := &syncbuf.Buffer{}
+	e := newGaudiExporter(t, selfPath(t), logs)
+	scrapeText(t, e, 5*time.Second)
+	t.Setenv("HLSMI_FAKE_TABLE", thenPath)
+	return e, logs, firstPath
+}
+
 func TestGaudiNoHLSMI(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	e := newGaudiExporter(t, filepath.Join(t.TempDir(), "hl-smi"), logs)
@@ -323,21 +343,9 @@ func TestMixedNodeOwners(t *testing.T) {
 func TestGaudiDeviceNoLongerListed(t *testing.T) {
 	s := loadScenario(t, "gaudi")
 	full := s.HLSMITable(testStart, testNow)
-	dir := t.TempDir()
-	fullPath, shortPath := filepath.Join(dir, "full.csv"), filepath.Join(dir, "short.csv")
 	lines := strings.SplitAfter(strings.TrimSuffix(string(full), "\n"), "\n")
 	short := strings.Join(lines[:len(lines)-1], "") // without device 7
-	for path, content := range map[string]string{fullPath: string(full), shortPath: short} {
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Setenv("HLSMI_FAKE_TABLE", fullPath)
-	logs := &syncbuf.Buffer{}
-	e := newGaudiExporter(t, selfPath(t), logs)
-	scrapeText(t, e, 5*time.Second)
-
-	t.Setenv("HLSMI_FAKE_TABLE", shortPath)
+	e, logs, fullPath := gaudiExporterThen(t, string(full), short)
 	var out string
 	for range 2 {
 		out = scrapeText(t, e, 5*time.Second)
@@ -428,18 +436,7 @@ func TestGaudiDeviceWhoseBusIDGoesNA(t *testing.T) {
 	busID := row[col]
 	row[col] = "N/A"
 	lines[1] = strings.Join(row, ", ")
-	dir := t.TempDir()
-	fullPath, naPath := filepath.Join(dir, "full.csv"), filepath.Join(dir, "na.csv")
-	for path, content := range map[string]string{fullPath: full, naPath: strings.Join(lines, "\n")} {
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Setenv("HLSMI_FAKE_TABLE", fullPath)
-	logs := &syncbuf.Buffer{}
-	e := newGaudiExporter(t, selfPath(t), logs)
-	scrapeText(t, e, 5*time.Second)
-	t.Setenv("HLSMI_FAKE_TABLE", naPath)
+	e, logs, _ := gaudiExporterThen(t, full, strings.Join(lines, "\n"))
 	for i := range 2 {
 		out := scrapeText(t, e, 5*time.Second)
 		if n := seriesCount(out, "xpu_device_up"); n != 8 {
