@@ -233,6 +233,9 @@ func imageTarget(p kubernetes.PodMeta) (engineTarget, bool) {
 type targetState struct {
 	err string
 	gen uint64
+	// skipping says the target's last answer had series Normalize could
+	// not map, logged when that starts and ends.
+	skipping bool
 }
 
 func (c *enginesCollector) logChange(target string, err error) {
@@ -240,7 +243,7 @@ func (c *enginesCollector) logChange(target string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, known := c.state[target]
-	c.state[target] = targetState{err: msg, gen: c.gen}
+	c.state[target] = targetState{err: msg, gen: c.gen, skipping: old.skipping}
 	if known && old.err == msg {
 		return
 	}
@@ -248,6 +251,26 @@ func (c *enginesCollector) logChange(target string, err error) {
 		c.logger.Warn("inference engine not scraped", "target", target, "err", err)
 	} else {
 		c.logger.Info("inference engine scraped", "target", target)
+	}
+}
+
+// logSkipped logs a target whose answer has series that cannot be mapped
+// (a histogram Prometheus would misread, a value of the wrong type) when
+// that starts, with why, and when it ends: the target stays up with the
+// rest of its series, so without this they would go missing unseen.
+func (c *enginesCollector) logSkipped(target string, skipped error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.state[target]
+	if st.skipping == (skipped != nil) {
+		return
+	}
+	st.skipping = skipped != nil
+	c.state[target] = st
+	if skipped != nil {
+		c.logger.Warn("inference engine series left out: they cannot be mapped without misreading them", "target", target, "err", skipped)
+	} else {
+		c.logger.Info("inference engine series all mapped again", "target", target)
 	}
 }
 
@@ -279,6 +302,7 @@ type engineResult struct {
 	engine   string
 	samples  []engines.Sample
 	err      error
+	skipped  error // the series of a good answer Normalize left out, and why
 	duration time.Duration
 }
 
@@ -311,6 +335,9 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		}
 		seen[target] = true
 		c.logChange(target, r.err)
+		if r.err == nil {
+			c.logSkipped(target, r.skipped)
+		}
 		engine := c.engineLabel(target, r)
 		tl := labels{names: []string{"engine", "target"}, values: []string{engine, target}}
 		e.emit(inferenceUp, tl, boolValue(r.err == nil))
@@ -396,9 +423,9 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 		}
 		if err == nil {
 			r.engine = string(engine)
-			// Series Normalize cannot map are reported in err but do not
-			// fail the target: the rest is still right.
-			r.samples, _ = engines.Normalize(engine, families, t.Model)
+			// Series Normalize cannot map are reported in its error but
+			// do not fail the target: the rest is still right.
+			r.samples, r.skipped = engines.Normalize(engine, families, t.Model)
 		}
 	}
 	r.err, r.duration = err, time.Since(start)

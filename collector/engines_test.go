@@ -16,6 +16,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 // engineServer serves a recorded engine sample.
@@ -210,6 +211,47 @@ func TestRedirectLoopLoggedOnce(t *testing.T) {
 	defer mu.Unlock()
 	if got := strings.Count(logs.String(), "inference engine not scraped"); got != 1 {
 		t.Errorf("%d log lines for one state over three scrapes, want 1:\n%s", got, logs.String())
+	}
+}
+
+// TestEngineSeriesLeftOutAreTold: a histogram whose buckets go down is
+// left out (Prometheus would misread it) while the target stays up with its
+// other series; that is logged once when it starts and once when it ends,
+// not left unseen.
+func TestEngineSeriesLeftOutAreTold(t *testing.T) {
+	const gauge = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 3\n"
+	const broken = "# TYPE vllm:time_to_first_token_seconds histogram\n" +
+		"vllm:time_to_first_token_seconds_bucket{le=\"0.1\",model_name=\"m\"} 5\n" +
+		"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\",model_name=\"m\"} 3\n" +
+		"vllm:time_to_first_token_seconds_sum{model_name=\"m\"} 1\n" +
+		"vllm:time_to_first_token_seconds_count{model_name=\"m\"} 3\n"
+	var body atomic.Value
+	body.Store(gauge + broken)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body.Load().(string))) }))
+	t.Cleanup(srv.Close)
+	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
+	for range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		if v := sample(t, out, "xpu_inference_up", `engine="vllm"`); v != 1 {
+			t.Errorf("target up = %v, want 1: its other series are right", v)
+		}
+		if v := sample(t, out, "xpu_inference_requests_running", `model="m"`); v != 3 {
+			t.Errorf("requests running = %v, want 3", v)
+		}
+		if strings.Contains(out, "xpu_inference_time_to_first_token_seconds") {
+			t.Error("a histogram whose buckets go down is served")
+		}
+	}
+	if n := strings.Count(logs.String(), "inference engine series left out"); n != 1 || !strings.Contains(logs.String(), "fewer observations") {
+		t.Errorf("%d warnings over two scrapes, want 1 saying why:\n%s", n, logs.String())
+	}
+	body.Store(gauge)
+	scrapeText(t, e, 5*time.Second)
+	scrapeText(t, e, 5*time.Second)
+	if n := strings.Count(logs.String(), "inference engine series all mapped again"); n != 1 {
+		t.Errorf("%d lines for the series' return, want 1:\n%s", n, logs.String())
 	}
 }
 
