@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -107,12 +109,18 @@ func headerColumns(rec []string, fields []string) ([]string, error) {
 	for _, f := range fields {
 		asked[f] = true
 	}
+	// A first line naming none of the fields is no header at all (a
+	// message such as "No devices found", a table without its header):
+	// not the table asked for, rather than a column too many.
+	if !slices.ContainsFunc(rec, func(cell string) bool { name, _ := splitHeader(cell); return asked[name] }) {
+		return nil, &Error{Reason: ReasonMalformed, Detail: "first line is no header: " + excerpt([]byte(strings.Join(rec, ", ")))}
+	}
 	columns := make([]string, 0, len(rec))
 	got := map[string]bool{}
 	for _, cell := range rec {
 		name, unit := splitHeader(cell)
 		if !asked[name] {
-			return nil, &Error{Reason: ReasonExtraColumn, Field: excerpt([]byte(name)), Detail: "not asked for"}
+			return nil, &Error{Reason: ReasonExtraColumn, Field: strconv.Quote(excerpt([]byte(name))), Detail: "not asked for"}
 		}
 		if got[name] {
 			return nil, &Error{Reason: ReasonMalformed, Field: name, Detail: "column listed twice"}

@@ -3,6 +3,7 @@ package gaudi
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"reflect"
 	"testing"
 
@@ -51,6 +52,28 @@ func TestParseCases(t *testing.T) {
 			}
 			if err == nil && len(devices) != tc.devices {
 				t.Errorf("%d devices, want %d", len(devices), tc.devices)
+			}
+		})
+	}
+}
+
+// TestParseFirstLineNoHeader: output whose first line names none of the
+// fields asked for is not the table (malformed), where a header with one
+// name too many is a column too many; an empty name is shown quoted.
+func TestParseFirstLineNoHeader(t *testing.T) {
+	for _, tc := range []struct {
+		name, out string
+		reason    Reason
+		says      string
+	}{
+		{"a message", "No devices found\n", ReasonMalformed, "No devices found"},
+		{"rows without their header", "0, HL-225, 512, 10\n1, HL-225, 512, 10\n", ReasonMalformed, "no header"},
+		{"a trailing comma", "index, name, memory.used [MiB], utilization.aip [%],\n0, HL-225, 512, 10,\n", ReasonExtraColumn, `"": not asked for`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.out), caseFields, true)
+			if got := ReasonOf(err); got != tc.reason || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("reason %q (%v), want %q saying %q", got, err, tc.reason, tc.says)
 			}
 		})
 	}
