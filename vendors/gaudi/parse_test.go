@@ -3,8 +3,8 @@ package gaudi
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
