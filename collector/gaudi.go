@@ -49,8 +49,9 @@ type gaudiCollector struct {
 	gone       map[string]bool
 	scanErrors map[gaudi.Reason]float64
 	unreadable float64
-	scanned    bool // a scan has succeeded: unreadable is known
-	unmatched  bool // processes hold devices no listed one could be tied to; logged on change only
+	scanned    bool            // a scan has succeeded: unreadable is known
+	unmatched  bool            // processes hold devices no listed one could be tied to; logged on change only
+	badFields  map[string]bool // fields with cells hl-smi printed unreadably; logged on change only
 	// waitedOut counts snapshots that gave up waiting for a run under way.
 	waitedOut float64
 }
@@ -64,7 +65,7 @@ func newGaudiCollector(cfg Config) (Collector, error) {
 		runner: r,
 		procs:  &gaudi.ProcessScanner{ProcRoot: cfg.Procfs, SysRoot: cfg.Sysfs},
 		logger: cfg.Logger,
-		known:  map[string]gaudi.Device{}, gone: map[string]bool{}, scanErrors: map[gaudi.Reason]float64{},
+		known:  map[string]gaudi.Device{}, gone: map[string]bool{}, badFields: map[string]bool{}, scanErrors: map[gaudi.Reason]float64{},
 	}, nil
 }
 
@@ -191,6 +192,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		c.logger.Info("every process holding a Gaudi device is tied to its device again")
 	}
 	c.unmatched = unmatched > 0
+	c.logBadFields(nds)
 	if scanErr != nil {
 		c.scanErrors[gaudi.ReasonOf(scanErr)]++
 	} else {
@@ -220,6 +222,27 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		down = append(down, nd)
 	}
 	return nds, down, partial, nil
+}
+
+// logBadFields names a field whose cells stop reading (counted as
+// bad_value, their reading left out) with the first device and cell, once,
+// and its return once. c.mu must be held.
+func (c *gaudiCollector) logBadFields(nds []gaudi.Device) {
+	now := map[string]bool{}
+	for i := range nds {
+		for _, p := range nds[i].Problems {
+			if !now[p.Field] && !c.badFields[p.Field] {
+				c.logger.Warn("hl-smi printed a value that cannot be read; that reading is left out while it does (xpu_hlsmi_errors_total{reason=\"bad_value\"})", "field", p.Field, "gpu", nds[i].Index, "err", p)
+			}
+			now[p.Field] = true
+		}
+	}
+	for f := range c.badFields {
+		if !now[f] {
+			c.logger.Info("hl-smi values of a field read again", "field", f)
+		}
+	}
+	c.badFields = now
 }
 
 // keyOf is the key of the known device nd is, matched by any identity

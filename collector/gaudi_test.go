@@ -506,3 +506,42 @@ func TestGaudiHungHLSMIMixedDeadlines(t *testing.T) {
 		t.Errorf("%d log lines over three cycles of one hung hl-smi, want 1:\n%s", n, logs.String())
 	}
 }
+
+// TestGaudiUnreadableValueLoggedOnce: a cell hl-smi prints unreadably is
+// counted (bad_value) at every run, named in one warning with its field,
+// and its return in one line.
+func TestGaudiUnreadableValueLoggedOnce(t *testing.T) {
+	full := string(loadScenarioTable(t))
+	lines := strings.Split(full, "\n")
+	col := slices.Index(strings.Split(lines[0], ", "), "utilization.aip [%]")
+	if col < 0 {
+		t.Fatalf("no utilization column in %q", lines[0])
+	}
+	row := strings.Split(lines[3], ", ")
+	row[col] = "[N/A]"
+	lines[3] = strings.Join(row, ", ")
+	e, logs, goodPath := gaudiExporterThen(t, strings.Join(lines, "\n"), strings.Join(lines, "\n"))
+	out := scrapeText(t, e, 5*time.Second)
+	// One bad cell a run, two runs.
+	if v := sample(t, out, "xpu_hlsmi_errors_total", `reason="bad_value"`); v != 2 {
+		t.Errorf("bad_value counted %v times, want 2", v)
+	}
+	if n := strings.Count(logs.String(), `field=utilization.aip gpu=2`); n != 1 {
+		t.Errorf("%d warnings naming the field over two runs, want 1:\n%s", n, logs.String())
+	}
+	if err := os.WriteFile(goodPath, []byte(full), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HLSMI_FAKE_TABLE", goodPath)
+	scrapeText(t, e, 5*time.Second)
+	scrapeText(t, e, 5*time.Second)
+	if n := strings.Count(logs.String(), `msg="hl-smi values of a field read again" field=utilization.aip`); n != 1 {
+		t.Errorf("%d lines for the field's return, want 1:\n%s", n, logs.String())
+	}
+}
+
+// loadScenarioTable is the gaudi scenario's hl-smi table at testNow.
+func loadScenarioTable(t *testing.T) []byte {
+	t.Helper()
+	return loadScenario(t, "gaudi").HLSMITable(testStart, testNow)
+}
