@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,6 +58,8 @@ func main() {
 			"Path of libnvidia-ml.so; empty finds the driver's library the usual way.").Default("").String()
 		hlsmiPath = kingpin.Flag("gaudi.hl-smi-path",
 			"hl-smi binary, run once per scrape for every Gaudi device (never through a shell).").Default(gaudi.DefaultPath).String()
+		hlsmiFields = kingpin.Flag("gaudi.query-fields",
+			"Comma-separated hl-smi --query-aip fields to ask for. If your hl-smi version refuses one (every run then fails, xpu_hlsmi_errors_total{reason=\"exit_status\"}), leave it out; index is required, and only fields the exporter reads are accepted.").Default(strings.Join(gaudi.DefaultFields, ",")).String()
 		demoMode = kingpin.Flag("demo",
 			"Serve a simulated GPU node instead of real hardware (try it on any machine).").Bool()
 		scenarioPath = kingpin.Flag("demo.scenario",
@@ -83,7 +86,7 @@ func main() {
 		logger.Error("--demo.scenario needs --demo")
 		os.Exit(2)
 	}
-	cfg := collector.Config{Logger: logger, HLSMIPath: *hlsmiPath}
+	cfg := collector.Config{Logger: logger, HLSMIPath: *hlsmiPath, HLSMIFields: splitList(*hlsmiFields)}
 	var demoScenario *demo.Scenario
 	nodeName := attrFlags.node()
 	if *demoMode {
@@ -320,4 +323,16 @@ func landingPage(metricsPath string, demoMode bool) (http.Handler, error) {
 			{Address: "/devices", Text: "Devices", Description: "every device now, with the pod, job or unit using it (JSON: ?format=json)"},
 		},
 	})
+}
+
+// splitList splits a comma-separated flag value, dropping blanks around
+// and between its items.
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

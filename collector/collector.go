@@ -34,6 +34,9 @@ type Config struct {
 	NVML   nvml.Interface
 	// HLSMIPath is the hl-smi binary; empty uses vendors/gaudi's default.
 	HLSMIPath string
+	// HLSMIFields are the --query-aip fields asked of hl-smi; empty asks
+	// for vendors/gaudi's DefaultFields.
+	HLSMIFields []string
 	// Procfs and Sysfs are where procfs and sysfs are mounted (--path.*);
 	// empty means /proc and /sys.
 	Procfs, Sysfs string

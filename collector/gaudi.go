@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -58,8 +59,11 @@ type gaudiCollector struct {
 
 func newGaudiCollector(cfg Config) (Collector, error) {
 	r := &gaudi.Runner{Path: cfg.HLSMIPath}
+	if len(cfg.HLSMIFields) > 0 {
+		r.Fields = cfg.HLSMIFields
+	}
 	if err := r.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--gaudi.query-fields: %w", err)
 	}
 	return &gaudiCollector{
 		runner: r,

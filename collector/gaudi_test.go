@@ -545,3 +545,31 @@ func loadScenarioTable(t *testing.T) []byte {
 	t.Helper()
 	return loadScenario(t, "gaudi").HLSMITable(testStart, testNow)
 }
+
+// TestGaudiQueryFields: an hl-smi that does not know some field is asked
+// only for those --gaudi.query-fields lists; the readings it leaves out are
+// absent, the rest served. A list without index, or with a field the
+// exporter does not read, fails at start.
+func TestGaudiQueryFields(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	gaudiTable(t, s)
+	fields := []string{"index", "uuid", "name", "bus_id", "serial", "utilization.aip"}
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath, c.HLSMIFields = selfPath(t), fields })
+	out := scrapeText(t, e, 10*time.Second)
+	check, absent := oracleChecks(out)
+	// As in TestGaudiOracles: utilization.aip "87" → 0.87.
+	check(t, "xpu_utilization_ratio", 0.87, `gpu="1"`, `vendor="habana"`)
+	check(t, "xpu_device_up", 1, `gpu="7"`, `vendor="habana"`)
+	absent(t, "xpu_power_watts", `vendor="habana"`)
+	absent(t, "xpu_memory_used_bytes", `vendor="habana"`)
+	for _, l := range strings.Split(grepLines(out, "xpu_hlsmi_errors_total{"), "\n") {
+		if l != "" && !strings.HasSuffix(l, " 0") {
+			t.Errorf("hl-smi error with a narrower list: %s", l)
+		}
+	}
+	for _, bad := range [][]string{{"uuid", "name"}, {"index", "fan.speed"}} {
+		if _, err := newGaudiCollector(Config{HLSMIFields: bad}); err == nil {
+			t.Errorf("fields %v accepted", bad)
+		}
+	}
+}
