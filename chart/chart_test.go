@@ -992,6 +992,13 @@ func TestGaudiOnlyProfile(t *testing.T) {
 	if caps := noPID.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities; len(caps.Add) != 0 {
 		t.Errorf("without hostPID: capabilities %v added", caps.Add)
 	}
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--gaudi.query-fields") }) {
+		t.Errorf("args %v narrow the hl-smi fields by default", c.Args)
+	}
+	narrow := one[appsv1.DaemonSet](t, render(t, "--values", "ci/gaudi-only-values.yaml", "--set", "gaudi.queryFields={index,uuid,utilization.aip}"))
+	if args := narrow.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--gaudi.query-fields=index,uuid,utilization.aip") {
+		t.Errorf("gaudi.queryFields: args %v", args)
+	}
 	dac := one[appsv1.DaemonSet](t, render(t, "--values", "ci/gaudi-only-values.yaml", "--set", "gaudi.dacReadSearch=true"))
 	if caps := dac.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities; !slices.Equal(caps.Add, []corev1.Capability{"SYS_PTRACE", "DAC_READ_SEARCH"}) {
 		t.Errorf("gaudi.dacReadSearch: capabilities %v added", caps.Add)
