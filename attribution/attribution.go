@@ -128,6 +128,10 @@ type Ownership struct {
 	// that could not be resolved (they exited, or their pod is unknown) are
 	// absent.
 	Process map[uint32]int
+	// OwnersUnknown says Claims may lack owners: no allocation names the
+	// device's owners, so they come from its processes, and the list of
+	// those is not whole (Device.PIDsPartial, or a PID procfs hides).
+	OwnersUnknown bool
 }
 
 // Unattributed marks a process that belongs to no owner of its device.

@@ -165,9 +165,13 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 
 	pods := podOwners{}
 	for _, d := range devices {
+		partial := d.PIDsPartial || (len(hidden) > 0 && slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] }))
 		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || gres[d.GRESIndex] != nil {
-			partial := d.PIDsPartial || (len(hidden) > 0 && slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] }))
 			r.attribute(res.Devices[d.UUID], d, procs, partial, kube[d.UUID], kubeDown, jobs, gres, pods)
+		} else {
+			// No allocation and no process seen: none, unless the list of
+			// processes is not whole.
+			res.Devices[d.UUID].OwnersUnknown = partial
 		}
 	}
 	r.mu.Lock()
@@ -227,6 +231,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		}
 	}
 	allocated := len(own.Claims) > 0
+	own.OwnersUnknown = partial && !allocated
 	idx := newClaims(own.Claims)
 	// Only while the kubelet is down does it matter whether pods' processes
 	// run on the device: a lookup per process saved at every other scrape.

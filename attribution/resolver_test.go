@@ -260,11 +260,11 @@ func TestResolveBareMetalPartialProcesses(t *testing.T) {
 		{UUID: gpuM, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{30, 31, 777}}, // 777 exited
 	})
 	for _, uuid := range []string{gpuA, gpuB} {
-		if own := res.Devices[uuid]; len(own.Claims) != 0 || len(own.Process) != 0 {
-			t.Errorf("%s: owners %+v, processes %v from a partial list", uuid, own.Claims, own.Process)
+		if own := res.Devices[uuid]; len(own.Claims) != 0 || len(own.Process) != 0 || !own.OwnersUnknown {
+			t.Errorf("%s: owners %+v (unknown %v), processes %v from a partial list", uuid, own.Claims, own.OwnersUnknown, own.Process)
 		}
 	}
-	if own := res.Devices[gpuM]; len(own.Claims) != 2 || own.Claims[0].Share != 0.5 {
+	if own := res.Devices[gpuM]; len(own.Claims) != 2 || own.Claims[0].Share != 0.5 || own.OwnersUnknown {
 		t.Errorf("a process that exited made the list partial: %+v", own.Claims)
 	}
 }

@@ -54,7 +54,9 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 			continue
 		}
 		id := identityLabels(d)
-		e.emit(deviceOwners, id, float64(len(d.Claims)))
+		if !d.OwnersUnknown {
+			e.emit(deviceOwners, id, float64(len(d.Claims)))
+		}
 		// Each owner's labels are built once for its three families: on a
 		// GPU shared by hundreds of pods they were most of this work.
 		claimLabels := make([]labels, len(d.Claims))

@@ -39,6 +39,9 @@ type Device struct {
 	// for every process of the node. The per-owner split is then left out,
 	// since the missing processes' owners would show 0.
 	ProcessesPartial bool
+	// OwnersUnknown says Claims may lack owners (attribution.Ownership):
+	// xpu_device_owners is left out rather than count only those seen.
+	OwnersUnknown bool
 	// MemoryUsed and Utilization are the device readings attribution splits
 	// between owners; nil when the vendor has none.
 	MemoryUsed  *float64
@@ -252,7 +255,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.sources["attribution"] = sourceResult{duration: time.Since(start)}
 	for _, d := range snap.Devices {
 		if own := res.Devices[d.UUID]; own != nil {
-			d.Claims, d.ProcessOwner = own.Claims, own.Process
+			d.Claims, d.ProcessOwner, d.OwnersUnknown = own.Claims, own.Process, own.OwnersUnknown
 		}
 	}
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
