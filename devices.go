@@ -42,6 +42,8 @@ type deviceView struct {
 	MemoryUsed  *float64    `json:"memory_used_bytes,omitempty"`
 	MemoryTotal *float64    `json:"memory_total_bytes,omitempty"`
 	Owners      []ownerView `json:"owners"`
+	// OwnersUnknown: Owners may lack some (Device.OwnersUnknown).
+	OwnersUnknown bool `json:"owners_unknown,omitempty"`
 }
 
 type migView struct {
@@ -105,7 +107,7 @@ func (h *devicesHandler) view(snap *collector.Snapshot) devicesPage {
 		dv := deviceView{
 			Vendor: d.Vendor, GPU: d.Index, UUID: d.UUID, Model: d.Model, Up: d.Up,
 			Utilization: d.Utilization, MemoryUsed: d.MemoryUsed, MemoryTotal: d.MemoryTotal,
-			Owners: []ownerView{},
+			Owners: []ownerView{}, OwnersUnknown: d.OwnersUnknown,
 		}
 		if d.MIG != nil {
 			dv.MIG = &migView{ParentUUID: d.MIG.ParentUUID, Profile: d.MIG.Profile, Instance: d.MIG.Instance}
@@ -178,7 +180,7 @@ code{font-size:11px;word-break:break-all}
 <td>{{range .Owners}}<div class="owner"><span class="kind">{{.Kind}}</span>
 {{- range $k, $v := .Labels}} {{$k}}=<b>{{$v}}</b>{{end}}
 {{- with .Share}} · share {{pct .}}{{end}} · util {{pct .Utilization}} · mem {{gib .MemoryUsed}}</div>
-{{else}}<span class="kind">no owner</span>{{end}}</td>
+{{else}}<span class="kind">{{if .OwnersUnknown}}owners unknown: the process list is not whole{{else}}no owner{{end}}</span>{{end}}</td>
 </tr>
 {{end}}</tbody></table>
 {{with .Sources}}<h2>Attribution sources</h2><ul>

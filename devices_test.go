@@ -40,3 +40,23 @@ func TestDevicesPageEscapesOwners(t *testing.T) {
 		}
 	}
 }
+
+// A device whose owners may be missing says so, on the page and in JSON,
+// rather than "no owner".
+func TestDevicesOwnersUnknown(t *testing.T) {
+	snap := &collector.Snapshot{Devices: []*collector.Device{
+		{Vendor: "habana", Index: "6", UUID: "G-6", Up: true, OwnersUnknown: true},
+		{Vendor: "habana", Index: "7", UUID: "G-7", Up: true},
+	}}
+	view := (&devicesHandler{}).view(snap)
+	if !view.Devices[0].OwnersUnknown || view.Devices[1].OwnersUnknown {
+		t.Errorf("owners unknown: %v, %v; want true, false", view.Devices[0].OwnersUnknown, view.Devices[1].OwnersUnknown)
+	}
+	var buf bytes.Buffer
+	if err := devicesTemplate.Execute(&buf, view); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), "owners unknown"); n != 1 || strings.Count(buf.String(), "no owner") != 1 {
+		t.Errorf("%d devices with owners unknown on the page, want 1:\n%s", n, buf.String())
+	}
+}
