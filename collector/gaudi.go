@@ -381,7 +381,9 @@ func (c *gaudiCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pro
 		if !ok {
 			continue
 		}
-		if d.UUID != "" {
+		// Static facts, wherever hl-smi named the device at all: a uuid
+		// printed N/A leaves its PCI address and serial worth serving.
+		if d.UUID != "" || nd.BusID != "" || nd.Serial != "" {
 			info := identityLabels(d).with("driver_version", nd.DriverVersion).with("pci_bus_id", nd.BusID).with("serial", nd.Serial)
 			if nd.ModuleID.OK {
 				info = info.with("module_id", strconv.Itoa(nd.ModuleID.Value))

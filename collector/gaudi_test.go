@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -577,5 +578,24 @@ func TestGaudiQueryFields(t *testing.T) {
 		if _, err := newGaudiCollector(Config{HLSMIFields: bad}); err == nil {
 			t.Errorf("fields %v accepted", bad)
 		}
+	}
+}
+
+// TestGaudiInfoWithoutUUID: a device whose uuid hl-smi prints N/A still
+// has its static facts served (PCI address, serial), without a uuid label.
+func TestGaudiInfoWithoutUUID(t *testing.T) {
+	lines := strings.Split(string(loadScenarioTable(t)), "\n")
+	col := slices.Index(strings.Split(lines[0], ", "), "uuid")
+	row := strings.Split(lines[1], ", ")
+	row[col] = "N/A"
+	lines[1] = strings.Join(row, ", ")
+	e, _, _ := gaudiExporterThen(t, strings.Join(lines, "\n"), strings.Join(lines, "\n"))
+	out := scrapeText(t, e, 5*time.Second)
+	if n := seriesCount(out, "xpu_device_info"); n != 8 {
+		t.Errorf("%d xpu_device_info, want 8", n)
+	}
+	line := regexp.MustCompile(`(?m)^xpu_device_info\{[^}]*gpu="0"[^}]*\}`).FindString(out)
+	if !strings.Contains(line, `pci_bus_id="0000:`) || !strings.Contains(line, `serial="`) || strings.Contains(line, "uuid=") {
+		t.Errorf("device 0's info without a uuid: %q", line)
 	}
 }
