@@ -62,6 +62,7 @@ type Config struct {
 // Resolver attributes devices to owners. It is safe for concurrent use.
 type Resolver struct {
 	cfg Config
+	now func() time.Time
 
 	mu sync.Mutex
 	// procs caches what procfs said of the PIDs seen in the previous
@@ -80,15 +81,20 @@ type Resolver struct {
 	down map[string]bool
 }
 
-// procInfo is who a process runs for, as far as procfs tells.
+// procInfo is who a process runs for, as far as procfs tells. It is two
+// pointers, read-only once set, so that the map of a busy node's thousand
+// processes, built anew at every scrape, stays small, and carrying a
+// process over from the previous scrape allocates nothing.
 type procInfo struct {
-	// A pointer, read-only once read: procInfo stays small enough for a
-	// map to hold it in place, so that carrying a process over from the
-	// previous scrape allocates nothing (Go maps store values over 128
-	// bytes out of line, one allocation per insert).
 	info *process.Info
+	// slurm is what is known of the process's Slurm job, when Slurm is in
+	// use and there is something to know.
+	slurm *slurmProc
+}
+
+type slurmProc struct {
 	// job is the Slurm job of the process, from its cgroup, environment or
-	// slurmd, when Slurm is in use.
+	// slurmd.
 	job string
 	// slurmdJob says job is slurmd's answer, which stands for the life of
 	// the process: a process is put in a job step when it starts and never
@@ -96,6 +102,14 @@ type procInfo struct {
 	// the process.
 	slurmdJob   bool
 	askedSlurmd time.Time
+}
+
+// job is the process's Slurm job, "" for none known.
+func (p procInfo) job() string {
+	if p.slurm == nil {
+		return ""
+	}
+	return p.slurm.job
 }
 
 // slurmdRecheck is how long slurmd's "in no job" stands for a process
@@ -115,7 +129,7 @@ func New(cfg Config) *Resolver {
 	if cfg.DRADrivers == nil {
 		cfg.DRADrivers = kubernetes.DefaultDRADrivers
 	}
-	return &Resolver{cfg: cfg, procs: map[uint32]procInfo{}, badIDs: map[string]bool{}, down: map[string]bool{}}
+	return &Resolver{cfg: cfg, now: time.Now, procs: map[uint32]procInfo{}, badIDs: map[string]bool{}, down: map[string]bool{}}
 }
 
 // PodLabelNames are the label names of the allow-listed pod labels, in the
@@ -369,8 +383,8 @@ func (r *Resolver) processOwner(p procInfo, jobs map[string]slurm.Job, pods podO
 		}
 		return a.owner, a.known
 	}
-	if p.job != "" {
-		return slurmOwner(p.job, jobs), true
+	if job := p.job(); job != "" {
+		return slurmOwner(job, jobs), true
 	}
 	// Transient units (a container's scope, a login session) would make an
 	// owner per container or login: OwnerUnit names what is stable.
@@ -710,10 +724,14 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 	var errs []error
 	var listed map[int]string // PID → job, from slurmd, asked only if needed
 	listFailed := false
-	now := time.Now()
+	now := r.now()
 	ids := map[string]bool{}
 	for pid, p := range procs {
 		cg := p.info.Cgroup
+		var sp slurmProc
+		if p.slurm != nil {
+			sp = *p.slurm
+		}
 		job := cg.SlurmJobID
 		if job == "" && cg.SlurmSLUID != "" {
 			id, err := c.ResolveSLUID(ctx, cg.SlurmSLUID)
@@ -726,9 +744,9 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 			// The cgroup says nothing (proctrack/linuxproc): ask slurmd,
 			// whose answer the job cannot forge, then the environment.
 			switch {
-			case p.slurmdJob:
-				job = p.job
-			case !p.askedSlurmd.IsZero() && now.Sub(p.askedSlurmd) < slurmdRecheck:
+			case sp.slurmdJob:
+				job = sp.job
+			case !sp.askedSlurmd.IsZero() && now.Sub(sp.askedSlurmd) < slurmdRecheck:
 			default:
 				if listed == nil {
 					listed = map[int]string{}
@@ -742,9 +760,9 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 					}
 				}
 				if job = listed[int(pid)]; job != "" {
-					p.slurmdJob = true
+					sp.slurmdJob = true
 				} else if !listFailed {
-					p.askedSlurmd = now
+					sp.askedSlurmd = now
 				}
 			}
 			if job == "" && r.cfg.Procfs != nil {
@@ -752,10 +770,15 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 			}
 		}
 		if job != "" {
-			p.job = job
+			sp.job = job
 			ids[job] = true
 		}
-		procs[pid] = p
+		// A new value rather than a change in place: the previous scrape's
+		// map, which a concurrent Resolve may be reading, shares it.
+		if (p.slurm == nil && sp != slurmProc{}) || (p.slurm != nil && sp != *p.slurm) {
+			p.slurm = &sp
+			procs[pid] = p
+		}
 	}
 	gres := map[int][]string{}
 	if r.cfg.NodeName != "" {

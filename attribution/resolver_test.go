@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
@@ -285,6 +286,55 @@ func fakeBinary(t *testing.T, name, body string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestSlurmdAskedAgainAfterRecheck: a process slurmd listed in no job is
+// asked about again once slurmdRecheck has passed, and a job it has joined
+// since (an sbatch step attaching an existing PID, here) becomes its owner.
+func TestSlurmdAskedAgainAfterRecheck(t *testing.T) {
+	dir := t.TempDir()
+	calls, joined := filepath.Join(dir, "listpids-calls"), filepath.Join(dir, "joined")
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+listpids) echo x >> `+calls+`; printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n'; [ -e `+joined+` ] && printf '700      43       0        0       0\n'; exit 0 ;; esac
+case "$last" in
+43) printf 'JobId=43 JobName=late\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	r := New(Config{
+		Slurm:  &slurm.Client{Path: scontrol},
+		Procfs: procfs(t, map[uint32]string{700: "/user.slice/user-1000.slice/session-3.scope"}),
+	})
+	start := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, step := range []struct {
+		after    time.Duration
+		join     bool
+		wantJob  string
+		wantList int
+	}{
+		{0, false, "", 1},
+		// Joined, but slurmd's "in no job" stands for a minute.
+		{30 * time.Second, true, "", 1},
+		{slurmdRecheck + time.Second, true, "43", 2},
+		// slurmd's job stands for the life of the process: not asked again.
+		{3 * slurmdRecheck, true, "43", 2},
+	} {
+		if step.join {
+			if err := os.WriteFile(joined, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.now = func() time.Time { return start.Add(step.after) }
+		res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{700}}})
+		own := res.Devices[gpuA]
+		if len(own.Claims) != 1 || own.Claims[own.Process[700]].Owner.SlurmJobID != step.wantJob {
+			t.Errorf("at +%v: claims %+v, want one owner of job %q", step.after, own.Claims, step.wantJob)
+		}
+		b, _ := os.ReadFile(calls)
+		if n := strings.Count(string(b), "x"); n != step.wantList {
+			t.Errorf("at +%v: scontrol listpids ran %d times, want %d", step.after, n, step.wantList)
+		}
+	}
 }
 
 func TestResolveSlurm(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -386,7 +387,7 @@ func (r *reader) processes(d *Device, h nvml.Device) {
 	case r.lost:
 	case len(d.Processes) == 0:
 		if r.win != nil {
-			r.win.procs = map[uint32]procWindow{} // no process used the GPU
+			r.win.procs = []procWindow{} // no process used the GPU
 		}
 	case r.periods != nil:
 		r.processUtilization(d, h)
@@ -446,7 +447,11 @@ func (r *reader) processList(h nvml.Device) (out []Process, partial bool) {
 	}
 	// Sized for every entry at once: a GPU may run hundreds of processes.
 	out = make([]Process, 0, n)
-	at := make(map[uint32]int, n)
+	at := pidIndexes.Get().(map[uint32]int)
+	defer func() {
+		clear(at)
+		pidIndexes.Put(at)
+	}()
 	for _, procs := range lists {
 		for _, p := range procs {
 			i, dup := at[p.Pid]
@@ -464,6 +469,10 @@ func (r *reader) processList(h nvml.Device) (out []Process, partial bool) {
 	}
 	return out, partial
 }
+
+// pidIndexes are processList's scratch maps, kept between reads rather
+// than one map of hundreds of PIDs made for every GPU at every read.
+var pidIndexes = sync.Pool{New: func() any { return map[uint32]int{} }}
 
 // processUtilization gives every process its utilization over this read's
 // window (window.go): the time-weighted mean of its samples, 0 for the
@@ -484,7 +493,7 @@ func (r *reader) processUtilization(d *Device, h nvml.Device) {
 func setProcessUtilization(d *Device, w window) {
 	for i := range d.Processes {
 		p := &d.Processes[i]
-		u := w.procs[p.PID]
+		u := w.proc(p.PID)
 		p.SMUtilization = reading.Some(u.sm)
 		p.MemoryUtilization = reading.Some(u.mem)
 		p.EncoderUtilization = reading.Some(u.enc)

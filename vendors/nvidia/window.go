@@ -50,13 +50,27 @@ type window struct {
 	// device is the time-weighted mean utilization over the window (0..1).
 	device float64
 	// procs holds the time-weighted mean of each process's samples over the
-	// window, 0 for every period it had no entry in. PIDs without any entry
-	// are absent: the caller knows which processes ran and gives them 0.
-	// It is nil when the processes' samples were not read.
-	procs map[uint32]procWindow
+	// window, 0 for every period it had no entry in, sorted by PID. PIDs
+	// without any entry are absent: the caller knows which processes ran
+	// and gives them 0. It is nil when the processes' samples were not read.
+	// A sorted slice rather than a map: it is built at every read of every
+	// GPU, for up to hundreds of processes, and kept until the next.
+	procs []procWindow
 }
 
-type procWindow struct{ sm, mem, enc, dec float64 }
+type procWindow struct {
+	pid               uint32
+	sm, mem, enc, dec float64
+}
+
+// proc is the window of one process, zero when it had no entry.
+func (w *window) proc(pid uint32) procWindow {
+	i, ok := slices.BinarySearchFunc(w.procs, pid, func(p procWindow, pid uint32) int { return cmp.Compare(p.pid, pid) })
+	if !ok {
+		return procWindow{}
+	}
+	return w.procs[i]
+}
 
 // peak is a process's largest entry in one period, in percent.
 type peak struct{ sm, mem, enc, dec uint8 }
@@ -135,7 +149,7 @@ func reachesBack(prev uint64, points []point) bool {
 func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window {
 	w := window{}
 	if entries != nil {
-		w.procs = map[uint32]procWindow{}
+		w.procs = []procWindow{}
 	}
 	if len(periods) == 0 {
 		return w
@@ -202,7 +216,7 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 		p.dec = max(p.dec, uint8(min(e.DecUtil, 100)))
 	}
 	sc.pids, sc.peaks = pids, peaks
-	w.procs = make(map[uint32]procWindow, len(pids))
+	w.procs = make([]procWindow, 0, len(pids))
 	for row, pid := range pids {
 		var sm, mem, enc, dec uint64
 		for k, p := range peaks[row*n : (row+1)*n] {
@@ -212,11 +226,13 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 			enc += uint64(p.enc) * l
 			dec += uint64(p.dec) * l
 		}
-		w.procs[pid] = procWindow{
-			sm: float64(sm) / whole, mem: float64(mem) / whole,
+		w.procs = append(w.procs, procWindow{
+			pid: pid,
+			sm:  float64(sm) / whole, mem: float64(mem) / whole,
 			enc: float64(enc) / whole, dec: float64(dec) / whole,
-		}
+		})
 	}
+	slices.SortFunc(w.procs, func(a, b procWindow) int { return cmp.Compare(a.pid, b.pid) })
 	return w
 }
 

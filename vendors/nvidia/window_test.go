@@ -96,16 +96,16 @@ func TestWindowSplitByTime(t *testing.T) {
 	}
 	// PID 10: 0.6·1 + 0.6·1 = 1.2 busy seconds of 3.5 → 0.342857…; the old
 	// average of its entries (0.6) ignored the 1.5 s it was idle.
-	if got := w.procs[10].sm; !near(got, 1.2/3.5) {
+	if got := w.proc(10).sm; !near(got, 1.2/3.5) {
 		t.Errorf("pid 10 sm %v, want 1.2/3.5", got)
 	}
 	// PID 11: 0.3 in each of three 1 s periods (the duplicate adds nothing)
 	// → 0.9 / 3.5; its memory samples are half: 0.45 / 3.5.
-	if got := w.procs[11]; !near(got.sm, 0.9/3.5) || !near(got.mem, 0.45/3.5) {
+	if got := w.proc(11); !near(got.sm, 0.9/3.5) || !near(got.mem, 0.45/3.5) {
 		t.Errorf("pid 11 %+v, want sm 0.9/3.5 and mem 0.45/3.5", got)
 	}
 	for _, pid := range []uint32{12, 13} {
-		if _, ok := w.procs[pid]; ok {
+		if slices.ContainsFunc(w.procs, func(p procWindow) bool { return p.pid == pid }) {
 			t.Errorf("pid %d's entry is outside the window but was counted", pid)
 		}
 	}
@@ -153,8 +153,8 @@ func TestWindowAnyEntryOrder(t *testing.T) {
 		// As in TestWindowSplitByTime: PID 10 1.2/3.5, PID 11 0.9/3.5
 		// (mem 0.45/3.5), PIDs 12 and 13 outside the window. PID 14:
 		// 0.2·1 s + 0.4·0.5 s = 0.4 busy seconds of 3.5.
-		if len(w.procs) != 3 || !near(w.procs[10].sm, 1.2/3.5) || !near(w.procs[11].sm, 0.9/3.5) ||
-			!near(w.procs[11].mem, 0.45/3.5) || !near(w.procs[14].sm, 0.4/3.5) {
+		if len(w.procs) != 3 || !near(w.proc(10).sm, 1.2/3.5) || !near(w.proc(11).sm, 0.9/3.5) ||
+			!near(w.proc(11).mem, 0.45/3.5) || !near(w.proc(14).sm, 0.4/3.5) {
 			t.Errorf("%s: %+v", name, w.procs)
 		}
 	}
@@ -178,7 +178,7 @@ func TestWindowBusyEarlierIdleNow(t *testing.T) {
 	}
 	w := newWindow(periods, entries)
 	// pid 1: 14 periods × 0.8 / 15 = 11.2/15 = 0.74666…
-	if got := w.procs[1].sm; !near(got, 11.2/15) {
+	if got := w.proc(1).sm; !near(got, 11.2/15) {
 		t.Errorf("pid 1 sm %v, want 11.2/15", got)
 	}
 	// device: (14 × 0.9 + 0.1) / 15 = 12.7/15
