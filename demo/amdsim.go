@@ -115,6 +115,11 @@ func (d *DeviceSpec) validateVendor() []error {
 			}
 		}
 	}
+	if d.PowerLimitWatts == nil {
+		// hwmon's power1_cap, which every Instinct has, and the curve of
+		// the default power reading are the limit's.
+		errs = append(errs, errors.New("power_limit_watts: missing; an AMD GPU's hwmon has power1_cap (set it on the device or in defaults)"))
+	}
 	if len(d.MIG) > 0 {
 		errs = append(errs, errors.New("mig: an AMD GPU has compute partitions (partitions), not MIG"))
 	}

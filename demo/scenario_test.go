@@ -24,6 +24,30 @@ func TestDefaultScenario(t *testing.T) {
 	}
 }
 
+// TestSmallestScenariosStart starts, for each vendor, a device given only
+// what Parse requires: whatever Parse accepts, the simulator must serve,
+// not crash on a field left to its default.
+func TestSmallestScenariosStart(t *testing.T) {
+	for _, dev := range []string{
+		"{model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}",
+		"{vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}",
+		"{vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, partitions: [{}, {}]}",
+		"{vendor: gaudi, model: HL-325L, memory_total: 128GiB}",
+	} {
+		s, err := Parse([]byte("node: small\ndevices:\n  - " + dev + "\n"))
+		if err != nil {
+			t.Errorf("%s: %v", dev, err)
+			continue
+		}
+		a, err := s.StartAttribution()
+		if err != nil {
+			t.Errorf("%s: %v", dev, err)
+			continue
+		}
+		a.Close()
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, want string
@@ -49,6 +73,9 @@ func TestParseErrors(t *testing.T) {
 		{"processes on a MIG parent", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7}], mig: [{profile: 1g.10gb}]}\n", "runs processes in its MIG instances"},
 		{"bad throttle reason", "devices:\n  - {model: X, memory_total: 1GiB, throttle_reasons: [tired]}\n", `unknown reason "tired"`},
 		{"negative power limit", "devices:\n  - {model: X, memory_total: 1GiB, power_limit_watts: -700}\n", "power_limit_watts: -700..-700 is outside 0..10000"},
+		// Found by probing: the simulated amdgpu derived its power1_cap and
+		// default power from a limit that was not there, and crashed.
+		{"AMD GPU without a power limit", "devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB}\n", "devices[0]: power_limit_watts: missing"},
 		{"utilization above 1", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {utilization: 7.5}}\n", "metrics.utilization: 7.5..7.5 is outside 0..1"},
 		{"P-state 99", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {performance_state: 99}}\n", "metrics.performance_state: 99..99 is outside 0..15"},
 		{"generator leaving its range", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {fan_speed: {min: 0.2, max: 1.4}}}\n", "metrics.fan_speed: 0.2..1.4 is outside 0..1"},
