@@ -15,7 +15,7 @@ import (
 )
 
 func TestAMDParseErrors(t *testing.T) {
-	const dev = "{vendor: amd, model: X, memory_total: 1GiB"
+	const dev = "{vendor: amd, model: X, memory_total: 1GiB, power_limit_watts: 750"
 	for _, tc := range []struct {
 		name, yaml, want string
 	}{
@@ -145,7 +145,7 @@ func TestAMDSimTreeReadsBack(t *testing.T) {
 // A mixed node: NVML sees only the NVIDIA GPU, and an event naming it by
 // its place in the scenario reaches it.
 func TestMixedNodeNVMLSkipsAMD(t *testing.T) {
-	s, err := Parse([]byte("devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB}\n  - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}\nevents:\n  - {device: 1, xid: 79}\n"))
+	s, err := Parse([]byte("devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}\n  - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}\nevents:\n  - {device: 1, xid: 79}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
