@@ -169,6 +169,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 			res.Sources = append(res.Sources, Source{Name: r.cfg.Metadata.Name(), Err: r.cfg.Metadata.Healthy()})
 		}
 	}
+	inheritWholeAllocations(devices, kube)
 	var jobs map[string]slurm.Job
 	var gres map[int][]string
 	if r.cfg.Slurm != nil {
@@ -210,6 +211,28 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	return res
 }
 
+// inheritWholeAllocations gives the MIG instances (or compute partitions)
+// of a GPU allocated whole the owners of that allocation. Under the NVIDIA
+// device plugin's default MIG strategy, none, a GPU in MIG mode is
+// advertised and allocated as one device by its UUID or index, and the
+// pod's processes run in its instances, which the kubelet never names. The
+// inherited claims have share 0: the allocation is the parent's, counted
+// there once, while an instance's usage is split between its owners as
+// always rather than shown unattributed.
+func inheritWholeAllocations(devices []Device, kube map[string][]Claim) {
+	for _, d := range devices {
+		parent := kube[d.ParentUUID]
+		if d.ParentUUID == "" || len(parent) == 0 || len(kube[d.UUID]) > 0 {
+			continue
+		}
+		inherited := make([]Claim, len(parent))
+		for i, c := range parent {
+			inherited[i] = Claim{Owner: c.Owner}
+		}
+		kube[d.UUID] = inherited
+	}
+}
+
 // logChanges logs a source that starts failing, with why, and one that
 // answers again. r.mu must be held.
 func (r *Resolver) logChanges(sources []Source) {
@@ -245,6 +268,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		}
 	}
 	allocated := len(own.Claims) > 0
+	scaleShares(own.Claims)
 	own.OwnersUnknown = partial && !allocated
 	idx := newClaims(own.Claims)
 	// Only while the kubelet is down does it matter whether pods' processes
@@ -303,6 +327,27 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		for i := range own.Claims {
 			own.Claims[i].Share = 1 / float64(len(own.Claims))
 		}
+	}
+}
+
+// scaleShares makes the shares of one device's allocations add up to at most
+// the device. The kubelet can list one whole device in two containers of a
+// pod (a device an init container held, reused by the app container), and
+// Slurm can give one GPU to several jobs (OverSubscribe, shared GRES): each
+// holder then has it all, and chargeback summing the shares would count the
+// device once per holder. Such holders get the device's parts in proportion
+// to their shares.
+func scaleShares(claims []Claim) {
+	total := 0.0
+	for _, c := range claims {
+		total += c.Share
+	}
+	// Replica shares (1/N each) add up to 1 only up to rounding.
+	if total <= 1+1e-9 {
+		return
+	}
+	for i := range claims {
+		claims[i].Share /= total
 	}
 }
 

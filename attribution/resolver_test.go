@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,6 +176,58 @@ func TestResolveWithoutPodMetadataLeavesPodProcessesUnresolved(t *testing.T) {
 	}
 	if _, ok := own.Process[100]; ok {
 		t.Errorf("a pod process cannot be matched without pod metadata, yet it is: %v", own.Process)
+	}
+}
+
+// TestHoldersOfOneDeviceSplitIt: a device listed whole in two containers of
+// a pod (the kubelet reusing an init container's device), or in the GRES of
+// two Slurm jobs, is one device: the holders' shares add up to 1.
+func TestHoldersOfOneDeviceSplitIt(t *testing.T) {
+	twice := kubernetes.PodResources{Namespace: "ml", Name: "dup", Containers: []kubernetes.ContainerResources{
+		{Name: "init", Devices: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuA}}}},
+		{Name: "main", Devices: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuA}}}},
+	}}
+	// Three replicas of GPU-b (allocatable lists three), two held by one
+	// container and one by another: 2/3 and 1/3, already whole; left as is.
+	replicas := kubernetes.PodResources{Namespace: "ml", Name: "ts", Containers: []kubernetes.ContainerResources{
+		{Name: "a", Devices: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuB + "::0", gpuB + "::1"}}}},
+		{Name: "b", Devices: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuB + "::2"}}}},
+	}}
+	r := New(Config{Kubelet: &fakeKubelet{
+		pods:        []kubernetes.PodResources{twice, replicas},
+		allocatable: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuA, gpuB + "::0", gpuB + "::1", gpuB + "::2"}}},
+	}})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: gpuA, MIGIndex: -1, GRESIndex: -1},
+		{UUID: gpuB, MIGIndex: -1, GRESIndex: -1},
+	})
+	// GPU-a: 1 + 1 listed → 1/2 each.
+	if c := res.Devices[gpuA].Claims; len(c) != 2 || c[0].Share != 0.5 || c[1].Share != 0.5 {
+		t.Errorf("GPU-a claims %+v, want init and main with 1/2 each", c)
+	}
+	// GPU-b: 1/3 + 1/3 = 2/3 for a, 1/3 for b; sum 1, unchanged.
+	if c := res.Devices[gpuB].Claims; len(c) != 2 || math.Abs(c[0].Share-2.0/3) > 1e-12 || math.Abs(c[1].Share-1.0/3) > 1e-12 {
+		t.Errorf("GPU-b claims %+v, want a 2/3 and b 1/3", c)
+	}
+
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+51|52|53) printf 'JobId=%s JobName=j\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' "$last" ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '51\n52\n53\n'`)
+	r = New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1"})
+	res = r.Resolve(context.Background(), []Device{{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0}})
+	// Three jobs whose GRES name GPU 0: 1/3 each, not 1 each.
+	c := res.Devices[gpuA].Claims
+	if len(c) != 3 {
+		t.Fatalf("GPU 0 claims %+v, want jobs 51, 52 and 53", c)
+	}
+	for _, cl := range c {
+		if math.Abs(cl.Share-1.0/3) > 1e-12 {
+			t.Errorf("job %s holds %v of GPU 0, want 1/3", cl.Owner.SlurmJobID, cl.Share)
+		}
 	}
 }
 

@@ -118,13 +118,14 @@ func (c *attributionCollector) infoLabels(o attribution.Owner) labels {
 
 // AllocatedDevices is how much of a whole device the claim holds: its share
 // of the device (1, 1/N of N replicas), times the instance's fraction of
-// its GPU for a MIG instance. It is unknown (false) when the share is, when
-// a MIG instance's fraction could not be read (a whole GPU would be a
-// made-up value), and on a GPU in MIG mode, whose instances carry the
-// allocations.
+// its GPU for a MIG instance. It is unknown (false) when the share is, and
+// when a MIG instance's fraction could not be read (a whole GPU would be a
+// made-up value). On a GPU in MIG mode the owners its instances lend it
+// have share 0 (their instances carry their allocations); an owner the
+// GPU was allocated to whole (MIG strategy none) has its share.
 func (d *Device) AllocatedDevices(cl attribution.Claim) (float64, bool) {
 	switch {
-	case cl.Share <= 0 || d.HasMIG:
+	case cl.Share <= 0:
 		return 0, false
 	case d.MIG == nil:
 		return cl.Share, true

@@ -294,6 +294,37 @@ func TestAttributionDRAScenario(t *testing.T) {
 	}
 }
 
+// TestMIGAllocatedWhole: under the device plugin's MIG strategy none a GPU
+// in MIG mode is allocated whole, by UUID (GPU 0) or index (GPU 1), and its
+// pod's processes run in the instances (fixtures/scenarios/mig-none.yaml).
+func TestMIGAllocatedWhole(t *testing.T) {
+	out := scrapeText(t, newAttributedExporterFor(t, loadScenario(t, "mig-none")), 10*time.Second)
+	for _, pod := range []string{`pod="whole"`, `pod="whole-idx"`} {
+		// The pod holds the whole GPU: 1, counted once, on the GPU itself
+		// (its series have no mig_profile), not again per instance.
+		if v := sample(t, out, "xpu_workload_allocated_devices", pod); v != 1 {
+			t.Errorf("%s allocated %v devices, want 1", pod, v)
+		}
+		if strings.Contains(out, "\nxpu_workload_allocated_devices{") && regexp.MustCompile(`(?m)^xpu_workload_allocated_devices\{[^}]*mig_profile[^}]*`+regexp.QuoteMeta(pod)).MatchString(out) {
+			t.Errorf("%s: an allocation on a MIG instance too", pod)
+		}
+	}
+	// The 3g.40gb instance of GPU 0 runs pid 1001 of pod whole, 8 GiB: the
+	// pod's, not unattributed.
+	if v := sample(t, out, "xpu_workload_memory_used_bytes", `uuid="MIG-7a000000-0000-4000-8000-000000000001"`, `pod="whole"`); v != 8<<30 {
+		t.Errorf("pod whole uses %v bytes of its 3g instance, want 8 GiB = 8589934592", v)
+	}
+	if v := sample(t, out, "xpu_workload_memory_used_bytes", `uuid="MIG-7a000000-0001-4000-8000-000000000001"`, `pod="whole-idx"`); v != 4<<30 {
+		t.Errorf("pod whole-idx uses %v bytes of its 3g instance, want 4 GiB = 4294967296", v)
+	}
+	if strings.Contains(out, `workload_kind="unattributed"`) {
+		t.Error("a pod's process in its GPU's instance is unattributed")
+	}
+	if v := sample(t, out, "xpu_device_owners", `uuid="MIG-7a000000-0000-4000-8000-000000000001"`); v != 1 {
+		t.Errorf("3g instance of GPU 0 has %v owners, want 1", v)
+	}
+}
+
 // BenchmarkScrapeAttributed is one scrape of the demo node with attribution:
 // NVML reads, kubelet gRPC calls, procfs and the Slurm cache.
 func BenchmarkScrapeAttributed(b *testing.B) {

@@ -110,7 +110,10 @@ func TestAllocatedDevices(t *testing.T) {
 		{"replica of a MIG 2g", mig(2.0 / 7), 0.5, 1.0 / 7, true},
 		{"MIG fraction unknown", mig(0), 1, 0, false},
 		{"share unknown", &Device{}, 0, 0, false},
-		{"GPU in MIG mode", &Device{HasMIG: true}, 1, 0, false},
+		// Allocated whole (MIG strategy none): the allocation is the GPU's.
+		{"GPU in MIG mode allocated whole", &Device{HasMIG: true}, 1, 1, true},
+		// An owner an instance lends its GPU: counted on the instance.
+		{"GPU in MIG mode, an instance's owner", &Device{HasMIG: true}, 0, 0, false},
 	} {
 		got, ok := tc.d.AllocatedDevices(attributionClaim(tc.share))
 		if ok != tc.ok || (ok && got != tc.want) {
