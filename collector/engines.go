@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -70,6 +71,10 @@ var (
 	// A vLLM exposes a few hundred series per model; 20,000 is far above
 	// any engine seen, and bounds one parse to some tens of megabytes.
 	engineMaxSeries = kingpin.Flag("engines.max-series", "Most series of the families the exporter reads kept from one engine response; more fails that target.").Default("20000").Int()
+	// Each model is a dozen series of the exporter's own, histograms
+	// included, kept for every scrape: an endpoint naming thousands of
+	// models would multiply the exporter's output and memory.
+	engineMaxModels = kingpin.Flag("engines.max-models", "Most models one engine response may report (a Triton serving more: raise it); more fails that target. 0: no limit.").Default("100").Int()
 )
 
 var (
@@ -276,9 +281,12 @@ func (c *enginesCollector) logSkipped(target string, skipped error) {
 
 // errorState names a target's failure for logging on change: by its kind
 // where the message varies from scrape to scrape (a redirect loop whose URLs
-// count up, a deadline, a parse error's line), else by its message.
+// count up, a deadline, a parse error's line, a network error naming the
+// connection's ephemeral local port), else by its message.
 func errorState(err error) string {
 	var uerr *url.Error
+	var operr *net.OpError
+	var errno syscall.Errno
 	switch {
 	case err == nil:
 		return ""
@@ -288,6 +296,14 @@ func errorState(err error) string {
 		return "too large"
 	case errors.Is(err, engines.ErrTooManySeries):
 		return "too many series"
+	case errors.Is(err, engines.ErrTooManyLabelPairs):
+		return "too many label pairs"
+	case strings.Contains(err.Error(), "more than --engines.max-models"):
+		return "too many models"
+	case errors.As(err, &operr) && errors.As(operr.Err, &errno):
+		return operr.Op + ": " + errno.Error()
+	case errors.As(err, &operr):
+		return operr.Op + " failed"
 	case errors.As(err, &uerr) && strings.Contains(uerr.Err.Error(), "redirects"):
 		return "redirect loop"
 	case strings.Contains(err.Error(), "parsing metrics"):
@@ -418,18 +434,38 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 	families, err := engines.Scrape(ctx, c.client, t.URL, engines.Limits{MaxBytes: *engineMaxBytes, MaxSeries: *engineMaxSeries, Keep: engines.Wanted})
 	if err == nil {
 		engine := engines.Engine(t.Engine)
-		if t.Engine == "auto" {
+		switch {
+		case t.Engine == "auto":
 			engine, err = engines.Detect(families)
+		case len(families) == 0:
+			// Only the families of known engines are parsed: an HTML page
+			// or an unrelated exporter leaves none.
+			err = fmt.Errorf("GET %s: no inference engine metrics in the response", redact(t.URL))
+		case !engines.Serves(engine, families):
+			err = fmt.Errorf("GET %s: none of %s's metrics in the response, only another engine's", redact(t.URL), engine)
 		}
 		if err == nil {
 			r.engine = string(engine)
 			// Series Normalize cannot map are reported in its error but
 			// do not fail the target: the rest is still right.
 			r.samples, r.skipped = engines.Normalize(engine, families, t.Model)
+			if n := models(r.samples); *engineMaxModels > 0 && n > *engineMaxModels {
+				r.samples, r.skipped = nil, nil
+				err = fmt.Errorf("GET %s: %d models, more than --engines.max-models=%d", redact(t.URL), n, *engineMaxModels)
+			}
 		}
 	}
 	r.err, r.duration = err, time.Since(start)
 	return r
+}
+
+// models counts the distinct models of samples.
+func models(samples []engines.Sample) int {
+	seen := map[string]bool{}
+	for _, s := range samples {
+		seen[s.Labels["model"]] = true
+	}
+	return len(seen)
 }
 
 // joinEngine finds the owner a target runs as and the devices it holds.

@@ -7,15 +7,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/engines"
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
@@ -299,5 +302,74 @@ func TestConcurrentScrapesShareEngineFetch(t *testing.T) {
 	scrapeText(t, e, 10*time.Second)
 	if n := requests.Load(); n != 2 {
 		t.Errorf("after a third scrape, %d fetches, want 2", n)
+	}
+}
+
+// TestEngineErrorStateIgnoresLocalPort: a connection reset names the
+// connection's ephemeral local port, new at every scrape; the state logged
+// on change must not, or every scrape logs again (found by probing).
+func TestEngineErrorStateIgnoresLocalPort(t *testing.T) {
+	reset := func(port int) error {
+		return &url.Error{Op: "Get", URL: "http://127.0.0.1:9960/metrics", Err: &net.OpError{
+			Op: "read", Net: "tcp",
+			Source: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port},
+			Addr:   &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9960},
+			Err:    os.NewSyscallError("read", syscall.ECONNRESET),
+		}}
+	}
+	a, b := errorState(reset(50274)), errorState(reset(50290))
+	if a != b {
+		t.Errorf("one failure, two states: %q and %q", a, b)
+	}
+	if want := "read: " + syscall.ECONNRESET.Error(); a != want {
+		t.Errorf("state %q, want %q", a, want)
+	}
+	if s := errorState(fmt.Errorf("GET x: %w", engines.ErrTooManyLabelPairs)); s != "too many label pairs" {
+		t.Errorf("label pair limit: state %q", s)
+	}
+}
+
+// TestEngineForeignAnswerIsDown: a 200 answer that is not the engine's
+// metrics (a login page, another engine's endpoint) is down with one log
+// line, not up with no series (found by probing); a model-rich answer over
+// --engines.max-models fails alike.
+func TestEngineForeignAnswerIsDown(t *testing.T) {
+	html := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("<!DOCTYPE html>\n<html><body>Sign in</body></html>\n"))
+	}))
+	t.Cleanup(html.Close)
+	triton := engineServer(t, "triton-densenet-t4-datadog-fixture.prom")
+	var many strings.Builder
+	many.WriteString("# TYPE vllm:num_requests_running gauge\n")
+	for i := range 11 {
+		fmt.Fprintf(&many, "vllm:num_requests_running{model_name=\"m%d\"} 1\n", i)
+	}
+	models := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(many.String())) }))
+	t.Cleanup(models.Close)
+	setEngineFlags(t, []string{"vllm=" + html.URL + "/html", "vllm=" + triton.URL + "/metrics", "triton=" + triton.URL + "/ok", "vllm=" + models.URL + "/models"})
+	old := *engineMaxModels
+	*engineMaxModels = 10 // the Triton fixture serves 8
+	t.Cleanup(func() { *engineMaxModels = old })
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
+	for range 3 {
+		out := scrapeText(t, e, 5*time.Second)
+		for _, u := range []string{html.URL + "/html", triton.URL + "/metrics", models.URL + "/models"} {
+			if v := sample(t, out, "xpu_inference_up", `target="`+u+`"`); v != 0 {
+				t.Errorf("%s: up %v, want 0", u, v)
+			}
+		}
+		if v := sample(t, out, "xpu_inference_up", `target="`+triton.URL+`/ok"`); v != 1 {
+			t.Errorf("the triton target of the same endpoint: up %v, want 1", v)
+		}
+		if strings.Contains(out, `model="m0"`) {
+			t.Error("the models of a target over --engines.max-models are served")
+		}
+	}
+	for _, want := range []string{"no inference engine metrics in the response", "none of vllm's metrics in the response", "11 models, more than --engines.max-models=10"} {
+		if n := strings.Count(logs.String(), want); n != 1 {
+			t.Errorf("%q logged %d times in three scrapes, want 1:\n%s", want, n, logs.String())
+		}
 	}
 }

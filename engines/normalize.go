@@ -63,6 +63,36 @@ func Wanted(name string) bool {
 	return false
 }
 
+// Serves says whether families hold any family of engine: one it is known
+// by or one its mappings read. A 200 answer holding none (a login page, the
+// wrong port, another engine's endpoint) is not that engine's metrics.
+func Serves(engine Engine, families map[string]*dto.MetricFamily) bool {
+	sp, ok := specs[engine]
+	if !ok {
+		return false
+	}
+	for name := range families {
+		if sp.owns(name) || sp.reads(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// reads says whether one of the spec's mappings reads the family.
+func (sp spec) reads(name string) bool {
+	var in func(src source) bool
+	in = func(src source) bool {
+		return src.name == name || (src.over != nil && in(*src.over)) || (src.count != nil && in(*src.count))
+	}
+	for _, m := range sp.mappings {
+		if slices.ContainsFunc(m.from, in) {
+			return true
+		}
+	}
+	return false
+}
+
 var mappedFamilies = func() map[string]bool {
 	out := map[string]bool{}
 	var add func(src source)

@@ -27,6 +27,10 @@ var ErrTooLarge = errors.New("response body exceeds the size limit")
 // ErrTooManyLabels reports a kept series with more labels than maxLabels.
 var ErrTooManyLabels = errors.New("too many labels in one series")
 
+// ErrTooManyLabelPairs reports more label pairs in all the kept series than
+// Limits.MaxLabelPairs.
+var ErrTooManyLabelPairs = errors.New("more label pairs than the limit")
+
 // ErrTooManySeries reports more series kept than Limits.MaxSeries.
 var ErrTooManySeries = errors.New("more series than the limit")
 
@@ -43,7 +47,17 @@ type Limits struct {
 	MaxSeries int
 	// Keep says which families to parse; nil keeps every family.
 	Keep func(family string) bool
+	// MaxLabelPairs is the most label pairs of all the series kept
+	// together, DefaultMaxLabelPairs if 0. A series costs memory for each
+	// of its labels, so the bytes and series limits alone let a body of
+	// series with dozens of unique labels each take hundreds of MiB.
+	MaxLabelPairs int
 }
+
+// DefaultMaxLabelPairs allows, for instance, 20,000 series of 10 labels: an
+// engine or dcgm-exporter sends a few thousand series of fewer than 15. It
+// bounds a parse to a few tens of MiB.
+const DefaultMaxLabelPairs = 200_000
 
 // parseSlots bounds how many expositions are parsed at once, whatever the
 // number of targets, so that peak memory is that of a few bounded parses.
@@ -91,7 +105,11 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 		return nil, fmt.Errorf("GET %s: waiting to parse: %w", req.URL.Redacted(), ctx.Err())
 	}
 	body := newLineFilter(&cappedReader{r: resp.Body, left: lim.MaxBytes}, lim)
-	families, err := parseLines(body.next)
+	maxPairs := lim.MaxLabelPairs
+	if maxPairs <= 0 {
+		maxPairs = DefaultMaxLabelPairs
+	}
+	families, err := parseLines(body.next, maxPairs)
 	body.release()
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)

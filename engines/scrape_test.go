@@ -229,6 +229,37 @@ func TestScrapeSizeLimit(t *testing.T) {
 	}
 }
 
+// TestScrapeLabelPairLimit: the label pairs of all the series kept are
+// bounded, whatever the bytes and series: a histogram's lines count once,
+// for its series, le included.
+func TestScrapeLabelPairLimit(t *testing.T) {
+	// Two gauge series of 3 labels (6 pairs) and one histogram series of 2
+	// labels plus le (3 pairs, however many buckets): 9 pairs.
+	const body = "# TYPE g gauge\n" +
+		`g{a="1",b="1",c="1"} 1` + "\n" +
+		`g{a="2",b="2",c="2"} 1` + "\n" +
+		"# TYPE h histogram\n" +
+		`h_bucket{a="1",b="1",le="1"} 1` + "\n" +
+		`h_bucket{a="1",b="1",le="+Inf"} 2` + "\n" +
+		`h_sum{a="1",b="1"} 3` + "\n" +
+		`h_count{a="1",b="1"} 2` + "\n"
+	url := serve(t, textContentType, http.StatusOK, body)
+	for _, tt := range []struct {
+		limit   int
+		wantErr error
+	}{
+		{9, nil},
+		{8, ErrTooManyLabelPairs},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := Scrape(ctx, nil, url, Limits{MaxBytes: 1 << 20, MaxLabelPairs: tt.limit})
+		cancel()
+		if !errors.Is(err, tt.wantErr) {
+			t.Errorf("limit %d: error = %v, want %v", tt.limit, err, tt.wantErr)
+		}
+	}
+}
+
 func TestScrapeRefusesNonPositiveLimit(t *testing.T) {
 	if _, err := scrape(t, serve(t, textContentType, http.StatusOK, "x 1\n"), 0); err == nil {
 		t.Error("Scrape accepted a size limit of 0")

@@ -48,6 +48,9 @@ import (
 // textParser holds one body's families while its lines are read.
 type textParser struct {
 	families map[string]*parsedFamily
+	// maxPairs bounds the label pairs of the series (0: no limit), and
+	// pairCount counts them.
+	maxPairs, pairCount int
 	// strings interns names and label values: a model name is on every
 	// line of an engine's exposition.
 	strings map[string]*string
@@ -125,7 +128,10 @@ func newTextParser() *textParser {
 // perhaps the last, with their numbers in the body (for errors); next
 // returns errEOF with or after the last line, or the error that cut the body
 // short.
-func parseLines(next func() (line []byte, no int, err error)) (_ map[string]*dto.MetricFamily, err error) {
+//
+// maxPairs bounds the label pairs of all the series together (0: no limit):
+// they are most of what a parse keeps in memory.
+func parseLines(next func() (line []byte, no int, err error), maxPairs int) (_ map[string]*dto.MetricFamily, err error) {
 	// Targets are parsed in goroutines of their own, where a panic would
 	// end the process: whatever a body does to the parser must cost its own
 	// target only.
@@ -135,6 +141,7 @@ func parseLines(next func() (line []byte, no int, err error)) (_ map[string]*dto
 		}
 	}()
 	p := newTextParser()
+	p.maxPairs = maxPairs
 	for {
 		line, no, err := next()
 		if err != nil && !errors.Is(err, errEOF) {
@@ -405,6 +412,9 @@ func (p *textParser) sample(b []byte) error {
 	}
 	m, found := f.series[string(p.key)]
 	if !found {
+		if p.pairCount += len(p.labels); p.maxPairs > 0 && p.pairCount > p.maxPairs {
+			return fmt.Errorf("%w of %d in all the series kept", ErrTooManyLabelPairs, p.maxPairs)
+		}
 		m = p.metrics.new()
 		m.Label = p.labelPairs(special)
 		m.TimestampMs = timestamp
