@@ -147,14 +147,24 @@ func Normalize(engine Engine, families map[string]*dto.MetricFamily, defaultMode
 	)
 	for _, m := range s.mappings {
 		chosen := map[string]Sample{}
+		// A series a preferred source has but could not read is left out,
+		// not taken from the next source: that one is an older name, or
+		// another definition (per request rather than per token), which
+		// would be served under this family's name as if it were this one.
+		blocked := map[string]bool{}
 		for _, src := range m.from {
-			got, err := n.read(familyByName[m.family], m, src)
+			got, broken, err := n.read(familyByName[m.family], m, src)
 			if err != nil {
 				errs = append(errs, err)
 			}
 			for key, sample := range got {
-				if _, taken := chosen[key]; !taken {
+				if _, taken := chosen[key]; !taken && !blocked[key] {
 					chosen[key] = sample
+				}
+			}
+			for key := range broken {
+				if _, taken := chosen[key]; !taken {
+					blocked[key] = true
 				}
 			}
 		}
@@ -277,8 +287,9 @@ type normalizer struct {
 	defaultModel string
 }
 
-// read turns one source into samples keyed by their canonical labels.
-func (n *normalizer) read(f Family, m mapping, src source) (map[string]Sample, error) {
+// read turns one source into samples keyed by their canonical labels, and
+// gives the keys of the series it had to leave out.
+func (n *normalizer) read(f Family, m mapping, src source) (map[string]Sample, map[string]bool, error) {
 	switch {
 	case src.over != nil:
 		return n.ratio(f, m, src)
@@ -310,36 +321,39 @@ func (n *normalizer) read(f Family, m mapping, src source) (map[string]Sample, e
 	for key := range broken {
 		delete(out, key)
 	}
-	return out, errors.Join(errs...)
+	return out, broken, errors.Join(errs...)
 }
 
-func (n *normalizer) ratio(f Family, m mapping, src source) (map[string]Sample, error) {
-	num, errNum := n.sums(m, src)
-	den, errDen := n.sums(m, *src.over)
+func (n *normalizer) ratio(f Family, m mapping, src source) (map[string]Sample, map[string]bool, error) {
+	num, brokenNum, errNum := n.sums(m, src)
+	den, brokenDen, errDen := n.sums(m, *src.over)
+	broken := union(brokenNum, brokenDen)
 	out := map[string]Sample{}
 	for key, p := range num {
 		d, ok := den[key]
-		if !ok || !(d.value > 0) {
+		if !ok || !(d.value > 0) || broken[key] {
 			continue
 		}
 		out[key] = Sample{Name: f.Name, Kind: f.Kind, Labels: p.labels, Value: p.value / d.value}
 	}
-	return out, errors.Join(errNum, errDen)
+	return out, broken, errors.Join(errNum, errDen)
 }
 
-func (n *normalizer) durations(f Family, m mapping, src source) (map[string]Sample, error) {
-	sums, errSum := n.sums(m, src)
-	counts, errCount := n.sums(m, *src.count)
+func (n *normalizer) durations(f Family, m mapping, src source) (map[string]Sample, map[string]bool, error) {
+	sums, brokenSum, errSum := n.sums(m, src)
+	counts, brokenCount, errCount := n.sums(m, *src.count)
+	broken := union(brokenSum, brokenCount)
 	errs := []error{errSum, errCount}
 	out := map[string]Sample{}
 	for key, p := range sums {
 		c, ok := counts[key]
-		if !ok {
+		if !ok || broken[key] {
 			continue
 		}
 		count, err := toCount(c.value)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s%s: %w", src.count.name, key, err))
+			broken[key] = true
 			continue
 		}
 		out[key] = Sample{
@@ -349,7 +363,19 @@ func (n *normalizer) durations(f Family, m mapping, src source) (map[string]Samp
 			Sum:     p.value,
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, broken, errors.Join(errs...)
+}
+
+// union is the keys of a and b, in a new map.
+func union(a, b map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(a)+len(b))
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
 }
 
 type point struct {
@@ -358,27 +384,33 @@ type point struct {
 }
 
 // sums reads a source's gauge or counter series, adding up those that share
-// canonical labels.
-func (n *normalizer) sums(m mapping, src source) (map[string]point, error) {
+// canonical labels. A sum missing one of its parts would be silently
+// wrong: it is left out, and its key returned as broken.
+func (n *normalizer) sums(m mapping, src source) (map[string]point, map[string]bool, error) {
 	out := map[string]point{}
+	broken := map[string]bool{}
 	var errs []error
 	for _, metric := range n.families[src.name].GetMetric() {
 		if !src.matches(metric) {
 			continue
 		}
+		labels := n.labels(metric, m)
+		key := labelKey(labels)
 		v, err := scalar(metric)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", seriesName(src.name, metric), err))
+			broken[key] = true
 			continue
 		}
-		labels := n.labels(metric, m)
-		key := labelKey(labels)
 		p := out[key]
 		p.labels = labels
 		p.value += v / src.divisor()
 		out[key] = p
 	}
-	return out, errors.Join(errs...)
+	for key := range broken {
+		delete(out, key)
+	}
+	return out, broken, errors.Join(errs...)
 }
 
 // labels builds the canonical labels of an engine series.
@@ -442,7 +474,8 @@ func scalar(m *dto.Metric) (float64, error) {
 }
 
 // histogram converts a classic histogram, completing a missing +Inf bucket
-// from the count and rejecting what Prometheus would misread.
+// from the count (which is that bucket's by definition) and rejecting what
+// Prometheus would misread or what would have to be made up.
 func histogram(m *dto.Metric, div float64) (Sample, error) {
 	h := m.GetHistogram()
 	if h == nil {
@@ -484,9 +517,15 @@ func histogram(m *dto.Metric, div float64) (Sample, error) {
 		}
 		buckets = append(buckets, Bucket{UpperBound: math.Inf(1), Count: count})
 	case last >= 0:
-		buckets = append(buckets, Bucket{UpperBound: math.Inf(1), Count: buckets[last].Count})
+		// How many observations lie above the last bound is unknown: taking
+		// none would cap every quantile there.
+		return Sample{}, fmt.Errorf("histogram has neither a +Inf bucket nor a count, so what lies above le=%g is unknown", buckets[last].UpperBound)
 	default:
 		return Sample{}, errors.New("histogram has neither buckets nor a count")
+	}
+	if h.SampleSum == nil {
+		// A mean latency of 0 would be read from the missing sum.
+		return Sample{}, errors.New("histogram has no _sum")
 	}
 	for i := range buckets {
 		buckets[i].UpperBound /= div

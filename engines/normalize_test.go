@@ -29,6 +29,38 @@ xpu_inference_kv_cache_usage_ratio{model="b"} 0.2
 `,
 		},
 		{
+			// Found by probing: the per-token series could not be read (its
+			// count is one ahead of its +Inf bucket, as a racing collection
+			// can give), and the per-request series of the older name was
+			// served in its place, its count 50 where the per-token one
+			// read 5000: a plausible, wrong histogram. Model b has only the
+			// old name, which fills its gap as before.
+			name:   "SGLang: a preferred series that cannot be read is left out, not replaced by the older name's",
+			engine: SGLang,
+			input: `# TYPE sglang:inter_token_latency_seconds histogram
+sglang:inter_token_latency_seconds_bucket{le="0.1",model_name="a"} 4000
+sglang:inter_token_latency_seconds_bucket{le="+Inf",model_name="a"} 5000
+sglang:inter_token_latency_seconds_sum{model_name="a"} 250
+sglang:inter_token_latency_seconds_count{model_name="a"} 5001
+# TYPE sglang:time_per_output_token_seconds histogram
+sglang:time_per_output_token_seconds_bucket{le="0.1",model_name="a"} 40
+sglang:time_per_output_token_seconds_bucket{le="+Inf",model_name="a"} 50
+sglang:time_per_output_token_seconds_sum{model_name="a"} 2.5
+sglang:time_per_output_token_seconds_count{model_name="a"} 50
+sglang:time_per_output_token_seconds_bucket{le="0.1",model_name="b"} 1
+sglang:time_per_output_token_seconds_bucket{le="+Inf",model_name="b"} 2
+sglang:time_per_output_token_seconds_sum{model_name="b"} 0.3
+sglang:time_per_output_token_seconds_count{model_name="b"} 2
+`,
+			want: `# TYPE xpu_inference_inter_token_latency_seconds histogram
+xpu_inference_inter_token_latency_seconds_bucket{le="0.1",model="b"} 1
+xpu_inference_inter_token_latency_seconds_bucket{le="+Inf",model="b"} 2
+xpu_inference_inter_token_latency_seconds_sum{model="b"} 0.3
+xpu_inference_inter_token_latency_seconds_count{model="b"} 2
+`,
+			wantErr: "sglang:inter_token_latency_seconds",
+		},
+		{
 			name:   "vLLM V1 engine cores collapse: counts add up, the KV cache keeps the fullest, _created is ignored",
 			engine: VLLM,
 			input: `# TYPE vllm:num_requests_running gauge
@@ -82,9 +114,11 @@ xpu_inference_requests_total{model="m",outcome="success"} 16
 			input: `# TYPE vllm:e2e_request_latency_seconds histogram
 vllm:e2e_request_latency_seconds_bucket{engine="0",le="1",model_name="m"} 1
 vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 1
+vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 0.5
 vllm:e2e_request_latency_seconds_count{engine="0",model_name="m"} 1
 vllm:e2e_request_latency_seconds_bucket{engine="1",le="2",model_name="m"} 1
 vllm:e2e_request_latency_seconds_bucket{engine="1",le="+Inf",model_name="m"} 1
+vllm:e2e_request_latency_seconds_sum{engine="1",model_name="m"} 1.5
 vllm:e2e_request_latency_seconds_count{engine="1",model_name="m"} 1
 # TYPE vllm:num_requests_waiting gauge
 vllm:num_requests_waiting{model_name="m"} 1
@@ -95,22 +129,26 @@ xpu_inference_requests_waiting{model="m"} 1
 			wantErr: "different buckets",
 		},
 		{
-			name:   "a missing +Inf bucket comes from the count, or else from the highest bucket",
+			// Found by probing: without +Inf and count, the highest bucket
+			// was taken as +Inf, which says no request took over 1 s while
+			// the sum of 250 s over them says otherwise; without _sum, the
+			// mean read 0.
+			name:   "a missing +Inf bucket comes from the count; without either, or without _sum, the series is left out",
 			engine: SGLang,
 			input: `# TYPE sglang:time_to_first_token_seconds histogram
 sglang:time_to_first_token_seconds_bucket{le="0.5",model_name="m"} 2
 sglang:time_to_first_token_seconds_sum{model_name="m"} 3
 sglang:time_to_first_token_seconds_count{model_name="m"} 4
 # TYPE sglang:e2e_request_latency_seconds histogram
-sglang:e2e_request_latency_seconds_bucket{le="1",model_name="m"} 5
-sglang:e2e_request_latency_seconds_sum{model_name="m"} 2
+sglang:e2e_request_latency_seconds_bucket{le="1",model_name="m"} 3
+sglang:e2e_request_latency_seconds_sum{model_name="m"} 250
+# TYPE sglang:queue_time_seconds histogram
+sglang:queue_time_seconds_bucket{le="1",model_name="m"} 3
+sglang:queue_time_seconds_bucket{le="+Inf",model_name="m"} 3
+sglang:queue_time_seconds_count{model_name="m"} 3
 `,
-			want: `# TYPE xpu_inference_request_duration_seconds histogram
-xpu_inference_request_duration_seconds_bucket{le="1",model="m"} 5
-xpu_inference_request_duration_seconds_bucket{le="+Inf",model="m"} 5
-xpu_inference_request_duration_seconds_sum{model="m"} 2
-xpu_inference_request_duration_seconds_count{model="m"} 5
-# TYPE xpu_inference_time_to_first_token_seconds histogram
+			wantErr: "neither a +Inf bucket nor a count",
+			want: `# TYPE xpu_inference_time_to_first_token_seconds histogram
 xpu_inference_time_to_first_token_seconds_bucket{le="0.5",model="m"} 2
 xpu_inference_time_to_first_token_seconds_bucket{le="+Inf",model="m"} 4
 xpu_inference_time_to_first_token_seconds_sum{model="m"} 3
