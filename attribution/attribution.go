@@ -132,6 +132,9 @@ type Ownership struct {
 	// device's owners, so they come from its processes, and the list of
 	// those is not whole (Device.PIDsPartial, or a PID procfs hides).
 	OwnersUnknown bool
+	// Allocated says Claims come from an allocation (the kubelet's, Slurm's
+	// GRES), which names every owner, not from the processes seen.
+	Allocated bool
 }
 
 // Unattributed marks a process that belongs to no owner of its device.

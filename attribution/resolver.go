@@ -268,6 +268,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		}
 	}
 	allocated := len(own.Claims) > 0
+	own.Allocated = allocated
 	scaleShares(own.Claims)
 	own.OwnersUnknown = partial && !allocated
 	idx := newClaims(own.Claims)

@@ -178,7 +178,6 @@ func (d *Device) Usage() []Usage {
 		}
 		return i
 	}
-	sole := len(d.Claims) == 1 && !unattributed
 	resolved, memKnown, utilKnown := !d.ProcessesPartial, true, true
 	mem := make([]float64, len(parties))
 	util := make([]float64, len(parties))
@@ -201,6 +200,11 @@ func (d *Device) Usage() []Usage {
 			utilKnown = false
 		}
 	}
+	// The device's whole utilization is a sole owner's when nothing else
+	// can have used it: the allocation names every owner, or every process
+	// was resolved. Owners found from processes, one of which could not be
+	// resolved (it exited, or hides), may be missing one.
+	sole := len(d.Claims) == 1 && !unattributed && (d.OwnersAllocated || resolved)
 	for i := range parties {
 		if resolved && memKnown {
 			parties[i].MemoryUsed = &mem[i]

@@ -42,6 +42,9 @@ type Device struct {
 	// OwnersUnknown says Claims may lack owners (attribution.Ownership):
 	// xpu_device_owners is left out rather than count only those seen.
 	OwnersUnknown bool
+	// OwnersAllocated says Claims come from an allocation, which names every
+	// owner, not from the processes seen (attribution.Ownership.Allocated).
+	OwnersAllocated bool
 	// MemoryUsed and Utilization are the device readings attribution splits
 	// between owners; nil when the vendor has none.
 	MemoryUsed  *float64
@@ -255,7 +258,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.sources["attribution"] = sourceResult{duration: time.Since(start)}
 	for _, d := range snap.Devices {
 		if own := res.Devices[d.UUID]; own != nil {
-			d.Claims, d.ProcessOwner, d.OwnersUnknown = own.Claims, own.Process, own.OwnersUnknown
+			d.Claims, d.ProcessOwner, d.OwnersUnknown, d.OwnersAllocated = own.Claims, own.Process, own.OwnersUnknown, own.Allocated
 		}
 	}
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs

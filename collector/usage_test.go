@@ -61,11 +61,29 @@ func TestUsage(t *testing.T) {
 		d:    Device{Utilization: some(0.6), Claims: two},
 		want: []usageWant{{some(0), nil}, {some(0), nil}},
 	}, {
-		// A sole owner has the device's utilization whatever its
-		// processes say; its memory is its processes', unknown here.
-		name: "sole owner, list partial",
-		d:    Device{Utilization: some(0.6), Claims: two[:1], ProcessesPartial: true},
+		// A sole owner by allocation has the device's utilization whatever
+		// its processes say; its memory is its processes', unknown here.
+		name: "sole allocated owner, list partial",
+		d:    Device{Utilization: some(0.6), Claims: two[:1], OwnersAllocated: true, ProcessesPartial: true},
 		want: []usageWant{{nil, some(0.6)}},
+	}, {
+		// Found by probing: a bare-metal GPU whose owners come from its
+		// processes, 0.4 busy: pid 10 of a (0.3, 2 GiB) and pid 11, which
+		// exited before procfs was read (0.1, 1 GiB; no owner known). a
+		// was handed the device's 0.4, its own 0.3 plus the 0.1 of a
+		// process that may have been another unit's: left out instead.
+		name: "sole owner from processes, another process unresolved",
+		d: Device{Utilization: some(0.4), Claims: two[:1], ProcessOwner: map[uint32]int{10: 0},
+			Processes: []Process{{PID: 10, MemoryUsed: u(2 * gib), Utilization: some(0.3)}, {PID: 11, MemoryUsed: u(1 * gib), Utilization: some(0.1)}}},
+		want: []usageWant{none},
+	}, {
+		// The same with the GPU allocated to a (a pod's whole GPU): every
+		// process on it is a's or unattributed, so the 0.4 is a's; its
+		// memory, without pid 11's owner, is not known.
+		name: "sole allocated owner, a process unresolved",
+		d: Device{Utilization: some(0.4), Claims: two[:1], OwnersAllocated: true, ProcessOwner: map[uint32]int{10: 0},
+			Processes: []Process{{PID: 10, MemoryUsed: u(2 * gib), Utilization: some(0.3)}, {PID: 11, MemoryUsed: u(1 * gib), Utilization: some(0.1)}}},
+		want: []usageWant{{nil, some(0.4)}},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { checkUsage(t, tc.d.Usage(), tc.want) })
