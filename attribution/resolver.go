@@ -592,6 +592,10 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 	for _, a := range allocs {
 		uuid, ok := byRef(a.Device)
 		if !ok {
+			// Well formed, but no device of this node: a GPU that is gone
+			// or was never identified, a collector turned off.
+			res.UnknownDeviceIDs++
+			r.logOnceMsg(fmt.Errorf("%s %q (pod %s/%s)", a.Resource, a.DeviceID, a.Namespace, a.Pod), "device plugin ID names no device of this node; its container is not attributed")
 			continue
 		}
 		share, _ := a.Share()

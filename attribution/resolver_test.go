@@ -1,9 +1,11 @@
 package attribution
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -228,6 +230,33 @@ esac`)
 		if math.Abs(cl.Share-1.0/3) > 1e-12 {
 			t.Errorf("job %s holds %v of GPU 0, want 1/3", cl.Owner.SlurmJobID, cl.Share)
 		}
+	}
+}
+
+// TestDeviceIDsNamingNoDeviceAreCounted: an ID of a valid form that names
+// no device of the node (a GPU gone, a MIG index that is not there) is
+// counted and logged once, not dropped unseen (found by probing).
+func TestDeviceIDsNamingNoDeviceAreCounted(t *testing.T) {
+	var logs bytes.Buffer
+	r := New(Config{
+		Kubelet: &fakeKubelet{pods: []kubernetes.PodResources{
+			pod("ml", "gone", "c", "nvidia.com/gpu", "GPU-00000000-0000-4000-8000-00000000dead"),
+			pod("ml", "mig", "c", "nvidia.com/mig-1g.10gb", "3:7"),
+			pod("ml", "ok", "c", "nvidia.com/gpu", gpuA),
+		}},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	for range 2 {
+		res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1}})
+		if res.UnknownDeviceIDs != 2 {
+			t.Errorf("%d unknown device IDs, want 2 (the gone GPU and MIG 3:7)", res.UnknownDeviceIDs)
+		}
+		if c := res.Devices[gpuA].Claims; len(c) != 1 || c[0].Owner.Pod != "ok" {
+			t.Errorf("GPU-a claims %+v, want pod ok's", c)
+		}
+	}
+	if n := strings.Count(logs.String(), "names no device of this node"); n != 2 {
+		t.Errorf("%d log lines over two scrapes, want one per ID:\n%s", n, logs.String())
 	}
 }
 
