@@ -32,7 +32,7 @@ func filterLines(r io.Reader, lim Limits) (string, error) {
 func parseFiltered(r io.Reader, lim Limits) (map[string]*dto.MetricFamily, error) {
 	f := newLineFilter(r, lim)
 	defer f.release()
-	return parseLines(f.next, 0)
+	return parseLines(f.next, 0, false)
 }
 
 // Filtering lines before parsing drops nothing Normalize reads: on every real

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -104,12 +105,17 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 	case <-ctx.Done():
 		return nil, fmt.Errorf("GET %s: waiting to parse: %w", req.URL.Redacted(), ctx.Err())
 	}
+	// expfmt.ResponseFormat knows only the text and protobuf types, and
+	// reads OpenMetrics as unknown.
+	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	openMetrics := mediaType == "application/openmetrics-text"
 	body := newLineFilter(&cappedReader{r: resp.Body, left: lim.MaxBytes}, lim)
+	body.openMetrics = openMetrics
 	maxPairs := lim.MaxLabelPairs
 	if maxPairs <= 0 {
 		maxPairs = DefaultMaxLabelPairs
 	}
-	families, err := parseLines(body.next, maxPairs)
+	families, err := parseLines(body.next, maxPairs, openMetrics)
 	body.release()
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
@@ -130,6 +136,11 @@ type lineFilter struct {
 	err error
 	// decided are Keep's answers by name (wanted).
 	decided map[string]bool
+	// openMetrics says the body is OpenMetrics, which must end with the
+	// line "# EOF" (OpenMetrics 1.0, "Overall Structure"): a body cut
+	// short, or with data after it, is refused as Prometheus refuses it.
+	// sawEOF says that line was read.
+	openMetrics, sawEOF bool
 }
 
 // maxLine bounds one line, so that a body without newlines cannot make the
@@ -166,6 +177,19 @@ func (f *lineFilter) next() ([]byte, int, error) {
 			f.err = err
 			if errors.Is(err, io.EOF) {
 				f.err = errEOF
+			}
+		}
+		if f.openMetrics {
+			switch content := trimBlanks(bytes.TrimSuffix(line, []byte("\n"))); {
+			case f.sawEOF && len(content) > 0:
+				f.err = errors.New("data after # EOF")
+				return nil, f.no, f.err
+			case string(content) == "# EOF":
+				f.sawEOF = true
+			}
+			if f.err == errEOF && !f.sawEOF {
+				f.err = errors.New("OpenMetrics body without # EOF at its end: cut short")
+				return nil, f.no, f.err
 			}
 		}
 		// A body that ends without a newline is refused whatever its

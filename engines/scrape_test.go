@@ -69,8 +69,8 @@ vllm:prompt_tokens_total{model_name="m"} 5.0
 vllm:prompt_tokens_created{model_name="m"} 1.7537953269352946e+09
 # HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
 # TYPE vllm:time_to_first_token_seconds histogram
-vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 1.0
-vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 1.0 # {trace_id="a#}b"} 0.05 1.7e+09
+vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 2.0 # {trace_id="c"} 0.3
 vllm:time_to_first_token_seconds_count{model_name="m"} 2.0
 vllm:time_to_first_token_seconds_sum{model_name="m"} 0.35
 vllm:time_to_first_token_seconds_created{model_name="m"} 1.7537953269352946e+09
@@ -97,6 +97,33 @@ xpu_inference_tokens_total{model="m",type="prompt"} 5
 `
 	if got := render(samples); got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestScrapeOpenMetricsEnd: an OpenMetrics body ends with "# EOF"; one
+// without it was cut short and one with data after it is not OpenMetrics,
+// and Prometheus refuses both (found by probing, where both were served). An
+// exemplar belongs to OpenMetrics only: in the text format it fails, as
+// Prometheus fails it.
+func TestScrapeOpenMetricsEnd(t *testing.T) {
+	const om = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+	const gauge = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 2.0\n"
+	for _, tt := range []struct {
+		name, contentType, body, wantErr string
+	}{
+		{"whole", om, gauge + "# EOF\n", ""},
+		{"cut short", om, gauge, "without # EOF"},
+		{"data after # EOF", om, gauge + "# EOF\nvllm:num_requests_running{model_name=\"n\"} 99\n", "data after # EOF"},
+		{"exemplar in the text format", textContentType, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 2 # {a=\"b\"} 1\n", "after the value"},
+		{"malformed exemplar", om, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 2 # {a=\"b\"}\n# EOF\n", "exemplar"},
+	} {
+		_, err := scrape(t, serve(t, tt.contentType, http.StatusOK, tt.body), 1<<20)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%s: error %v, want one containing %q", tt.name, err, tt.wantErr)
+		}
 	}
 }
 

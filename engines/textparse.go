@@ -51,6 +51,9 @@ type textParser struct {
 	// maxPairs bounds the label pairs of the series (0: no limit), and
 	// pairCount counts them.
 	maxPairs, pairCount int
+	// openMetrics says the body is OpenMetrics, whose sample lines may end
+	// in an exemplar.
+	openMetrics bool
 	// strings interns names and label values: a model name is on every
 	// line of an engine's exposition.
 	strings map[string]*string
@@ -131,7 +134,10 @@ func newTextParser() *textParser {
 //
 // maxPairs bounds the label pairs of all the series together (0: no limit):
 // they are most of what a parse keeps in memory.
-func parseLines(next func() (line []byte, no int, err error), maxPairs int) (_ map[string]*dto.MetricFamily, err error) {
+//
+// openMetrics reads the body as OpenMetrics 1.0: an exemplar after a
+// sample's value is checked and left out, as Prometheus ingests it apart.
+func parseLines(next func() (line []byte, no int, err error), maxPairs int, openMetrics bool) (_ map[string]*dto.MetricFamily, err error) {
 	// Targets are parsed in goroutines of their own, where a panic would
 	// end the process: whatever a body does to the parser must cost its own
 	// target only.
@@ -141,7 +147,7 @@ func parseLines(next func() (line []byte, no int, err error), maxPairs int) (_ m
 		}
 	}()
 	p := newTextParser()
-	p.maxPairs = maxPairs
+	p.maxPairs, p.openMetrics = maxPairs, openMetrics
 	for {
 		line, no, err := next()
 		if err != nil && !errors.Is(err, errEOF) {
@@ -379,6 +385,15 @@ func (p *textParser) sample(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s: value %q: %w", name, valueText, err)
 	}
+	if i := bytes.IndexByte(b, '#'); i >= 0 && p.openMetrics {
+		// Neither the value nor a timestamp holds a '#': it starts the
+		// exemplar (OpenMetrics 1.0, "Exemplars": " # " then a label set,
+		// a value and an optional timestamp).
+		if err := p.exemplar(b[i+1:]); err != nil {
+			return fmt.Errorf("%s: exemplar: %w", name, err)
+		}
+		b = trimBlanks(b[:i])
+	}
 	var timestamp *int64
 	if len(b) > 0 {
 		tsText, rest := token(trimBlanks(b))
@@ -581,6 +596,32 @@ func (p *textParser) readLabels(b []byte) ([]byte, error) {
 			return nil, fmt.Errorf("label %s: expected ',' or '}' after its value", name)
 		}
 	}
+}
+
+// exemplar checks an OpenMetrics exemplar, what follows its '#': a label
+// set, a value and an optional timestamp. It is left out of the families.
+func (p *textParser) exemplar(b []byte) error {
+	b = trimBlanks(b)
+	if len(b) == 0 || b[0] != '{' {
+		return errors.New("no label set")
+	}
+	n := len(p.labels)
+	rest, err := p.readLabels(b[1:])
+	// The exemplar's labels are not the series'.
+	p.labels = p.labels[:n]
+	if err != nil {
+		return err
+	}
+	valueText, rest := token(trimBlanks(rest))
+	if _, err := parseValue(valueText); err != nil || len(valueText) == 0 {
+		return fmt.Errorf("value %q", valueText)
+	}
+	if tsText, rest := token(trimBlanks(rest)); len(tsText) > 0 {
+		if _, err := parseValue(tsText); err != nil || len(trimBlanks(rest)) > 0 {
+			return fmt.Errorf("timestamp %q or text after it", tsText)
+		}
+	}
+	return nil
 }
 
 // quoted reads a label value up to its closing quote, escapes left in, and

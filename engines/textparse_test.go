@@ -20,7 +20,7 @@ import (
 func parse(r io.Reader) (map[string]*dto.MetricFamily, error) {
 	f := newLineFilter(r, Limits{})
 	defer f.release()
-	return parseLines(f.next, 0)
+	return parseLines(f.next, 0, false)
 }
 
 // parseExpfmt is how bodies were parsed before textparse.go: expfmt's text
