@@ -138,10 +138,18 @@ func newEnginesCollector(cfg Config) (Collector, error) {
 		}
 		c.static = append(c.static, targets...)
 	}
+	engineOf := map[string]string{}
 	for i, t := range c.static {
 		if err := t.validate(); err != nil {
 			return nil, fmt.Errorf("engine target %d: %w", i, err)
 		}
+		// One endpoint is served once, as one engine: which of two would
+		// win is up to the order of the flags.
+		u := redact(t.URL)
+		if e, dup := engineOf[u]; dup && e != t.Engine {
+			return nil, fmt.Errorf("engine target %d: %s is configured as %s and as %s; an endpoint serves one engine", i, u, e, t.Engine)
+		}
+		engineOf[u] = t.Engine
 	}
 	return c, nil
 }

@@ -116,6 +116,9 @@ func TestEnginesConfigFile(t *testing.T) {
 		"targets:\n  - {engine: llamacpp, url: http://127.0.0.1:8000/metrics}\n":                 `unknown inference engine "llamacpp"`,
 		"targets:\n  - {engine: vllm, url: 127.0.0.1:8000}\n":                                    "is not an http(s) URL",
 		"targets:\n  - {engine: vllm, url: http://x/metrics, gpu: 3}\n":                          "field gpu not found",
+		// Found by probing: the second was dropped unseen, which one
+		// depending on the order.
+		"targets:\n  - {engine: vllm, url: http://x/metrics}\n  - {engine: sglang, url: http://x/metrics}\n": "is configured as vllm and as sglang",
 	} {
 		path := dir + "/engines.yaml"
 		os.WriteFile(path, []byte(body), 0o644)

@@ -296,6 +296,12 @@ func (n *normalizer) read(f Family, m mapping, src source) (map[string]Sample, m
 	case src.count != nil:
 		return n.durations(f, m, src)
 	}
+	if n.families[src.name] == nil && f.Kind == Histogram && (n.families[src.name+"_bucket"] != nil || n.families[src.name+"_count"] != nil) {
+		// Without its TYPE line a histogram's lines are untyped families
+		// of their own (x_bucket, x_sum, x_count), which Prometheus reads
+		// as such: told, not dropped unseen.
+		return nil, nil, fmt.Errorf("%s: histogram lines without a \"# TYPE %s histogram\" line are untyped series, not read as a histogram", src.name, src.name)
+	}
 	out := map[string]Sample{}
 	broken := map[string]bool{}
 	var errs []error

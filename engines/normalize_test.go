@@ -61,6 +61,22 @@ xpu_inference_inter_token_latency_seconds_count{model="b"} 2
 			wantErr: "sglang:inter_token_latency_seconds",
 		},
 		{
+			// Found by probing: left out with no word.
+			name:   "histogram lines without their TYPE line are told, not read",
+			engine: VLLM,
+			input: `# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 1
+vllm:e2e_request_latency_seconds_bucket{le="1",model_name="m"} 2
+vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 3
+vllm:e2e_request_latency_seconds_sum{model_name="m"} 4
+vllm:e2e_request_latency_seconds_count{model_name="m"} 3
+`,
+			want: `# TYPE xpu_inference_requests_running gauge
+xpu_inference_requests_running{model="m"} 1
+`,
+			wantErr: `without a "# TYPE vllm:e2e_request_latency_seconds histogram" line`,
+		},
+		{
 			name:   "vLLM V1 engine cores collapse: counts add up, the KV cache keeps the fullest, _created is ignored",
 			engine: VLLM,
 			input: `# TYPE vllm:num_requests_running gauge
