@@ -109,6 +109,10 @@ type enginesCollector struct {
 	// detected remembers the engine found behind an "auto" target, so that
 	// its xpu_inference_up series keeps its engine label while it is down.
 	detected map[string]string
+	// counters keep each target's counters monotonic across the restarts
+	// of the series Normalize adds up (engines.Corrector), forgotten with
+	// the target.
+	counters map[string]*engines.Corrector
 	// fetches are the fetches under way, which concurrent scrapes (an HA
 	// pair of Prometheus servers) share as they share device reads: an
 	// engine's /metrics is fetched and parsed once, not once per scraper.
@@ -116,7 +120,7 @@ type enginesCollector struct {
 }
 
 func newEnginesCollector(cfg Config) (Collector, error) {
-	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}}
+	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, counters: map[string]*engines.Corrector{}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata
 	}
@@ -397,6 +401,7 @@ func (c *enginesCollector) forget() {
 		if st.gen != c.gen {
 			delete(c.state, k)
 			delete(c.detected, k)
+			delete(c.counters, k)
 		}
 	}
 }
@@ -441,6 +446,7 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 	r := engineResult{target: t, engine: t.Engine}
 	families, err := engines.Scrape(ctx, c.client, t.URL, engines.Limits{MaxBytes: *engineMaxBytes, MaxSeries: *engineMaxSeries, Keep: engines.Wanted})
 	if err == nil {
+		c.corrector(t).Correct(families)
 		engine := engines.Engine(t.Engine)
 		switch {
 		case t.Engine == "auto":
@@ -465,6 +471,20 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 	}
 	r.err, r.duration = err, time.Since(start)
 	return r
+}
+
+// corrector is the target's engines.Corrector, kept under the name its
+// state is logged under.
+func (c *enginesCollector) corrector(t engineTarget) *engines.Corrector {
+	key := redact(t.URL)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.counters[key]
+	if k == nil {
+		k = engines.NewCorrector()
+		c.counters[key] = k
+	}
+	return k
 }
 
 // models counts the distinct models of samples.

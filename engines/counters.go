@@ -1,0 +1,265 @@
+package engines
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Normalize adds up the series that collapse into one canonical series: the
+// engine cores of a vLLM V1 server (engine="0", "1", …), the ranks of a
+// data-parallel deployment. A counter summed that way goes down when one
+// of its parts restarts or goes away, and Prometheus reads any decrease as
+// a reset of the whole sum: rate() would count the whole sum again as new
+// (a core restarting at 20 beside one at 1,000,020 made 1,000,040 tokens of
+// 30). Prometheus reading the engine itself sees the reset of that one
+// series only.
+//
+// A Corrector keeps one target's counters monotonic before they are added
+// up, as Prometheus's own reset handling would read each of them: a series
+// whose value goes down (a histogram whose count or sum does) has restarted,
+// and what it had counted before is kept as an offset added to it from then
+// on; a series that disappears while others of its family remain is still
+// given, frozen at its last value, for ghostTTL, so that the sum it was
+// part of does not drop. A counter's
+// value is therefore the engine's own until its first reset, and counts
+// on from there after.
+type Corrector struct {
+	mu     sync.Mutex
+	series map[string]*counterState
+	now    func() time.Time
+}
+
+// ghostTTL is how long a series that disappeared is still given: past it, a
+// sum it was part of drops once (read as one reset). An engine core that is
+// gone for an hour is not coming back as the same process.
+const ghostTTL = time.Hour
+
+// maxCorrected bounds the series a Corrector remembers, live and vanished:
+// a target whose label values churn (a label per request) must not grow it
+// without end. Past it, the series longest unseen are forgotten first.
+const maxCorrected = 20000
+
+// counterState is one counter or histogram series of a target.
+type counterState struct {
+	family string
+	typ    dto.MetricType
+	labels []*dto.LabelPair // copied: the parse's own are freed with it
+	seen   time.Time
+	// last is what the engine gave at the last scrape, offset what its
+	// resets took away since the Corrector first saw it.
+	last, offset counts
+}
+
+// counts are a counter's value, or a histogram's count, sum and cumulative
+// bucket counts in bound order.
+type counts struct {
+	value, count, sum float64
+	bounds, buckets   []float64
+}
+
+// NewCorrector returns a Corrector that remembers nothing yet.
+func NewCorrector() *Corrector {
+	return &Corrector{series: map[string]*counterState{}, now: time.Now}
+}
+
+// Correct makes the counters and histograms of one scrape of the target
+// monotonic, in place, and adds back the series that vanished since.
+// Gauges are left as they are.
+func (c *Corrector) Correct(families map[string]*dto.MetricFamily) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	seen := map[string]bool{}
+	for name, f := range families {
+		if !counting(name, f) {
+			continue
+		}
+		for _, m := range f.Metric {
+			key := seriesKey(name, m.Label)
+			if seen[key] {
+				continue // the parser refuses duplicates; Correct need not
+			}
+			seen[key] = true
+			got, ok := countsOf(f.GetType(), m)
+			if !ok {
+				continue
+			}
+			st := c.series[key]
+			switch {
+			case st == nil:
+				st = &counterState{family: name, typ: f.GetType(), labels: copyLabels(m.Label)}
+				c.series[key] = st
+			case !slices.Equal(st.last.bounds, got.bounds):
+				// Other buckets than before (an engine upgrade): what was
+				// counted in the old ones cannot be carried into these.
+				st.offset = counts{}
+			case got.value < st.last.value || got.count < st.last.count || got.sum < st.last.sum:
+				st.offset = st.offset.plus(st.last)
+			}
+			st.last, st.seen = got, now
+			if !st.offset.zero() {
+				setCounts(m, st.offset.plus(got))
+			}
+		}
+	}
+	c.addGhosts(families, seen, now)
+}
+
+// addGhosts gives each series that vanished its last corrected value, and
+// forgets those gone longer than ghostTTL or past maxCorrected.
+func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, seen map[string]bool, now time.Time) {
+	var ghosts []string
+	for key, st := range c.series {
+		switch {
+		case seen[key]:
+		case now.Sub(st.seen) > ghostTTL:
+			delete(c.series, key)
+		default:
+			ghosts = append(ghosts, key)
+		}
+	}
+	if over := len(c.series) - maxCorrected; over > 0 {
+		slices.SortFunc(ghosts, func(a, b string) int { return c.series[a].seen.Compare(c.series[b].seen) })
+		for _, key := range ghosts[:min(over, len(ghosts))] {
+			delete(c.series, key)
+		}
+		ghosts = ghosts[min(over, len(ghosts)):]
+	}
+	slices.Sort(ghosts) // a stable order of series within each family
+	for _, key := range ghosts {
+		st := c.series[key]
+		f := families[st.family]
+		// A family with no live series left (a model unloaded, a broken
+		// histogram gone) has no sum to keep from dropping: its series end,
+		// which Prometheus reads as their end, not as a reset.
+		if f == nil || len(f.Metric) == 0 || f.GetType() != st.typ {
+			continue
+		}
+		m := &dto.Metric{Label: st.labels}
+		switch st.typ {
+		case dto.MetricType_HISTOGRAM:
+			m.Histogram = &dto.Histogram{}
+		case dto.MetricType_UNTYPED:
+			m.Untyped = &dto.Untyped{}
+		default:
+			m.Counter = &dto.Counter{}
+		}
+		setCounts(m, st.offset.plus(st.last))
+		f.Metric = append(f.Metric, m)
+	}
+}
+
+// counting says whether a family holds counters: a counter, a histogram,
+// or an untyped _total family (an OpenMetrics counter, as the parser
+// reads it).
+func counting(name string, f *dto.MetricFamily) bool {
+	switch f.GetType() {
+	case dto.MetricType_COUNTER, dto.MetricType_HISTOGRAM:
+		return true
+	case dto.MetricType_UNTYPED:
+		return strings.HasSuffix(name, "_total")
+	}
+	return false
+}
+
+func countsOf(typ dto.MetricType, m *dto.Metric) (counts, bool) {
+	switch typ {
+	case dto.MetricType_COUNTER:
+		return counts{value: m.GetCounter().GetValue()}, m.Counter != nil
+	case dto.MetricType_UNTYPED:
+		return counts{value: m.GetUntyped().GetValue()}, m.Untyped != nil
+	}
+	h := m.GetHistogram()
+	if h == nil {
+		return counts{}, false
+	}
+	c := counts{count: h.GetSampleCountFloat(), sum: h.GetSampleSum()}
+	if h.SampleCount != nil {
+		c.count = float64(h.GetSampleCount())
+	}
+	bs := slices.Clone(h.Bucket)
+	slices.SortFunc(bs, func(a, b *dto.Bucket) int { return cmp.Compare(a.GetUpperBound(), b.GetUpperBound()) })
+	for _, b := range bs {
+		v := b.GetCumulativeCountFloat()
+		if b.CumulativeCount != nil {
+			v = float64(b.GetCumulativeCount())
+		}
+		c.bounds = append(c.bounds, b.GetUpperBound())
+		c.buckets = append(c.buckets, v)
+	}
+	return c, true
+}
+
+// zero says c counts nothing: a series that never restarted is left as the
+// engine gave it.
+func (c counts) zero() bool {
+	return c.value == 0 && c.count == 0 && c.sum == 0 && !slices.ContainsFunc(c.buckets, func(v float64) bool { return v != 0 })
+}
+
+// plus adds b to a, bucket by bucket where a has buckets for b's bounds,
+// else taking b's.
+func (a counts) plus(b counts) counts {
+	out := counts{value: a.value + b.value, count: a.count + b.count, sum: a.sum + b.sum, bounds: b.bounds}
+	out.buckets = slices.Clone(b.buckets)
+	if slices.Equal(a.bounds, b.bounds) {
+		for i := range out.buckets {
+			out.buckets[i] += a.buckets[i]
+		}
+	}
+	return out
+}
+
+// setCounts writes c into m, whole counts as integers as the parser gives
+// them, so that Normalize reads a corrected series as it reads any other.
+func setCounts(m *dto.Metric, c counts) {
+	switch {
+	case m.Counter != nil:
+		m.Counter = &dto.Counter{Value: &c.value}
+	case m.Untyped != nil:
+		m.Untyped = &dto.Untyped{Value: &c.value}
+	case m.Histogram != nil:
+		h := &dto.Histogram{SampleSum: &c.sum}
+		setCount(c.count, &h.SampleCount, &h.SampleCountFloat)
+		for i, bound := range c.bounds {
+			b := &dto.Bucket{UpperBound: &bound}
+			setCount(c.buckets[i], &b.CumulativeCount, &b.CumulativeCountFloat)
+			h.Bucket = append(h.Bucket, b)
+		}
+		m.Histogram = h
+	}
+}
+
+func setCount(v float64, whole **uint64, float **float64) {
+	if v >= 0 && v < math.Exp2(64) && v == math.Trunc(v) {
+		n := uint64(v)
+		*whole = &n
+		return
+	}
+	*float = &v
+}
+
+func copyLabels(in []*dto.LabelPair) []*dto.LabelPair {
+	out := make([]*dto.LabelPair, len(in))
+	for i, lp := range in {
+		name, value := lp.GetName(), lp.GetValue()
+		out[i] = &dto.LabelPair{Name: &name, Value: &value}
+	}
+	return out
+}
+
+// seriesKey identifies a series of a family by its labels, whatever their
+// order.
+func seriesKey(family string, labels []*dto.LabelPair) string {
+	pairs := make([]string, len(labels))
+	for i, lp := range labels {
+		pairs[i] = lp.GetName() + "\xfe" + lp.GetValue()
+	}
+	slices.Sort(pairs)
+	return family + "\xff" + strings.Join(pairs, "\xff")
+}

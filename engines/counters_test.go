@@ -1,0 +1,154 @@
+package engines
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// correctedScrape parses body, corrects it with k at time at, and
+// normalizes it as vLLM's.
+func correctedScrape(t *testing.T, k *Corrector, at time.Time, body string) []Sample {
+	t.Helper()
+	families, err := parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.now = func() time.Time { return at }
+	k.Correct(families)
+	samples, err := Normalize(VLLM, families, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return samples
+}
+
+func value(t *testing.T, samples []Sample, name string) Sample {
+	t.Helper()
+	for _, s := range samples {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no %s in %+v", name, samples)
+	return Sample{}
+}
+
+func tokens(cores ...int) string {
+	var b strings.Builder
+	b.WriteString("# TYPE vllm:generation_tokens counter\n")
+	for i, v := range cores {
+		if v >= 0 {
+			fmt.Fprintf(&b, "vllm:generation_tokens_total{engine=\"%d\",model_name=\"m\"} %d\n", i, v)
+		}
+	}
+	return b.String()
+}
+
+// TestCorrectorKeepsSummedCountersMonotonic: two vLLM V1 engine cores'
+// token counters are added up into one series; one core restarting, or
+// going away, must not make the sum go down, which Prometheus would read as
+// a reset of the whole sum (found by probing: 1,000,040 tokens counted where
+// 30 were made).
+func TestCorrectorKeepsSummedCountersMonotonic(t *testing.T) {
+	k := NewCorrector()
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	steps := []struct {
+		name  string
+		after time.Duration
+		cores []int // -1: the core's series is gone
+		want  float64
+	}{
+		// 1,000,010 + 1,000,010.
+		{"both cores", 0, []int{1_000_010, 1_000_010}, 2_000_020},
+		// Core 1 restarted and counted 20 since: its 1,000,010 before the
+		// restart is kept, 1,000,020 + (1,000,010 + 20) = 2,000,050, 30 more.
+		{"core 1 restarted", 15 * time.Second, []int{1_000_020, 20}, 2_000_050},
+		// Core 1 is gone: its last 1,000,030 stays in the sum,
+		// 1,000,030 + 1,000,030 = 2,000,060, the 10 core 0 made.
+		{"core 1 gone", 30 * time.Second, []int{1_000_030, -1}, 2_000_060},
+		// Back within the hour at 5: a restart again, 1,000,030 kept,
+		// 1,000,040 + 1,000,035 = 2,000,075.
+		{"core 1 back", 45 * time.Second, []int{1_000_040, 5}, 2_000_075},
+		// Gone again: half an hour on, its last 1,000,035 is still in the
+		// sum, 1,000,050 + 1,000,035 = 2,000,085.
+		{"core 1 gone half an hour", 45*time.Second + 30*time.Minute, []int{1_000_050, -1}, 2_000_085},
+		// Gone for over an hour: forgotten, the sum drops once to core 0's.
+		{"core 1 gone past the hour", 45*time.Second + 2*time.Hour, []int{1_000_060, -1}, 1_000_060},
+	}
+	for _, s := range steps {
+		got := value(t, correctedScrape(t, k, t0.Add(s.after), tokens(s.cores...)), "xpu_inference_tokens_total")
+		if got.Value != s.want {
+			t.Errorf("%s: %v tokens, want %v", s.name, got.Value, s.want)
+		}
+	}
+}
+
+// TestCorrectorHistogram: a core's histogram whose count goes down has
+// restarted: its counts before are kept, bucket by bucket.
+func TestCorrectorHistogram(t *testing.T) {
+	hist := func(c0, c1 [3]int) string {
+		var b strings.Builder
+		b.WriteString("# TYPE vllm:e2e_request_latency_seconds histogram\n")
+		for core, c := range [][3]int{c0, c1} {
+			// c: observations in le=1, in le=+Inf (cumulative), and the sum.
+			fmt.Fprintf(&b, "vllm:e2e_request_latency_seconds_bucket{engine=\"%d\",le=\"1\",model_name=\"m\"} %d\n", core, c[0])
+			fmt.Fprintf(&b, "vllm:e2e_request_latency_seconds_bucket{engine=\"%d\",le=\"+Inf\",model_name=\"m\"} %d\n", core, c[1])
+			fmt.Fprintf(&b, "vllm:e2e_request_latency_seconds_sum{engine=\"%d\",model_name=\"m\"} %d\n", core, c[2])
+			fmt.Fprintf(&b, "vllm:e2e_request_latency_seconds_count{engine=\"%d\",model_name=\"m\"} %d\n", core, c[1])
+		}
+		return b.String()
+	}
+	k := NewCorrector()
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	correctedScrape(t, k, t0, hist([3]int{10, 20, 30}, [3]int{100, 200, 300}))
+	// Core 1 restarted: 1 in le=1, 2 in all, sum 3. Kept: 100, 200, 300.
+	// le=1: 12 + (100 + 1) = 113; +Inf and count: 25 + (200 + 2) = 227;
+	// sum: 40 + (300 + 3) = 343.
+	h := value(t, correctedScrape(t, k, t0.Add(15*time.Second), hist([3]int{12, 25, 40}, [3]int{1, 2, 3})), "xpu_inference_request_duration_seconds")
+	if len(h.Buckets) != 2 || h.Buckets[0].Count != 113 || h.Buckets[1].Count != 227 || h.Count != 227 || h.Sum != 343 {
+		t.Errorf("histogram %+v, want le=1 113, +Inf 227, count 227, sum 343", h)
+	}
+}
+
+// TestCorrectorLeavesGaugesAndFirstValues: gauges go up and down as they
+// please, and a counter's first value is the engine's own.
+func TestCorrectorLeavesGaugesAndFirstValues(t *testing.T) {
+	k := NewCorrector()
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	body := func(running, tokens int) string {
+		return fmt.Sprintf("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} %d\n"+
+			"# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total{model_name=\"m\"} %d\n", running, tokens)
+	}
+	s := correctedScrape(t, k, t0, body(7, 500))
+	if r, g := value(t, s, "xpu_inference_requests_running"), value(t, s, "xpu_inference_tokens_total"); r.Value != 7 || g.Value != 500 {
+		t.Errorf("first scrape: running %v, tokens %v; want 7 and 500", r.Value, g.Value)
+	}
+	s = correctedScrape(t, k, t0.Add(15*time.Second), body(3, 500))
+	if r := value(t, s, "xpu_inference_requests_running"); r.Value != 3 {
+		t.Errorf("a gauge going down was changed: %v, want 3", r.Value)
+	}
+}
+
+// BenchmarkCorrect is one scrape's correction of a real vLLM sample.
+func BenchmarkCorrect(b *testing.B) {
+	body, err := os.ReadFile("../fixtures/engines/vllm-v0-plus-v1-names-datadog-fixture.prom")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body = append(body, '\n')
+	k := NewCorrector()
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		families, err := parse(bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		k.Correct(families)
+	}
+}
