@@ -128,6 +128,10 @@ type Ownership struct {
 	// that could not be resolved (they exited, or their pod is unknown) are
 	// absent.
 	Process map[uint32]int
+	// Strays are the own owners (unit, user, job or pod) of the processes
+	// Process marks Unattributed, by PID: per-process series name who runs
+	// a host daemon on an allocated GPU. Nil when there are none.
+	Strays map[uint32]Owner
 	// OwnersUnknown says Claims may lack owners: no allocation names the
 	// device's owners, so they come from its processes, and the list of
 	// those is not whole (Device.PIDsPartial, or a PID procfs hides).

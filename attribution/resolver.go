@@ -302,6 +302,10 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			// whether or not Slurm gave it the device through GRES.
 			// Where the kubelet answers, only it makes pods owners.
 			own.Process[pid] = Unattributed
+			if own.Strays == nil {
+				own.Strays = map[uint32]Owner{}
+			}
+			own.Strays[pid] = owner
 		case partial:
 			// Left unresolved: see above.
 		case podOnDevice: // the kubelet is down

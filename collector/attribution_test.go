@@ -325,6 +325,22 @@ func TestMIGAllocatedWhole(t *testing.T) {
 	}
 }
 
+// TestProcessOfHostDaemonNamesItsOwn: a host daemon on a time-sliced GPU
+// (nv-hostengine of nvidia-dcgm.service, 1 GiB, on GPU 1 of
+// fixtures/scenarios/attribution.yaml) is unattributed in the split, but
+// its per-process series name its own unit, not nobody (found by probing).
+func TestProcessOfHostDaemonNamesItsOwn(t *testing.T) {
+	out := scrapeText(t, newAttributedExporterFor(t, loadScenario(t, "attribution")), 10*time.Second)
+	if v := sample(t, out, "xpu_process_memory_used_bytes", `pid="1199"`, `unit="nvidia-dcgm.service"`, `command="nv-hostengine"`); v != 1<<30 {
+		t.Errorf("nv-hostengine uses %v bytes, want 1 GiB = 1073741824", v)
+	}
+	if v := sample(t, out, "xpu_workload_memory_used_bytes", `uuid="GPU-e2e00000-0000-4000-8000-000000000001"`, `workload_kind="unattributed"`); v != 1<<30 {
+		t.Errorf("GPU 1's unattributed memory %v, want nv-hostengine's 1 GiB", v)
+	}
+	// A pod's process keeps its pod.
+	sample(t, out, "xpu_process_memory_used_bytes", `pid="1100"`, `pod="notebook-a"`)
+}
+
 // BenchmarkScrapeAttributed is one scrape of the demo node with attribution:
 // NVML reads, kubelet gRPC calls, procfs and the Slurm cache.
 func BenchmarkScrapeAttributed(b *testing.B) {

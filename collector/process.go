@@ -36,13 +36,21 @@ func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 			if i, ok := d.ProcessOwner[p.PID]; ok && i >= 0 {
 				k = i
 			}
-			if owners[k].names == nil {
-				owners[k] = id
-				if k < len(d.Claims) {
-					owners[k] = id.withOwner(d.Claims[k].Owner)
+			var l labels
+			if stray, ok := d.ProcessStrays[p.PID]; ok {
+				// A process outside the device's owners (a host daemon
+				// on an allocated GPU): its own owner, few such per GPU.
+				l = id.withOwner(stray)
+			} else {
+				if owners[k].names == nil {
+					owners[k] = id
+					if k < len(d.Claims) {
+						owners[k] = id.withOwner(d.Claims[k].Owner)
+					}
 				}
+				l = owners[k]
 			}
-			l := owners[k].with("pid", strconv.FormatUint(uint64(p.PID), 10))
+			l = l.with("pid", strconv.FormatUint(uint64(p.PID), 10))
 			if p.MemoryUsed != nil {
 				e.emit(processMemory, l, float64(*p.MemoryUsed))
 			}

@@ -45,6 +45,9 @@ type Device struct {
 	// OwnersAllocated says Claims come from an allocation, which names every
 	// owner, not from the processes seen (attribution.Ownership.Allocated).
 	OwnersAllocated bool
+	// ProcessStrays are the own owners of the processes ProcessOwner marks
+	// unattributed (attribution.Ownership.Strays).
+	ProcessStrays map[uint32]attribution.Owner
 	// MemoryUsed and Utilization are the device readings attribution splits
 	// between owners; nil when the vendor has none.
 	MemoryUsed  *float64
@@ -259,6 +262,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	for _, d := range snap.Devices {
 		if own := res.Devices[d.UUID]; own != nil {
 			d.Claims, d.ProcessOwner, d.OwnersUnknown, d.OwnersAllocated = own.Claims, own.Process, own.OwnersUnknown, own.Allocated
+			d.ProcessStrays = own.Strays
 		}
 	}
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
