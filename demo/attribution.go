@@ -310,11 +310,14 @@ func (s *Scenario) writeProcesses(root string, gen uint64) error {
 			}
 		case p.Unit != "":
 			cgroup = "/system.slice/" + p.Unit
-		default:
-			cgroup = "/user.slice/user-0.slice/session-1.scope"
 		}
 		if user == "" {
 			user = "root"
+		}
+		if cgroup == "" {
+			// A login session, under its user's slice as systemd-logind
+			// places it (user-<uid>.slice/session-<n>.scope).
+			cgroup = fmt.Sprintf("/user.slice/user-%d.slice/session-1.scope", uids[user])
 		}
 		comm := p.Command
 		if comm == "" {

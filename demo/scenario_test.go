@@ -1,7 +1,10 @@
 package demo
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +146,31 @@ func TestValueGenerators(t *testing.T) {
 		}
 		if lo < 10 || hi > 20 || hi-lo < 5 {
 			t.Errorf("%s over one period ranged %v..%v, want a spread within 10..20", shape, lo, hi)
+		}
+	}
+}
+
+// TestLoginSessionsUnderTheirUsersSlice: a process with a user and no unit,
+// job or pod runs in a login session, under user-<uid>.slice of its own
+// user, not root's (found by probing: alice and bob both in user-0.slice).
+func TestLoginSessionsUnderTheirUsersSlice(t *testing.T) {
+	s, err := Parse([]byte("devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7, user: alice}, {pid: 8, user: bob}, {pid: 9}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.StartAttribution()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	// Users are numbered from 1000 in the order first met; root is 0.
+	for pid, want := range map[int]string{7: "user-1000.slice", 8: "user-1001.slice", 9: "user-0.slice"} {
+		b, err := os.ReadFile(filepath.Join(a.Procfs, fmt.Sprint(pid), "cgroup"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(b); got != "0::/user.slice/"+want+"/session-1.scope\n" {
+			t.Errorf("pid %d: cgroup %q, want one under %s", pid, got, want)
 		}
 	}
 }
