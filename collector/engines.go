@@ -312,6 +312,8 @@ func errorState(err error) string {
 		return "too many label pairs"
 	case strings.Contains(err.Error(), "more than --engines.max-models"):
 		return "too many models"
+	case strings.Contains(err.Error(), "every series is stale"):
+		return "stale"
 	case errors.As(err, &operr) && errors.As(operr.Err, &errno):
 		return operr.Op + ": " + errno.Error()
 	case errors.As(err, &operr):
@@ -445,10 +447,14 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 	start := time.Now()
 	r := engineResult{target: t, engine: t.Engine}
 	families, err := engines.Scrape(ctx, c.client, t.URL, engines.Limits{MaxBytes: *engineMaxBytes, MaxSeries: *engineMaxSeries, Keep: engines.Wanted})
+	var stale error
 	if err == nil {
+		stale = engines.DropStale(families, time.Now())
 		c.corrector(t).Correct(families)
 		engine := engines.Engine(t.Engine)
 		switch {
+		case len(families) == 0 && stale != nil:
+			err = fmt.Errorf("GET %s: every series is stale: %w", redact(t.URL), stale)
 		case t.Engine == "auto":
 			engine, err = engines.Detect(families)
 		case len(families) == 0:
@@ -463,6 +469,7 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 			// Series Normalize cannot map are reported in its error but
 			// do not fail the target: the rest is still right.
 			r.samples, r.skipped = engines.Normalize(engine, families, t.Model)
+			r.skipped = errors.Join(stale, r.skipped)
 			if n := models(r.samples); *engineMaxModels > 0 && n > *engineMaxModels {
 				r.samples, r.skipped = nil, nil
 				err = fmt.Errorf("GET %s: %d models, more than --engines.max-models=%d", redact(t.URL), n, *engineMaxModels)

@@ -2,6 +2,8 @@ package engines
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -153,6 +155,35 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, seen map[st
 		setCounts(m, st.offset.plus(st.last))
 		f.Metric = append(f.Metric, m)
 	}
+}
+
+// maxSampleAge is how old an engine's own sample timestamp may be: what
+// Prometheus, honouring timestamps, would still return for "now" (its
+// lookback delta, 5 minutes by default).
+const maxSampleAge = 5 * time.Minute
+
+// DropStale removes the series whose own timestamp is more than
+// maxSampleAge before now: served again without it, a reading an engine
+// stamped long ago (a frozen or cached exposition) would pose as current,
+// where Prometheus scraping the engine would store nothing for now. The
+// error names what was dropped.
+func DropStale(families map[string]*dto.MetricFamily, now time.Time) error {
+	var errs []error
+	for name, f := range families {
+		kept := f.Metric[:0]
+		for _, m := range f.Metric {
+			if m.TimestampMs != nil && now.Sub(time.UnixMilli(m.GetTimestampMs())) > maxSampleAge {
+				errs = append(errs, fmt.Errorf("%s: stamped %s, more than %v ago", seriesName(name, m), time.UnixMilli(m.GetTimestampMs()).UTC().Format(time.RFC3339), maxSampleAge))
+				continue
+			}
+			kept = append(kept, m)
+		}
+		f.Metric = kept
+		if len(kept) == 0 {
+			delete(families, name)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // counting says whether a family holds counters: a counter, a histogram,

@@ -152,3 +152,30 @@ func BenchmarkCorrect(b *testing.B) {
 		k.Correct(families)
 	}
 }
+
+// TestDropStale: a sample stamped more than 5 minutes before now is left
+// out and named; one stamped within them, or not stamped, is kept.
+func TestDropStale(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	// 1700000000000 ms is 2023-11-14T22:13:20Z; now (1795608000000) − 4 min is 1795607760000.
+	families, err := parse(strings.NewReader(`# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="old"} 42 1700000000000
+vllm:num_requests_running{model_name="recent"} 3 1795607760000
+vllm:num_requests_running{model_name="unstamped"} 1
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="old"} 0.97 1700000000000
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = DropStale(families, now)
+	if err == nil || !strings.Contains(err.Error(), `vllm:num_requests_running{model_name="old"}: stamped 2023-11-14T22:13:20Z`) {
+		t.Errorf("error %v, want the old sample named", err)
+	}
+	if _, ok := families["vllm:kv_cache_usage_perc"]; ok {
+		t.Error("a family of stale series only is kept")
+	}
+	if n := len(families["vllm:num_requests_running"].GetMetric()); n != 2 {
+		t.Errorf("%d series kept, want the recent and the unstamped", n)
+	}
+}
