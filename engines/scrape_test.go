@@ -287,6 +287,32 @@ func TestScrapeLabelPairLimit(t *testing.T) {
 	}
 }
 
+// TestScrapeLabelBytesLimit: the distinct label values kept are bounded in
+// bytes too: five series of 900 KB values each (4.5 MB in all) are refused,
+// four (3.6 MB) are read.
+func TestScrapeLabelBytesLimit(t *testing.T) {
+	body := func(n int) string {
+		var b strings.Builder
+		b.WriteString("# TYPE g gauge\n")
+		for i := range n {
+			fmt.Fprintf(&b, "g{v=\"%d%s\"} 1\n", i, strings.Repeat("x", 900_000))
+		}
+		return b.String()
+	}
+	for _, tt := range []struct {
+		series  int
+		wantErr error
+	}{
+		{4, nil},
+		{5, ErrTooManyLabelPairs},
+	} {
+		_, err := scrape(t, serve(t, textContentType, http.StatusOK, body(tt.series)), 16<<20)
+		if !errors.Is(err, tt.wantErr) {
+			t.Errorf("%d series: error = %v, want %v", tt.series, err, tt.wantErr)
+		}
+	}
+}
+
 func TestScrapeRefusesNonPositiveLimit(t *testing.T) {
 	if _, err := scrape(t, serve(t, textContentType, http.StatusOK, "x 1\n"), 0); err == nil {
 		t.Error("Scrape accepted a size limit of 0")

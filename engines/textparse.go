@@ -49,8 +49,9 @@ import (
 type textParser struct {
 	families map[string]*parsedFamily
 	// maxPairs bounds the label pairs of the series (0: no limit), and
-	// pairCount counts them.
-	maxPairs, pairCount int
+	// pairCount counts them. internedBytes counts the bytes of the
+	// distinct names and values kept, bounded by maxInternedBytes.
+	maxPairs, pairCount, internedBytes int
 	// openMetrics says the body is OpenMetrics, whose sample lines may end
 	// in an exemplar.
 	openMetrics bool
@@ -432,6 +433,9 @@ func (p *textParser) sample(b []byte) error {
 		}
 		m = p.metrics.new()
 		m.Label = p.labelPairs(special)
+		if p.maxPairs > 0 && p.internedBytes > maxInternedBytes {
+			return fmt.Errorf("%w: label values of more than %d bytes in all", ErrTooManyLabelPairs, maxInternedBytes)
+		}
 		m.TimestampMs = timestamp
 		f.series[string(p.key)] = m
 		f.mf.Metric = append(f.mf.Metric, m)
@@ -716,8 +720,15 @@ func (p *textParser) intern(b []byte, escaped bool) *string {
 		*s = string(b)
 	}
 	p.strings[string(b)] = s
+	p.internedBytes += len(b)
 	return s
 }
+
+// maxInternedBytes bounds the distinct label names and values one parse
+// keeps (with a label pair limit, see parseLines): engines name a few
+// models in a few dozen bytes each, and 20,000 series of long unique
+// values, within the byte and series limits, took 100 MiB a parse.
+const maxInternedBytes = 4 << 20
 
 // unescape undoes the escapes of a HELP text (\\ and \n) or of a label
 // value (\" too).
