@@ -341,6 +341,32 @@ func TestProcessOfHostDaemonNamesItsOwn(t *testing.T) {
 	sample(t, out, "xpu_process_memory_used_bytes", `pid="1100"`, `pod="notebook-a"`)
 }
 
+// TestDownDeviceOwnersUnknown: a bare-metal GPU that does not answer (its
+// read panics) has had no process list read, so its owners, which come
+// from its processes, are unknown: xpu_device_owners is left out, not 0
+// like an idle GPU's (found by probing).
+func TestDownDeviceOwnersUnknown(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: down-node
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, temperature: 50}}
+devices:
+  - {uuid: GPU-d0000000-0000-4000-8000-000000000000, faults: {panic: [temperature]}, processes: [{pid: 2003, unit: p.service, memory_used: 9GiB, utilization: 0.5}]}
+  - {uuid: GPU-d0000000-0000-4000-8000-000000000001, processes: [{pid: 2004, unit: q.service, memory_used: 9GiB, utilization: 0.5}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, s), 10*time.Second)
+	if v := sample(t, out, "xpu_device_up", `uuid="GPU-d0000000-0000-4000-8000-000000000000"`); v != 0 {
+		t.Fatalf("the panicking GPU is up (%v): the test proves nothing", v)
+	}
+	if strings.Contains(out, `xpu_device_owners{gpu="0"`) {
+		t.Error("a down GPU whose processes were not read has xpu_device_owners")
+	}
+	if v := sample(t, out, "xpu_device_owners", `uuid="GPU-d0000000-0000-4000-8000-000000000001"`); v != 1 {
+		t.Errorf("the healthy GPU has %v owners, want 1 (q.service)", v)
+	}
+}
+
 // BenchmarkScrapeAttributed is one scrape of the demo node with attribution:
 // NVML reads, kubelet gRPC calls, procfs and the Slurm cache.
 func BenchmarkScrapeAttributed(b *testing.B) {

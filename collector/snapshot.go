@@ -251,6 +251,12 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		for _, p := range d.Processes {
 			ad.PIDs = append(ad.PIDs, p.PID)
 		}
+		if !d.Up {
+			// A device that did not answer (hung, lost, failed) has had
+			// its processes read in part or not at all: owners taken from
+			// them may be missing, and none seen is not "idle".
+			d.ProcessesPartial = true
+		}
 		ad.PIDsPartial = d.ProcessesPartial
 		devs = append(devs, ad)
 	}
