@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+
 	"github.com/xpu-exporter/xpu_exporter/demo"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
@@ -464,4 +466,74 @@ func TestNvidiaEventSetErrors(t *testing.T) {
 	if n := strings.Count(logs.String(), "not receiving NVIDIA driver events"); n != 1 {
 		t.Errorf("%d lines, want 1:\n%s", n, logs.String())
 	}
+}
+
+// A GPU hung in the driver across several scrapes: its read times out,
+// later scrapes find it still running; one state, so one line when it
+// goes down and one when it is back, not a line at every change of reason
+// (found by probing: two lines per hang, forever).
+func TestNvidiaHungGPULoggedOnce(t *testing.T) {
+	s, err := demo.Parse([]byte(`
+devices:
+  - {model: X, memory_total: 1GiB, metrics: {power: 100}}
+  - {model: X, memory_total: 1GiB, metrics: {power: 100}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hung atomic.Bool
+	hung.Store(true)
+	lib := hangingLib{Interface: s.NVML(time.Now(), time.Now), hung: &hung}
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{NVML: lib, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
+	// 100 ms scrapes 150 ms apart: each read of GPU 0 hangs 900 ms in its
+	// power call, so a scrape either times out on a read it started or
+	// finds one still running, past its deadline by more than its budget.
+	for range 8 {
+		out := scrapeText(t, e, 100*time.Millisecond)
+		if v := sample(t, out, "xpu_device_up", `gpu="0"`); v != 0 {
+			t.Fatalf("GPU 0 up while every read of it hangs: the test proves nothing")
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	// The driver answers again; the read in flight ends within 900 ms.
+	hung.Store(false)
+	time.Sleep(time.Second)
+	out := scrapeText(t, e, 5*time.Second)
+	if v := sample(t, out, "xpu_device_up", `gpu="0"`); v != 1 {
+		t.Errorf("GPU 0 up = %v after its hang ended", v)
+	}
+	if n := strings.Count(logs.String(), "NVIDIA device down"); n != 1 {
+		t.Errorf("%d down lines for one hang, want 1:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "NVIDIA device is back"); n != 1 {
+		t.Errorf("%d back lines, want 1:\n%s", n, logs.String())
+	}
+}
+
+// hangingLib is a simulated NVML whose GPU 0 hangs 900 ms in
+// nvmlDeviceGetPowerUsage while hung is set.
+type hangingLib struct {
+	nvml.Interface
+	hung *atomic.Bool
+}
+
+func (l hangingLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	d, ret := l.Interface.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS || i != 0 {
+		return d, ret
+	}
+	return hangingDevice{Device: d, hung: l.hung}, ret
+}
+
+type hangingDevice struct {
+	nvml.Device
+	hung *atomic.Bool
+}
+
+func (d hangingDevice) GetPowerUsage() (uint32, nvml.Return) {
+	if d.hung.Load() {
+		time.Sleep(900 * time.Millisecond)
+	}
+	return d.Device.GetPowerUsage()
 }

@@ -228,9 +228,15 @@ func deviceLogKey(d *Device) string {
 
 func (c *nvidiaCollector) logDown(d *Device, why string) {
 	key := deviceLogKey(d)
+	state := why
+	if why == "previous query still running" {
+		// The read that timed out is still hung: one state, not a new
+		// one at every other scrape.
+		state = "timeout"
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.down[key] == why {
+	if c.down[key] == state {
 		return
 	}
 	if why == "" {
@@ -239,7 +245,7 @@ func (c *nvidiaCollector) logDown(d *Device, why string) {
 		return
 	}
 	c.logger.Warn("NVIDIA device down", "gpu", d.Index, "uuid", d.UUID, "reason", why)
-	c.down[key] = why
+	c.down[key] = state
 }
 
 // logPartial logs a device whose process list NVML would not give whole

@@ -48,10 +48,12 @@ type Client struct {
 type deviceRead struct {
 	done chan struct{}
 	devs []Device
-	// deadline is that of the Read that started it: a read still running
-	// past it is stuck in the driver, and later Reads report the device
-	// down at once rather than wait for it.
-	deadline time.Time
+	// started and deadline are when the Read that started it began and
+	// must end. A read past its deadline by more than its whole budget is
+	// stuck in the driver: later Reads report the device down at once
+	// rather than wait for it. One only a little late is a slow device that
+	// a later Read with time left waits for.
+	started, deadline time.Time
 	// advance says that a scrape uses this read, so that it is committed
 	// (see pending); set under Client.mu until the read seals it.
 	advance, sealed bool
@@ -174,12 +176,12 @@ func (c *Client) Read(ctx context.Context, advance bool) (Node, error) {
 }
 
 // start returns the device's read in flight, or starts one. A read stuck
-// past its own deadline is returned as nil.
+// (see deviceRead.deadline) is returned as nil.
 func (c *Client) start(index int, deadline time.Time, advance bool) *deviceRead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r := c.inflight[index]; r != nil {
-		if time.Now().After(r.deadline) {
+		if now := time.Now(); now.Sub(r.deadline) > r.deadline.Sub(r.started) {
 			return nil
 		}
 		if advance && !r.sealed {
@@ -187,7 +189,7 @@ func (c *Client) start(index int, deadline time.Time, advance bool) *deviceRead 
 		}
 		return r
 	}
-	r := &deviceRead{done: make(chan struct{}), deadline: deadline, advance: advance}
+	r := &deviceRead{done: make(chan struct{}), started: time.Now(), deadline: deadline, advance: advance}
 	c.inflight[index] = r
 	go c.run(index, r)
 	return r

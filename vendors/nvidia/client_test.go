@@ -53,9 +53,10 @@ devices:
 	}
 }
 
-// A read still running past the deadline of the read that started it is
-// stuck in the driver: later reads report the device down at once rather
-// than wait on it, and the other devices are read as usual.
+// A read still running past the deadline of the read that started it by
+// more than that read's whole budget is stuck in the driver: later reads
+// report the device down at once rather than wait on it, and the other
+// devices are read as usual.
 func TestStuckReadIsNotWaitedOn(t *testing.T) {
 	s := mustScenario(t, `
 devices:
@@ -69,12 +70,43 @@ devices:
 	if n.Devices[0].Up || n.Devices[0].Down != "timeout" || !n.Devices[1].Up {
 		t.Fatalf("first read: %+v", n.Devices)
 	}
+	// Past the first read's deadline by more than its 100 ms budget.
+	time.Sleep(150 * time.Millisecond)
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()
 	start := time.Now()
 	n, _ = c.Read(ctx2, true)
 	if n.Devices[0].Down != "previous query still running" || !n.Devices[1].Up || time.Since(start) > time.Second {
 		t.Errorf("second read after %v: %+v", time.Since(start), n.Devices)
+	}
+}
+
+// TestSlowReadIsWaitedOn: a read only a little past the deadline of the
+// read that started it is a slow device, not a stuck one: a read with time
+// left waits for it and reports the device up, as a second Prometheus
+// server with a longer scrape timeout would (found by probing, where it
+// was reported down at once).
+func TestSlowReadIsWaitedOn(t *testing.T) {
+	// 30 ms per call: a full read of GPU 0 takes over a second.
+	s := mustScenario(t, `
+devices:
+  - {model: X, memory_total: 1GiB, metrics: {power: 100, temperature: 40}, call_latency: 30ms}
+  - {model: X, memory_total: 1GiB, metrics: {power: 100}}
+`)
+	c := New(s.NVML(time.Now(), time.Now))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	n, _ := c.Read(ctx, true)
+	if n.Devices[0].Up {
+		t.Fatalf("GPU 0 answered within 300 ms: the test proves nothing")
+	}
+	// 20 ms past the first read's deadline, less than its 300 ms budget.
+	time.Sleep(20 * time.Millisecond)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	n, _ = c.Read(ctx2, true)
+	if !n.Devices[0].Up || !n.Devices[1].Up {
+		t.Errorf("second read: GPU 0 %q, GPU 1 %q; want both up", n.Devices[0].Down, n.Devices[1].Down)
 	}
 }
 
