@@ -172,10 +172,12 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	inheritWholeAllocations(devices, kube)
 	var jobs map[string]slurm.Job
 	var gres map[int][]string
+	slurmDown := false
 	if r.cfg.Slurm != nil {
 		var err error
 		jobs, gres, err = r.slurmJobs(ctx, procs)
 		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: err})
+		slurmDown = err != nil
 	}
 
 	pods := podOwners{}
@@ -187,6 +189,15 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 			// No allocation and no process seen: none, unless the list of
 			// processes is not whole.
 			res.Devices[d.UUID].OwnersUnknown = partial
+		}
+	}
+	// While a source that hands out devices fails, a device's owners may
+	// be missing, whatever else was found: its count is unknown, not the
+	// owners seen (0 for a GPU a Slurm job holds through GRES while
+	// scontrol fails would read as idle).
+	for _, d := range devices {
+		if kubeDown || (slurmDown && len(kube[d.UUID]) == 0) {
+			res.Devices[d.UUID].OwnersUnknown = true
 		}
 	}
 	r.mu.Lock()

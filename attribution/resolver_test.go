@@ -260,6 +260,19 @@ func TestDeviceIDsNamingNoDeviceAreCounted(t *testing.T) {
 	}
 }
 
+// TestSlurmDownOwnersUnknown: while scontrol fails, a GPU a job may hold
+// through GRES has unknown owners, not none (found by probing: an allocated
+// GPU read as idle, xpu_device_owners 0).
+func TestSlurmDownOwnersUnknown(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1`)
+	squeue := fakeBinary(t, "squeue", `echo "squeue: error: Unable to contact slurm controller" >&2; exit 1`)
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1"})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0}})
+	if own := res.Devices[gpuA]; len(own.Claims) != 0 || !own.OwnersUnknown {
+		t.Errorf("GPU 0 while Slurm fails: claims %+v, owners unknown %v; want none and unknown", own.Claims, own.OwnersUnknown)
+	}
+}
+
 func TestResolveKubeletDown(t *testing.T) {
 	r := New(Config{
 		Kubelet:  &fakeKubelet{err: errors.New("connection refused")},
@@ -280,6 +293,13 @@ func TestResolveKubeletDown(t *testing.T) {
 	// uses still owns it.
 	if c := res.Devices[gpuB].Claims; len(c) != 1 || c[0].Owner.Unit != "ollama.service" || c[0].Share != 1 {
 		t.Errorf("GPU-b claims %+v while the kubelet is down, want ollama.service", c)
+	}
+	// A pod may hold either GPU unseen: how many owners each has is not
+	// known (found by probing: xpu_device_owners read 0, as if idle).
+	for _, uuid := range []string{gpuA, gpuB} {
+		if !res.Devices[uuid].OwnersUnknown {
+			t.Errorf("%s: owners known while the kubelet is down", uuid)
+		}
 	}
 	var kubelet *Source
 	for i := range res.Sources {
