@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/internal/slurmid"
@@ -34,8 +35,9 @@ const (
 	// slurmctld has committed it is not.
 	notFoundTTL = 30 * time.Second
 	// waitDelay is how long Wait waits for scontrol's output pipes after
-	// killing it, in case a child process still holds them.
-	waitDelay = time.Second
+	// killing its process group, in case a process that left the group
+	// still holds them: the scrape's deadline is close.
+	waitDelay = 100 * time.Millisecond
 )
 
 var errOutputTooLarge = fmt.Errorf("output exceeds %d bytes", maxOutput)
@@ -362,6 +364,11 @@ func (c *Client) runBinary(ctx context.Context, path string, args ...string) ([]
 	stderr := &boundedbuf.Buffer{Limit: maxStderr}
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// A group of its own, killed whole at the deadline: a wrapper script's
+	// children (or scontrol's) would otherwise keep the output pipes open,
+	// and the scrape waiting for them past its own deadline, and live on.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = waitDelay
 
 	err := cmd.Run()

@@ -3,11 +3,14 @@ package slurm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -104,6 +107,40 @@ cat '`+fixturePath(t, "22.05/cgroup-v1-task-cgroup")+`/scontrol-show-job-d-job'"
 	if got := calls(); !reflect.DeepEqual(got, want) {
 		t.Errorf("scontrol runs = %q, want %q", got, want)
 	}
+}
+
+// TestClientTimeoutKillsChildren: at the deadline the whole process group
+// of scontrol (here a wrapper script and its child) is killed, so the run
+// ends at the deadline and nothing is left running (found by probing:
+// hung children outlived the scrapes, whose answers came after Prometheus's
+// timeout).
+func TestClientTimeoutKillsChildren(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	path, _ := fakeScontrol(t, "sleep 30 &\necho $! > '"+pidFile+"'\nwait")
+	c := &Client{Path: path, Timeout: 300 * time.Millisecond}
+	if _, err := c.Job(context.Background(), "1"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Job() error = %v, want context.DeadlineExceeded", err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// SIGKILL is delivered at once; the orphan is then a zombie until init
+	// reaps it, if it does (not every container's init does): either is
+	// dead.
+	for range 100 {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if errors.Is(err, os.ErrNotExist) || (err == nil && strings.Contains(string(stat), ") Z ")) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	t.Errorf("scontrol's child %d still runs after the deadline", pid)
 }
 
 func TestClientTimeout(t *testing.T) {
