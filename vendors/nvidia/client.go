@@ -290,16 +290,16 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 		c.gpm[index] = g
 	}
 	r := &reader{lib: c.lib, gpm: g, symbols: c.symbols, lastSeen: c.lastSeen[index], prev: c.windows[index], pending: &p.pending}
+	r.identified = func(id Identity) {
+		c.mu.Lock()
+		c.identities[index] = id
+		c.mu.Unlock()
+	}
 	c.mu.Unlock()
 	p.commit = append(p.commit, g.sweep)
 	p.discard = append(p.discard, func() { clear(g.seen) })
 	r.readGPU(h, gpu)
 	p.win = r.win
-	if gpu.Up {
-		c.mu.Lock()
-		c.identities[index] = gpu.Identity
-		c.mu.Unlock()
-	}
 	devs = append(devs, *gpu)
 	if gpu.Up && gpu.MIGEnabled.OK && gpu.MIGEnabled.Value {
 		devs = append(devs, r.readMIGInstances(*gpu, h)...)

@@ -202,3 +202,21 @@ devices:
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestHungLateCallKeepsIdentity: a GPU whose read hangs after its identity
+// was read (in the process list) is reported down under its UUID, by which
+// its owners are found, not unnamed (found by probing).
+func TestHungLateCallKeepsIdentity(t *testing.T) {
+	s := mustScenario(t, `
+devices:
+  - {model: X, memory_total: 1GiB, metrics: {power: 100}, faults: {hang: [processes], hang_for: 1s}}
+`)
+	c := New(s.NVML(time.Now(), time.Now))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	n, _ := c.Read(ctx, true)
+	if d := n.Devices[0]; d.Up || d.UUID != s.Devices[0].UUID {
+		t.Errorf("GPU 0 up %v, UUID %q; want down under %q", d.Up, d.UUID, s.Devices[0].UUID)
+	}
+	time.Sleep(time.Second) // the hung read ends before the test does
+}

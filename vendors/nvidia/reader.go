@@ -29,6 +29,10 @@ type reader struct {
 	// driver period has ended since (two reads within one period); win is
 	// this read's, kept once it is committed.
 	prev, win *window
+	// identified is told the device's identity once it is read, before
+	// the rest: a later call that hangs must not leave the device unnamed
+	// (its owners are found by its UUID).
+	identified func(Identity)
 	lost      bool
 	errs      []CallError
 	// pending advances the device's windows to this read, or undoes what
@@ -77,11 +81,14 @@ func (r *reader) readGPU(h nvml.Device, d *Device) {
 		r.throttle, r.pcie, r.ecc, r.retirement, r.migMode, r.processes,
 		r.nvlink, r.profiling,
 	}
-	for _, step := range steps {
+	for i, step := range steps {
 		if r.lost {
 			break
 		}
 		step(d, h)
+		if i == 0 && r.identified != nil && d.UUID != "" {
+			r.identified(d.Identity)
+		}
 	}
 	*d = r.finish(*d)
 }
