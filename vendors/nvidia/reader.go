@@ -33,8 +33,8 @@ type reader struct {
 	// the rest: a later call that hangs must not leave the device unnamed
 	// (its owners are found by its UUID).
 	identified func(Identity)
-	lost      bool
-	errs      []CallError
+	lost       bool
+	errs       []CallError
 	// pending advances the device's windows to this read, or undoes what
 	// it took, once the client knows whether a scrape used it.
 	pending *pending
