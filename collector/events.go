@@ -76,6 +76,9 @@ func (r *eventRecorder) listen(ctx context.Context, client *nvidia.Client, snaps
 			if st.Unsupported > 0 {
 				r.logger.Info("some NVIDIA devices do not report driver events", "listening", st.Devices, "unsupported", st.Unsupported)
 			}
+			if st.Stuck > 0 {
+				r.logger.Warn("some NVIDIA devices hung when registered for driver events and are not listened to; the others are", "listening", st.Devices, "hung", st.Stuck)
+			}
 		}, func(ev nvidia.Event) { r.record(ctx, ev, snapshot) })
 		if ctx.Err() != nil {
 			return

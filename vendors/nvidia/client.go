@@ -31,6 +31,9 @@ type Client struct {
 	// once, and a device is down only when its own read fails or misses the
 	// waiting scrape's deadline.
 	inflight map[int]*deviceRead
+	// registering are the devices whose registration for events has not
+	// returned: a later Listen does not pile another one up behind it.
+	registering map[int]bool
 	// identities are remembered so that a device that stops answering is
 	// still reported under its own name.
 	identities map[int]Identity
@@ -62,7 +65,7 @@ type deviceRead struct {
 // New returns a client over an NVML implementation: nvml.New() in
 // production, a simulated driver in tests and demo mode.
 func New(lib nvml.Interface) *Client {
-	return &Client{lib: lib, inflight: map[int]*deviceRead{}, identities: map[int]Identity{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, gpm: map[int]*gpmDevice{}}
+	return &Client{lib: lib, inflight: map[int]*deviceRead{}, registering: map[int]bool{}, identities: map[int]Identity{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, gpm: map[int]*gpmDevice{}}
 }
 
 // Init loads and initialises NVML. The exporter calls it at every scrape until

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -39,6 +40,19 @@ var ErrNoEvents = errors.New("no NVIDIA device supports XID or ECC events")
 type ListenStatus struct {
 	Devices     int // devices registered for at least one event type
 	Unsupported int // devices without event support
+	// Stuck are the devices whose registration did not return within
+	// registerTimeout: a GPU hung in the driver, left out so that the
+	// others are listened to.
+	Stuck int
+}
+
+// registerTimeout bounds the registration of one device for events.
+var registerTimeout = 5 * time.Second
+
+// registration is what registering one device for events gave.
+type registration struct {
+	uuid       string
+	registered bool
 }
 
 // Listen registers every device for XID and ECC events and calls handle for
@@ -53,7 +67,10 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("create NVML event set: %s", ret.Error())
 	}
-	defer set.Free()
+	// A registration still stuck in the driver holds the set: it is freed
+	// once the last one returns, never under it.
+	var pending sync.WaitGroup
+	defer func() { go func() { pending.Wait(); set.Free() }() }()
 
 	count, ret := c.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -62,23 +79,39 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 	var status ListenStatus
 	uuids := map[string]int{} // UUID → index, to name the device of an event
 	for i := range count {
-		h, ret := c.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			status.Unsupported++
+		c.mu.Lock()
+		busy := c.registering[i]
+		c.registering[i] = true
+		c.mu.Unlock()
+		if busy {
+			status.Stuck++
 			continue
 		}
-		uuid, _ := h.GetUUID()
-		uuids[uuid] = i
-		supported, ret := h.GetSupportedEventTypes()
-		var mask uint64
-		for _, t := range eventTypes {
-			mask |= t.bit
+		done := make(chan registration, 1)
+		pending.Add(1)
+		go func() {
+			defer pending.Done()
+			reg := c.register(i, set)
+			c.mu.Lock()
+			delete(c.registering, i)
+			c.mu.Unlock()
+			done <- reg
+		}()
+		select {
+		case reg := <-done:
+			if reg.uuid != "" {
+				uuids[reg.uuid] = i
+			}
+			if reg.registered {
+				status.Devices++
+			} else {
+				status.Unsupported++
+			}
+		case <-time.After(registerTimeout):
+			status.Stuck++
+		case <-ctx.Done():
+			return nil
 		}
-		if ret != nvml.SUCCESS || supported&mask == 0 || h.RegisterEvents(supported&mask, set) != nvml.SUCCESS {
-			status.Unsupported++
-			continue
-		}
-		status.Devices++
 	}
 	if ready != nil {
 		ready(status)
@@ -138,4 +171,22 @@ func convertEvent(data nvml.EventData, uuids map[string]int) (Event, bool) {
 		ev.GPUInstance = int(data.GpuInstanceId)
 	}
 	return ev, true
+}
+
+// register registers device index for the event types it supports.
+func (c *Client) register(index int, set nvml.EventSet) registration {
+	h, ret := c.lib.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		return registration{}
+	}
+	uuid, _ := h.GetUUID()
+	supported, ret := h.GetSupportedEventTypes()
+	var mask uint64
+	for _, t := range eventTypes {
+		mask |= t.bit
+	}
+	if ret != nvml.SUCCESS || supported&mask == 0 || h.RegisterEvents(supported&mask, set) != nvml.SUCCESS {
+		return registration{uuid: uuid}
+	}
+	return registration{uuid: uuid, registered: true}
 }
