@@ -52,11 +52,7 @@ func TestChurnNames(t *testing.T) {
 func TestChurnMovesProcessesAndPods(t *testing.T) {
 	s := Default()
 	s.churnEvery = 20 * time.Millisecond
-	a, err := s.StartAttribution()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := started(t, s)
 	lib := s.NVML(time.Now(), time.Now)
 	for deadline := time.Now().Add(10 * time.Second); s.stats.gen.Load() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

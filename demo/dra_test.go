@@ -12,11 +12,7 @@ func TestDRAScenarioPreparesClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.StartAttribution()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := started(t, s)
 	specs, _ := filepath.Glob(filepath.Join(a.CDISpecDir, "*.yaml"))
 	// Three claims (single-gpu-x7k2p, shared-gpu, mig-worker-r4t9z), one
 	// spec each; shared-gpu's two consumers share its spec.

@@ -144,11 +144,7 @@ func TestDemoGaudiProcessesFoundByTheScanner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := s.StartAttribution()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
+	sim := started(t, s)
 	if sim.Sysfs == "" || sim.HLSMISpec == "" {
 		t.Fatalf("no Gaudi simulation: sysfs %q, spec %q", sim.Sysfs, sim.HLSMISpec)
 	}

@@ -51,6 +51,17 @@ func TestSmallestScenariosStart(t *testing.T) {
 	}
 }
 
+// started starts s's simulated sources for the test, closed with it.
+func started(t *testing.T, s *Scenario) *Attribution {
+	t.Helper()
+	a, err := s.StartAttribution()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, want string
@@ -158,11 +169,7 @@ func TestLoginSessionsUnderTheirUsersSlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.StartAttribution()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := started(t, s)
 	// Users are numbered from 1000 in the order first met; root is 0.
 	for pid, want := range map[int]string{7: "user-1000.slice", 8: "user-1001.slice", 9: "user-0.slice"} {
 		b, err := os.ReadFile(filepath.Join(a.Procfs, fmt.Sprint(pid), "cgroup"))
