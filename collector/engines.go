@@ -291,6 +291,12 @@ func (c *enginesCollector) logSkipped(target string, skipped error) {
 	}
 }
 
+// A target's own failures, told apart by errorState.
+var (
+	errTooManyModels = errors.New("models, more than --engines.max-models")
+	errAllStale      = errors.New("every series is stale")
+)
+
 // errorState names a target's failure for logging on change: by its kind
 // where the message varies from scrape to scrape (a redirect loop whose URLs
 // count up, a deadline, a parse error's line, a network error naming the
@@ -310,9 +316,9 @@ func errorState(err error) string {
 		return "too many series"
 	case errors.Is(err, engines.ErrTooManyLabelPairs):
 		return "too many label pairs"
-	case strings.Contains(err.Error(), "more than --engines.max-models"):
+	case errors.Is(err, errTooManyModels):
 		return "too many models"
-	case strings.Contains(err.Error(), "every series is stale"):
+	case errors.Is(err, errAllStale):
 		return "stale"
 	case errors.As(err, &operr) && errors.As(operr.Err, &errno):
 		return operr.Op + ": " + errno.Error()
@@ -454,7 +460,7 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 		engine := engines.Engine(t.Engine)
 		switch {
 		case len(families) == 0 && stale != nil:
-			err = fmt.Errorf("GET %s: every series is stale: %w", redact(t.URL), stale)
+			err = fmt.Errorf("GET %s: %w: %w", redact(t.URL), errAllStale, stale)
 		case t.Engine == "auto":
 			engine, err = engines.Detect(families)
 		case len(families) == 0:
@@ -472,7 +478,7 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 			r.skipped = errors.Join(stale, r.skipped)
 			if n := models(r.samples); *engineMaxModels > 0 && n > *engineMaxModels {
 				r.samples, r.skipped = nil, nil
-				err = fmt.Errorf("GET %s: %d models, more than --engines.max-models=%d", redact(t.URL), n, *engineMaxModels)
+				err = fmt.Errorf("GET %s: %d %w=%d", redact(t.URL), n, errTooManyModels, *engineMaxModels)
 			}
 		}
 	}

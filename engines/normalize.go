@@ -72,44 +72,45 @@ func Serves(engine Engine, families map[string]*dto.MetricFamily) bool {
 		return false
 	}
 	for name := range families {
-		if sp.owns(name) || sp.reads(name) {
+		if sp.owns(name) || readFamilies[engine][name] {
 			return true
 		}
 	}
 	return false
 }
 
-// reads says whether one of the spec's mappings reads the family.
-func (sp spec) reads(name string) bool {
-	var in func(src source) bool
-	in = func(src source) bool {
-		return src.name == name || (src.over != nil && in(*src.over)) || (src.count != nil && in(*src.count))
-	}
-	for _, m := range sp.mappings {
-		if slices.ContainsFunc(m.from, in) {
-			return true
+// readFamilies are the engine families each engine's mappings read,
+// sources behind ratios and durations included.
+var readFamilies = func() map[Engine]map[string]bool {
+	out := map[Engine]map[string]bool{}
+	for e, sp := range specs {
+		reads := map[string]bool{}
+		var add func(src source)
+		add = func(src source) {
+			reads[src.name] = true
+			if src.over != nil {
+				add(*src.over)
+			}
+			if src.count != nil {
+				add(*src.count)
+			}
 		}
-	}
-	return false
-}
-
-var mappedFamilies = func() map[string]bool {
-	out := map[string]bool{}
-	var add func(src source)
-	add = func(src source) {
-		out[src.name] = true
-		if src.over != nil {
-			add(*src.over)
-		}
-		if src.count != nil {
-			add(*src.count)
-		}
-	}
-	for _, sp := range specs {
 		for _, m := range sp.mappings {
 			for _, src := range m.from {
 				add(src)
 			}
+		}
+		out[e] = reads
+	}
+	return out
+}()
+
+// mappedFamilies are the families some engine's mappings read.
+var mappedFamilies = func() map[string]bool {
+	out := map[string]bool{}
+	for _, reads := range readFamilies {
+		for name := range reads {
+			out[name] = true
 		}
 	}
 	return out
