@@ -182,22 +182,21 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 
 	pods := podOwners{}
 	for _, d := range devices {
+		own := res.Devices[d.UUID]
 		partial := d.PIDsPartial || (len(hidden) > 0 && slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] }))
 		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || gres[d.GRESIndex] != nil {
-			r.attribute(res.Devices[d.UUID], d, procs, partial, kube[d.UUID], kubeDown, jobs, gres, pods)
+			r.attribute(own, d, procs, partial, kube[d.UUID], kubeDown, jobs, gres, pods)
 		} else {
 			// No allocation and no process seen: none, unless the list of
 			// processes is not whole.
-			res.Devices[d.UUID].OwnersUnknown = partial
+			own.OwnersUnknown = partial
 		}
-	}
-	// While a source that hands out devices fails, a device's owners may
-	// be missing, whatever else was found: its count is unknown, not the
-	// owners seen (0 for a GPU a Slurm job holds through GRES while
-	// scontrol fails would read as idle).
-	for _, d := range devices {
+		// While a source that hands out devices fails, a device's owners
+		// may be missing, whatever else was found: its count is unknown,
+		// not the owners seen (0 for a GPU a Slurm job holds through GRES
+		// while scontrol fails would read as idle).
 		if kubeDown || (slurmDown && len(kube[d.UUID]) == 0) {
-			res.Devices[d.UUID].OwnersUnknown = true
+			own.OwnersUnknown = true
 		}
 	}
 	r.mu.Lock()
@@ -793,10 +792,11 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 	ids := map[string]bool{}
 	for pid, p := range procs {
 		cg := p.info.Cgroup
-		var sp slurmProc
+		var old slurmProc
 		if p.slurm != nil {
-			sp = *p.slurm
+			old = *p.slurm
 		}
+		sp := old
 		job := cg.SlurmJobID
 		if job == "" && cg.SlurmSLUID != "" {
 			id, err := c.ResolveSLUID(ctx, cg.SlurmSLUID)
@@ -840,7 +840,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 		}
 		// A new value rather than a change in place: the previous scrape's
 		// map, which a concurrent Resolve may be reading, shares it.
-		if (p.slurm == nil && sp != slurmProc{}) || (p.slurm != nil && sp != *p.slurm) {
+		if sp != old {
 			p.slurm = &sp
 			procs[pid] = p
 		}

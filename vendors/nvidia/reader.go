@@ -76,19 +76,20 @@ func (r *reader) ok(call string, ret nvml.Return) bool {
 // readGPU fills d step by step, so that a panic part-way leaves what was
 // read so far (the identity comes first).
 func (r *reader) readGPU(h nvml.Device, d *Device) {
+	r.identity(d, h)
+	if r.identified != nil && d.UUID != "" {
+		r.identified(d.Identity)
+	}
 	steps := []func(*Device, nvml.Device){
-		r.identity, r.utilization, r.memory, r.thermal, r.power, r.clocks,
+		r.utilization, r.memory, r.thermal, r.power, r.clocks,
 		r.throttle, r.pcie, r.ecc, r.retirement, r.migMode, r.processes,
 		r.nvlink, r.profiling,
 	}
-	for i, step := range steps {
+	for _, step := range steps {
 		if r.lost {
 			break
 		}
 		step(d, h)
-		if i == 0 && r.identified != nil && d.UUID != "" {
-			r.identified(d.Identity)
-		}
 	}
 	*d = r.finish(*d)
 }
