@@ -31,24 +31,25 @@ func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 		// pod may run hundreds of processes. Slot len(d.Claims) is for
 		// processes without an owner.
 		owners := make([]labels, len(d.Claims)+1)
+		ownerLabels := func(k int) labels {
+			if owners[k].names == nil {
+				owners[k] = id
+				if k < len(d.Claims) {
+					owners[k] = id.withOwner(d.Claims[k].Owner)
+				}
+			}
+			return owners[k]
+		}
 		for _, p := range d.Processes {
 			k := len(d.Claims)
 			if i, ok := d.ProcessOwner[p.PID]; ok && i >= 0 {
 				k = i
 			}
-			var l labels
+			l := ownerLabels(k)
 			if stray, ok := d.ProcessStrays[p.PID]; ok {
 				// A process outside the device's owners (a host daemon
 				// on an allocated GPU): its own owner, few such per GPU.
 				l = id.withOwner(stray)
-			} else {
-				if owners[k].names == nil {
-					owners[k] = id
-					if k < len(d.Claims) {
-						owners[k] = id.withOwner(d.Claims[k].Owner)
-					}
-				}
-				l = owners[k]
 			}
 			l = l.with("pid", strconv.FormatUint(uint64(p.PID), 10))
 			if p.MemoryUsed != nil {
