@@ -35,6 +35,9 @@ type Corrector struct {
 	mu     sync.Mutex
 	series map[string]*counterState
 	now    func() time.Time
+	// gen counts the calls of Correct; a series' gen says which last saw
+	// it.
+	gen uint64
 }
 
 // ghostTTL is how long a series that disappeared is still given: past it, a
@@ -53,6 +56,7 @@ type counterState struct {
 	typ    dto.MetricType
 	labels []*dto.LabelPair // copied: the parse's own are freed with it
 	seen   time.Time
+	gen    uint64
 	// last is what the engine gave at the last scrape, offset what its
 	// resets took away since the Corrector first saw it.
 	last, offset counts
@@ -77,17 +81,13 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	seen := map[string]bool{}
+	c.gen++
 	for name, f := range families {
 		if !counting(name, f) {
 			continue
 		}
 		for _, m := range f.Metric {
 			key := seriesKey(name, m.Label)
-			if seen[key] {
-				continue // the parser refuses duplicates; Correct need not
-			}
-			seen[key] = true
 			got, ok := countsOf(f.GetType(), m)
 			if !ok {
 				continue
@@ -104,22 +104,22 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily) {
 			case got.value < st.last.value || got.count < st.last.count || got.sum < st.last.sum:
 				st.offset = st.offset.plus(st.last)
 			}
-			st.last, st.seen = got, now
+			st.last, st.seen, st.gen = got, now, c.gen
 			if !st.offset.zero() {
 				setCounts(m, st.offset.plus(got))
 			}
 		}
 	}
-	c.addGhosts(families, seen, now)
+	c.addGhosts(families, now)
 }
 
 // addGhosts gives each series that vanished its last corrected value, and
 // forgets those gone longer than ghostTTL or past maxCorrected.
-func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, seen map[string]bool, now time.Time) {
+func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, now time.Time) {
 	var ghosts []string
 	for key, st := range c.series {
 		switch {
-		case seen[key]:
+		case st.gen == c.gen:
 		case now.Sub(st.seen) > ghostTTL:
 			delete(c.series, key)
 		default:
