@@ -56,7 +56,7 @@ type Owner struct {
 // Labels returns the owner labels of the design that device series carry,
 // in a fixed order. Values that are unknown are left out, never empty.
 func (o Owner) Labels() (names, values []string) {
-	pairs, n := o.pairs()
+	pairs, n := o.LabelPairs()
 	names, values = make([]string, n), make([]string, n)
 	for i, p := range pairs[:n] {
 		names[i], values[i] = p[0], p[1]
@@ -66,7 +66,7 @@ func (o Owner) Labels() (names, values []string) {
 
 // Key identifies the owner among others.
 func (o Owner) Key() string {
-	pairs, n := o.pairs()
+	pairs, n := o.LabelPairs()
 	size := len(o.Kind)
 	for _, p := range pairs[:n] {
 		size += 1 + len(p[1])
@@ -81,9 +81,13 @@ func (o Owner) Key() string {
 	return b.String()
 }
 
-// pairs are Labels' name and value pairs in an array, so that Key, asked
-// for every process at every scrape, allocates only the key.
-func (o Owner) pairs() (pairs [5][2]string, n int) {
+// MaxLabelPairs is the most label pairs an owner has.
+const MaxLabelPairs = 5
+
+// LabelPairs are Labels' name and value pairs in an array, so that Key,
+// asked for every process at every scrape, allocates only the key, and a
+// series' labels can be looked up before they are copied anywhere.
+func (o Owner) LabelPairs() (pairs [MaxLabelPairs][2]string, n int) {
 	add := func(name, value string) {
 		if value != "" {
 			pairs[n] = [2]string{name, value}

@@ -383,7 +383,7 @@ type claims struct {
 type podRef struct{ namespace, pod string }
 
 func newClaims(list []Claim) *claims {
-	c := &claims{list: list, byPod: map[podRef][]int{}, byKey: map[string]int{}}
+	c := &claims{list: list, byPod: make(map[podRef][]int, len(list)), byKey: map[string]int{}}
 	for i, cl := range list {
 		c.index(i, cl)
 	}
@@ -588,11 +588,25 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 	}
 	res.UnknownDeviceIDs = len(idErrs)
 	byRef := indexDevices(devices)
-	claims := map[string][]Claim{}
+	// Each device's claims are sized before they are filled: a GPU shared
+	// by hundreds of pods would otherwise grow its list of large Claims
+	// many times over at every scrape.
+	uuids := make([]string, len(allocs))
+	perDevice := make(map[string]int, len(devices))
+	for i, a := range allocs {
+		if uuid, ok := byRef(a.Device); ok {
+			uuids[i] = uuid
+			perDevice[uuid]++
+		}
+	}
+	claims := make(map[string][]Claim, len(perDevice))
+	for uuid, n := range perDevice {
+		claims[uuid] = make([]Claim, 0, n)
+	}
 	// at finds an owner's claim on a device without comparing it with every
 	// other claim: hundreds of pods may share one GPU.
 	type claimKey struct{ uuid, owner string }
-	at := map[claimKey]int{}
+	at := make(map[claimKey]int, len(allocs))
 	add := func(uuid string, owner Owner, share float64) {
 		k := claimKey{uuid, owner.Key()}
 		if i, ok := at[k]; ok {
@@ -603,9 +617,9 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 		at[k] = len(claims[uuid])
 		claims[uuid] = append(claims[uuid], Claim{Owner: owner, Share: share})
 	}
-	for _, a := range allocs {
-		uuid, ok := byRef(a.Device)
-		if !ok {
+	for i, a := range allocs {
+		uuid := uuids[i]
+		if uuid == "" {
 			// Well formed, but no device of this node: a GPU that is gone
 			// or was never identified, a collector turned off.
 			res.UnknownDeviceIDs++

@@ -44,14 +44,17 @@ func (m metric) desc(labelNames []string) *prometheus.Desc {
 	return d.(*prometheus.Desc)
 }
 
-// labels is a label set under construction: names and values, then up to
-// two pairs added by with and not yet copied into them. Most series are a
-// device's or owner's labels plus one or two of their own ("sensor",
-// "clock", "type" and "scope"); keeping those apart lets emit find a
-// cached series without allocating, and copies them only for a new one.
+// labels is a label set under construction: names and values, then an
+// owner's pairs and up to two pairs added by with, neither yet copied into
+// them. Most series are a device's labels, an owner's, and one or two of
+// their own ("sensor", "clock", "type" and "scope"); keeping those apart
+// lets emit find a cached series without allocating, and copies them only
+// for a new one.
 type labels struct {
 	names  []string
 	values []string
+	owner  [attribution.MaxLabelPairs][2]string // name, value
+	no     int
 	extra  [2][2]string // name, value
 	n      int
 }
@@ -71,12 +74,16 @@ func (l labels) with(name, value string) labels {
 
 // flat returns l with its added pairs copied into names and values.
 func (l labels) flat() labels {
-	if l.n == 0 {
+	if l.n == 0 && l.no == 0 {
 		return l
 	}
 	f := labels{
-		names:  append(make([]string, 0, len(l.names)+l.n), l.names...),
-		values: append(make([]string, 0, len(l.values)+l.n), l.values...),
+		names:  append(make([]string, 0, len(l.names)+l.no+l.n), l.names...),
+		values: append(make([]string, 0, len(l.values)+l.no+l.n), l.values...),
+	}
+	for _, x := range l.owner[:l.no] {
+		f.names = append(f.names, x[0])
+		f.values = append(f.values, x[1])
 	}
 	for _, x := range l.extra[:l.n] {
 		f.names = append(f.names, x[0])
@@ -139,6 +146,12 @@ func seriesOf(m metric, l labels) *series {
 		b = append(b, l.names[i]...)
 		b = append(b, 0xfe)
 		b = append(b, l.values[i]...)
+	}
+	for _, x := range l.owner[:l.no] {
+		b = append(b, 0xff)
+		b = append(b, x[0]...)
+		b = append(b, 0xfe)
+		b = append(b, x[1]...)
 	}
 	for _, x := range l.extra[:l.n] {
 		b = append(b, 0xff)
@@ -225,12 +238,11 @@ func deviceLabels(d *Device) labels {
 }
 
 func (l labels) withOwner(o attribution.Owner) labels {
-	l = l.flat()
-	names, values := o.Labels()
-	return labels{
-		names:  append(l.names[:len(l.names):len(l.names)], names...),
-		values: append(l.values[:len(l.values):len(l.values)], values...),
+	if l.no > 0 || l.n > 0 {
+		l = l.flat() // the owner's pairs follow those already added
 	}
+	l.owner, l.no = o.LabelPairs()
+	return l
 }
 
 // identityLabels identify a device: gpu, uuid, vendor, model, and for MIG

@@ -45,7 +45,16 @@ func (a Allocation) Share() (float64, bool) {
 // *DeviceIDError, once per distinct resource and ID).
 func Allocations(pods []PodResources, allocatable []ResourceDevices, m *ResourceMatcher) ([]Allocation, []error) {
 	replicas, errs := countReplicas(allocatable, m)
-	var out []Allocation
+	// Sized once: this runs at every scrape, over every pod of the node.
+	n := 0
+	for _, p := range pods {
+		for _, c := range p.Containers {
+			for _, rd := range c.Devices {
+				n += len(rd.IDs)
+			}
+		}
+	}
+	out := make([]Allocation, 0, n)
 	for _, p := range pods {
 		for _, c := range p.Containers {
 			for _, rd := range c.Devices {
