@@ -225,6 +225,14 @@ func (c *amdCollector) await(ctx context.Context, r *amdRead) (*amd.Device, bool
 	case <-r.done:
 		return &r.dev, true
 	case <-ctx.Done():
+	}
+	// The cards are awaited in turn: after a hung one has used up the
+	// deadline, a later card has usually answered too, and select picks
+	// among ready cases at random.
+	select {
+	case <-r.done:
+		return &r.dev, true
+	default:
 		return nil, false
 	}
 }

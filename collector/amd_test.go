@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -367,6 +368,46 @@ func TestAMDHungCardIsDownOthersServed(t *testing.T) {
 	os.Remove(fifo)
 	if d := scrape(); !d.Up || d.UUID != "00000000000000aa" {
 		t.Errorf("after the read returned: up %v uuid %q", d.Up, d.UUID)
+	}
+}
+
+// TestAMDHungCardLeavesLaterCardsUp: the cards are awaited in order, so
+// once the hung first card has used up the deadline, every later card's
+// read has both answered and run out of time. Go's select picks one ready
+// case at random, so without a look at the answer first about half of the
+// healthy cards came back down (probe of 2026-11-25: 1 to 6 of 8).
+func TestAMDHungCardLeavesLaterCardsUp(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000a0\n", "gpu_busy_percent": "10\n"})
+	for i := 1; i <= 8; i++ {
+		tr.gpu(fmt.Sprintf("card%d", i), fmt.Sprintf("0000:%02x:00.0", 0x10+i), map[string]string{
+			"unique_id": fmt.Sprintf("00000000000000a%d\n", i), "gpu_busy_percent": "10\n"})
+	}
+	fifo := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Release the stuck read so that the test leaves no reader behind.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+	})
+	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	devs, err := c.readDevices(ctx, true)
+	if err != nil || len(devs) != 9 {
+		t.Fatalf("%d devices, %v", len(devs), err)
+	}
+	var down []string
+	for _, d := range devs {
+		if !d.Up {
+			down = append(down, d.Index)
+		}
+	}
+	// card0 is the hung one: the first amdgpu card, index 0.
+	if !slices.Equal(down, []string{"0"}) {
+		t.Errorf("GPUs down: %v, want only the hung one, 0", down)
 	}
 }
 

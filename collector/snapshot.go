@@ -209,6 +209,17 @@ func (s *snapshotter) build(ctx context.Context, advance bool) *Snapshot {
 			snap.Devices = append(snap.Devices, a.devs...)
 			snap.sources[a.name] = a.res
 		case <-ctx.Done():
+			// select picks among ready cases at random: answers already
+			// in as the deadline passed still count.
+			for more := true; more; {
+				select {
+				case a := <-answers:
+					snap.Devices = append(snap.Devices, a.devs...)
+					snap.sources[a.name] = a.res
+				default:
+					more = false
+				}
+			}
 			s.mu.Lock()
 			for name, r := range reads {
 				if _, ok := snap.sources[name]; ok {

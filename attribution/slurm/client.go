@@ -174,6 +174,11 @@ func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 	case <-cl.done:
 		return cl.job.clone(), cl.err
 	case <-ctx.Done():
+	}
+	select {
+	case <-cl.done: // answered as ctx ended: select may pick either
+		return cl.job.clone(), cl.err
+	default:
 		return Job{}, fmt.Errorf("slurm job %s: %w", id, ctx.Err())
 	}
 }

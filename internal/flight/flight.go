@@ -42,6 +42,13 @@ func (c *Call[V]) Wait(ctx context.Context) bool {
 	case <-c.done:
 		return true
 	case <-ctx.Done():
+	}
+	// A call that finished as ctx ended counts: select picks among ready
+	// cases at random.
+	select {
+	case <-c.done:
+		return true
+	default:
 		return false
 	}
 }

@@ -76,3 +76,18 @@ func TestDeadline(t *testing.T) {
 		t.Errorf("Deadline = %v, want %v", d, want)
 	}
 }
+
+// A call that finished before the caller's context ended counts even when
+// Wait is reached only after both: select alone would pick at random.
+func TestWaitFinishedBeforeDeadline(t *testing.T) {
+	var g Group[string, int]
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 100 {
+		c, _ := g.Join("a", time.Now().Add(time.Second), i, nil)
+		g.Finish("a", c)
+		if !c.Wait(ctx) {
+			t.Fatalf("round %d: a finished call reported as not finished", i)
+		}
+	}
+}

@@ -121,6 +121,11 @@ func (s *ProcessScanner) Scan(ctx context.Context) (uses []NodeUse, unreadable i
 	case r := <-done:
 		return r.uses, r.unreadable, r.err
 	case <-ctx.Done():
+	}
+	select {
+	case r := <-done: // finished as the deadline passed: select may pick either
+		return r.uses, r.unreadable, r.err
+	default:
 		return nil, 0, &Error{Reason: ReasonTimeout, Detail: "process scan", Err: ctx.Err()}
 	}
 }
