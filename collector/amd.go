@@ -464,8 +464,14 @@ type amdPartition struct {
 // run time of jobs the kernel scheduled for the client; work that ROCm
 // puts on KFD user-mode queues is not scheduled by the kernel and is not
 // in them. Memory is
-// drm-total-vram, else the older drm-memory-vram that amdgpu printed before
-// it adopted drm-total- (kernel documentation "DRM client usage stats").
+// drm-resident-vram, else drm-memory-vram, which the kernel documentation
+// ("DRM client usage stats") deprecates as its alias and amdgpu printed
+// alone before it adopted drm_print_memory_stats (and still prints, "Legacy
+// amdgpu keys, alias to drm-resident-memory-", amdgpu_fdinfo.c). Never
+// drm-total-vram: "the backing store for the buffers does not have to be
+// currently instantiated to be counted", and amdgpu files a buffer there
+// under its preferred placement even when evicted, so the owners' parts
+// could add up to more than the device's used memory.
 //
 // A walk of procfs cut short by the deadline leaves every device without
 // processes and the window where it was: the scrape that asked has given
@@ -503,7 +509,7 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 	c.mu.Lock()
 	prev := c.window
 	if advance {
-		c.window = amdWindow{at: now, clients: clients, complete: complete}
+		c.window = amdWindow{at: now, clients: amd.Baseline(prev.clients, clients), complete: complete}
 	}
 	c.mu.Unlock()
 
@@ -655,8 +661,8 @@ func vram(cl amd.Client) (uint64, bool) {
 	switch {
 	case !ok:
 		return 0, false
-	case m.Total.OK:
-		return m.Total.Value, true
+	case m.Resident.OK:
+		return m.Resident.Value, true
 	case m.Legacy.OK:
 		return m.Legacy.Value, true
 	}

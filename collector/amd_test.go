@@ -100,7 +100,7 @@ func (c *fakeClock) now() time.Time { return c.t }
 // GPU, with its VRAM in MiB and its gfx busy time in ns.
 func amdgpuClient(id, vramMiB, gfxNs string) string {
 	return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-pdev:\t0000:0c:00.0\n" +
-		"drm-total-vram:\t" + vramMiB + " MiB\ndrm-engine-gfx:\t" + gfxNs + " ns\n"
+		"drm-total-vram:\t" + vramMiB + " MiB\ndrm-resident-vram:\t" + vramMiB + " MiB\ndrm-engine-gfx:\t" + gfxNs + " ns\n"
 }
 
 // sharedByPods makes pods ml/a and ml/b the owners of d, half each, a
@@ -139,10 +139,12 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 		"mem_info_vram_used":  "17179869184\n",
 	})
 	// Pod A: PID 200 opened client 17; its child 201 inherited the fd.
-	// Newer amdgpu keys: drm-total-vram in MiB.
+	// Newer amdgpu keys in MiB: 8 GiB resident, of 12 GiB created (the
+	// rest evicted, which drm-total-vram counts and the device's used
+	// memory does not).
 	clientA := func(gfx string) string {
 		return "drm-driver:\tamdgpu\ndrm-client-id:\t17\ndrm-pdev:\t0000:0c:00.0\n" +
-			"drm-total-vram:\t8192 MiB\ndrm-engine-gfx:\t" + gfx + " ns\n"
+			"drm-total-vram:\t12288 MiB\ndrm-resident-vram:\t8192 MiB\ndrm-engine-gfx:\t" + gfx + " ns\n"
 	}
 	// Pod B: PID 300, client 18, older amdgpu: drm-memory-vram in KiB;
 	// no compute line at the first scrape (amdgpu prints only engines the
@@ -242,6 +244,47 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 	if got := *devs[0].Processes[0].Utilization; math.Abs(got-0.2) > 1e-12 {
 		t.Errorf("pid 200 after a cut walk: %v, want 0.2", got)
 	}
+}
+
+// TestAMDEngineCounterDipCatchesUp: a client's engine counter may fall
+// back for a while and must then catch up; the window after the dip
+// measures from the larger value read before it (kernel documentation,
+// "DRM client usage stats", drm-engine-<keystr>). Client 17 (PID 200)
+// reads 10.0, 11.0, 10.5 and 12.0 s of gfx; client 18 (PID 300) runs a
+// steady 0.5 s per 2 s window.
+func TestAMDEngineCounterDipCatchesUp(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "75\n"})
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	var devs []*Device
+	for i, gfx17 := range []string{"10000000000", "11000000000", "10500000000", "12000000000"} {
+		clk.t = testNow.Add(time.Duration(2*i) * time.Second)
+		tr.fd(200, 5, amdgpuClient("17", "1024", gfx17))
+		tr.fd(300, 7, amdgpuClient("18", "1024", strconv.Itoa(500000000*(i+1))))
+		var err error
+		if devs, err = c.readDevices(context.Background(), true); err != nil || len(devs) != 1 {
+			t.Fatalf("scrape %d: %d devices, %v", i, len(devs), err)
+		}
+		if i == 2 {
+			// The dip: what client 17 ran in this window is not known.
+			if u := devs[0].Processes[0].Utilization; u != nil {
+				t.Errorf("pid 200 in the window of the dip: %v, want unknown", *u)
+			}
+		}
+	}
+	// Window 2 s = 2e9 ns. PID 200: (12.0e9 - 11.0e9) / 2e9 = 0.5, not
+	// (12.0e9 - 10.5e9) / 2e9 = 0.75; PID 300: 0.5e9 / 2e9 = 0.25.
+	// The device's 0.75 splits 0.5 : 0.25, 0.75 × 0.5/0.75 = 0.5 and
+	// 0.75 × 0.25/0.75 = 0.25.
+	d := devs[0]
+	want := map[uint32]float64{200: 0.5, 300: 0.25}
+	for _, p := range d.Processes {
+		if p.Utilization == nil || math.Abs(*p.Utilization-want[p.PID]) > 1e-12 {
+			t.Errorf("pid %d: utilization %v, want %v", p.PID, p.Utilization, want[p.PID])
+		}
+	}
+	sharedByPods(d, []uint32{200}, []uint32{300})
+	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), some(0.5)}, {some(1 << 30), some(0.25)}})
 }
 
 // TestAMDUnreadableProcessLeavesSplitOut: a process whose fds can be read
@@ -725,7 +768,7 @@ func TestAMDFdinfoClientOfAPartitionedGPU(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n"})
 	tr.write(filepath.Join(tr.procs, "300", "fd"), "")
 	tr.write(filepath.Join(tr.procs, "300", "fdinfo", "7"),
-		"drm-driver:\tamdgpu\ndrm-client-id:\t18\ndrm-pdev:\t0000:0c:00.0\ndrm-total-vram:\t2048 MiB\n")
+		"drm-driver:\tamdgpu\ndrm-client-id:\t18\ndrm-pdev:\t0000:0c:00.0\ndrm-resident-vram:\t2048 MiB\n")
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
 	parent := &Device{Vendor: "amd", Up: true, HasMIG: true, PCIBusID: "0000:0c:00.0", vendorData: &amdData{}}
 	parts := []*Device{
@@ -825,7 +868,7 @@ func TestAMDPrimaryNodeAndUntrustworthyClients(t *testing.T) {
 func TestAMDClientNamedByItsNodeAlone(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "60\n"})
 	noPdev := func(id, mib string) string {
-		return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-total-vram:\t" + mib + " MiB\n"
+		return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-resident-vram:\t" + mib + " MiB\n"
 	}
 	tr.fd(200, 5, noPdev("17", "1024"))
 	tr.fdOn(300, 4, "/dev/dri/card0", noPdev("13", "2048"))

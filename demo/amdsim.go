@@ -466,8 +466,12 @@ type amdNodes struct{ card, render int }
 
 // writeClient writes the process's one DRM client, fd 5 on its render
 // node (or primary node: ProcessSpec.DRMNode), as amdgpu_show_fdinfo
-// prints it with drm_print_memory_stats (drm-total-/drm-resident- in KiB)
-// and one drm-engine-gfx line once the client has used the engine.
+// prints it with drm_print_memory_stats (drm-total-/drm-resident- in KiB),
+// its legacy drm-memory-vram alias of the resident size, and one
+// drm-engine-gfx line once the client has used the engine. drm-total-vram
+// counts a buffer by its preferred placement whether or not it is there
+// (amdgpu_bo_mem_stats_placement): every client here has an evicted 512
+// MiB buffer, in its total and not resident.
 func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, nodes amdNodes, index int, mem float64, t time.Time) error {
 	dir := filepath.Join(a.procfs, fmt.Sprint(p.PID))
 	node := fmt.Sprintf("/dev/dri/renderD%d", nodes.render)
@@ -478,7 +482,7 @@ func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, nodes amdNodes, index 
 	fmt.Fprintf(&b, "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t%d\n", 1000+nodes.render)
 	fmt.Fprintf(&b, "drm-driver:\tamdgpu\ndrm-client-id:\t%d\ndrm-pdev:\t%s\npasid:\t%d\n", p.PID, pdev, 32768+p.PID%32768)
 	kib := uint64(mem) / 1024
-	fmt.Fprintf(&b, "drm-total-vram:\t%d KiB\ndrm-resident-vram:\t%d KiB\ndrm-total-gtt:\t2048 KiB\ndrm-resident-gtt:\t2048 KiB\n", kib, kib)
+	fmt.Fprintf(&b, "drm-total-vram:\t%d KiB\ndrm-resident-vram:\t%d KiB\ndrm-total-gtt:\t2048 KiB\ndrm-resident-gtt:\t2048 KiB\ndrm-memory-vram:\t%d KiB\namd-evicted-vram:\t524288 KiB\n", kib+512*1024, kib, kib)
 	if ns := a.engineNS(p, index, t); ns > 0 {
 		fmt.Fprintf(&b, "drm-engine-gfx:\t%d ns\n", ns)
 	}

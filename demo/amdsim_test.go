@@ -131,13 +131,15 @@ func TestAMDSimTreeReadsBack(t *testing.T) {
 	if len(errs) > 0 || len(parts) != 2 || parts[0].RenderMinor != 130 || parts[1].Name != "amdgpu_xcp_0" || parts[1].RenderMinor != 132 || parts[1].ParentPCIBusID != "0000:38:00.0" {
 		t.Errorf("partitions %+v %v", parts, errs)
 	}
-	// PID 3001 busy 0.5 for 10 s: 5e9 ns of gfx; 96 GiB of VRAM.
+	// PID 3001 busy 0.5 for 10 s: 5e9 ns of gfx; 96 GiB of VRAM resident
+	// (and in the legacy alias), plus the evicted 512 MiB buffer in its
+	// total: 96 GiB + 512 MiB.
 	clients, serrs := amd.FdinfoScanner{ProcRoot: filepath.Join(dir, "proc"), Driver: "amdgpu"}.Scan([]int{3001})
 	if len(serrs) > 0 || len(clients) != 1 {
 		t.Fatalf("clients %+v %v", clients, serrs)
 	}
 	c := clients[0]
-	if c.Engines["gfx"] != 5e9 || c.Memory["vram"].Total.Value != 96<<30 || !c.RenderMinor.OK || c.RenderMinor.Value != 128 {
+	if c.Engines["gfx"] != 5e9 || c.Memory["vram"].Resident.Value != 96<<30 || c.Memory["vram"].Legacy.Value != 96<<30 || c.Memory["vram"].Total.Value != 96<<30+512<<20 || !c.RenderMinor.OK || c.RenderMinor.Value != 128 {
 		t.Errorf("client %+v", c)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -399,8 +400,12 @@ type EngineShare struct {
 // t0 out of the scan's sight (handed over from another process, say), and
 // counting its whole past as this window's would bill its owner for the
 // device. An engine of a known client that had no line at t0 starts from
-// 0. A counter that went backwards (a client ID reused for a new file)
-// makes the client unknown. The two scans are not atomic with the clock
+// 0. A counter that went backwards makes the client unknown for the window:
+// the kernel documentation allows it ("Values are not required to be
+// constantly monotonic if it makes the driver implementation easier, but
+// are required to catch up with the previously reported larger value
+// within a reasonable period"), and what the client ran meanwhile is not
+// known; Baseline keeps the larger value for the next window. The two scans are not atomic with the clock
 // readings, so a ratio may exceed 1 by the jitter of reading the files; it
 // is capped at 1. So is a known client's, whose engine's rings may also run
 // at once: amdgpu sums a client's time over the rings of an IP type
@@ -447,6 +452,41 @@ func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, af
 		}
 	}
 	return shares, unknown
+}
+
+// Baseline is the scan at t1 as the start of the next window, with every
+// engine counter that fell below the same client's at t0 kept at t0's:
+// "Upon observing a value lower than what was previously read, userspace
+// is expected to stay with that larger previous value until a monotonic
+// update is seen" (kernel documentation, "DRM client usage stats",
+// drm-engine-<keystr>). Measured from the lower value, the next window
+// would count again time already counted.
+func Baseline(before, after []Client) []Client {
+	prev := make(map[ClientKey]map[string]uint64, len(before))
+	for _, c := range before {
+		prev[c.Key] = c.Engines
+	}
+	out, copied := after, false
+	for i, c := range after {
+		was := prev[c.Key]
+		var raised map[string]uint64
+		for name, now := range c.Engines {
+			if v, ok := was[name]; ok && now < v {
+				if raised == nil {
+					raised = maps.Clone(c.Engines)
+				}
+				raised[name] = v
+			}
+		}
+		if raised == nil {
+			continue
+		}
+		if !copied {
+			out, copied = slices.Clone(after), true // the caller's scan stays as read
+		}
+		out[i].Engines = raised
+	}
+	return out
 }
 
 // maxShareJitter is how far beyond 1 the scans' timing may push a new

@@ -2,6 +2,7 @@ package amd
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -212,4 +213,29 @@ func FuzzParseFdinfo(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Baseline raises only the counters that fell, and leaves the scan it was
+// given as read.
+func TestBaseline(t *testing.T) {
+	k17, k18 := ClientKey{PDev: "0000:0c:00.0", ClientID: 17}, ClientKey{PDev: "0000:0c:00.0", ClientID: 18}
+	before := []Client{
+		{Key: k17, Engines: map[string]uint64{"gfx": 11, "compute": 5}},
+		{Key: k18, Engines: map[string]uint64{"gfx": 3}},
+	}
+	after := []Client{
+		{Key: k17, Engines: map[string]uint64{"gfx": 10, "compute": 6, "dma": 1}},
+		{Key: k18, Engines: map[string]uint64{"gfx": 4}},
+		{Key: ClientKey{PDev: "0000:0c:00.0", ClientID: 19}, Engines: map[string]uint64{"gfx": 1}},
+	}
+	got := Baseline(before, after)
+	want := []map[string]uint64{{"gfx": 11, "compute": 6, "dma": 1}, {"gfx": 4}, {"gfx": 1}}
+	for i := range want {
+		if !maps.Equal(got[i].Engines, want[i]) {
+			t.Errorf("client %d: %v, want %v", i, got[i].Engines, want[i])
+		}
+	}
+	if after[0].Engines["gfx"] != 10 {
+		t.Errorf("the scan given was changed: %v", after[0].Engines)
+	}
 }
