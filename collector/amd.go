@@ -565,11 +565,21 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 	per := map[*Device]map[int]*usage{}
 	for _, cl := range clients {
 		d := byPCI[cl.Key.PDev]
-		switch {
-		case cl.RenderMinor.OK && byMinor[cl.RenderMinor.Value] != nil:
-			d = byMinor[cl.RenderMinor.Value]
-		case cl.CardMinor.OK && byCard[cl.CardMinor.Value] != nil:
-			d = byCard[cl.CardMinor.Value]
+		// The node names a partition of the GPU drm-pdev names, or the GPU
+		// where drm-pdev is missing. It does not overrule drm-pdev: the
+		// link is the name in the process's own mount namespace, which a
+		// container may have given another GPU's node (docker run
+		// --device=/dev/dri/renderD129:/dev/dri/renderD128), while amdgpu
+		// prints the PCI address of the device the file was opened on.
+		var node *Device
+		if cl.RenderMinor.OK {
+			node = byMinor[cl.RenderMinor.Value]
+		}
+		if node == nil && cl.CardMinor.OK {
+			node = byCard[cl.CardMinor.Value]
+		}
+		if node != nil && (cl.Key.PDev == "" || node.PCIBusID == cl.Key.PDev) {
+			d = node
 		}
 		if d == nil && len(cl.PIDs) > 0 && (partitioned[cl.Key.PDev] || cl.Key.PDev == "") {
 			// A client of one of this GPU's partitions, which one unknown

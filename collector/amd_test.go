@@ -287,6 +287,30 @@ func TestAMDEngineCounterDipCatchesUp(t *testing.T) {
 	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), some(0.5)}, {some(1 << 30), some(0.25)}})
 }
 
+// TestAMDRemappedNodeFollowsPdev: a container started with
+// --device=/dev/dri/renderD129:/dev/dri/renderD128 holds the second GPU
+// through a node that, in its own mount namespace, bears the first GPU's
+// name. drm-pdev names the GPU the file was opened on.
+func TestAMDRemappedNodeFollowsPdev(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n"})
+	tr.gpu("card1", "0000:22:00.0", map[string]string{"unique_id": "00000000000000bb\n", "drm/renderD129/dev": "226:129\n"})
+	tr.fdOn(4242, 5, "/dev/dri/renderD128", "drm-driver:\tamdgpu\ndrm-client-id:\t7\ndrm-pdev:\t0000:22:00.0\ndrm-resident-vram:\t1024 MiB\n")
+	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+	devs, err := c.readDevices(context.Background(), true)
+	if err != nil || len(devs) != 2 {
+		t.Fatalf("%d devices, %v", len(devs), err)
+	}
+	for _, d := range devs {
+		var pids []uint32
+		for _, p := range d.Processes {
+			pids = append(pids, p.PID)
+		}
+		if onB := d.UUID == "00000000000000bb"; (len(pids) == 1 && pids[0] == 4242) != onB {
+			t.Errorf("GPU %s (%s): processes %v", d.UUID, d.PCIBusID, pids)
+		}
+	}
+}
+
 // TestAMDUnreadableProcessLeavesSplitOut: a process whose fds can be read
 // neither through their links nor through fdinfo (on a real node: no
 // CAP_SYS_PTRACE; here "directories" that are files, ENOTDIR, which root
