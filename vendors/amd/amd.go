@@ -5,7 +5,10 @@
 // Every file may be absent on some model or kernel: ENOENT, EOPNOTSUPP and
 // ENODATA leave one reading unset (the exporter then omits one series, never
 // writes zero). EACCES leaves it unset too but is recorded in Errors, since a
-// mount or permission is wrong. ENODEV and EIO mark the whole device down.
+// mount or permission is wrong. ENODEV marks the whole device down; EIO,
+// one firmware message that failed on a GPU still present, is recorded for
+// its file alone. An empty value is the driver's "no value" and leaves the
+// reading unset.
 // A file that cannot be parsed, or is larger than its documented format
 // allows, is recorded in Errors with the file's name so that it can be
 // counted, never silently dropped.
@@ -114,8 +117,13 @@ func absent(err error) bool {
 		errors.Is(err, syscall.ENODATA)
 }
 
-// gone reports whether err means the device itself stopped answering: a
-// GPU that fell off the bus or is in reset returns ENODEV or EIO.
+// gone reports whether err means the device itself stopped answering: the
+// attributes of a GPU that was unplugged or fell off the bus answer ENODEV
+// (drm_dev_enter fails; kernfs answers it for a removed node). EIO is not
+// gone: amdgpu returns it for one SMU message whose "command completed
+// successfully, but the command status was failure" (smu_cmn.c,
+// __smu_cmn_reg2errno, SMU_RESP_CMD_FAIL), on a GPU whose other readings
+// still answer. A firmware that hangs is bounded by the scrape deadline.
 func gone(err error) bool {
-	return errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EIO)
+	return errors.Is(err, syscall.ENODEV)
 }

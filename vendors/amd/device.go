@@ -1,6 +1,7 @@
 package amd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -29,8 +30,8 @@ type Device struct {
 	// RenderMinor is the minor number of the device's render node
 	// (renderD128 → 128), which DRM fdinfo clients are matched to.
 	RenderMinor Opt[int]
-	// Down is set when a read failed with ENODEV or EIO: the GPU fell off
-	// the bus or is in reset. The readings taken before it stay.
+	// Down is set when a read failed with ENODEV: the GPU was unplugged or
+	// fell off the bus. The readings taken before it stay.
 	Down bool
 
 	// UniqueID is unique_id. amdgpu.rst (DOC: unique_id): "This will
@@ -229,8 +230,8 @@ func (dr devReader) fixed() devReader {
 // nil when the reading is absent or failed; failures are filed.
 func (dr devReader) read(name string, limit int) []byte {
 	if dr.d.Down {
-		// Every further read of a device that answered ENODEV or EIO
-		// fails the same way, and may block as long.
+		// Every further read of a device that answered ENODEV fails the
+		// same way.
 		return nil
 	}
 	// dir is clean (ReadDevice builds it with filepath.Join) and so is
@@ -258,10 +259,19 @@ func (dr devReader) fail(name string, err error) {
 	dr.d.Errors = append(dr.d.Errors, ReadError{File: name, Err: err})
 }
 
+// noValue reports whether b is an empty value, which amdgpu prints where it
+// has none: product_name and serial_number on boards without an FRU EEPROM
+// on kernels that created them for every GPU (amdgpu_device.c,
+// sysfs_emit(buf, "%s\n", adev->product_name)), unique_id on an ASIC
+// without one ("if (adev->unique_id) ... return 0"), power1_cap whose limit
+// cannot be read (amdgpu_hwmon_show_power_cap_generic: sysfs_emit(buf,
+// "\n")). That is an absent reading, not a malformed file.
+func noValue(b []byte) bool { return len(bytes.TrimSpace(b)) == 0 }
+
 // value reads name and parses it; a parse error is filed.
 func value[T any](dr devReader, name string, parse func([]byte) (T, error)) Opt[T] {
 	b := dr.read(name, maxValueSize)
-	if b == nil {
+	if b == nil || noValue(b) {
 		return Opt[T]{}
 	}
 	v, err := parse(b)
@@ -275,7 +285,7 @@ func value[T any](dr devReader, name string, parse func([]byte) (T, error)) Opt[
 // optional is value for parsers that may say "no reading" without error.
 func optional[T any](dr devReader, name string, parse func([]byte) (T, bool, error)) Opt[T] {
 	b := dr.read(name, maxValueSize)
-	if b == nil {
+	if b == nil || noValue(b) {
 		return Opt[T]{}
 	}
 	v, ok, err := parse(b)

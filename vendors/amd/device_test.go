@@ -163,16 +163,19 @@ func TestReadDeviceMissingMalformedOversized(t *testing.T) {
 		"hwmon/hwmon0/temp2_emergency": "105C\n",
 		"hwmon/hwmon0/temp1_crit":      "90000\n",
 		"hwmon/hwmon0/power1_input":    "15000000\n",
-		"hwmon/hwmon0/power1_cap":      "",
+		"hwmon/hwmon0/power1_cap":      "\n",
 		"gpu_metrics":                  "\x78\x00\x01\x03short",
 		"current_compute_partition":    "SPX\n",
 		"available_memory_partition":   "\n",
+		// The driver's "no value": absent, not malformed.
+		"product_name":  "\n",
+		"serial_number": "\n",
+		"unique_id":     "",
 	})
 	d := Reader{SysfsRoot: root}.ReadDevice("card0")
 	want := []string{
 		"gpu_busy_percent", "mem_busy_percent", "mem_info_vram_total", "pp_dpm_sclk",
-		"ras/umc_err_count", "hwmon/hwmon0/temp1_input", "hwmon/hwmon0/temp2_emergency", "hwmon/hwmon0/power1_cap",
-		"available_memory_partition", "gpu_metrics",
+		"ras/umc_err_count", "hwmon/hwmon0/temp1_input", "hwmon/hwmon0/temp2_emergency", "gpu_metrics",
 	}
 	if got := errorFiles(d); !reflect.DeepEqual(got, want) {
 		t.Errorf("errors in %v, want %v", got, want)
@@ -190,7 +193,9 @@ func TestReadDeviceMissingMalformedOversized(t *testing.T) {
 		wantUnset(t, name, v)
 	}
 	wantUnset(t, "vram total", d.VRAMTotal)
-	wantUnset(t, "unique id", d.UniqueID)
+	for name, v := range map[string]Opt[string]{"unique id": d.UniqueID, "product name": d.ProductName, "serial": d.Serial} {
+		wantUnset(t, name, v)
+	}
 	if len(d.RAS) != 1 || d.RAS["gfx"].Correctable.Value != 3 {
 		t.Errorf("RAS %+v", d.RAS)
 	}

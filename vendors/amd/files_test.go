@@ -1,6 +1,7 @@
 package amd
 
 import (
+	"errors"
 	"maps"
 	"reflect"
 	"strings"
@@ -123,11 +124,38 @@ func TestFilesStaticAttributes(t *testing.T) {
 // removed kernfs node does (ENODEV), which a file of a test tree cannot.
 func removeHeld(t *testing.T, cf *cardFiles, name string) {
 	t.Helper()
+	failHeld(t, cf, name, syscall.ENODEV)
+}
+
+// failHeld makes the held file of the card's attribute name answer errno.
+func failHeld(t *testing.T, cf *cardFiles, name string, errno syscall.Errno) {
+	t.Helper()
 	for path, h := range cf.files {
 		if strings.HasSuffix(path, "/"+name) {
-			h.read = func([]byte) (int, error) { return 0, syscall.ENODEV }
+			h.read = func([]byte) (int, error) { return 0, errno }
 			return
 		}
 	}
 	t.Fatalf("%s is not held", name)
+}
+
+// TestFilesEIOIsOneFilesError: amdgpu answers EIO for one SMU message that
+// failed (smu_cmn.c, SMU_RESP_CMD_FAIL) on a GPU whose other readings still
+// answer: that file's reading is unset and filed, the GPU is not down.
+func TestFilesEIOIsOneFilesError(t *testing.T) {
+	files := NewFiles()
+	defer files.Close()
+	r := Reader{SysfsRoot: fixtureSys, Files: files}
+	before := r.ReadDevice("card1")
+	failHeld(t, files.cards["card1"], "gpu_busy_percent", syscall.EIO)
+	got := r.ReadDevice("card1")
+	if got.Down || got.GPUBusy.OK {
+		t.Errorf("down %v, busy %+v; want up without the busy reading", got.Down, got.GPUBusy)
+	}
+	if files := errorFiles(got); !reflect.DeepEqual(files, []string{"gpu_busy_percent"}) || !errors.Is(got.Errors[0], syscall.EIO) {
+		t.Errorf("errors %v", got.Errors)
+	}
+	if got.MemBusy != before.MemBusy || got.VRAMUsed != before.VRAMUsed || !reflect.DeepEqual(got.Temperatures, before.Temperatures) {
+		t.Errorf("the other readings changed: %+v", got)
+	}
 }
