@@ -309,6 +309,20 @@ func (c *amdCollector) indexOf(card, pci string) string {
 	return strconv.Itoa(i)
 }
 
+// amdModel is the board's product_name, which amdgpu has only for "certain
+// server cards" (amdgpu.rst, DOC: product_name), else its PCI IDs as lspci
+// -nn prints them, so that every device series has a model to group and
+// price by.
+func amdModel(ad *amd.Device) string {
+	switch {
+	case ad.ProductName.OK:
+		return ad.ProductName.Value
+	case ad.PCIDevice.OK:
+		return "AMD GPU [1002:" + ad.PCIDevice.Value + "]"
+	}
+	return ""
+}
+
 func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 	c.mu.Lock()
 	pci := ad.PCIBusID
@@ -321,7 +335,7 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 		Vendor:     "amd",
 		Index:      index,
 		UUID:       amdUUID(ad),
-		Model:      ad.ProductName.Value,
+		Model:      amdModel(ad),
 		PCIBusID:   ad.PCIBusID,
 		Up:         !ad.Down,
 		vendorData: &amdData{dev: ad, partition: -1},

@@ -311,6 +311,28 @@ func TestAMDRemappedNodeFollowsPdev(t *testing.T) {
 	}
 }
 
+// TestAMDModelWithoutProductName: amdgpu has product_name only for
+// "certain server cards" (an MI100 on a 6.1 kernel prints an empty one, a
+// Radeon on 6.8 none); the model is then the board's PCI IDs.
+func TestAMDModelWithoutProductName(t *testing.T) {
+	for name, files := range map[string]map[string]string{
+		"empty":  {"product_name": "\n"},
+		"absent": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			files["unique_id"], files["device"] = "00000000000000aa\n", "0x738C\n"
+			c := newAMDCollectorFor(t, newAMDTree(t, files), &fakeClock{t: testNow})
+			devs, err := c.readDevices(context.Background(), true)
+			if err != nil || len(devs) != 1 {
+				t.Fatalf("%d devices, %v", len(devs), err)
+			}
+			if got := devs[0].Model; got != "AMD GPU [1002:738c]" {
+				t.Errorf("model %q", got)
+			}
+		})
+	}
+}
+
 // TestAMDUnreadableProcessLeavesSplitOut: a process whose fds can be read
 // neither through their links nor through fdinfo (on a real node: no
 // CAP_SYS_PTRACE; here "directories" that are files, ENOTDIR, which root

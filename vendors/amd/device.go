@@ -42,6 +42,10 @@ type Device struct {
 	// the product name as returned from the FRU. NOTE: This is only
 	// available for certain server cards".
 	ProductName Opt[string]
+	// PCIDevice is the PCI device ID (the PCI core's "device" attribute,
+	// "0x%04x\n", drivers/pci/pci-sysfs.c), lower-case hexadecimal without
+	// the 0x: what names the model of a board without product_name.
+	PCIDevice Opt[string]
 	// VBIOSVersion is vbios_version. amdgpu.rst (DOC: vbios_version): "The
 	// amdgpu driver provides a sysfs API for reading the VBIOS version".
 	VBIOSVersion Opt[string]
@@ -347,6 +351,7 @@ func (r Reader) ReadDevice(card string) Device {
 	d.UniqueID = value(st, "unique_id", parseString)
 	d.ProductName = value(st, "product_name", parseString)
 	d.VBIOSVersion = value(st, "vbios_version", parseString)
+	d.PCIDevice = value(st, "device", parsePCIID)
 	d.Serial = value(st, "serial_number", parseString)
 	d.MaxLinkSpeed = optional(st, "max_link_speed", parseLinkSpeed)
 	d.MaxLinkWidth = optional(st, "max_link_width", parseLinkWidth)

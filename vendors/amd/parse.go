@@ -79,6 +79,16 @@ func parseString(b []byte) (string, error) {
 	return s, nil
 }
 
+// parsePCIID parses a PCI ID attribute ("0x740f\n") into "740f".
+func parsePCIID(b []byte) (string, error) {
+	s := strings.ToLower(string(bytes.TrimSpace(b)))
+	id, ok := strings.CutPrefix(s, "0x")
+	if !ok || len(id) != 4 || strings.Trim(id, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("%w: %q is not a PCI ID", ErrMalformed, truncate(s))
+	}
+	return id, nil
+}
+
 // parseLinkSpeed parses the PCI core's current_link_speed/max_link_speed
 // (drivers/pci/pci-sysfs.c, current_link_speed_show prints
 // pci_speed_string(), e.g. "16.0 GT/s PCIe"; older kernels print

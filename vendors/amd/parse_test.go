@@ -3,6 +3,7 @@ package amd
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
@@ -228,6 +229,18 @@ func FuzzSysfsValues(f *testing.F) {
 		if m, ok, err := parseMode(b); err == nil && ok && m == "" {
 			t.Fatal("empty mode accepted")
 		}
+		if id, err := parsePCIID(b); err == nil && (len(id) != 4 || strings.ToLower(id) != id) {
+			t.Fatalf("PCI ID %q", id)
+		}
 		_, _, _ = parseKFDProperties(b)
 	})
+}
+
+func TestParsePCIID(t *testing.T) {
+	for in, want := range map[string]string{"0x740f\n": "740f", "0x738C": "738c", "740f\n": "", "0x74\n": "", "0x74g0\n": "", "\n": ""} {
+		got, err := parsePCIID([]byte(in))
+		if got != want || (err == nil) != (want != "") {
+			t.Errorf("parsePCIID(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
 }
