@@ -265,6 +265,13 @@ func TestPartitions(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Partitions() =\n%+v\nwant\n%+v", got, want)
 	}
+	// The same node while current_compute_partition reads "UNKNOWN" (a
+	// mode switch under way): amdgpu_xcp_0 is live, so the MI300X is
+	// partitioned and its own function is still partition 0.
+	gpus[0].ComputePartition = Opt[string]{}
+	if got, _ := r.Partitions(gpus); !reflect.DeepEqual(got, want) {
+		t.Errorf("mode unknown: Partitions() =\n%+v\nwant\n%+v", got, want)
+	}
 }
 
 func TestParseKFDProperties(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -79,15 +80,7 @@ func (r Reader) Partitions(gpus []Device) ([]Partition, []ReadError) {
 	var errs []ReadError
 	for _, d := range gpus {
 		if d.ComputePartition.OK && d.ComputePartition.Value != "SPX" && d.PCIBusID != "" {
-			card := -1
-			if n, err := strconv.Atoi(strings.TrimPrefix(d.Card, "card")); err == nil {
-				card = n
-			}
-			minor := -1
-			if d.RenderMinor.OK {
-				minor = d.RenderMinor.Value
-			}
-			out = append(out, Partition{Name: d.PCIBusID, DevicePluginID: d.PCIBusID, ParentPCIBusID: d.PCIBusID, Card: card, RenderMinor: minor})
+			out = append(out, firstPartition(d))
 		}
 	}
 
@@ -130,8 +123,35 @@ func (r Reader) Partitions(gpus []Device) ([]Partition, []ReadError) {
 		p.ParentPCIBusID = node.pciBusID
 		out = append(out, p)
 	}
+	// A GPU whose mode could not be read ("UNKNOWN" while a mode switch is
+	// under way, amdgpu_gfx.c, amdgpu_gfx_compute_mode_desc; an unreadable
+	// file) but which has a live platform partition is partitioned: its
+	// first partition is on its own function, as in any mode but SPX.
+	// Without it every partition would take the next one's number.
+	for _, d := range gpus {
+		if d.ComputePartition.OK || d.PCIBusID == "" {
+			continue
+		}
+		if slices.ContainsFunc(out, func(p Partition) bool { return p.ParentPCIBusID == d.PCIBusID }) {
+			out = append(out, firstPartition(d))
+		}
+	}
 	sort.SliceStable(out, func(i, j int) bool { return partitionLess(out[i], out[j]) })
 	return out, errs
+}
+
+// firstPartition is partition 0 of a partitioned GPU: the GPU's own PCI
+// function and DRM nodes.
+func firstPartition(d Device) Partition {
+	card := -1
+	if n, err := strconv.Atoi(strings.TrimPrefix(d.Card, "card")); err == nil {
+		card = n
+	}
+	minor := -1
+	if d.RenderMinor.OK {
+		minor = d.RenderMinor.Value
+	}
+	return Partition{Name: d.PCIBusID, DevicePluginID: d.PCIBusID, ParentPCIBusID: d.PCIBusID, Card: card, RenderMinor: minor}
 }
 
 // partitionLess orders by parent, then partition 0 first, then by
