@@ -14,7 +14,7 @@ func init() {
 
 var (
 	processMemory = gauge("process_memory_used_bytes", "Device memory used by one process.")
-	processUtil   = gauge("process_utilization_ratio", "Share of the device's time one process used since the previous scrape: the time-weighted mean of its NVML per-process samples over the driver sample periods since then.")
+	processUtil   = gauge("process_utilization_ratio", "Share of the device's time one process used since the previous scrape: the time-weighted mean of its per-process samples over the driver's sample periods since then (NVIDIA, NVML), or its DRM clients' gfx and compute engine time over that time (AMD, fdinfo).")
 )
 
 type processCollector struct{}
