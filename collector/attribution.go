@@ -39,7 +39,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 	if len(snap.Attribution) == 0 {
 		return nil // attribution is off
 	}
-	e := emitter{ch: ch}
+	e := newEmitter(ch)
 	for _, s := range snap.Attribution {
 		e.emit(sourceUp, labels{names: []string{"source"}, values: []string{s.Name}}, boolValue(s.Err == nil))
 	}

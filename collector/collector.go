@@ -210,7 +210,7 @@ func (scrape) Describe(chan<- *prometheus.Desc) {}
 func (s scrape) Collect(ch chan<- prometheus.Metric) {
 	e := s.e
 	snap := e.snapshots.get(s.ctx, true)
-	emitter{ch: ch}.emit(scrapesCoalesced, labels{}, float64(e.snapshots.coalesced.Load()))
+	newEmitter(ch).emit(scrapesCoalesced, labels{}, float64(e.snapshots.coalesced.Load()))
 	if snap == nil {
 		for _, name := range e.names {
 			e.report(ch, name, 0, errors.New("deadline passed while waiting for the node snapshot"))
@@ -258,6 +258,6 @@ func (e *Exporter) report(ch chan<- prometheus.Metric, name string, d time.Durat
 		e.logger.Debug("collector failed", "collector", name, "duration_seconds", d.Seconds(), "err", err)
 	}
 	l := labels{}.with("collector", name)
-	emitter{ch: ch}.emit(collectorDuration, l, d.Seconds())
-	emitter{ch: ch}.emit(collectorSuccess, l, success)
+	newEmitter(ch).emit(collectorDuration, l, d.Seconds())
+	newEmitter(ch).emit(collectorSuccess, l, success)
 }

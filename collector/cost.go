@@ -100,7 +100,7 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 	if c.prices == nil {
 		return nil
 	}
-	e := emitter{ch: ch}
+	e := newEmitter(ch)
 	for _, d := range snap.Devices {
 		if d.MIG != nil || d.UUID == "" {
 			continue

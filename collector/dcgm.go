@@ -100,7 +100,7 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 			byDevice[k][r.Field] = r.Value
 		}
 	}
-	e := emitter{ch: ch}
+	e := newEmitter(ch)
 	for _, d := range snap.Devices {
 		nd, ok := d.vendorData.(*nvidia.Device)
 		if !ok || !d.Up || nd.GPM {

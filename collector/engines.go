@@ -362,7 +362,7 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	}
 	wg.Wait()
 
-	e := emitter{ch: ch}
+	e := newEmitter(ch)
 	seen := map[string]bool{}
 	for _, r := range results {
 		target := redact(r.target.URL)

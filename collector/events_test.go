@@ -29,7 +29,7 @@ func podSnapshot(at time.Time, pod string) *Snapshot {
 func collectText(t *testing.T, r *eventRecorder) string {
 	t.Helper()
 	ch := make(chan prometheus.Metric, 100000)
-	r.collect(emitter{ch: ch})
+	r.collect(newEmitter(ch))
 	close(ch)
 	var b strings.Builder
 	for m := range ch {

@@ -359,7 +359,7 @@ func (e *Exporter) writeText(ch <-chan prometheus.Metric, out *bytes.Buffer, bas
 	id := textScrapes.Add(1)
 	for m := range ch {
 		switch m := m.(type) {
-		case cachedMetric:
+		case *cachedMetric:
 			if fs := t.accept(m.series, id, false); fs != nil {
 				fs.samples = append(fs.samples, textSample{m.series, m.value})
 			}

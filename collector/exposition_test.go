@@ -184,7 +184,7 @@ func TestTextDropsWhatTheRegistryRefuses(t *testing.T) {
 
 	faulty := func() replay {
 		ch := make(chan prometheus.Metric, 8)
-		em := emitter{ch: ch}
+		em := newEmitter(ch)
 		em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 1)
 		em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 2) // again
 		em.emit(bad, labels{names: []string{"pod"}, values: []string{"a\xffb"}}, 3)
@@ -245,7 +245,7 @@ func TestTextEscaping(t *testing.T) {
 	e := &Exporter{logger: slog.New(slog.DiscardHandler)}
 	m := gauge("test_text_escaping", "Help with a \\ and a\nnewline.")
 	ch := make(chan prometheus.Metric, 2)
-	emitter{ch: ch}.emit(m, labels{names: []string{"model", "pod"}, values: []string{"a \"quoted\" \\ name\nnext", "ünïcode"}}, 0.25)
+	newEmitter(ch).emit(m, labels{names: []string{"model", "pod"}, values: []string{"a \"quoted\" \\ name\nnext", "ünïcode"}}, 0.25)
 	close(ch)
 	var r replay
 	for x := range ch {
@@ -323,7 +323,7 @@ func TestLabelsWith(t *testing.T) {
 func TestTextOneTypePerFamily(t *testing.T) {
 	e := &Exporter{logger: slog.New(slog.DiscardHandler)}
 	ch := make(chan prometheus.Metric, 2)
-	em := emitter{ch: ch}
+	em := newEmitter(ch)
 	em.emit(gauge("test_text_one_type", "A family."), labels{names: []string{"gpu"}, values: []string{"0"}}, 1)
 	em.emit(counter("test_text_one_type", "A family."), labels{names: []string{"gpu"}, values: []string{"1"}}, 2)
 	close(ch)

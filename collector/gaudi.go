@@ -356,7 +356,7 @@ func (c *gaudiCollector) path() string {
 }
 
 func (c *gaudiCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
-	e := emitter{ch: ch}
+	e := newEmitter(ch)
 	failures := c.runner.Failures()
 	c.mu.Lock()
 	for reason, n := range failures {

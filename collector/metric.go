@@ -92,13 +92,29 @@ func (l labels) flat() labels {
 	return f
 }
 
-// emitter sends metrics for one scrape.
+// emitter sends metrics for one scrape. Its metrics are cut from shared
+// slabs rather than boxed one by one: a busy node's scrape sends thousands,
+// each of which was an allocation of its own. A slab is never reused, so a
+// metric stays valid for as long as anything holds it.
 type emitter struct {
-	ch chan<- prometheus.Metric
+	ch   chan<- prometheus.Metric
+	slab *[]cachedMetric
 }
 
+func newEmitter(ch chan<- prometheus.Metric) emitter {
+	return emitter{ch: ch, slab: new([]cachedMetric)}
+}
+
+const slabSize = 64
+
 func (e emitter) emit(m metric, l labels, v float64) {
-	e.ch <- cachedMetric{series: seriesOf(m, l), value: v}
+	s := *e.slab
+	if len(s) == cap(s) {
+		s = make([]cachedMetric, 0, slabSize)
+	}
+	s = append(s, cachedMetric{series: seriesOf(m, l), value: v})
+	*e.slab = s
+	e.ch <- &s[len(s)-1]
 }
 
 // A series' descriptor and sorted label pairs are built once and reused by

@@ -277,7 +277,7 @@ func (c *nvidiaCollector) countErrors(errs []nvidia.CallError) {
 }
 
 func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
-	e := emitter{ch: ch}
+	e := newEmitter(ch)
 	c.events.collect(e)
 	c.mu.Lock()
 	driver, cuda := c.driver, c.cuda

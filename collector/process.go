@@ -24,7 +24,7 @@ func newProcessCollector(Config) (Collector, error) { return processCollector{},
 // Update labels each process with its device and with its own owner (the
 // pod, job or unit it runs for), even on a device with several owners.
 func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
-	e := emitter{ch: ch}
+	e := newEmitter(ch)
 	for _, d := range snap.Devices {
 		id := identityLabels(d)
 		// An owner's labels are built once per device, not per process: a
