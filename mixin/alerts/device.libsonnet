@@ -115,11 +115,25 @@ local util = import '../lib/util.libsonnet';
           alert: 'XpuEccUncorrectableErrors',
           // Volatile and aggregate counters count the same error; max over
           // scope raises one alert per device whichever scope the vendor has.
+          // First arm: a series that grew, labelled with the owner that held
+          // the device when it counted the error. Second arm: a device whose
+          // count grew across an owner change (the error killed the job and
+          // the count moved to a new series, born with it; see
+          // util.deviceIncrease), labelled as the device's series are now.
           expr: |||
             max without (scope) (
-              increase(xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}[%(eccUncorrectableWindow)s])
+              increase(%(ecc)s[%(eccUncorrectableWindow)s])
             ) > 0
-          ||| % fmt,
+            or on (%(deviceKey)s)
+            (
+              max without (scope) (%(ecc)s) * 0
+                + on (%(deviceKey)s) group_left ()
+                (max by (%(deviceKey)s) (%(deviceIncrease)s) > 0)
+            )
+          ||| % (fmt {
+                   ecc: 'xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % c,
+                   deviceIncrease: util.deviceIncrease(c, self.ecc, c.eccUncorrectableWindow, ['scope']),
+                 }),
           'for': c.eccUncorrectableFor,
           labels: { severity: 'critical' },
           annotations: {

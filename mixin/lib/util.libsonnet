@@ -70,6 +70,25 @@
       )
     ||| % { x: x, w: window, lookback: c.xidSeenLookback, target: target, start: start },
 
+  // A device counter's increase over `window`, whichever owner's series
+  // counted it. Device series carry their sole owner's labels, so when the
+  // owner changes (an uncorrectable ECC error that kills the job holding
+  // the GPU, a pod replaced) the driver's count continues on a new series,
+  // born with the count so far: increase() of each series alone misses a
+  // step between the two. The series are first reduced to one per device
+  // key (and the labels in `by`), taking the largest (all of them carry the
+  // same driver count; the old one may linger a lookback without a stale
+  // marker), and that is sampled every minute for increase(), which still
+  // handles a counter reset (a driver reload). The counters are the
+  // driver's, not the exporter's, so a series born with a count is no event
+  // by itself (unlike eventsRecent's Xid counters).
+  deviceIncrease(c, x, window, by=[])::
+    'increase((max by (%s) (%s))[%s:1m])' % [self.labels(c.deviceKeyLabels + by), x, window],
+
+  // The same as a per-second rate, for counters judged by their rate.
+  deviceRate(c, x, window)::
+    'rate((max by (%s) (%s))[%s:1m])' % [self.labels(c.deviceKeyLabels), x, window],
+
   // The temperature series of one kind of sensor ('core': every sensor but
   // the memory's, i.e. NVIDIA's and Gaudi's gpu, AMD's edge and junction;
   // 'memory') at or above a limit, less a margin. Each is compared with

@@ -23,9 +23,9 @@ local util = import '../lib/util.libsonnet';
     groups+: [{
       name: 'xpu-health.rules',
       rules: [
-        penalty('ecc', |||
-          increase(xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}[%(healthWindow)s]) > 0
-        ||| % fmt),
+        // Counted per device (util.deviceIncrease), so that an error whose
+        // count moved to a new owner's series still counts.
+        penalty('ecc', util.deviceIncrease(c, 'xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % fmt, c.healthWindow, ['scope']) + ' > 0\n'),
         // Rows or pages waiting for a GPU reset to be retired, or a remap
         // that failed (the device needs replacing).
         penalty('remap', |||
@@ -42,23 +42,26 @@ local util = import '../lib/util.libsonnet';
         // A corrected-error rate that keeps rising is the early sign of
         // memory that will soon produce uncorrectable errors. Volatile and
         // aggregate counters count the same errors: the largest is taken.
+        // Per device, so an hour's errors split across two owners' series
+        // still add up.
         penalty('ecc_corrected', |||
-          max without (scope) (
-            increase(xpu_ecc_errors_total{%(xpuSelector)s, type="corrected"}[1h])
+          max by (%(key)s) (
+            %(increase)s
           ) > %(eccCorrectedPerHour)g
-        ||| % fmt),
+        ||| % (fmt { increase: util.deviceIncrease(c, 'xpu_ecc_errors_total{%(xpuSelector)s, type="corrected"}' % c, '1h', ['scope']) })),
         // A narrower link is always a fault; a slower generation only while
         // the device is busy, because idle GPUs lower the link speed to save
         // power; replays above DCGM's health-check rate mean a faulty link
-        // or riser.
+        // or riser. The replay counter is read per device
+        // (util.deviceRate), across owner changes.
         penalty('pcie', |||
-          rate(xpu_pcie_replays_total{%(xpuSelector)s}[5m]) * 60 > %(pcieReplaysPerMinute)g
+          %(replays)s * 60 > %(pcieReplaysPerMinute)g
           or xpu_pcie_link_width{%(xpuSelector)s} < xpu_pcie_link_max_width{%(xpuSelector)s}
           or (
             xpu_pcie_link_generation{%(xpuSelector)s} < xpu_pcie_link_max_generation{%(xpuSelector)s}
               and on (%(key)s) xpu_utilization_ratio{%(xpuSelector)s} >= %(idle)g
           )
-        ||| % fmt),
+        ||| % (fmt { replays: util.deviceRate(c, 'xpu_pcie_replays_total{%(xpuSelector)s}' % c, '5m') })),
         // Thermal throttling, or the core at XpuTemperatureHigh's level:
         // past its maximum operating temperature, or (AMD, per sensor) the
         // edge or junction within the margin of its own crit limit.
