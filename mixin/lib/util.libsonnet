@@ -89,6 +89,52 @@
   deviceRate(c, x, window)::
     'rate((max by (%s) (%s))[%s:1m])' % [self.labels(c.deviceKeyLabels), x, window],
 
+  // expr with its uuid replaced by its parent's for a partition of a GPU
+  // (MIG instance, AMD compute partition): to join what exists per
+  // physical GPU (price, energy, the GPU's utilization).
+  onGpu(expr):: 'label_replace(\n%s,\n  "uuid", "$1", "parent_uuid", "(.+)"\n)\n' % self.indent(expr),
+
+  // expr (series of partitions of a GPU, parent_uuid set) times the
+  // partition's share of its GPU; sel selects the exporter's series.
+  //  - A MIG instance: its share of the GPU's compute slices, read from
+  //    the mig_profile label (Ng.… or Cc.Ng.…, N of the GPU's slices): 7 on
+  //    A100, H100, H200 and B200, 4 on A30 (migFourSliceModels), per
+  //    NVIDIA's MIG user guide (Supported MIG Profiles).
+  //  - A partition whose profile names no slices (AMD compute partitions:
+  //    mig_profile is the mode, dpx, tpx, qpx, cpx): 1/N of its GPU, N its
+  //    GPU's partitions (xpu_device_info), as the exporter gives each
+  //    partition's allocation.
+  partitionFraction(c, sel, expr)::
+    local sliced = '([0-9]+c\\\\.)?%sg\\\\..*';
+    local arms(total, modelMatcher) = [
+      '%s * %d / %d' % [
+        std.strReplace(expr, '}', ', mig_profile=~"%s"%s}' % [sliced % n, modelMatcher]),
+        n,
+        total,
+      ]
+      for n in std.range(1, total)
+    ];
+    local small = self.regex(c.migFourSliceModels);
+    local parent = self.labels([c.clusterLabel, 'job', 'instance', 'parent_uuid']);
+    local unsliced = 'mig_profile!~"%s"' % (sliced % '[0-9]+');
+    local partitions = |||
+      %s
+        / on (%s) group_left ()
+        count by (%s) (group by (%s, uuid) (xpu_device_info{%s, parent_uuid!="", %s}))
+    ||| % [std.strReplace(expr, '}', ', %s}' % unsliced), parent, parent, parent, sel, unsliced];
+    '(\n%s\n)\n' % self.indent(std.join('\nor ', arms(4, ', model=~"%s"' % small) + arms(7, ', model!~"%s"' % small) + [std.rstripChars(partitions, '\n')])),
+
+  // Each physical GPU's utilization, by the device key: its own, or for a
+  // GPU that has none (a GPU in MIG mode) its partitions' scaled by their
+  // share (partitionFraction). An AMD GPU in compute partitions has its own
+  // (its partitions are left out). sel selects the exporter's series.
+  gpuUtilization(c, sel)::
+    local key = self.labels(c.deviceKeyLabels);
+    'max by (%s) (xpu_utilization_ratio{%s, parent_uuid=""})\n' % [key, sel]
+    + 'or sum by (%s) (\n' % key
+    + self.indent(self.onGpu(self.partitionFraction(c, sel, 'xpu_utilization_ratio{%s, parent_uuid!=""}' % sel)))
+    + '\n)',
+
   // The temperature series of one kind of sensor ('core': every sensor but
   // the memory's, i.e. NVIDIA's and Gaudi's gpu, AMD's edge and junction;
   // 'memory') at or above a limit, less a margin. Each is compared with

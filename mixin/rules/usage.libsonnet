@@ -39,7 +39,7 @@ local util = import '../lib/util.libsonnet';
   // already is a fraction of its GPU, so its uuid is replaced by the
   // parent's to join the GPU's price and energy; per-instance price or
   // energy series, if any, are left out so nothing counts twice.
-  local onGpu(expr) = 'label_replace(\n%s,\n  "uuid", "$1", "parent_uuid", "(.+)"\n)\n' % util.indent(expr),
+  local onGpu(expr) = util.onGpu(expr),
   local allocationOnGpu = onGpu('xpu_workload_allocated_devices{%(xpuSelector)s}' % c),
   // The owners' utilized shares summed per physical GPU.
   local usedOnGpu = 'sum by (%(key)s, vendor, model) (label_replace(device_owner:xpu_utilized_devices:ratio, "uuid", "$1", "parent_uuid", "(.+)"))' % fmt,
@@ -52,29 +52,9 @@ local util = import '../lib/util.libsonnet';
   // change the old and the new series both have a rate in the window.
   local energyRate = 'sum by (%(key)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))' % fmt,
 
-  // Each physical GPU's utilization: its own, or for a GPU in MIG mode
-  // (which has none) its instances' scaled by their slices.
-  local gpuUtilization =
-    'max by (%(key)s) (xpu_utilization_ratio{%(xpuSelector)s, parent_uuid=""})\n' % fmt
-    + 'or sum by (%(key)s) (\n' % fmt
-    + util.indent(onGpu(migSliceFraction('xpu_utilization_ratio{%(xpuSelector)s, parent_uuid!=""}' % fmt)))
-    + '\n)',
-
-  // expr (series of MIG instances) times the instance's share of its GPU's
-  // compute slices, read from the mig_profile label (Ng.… or Cc.Ng.…, N of
-  // the GPU's slices): 7 on A100, H100, H200 and B200, 4 on A30, per
-  // NVIDIA's MIG user guide (Supported MIG Profiles).
-  local migSliceFraction(expr) =
-    local arms(total, modelMatcher) = [
-      '%s%s * %s' % [
-        std.strReplace(expr, '}', ', mig_profile=~"([0-9]+c\\\\.)?%dg\\\\..*"%s}' % [n, modelMatcher]),
-        '',
-        '%d / %d' % [n, total],
-      ]
-      for n in std.range(1, total)
-    ];
-    local small = util.regex(c.migFourSliceModels);
-    '(\n%s\n)\n' % util.indent(std.join('\nor ', arms(4, ', model=~"%s"' % small) + arms(7, ', model!~"%s"' % small))),
+  // Each physical GPU's utilization (util.gpuUtilization).
+  local gpuUtilization = util.gpuUtilization(c, c.xpuSelector),
+  local migSliceFraction(expr) = util.partitionFraction(c, c.xpuSelector, expr),
 
   local co2(levelName) =
     local energy = '%s:xpu_energy_kwh_per_hour:sum' % levelName;
@@ -102,9 +82,11 @@ local util = import '../lib/util.libsonnet';
           {
             // The fraction of a whole GPU an owner keeps busy. The per-owner
             // split of a shared GPU already is a share of the whole device.
-            // On a MIG instance the split is a share of the instance, so it
-            // is scaled by the instance's share of its GPU's compute slices
-            // (migSliceFraction), never by the owner's allocation: on a
+            // On a MIG instance or an AMD compute partition the split is a
+            // share of the partition, so it is scaled by the partition's
+            // share of its GPU (util.partitionFraction: the compute slices
+            // of a MIG instance, 1/N of a GPU in N partitions), never by the
+            // owner's allocation: on a
             // time-sliced instance that allocation already holds the
             // owner's 1/N, which the split counted once.
             record: 'device_owner:xpu_utilized_devices:ratio',
