@@ -16,12 +16,22 @@ local util = import '../lib/util.libsonnet';
         util.alert(c, {
           alert: 'XpuFleetIdleFractionHigh',
           // Counts allocated and free devices alike: both are capacity the
-          // fleet pays for and nobody uses.
+          // fleet pays for and nobody uses. Physical GPUs, each once
+          // (util.gpuUtilization): an AMD GPU in compute partitions serves
+          // a utilization of its own and one per partition, and a GPU in MIG
+          // mode one per instance; counting those series would weigh one
+          // GPU 1 + N times.
           expr: |||
-            count by (%(clusterLabel)s) (xpu_utilization_ratio{%(xpuSelector)s} < %(idleUtilizationThreshold)g)
-              / count by (%(clusterLabel)s) (xpu_utilization_ratio{%(xpuSelector)s})
+            count by (%(clusterLabel)s) (
+              (
+            %(gpu)s
+              ) < %(idleUtilizationThreshold)g
+            )
+              / count by (%(clusterLabel)s) (
+            %(gpu)s
+              )
               > %(fleetIdleFraction)g
-          ||| % c,
+          ||| % (c { gpu: util.indent(util.indent(util.gpuUtilization(c, c.xpuSelector))) }),
           'for': c.fleetIdleFor,
           labels: { severity: 'info' },
           annotations: {
