@@ -80,12 +80,19 @@ local util = import '../lib/util.libsonnet';
           // allocation, so a time-sliced GPU names every co-owner even though
           // its device series carry no owner labels. `> bool 0` turns the
           // allocation (1, 1/N or a MIG fraction) into a factor of 1, leaving
-          // the device utilization as the value.
+          // the device utilization as the value. A GPU in MIG mode has no
+          // utilization of its own: allocated whole (the NVIDIA device
+          // plugin's migStrategy none) it is judged by its instances'
+          // (util.deviceUtilization).
           expr: |||
-            (max by (%(deviceKey)s) (xpu_utilization_ratio{%(xpuSelector)s}) < %(idleUtilizationThreshold)g)
+            (
+              (
+            %(utilization)s
+              ) < %(idleUtilizationThreshold)g
+            )
               * on (%(deviceKey)s) group_right ()
               (xpu_workload_allocated_devices{%(xpuSelector)s} > bool 0)
-          ||| % fmt,
+          ||| % (fmt { utilization: util.indent(util.indent(util.deviceUtilization(c, c.xpuSelector))) }),
           'for': c.allocatedIdleFor,
           labels: { severity: 'info' },
           annotations: {

@@ -124,16 +124,28 @@
     ||| % [std.strReplace(expr, '}', ', %s}' % unsliced), parent, parent, parent, sel, unsliced];
     '(\n%s\n)\n' % self.indent(std.join('\nor ', arms(4, ', model=~"%s"' % small) + arms(7, ', model!~"%s"' % small) + [std.rstripChars(partitions, '\n')])),
 
-  // Each physical GPU's utilization, by the device key: its own, or for a
-  // GPU that has none (a GPU in MIG mode) its partitions' scaled by their
-  // share (partitionFraction). An AMD GPU in compute partitions has its own
-  // (its partitions are left out). sel selects the exporter's series.
-  gpuUtilization(c, sel)::
-    local key = self.labels(c.deviceKeyLabels);
-    'max by (%s) (xpu_utilization_ratio{%s, parent_uuid=""})\n' % [key, sel]
-    + 'or sum by (%s) (\n' % key
+  // The utilization of each GPU that has none of its own (a GPU in MIG
+  // mode), by the device key: its partitions' scaled by their share
+  // (partitionFraction). sel selects the exporter's series.
+  partitionsOnGpu(c, sel)::
+    'sum by (%s) (\n' % self.labels(c.deviceKeyLabels)
     + self.indent(self.onGpu(self.partitionFraction(c, sel, 'xpu_utilization_ratio{%s, parent_uuid!=""}' % sel)))
     + '\n)',
+
+  // Each physical GPU's utilization, by the device key: its own, or for a
+  // GPU that has none (a GPU in MIG mode) its partitions' (partitionsOnGpu).
+  // An AMD GPU in compute partitions has its own (its partitions are left
+  // out). Not parenthesized: wrap it before comparing it.
+  gpuUtilization(c, sel)::
+    'max by (%s) (xpu_utilization_ratio{%s, parent_uuid=""})\n' % [self.labels(c.deviceKeyLabels), sel]
+    + 'or ' + self.partitionsOnGpu(c, sel),
+
+  // Every device's utilization, by the device key: a GPU's, a MIG
+  // instance's or a partition's own, and for a GPU in MIG mode, which has
+  // none, its instances' (partitionsOnGpu). Not parenthesized.
+  deviceUtilization(c, sel)::
+    'max by (%s) (xpu_utilization_ratio{%s})\n' % [self.labels(c.deviceKeyLabels), sel]
+    + 'or ' + self.partitionsOnGpu(c, sel),
 
   // The temperature series of one kind of sensor ('core': every sensor but
   // the memory's, i.e. NVIDIA's and Gaudi's gpu, AMD's edge and junction;
