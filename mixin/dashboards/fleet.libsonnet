@@ -10,6 +10,11 @@ local common = import 'common.libsonnet';
   local s = d.deviceNodeSelector,
   local byCluster = 'by (%s)' % c.clusterLabel,
   local physical = 'xpu_device_info{%s, parent_uuid=""}' % s,
+  // Each physical GPU's utilization, as the recording rules take it
+  // (util.gpuUtilization): a GPU in MIG mode by its instances weighted by
+  // their slices, a GPU in AMD compute partitions by its own, so that a GPU
+  // counts once, as in "Utilization by model".
+  local gpuUtil = '(\n%s\n)' % util.indent(util.gpuUtilization(c, s)),
 
   grafanaDashboards+:: {
     'xpu-fleet-overview.json': g.dashboard(
@@ -26,14 +31,14 @@ local common = import 'common.libsonnet';
         g.stat('Devices down', 'Devices that stopped answering the driver (xpu_device_up = 0).', [
           g.target('count(xpu_device_up{%s} == 0) or vector(0)' % s, instant=true),
         ]) + g.size(4, 4),
-        g.stat('Utilization', 'Mean utilization of all devices.', [
-          g.target('avg(xpu_utilization_ratio{%s})' % s, instant=true),
+        g.stat('Utilization', 'Mean utilization of the physical devices (a GPU in MIG mode by its instances, weighted by their slices).', [
+          g.target('avg(%s)' % gpuUtil, instant=true),
         ], unit='percentunit') + g.size(4, 4),
         g.stat('Allocated', 'Share of the physical devices allocated to a pod, Slurm job or process.', [
           g.target('sum(xpu_workload_allocated_devices{%s}) / count(%s)' % [s, physical], instant=true),
         ], unit='percentunit') + g.size(4, 4),
-        g.stat('Idle', 'Share of the devices below %s utilization, allocated or not.' % util.percent(c.idleUtilizationThreshold), [
-          g.target('(count(xpu_utilization_ratio{%(s)s} < %(t)g) or vector(0)) / count(xpu_utilization_ratio{%(s)s})' % { s: s, t: c.idleUtilizationThreshold }, instant=true),
+        g.stat('Idle', 'Share of the physical devices below %s utilization, allocated or not.' % util.percent(c.idleUtilizationThreshold), [
+          g.target('(count(%(u)s < %(t)g) or vector(0)) / count(%(u)s)' % { u: gpuUtil, t: c.idleUtilizationThreshold }, instant=true),
         ], unit='percentunit') + g.size(4, 4),
         g.stat('Cost per hour', 'What the devices cost per hour, from the prices configured in the exporter (xpu_device_hourly_cost). Shows "no price configured" when the exporter has no price.', [
           g.target('sum by (currency) (cluster:xpu_cost_per_hour:sum{%s})' % d.cluster, '{{currency}}', instant=true),
@@ -42,7 +47,7 @@ local common = import 'common.libsonnet';
         g.row('Clusters'),
         g.table('Clusters', 'One row per cluster.', [
           g.target('count %s (%s)' % [byCluster, physical], instant=true),
-          g.target('avg %s (xpu_utilization_ratio{%s})' % [byCluster, s], instant=true),
+          g.target('avg %s %s' % [byCluster, gpuUtil], instant=true),
           g.target('sum %s (xpu_workload_allocated_devices{%s})' % [byCluster, s], instant=true),
           g.target('sum %s (xpu_power_watts{%s})' % [byCluster, s], instant=true),
           g.target('sum %s (cluster:xpu_co2_grams_per_hour:sum{%s})' % [byCluster, d.cluster], instant=true),
@@ -53,8 +58,8 @@ local common = import 'common.libsonnet';
           { name: 'Power', unit: 'watt' },
           { name: 'CO2 per hour', unit: 'massg' },
         ]) + g.size(24, 6),
-        g.timeseries('Utilization by cluster', 'Mean device utilization.', [
-          g.target('avg %s (xpu_utilization_ratio{%s})' % [byCluster, s], '{{%s}}' % c.clusterLabel),
+        g.timeseries('Utilization by cluster', 'Mean utilization of the physical devices.', [
+          g.target('avg %s %s' % [byCluster, gpuUtil], '{{%s}}' % c.clusterLabel),
         ], unit='percentunit', min=0, max=1),
         g.timeseries('Capacity, allocation and use', 'Physical devices, devices allocated to owners, and devices worth of utilization (GPU-hours per hour).', [
           g.target('count(%s)' % physical, 'devices'),
