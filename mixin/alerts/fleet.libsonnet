@@ -58,18 +58,34 @@ local util = import '../lib/util.libsonnet';
           // gone, not rescheduled): either way every device alert of that
           // node has silently resolved. A node removed on purpose fires
           // until the lookback has passed; silence it.
+          // Also an exporter that is scraped but whose device collector
+          // fails (a broken driver: NVML does not initialise, so every
+          // device series of the node is gone, up stays 1), unless it
+          // reports devices down, which XpuDeviceLost pages for; and an
+          // attribution source that is down (the kubelet, the pod metadata,
+          // Slurm: devices are served without the owners it gives, so
+          // their GPU-hours go to nobody). One alert for all, as the mixin
+          // keeps to its 17 alerts.
           expr: |||
             up{%(xpuSelector)s} == 0
             or (
               group by (%(target)s) (max_over_time(xpu_device_up{%(xpuSelector)s}[%(exporterGoneLookback)s]))
                 unless on (%(target)s) up{%(xpuSelector)s}
             )
+            or (
+              max by (%(target)s, collector) (xpu_scrape_collector_success{%(xpuSelector)s}) == 0
+                unless on (%(target)s) (xpu_device_up{%(xpuSelector)s} == 0)
+            )
+            or max by (%(target)s, source) (xpu_attribution_source_up{%(xpuSelector)s}) == 0
           ||| % (c { target: target }),
           'for': c.exporterDownFor,
           labels: { severity: 'warning' },
           annotations: {
-            summary: 'An exporter stopped reporting its devices.',
-            description: 'The exporter on {{ $labels.instance }}%s has not been scraped successfully for %s; no alert about its devices can fire.' % [util.clusterText(c), c.exporterDownFor],
+            summary: 'An exporter stopped reporting its devices or their owners.',
+            description: 'The exporter on {{ $labels.instance }}%s ' % util.clusterText(c)
+                         + '{{ if $labels.collector }}has had its {{ $labels.collector }} collector failing for %s: the devices it reads are not reported, and no alert about them can fire.' % c.exporterDownFor
+                         + '{{ else if $labels.source }}has had its {{ $labels.source }} attribution source down for %s: its devices are served without the owners that source gives (no GPU-hours or cost for them, alerts name no owner).' % c.exporterDownFor
+                         + '{{ else }}has not been scraped successfully for %s; no alert about its devices can fire.{{ end }}' % c.exporterDownFor,
           },
         }),
       ],
