@@ -646,9 +646,9 @@ tests:
         alertname: XpuInferenceKvCachePressure
         exp_alerts:
           - exp_labels: {severity: warning, job: xpu-exporter, instance: node-1, engine: vllm, model: llama, namespace: ml, pod: llm-0, container: vllm, workload: llm, workload_kind: Deployment, label_team: search}
-            exp_annotations: {summary: An inference server is running out of KV cache., description: 'vllm serving llama (owner: pod ml/llm-0) has used 99% of its KV cache for 15m; requests get preempted or queued.', runbook_url: 'https://github.com/xpu-exporter/xpu_exporter/blob/main/mixin/runbook.md#xpuinferencekvcachepressure'}
+            exp_annotations: {summary: An inference server is running out of KV cache., description: 'vllm serving llama on node-1 (owner: pod ml/llm-0) has used 99% of its KV cache for 15m; requests get preempted or queued.', runbook_url: 'https://github.com/xpu-exporter/xpu_exporter/blob/main/mixin/runbook.md#xpuinferencekvcachepressure'}
           - exp_labels: {severity: warning, job: xpu-exporter, instance: node-2, engine: sglang, model: qwen, slurm_job_id: "7", slurm_user: bob}
-            exp_annotations: {summary: An inference server is running out of KV cache., description: 'sglang serving qwen (owner: Slurm job 7 of bob) has used 99% of its KV cache for 15m; requests get preempted or queued.', runbook_url: 'https://github.com/xpu-exporter/xpu_exporter/blob/main/mixin/runbook.md#xpuinferencekvcachepressure'}
+            exp_annotations: {summary: An inference server is running out of KV cache., description: 'sglang serving qwen on node-2 (owner: Slurm job 7 of bob) has used 99% of its KV cache for 15m; requests get preempted or queued.', runbook_url: 'https://github.com/xpu-exporter/xpu_exporter/blob/main/mixin/runbook.md#xpuinferencekvcachepressure'}
 `
 	if err := os.WriteFile(filepath.Join(dir, "tests.yaml"), []byte(tests), 0o644); err != nil {
 		t.Fatal(err)

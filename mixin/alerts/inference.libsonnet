@@ -5,13 +5,17 @@ local util = import '../lib/util.libsonnet';
 {
   local c = $._config,
   local fmt = c {
-    // Aggregations keep the serving engine, the model and its owner; only
-    // the scrape target labels are summed away.
-    by: util.labels([c.clusterLabel, 'node'] + util.ownerLabels(c) + ['engine', 'model']),
+    // Aggregations keep the serving engine, the model, its owner and the
+    // exporter's target (job, instance: on bare metal, scraped with static
+    // targets, instance is all that tells two nodes' engines apart, as
+    // their endpoint and unit are the same); only the engine's endpoint
+    // (target) is summed away.
+    by: util.labels([c.clusterLabel, 'job', 'instance', 'node'] + util.ownerLabels(c) + ['engine', 'model']),
     target: util.labels([c.clusterLabel, 'job', 'instance', 'engine', 'target']),
     owner: util.labels(util.ownerLabels(c)),
   },
-  local server = '{{ $labels.engine }} serving {{ $labels.model }} (owner: %s)' % util.ownerText,
+  local where = '{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}',
+  local server = '{{ $labels.engine }} serving {{ $labels.model }} on %s (owner: %s)' % [where, util.ownerText],
 
   prometheusAlerts+:: {
     groups+: [{
@@ -112,7 +116,7 @@ local util = import '../lib/util.libsonnet';
           labels: { severity: 'warning' },
           annotations: {
             summary: 'An inference engine does not answer.',
-            description: '{{ $labels.engine }} at {{ $labels.target }} (owner: %s) has not answered the exporter for %s.' % [util.ownerText, c.inferenceDownFor],
+            description: '{{ $labels.engine }} at {{ $labels.target }} on %s (owner: %s) has not answered the exporter for %s.' % [where, util.ownerText, c.inferenceDownFor],
           },
         }),
       ],
