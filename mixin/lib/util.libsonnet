@@ -214,7 +214,11 @@
     + '{{ else if $labels.slurm_job_id }}Slurm job {{ $labels.slurm_job_id }} of {{ $labels.slurm_user }}'
     + '{{ else if $labels.unit }}{{ $labels.unit }} of {{ $labels.user }}'
     + '{{ else }}no single owner{{ end }}',
-  clusterText(c):: '{{ with $labels.%s }} in cluster {{ . }}{{ end }}' % c.clusterLabel,
+  // The cluster from the alert's labels, else from Prometheus's external
+  // labels (global.external_labels, which rule evaluation never sees: the
+  // README's recommended way to name a cluster).
+  clusterText(c)::
+    '{{ with $labels.%(l)s }} in cluster {{ . }}{{ else }}{{ with $externalLabels.%(l)s }} in cluster {{ . }}{{ end }}{{ end }}' % { l: c.clusterLabel },
 
   // An alerting rule with the annotations every alert carries.
   alert(c, rule):: rule {
