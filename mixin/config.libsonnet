@@ -144,6 +144,15 @@
     // (cluster label value -> intensity) for fleets spread over regions.
     gridCarbonIntensity: 400,
     gridCarbonIntensityByCluster: {},
+    // The cluster whose Prometheus evaluates these rules, for a Prometheus
+    // that names its cluster only in global.external_labels: rule
+    // evaluation never sees external labels, so the recorded series carry
+    // no clusterLabel, match no gridCarbonIntensityByCluster entry and
+    // would take gridCarbonIntensity. Set it when rendering each cluster's
+    // rules, and series without clusterLabel take that cluster's entry.
+    // Not needed when the cluster is a label of the scraped series (the
+    // chart's serviceMonitor.cluster).
+    clusterName: '',
     // GPU models (a regex on the model label) whose MIG mode has 4 compute
     // slices rather than 7.
     migFourSliceModels: ['.*A30.*'],

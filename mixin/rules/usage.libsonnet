@@ -60,15 +60,24 @@ local util = import '../lib/util.libsonnet';
     local energy = '%s:xpu_energy_kwh_per_hour:sum' % levelName;
     local overrides = c.gridCarbonIntensityByCluster;
     local clusters = std.objectFields(overrides);
+    // Series without the cluster label: the cluster the rules are
+    // evaluated for (clusterName, when clusterLabel is only a Prometheus
+    // external label, which rule evaluation never sees).
+    local unlabelled = if std.objectHas(overrides, c.clusterName) then overrides[c.clusterName] else c.gridCarbonIntensity;
+    local ownArm = clusters != [] && unlabelled != c.gridCarbonIntensity;
     {
       record: '%s:xpu_co2_grams_per_hour:sum' % levelName,
-      // One arm per cluster with its own grid intensity, the default for
-      // the rest.
+      // One arm per cluster with its own grid intensity, one for series
+      // without the cluster label when clusterName has its own, the
+      // default for the rest.
       expr: std.join('\nor ', [
         '%s{%s="%s"} * %g' % [energy, c.clusterLabel, cluster, overrides[cluster]]
         for cluster in clusters
-      ] + [
+      ] + (
+        if ownArm then ['%s{%s=""} * %g' % [energy, c.clusterLabel, unlabelled]] else []
+      ) + [
         if clusters == [] then '%s * %g' % [energy, c.gridCarbonIntensity]
+        else if ownArm then '%s{%s!~"%s", %s!=""} * %g' % [energy, c.clusterLabel, util.regex(clusters), c.clusterLabel, c.gridCarbonIntensity]
         else '%s{%s!~"%s"} * %g' % [energy, c.clusterLabel, util.regex(clusters), c.gridCarbonIntensity],
       ]) + '\n',
     },
