@@ -592,16 +592,31 @@ func scrape(series, target map[string]string) map[string]string {
 // before the ServiceMonitor's own relabelings run.
 func operatorTarget() map[string]string {
 	return map[string]string{
-		"__address__":                     "10.0.3.17:9835",
-		"__meta_kubernetes_pod_node_name": "gpu-node-07",
-		"__meta_kubernetes_pod_host_ip":   "192.168.1.7",
-		"namespace":                       namespace,
-		"service":                         "xpu-exporter",
-		"pod":                             "xpu-exporter-nvidia-x7k2p",
-		"container":                       "exporter",
-		"endpoint":                        "metrics",
-		"job":                             "xpu-exporter",
+		"__address__":                                        "10.0.3.17:9835",
+		"__meta_kubernetes_pod_node_name":                    "gpu-node-07",
+		"__meta_kubernetes_pod_host_ip":                      "192.168.1.7",
+		"__meta_kubernetes_pod_label_xpu_exporter_io_vendor": "nvidia",
+		"namespace": namespace,
+		"service":   "xpu-exporter",
+		"pod":       "xpu-exporter-nvidia-x7k2p",
+		"container": "exporter",
+		"endpoint":  "metrics",
+		"job":       "xpu-exporter",
 	}
+}
+
+// podTarget is operatorTarget for a pod of ds on the node: the operator
+// turns each of the pod's labels into __meta_kubernetes_pod_label_<name>
+// (sanitized) and names the pod.
+func podTarget(ds *appsv1.DaemonSet, node, pod string) map[string]string {
+	target := operatorTarget()
+	delete(target, "__meta_kubernetes_pod_label_xpu_exporter_io_vendor")
+	for k, v := range ds.Spec.Template.Labels {
+		target["__meta_kubernetes_pod_label_"+regexp.MustCompile(`[^a-zA-Z0-9_]`).ReplaceAllString(k, "_")] = v
+	}
+	target["__meta_kubernetes_pod_node_name"] = node
+	target["pod"] = pod
+	return target
 }
 
 // promrulesJob is the job the generated rules select.
@@ -644,6 +659,7 @@ func TestServiceMonitorLabels(t *testing.T) {
 		"instance": "gpu-node-07",
 		"job":      promrulesJob(t),
 		"node":     "gpu-node-07",
+		"exporter": "nvidia",
 		"service":  "xpu-exporter",
 		"endpoint": "metrics",
 	}
@@ -676,6 +692,47 @@ func TestServiceMonitorLabels(t *testing.T) {
 	if full.Namespace != "monitoring" || full.Labels["release"] != "kube-prometheus-stack" || fep.Scheme == nil || fep.Scheme.String() != "https" ||
 		fep.Interval != "30s" || fep.ScrapeTimeout != "20s" || len(fep.MetricRelabelConfigs) != 1 || fep.TLSConfig == nil {
 		t.Errorf("full profile ServiceMonitor %+v", full)
+	}
+}
+
+// A node labelled for two or three vendors runs one exporter pod of each
+// vendor's DaemonSet (a pod has one runtimeClassName). Their targets differ
+// by exporter (the DaemonSet's vendor), so each pod's up and self-series are
+// its own: with instance (the node) alone they were one series written by
+// two processes, and XpuExporterDown never saw a dead one. The label stays
+// the same across a rollout (a new pod of the same DaemonSet), as instance
+// does. Each pod reads its own vendor's devices only, so no device is
+// served twice.
+func TestVendorsOnOneNode(t *testing.T) {
+	objs := render(t, "--set", "amd.enabled=true", "--set", "gaudi.enabled=true")
+	sm := one[monitoringv1.ServiceMonitor](t, objs)
+	collectors := map[string]string{"nvidia": "collector.nvidia", "amd": "collector.amd", "gaudi": "collector.gaudi"}
+	targets := map[string]string{}
+	for _, ds := range all[appsv1.DaemonSet](objs) {
+		vendor := ds.Spec.Template.Labels["xpu-exporter.io/vendor"]
+		target := relabel(t, podTarget(ds, "mixed-node", ds.Name+"-abcde"), sm.Spec.Endpoints[0].RelabelConfigs)
+		if target["instance"] != "mixed-node" || target["exporter"] != vendor {
+			t.Errorf("%s: target labels %v, want instance mixed-node and exporter %s", ds.Name, target, vendor)
+		}
+		key := fmt.Sprint(target)
+		if other, ok := targets[key]; ok {
+			t.Errorf("%s and %s on one node have the same target labels %v", ds.Name, other, target)
+		}
+		targets[key] = ds.Name
+		// A rollout's new pod on the node: the same target labels.
+		if again := relabel(t, podTarget(ds, "mixed-node", ds.Name+"-fghij"), sm.Spec.Endpoints[0].RelabelConfigs); !reflect.DeepEqual(again, target) {
+			t.Errorf("%s: a new pod has target labels %v, the old one %v", ds.Name, again, target)
+		}
+		args := ds.Spec.Template.Spec.Containers[0].Args
+		for v, flag := range collectors {
+			on := !slices.Contains(args, "--no-"+flag)
+			if on != (v == vendor) {
+				t.Errorf("%s: %s on = %v, want only its own vendor's device collector (args %v)", ds.Name, flag, on, args)
+			}
+		}
+	}
+	if len(targets) != 3 {
+		t.Errorf("%d distinct targets on one node, want 3", len(targets))
 	}
 }
 

@@ -913,7 +913,8 @@ func TestPromrulesFixturesMatchDemoLabels(t *testing.T) {
 			}
 		}
 	}
-	target := map[string]bool{"job": true, "instance": true, "node": true, "cluster": true}
+	// exporter: the vendor DaemonSet, which the chart's ServiceMonitor sets.
+	target := map[string]bool{"job": true, "instance": true, "node": true, "cluster": true, "exporter": true}
 	// A family that carries one kind of owner carries any kind: which one
 	// depends on who owns the device, and the demo's Xid is on a pod's GPU.
 	owner := map[string]bool{}

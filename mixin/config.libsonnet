@@ -15,6 +15,15 @@
     // the same scrape target with the same uuid belong to the same device.
     deviceKeyLabels: [self.clusterLabel, 'job', 'instance', 'uuid'],
 
+    // The labels that identify one exporter process (a scrape target): its
+    // own series (up, process_start_time_seconds, xpu_scrape_*) are joined
+    // to its device series on these. `exporter` is the vendor DaemonSet,
+    // which the chart's ServiceMonitor sets: a node labelled for two
+    // vendors runs two exporter pods with the same instance (the node).
+    // Where it is not set (bare metal) it is empty on both sides of a join
+    // and changes nothing.
+    targetLabels: [self.clusterLabel, 'job', 'instance', 'exporter'],
+
     // Pod labels the exporter is told to copy (its pod-label allow-list,
     // sanitized as Prometheus label names, e.g. 'team'). The exporter puts
     // them only on xpu_workload_info, as label_<name>; inference alerts join

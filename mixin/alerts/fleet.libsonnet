@@ -7,7 +7,7 @@ local util = import '../lib/util.libsonnet';
   local c = $._config,
   local device = util.deviceText,
   local owner = util.ownerText,
-  local target = util.labels([c.clusterLabel, 'job', 'instance']),
+  local target = util.labels(c.targetLabels),
 
   prometheusAlerts+:: {
     groups+: [{
@@ -82,7 +82,7 @@ local util = import '../lib/util.libsonnet';
           labels: { severity: 'warning' },
           annotations: {
             summary: 'An exporter stopped reporting its devices or their owners.',
-            description: 'The exporter on {{ $labels.instance }}%s ' % util.clusterText(c)
+            description: 'The {{ with $labels.exporter }}{{ . }} {{ end }}exporter on {{ $labels.instance }}%s ' % util.clusterText(c)
                          + '{{ if $labels.collector }}has had its {{ $labels.collector }} collector failing for %s: the devices it reads are not reported, and no alert about them can fire.' % c.exporterDownFor
                          + '{{ else if $labels.source }}has had its {{ $labels.source }} attribution source down for %s: its devices are served without the owners that source gives (no GPU-hours or cost for them, alerts name no owner).' % c.exporterDownFor
                          + '{{ else }}has not been scraped successfully for %s; no alert about its devices can fire.{{ end }}' % c.exporterDownFor,

@@ -53,7 +53,7 @@
   // xpu_amd_ras_events_total.
   eventsRecent(c, x, window)::
     local start = 'process_start_time_seconds{%s}' % c.xpuSelector;
-    local target = self.labels([c.clusterLabel, 'job', 'instance']);
+    local target = self.labels(c.targetLabels);
     |||
       increase(%(x)s[%(w)s]) > 0
       or (
