@@ -693,6 +693,15 @@ func TestServiceMonitorLabels(t *testing.T) {
 		fep.Interval != "30s" || fep.ScrapeTimeout != "20s" || len(fep.MetricRelabelConfigs) != 1 || fep.TLSConfig == nil {
 		t.Errorf("full profile ServiceMonitor %+v", full)
 	}
+	// webConfig's basic auth: the scrape authenticates with the Secret's
+	// keys (the operator reads them from the ServiceMonitor's namespace).
+	if ba := fep.BasicAuth; ba == nil || ba.Username.Name != "xpu-exporter-scrape" || ba.Username.Key != "username" ||
+		ba.Password.Name != "xpu-exporter-scrape" || ba.Password.Key != "password" {
+		t.Errorf("full profile basicAuth %+v, want the username and password keys of Secret xpu-exporter-scrape", fep.BasicAuth)
+	}
+	if ep.BasicAuth != nil {
+		t.Errorf("default basicAuth %+v, want none", ep.BasicAuth)
+	}
 }
 
 // A node labelled for two or three vendors runs one exporter pod of each
@@ -1165,6 +1174,8 @@ func TestRefusedValues(t *testing.T) {
 		{"OTLP client certificate without key", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.tls.secretName=s,otlp.tls.certFile=tls.crt"}, "go together"},
 		{"OTLP client certificate without Secret", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.tls.certFile=tls.crt,otlp.tls.keyFile=tls.key"}, "secretName"},
 		{"job the rules do not select", []string{"--set", "serviceMonitor.jobLabel=gpus"}, "jobLabel"},
+		{"basic auth without a password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u"}, "basicAuth"},
+		{"basic auth with a literal password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u,serviceMonitor.basicAuth.password=hunter2"}, "password"},
 		{"relative socket directory", []string{"--set", "kubernetes.podResourcesDir=kubelet"}, "podResourcesDir"},
 		// The namespace's default account would get cluster-wide pod read.
 		{"RBAC for the default account", []string{"--set", "serviceAccount.create=false"}, `"default" ServiceAccount`},
