@@ -873,6 +873,12 @@ func TestRolloutKeepsAnExporterOnEveryNode(t *testing.T) {
 				}
 			}
 		}
+		// In the host's network namespace the surge pod's port would be
+		// taken by the old pod (and README.md says the pods have their
+		// own network namespace).
+		if ds.Spec.Template.Spec.HostNetwork {
+			t.Errorf("%s: hostNetwork: a surge pod could not listen next to the old one", ds.Name)
+		}
 	}
 }
 
