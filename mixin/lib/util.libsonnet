@@ -43,7 +43,12 @@
   //    memory, so after a restart a series with old labels is a new
   //    event). Range functions skip stale markers, so a failed scrape or a
   //    gap shorter than the lookback never makes an old series look new.
-  //    Without process_start_time_seconds only the lookback counts.
+  //    Without process_start_time_seconds only the lookback counts. The
+  //    start time is the earliest of the last 2m: during a rollout
+  //    (maxSurge) the new pod runs beside the old one for a few scrapes
+  //    with the same target labels, so the new start time sits next to the
+  //    old pod's Xid series, which must not look new. After a real restart
+  //    a series re-counted with old labels is seen as new 2m later.
   // `* 1` drops the metric name so the arms share label sets.
   xidRecent(c, window)::
     self.eventsRecent(c, 'xpu_xid_errors_total{%s, xid=~"%s"}' % [c.xpuSelector, self.regex(c.xidHardware)], window),
@@ -61,7 +66,7 @@
           unless (
             max_over_time(timestamp(%(x)s)[%(lookback)s:1m] offset %(w)s)
               >= on (%(target)s) group_left ()
-              %(start)s
+              min_over_time(%(start)s[2m])
             or (
               present_over_time(%(x)s[%(lookback)s] offset %(w)s)
                 unless on (%(target)s) %(start)s
