@@ -19,7 +19,13 @@
 //	                  child in the same process group, then never answer;
 //	                  "exit" print HLSMI_FAKE_STDERR to stderr and exit with
 //	                  HLSMI_FAKE_EXIT (default 1); "flood" print without end;
-//	                  "nonutf8" print bytes that are not UTF-8
+//	                  "flood-ignore-epipe" the same, with SIGPIPE ignored
+//	                  and write errors too; "nonutf8" print bytes that are
+//	                  not UTF-8; "child-holds-stdout" answer from the
+//	                  table, then start a child in the same process group
+//	                  that inherits stdout and never exits, and exit 0;
+//	                  "child-holds-stdout-setsid" the same with the child
+//	                  in a session of its own
 //	HLSMI_FAKE_LOG    append "start <pid>" (or "child <pid>") to this file
 //	                  when starting, so that tests can count runs
 //	HLSMI_FAKE_DELAY  a duration to wait before answering, as a busy
@@ -33,7 +39,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -53,13 +61,8 @@ func run(args []string) error {
 	if os.Getenv("HLSMI_FAKE_CHILD") != "" {
 		role = "child"
 	}
-	if path := os.Getenv("HLSMI_FAKE_LOG"); path != "" {
-		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(f, "%s %d\n", role, os.Getpid())
-		if err := f.Close(); err != nil {
+	if os.Getenv("HLSMI_FAKE_CHILD_LOGGED") == "" {
+		if err := logStart(role, os.Getpid()); err != nil {
 			return err
 		}
 	}
@@ -97,6 +100,33 @@ func run(args []string) error {
 				return err
 			}
 		}
+	case "flood-ignore-epipe":
+		signal.Ignore(syscall.SIGPIPE)
+		line := []byte(strings.Repeat("0, HL-225, ", 100) + "\n")
+		for {
+			_, _ = os.Stdout.Write(line)
+		}
+	case "child-holds-stdout", "child-holds-stdout-setsid":
+		f, err := os.Open(os.Getenv("HLSMI_FAKE_TABLE"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := Answer(f, args, os.Stdout); err != nil {
+			return err
+		}
+		child := exec.Command(os.Args[0])
+		// Logged here, before this exits: the child may be killed with
+		// its group before it could log itself.
+		child.Env = append(os.Environ(), "HLSMI_FAKE_MODE=hang", "HLSMI_FAKE_CHILD=1", "HLSMI_FAKE_CHILD_LOGGED=1")
+		child.Stdout = os.Stdout
+		if mode == "child-holds-stdout-setsid" {
+			child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		}
+		if err := child.Start(); err != nil {
+			return err
+		}
+		return logStart("child", child.Process.Pid)
 	case "nonutf8":
 		_, err := os.Stdout.Write([]byte("index, name\n0, HL-\xff\xfe225\n"))
 		return err
@@ -118,6 +148,20 @@ func run(args []string) error {
 	}
 	defer f.Close()
 	return Answer(f, args, os.Stdout)
+}
+
+// logStart appends "<role> <pid>" to HLSMI_FAKE_LOG, if set.
+func logStart(role string, pid int) error {
+	path := os.Getenv("HLSMI_FAKE_LOG")
+	if path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "%s %d\n", role, pid)
+	return f.Close()
 }
 
 func hang() {

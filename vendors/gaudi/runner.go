@@ -9,9 +9,11 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/boundedbuf"
 )
@@ -30,7 +32,8 @@ const (
 	// maxStderr keeps enough of an error message to report it.
 	maxStderr = 4 << 10
 	// waitDelay is how long Wait waits for the output pipes after hl-smi
-	// exited, in case something it started still holds them.
+	// exited and its process group was killed, in case something it started
+	// left the group (setsid) and still holds them.
 	waitDelay = time.Second
 )
 
@@ -38,6 +41,10 @@ const (
 // exported fields must be set before first use; it must not be copied
 // after. It is safe for concurrent use: a query that arrives while the
 // previous run has not exited fails with ReasonBusy and starts nothing.
+//
+// hl-smi runs in a process group of its own, which is killed at the
+// deadline, past the output limit, once hl-smi itself has exited (so that
+// nothing it started outlives it, holding its output open), and by Close.
 type Runner struct {
 	// Path is the hl-smi binary; DefaultPath when empty. It is run
 	// directly, never through a shell.
@@ -55,11 +62,17 @@ type Runner struct {
 	// MaxOutput bounds stdout in bytes; DefaultMaxOutput when zero.
 	MaxOutput int
 
-	running  atomic.Bool
+	mu sync.Mutex
+	// running says a run has not exited yet; pgid is its process group
+	// (0 before it started).
+	running bool
+	pgid    int
+	closed  bool // Close was called: no run starts any more
+
 	failures [numReasons]atomic.Uint64
 
-	// killGroup ends the run's process group at the deadline. Tests replace
-	// it to play a process that does not die.
+	// killGroup ends the run's process group. Tests replace it to play a
+	// process that does not die.
 	killGroup func(pgid int) error
 }
 
@@ -74,7 +87,42 @@ var reasonIndex = func() map[Reason]int {
 
 // Busy says whether a run has not exited yet: until it has, Query starts
 // none and fails as ReasonBusy.
-func (r *Runner) Busy() bool { return r.running.Load() }
+func (r *Runner) Busy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running
+}
+
+// Close kills the process group of the run under way, if any, and makes
+// every later Query fail without starting hl-smi: for the exporter's exit,
+// which hl-smi and what it started must not outlive (their group of their
+// own is not reached by a signal to the exporter's).
+func (r *Runner) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	if r.pgid != 0 {
+		_ = r.kill(r.pgid)
+	}
+}
+
+// killRun kills the process group pgid if it is still the run's: not once
+// its leader may have been reaped, and its id reused. ESRCH, a group gone
+// already, is no matter.
+func (r *Runner) killRun(pgid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pgid == pgid {
+		_ = r.kill(pgid)
+	}
+}
+
+func (r *Runner) kill(pgid int) error {
+	if r.killGroup != nil {
+		return r.killGroup(pgid)
+	}
+	return killProcessGroup(pgid)
+}
 
 // Failures returns how many times each Reason occurred since the Runner
 // was created, every Reason included.
@@ -159,9 +207,17 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Reason: ReasonTimeout, Detail: "no time left to run", Err: err}
 	}
-	if !r.running.CompareAndSwap(false, true) {
+	r.mu.Lock()
+	switch {
+	case r.closed:
+		r.mu.Unlock()
+		return nil, &Error{Reason: ReasonStart, Detail: "the exporter is stopping"}
+	case r.running:
+		r.mu.Unlock()
 		return nil, &Error{Reason: ReasonBusy, Detail: "the previous hl-smi run has not exited"}
 	}
+	r.running = true
+	r.mu.Unlock()
 	if _, ok := ctx.Deadline(); !ok {
 		timeout := r.Timeout
 		if timeout <= 0 {
@@ -180,7 +236,7 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 	if limit <= 0 {
 		limit = DefaultMaxOutput
 	}
-	stdout := &boundedbuf.Buffer{Limit: limit, FailOnOverflow: true}
+	stdout := &limitedOutput{buf: boundedbuf.Buffer{Limit: limit, FailOnOverflow: true}, overflow: make(chan struct{})}
 	stderr := &boundedbuf.Buffer{Limit: maxStderr}
 	cmd := exec.Command(path, r.Args()...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -189,7 +245,9 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 	// whatever hl-smi started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		r.running.Store(false)
+		r.mu.Lock()
+		r.running = false
+		r.mu.Unlock()
 		// execve answers ENOENT for a file that exists too, when its
 		// interpreter (#! line, ELF loader) does not: that hl-smi is
 		// there and broken, not missing.
@@ -199,31 +257,62 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 		return nil, &Error{Reason: ReasonStart, Detail: path, Err: err}
 	}
 	pgid := cmd.Process.Pid
+	r.mu.Lock()
+	r.pgid = pgid
+	closed := r.closed
+	r.mu.Unlock()
+	if closed { // Close came while it started: it saw no group to kill
+		r.killRun(pgid)
+	}
 
 	done := make(chan error, 1)
 	go func() {
+		// hl-smi has exited but is not reaped yet, so its group's id
+		// cannot be taken by another process: whatever it started and
+		// left in its group (holding stdout open, so that Wait would
+		// wait for it, or merely left running) is killed with it. Wait
+		// reaps it, so no kill may reach that id after.
+		if waitExited(pgid) == nil {
+			r.mu.Lock()
+			_ = r.kill(pgid)
+			r.pgid = 0
+			r.mu.Unlock()
+		}
 		err := cmd.Wait()
-		r.running.Store(false)
+		r.mu.Lock()
+		r.running, r.pgid = false, 0
+		r.mu.Unlock()
 		done <- err
 	}()
 
 	var err error
 	select {
 	case err = <-done:
+	case <-stdout.overflow:
+		// Killed at once: an hl-smi that writes on into the closed pipe
+		// (SIGPIPE ignored) must not be held until the deadline.
+		r.killRun(pgid)
+		return nil, &Error{Reason: ReasonOutputTooLarge, Detail: fmt.Sprintf("more than %d bytes", limit)}
 	case <-ctx.Done():
 		select {
 		case err = <-done: // exited at the same moment; its result stands
 		default:
-			kill := r.killGroup
-			if kill == nil {
-				kill = killProcessGroup
-			}
-			_ = kill(pgid) // ESRCH only: the group is gone already
+			r.killRun(pgid)
 			return nil, &Error{Reason: ReasonTimeout, Detail: "killed at the deadline", Err: context.Cause(ctx)}
 		}
 	}
-	if stdout.Overflowed() {
+	out := stdout.buf.Bytes()
+	if stdout.buf.Overflowed() {
 		return nil, &Error{Reason: ReasonOutputTooLarge, Detail: fmt.Sprintf("more than %d bytes", limit)}
+	}
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// hl-smi exited 0, but something it started outside its group
+		// (setsid) held stdout open past waitDelay. What hl-smi printed
+		// stands if it is whole: a table ends with a newline.
+		if len(out) > 0 && out[len(out)-1] == '\n' {
+			return out, nil
+		}
+		return nil, &Error{Reason: ReasonMalformed, Detail: "output cut short: a process hl-smi started held it open after hl-smi exited", Err: err}
 	}
 	if err != nil {
 		var exit *exec.ExitError
@@ -232,7 +321,41 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 		}
 		return nil, &Error{Reason: ReasonExit, Err: err}
 	}
-	return stdout.Bytes(), nil
+	return out, nil
+}
+
+// limitedOutput is hl-smi's stdout, kept up to its limit; overflow is
+// closed at the first write past it.
+type limitedOutput struct {
+	buf      boundedbuf.Buffer
+	overflow chan struct{}
+	once     sync.Once
+}
+
+func (o *limitedOutput) Write(p []byte) (int, error) {
+	n, err := o.buf.Write(p)
+	if err != nil {
+		o.once.Do(func() { close(o.overflow) })
+	}
+	return n, err
+}
+
+// waitExited blocks until process pid has exited, without reaping it
+// (waitid(2) with WNOWAIT, as os/exec does before it reaps): until Wait
+// reaps it, neither its pid nor its process group's id can be reused, so a
+// kill of the group reaches only what it left behind.
+func waitExited(pid int) error {
+	const pPID = 1     // P_PID, <linux/wait.h>
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		if errno != syscall.EINTR {
+			if errno != 0 {
+				return errno
+			}
+			return nil
+		}
+	}
 }
 
 func killProcessGroup(pgid int) error { return syscall.Kill(-pgid, syscall.SIGKILL) }

@@ -157,6 +157,9 @@ func TestRunnerFailures(t *testing.T) {
 			reason: ReasonExit, detail: "habanalabs driver is not loaded",
 		},
 		{name: "output too large", runner: &Runner{Path: fakeHLSMI, MaxOutput: 4096}, mode: "flood", reason: ReasonOutputTooLarge},
+		// One that ignores SIGPIPE and EPIPE would write on into the
+		// closed pipe until the deadline (5 s here): killed at the limit.
+		{name: "output too large, writing on", runner: &Runner{Path: fakeHLSMI, MaxOutput: 4096}, mode: "flood-ignore-epipe", reason: ReasonOutputTooLarge},
 		{name: "not UTF-8", runner: &Runner{Path: fakeHLSMI, Fields: []string{"index", "name"}}, mode: "nonutf8", reason: ReasonNonUTF8},
 		{name: "column not asked for", runner: &Runner{Path: fakeHLSMI, Fields: caseFields}, mode: "raw", table: "cases/extra-column.csv", reason: ReasonExtraColumn},
 		{name: "column missing", runner: &Runner{Path: fakeHLSMI, Fields: caseFields}, mode: "raw", table: "cases/missing-column.csv", reason: ReasonMissingColumn},
@@ -180,7 +183,86 @@ func TestRunnerFailures(t *testing.T) {
 			if n := r.Failures()[tc.reason]; n != 1 {
 				t.Errorf("%s counted %d times, want 1", tc.reason, n)
 			}
+			waitFor(t, "the run to exit", func() bool { return !r.Busy() })
 		})
+	}
+}
+
+// TestRunnerKillsWhatHLSMILeftBehind: hl-smi prints its table and exits 0,
+// leaving a child that holds stdout open. The table is read, and the child,
+// in hl-smi's process group, is killed rather than left behind at every
+// run. One that left the group (setsid) cannot be reached; the table still
+// stands once Wait stops waiting for the pipe.
+func TestRunnerKillsWhatHLSMILeftBehind(t *testing.T) {
+	for _, tc := range []struct {
+		mode       string
+		childKills bool
+	}{
+		{"child-holds-stdout", true},
+		{"child-holds-stdout-setsid", false},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			log := fake(t, tc.mode, "gaudi2-8x.csv")
+			r := &Runner{Path: fakeHLSMI}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			devices, err := r.Query(ctx)
+			children := started(t, log, "child")
+			t.Cleanup(func() {
+				for _, pid := range children {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			if err != nil || len(devices) != 8 {
+				t.Fatalf("%d devices, %v; want the 8 hl-smi printed before it exited 0", len(devices), err)
+			}
+			if len(children) != 1 {
+				t.Fatalf("children %v, want 1", children)
+			}
+			if tc.childKills {
+				waitFor(t, "hl-smi's child to be killed", func() bool { return gone(children[0]) })
+			}
+			for reason, n := range r.Failures() {
+				if n != 0 {
+					t.Errorf("%s counted %d times", reason, n)
+				}
+			}
+		})
+	}
+}
+
+// TestRunnerClose: at the exporter's exit, the run under way is killed with
+// its group, and no run starts after.
+func TestRunnerClose(t *testing.T) {
+	log := fake(t, "hang-group", "")
+	r := &Runner{Path: fakeHLSMI}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := r.Query(ctx)
+		errs <- err
+	}()
+	waitFor(t, "the stand-in and its child to log", func() bool {
+		return len(started(t, log, "start")) == 1 && len(started(t, log, "child")) == 1
+	})
+	r.Close()
+	select {
+	case err := <-errs:
+		if err == nil {
+			t.Error("a run killed by Close succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the query did not return after Close")
+	}
+	for _, pid := range append(started(t, log, "start"), started(t, log, "child")...) {
+		waitFor(t, fmt.Sprintf("pid %d to be killed", pid), func() bool { return gone(pid) })
+	}
+	if _, err := r.Query(ctx); err == nil {
+		t.Error("a query after Close succeeded")
+	}
+	if n := len(started(t, log, "start")); n != 1 {
+		t.Errorf("%d runs, want none after Close", n)
 	}
 }
 
@@ -217,7 +299,7 @@ func TestRunnerKillsProcessGroupAtDeadline(t *testing.T) {
 	// The caller's deadline bounds the run as well as Timeout does.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	waitFor(t, "the runner to be free", func() bool { return !r.running.Load() })
+	waitFor(t, "the runner to be free", func() bool { return !r.Busy() })
 	r.Timeout = time.Minute
 	if _, err := r.Query(ctx); ReasonOf(err) != ReasonTimeout {
 		t.Errorf("error %v, want timeout at the context's deadline", err)
@@ -270,7 +352,7 @@ func TestRunnerNoSecondRunWhileHung(t *testing.T) {
 	t.Setenv("HLSMI_FAKE_MODE", "")
 	t.Setenv("HLSMI_FAKE_TABLE", filepath.Join(fixtures, "gaudi2-8x.csv"))
 	r.Timeout = 5 * time.Second
-	waitFor(t, "the hung run to be reaped", func() bool { return !r.running.Load() })
+	waitFor(t, "the hung run to be reaped", func() bool { return !r.Busy() })
 	devices, err := r.Query(context.Background())
 	if err != nil || len(devices) != 8 {
 		t.Fatalf("after the hung run exited: %d devices, %v", len(devices), err)
