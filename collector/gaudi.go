@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 	"github.com/xpu-exporter/xpu_exporter/vendors/gaudi"
 )
 
@@ -91,6 +92,14 @@ func gaudiKey(d *gaudi.Device) string {
 // that ask for devices while it is under way.
 type gaudiRead struct {
 	done chan struct{}
+	// waiters are the snapshots waiting for the read; the last to give up
+	// waiting (its deadline passed, its scrape went away) ends it with
+	// cancel, killing hl-smi. Both under gaudiCollector.mu; cancelled says
+	// the read is being ended, and joins no one any more.
+	waiters   int
+	cancel    context.CancelCauseFunc
+	cancelled bool
+
 	up   []gaudi.Device // listed by this run, with their processes
 	down []gaudi.Device // known from earlier runs, not listed by this one
 	// partial says the process scan failed or could not read every
@@ -99,39 +108,70 @@ type gaudiRead struct {
 	err     error
 }
 
-// readDevices reads every Gaudi device: one hl-smi run under the snapshot's
-// deadline (the Runner kills it there and refuses a new run while a killed
-// one has not exited), then the processes on each device. A snapshot that
-// asks while a read is under way (the warm-up at start and the first
-// scrape, an HA pair of Prometheus servers) waits for that read, under its
-// own deadline, rather than start hl-smi a second time, which the Runner
-// would refuse as busy. When the run fails, every device known from earlier
-// runs is reported down with the error.
+// readDevices reads every Gaudi device: one hl-smi run, then the processes
+// on each device. A snapshot that asks while a read is under way (the
+// warm-up at start and the first scrape, an HA pair of Prometheus servers,
+// /devices) joins it rather than start hl-smi a second time, which the
+// Runner would refuse as busy: at most one hl-smi runs at a time.
+//
+// The read belongs to none of them: it goes on as long as one of them waits
+// for it, each under its own deadline, and is ended (hl-smi killed with its
+// group) only when the last gives up. So every snapshot gets hl-smi for its
+// whole deadline, and one with a longer deadline that joined a read started
+// for a shorter one (a second Prometheus with a longer scrape timeout, a
+// scrape after the warm-up) is not cut short by the other's. A snapshot
+// that finds the read already ended (killed, hl-smi perhaps not yet exited)
+// starts its own, which fails as busy until the killed run has exited.
+// When the run fails, every device known from earlier runs is reported
+// down with the error.
 func (c *gaudiCollector) readDevices(ctx context.Context, _ bool) ([]*Device, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		// The read has no deadline but its waiters': one without is
+		// bounded as the Runner bounds a run without one.
+		timeout := c.runner.Timeout
+		if timeout <= 0 {
+			timeout = gaudi.DefaultTimeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	c.mu.Lock()
 	r := c.inflight
-	leader := r == nil
-	if leader {
-		r = &gaudiRead{done: make(chan struct{})}
+	if r == nil || r.cancelled {
+		// No deadline of its own (the far one keeps the Runner from
+		// setting its default): it is cancelled when its last waiter
+		// leaves. Values, such as a trace, are the first waiter's.
+		runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+		runCtx, cancelDeadline := context.WithDeadline(runCtx, flight.NoDeadline)
+		r = &gaudiRead{done: make(chan struct{}), cancel: func(cause error) { cancel(cause); cancelDeadline() }}
 		c.inflight = r
+		go c.lead(runCtx, r)
 	}
+	r.waiters++
 	c.mu.Unlock()
-	if leader {
-		r.up, r.down, r.partial, r.err = c.read(ctx)
-		c.mu.Lock()
-		c.inflight = nil
-		c.mu.Unlock()
-		close(r.done)
-	}
-	// The leader's read has returned; a follower waits for it until its own
-	// deadline.
+
 	select {
 	case <-r.done:
 	case <-ctx.Done():
+		c.mu.Lock()
 		select {
 		case <-r.done: // answered at that very moment: it counts
+			c.mu.Unlock()
 		default:
-			return c.waitedOutFor(ctx)
+			r.waiters--
+			if r.waiters > 0 {
+				// Others still wait for the read: it goes on for them.
+				c.mu.Unlock()
+				return c.waitedOutFor(ctx)
+			}
+			// The last to wait: the read, hl-smi's run, ends here, and
+			// is this snapshot's timeout (the Runner returns at once
+			// after the kill).
+			r.cancelled = true
+			r.cancel(context.Cause(ctx))
+			c.mu.Unlock()
+			<-r.done
 		}
 	}
 	if r.err != nil {
@@ -156,15 +196,35 @@ func (c *gaudiCollector) readDevices(ctx context.Context, _ bool) ([]*Device, er
 	return devs, nil
 }
 
-// waitedOutFor reports a snapshot that gave up waiting for the run under
-// way (a hung hl-smi started by a snapshot with a later deadline): what the
-// Runner calls busy, counted and logged as such.
+// lead does read r under ctx, which ends when r's last waiter leaves, and
+// wakes its waiters.
+func (c *gaudiCollector) lead(ctx context.Context, r *gaudiRead) {
+	up, down, partial, err := c.read(ctx)
+	c.mu.Lock()
+	r.up, r.down, r.partial, r.err = up, down, partial, err
+	if c.inflight == r {
+		c.inflight = nil
+	}
+	c.mu.Unlock()
+	r.cancel(context.Canceled) // releases the context
+	close(r.done)
+}
+
+// Close kills the hl-smi run under way, with everything it started, and
+// starts none after: for the exporter's exit.
+func (c *gaudiCollector) Close() { c.runner.Close() }
+
+// waitedOutFor reports a snapshot that gave up waiting for a read that
+// goes on for other snapshots with later deadlines: what the Runner calls
+// busy, and counted as such. It is not logged: the read it left is, when it
+// ends (one line per change of how runs end), so that an HA pair whose
+// shorter scrape timeout is too short for hl-smi does not log a failure and
+// a recovery at every scrape.
 func (c *gaudiCollector) waitedOutFor(ctx context.Context) ([]*Device, error) {
 	err := &gaudi.Error{Reason: gaudi.ReasonBusy, Detail: "the hl-smi run under way has not answered before the deadline", Err: ctx.Err()}
 	c.mu.Lock()
 	c.waitedOut++
 	c.mu.Unlock()
-	c.logChange(err)
 	return c.unanswered(), err
 }
 
@@ -317,10 +377,10 @@ func gaudiDevice(nd *gaudi.Device, up bool) *Device {
 }
 
 // logChange logs one line when the reason hl-smi fails for changes, and one
-// when it answers again; never one per scrape. Busy and timeout are one
-// state, a hung hl-smi: the snapshot whose run it is counts a timeout, one
-// that waited for that run or found it not yet exited counts busy, and
-// scrapers with different deadlines meet both at every scrape.
+// when it answers again; never one per scrape. It is called with how each
+// read ended. Busy and timeout are one state, a hung hl-smi: a read whose
+// run was killed counts a timeout, one that found a killed run not yet
+// exited counts busy, and scrapers with different deadlines meet both.
 func (c *gaudiCollector) logChange(err error) {
 	reason := gaudi.ReasonOf(err)
 	if err != nil && reason == "" {

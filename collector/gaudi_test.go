@@ -2,14 +2,17 @@ package collector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -418,6 +421,144 @@ func TestGaudiConcurrentReadsShareOneRun(t *testing.T) {
 	}
 	if n := strings.Count(string(b), "start "); n != 1 {
 		t.Errorf("hl-smi started %d times for two concurrent reads, want 1", n)
+	}
+}
+
+// TestGaudiSharedRunOutlivesTheShorterWaiter: two snapshots share one
+// hl-smi run, and the one that ends first (a shorter scrape timeout, a
+// scraper gone) gives up alone: the run goes on, not killed, for the one
+// still waiting, which gets its devices. Only when every snapshot has given
+// up is hl-smi killed. Snapshots are ended by cancelling them, so that the
+// order of events, not timing, makes the case.
+func TestGaudiSharedRunOutlivesTheShorterWaiter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// deadlines of the first snapshot (which starts the run) and the
+		// second (which joins it); end says which are ended while hl-smi
+		// has not answered.
+		first, second time.Duration
+		end           []int
+		// want: the snapshots that get the devices, the busy (gave up
+		// while the run went on) and timeout (run killed) counts.
+		wantUp         []int
+		busy, timeouts float64
+	}{
+		{name: "the run's own snapshot ends first", first: time.Minute, second: 2 * time.Minute, end: []int{0}, wantUp: []int{1}, busy: 1},
+		{name: "the joined snapshot ends first", first: 2 * time.Minute, second: time.Minute, end: []int{1}, wantUp: []int{0}, busy: 1},
+		{name: "both end", first: time.Minute, second: 2 * time.Minute, end: []int{0, 1}, busy: 1, timeouts: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gaudiTable(t, loadScenario(t, "gaudi"))
+			starts := filepath.Join(t.TempDir(), "starts")
+			t.Setenv("HLSMI_FAKE_LOG", starts)
+			// Long enough that hl-smi has not answered when the
+			// snapshots are ended, a few milliseconds after it started,
+			// on a loaded machine too.
+			t.Setenv("HLSMI_FAKE_DELAY", "3s")
+			col, err := newGaudiCollector(Config{Logger: slog.New(slog.DiscardHandler), HLSMIPath: selfPath(t), Procfs: t.TempDir(), Sysfs: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := col.(*gaudiCollector)
+			type result struct {
+				devs []*Device
+				err  error
+			}
+			results := make([]chan result, 2)
+			cancels := make([]context.CancelFunc, 2)
+			waiters := func() int {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if c.inflight == nil {
+					return 0
+				}
+				return c.inflight.waiters
+			}
+			for i, d := range []time.Duration{tc.first, tc.second} {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				cancels[i], results[i] = cancel, make(chan result, 1)
+				go func() {
+					devs, err := c.readDevices(ctx, true)
+					results[i] <- result{devs, err}
+				}()
+				waitForCond(t, "the snapshot to wait for the run", func() bool { return waiters() == i+1 })
+			}
+			waitForCond(t, "hl-smi to start", func() bool { return len(gaudiStarts(t, starts)) == 1 })
+			got := make([]result, 2)
+			for _, i := range tc.end {
+				cancels[i]()
+				got[i] = <-results[i]
+			}
+			for i := range 2 {
+				if !slices.Contains(tc.end, i) {
+					got[i] = <-results[i]
+				}
+				up := 0
+				for _, d := range got[i].devs {
+					if d.Up {
+						up++
+					}
+				}
+				if slices.Contains(tc.wantUp, i) {
+					if got[i].err != nil || up != 8 {
+						t.Errorf("snapshot %d: %d devices up, %v; want the 8 of the run it waited for", i, up, got[i].err)
+					}
+				} else if got[i].err == nil {
+					t.Errorf("snapshot %d, ended before hl-smi answered, has no error", i)
+				}
+			}
+			if n := len(gaudiStarts(t, starts)); n != 1 {
+				t.Errorf("hl-smi started %d times, want once", n)
+			}
+			c.mu.Lock()
+			busy := c.waitedOut
+			c.mu.Unlock()
+			if timeouts := float64(c.runner.Failures()["timeout"]); busy != tc.busy || timeouts != tc.timeouts {
+				t.Errorf("busy %v, timeout %v; want %v, %v", busy, timeouts, tc.busy, tc.timeouts)
+			}
+			if tc.timeouts > 0 {
+				pid := gaudiStarts(t, starts)[0]
+				waitForCond(t, "the killed hl-smi to exit", func() bool { return !c.runner.Busy() })
+				if err := syscall.Kill(pid, 0); err == nil {
+					t.Errorf("hl-smi (pid %d) still alive after every snapshot gave up", pid)
+				}
+			}
+		})
+	}
+}
+
+// gaudiStarts are the PIDs of the hl-smi runs the stand-in logged.
+func gaudiStarts(t *testing.T, log string) []int {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for line := range strings.Lines(string(b)) {
+		if pid, ok := strings.CutPrefix(strings.TrimSpace(line), "start "); ok {
+			n, err := strconv.Atoi(pid)
+			if err != nil {
+				t.Fatalf("log line %q", line)
+			}
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+// waitForCond waits for cond, failing the test after a bound generous
+// enough for a loaded machine.
+func waitForCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }
 
