@@ -309,27 +309,54 @@ func (c *gaudiCollector) logBadFields(nds []gaudi.Device) {
 	c.badFields = now
 }
 
-// keyOf is the key of the known device nd is, matched by any identity
-// cell this run could read (PCI address, uuid, serial), so that one going
-// N/A does not make a second device of it; else nd's own key. A known
-// device already taken by another row of this run (seen) is not matched.
+// keyOf is the key of the known device nd is, else a key of its own, never
+// one another row of this run took (seen): two rows that print one bus_id
+// or uuid (which no real hl-smi does) stay two devices, each reported down
+// when a run fails, rather than one overwriting the other. A known device
+// is matched, unless another row of this run took it, by
+//   - nd's own key (gaudiKey);
+//   - any identity cell this run could read (PCI address, uuid, serial),
+//     where exactly one known device matches, so that one going N/A does
+//     not make a second device of it;
+//   - the index, where nd or the known device has no identity cell at all
+//     (every one printed N/A): there is nothing else to go by, and a device
+//     whose identity becomes readable, or unreadable, stays one device,
+//     rather than leave a phantom reported down for good.
+//
 // c.mu must be held.
 func (c *gaudiCollector) keyOf(nd *gaudi.Device, seen map[string]bool) string {
 	key := gaudiKey(nd)
-	if _, ok := c.known[key]; ok {
+	if _, ok := c.known[key]; ok && !seen[key] {
 		return key
 	}
 	same := func(a, b string) bool { return a != "" && a == b }
-	var match []string
+	anonymous := func(d *gaudi.Device) bool { return d.BusID == "" && d.UUID == "" && d.Serial == "" }
+	var byIdentity, byIndex []string
 	for k, kd := range c.known {
-		if !seen[k] && (same(kd.BusID, nd.BusID) || same(kd.UUID, nd.UUID) || same(kd.Serial, nd.Serial)) {
-			match = append(match, k)
+		switch {
+		case seen[k]:
+		case same(kd.BusID, nd.BusID) || same(kd.UUID, nd.UUID) || same(kd.Serial, nd.Serial):
+			byIdentity = append(byIdentity, k)
+		case kd.Index == nd.Index && (anonymous(&kd) || anonymous(nd)):
+			byIndex = append(byIndex, k)
 		}
 	}
-	if len(match) == 1 {
-		return match[0]
+	switch {
+	case len(byIdentity) == 1:
+		return byIdentity[0]
+	case len(byIdentity) == 0 && len(byIndex) == 1:
+		return byIndex[0]
 	}
-	return key
+	// A key of its own; the index, unique in a run (Parse), when the
+	// others are taken.
+	for _, k := range []string{key, nd.UUID, nd.Serial} {
+		if k != "" && !seen[k] {
+			if _, ok := c.known[k]; !ok {
+				return k
+			}
+		}
+	}
+	return "index/" + strconv.Itoa(nd.Index)
 }
 
 // unanswered is every device known from earlier runs, down: a run that

@@ -596,6 +596,104 @@ func TestGaudiDeviceWhoseBusIDGoesNA(t *testing.T) {
 	}
 }
 
+// setCells returns table with the named cells of device row (0 is the
+// first device) set to values.
+func setCells(t *testing.T, table string, row int, cells map[string]string) string {
+	t.Helper()
+	lines := strings.Split(table, "\n")
+	header := strings.Split(lines[0], ", ")
+	fields := strings.Split(lines[1+row], ", ")
+	for name, v := range cells {
+		col := slices.Index(header, name)
+		if col < 0 {
+			t.Fatalf("no %s column in %q", name, lines[0])
+		}
+		fields[col] = v
+	}
+	lines[1+row] = strings.Join(fields, ", ")
+	return strings.Join(lines, "\n")
+}
+
+// gaudiDown counts the Gaudi devices reported down.
+func gaudiDown(out string) int {
+	return strings.Count(grepLines(out, "xpu_device_up{")+"\n", `vendor="habana"} 0`+"\n")
+}
+
+// TestGaudiDeviceWithoutAnyIdentity: a device whose bus_id, uuid and serial
+// all print N/A is known by its index only; when they become readable, or
+// unreadable again, it is the same device, not a second one, and none is
+// left reported down ("no longer listed") while it is listed and up.
+func TestGaudiDeviceWithoutAnyIdentity(t *testing.T) {
+	full := string(loadScenarioTable(t))
+	anonymous := setCells(t, full, 1, map[string]string{"bus_id": "N/A", "uuid": "N/A", "serial": "N/A"})
+	for _, tc := range []struct{ name, first, then string }{
+		{"identity read after N/A", anonymous, full},
+		{"identity N/A after read", full, anonymous},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, logs, _ := gaudiExporterThen(t, tc.first, tc.then)
+			for i := range 2 {
+				out := scrapeText(t, e, 5*time.Second)
+				if n := seriesCount(out, "xpu_device_up"); n != 8 {
+					t.Errorf("scrape %d: %d devices, want 8:\n%s", i, n, grepLines(out, "xpu_device_up{"))
+				}
+				if n := gaudiDown(out); n != 0 {
+					t.Errorf("scrape %d: %d devices down, want none:\n%s", i, n, grepLines(out, "xpu_device_up{"))
+				}
+			}
+			if strings.Contains(logs.String(), "no longer listed") {
+				t.Errorf("a listed device logged as lost:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// TestGaudiDuplicateIdentity: two rows printing one bus_id, or one uuid
+// where bus_id is N/A, stay two devices: both up while listed, both down
+// when hl-smi then fails, rather than one vanishing.
+func TestGaudiDuplicateIdentity(t *testing.T) {
+	full := string(loadScenarioTable(t))
+	row0 := strings.Split(strings.Split(full, "\n")[1], ", ")
+	header := strings.Split(strings.Split(full, "\n")[0], ", ")
+	cell := func(name string) string { return row0[slices.Index(header, name)] }
+	for _, tc := range []struct {
+		name string
+		// cells device 1 prints; device 0 prints its own but bus_id N/A
+		// with noBusID
+		cells   map[string]string
+		noBusID bool
+	}{
+		{name: "bus_id", cells: map[string]string{"bus_id": cell("bus_id")}},
+		{name: "uuid", cells: map[string]string{"bus_id": "N/A", "uuid": cell("uuid")}, noBusID: true},
+		{name: "every identity cell", cells: map[string]string{"bus_id": cell("bus_id"), "uuid": cell("uuid"), "serial": cell("serial")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dup := setCells(t, full, 1, tc.cells)
+			if tc.noBusID {
+				dup = setCells(t, dup, 0, map[string]string{"bus_id": "N/A"})
+			}
+			e, logs, _ := gaudiExporterThen(t, dup, dup)
+			out := scrapeText(t, e, 5*time.Second)
+			if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != 8 || down != 0 {
+				t.Errorf("listed: %d devices, %d down; want 8 up:\n%s", n, down, grepLines(out, "xpu_device_up{"))
+			}
+			t.Setenv("HLSMI_FAKE_MODE", "exit")
+			out = scrapeText(t, e, 5*time.Second)
+			if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != 8 || down != 8 {
+				t.Errorf("hl-smi failing: %d devices, %d down; want all 8 down:\n%s", n, down, grepLines(out, "xpu_device_up{"))
+			}
+			t.Setenv("HLSMI_FAKE_MODE", "")
+			out = scrapeText(t, e, 5*time.Second)
+			if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != 8 || down != 0 {
+				t.Errorf("listed again: %d devices, %d down; want 8 up:\n%s", n, down, grepLines(out, "xpu_device_up{"))
+			}
+			if strings.Contains(logs.String(), "no longer listed") {
+				t.Errorf("a listed device logged as lost:\n%s", logs.String())
+			}
+		})
+	}
+}
+
 // TestGaudiProcessesNoDeviceTiesTo: with sysfs not where --path.sysfs says,
 // no process's Gaudi can be tied to an hl-smi device: that is a process
 // list with holes, per-owner memory left out and one warning, not devices
