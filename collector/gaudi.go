@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -56,6 +57,9 @@ type gaudiCollector struct {
 	badFields  map[string]bool // fields with cells hl-smi printed unreadably; logged on change only
 	// waitedOut counts snapshots that gave up waiting for a run under way.
 	waitedOut float64
+	// noBusID says hl-smi is not asked for bus_id: no process can be tied
+	// to its device.
+	noBusID bool
 }
 
 func newGaudiCollector(cfg Config) (Collector, error) {
@@ -67,10 +71,11 @@ func newGaudiCollector(cfg Config) (Collector, error) {
 		return nil, fmt.Errorf("--gaudi.query-fields: %w", err)
 	}
 	return &gaudiCollector{
-		runner: r,
-		procs:  &gaudi.ProcessScanner{ProcRoot: cfg.Procfs, SysRoot: cfg.Sysfs},
-		logger: cfg.Logger,
-		known:  map[string]gaudi.Device{}, gone: map[string]bool{}, badFields: map[string]bool{}, scanErrors: map[gaudi.Reason]float64{},
+		runner:  r,
+		noBusID: len(cfg.HLSMIFields) > 0 && !slices.Contains(cfg.HLSMIFields, "bus_id"),
+		procs:   &gaudi.ProcessScanner{ProcRoot: cfg.Procfs, SysRoot: cfg.Sysfs},
+		logger:  cfg.Logger,
+		known:   map[string]gaudi.Device{}, gone: map[string]bool{}, badFields: map[string]bool{}, scanErrors: map[gaudi.Reason]float64{},
 	}, nil
 }
 
@@ -250,6 +255,8 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
+	case unmatched > 0 && !c.unmatched && c.noBusID:
+		c.logger.Warn("processes hold Gaudi devices, but --gaudi.query-fields leaves out bus_id, through which a process's device node is tied to an hl-smi device; per-owner figures are left out until bus_id is asked for", "uses", unmatched)
 	case unmatched > 0 && !c.unmatched:
 		c.logger.Warn("processes hold Gaudi devices that no hl-smi device could be tied to through sysfs (check --path.sysfs); per-owner figures are left out until they can", "uses", unmatched)
 	case unmatched == 0 && c.unmatched:

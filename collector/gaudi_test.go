@@ -19,6 +19,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/demo/hlsmisim"
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
+	"github.com/xpu-exporter/xpu_exporter/vendors/gaudi"
 )
 
 // TestMain lets this test binary be the hl-smi stand-in (demo/hlsmisim):
@@ -695,30 +696,45 @@ func TestGaudiDuplicateIdentity(t *testing.T) {
 }
 
 // TestGaudiProcessesNoDeviceTiesTo: with sysfs not where --path.sysfs says,
-// no process's Gaudi can be tied to an hl-smi device: that is a process
-// list with holes, per-owner memory left out and one warning, not devices
-// without processes.
+// or hl-smi not asked for bus_id, no process's Gaudi can be tied to an
+// hl-smi device: that is a process list with holes, per-owner memory left
+// out and one warning naming the cause, not devices without processes.
 func TestGaudiProcessesNoDeviceTiesTo(t *testing.T) {
-	s := loadScenario(t, "gaudi")
-	gaudiTable(t, s)
-	logs := &syncbuf.Buffer{}
-	e := newAttributedExporterFor(t, s, func(c *Config) {
-		c.HLSMIPath, c.Sysfs = selfPath(t), t.TempDir()
-		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	})
-	for range 2 {
-		out := scrapeText(t, e, 10*time.Second)
-		check, absent := oracleChecks(out)
-		absent(t, "xpu_workload_memory_used_bytes", `vendor="habana"`)
-		// The devices no pod is allocated (6, the scenario's units, and 7)
-		// have owners the list may lack: not counted, rather than 0; an
-		// allocated device's owner is the kubelet's.
-		absent(t, "xpu_device_owners", `gpu="6"`)
-		absent(t, "xpu_device_owners", `gpu="7"`)
-		check(t, "xpu_device_owners", 1, `gpu="0"`)
-	}
-	if n := strings.Count(logs.String(), "no hl-smi device could be tied to"); n != 1 {
-		t.Errorf("%d warnings over two scrapes, want 1:\n%s", n, logs.String())
+	noBusID := slices.DeleteFunc(slices.Clone(gaudi.DefaultFields), func(f string) bool { return f == "bus_id" })
+	for _, tc := range []struct {
+		name      string
+		opt       func(t *testing.T, c *Config)
+		warn, not string
+	}{
+		{"sysfs elsewhere", func(t *testing.T, c *Config) { c.Sysfs = t.TempDir() }, "(check --path.sysfs)", "bus_id"},
+		{"no bus_id asked for", func(t *testing.T, c *Config) { c.HLSMIFields = noBusID }, "--gaudi.query-fields leaves out bus_id", "--path.sysfs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := loadScenario(t, "gaudi")
+			gaudiTable(t, s)
+			logs := &syncbuf.Buffer{}
+			e := newAttributedExporterFor(t, s, func(c *Config) {
+				c.HLSMIPath = selfPath(t)
+				c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+				tc.opt(t, c)
+			})
+			for range 2 {
+				out := scrapeText(t, e, 10*time.Second)
+				check, absent := oracleChecks(out)
+				absent(t, "xpu_workload_memory_used_bytes", `vendor="habana"`)
+				// The devices no pod is allocated (6, the scenario's
+				// units, and 7) have owners the list may lack: not
+				// counted, rather than 0; an allocated device's owner is
+				// the kubelet's.
+				absent(t, "xpu_device_owners", `gpu="6"`)
+				absent(t, "xpu_device_owners", `gpu="7"`)
+				check(t, "xpu_device_owners", 1, `gpu="0"`)
+			}
+			warnings := grepLines(logs.String(), "time=")
+			if n := strings.Count(warnings, "level=WARN"); n != 1 || !strings.Contains(warnings, tc.warn) || strings.Contains(warnings, tc.not) {
+				t.Errorf("%d warnings over two scrapes, want 1 saying %q, not %q:\n%s", n, tc.warn, tc.not, logs.String())
+			}
+		})
 	}
 }
 
