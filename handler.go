@@ -26,6 +26,10 @@ type handlerOpts struct {
 	timeoutOffset  time.Duration
 	maxRequests    int
 	logger         *slog.Logger
+	// stopping ends at shutdown once scrapes under way have had their
+	// grace (main's shutdown): those still rendering answer at once with
+	// what they have, devices not read yet reported down. Nil: never.
+	stopping context.Context
 }
 
 // metricsHandler serves one scrape: it derives the scrape's deadline from
@@ -120,11 +124,14 @@ func (h *metricsHandler) body(r *http.Request) *sharedBody {
 	}
 	b.text = bodies.get()
 
-	// Bounded by the deadline only: were the body cut short when its own
-	// scraper leaves, the scrapes that joined it would be served devices
-	// reported down.
+	// Bounded by the deadline only (and by the exporter stopping): were the
+	// body cut short when its own scraper leaves, the scrapes that joined
+	// it would be served devices reported down.
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
 	defer cancel()
+	if h.opts.stopping != nil {
+		defer context.AfterFunc(h.opts.stopping, cancel)()
+	}
 	// Like promhttp's ContinueOnError: what the registry could gather is
 	// served, and the error logged.
 	mfs, err := h.base.Gather()

@@ -162,6 +162,9 @@ func main() {
 		}, func() float64 { return float64(demoScenario.DeviceReads()) }))
 	}
 
+	// Ends when scrapes under way at shutdown have had their grace.
+	stopping, stopScrapes := context.WithCancel(context.Background())
+	defer stopScrapes()
 	mux := http.NewServeMux()
 	mux.Handle(*metricsPath, newMetricsHandler(exporter, base, handlerOpts{
 		defaultTimeout: *scrapeTimeout,
@@ -169,6 +172,7 @@ func main() {
 		timeoutOffset:  *timeoutOffset,
 		maxRequests:    *maxRequests,
 		logger:         logger,
+		stopping:       stopping,
 	}))
 	mux.Handle("/devices", &devicesHandler{exporter: exporter, node: nodeName, demo: *demoMode, timeout: *scrapeTimeout, logger: logger})
 	if *metricsPath != "/" {
@@ -218,20 +222,51 @@ func main() {
 			}
 		}
 	}
+	stopped := make(chan struct{})
 	go func() {
 		<-ctx.Done()
+		stop() // a second signal ends the exporter at once
 		logger.Info("shutting down")
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
+		if err := shutdown(srv, stopScrapes, shutdownGrace, shutdownDrain); err != nil {
+			logger.Warn("requests still under way at exit", "err", err)
+		}
+		close(stopped)
 	}()
 	if err := web.ListenAndServe(srv, toolkitFlags, logger); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Error("server failed", "err", err)
+		exporter.Close()
 		os.Exit(1)
 	}
+	// Serve returns as soon as Shutdown is called; the requests under way
+	// are answered only once it returns (net/http: "Make sure the program
+	// doesn't exit and waits instead for Shutdown to return").
+	<-stopped
 	// The last push gathers once more: before the collectors let go of NVML.
 	stopPush()
+	// Kills what collectors still run, such as an hl-smi run in its own
+	// process group, which no signal to the exporter reaches.
 	exporter.Close()
+}
+
+const (
+	// shutdownGrace is how long requests under way at shutdown may take
+	// to finish as usual; shutdownDrain how long they then have to answer,
+	// cut short, and be written.
+	shutdownGrace = 5 * time.Second
+	shutdownDrain = 2 * time.Second
+)
+
+// shutdown stops srv: no new connections, and the requests under way get
+// grace to finish. Then stopScrapes cuts the scrapes still rendering short
+// (a device not read yet is reported down, an hl-smi run waited for by no
+// one else is killed) and they get drain to be written. It returns once
+// every request is done, or Shutdown's error when drain is over too.
+func shutdown(srv *http.Server, stopScrapes context.CancelFunc, grace, drain time.Duration) error {
+	cut := time.AfterFunc(grace, stopScrapes)
+	defer cut.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), grace+drain)
+	defer cancel()
+	return srv.Shutdown(ctx)
 }
 
 // newServer bounds every connection: a client that sends its headers slowly,

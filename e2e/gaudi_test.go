@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -151,6 +153,95 @@ func TestGaudiHungHLSMI(t *testing.T) {
 	}
 }
 
+// TestShutdownDuringHLSMIRun: the exporter is stopped (SIGTERM, as systemd
+// and the kubelet do) while a scrape waits for a hung hl-smi. The scrape is
+// answered, its device down, rather than cut off with an empty reply; and
+// hl-smi, in a process group of its own that the signal does not reach,
+// does not outlive the exporter.
+func TestShutdownDuringHLSMIRun(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"sys", "proc"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Logs each run; lists one device until the test creates "hang", then
+	// logs its PID as hung and hangs.
+	hlsmi := filepath.Join(dir, "hl-smi")
+	script := `#!/bin/sh
+echo $$ >> "` + dir + `/runs"
+if [ -e "` + dir + `/hang" ]; then
+	echo $$ >> "` + dir + `/hung"
+	exec sleep 300
+fi
+echo "index, uuid"
+echo "0, UA"
+`
+	if err := os.WriteFile(hlsmi, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, "--gaudi.hl-smi-path="+hlsmi, "--gaudi.query-fields=index,uuid",
+		"--path.sysfs="+filepath.Join(dir, "sys"), "--path.procfs="+filepath.Join(dir, "proc"),
+		"--no-collector.nvidia", "--no-collector.amd", "--no-collector.engines", "--no-attribution.slurm")
+	// Once the warm-up at start has started its run, the first scrape ends
+	// after it: the next run is the second scrape's.
+	waitUntil(t, "the warm-up's hl-smi run", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "runs"))
+		return err == nil
+	})
+	url := "http://" + e.addr + "/metrics"
+	if code, body := get(t, http.DefaultClient, url); code != http.StatusOK || value(t, body, "xpu_device_up", `uuid="UA"`) != 1 {
+		t.Fatalf("first scrape: status %d:\n%s", code, body)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hang"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		code int
+		body string
+		err  error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", "60")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answers <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answers <- answer{resp.StatusCode, string(b), err}
+	}()
+	var pid int
+	waitUntil(t, "the scrape's hl-smi run to hang", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "hung"))
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid > 0
+	})
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	exporter := e.cmd.Process.Pid
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-answers:
+		if a.err != nil || a.code != http.StatusOK {
+			t.Errorf("scrape under way at shutdown: status %d, %v; want an answer", a.code, a.err)
+		} else if v := value(t, a.body, "xpu_device_up", `uuid="UA"`); v != 0 {
+			t.Errorf("device up = %v in the answer cut short, want 0", v)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no answer to the scrape under way at shutdown")
+	}
+	// Reaped by start's Wait once it has exited.
+	waitUntil(t, "the exporter to exit", func() bool { return syscall.Kill(exporter, 0) != nil })
+	if !exited(pid) {
+		t.Errorf("hl-smi run %d outlived the exporter", pid)
+	}
+}
+
 // waitUntil polls cond, failing the test after a bound generous enough for
 // a loaded machine.
 func waitUntil(t *testing.T, what string, cond func() bool) {
@@ -160,4 +251,16 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// exited says whether pid has exited: gone, or a zombie that its new
+// parent (init, here perhaps one that does not reap) has not reaped.
+func exited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
 }
