@@ -64,6 +64,7 @@ type sharedBody struct {
 
 func newMetricsHandler(e *collector.Exporter, base prometheus.Gatherer, opts handlerOpts) *metricsHandler {
 	h := &metricsHandler{exporter: e, base: base, opts: opts}
+	h.rendering.Slack = flight.ScrapeSlack
 	if opts.maxRequests > 0 {
 		h.inflight = make(chan struct{}, opts.maxRequests)
 	}
@@ -101,8 +102,9 @@ func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // body renders this scrape's body, or joins the one being rendered when it
-// is due no later than this scrape's deadline (internal/flight); a scrape
-// due sooner renders its own, and still shares the snapshot being taken.
+// is due no later than this scrape's deadline, nor more than a second
+// sooner (internal/flight); a scrape due sooner, or much later, renders its
+// own, and still shares the reads of devices under way.
 func (h *metricsHandler) body(r *http.Request) *sharedBody {
 	deadline := time.Now().Add(h.deadline(r))
 	start := new(sharedBody)

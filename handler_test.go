@@ -157,9 +157,10 @@ func TestConcurrentScrapesShareOneBody(t *testing.T) {
 	go func() { answers <- answer{"leader", serve(scrape("10", "gzip"))} }()
 	<-g.entered
 	// Joining: due later than the leader (same timeout, sent later), and
-	// a longer timeout; one plain, two gzipped.
+	// a timeout longer by less than flight.ScrapeSlack; one plain, two
+	// gzipped.
 	go func() { answers <- answer{"plain", serve(scrape("10", "identity"))} }()
-	go func() { answers <- answer{"gzip", serve(scrape("20", "gzip"))} }()
+	go func() { answers <- answer{"gzip", serve(scrape("10.5", "gzip"))} }()
 	leaving, leave := context.WithCancel(context.Background())
 	left := make(chan struct{})
 	go func() {
@@ -232,6 +233,38 @@ func TestConcurrentScrapesShareOneBody(t *testing.T) {
 	if n := g.calls.Load(); n != 3 {
 		t.Errorf("registry gathered %d times, want 3", n)
 	}
+}
+
+// TestLongerScrapeRendersItsOwnBody: a scrape whose timeout is longer than
+// that of the body being rendered by more than flight.ScrapeSlack does not
+// take that body, cut short at the shorter deadline (devices that had not
+// answered by then reported down), but renders its own under its own
+// deadline, while the other is still held.
+func TestLongerScrapeRendersItsOwnBody(t *testing.T) {
+	g := &heldGatherer{entered: make(chan struct{}), release: make(chan struct{})}
+	h := newTestHandler(t, g)
+	scrape := func(timeout string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/metrics", nil)
+		r.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", timeout)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	held := make(chan struct{})
+	go func() { scrape("2"); close(held) }()
+	<-g.entered
+	longer := make(chan *httptest.ResponseRecorder)
+	go func() { longer <- scrape("30") }()
+	select {
+	case w := <-longer:
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "xpu_scrape_coalesced_total 0\n") {
+			t.Errorf("the longer scrape: %d\n%s", w.Code, w.Body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the longer scrape waits for the shorter one's body")
+	}
+	close(g.release)
+	<-held
 }
 
 func waitFor(t *testing.T, cond func() bool) {

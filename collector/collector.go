@@ -18,6 +18,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
+	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 )
 
 const namespace = "xpu"
@@ -121,7 +122,7 @@ func New(cfg Config) (*Exporter, error) {
 	e := &Exporter{
 		logger:     cfg.Logger,
 		collectors: map[string]Collector{},
-		snapshots:  &snapshotter{sources: map[string]source{}, stuck: map[string]*read{}, resolver: cfg.Attribution, now: cfg.Now},
+		snapshots:  &snapshotter{sources: map[string]source{}, stuck: map[string]*read{}, resolver: cfg.Attribution, now: cfg.Now, builds: flight.Group[struct{}, build]{Slack: flight.ScrapeSlack}},
 	}
 	factoriesMu.Lock()
 	defer factoriesMu.Unlock()

@@ -529,6 +529,55 @@ func TestGaudiSharedRunOutlivesTheShorterWaiter(t *testing.T) {
 	}
 }
 
+// TestGaudiLongerScrapeIsNotServedAShorterOnesSnapshot: a scrape with a
+// longer timeout that arrives while a shorter one's snapshot is being taken
+// does not take that snapshot, in which hl-smi's devices are down for the
+// shorter deadline, but takes its own, which shares the hl-smi run under
+// way and waits for it under its own deadline.
+func TestGaudiLongerScrapeIsNotServedAShorterOnesSnapshot(t *testing.T) {
+	gaudiTable(t, loadScenario(t, "gaudi"))
+	starts := filepath.Join(t.TempDir(), "starts")
+	t.Setenv("HLSMI_FAKE_LOG", starts)
+	t.Setenv("HLSMI_FAKE_DELAY", "3s") // not answered when the first scrape is ended
+	e := newGaudiExporter(t, selfPath(t), &syncbuf.Buffer{})
+	c := e.collectors["gaudi"].(*gaudiCollector)
+	waiters := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.inflight == nil {
+			return 0
+		}
+		return c.inflight.waiters
+	}
+	// The first scrape is ended by cancelling it, before its deadline, so
+	// that the order of events, not timing, makes the case.
+	short, endShort := context.WithTimeout(context.Background(), time.Minute)
+	defer endShort()
+	long, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	shortSnap := make(chan *Snapshot, 1)
+	go func() { shortSnap <- e.snapshots.get(short, true) }()
+	waitForCond(t, "hl-smi to start", func() bool { return len(gaudiStarts(t, starts)) == 1 })
+	longSnap := make(chan *Snapshot, 1)
+	go func() { longSnap <- e.snapshots.get(long, true) }()
+	waitForCond(t, "the longer scrape to wait for the run", func() bool { return waiters() == 2 })
+	endShort()
+	<-shortSnap
+	snap := <-longSnap
+	up := 0
+	for _, d := range snap.Devices {
+		if d.Up {
+			up++
+		}
+	}
+	if up != 8 {
+		t.Errorf("the longer scrape has %d Gaudi devices up, want the 8 of the run it had time to wait for", up)
+	}
+	if n := len(gaudiStarts(t, starts)); n != 1 {
+		t.Errorf("hl-smi started %d times, want once", n)
+	}
+}
+
 // gaudiStarts are the PIDs of the hl-smi runs the stand-in logged.
 func gaudiStarts(t *testing.T, log string) []int {
 	t.Helper()

@@ -146,13 +146,17 @@ type build struct {
 }
 
 // get returns a snapshot: the one being built right now if it will be done
-// by ctx's deadline, else a new one built under ctx. A caller whose ctx ends
-// first gets nil. A scrape (advance) shares only a scrape's build.
+// by ctx's deadline, and not more than flight.ScrapeSlack sooner, else a new
+// one built under ctx. A caller whose ctx ends first gets nil. A scrape
+// (advance) shares only a scrape's build.
 //
 // A build due later than this caller (the warm-up at start, a scrape with a
-// longer timeout) is not joined but built anew; the two builds share each
-// device's read in flight (nvidia.Client), so no device is read twice at
-// once, nor reported down for the other build's read.
+// longer timeout) is not joined but built anew, nor is one due much sooner,
+// whose devices not read by its deadline this caller had time to wait for
+// (a scrape with a shorter timeout, the warm-up for a first scrape with a
+// longer one). The two builds share each device's read in flight
+// (nvidia.Client, the Gaudi collector's hl-smi run), so no device is read
+// twice at once, nor reported down for the other build's deadline.
 func (s *snapshotter) get(ctx context.Context, advance bool) *Snapshot {
 	b, leader := s.builds.Join(struct{}{}, flight.Deadline(ctx), build{advance: advance},
 		func(b *build) bool { return b.advance || !advance })

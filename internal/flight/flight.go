@@ -6,7 +6,10 @@
 // One rule holds for every kind of work: a caller joins work under way
 // only if it is due no later than the caller's own deadline. Work due later
 // may outlive the caller's scrape, which would then have nothing to serve;
-// such a caller starts its own.
+// such a caller starts its own. Work that is cut short at its deadline (a
+// snapshot reports the devices that have not answered by then down) is
+// joined only if it is due at most Group.Slack sooner, too: its answer is
+// cut short where the caller's would not be, by no more than that.
 package flight
 
 import (
@@ -19,6 +22,12 @@ import (
 // time for every such caller, so that they share work whichever of them
 // starts it.
 var NoDeadline = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// ScrapeSlack is the Slack of a scrape's work, its snapshot and response:
+// scrapes of one timeout that meet while one is under way are due within
+// about that of each other, and one with a longer timeout loses at most
+// that of its deadline to the one it joins.
+const ScrapeSlack = time.Second
 
 // Deadline is ctx's deadline, or NoDeadline.
 func Deadline(ctx context.Context) time.Time {
@@ -55,19 +64,26 @@ func (c *Call[V]) Wait(ctx context.Context) bool {
 
 // Group is the work under way, one call per key at most.
 type Group[K comparable, V any] struct {
+	// Slack, when not zero, is how much sooner than a caller's deadline a
+	// call it joins may be due: a call due sooner still is not joined, so
+	// that a scrape with a longer timeout is not served what a shorter
+	// one's deadline cut short. It must be set before first use.
+	Slack time.Duration
+
 	mu    sync.Mutex
 	calls map[K]*Call[V]
 }
 
 // Join returns the call under way for key if it is due no later than
-// deadline and join, called under the group's lock with the call's value,
-// accepts it (nil accepts any). Otherwise it starts a call due at deadline
-// with value start, which the caller leads (true): it does the work, sets
-// Val and calls Finish.
+// deadline, nor more than Slack sooner, and join, called under the group's
+// lock with the call's value, accepts it (nil accepts any). Otherwise it
+// starts a call due at deadline with value start, which the caller leads
+// (true): it does the work, sets Val and calls Finish.
 func (g *Group[K, V]) Join(key K, deadline time.Time, start V, join func(*V) bool) (*Call[V], bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c := g.calls[key]; c != nil && !c.deadline.After(deadline) && (join == nil || join(&c.Val)) {
+	if c := g.calls[key]; c != nil && !c.deadline.After(deadline) &&
+		(g.Slack == 0 || !c.deadline.Before(deadline.Add(-g.Slack))) && (join == nil || join(&c.Val)) {
 		return c, false
 	}
 	c := &Call[V]{Val: start, deadline: deadline, done: make(chan struct{})}

@@ -55,6 +55,25 @@ func TestJoin(t *testing.T) {
 	}
 }
 
+// With Slack, a caller due later than the call under way by more than
+// Slack leads its own: the call's answer is cut short sooner than it has
+// to be. Due later by Slack or less, it joins.
+func TestJoinSlack(t *testing.T) {
+	g := Group[string, int]{Slack: time.Second}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	first, _ := g.Join("a", t0.Add(10*time.Second), 1, nil)
+	if c, lead := g.Join("a", t0.Add(11*time.Second), 2, nil); lead || c != first {
+		t.Error("a caller due Slack later did not join")
+	}
+	later, lead := g.Join("a", t0.Add(11*time.Second+time.Millisecond), 3, nil)
+	if !lead || later == first {
+		t.Fatal("a caller due more than Slack later joined")
+	}
+	if c, lead := g.Join("a", t0.Add(12*time.Second), 4, nil); lead || c != later {
+		t.Error("the next caller did not join the newest call")
+	}
+}
+
 func TestWaitEndsWithContext(t *testing.T) {
 	var g Group[int, int]
 	c, _ := g.Join(0, NoDeadline, 0, nil)
