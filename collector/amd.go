@@ -30,7 +30,7 @@ var (
 )
 
 // amdTimeout is the down reason of a GPU whose sysfs read did not answer
-// before the scrape deadline; amdGone of one that answered ENODEV or EIO.
+// before the scrape deadline; amdGone of one that answered ENODEV.
 const (
 	amdTimeout = "timeout"
 	amdGone    = "gone"
