@@ -12,6 +12,7 @@
 package otlp
 
 import (
+	"errors"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -50,6 +51,7 @@ const maxPEMBytes = 1 << 20
 // Pusher pushes periodically until Shutdown.
 type Pusher struct {
 	provider *sdkmetric.MeterProvider
+	counted  *countingExporter
 }
 
 // Start begins pushing what gatherer gathers every cfg.Interval, and
@@ -96,12 +98,16 @@ func Start(cfg *Config, gatherer prometheus.Gatherer, reg prometheus.Registerer,
 		sdkmetric.WithProducer(&producer{gatherer: gatherer, semconv: cfg.Semconv, logger: logger}))
 	logger.Info("pushing metrics over OTLP", "endpoint", cfg.URL.Redacted(), "protocol", cfg.Protocol,
 		"interval", cfg.Interval, "compression", cfg.Compression, "semconv", cfg.Semconv, "headers", headerNames(cfg.Headers))
-	return &Pusher{provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))}, nil
+	return &Pusher{provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res)), counted: counted}, nil
 }
 
-// Shutdown pushes once more and stops.
+// Shutdown pushes once more and stops. Its error is redacted as the
+// periodic pushes' are: it may quote a receiver's echo of the headers.
 func (p *Pusher) Shutdown(ctx context.Context) error {
-	return p.provider.Shutdown(ctx)
+	if err := p.provider.Shutdown(ctx); err != nil {
+		return errors.New(p.counted.redact(err))
+	}
+	return nil
 }
 
 func headerNames(h map[string]string) []string {

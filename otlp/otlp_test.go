@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"reflect"
@@ -38,7 +39,7 @@ func testRegistry() *prometheus.Registry {
 	return reg
 }
 
-func startPusher(t *testing.T, r *receiver, protocol string, f Flags, reg prometheus.Gatherer, self *prometheus.Registry, log *syncbuf.Buffer) {
+func startPusher(t *testing.T, r *receiver, protocol string, f Flags, reg prometheus.Gatherer, self *prometheus.Registry, log *syncbuf.Buffer) *Pusher {
 	t.Helper()
 	f.Endpoint, f.Protocol = r.url.String(), protocol
 	if f.Interval == 0 {
@@ -58,6 +59,7 @@ func startPusher(t *testing.T, r *receiver, protocol string, f Flags, reg promet
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Shutdown(t.Context()) })
+	return p
 }
 
 func nextPush(t *testing.T, r *receiver) push {
@@ -285,6 +287,33 @@ func TestOTLPBackendDownThenUp(t *testing.T) {
 			}
 			if !strings.Contains(logs, "<redacted>") {
 				t.Errorf("the receiver's echo of the header should show redacted in the log:\n%s", logs)
+			}
+		})
+	}
+}
+
+// The last push at shutdown fails like any other against a receiver that
+// echoes the headers; its error, which main logs, names no header value.
+func TestOTLPShutdownErrorRedacted(t *testing.T) {
+	for _, protocol := range []string{ProtocolHTTPProtobuf, ProtocolGRPC} {
+		t.Run(protocol, func(t *testing.T) {
+			r := newHTTPReceiver(t)
+			if protocol == ProtocolGRPC {
+				r = newGRPCReceiver(t)
+			}
+			r.setDown(true)
+			p := startPusher(t, r, protocol, Flags{
+				Interval: 2 * time.Second, Timeout: time.Second,
+				Headers: []string{"Authorization=Bearer topsecret-token"},
+			}, testRegistry(), prometheus.NewRegistry(), nil)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			err := p.Shutdown(ctx)
+			if err == nil {
+				t.Fatal("the last push to a receiver that is down did not fail")
+			}
+			if strings.Contains(err.Error(), "topsecret") || !strings.Contains(err.Error(), "<redacted>") {
+				t.Errorf("shutdown error: %v", err)
 			}
 		})
 	}
