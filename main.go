@@ -293,7 +293,7 @@ func addOTLPFlags(app *kingpin.Application) *otlp.Flags {
 	app.Flag("otlp.protocol", "grpc or http/protobuf. Empty: $OTEL_EXPORTER_OTLP_[METRICS_]PROTOCOL, else http/protobuf.").EnumVar(&f.Protocol, "", otlp.ProtocolGRPC, otlp.ProtocolHTTPProtobuf)
 	app.Flag("otlp.url-path", "URL path of an http/protobuf receiver. Empty: the endpoint's path followed by /v1/metrics.").StringVar(&f.URLPath)
 	app.Flag("otlp.interval", "How often to push; each push (retries included) ends within it, and a failed one is dropped, so nothing queues while the receiver is down.").Default("30s").DurationVar(&f.Interval)
-	app.Flag("otlp.timeout", "Deadline of one push attempt. 0: $OTEL_EXPORTER_OTLP_[METRICS_]TIMEOUT, else 10s.").Default("0s").DurationVar(&f.Timeout)
+	app.Flag("otlp.timeout", "Deadline of one push, retries included; never beyond --otlp.interval. 0: $OTEL_EXPORTER_OTLP_[METRICS_]TIMEOUT, else 10s.").Default("0s").DurationVar(&f.Timeout)
 	app.Flag("otlp.insecure", "Plain text to a host:port endpoint instead of TLS.").BoolVar(&f.Insecure)
 	app.Flag("otlp.header", "Header sent with each push, KEY=VALUE. Repeatable; added to $OTEL_EXPORTER_OTLP_[METRICS_]HEADERS. Anyone on the host can read a command line: put secrets in --otlp.header-from-env.").StringsVar(&f.Headers)
 	app.Flag("otlp.header-from-env", "Header sent with each push, HEADER=ENV_VAR: the value of environment variable ENV_VAR (e.g. Authorization=OTLP_TOKEN). Repeatable.").StringsVar(&f.HeaderEnv)

@@ -91,10 +91,11 @@ func Start(cfg *Config, gatherer prometheus.Gatherer, reg prometheus.Registerer,
 	}
 	reader := sdkmetric.NewPeriodicReader(counted,
 		sdkmetric.WithInterval(cfg.Interval),
-		// One collection and push, retries included, ends before the
-		// next may start: the reader runs them one after another, so at
-		// most one batch is ever held.
-		sdkmetric.WithTimeout(max(cfg.Interval, cfg.Timeout)),
+		// One collection and push, retries included, ends within the
+		// interval, before the next may start: the reader runs them one
+		// after another, so at most one batch is ever held, and a slow
+		// receiver does not stretch the cadence.
+		sdkmetric.WithTimeout(cfg.Interval),
 		sdkmetric.WithProducer(&producer{gatherer: gatherer, semconv: cfg.Semconv, logger: logger}))
 	logger.Info("pushing metrics over OTLP", "endpoint", cfg.URL.Redacted(), "protocol", cfg.Protocol,
 		"interval", cfg.Interval, "compression", cfg.Compression, "semconv", cfg.Semconv, "headers", headerNames(cfg.Headers))
@@ -145,7 +146,7 @@ func newExporter(cfg *Config) (sdkmetric.Exporter, error) {
 			otlpmetricgrpc.WithEndpointURL(cfg.URL.String()),
 			otlpmetricgrpc.WithTLSCredentials(creds),
 			otlpmetricgrpc.WithHeaders(cfg.Headers),
-			otlpmetricgrpc.WithTimeout(cfg.Timeout),
+			otlpmetricgrpc.WithTimeout(min(cfg.Timeout, cfg.Interval)),
 			otlpmetricgrpc.WithCompressor(cfg.Compression),
 			otlpmetricgrpc.WithRetry(otlpmetricgrpc.RetryConfig{Enabled: true, InitialInterval: initial, MaxInterval: maxInterval, MaxElapsedTime: maxElapsed}))
 	case ProtocolHTTPProtobuf:
@@ -157,7 +158,7 @@ func newExporter(cfg *Config) (sdkmetric.Exporter, error) {
 			otlpmetrichttp.WithEndpointURL(cfg.URL.String()),
 			otlpmetrichttp.WithTLSClientConfig(tlsCfg),
 			otlpmetrichttp.WithHeaders(cfg.Headers),
-			otlpmetrichttp.WithTimeout(cfg.Timeout),
+			otlpmetrichttp.WithTimeout(min(cfg.Timeout, cfg.Interval)),
 			otlpmetrichttp.WithCompression(compression),
 			otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: true, InitialInterval: initial, MaxInterval: maxInterval, MaxElapsedTime: maxElapsed}))
 	}

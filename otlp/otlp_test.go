@@ -319,6 +319,27 @@ func TestOTLPShutdownErrorRedacted(t *testing.T) {
 	}
 }
 
+// A receiver slower than the interval: each push is given up at the end
+// of its interval (counted failed), rather than waited for up to
+// --otlp.timeout, which would stretch the cadence to the receiver's pace.
+func TestOTLPPushEndsWithinItsInterval(t *testing.T) {
+	r := newHTTPReceiver(t)
+	r.mu.Lock()
+	r.delay = 3 * time.Second
+	r.mu.Unlock()
+	self := prometheus.NewRegistry()
+	startPusher(t, r, ProtocolHTTPProtobuf, Flags{Interval: 300 * time.Millisecond, Timeout: 10 * time.Second}, testRegistry(), self, nil)
+	// The first push starts at 0.3 s and is given up by 0.6 s; waited for,
+	// it would have ended at 3.3 s, a success.
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for exportsTotal(t, self, "failure") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no push given up within 2.5 s of a 300ms interval (successes: %v)", exportsTotal(t, self, "success"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // exportsTotal reads xpu_otlp_exports_total{result} from self.
 func exportsTotal(t *testing.T, self *prometheus.Registry, result string) float64 {
 	t.Helper()

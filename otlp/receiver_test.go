@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	"google.golang.org/grpc"
@@ -33,6 +34,7 @@ type receiver struct {
 
 	mu          sync.Mutex
 	down        bool
+	delay       time.Duration // before each answer
 	inflight    int
 	maxInflight int
 	refused     int
@@ -56,6 +58,10 @@ func (r *receiver) setDown(down bool) {
 // enter records one request in flight; the returned error is non-nil
 // while the receiver is down.
 func (r *receiver) enter(headers map[string]string) (leave func(), err error) {
+	r.mu.Lock()
+	delay := r.delay
+	r.mu.Unlock()
+	time.Sleep(delay)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inflight++
