@@ -197,7 +197,11 @@ func main() {
 	exporter.Start(ctx)
 	stopPush := func() {}
 	otlpCfg, err := otlp.Resolve(*otlpFlags, os.Getenv)
-	if err != nil {
+	var ignored *otlp.IgnoredEndpoint
+	switch {
+	case errors.As(err, &ignored):
+		logger.Warn("OTLP endpoint variable ignored; not pushing over OTLP", "err", ignored.Err)
+	case err != nil:
 		logger.Error("bad OTLP configuration", "err", err)
 		os.Exit(2)
 	}

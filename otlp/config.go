@@ -94,6 +94,16 @@ const (
 	metricsPath        = "v1/metrics"
 )
 
+// IgnoredEndpoint is Resolve's error for an endpoint variable that cannot
+// be used. Like every bad variable it is to be logged and ignored ("If an
+// invalid value is provided, the SDK MUST log a warning and ignore it",
+// the specification's "Configuration options"); without an endpoint the
+// bridge is off. A bad flag, by contrast, stops the exporter.
+type IgnoredEndpoint struct{ Err error }
+
+func (e *IgnoredEndpoint) Error() string { return e.Err.Error() }
+func (e *IgnoredEndpoint) Unwrap() error { return e.Err }
+
 // Resolve combines flags and environment into a Config. It returns nil and
 // no error when no endpoint is given anywhere: the bridge is off.
 //
@@ -250,7 +260,7 @@ func (c *Config) resolveURL(f Flags, getenv func(string) string) (*url.URL, erro
 		// --otlp.insecure, a flag, applies to a bare host:port from the
 		// environment too.
 		if u, err = parseEndpoint(v, (c.Protocol == ProtocolGRPC && insecure) || f.Insecure); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, &IgnoredEndpoint{Err: fmt.Errorf("%s: %w", name, err)}
 		}
 	}
 	if c.Protocol == ProtocolGRPC {

@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -143,6 +144,18 @@ func TestOTLPResolveOff(t *testing.T) {
 	cfg, err := Resolve(Flags{Interval: time.Second}, envOf(map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "a=b"}))
 	if cfg != nil || err != nil {
 		t.Errorf("no endpoint anywhere must leave the bridge off: %v, %v", cfg, err)
+	}
+}
+
+// A bad endpoint variable is ignored with a warning, unlike a bad flag:
+// the bridge is then off.
+func TestOTLPResolveIgnoresBadEndpointVariable(t *testing.T) {
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+		cfg, err := Resolve(Flags{Interval: time.Second}, envOf(map[string]string{name: "ftp://c:21"}))
+		var ignored *IgnoredEndpoint
+		if cfg != nil || !errors.As(err, &ignored) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, %v; want an IgnoredEndpoint naming it", name, cfg, err)
+		}
 	}
 }
 

@@ -12,10 +12,10 @@
 package otlp
 
 import (
-	"errors"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
