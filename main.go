@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,13 @@ func main() {
 	if spec := os.Getenv(demo.HLSMIEnv); spec != "" {
 		os.Exit(demo.ServeHLSMI(spec, os.Args[1:], os.Stdout, os.Stderr))
 	}
+	os.Exit(run())
+}
+
+// run is the exporter; it returns the exit status once its deferred
+// clean-ups have run, so that a failure at start leaves nothing behind
+// (the demo's generated tree, the attribution sources).
+func run() int {
 	var (
 		metricsPath = kingpin.Flag("web.telemetry-path",
 			"Path under which to expose metrics.").Default("/metrics").String()
@@ -81,10 +89,16 @@ func main() {
 		runtime.MemProfileRate = 0
 	}
 	logger := promslog.New(logConfig)
+	if problems := checkServeFlags(*metricsPath, *maxRequests, *scrapeTimeout, *maxTimeout, *timeoutOffset); len(problems) > 0 {
+		for _, p := range problems {
+			logger.Error("bad flag", "err", p)
+		}
+		return 2
+	}
 
 	if *scenarioPath != "" && !*demoMode {
 		logger.Error("--demo.scenario needs --demo")
-		os.Exit(2)
+		return 2
 	}
 	cfg := collector.Config{Logger: logger, HLSMIPath: *hlsmiPath, HLSMIFields: splitList(*hlsmiFields)}
 	var demoScenario *demo.Scenario
@@ -93,14 +107,14 @@ func main() {
 		scenario, source, err := loadScenario(*scenarioPath)
 		if err != nil {
 			logger.Error("cannot start demo mode", "err", err)
-			os.Exit(2)
+			return 2
 		}
 		logger.Warn("DEMO MODE: serving a simulated node, no real hardware is read", "scenario", source, "node", scenario.Node, "devices", len(scenario.Devices))
 		cfg.NVML, demoScenario = scenario.NVML(time.Now(), time.Now), scenario
 		sim, err := scenario.StartAttribution()
 		if err != nil {
 			logger.Error("cannot start the demo's attribution sources", "err", err)
-			os.Exit(1)
+			return 1
 		}
 		defer sim.Close()
 		if sim.AMD != nil {
@@ -115,17 +129,17 @@ func main() {
 			self, err := os.Executable()
 			if err != nil {
 				logger.Error("cannot find this binary to serve as the demo's hl-smi", "err", err)
-				os.Exit(1)
+				return 1
 			}
 			cfg.HLSMIPath = self
 			if err := os.Setenv(demo.HLSMIEnv, sim.HLSMISpec); err != nil {
 				logger.Error("cannot set up the demo's hl-smi", "err", err)
-				os.Exit(1)
+				return 1
 			}
 		} else if err := collector.Enable(map[string]bool{"gaudi": false}); err != nil {
 			// No Gaudi in the scenario: the host's hl-smi must not mix in.
 			logger.Error("cannot switch off the Gaudi collector", "err", err)
-			os.Exit(1)
+			return 1
 		}
 	} else if *nvmlLibrary != "" {
 		cfg.NVML = nvml.New(nvml.WithLibraryPath(*nvmlLibrary))
@@ -134,7 +148,7 @@ func main() {
 	defer closeAttribution()
 	if err != nil {
 		logger.Error("cannot set up attribution", "err", err)
-		os.Exit(2)
+		return 2
 	}
 	cfg.Attribution, cfg.PodMetadata, cfg.NodeName = resolver, podMetadata, nodeName
 	cfg.Procfs, cfg.Sysfs = *attrFlags.procfs, *attrFlags.sysfs
@@ -143,7 +157,7 @@ func main() {
 	exporter, err := collector.New(cfg)
 	if err != nil {
 		logger.Error("cannot create collectors", "err", err)
-		os.Exit(1)
+		return 1
 	}
 	logger.Info("enabled collectors", "collectors", exporter.Collectors())
 
@@ -168,7 +182,7 @@ func main() {
 	mux := http.NewServeMux()
 	mux.Handle(*metricsPath, newMetricsHandler(exporter, base, handlerOpts{
 		defaultTimeout: *scrapeTimeout,
-		maxTimeout:     max(*maxTimeout, *scrapeTimeout),
+		maxTimeout:     *maxTimeout,
 		timeoutOffset:  *timeoutOffset,
 		maxRequests:    *maxRequests,
 		logger:         logger,
@@ -176,10 +190,10 @@ func main() {
 	}))
 	mux.Handle("/devices", &devicesHandler{exporter: exporter, node: nodeName, demo: *demoMode, timeout: *scrapeTimeout, logger: logger})
 	if *metricsPath != "/" {
-		landing, err := landingPage(*metricsPath, *demoMode)
+		landing, err := landingPage(*metricsPath, *demoMode, *enablePprof)
 		if err != nil {
 			logger.Error("cannot build landing page", "err", err)
-			os.Exit(1)
+			return 1
 		}
 		mux.Handle("/", landing)
 	}
@@ -191,7 +205,7 @@ func main() {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	srv := newServer(mux, max(*maxTimeout, *scrapeTimeout))
+	srv := newServer(mux, *maxTimeout)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	exporter.Start(ctx)
@@ -203,7 +217,7 @@ func main() {
 		logger.Warn("OTLP endpoint variable ignored; not pushing over OTLP", "err", ignored.Err)
 	case err != nil:
 		logger.Error("bad OTLP configuration", "err", err)
-		os.Exit(2)
+		return 2
 	}
 	if otlpCfg != nil {
 		for _, w := range otlpCfg.Warnings {
@@ -216,7 +230,7 @@ func main() {
 		pusher, err := otlp.Start(otlpCfg, boundGatherer(exporter, base, *scrapeTimeout), base, logger)
 		if err != nil {
 			logger.Error("cannot start the OTLP bridge", "err", err)
-			os.Exit(2)
+			return 2
 		}
 		stopPush = func() {
 			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -239,7 +253,7 @@ func main() {
 	if err := web.ListenAndServe(srv, toolkitFlags, logger); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Error("server failed", "err", err)
 		exporter.Close()
-		os.Exit(1)
+		return 1
 	}
 	// Serve returns as soon as Shutdown is called; the requests under way
 	// are answered only once it returns (net/http: "Make sure the program
@@ -250,6 +264,31 @@ func main() {
 	// Kills what collectors still run, such as an hl-smi run in its own
 	// process group, which no signal to the exporter reaches.
 	exporter.Close()
+	return 0
+}
+
+// checkServeFlags names every problem of the serving flags: a value that
+// would report every device down at every scrape (a deadline of 0, an
+// offset eating the whole timeout), answer after Prometheus has given up
+// (a negative offset), or a path that would clash at start.
+func checkServeFlags(path string, maxRequests int, timeout, maxTimeout, offset time.Duration) []error {
+	var out []error
+	if !strings.HasPrefix(path, "/") || path == "/devices" || strings.HasPrefix(path, "/debug/") {
+		out = append(out, fmt.Errorf("--web.telemetry-path=%q: want a path starting with /, other than /devices and /debug/", path))
+	}
+	if maxRequests < 0 {
+		out = append(out, fmt.Errorf("--web.max-requests=%d: want 0 (no limit) or more", maxRequests))
+	}
+	if timeout <= 0 {
+		out = append(out, fmt.Errorf("--scrape.timeout=%v: want more than 0", timeout))
+	}
+	if maxTimeout < timeout {
+		out = append(out, fmt.Errorf("--scrape.max-timeout=%v: want at least --scrape.timeout (%v)", maxTimeout, timeout))
+	}
+	if offset < 0 || (timeout > 0 && offset >= timeout) {
+		out = append(out, fmt.Errorf("--scrape.timeout-offset=%v: want 0 or more, and less than --scrape.timeout (%v)", offset, timeout))
+	}
+	return out
 }
 
 const (
@@ -348,7 +387,7 @@ func buildInfo(demoMode bool) prometheus.Collector {
 	return g
 }
 
-func landingPage(metricsPath string, demoMode bool) (http.Handler, error) {
+func landingPage(metricsPath string, demoMode, pprofOn bool) (http.Handler, error) {
 	desc := "Prometheus exporter for GPUs and AI accelerators, with the workload that owns each device on every sample."
 	if demoMode {
 		desc = "DEMO MODE: this exporter serves a simulated node, not real hardware. " + desc
@@ -357,6 +396,9 @@ func landingPage(metricsPath string, demoMode bool) (http.Handler, error) {
 		Name:        program,
 		Description: desc,
 		Version:     version.Info(),
+		// The toolkit links the profiles unless told not to; they answer
+		// only with --web.enable-pprof.
+		Profiling: strconv.FormatBool(pprofOn),
 		Links: []web.LandingLinks{
 			{Address: metricsPath, Text: "Metrics"},
 			{Address: "/devices", Text: "Devices", Description: "every device now, with the pod, job or unit using it (JSON: ?format=json)"},

@@ -56,6 +56,9 @@ type dcgmCollector struct {
 }
 
 func newDCGMCollector(cfg Config) (Collector, error) {
+	if *dcgmMaxBytes <= 0 {
+		return nil, fmt.Errorf("--dcgm.max-bytes=%d: want more than 0", *dcgmMaxBytes)
+	}
 	return &dcgmCollector{client: &http.Client{}, logger: cfg.Logger}, nil
 }
 

@@ -119,7 +119,29 @@ type enginesCollector struct {
 	fetches flight.Group[engineTarget, engineResult]
 }
 
+// checkEngineLimits refuses limits that would fail every target at every
+// scrape (0 bytes or series) or never scrape one (no concurrency).
+func checkEngineLimits(maxBytes int64, parallel, maxSeries, maxModels int) error {
+	var problems []error
+	if maxBytes <= 0 {
+		problems = append(problems, fmt.Errorf("--engines.max-bytes=%d: want more than 0", maxBytes))
+	}
+	if parallel <= 0 {
+		problems = append(problems, fmt.Errorf("--engines.concurrency=%d: want 1 or more", parallel))
+	}
+	if maxSeries <= 0 {
+		problems = append(problems, fmt.Errorf("--engines.max-series=%d: want more than 0", maxSeries))
+	}
+	if maxModels < 0 {
+		problems = append(problems, fmt.Errorf("--engines.max-models=%d: want 0 (no limit) or more", maxModels))
+	}
+	return errors.Join(problems...)
+}
+
 func newEnginesCollector(cfg Config) (Collector, error) {
+	if err := checkEngineLimits(*engineMaxBytes, *engineParallel, *engineMaxSeries, *engineMaxModels); err != nil {
+		return nil, err
+	}
 	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, counters: map[string]*engines.Corrector{}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata

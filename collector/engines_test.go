@@ -376,3 +376,20 @@ func TestEngineForeignAnswerIsDown(t *testing.T) {
 		}
 	}
 }
+
+// Limits that would fail every engine at every scrape, or scrape none, are
+// refused at start, each named.
+func TestCheckEngineLimits(t *testing.T) {
+	if err := checkEngineLimits(16<<20, 8, 20000, 100); err != nil {
+		t.Errorf("defaults refused: %v", err)
+	}
+	if err := checkEngineLimits(16<<20, 8, 20000, 0); err != nil {
+		t.Errorf("--engines.max-models=0 (no limit) refused: %v", err)
+	}
+	err := checkEngineLimits(0, 0, 0, -1)
+	for _, flag := range []string{"--engines.max-bytes", "--engines.concurrency", "--engines.max-series", "--engines.max-models"} {
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s not named: %v", flag, err)
+		}
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
+
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/demo/hlsmisim"
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
@@ -24,10 +26,15 @@ import (
 
 // TestMain lets this test binary be the hl-smi stand-in (demo/hlsmisim):
 // the Gaudi collector runs it like a real hl-smi, from the process boundary
-// on, and no binary has to be built.
+// on, and no binary has to be built. The collectors' flags take their
+// defaults, as in the exporter.
 func TestMain(m *testing.M) {
 	if os.Getenv("HLSMI_FAKE_TABLE") != "" || os.Getenv("HLSMI_FAKE_MODE") != "" {
 		os.Exit(hlsmisim.Main(os.Args[1:]))
+	}
+	if _, err := kingpin.CommandLine.Parse(nil); err != nil {
+		fmt.Fprintln(os.Stderr, "flag defaults:", err)
+		os.Exit(2)
 	}
 	os.Exit(m.Run())
 }
