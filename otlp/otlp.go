@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	prombridge "go.opentelemetry.io/contrib/bridges/prometheus"
@@ -59,6 +60,11 @@ type Pusher struct {
 // configuration it cannot use (unreadable certificates); an unreachable
 // receiver is not an error.
 func Start(cfg *Config, gatherer prometheus.Gatherer, reg prometheus.Registerer, logger *slog.Logger) (*Pusher, error) {
+	// The SDK's own log lines (it parses the OTEL_* variables again) go
+	// through the exporter's logger, in its format, at debug level: the
+	// bridge logs what matters itself, the variables it ignored and push
+	// failures once per change, which the SDK's lines would repeat.
+	otel.SetLogger(logr.FromSlogHandler(debugHandler{logger.Handler()}))
 	exp, err := newExporter(cfg)
 	if err != nil {
 		return nil, err
@@ -357,3 +363,28 @@ func (p *producer) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, erro
 type gathered []*dto.MetricFamily
 
 func (g gathered) Gather() ([]*dto.MetricFamily, error) { return g, nil }
+
+// debugHandler hands every record on at debug level.
+type debugHandler struct{ slog.Handler }
+
+func (h debugHandler) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+// Handle drops what debug level would not show: logr hands on its Error
+// lines without asking Enabled.
+func (h debugHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+		return nil
+	}
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h debugHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return debugHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h debugHandler) WithGroup(name string) slog.Handler {
+	return debugHandler{h.Handler.WithGroup(name)}
+}

@@ -2,6 +2,7 @@ package otlp
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"math"
 	"reflect"
@@ -367,5 +368,46 @@ func TestOTLPExportsCountedFromZero(t *testing.T) {
 	// absence alerts work from the start.
 	if s, f := exportsTotal(t, self, "success"), exportsTotal(t, self, "failure"); s != 0 || f != 0 {
 		t.Errorf("xpu_otlp_exports_total before the first push: success %v failure %v, want 0 0", s, f)
+	}
+}
+
+// With the exporter's JSON log, the SDK's complaints about OTEL_* variables
+// it parses itself are JSON lines too, at debug level.
+func TestOTLPSDKLogsThroughTheExporterLogger(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "abc")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "garbage")
+	r := newHTTPReceiver(t)
+	f := Flags{Endpoint: r.url.String(), Protocol: ProtocolHTTPProtobuf, Interval: time.Hour}
+	cfg, err := Resolve(f, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		var out syncbuf.Buffer
+		p, err := Start(cfg, testRegistry(), prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: level})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Shutdown(t.Context())
+		sdkLines := 0
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Errorf("level %v: a log line that is not JSON: %q", level, line)
+				continue
+			}
+			if strings.Contains(line, "parse") {
+				sdkLines++
+				if rec["level"] != "DEBUG" {
+					t.Errorf("an SDK line not at debug level: %s", line)
+				}
+			}
+		}
+		if level == slog.LevelDebug && sdkLines == 0 {
+			t.Errorf("no SDK line at debug level:\n%s", out.String())
+		}
+		if level == slog.LevelInfo && sdkLines > 0 {
+			t.Errorf("SDK lines at info level:\n%s", out.String())
+		}
 	}
 }
