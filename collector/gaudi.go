@@ -54,6 +54,7 @@ type gaudiCollector struct {
 	unreadable float64
 	scanned    bool            // a scan has succeeded: unreadable is known
 	unmatched  bool            // processes hold devices no listed one could be tied to; logged on change only
+	scanFails  gaudi.Reason    // why the last process scan failed, "" if it did not; logged on change only
 	badFields  map[string]bool // fields with cells hl-smi printed unreadably; logged on change only
 	// waitedOut counts snapshots that gave up waiting for a run under way.
 	waitedOut float64
@@ -264,11 +265,20 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	}
 	c.unmatched = unmatched > 0
 	c.logBadFields(nds)
+	var scanFails gaudi.Reason
 	if scanErr != nil {
-		c.scanErrors[gaudi.ReasonOf(scanErr)]++
+		scanFails = gaudi.ReasonOf(scanErr)
+		c.scanErrors[scanFails]++
 	} else {
 		c.unreadable, c.scanned = float64(unreadable), true
 	}
+	switch {
+	case scanFails != "" && scanFails != c.scanFails:
+		c.logger.Warn("cannot scan processes for the Gaudi device nodes they hold (check --path.procfs); per-owner figures are left out until it can", "reason", scanFails, "err", scanErr)
+	case scanFails == "" && c.scanFails != "":
+		c.logger.Info("the Gaudi process scan works again")
+	}
+	c.scanFails = scanFails
 	seen := map[string]bool{}
 	for i := range nds {
 		nd := &nds[i]

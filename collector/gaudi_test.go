@@ -172,6 +172,33 @@ func TestGaudiFailedScanLeavesOwnerMemoryOut(t *testing.T) {
 	absent(t, "xpu_workload_memory_used_bytes", `vendor="habana"`)
 }
 
+// TestGaudiFailedScanLoggedOnChange: a procfs that cannot be scanned is
+// named in one warning, not one per scrape, and its return in one line.
+func TestGaudiFailedScanLoggedOnChange(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	gaudiTable(t, s)
+	missing := filepath.Join(t.TempDir(), "no-proc")
+	var logs syncbuf.Buffer
+	e := newAttributedExporterFor(t, s, func(c *Config) {
+		c.HLSMIPath, c.Procfs = selfPath(t), missing
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	scrapeText(t, e, 10*time.Second)
+	scrapeText(t, e, 10*time.Second)
+	if err := os.Mkdir(missing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	scrapeText(t, e, 10*time.Second)
+	scrapeText(t, e, 10*time.Second)
+	out := logs.String()
+	if n := strings.Count(out, "cannot scan processes for the Gaudi device nodes"); n != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "Gaudi process scan works again"); n != 1 {
+		t.Errorf("%d recovery lines, want 1:\n%s", n, out)
+	}
+}
+
 func newGaudiExporter(t *testing.T, hlsmi string, logs *syncbuf.Buffer) *Exporter {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(logs, nil))
