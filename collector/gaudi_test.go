@@ -2,14 +2,12 @@ package collector
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -615,22 +613,9 @@ func TestGaudiLongerScrapeIsNotServedAShorterOnesSnapshot(t *testing.T) {
 // gaudiStarts are the PIDs of the hl-smi runs the stand-in logged.
 func gaudiStarts(t *testing.T, log string) []int {
 	t.Helper()
-	b, err := os.ReadFile(log)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	pids, err := hlsmisim.Started(log, "start")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var pids []int
-	for line := range strings.Lines(string(b)) {
-		if pid, ok := strings.CutPrefix(strings.TrimSpace(line), "start "); ok {
-			n, err := strconv.Atoi(pid)
-			if err != nil {
-				t.Fatalf("log line %q", line)
-			}
-			pids = append(pids, n)
-		}
 	}
 	return pids
 }

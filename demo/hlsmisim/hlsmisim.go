@@ -40,6 +40,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -162,6 +163,32 @@ func logStart(role string, pid int) error {
 	}
 	fmt.Fprintf(f, "%s %d\n", role, pid)
 	return f.Close()
+}
+
+// Started reads the PIDs logStart wrote to log under role ("start" or
+// "child"), for tests that count and kill the runs; none if log does not
+// exist yet.
+func Started(log, role string) ([]int, error) {
+	b, err := os.ReadFile(log)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for line := range strings.Lines(string(b)) {
+		r, pid, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if r != role {
+			continue
+		}
+		n, err := strconv.Atoi(pid)
+		if err != nil {
+			return nil, fmt.Errorf("%s: line %q", log, line)
+		}
+		pids = append(pids, n)
+	}
+	return pids, nil
 }
 
 func hang() {

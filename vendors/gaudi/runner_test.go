@@ -2,18 +2,17 @@ package gaudi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/demo/hlsmisim"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
@@ -54,24 +53,9 @@ func fake(t *testing.T, mode, table string) (log string) {
 // started returns the PIDs the stand-in logged under role ("start" or "child").
 func started(t *testing.T, log, role string) []int {
 	t.Helper()
-	b, err := os.ReadFile(log)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	pids, err := hlsmisim.Started(log, role)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var pids []int
-	for line := range strings.Lines(string(b)) {
-		r, pid, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if r != role {
-			continue
-		}
-		n, err := strconv.Atoi(pid)
-		if err != nil {
-			t.Fatalf("log line %q", line)
-		}
-		pids = append(pids, n)
 	}
 	return pids
 }
