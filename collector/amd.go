@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
 )
 
@@ -221,20 +222,12 @@ func (c *amdCollector) await(ctx context.Context, r *amdRead) (*amd.Device, bool
 	if r == nil {
 		return nil, false
 	}
-	select {
-	case <-r.done:
-		return &r.dev, true
-	case <-ctx.Done():
-	}
 	// The cards are awaited in turn: after a hung one has used up the
-	// deadline, a later card has usually answered too, and select picks
-	// among ready cases at random.
-	select {
-	case <-r.done:
-		return &r.dev, true
-	default:
+	// deadline, a later card has usually answered too.
+	if !flight.Done(ctx, r.done) {
 		return nil, false
 	}
+	return &r.dev, true
 }
 
 // timedOut is a card that did not answer: down, with the identity it had

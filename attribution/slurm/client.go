@@ -14,6 +14,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/internal/slurmid"
 	"github.com/xpu-exporter/xpu_exporter/internal/boundedbuf"
+	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 )
 
 // Defaults for the zero values of Client's fields.
@@ -170,17 +171,10 @@ func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 	}
 	c.mu.Unlock()
 
-	select {
-	case <-cl.done:
-		return cl.job.clone(), cl.err
-	case <-ctx.Done():
-	}
-	select {
-	case <-cl.done: // answered as ctx ended: select may pick either
-		return cl.job.clone(), cl.err
-	default:
+	if !flight.Done(ctx, cl.done) {
 		return Job{}, fmt.Errorf("slurm job %s: %w", id, ctx.Err())
 	}
+	return cl.job.clone(), cl.err
 }
 
 // ResolveSLUID returns the numeric job ID of the job that Slurm 26.05+ names

@@ -46,16 +46,20 @@ type Call[V any] struct {
 }
 
 // Wait waits for the call to finish, or for ctx to end first (false).
-func (c *Call[V]) Wait(ctx context.Context) bool {
+func (c *Call[V]) Wait(ctx context.Context) bool { return Done(ctx, c.done) }
+
+// Done waits until done is closed (true) or ctx ends (false). Work that
+// finished by the time ctx ended counts: select alone picks among ready
+// cases at random, and a caller that reaches it late, with both ready,
+// would throw away an answer that is there about half the time.
+func Done(ctx context.Context, done <-chan struct{}) bool {
 	select {
-	case <-c.done:
+	case <-done:
 		return true
 	case <-ctx.Done():
 	}
-	// A call that finished as ctx ended counts: select picks among ready
-	// cases at random.
 	select {
-	case <-c.done:
+	case <-done:
 		return true
 	default:
 		return false

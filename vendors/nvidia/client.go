@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 )
 
 // ErrNoDriver is returned while the NVML library cannot be loaded: the
@@ -229,17 +231,10 @@ func (c *Client) await(ctx context.Context, index int, r *deviceRead) []Device {
 	if r == nil {
 		return []Device{c.down(index, "previous query still running")}
 	}
-	select {
-	case <-r.done:
-		return r.devs
-	case <-ctx.Done():
-	}
-	select {
-	case <-r.done:
-		return r.devs
-	default:
+	if !flight.Done(ctx, r.done) {
 		return []Device{c.down(index, "timeout")}
 	}
+	return r.devs
 }
 
 // Known returns every device the driver has counted so far, down with why,
