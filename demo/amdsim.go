@@ -173,6 +173,10 @@ type AMDSim struct {
 	// the process's utilization, so it is summed step by step.
 	engine map[uint32]float64
 	last   map[uint32]time.Time
+	// printed is the engine time each process's fdinfo last showed, and
+	// writes how often it was written, for ProcessSpec.EngineDip.
+	printed map[uint32]uint64
+	writes  map[uint32]int
 	// reload is, per GPU (scenario index), the driver load it is in and
 	// each RAS reading's value when that load began.
 	reload map[int]*amdLoad
@@ -204,7 +208,7 @@ type amdPart struct {
 // the further partitions follow as amdgpu_xcp_<n> with the next cards and
 // render minors, numbered across the node as the amdxcp driver does.
 func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
-	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, reload: map[int]*amdLoad{}}
+	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, reload: map[int]*amdLoad{}}
 	for i := range s.Devices {
 		if d := &s.Devices[i]; d.isAMD() {
 			a.gpus = append(a.gpus, amdGPU{spec: d, index: i})
@@ -288,7 +292,15 @@ func (a *AMDSim) engineNS(p *ProcessSpec, index int, t time.Time) uint64 {
 		last = last.Add(step)
 	}
 	a.last[p.PID] = last
-	return uint64(a.engine[p.PID])
+	ns := uint64(a.engine[p.PID])
+	if p.EngineDip {
+		a.writes[p.PID]++
+		if was := a.printed[p.PID]; a.writes[p.PID]%3 == 0 && was > uint64(time.Millisecond) {
+			ns = was - uint64(time.Millisecond)
+		}
+	}
+	a.printed[p.PID] = ns
+	return ns
 }
 
 func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
@@ -621,6 +633,8 @@ func (a *AMDSim) Reset(start time.Time) {
 	a.start = start
 	clear(a.engine)
 	clear(a.last)
+	clear(a.printed)
+	clear(a.writes)
 	clear(a.reload)
 }
 

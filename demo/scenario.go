@@ -189,6 +189,14 @@ type ProcessSpec struct {
 	// (default, /dev/dri/renderD<n>, as ROCm opens it) or primary
 	// (/dev/dri/card<n>, which amdgpu serves the same stats on).
 	DRMNode string `yaml:"drm_node"`
+	// EngineDip makes every third fdinfo write of an AMD process print its
+	// engine time a millisecond below what it printed last, and the next
+	// write the true value again: the kernel documentation allows it
+	// ("Values are not required to be constantly monotonic if it makes
+	// the driver implementation easier, but are required to catch up with
+	// the previously reported larger value within a reasonable period",
+	// "DRM client usage stats", drm-engine-<keystr>).
+	EngineDip bool `yaml:"engine_dip"`
 }
 
 // DutySpec is a process's duty cycle: busy for Busy at the start of every
