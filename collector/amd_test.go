@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/demo"
 )
 
 // amdTree is a minimal amdgpu node written by hand: one GPU at
@@ -556,6 +557,58 @@ func newAMDTestExporter(t testing.TB, sysfs, procfs string, now func() time.Time
 	t.Helper()
 	e := newExporterOf(t, Config{Sysfs: sysfs, Procfs: procfs, Now: now}, "amd", "process")
 	return e
+}
+
+// TestAMDScenarioEngineDip runs the production reader on the demo's
+// simulated fdinfo with engine_dip, from the file boundary on. One MI300X,
+// booted 5,400 s before testNow, runs PID 3001 (a.service, busy 0.4,
+// engine_dip) and PID 3002 (b.service, busy 0.2); gpu_busy_percent is
+// 0.4 + 0.2 = 60. Written every 10 s, PID 3001's gfx time is
+//
+//	write 1 (5,400 s)  0.4 × 5,400e9 = 2,160e9 ns
+//	write 2 (5,410 s)  2,164e9
+//	write 3 (5,420 s)  2,164e9 − 1e6: the dip (true 2,168e9)
+//	write 4 (5,430 s)  2,172e9, caught up
+//
+// Scrape 2: PID 3001 (2,164e9 − 2,160e9) / 10e9 = 0.4, PID 3002 0.2.
+// Scrape 3: PID 3001 unknown, so the device's split is left out.
+// Scrape 4 measures from the larger 2,164e9: (2,172e9 − 2,164e9) / 10e9 =
+// 0.8, the window of the dip's time included, counted once; PID 3002 0.2.
+// The device's 0.6 splits 0.6 × 0.8/1.0 = 0.48 and 0.6 × 0.2/1.0 = 0.12.
+func TestAMDScenarioEngineDip(t *testing.T) {
+	s, err := demo.Parse([]byte("node: dip\ndevices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, processes: [" +
+		"{pid: 3001, unit: a.service, memory_used: 8GiB, utilization: 0.4, engine_dip: true}, {pid: 3002, unit: b.service, memory_used: 4GiB, utilization: 0.2}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e, sim := newAttributedExporterSim(t, s, func(c *Config) { c.Now = clk.now })
+	sim.AMD.Reset(testNow.Add(-5400 * time.Second))
+	var out string
+	for i := range 4 {
+		at := testNow.Add(time.Duration(i) * 10 * time.Second)
+		clk.set(at)
+		if err := sim.AMD.WriteAt(at); err != nil {
+			t.Fatal(err)
+		}
+		out = scrapeText(t, e, 10*time.Second)
+		check, absent := oracleChecks(out)
+		switch i {
+		case 1:
+			check(t, "xpu_process_utilization_ratio", 0.4, `pid="3001"`)
+			check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
+		case 2:
+			absent(t, "xpu_process_utilization_ratio", `pid="3001"`)
+			absent(t, "xpu_workload_utilization_ratio", `unit="a.service"`)
+			absent(t, "xpu_workload_utilization_ratio", `unit="b.service"`)
+		case 3:
+			check(t, "xpu_utilization_ratio", 0.6, `gpu="0"`)
+			check(t, "xpu_process_utilization_ratio", 0.8, `pid="3001"`)
+			check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
+			check(t, "xpu_workload_utilization_ratio", 0.48, `unit="a.service"`)
+			check(t, "xpu_workload_utilization_ratio", 0.12, `unit="b.service"`)
+		}
+	}
 }
 
 // TestAMDScenarioOracles scrapes fixtures/scenarios/amd.yaml, served
