@@ -109,10 +109,7 @@ func metrics(req push) map[string]*metricpb.Metric {
 func TestOTLPPushMatchesScrape(t *testing.T) {
 	for _, protocol := range []string{ProtocolHTTPProtobuf, ProtocolGRPC} {
 		t.Run(protocol, func(t *testing.T) {
-			r := newHTTPReceiver(t)
-			if protocol == ProtocolGRPC {
-				r = newGRPCReceiver(t)
-			}
+			r := newReceiver(t, protocol)
 			reg := testRegistry()
 			startPusher(t, r, protocol, Flags{
 				Headers: []string{"X-Api-Key=k"}, ClusterName: "prod-eu", Semconv: "also",
@@ -229,10 +226,7 @@ func checkSeries(t *testing.T, mf *dto.MetricFamily, s *dto.Metric, m *metricpb.
 func TestOTLPBackendDownThenUp(t *testing.T) {
 	for _, protocol := range []string{ProtocolHTTPProtobuf, ProtocolGRPC} {
 		t.Run(protocol, func(t *testing.T) {
-			r := newHTTPReceiver(t)
-			if protocol == ProtocolGRPC {
-				r = newGRPCReceiver(t)
-			}
+			r := newReceiver(t, protocol)
 			r.setDown(true)
 			self := prometheus.NewRegistry()
 			var log syncbuf.Buffer
@@ -298,10 +292,7 @@ func TestOTLPBackendDownThenUp(t *testing.T) {
 func TestOTLPShutdownErrorRedacted(t *testing.T) {
 	for _, protocol := range []string{ProtocolHTTPProtobuf, ProtocolGRPC} {
 		t.Run(protocol, func(t *testing.T) {
-			r := newHTTPReceiver(t)
-			if protocol == ProtocolGRPC {
-				r = newGRPCReceiver(t)
-			}
+			r := newReceiver(t, protocol)
 			r.setDown(true)
 			p := startPusher(t, r, protocol, Flags{
 				Interval: 2 * time.Second, Timeout: time.Second,

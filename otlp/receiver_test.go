@@ -85,6 +85,14 @@ func (r *receiver) deliver(p push) {
 	}
 }
 
+// newReceiver is a receiver of the protocol's kind.
+func newReceiver(t *testing.T, protocol string) *receiver {
+	if protocol == ProtocolGRPC {
+		return newGRPCReceiver(t)
+	}
+	return newHTTPReceiver(t)
+}
+
 func newHTTPReceiver(t *testing.T) *receiver {
 	r := &receiver{pushes: make(chan push, 64)}
 	srv := httptest.NewServer(r.httpHandler())
