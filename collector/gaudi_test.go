@@ -416,11 +416,7 @@ func TestGaudiDeviceNoLongerListed(t *testing.T) {
 // Snapshots that ask while a read is under way (the warm-up at start and
 // the first scrape) share it: one hl-smi run, devices for both.
 func TestGaudiConcurrentReadsShareOneRun(t *testing.T) {
-	s := loadScenario(t, "gaudi")
-	gaudiTable(t, s)
-	starts := filepath.Join(t.TempDir(), "starts")
-	t.Setenv("HLSMI_FAKE_LOG", starts)
-	t.Setenv("HLSMI_FAKE_DELAY", "300ms")
+	starts := slowHLSMI(t, "300ms")
 	c, err := newGaudiCollector(Config{Logger: slog.New(slog.DiscardHandler), HLSMIPath: selfPath(t), Procfs: t.TempDir(), Sysfs: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -481,13 +477,10 @@ func TestGaudiSharedRunOutlivesTheShorterWaiter(t *testing.T) {
 		{name: "both end", first: time.Minute, second: 2 * time.Minute, end: []int{0, 1}, busy: 1, timeouts: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gaudiTable(t, loadScenario(t, "gaudi"))
-			starts := filepath.Join(t.TempDir(), "starts")
-			t.Setenv("HLSMI_FAKE_LOG", starts)
 			// Long enough that hl-smi has not answered when the
 			// snapshots are ended, a few milliseconds after it started,
 			// on a loaded machine too.
-			t.Setenv("HLSMI_FAKE_DELAY", "3s")
+			starts := slowHLSMI(t, "3s")
 			col, err := newGaudiCollector(Config{Logger: slog.New(slog.DiscardHandler), HLSMIPath: selfPath(t), Procfs: t.TempDir(), Sysfs: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
@@ -567,10 +560,7 @@ func TestGaudiSharedRunOutlivesTheShorterWaiter(t *testing.T) {
 // shorter deadline, but takes its own, which shares the hl-smi run under
 // way and waits for it under its own deadline.
 func TestGaudiLongerScrapeIsNotServedAShorterOnesSnapshot(t *testing.T) {
-	gaudiTable(t, loadScenario(t, "gaudi"))
-	starts := filepath.Join(t.TempDir(), "starts")
-	t.Setenv("HLSMI_FAKE_LOG", starts)
-	t.Setenv("HLSMI_FAKE_DELAY", "3s") // not answered when the first scrape is ended
+	starts := slowHLSMI(t, "3s") // not answered when the first scrape is ended
 	e := newGaudiExporter(t, selfPath(t), &syncbuf.Buffer{})
 	c := e.collectors["gaudi"].(*gaudiCollector)
 	waiters := func() int {
@@ -608,6 +598,17 @@ func TestGaudiLongerScrapeIsNotServedAShorterOnesSnapshot(t *testing.T) {
 	if n := len(gaudiStarts(t, starts)); n != 1 {
 		t.Errorf("hl-smi started %d times, want once", n)
 	}
+}
+
+// slowHLSMI makes the stand-in answer the gaudi scenario's table after
+// delay, logging its runs to the file it returns.
+func slowHLSMI(t *testing.T, delay string) (starts string) {
+	t.Helper()
+	gaudiTable(t, loadScenario(t, "gaudi"))
+	starts = filepath.Join(t.TempDir(), "starts")
+	t.Setenv("HLSMI_FAKE_LOG", starts)
+	t.Setenv("HLSMI_FAKE_DELAY", delay)
+	return starts
 }
 
 // gaudiStarts are the PIDs of the hl-smi runs the stand-in logged.
