@@ -1,9 +1,12 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -442,5 +445,40 @@ func TestSharedScenarioAttributesEveryProcess(t *testing.T) {
 	}
 	if procs != 1000 {
 		t.Errorf("%d processes attributed, want 1000", procs)
+	}
+}
+
+// TestNonUTF8OwnerKeepsDevice: a process may name itself with any bytes
+// (prctl PR_SET_NAME). As the GPU's sole owner its command is on every
+// series of the GPU; those series are served with each invalid byte
+// replaced by U+FFFD, as /devices writes it, not left out (which hid the
+// GPU's health, found by probing).
+func TestNonUTF8OwnerKeepsDevice(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: utf8-node
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, temperature: 50}}
+devices:
+  - {uuid: GPU-d0000000-0000-4000-8000-000000000000, processes: [{pid: 2003, unit: p.service, command: python, memory_used: 9GiB, utilization: 0.5}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, sim := newAttributedExporterSim(t, s)
+	if err := os.WriteFile(filepath.Join(sim.Procfs, "2003", "comm"), []byte("py\xff\xfethon\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const command = `command="py` + "\uFFFD\uFFFD" + `thon"` // two invalid bytes, two replacements
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var text bytes.Buffer
+	e.WriteText(ctx, &text, nil)
+	// Through the registry (the OTLP bridge) and the exporter's own text
+	// writer (/metrics).
+	for path, out := range map[string]string{"registry": scrapeText(t, e, 10*time.Second), "text": text.String()} {
+		if v := sample(t, out, "xpu_device_up", command); v != 1 {
+			t.Errorf("%s: xpu_device_up = %v, want 1", path, v)
+		}
+		if v := sample(t, out, "xpu_temperature_celsius", command); v != 50 {
+			t.Errorf("%s: xpu_temperature_celsius = %v, want 50", path, v)
+		}
 	}
 }

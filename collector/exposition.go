@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -122,11 +121,10 @@ func writeName(b *bytes.Buffer, name string, legacy bool) {
 
 // seriesText renders a series' name and labels, or says why the series
 // cannot be exposed: what prometheus.Registry's consistency check refuses.
+// Values are valid UTF-8 already (seriesOf repairs them); a label name is
+// not repaired, as it would no longer say what the label is.
 func seriesText(name string, pairs []*dto.LabelPair) ([]byte, error) {
 	for _, p := range pairs {
-		if !utf8.ValidString(p.GetValue()) {
-			return nil, fmt.Errorf("%s: label %s: value %q is not valid UTF-8", name, p.GetName(), p.GetValue())
-		}
 		if !model.UTF8Validation.IsValidLabelName(p.GetName()) {
 			return nil, fmt.Errorf("%s: label name %q is not valid", name, p.GetName())
 		}

@@ -169,7 +169,7 @@ func lineDiff(want, got string) string {
 	return "(equal)"
 }
 
-// TestTextDropsWhatTheRegistryRefuses: a label value that is not UTF-8, the
+// TestTextDropsWhatTheRegistryRefuses: a label name that is not UTF-8, the
 // same series twice, and a family the base registry serves too are left out
 // and counted, the rest served; each reason is logged when it starts and
 // when it ends, not at every scrape in between.
@@ -177,7 +177,7 @@ func TestTextDropsWhatTheRegistryRefuses(t *testing.T) {
 	var logs syncbuf.Buffer
 	e := &Exporter{logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	good := gauge("test_text_good", "A good series.")
-	bad := gauge("test_text_bad", "A series with a label that is not UTF-8.")
+	bad := gauge("test_text_bad", "A series with a label name that is not UTF-8.")
 	conflict := gauge("test_text_conflict", "A family the base registry serves.")
 	base := prometheus.NewRegistry()
 	base.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xpu_test_text_conflict", Help: "base's"}, func() float64 { return 7 }))
@@ -187,7 +187,7 @@ func TestTextDropsWhatTheRegistryRefuses(t *testing.T) {
 		em := newEmitter(ch)
 		em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 1)
 		em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 2) // again
-		em.emit(bad, labels{names: []string{"pod"}, values: []string{"a\xffb"}}, 3)
+		em.emit(bad, labels{names: []string{"po\xffd"}, values: []string{"a"}}, 3)
 		em.emit(conflict, labels{}, 4)
 		em.emit(conflict, labels{names: []string{"gpu"}, values: []string{"1"}}, 5)
 		close(ch)

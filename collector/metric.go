@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -186,7 +187,7 @@ func seriesOf(m metric, l labels) *series {
 	}
 	l = l.flat()
 	desc := m.desc(l.names)
-	s = &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, l.values), fam: familyOf(m)}
+	s = &series{desc: desc, typ: m.typ, pairs: prometheus.MakeLabelPairs(desc, validUTF8(l.values)), fam: familyOf(m)}
 	s.text, s.invalid = seriesText(m.name, s.pairs)
 	s.order = sortKey(s.pairs)
 	if m.histogram && !model.LegacyValidation.IsValidMetricName(m.name) {
@@ -201,6 +202,45 @@ func seriesOf(m metric, l labels) *series {
 	}
 	seriesCache[string(b)] = s
 	return s
+}
+
+// validUTF8 returns values with every byte that is not part of a UTF-8
+// character replaced by U+FFFD, as /devices' JSON writes them. The text
+// format cannot carry such a value, and leaving the series out would let any
+// user hide a GPU's health: a process names itself with any bytes it likes
+// (prctl PR_SET_NAME), the kernel cuts a name at 15 bytes even inside a
+// character, and a sole owner's labels are on every series of its device.
+func validUTF8(values []string) []string {
+	for i, v := range values {
+		if utf8.ValidString(v) {
+			continue
+		}
+		fixed := append([]string(nil), values...)
+		for j := i; j < len(fixed); j++ {
+			fixed[j] = replaceInvalid(fixed[j])
+		}
+		return fixed
+	}
+	return values
+}
+
+// replaceInvalid replaces each invalid byte of s with U+FFFD, one for one,
+// as encoding/json does (strings.ToValidUTF8 would fold a run into one).
+func replaceInvalid(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 // sweepSeries ends a scrape generation and forgets the series no scrape of
