@@ -341,11 +341,14 @@ func isDigits(s string) bool {
 // "<prefix>-<64-hex id>.scope" (runc's systemd driver names the unit
 // "<ScopePrefix>-<id>.scope"; dockerd's --cgroup-parent reference: "system.slice
 // for systemd cgroup driver"; podman's libpod-<id>.scope under machine.slice,
-// or the user's slice when rootless).
+// or the user's slice when rootless; nerdctl, containerd's own command line,
+// asks for "system.slice:nerdctl:<id>" (pkg/cmd/container/run_cgroup_linux.go,
+// generateCgroupPath), which runc makes nerdctl-<id>.scope).
 var runtimeScopes = []struct{ prefix, runtime string }{
 	{"docker-", "docker"},
 	{"libpod-", "podman"},
 	{"cri-containerd-", "containerd"},
+	{"nerdctl-", "containerd"},
 	{"crio-", "cri-o"},
 }
 
@@ -369,8 +372,12 @@ var runtimeScopes = []struct{ prefix, runtime string }{
 //     or .scope unit"; without --unit it names it itself (run-u<n>,
 //     run-r<hex>, run-p<pid>-i<n>), one per run. Desktop launchers start
 //     each application in app-…-<random>.scope or app-…@<random>.service
-//     (systemd's "Desktop Environments" integration document). Such a unit's
-//     owner is its user slice, else the slice enclosing it.
+//     (systemd's "Desktop Environments" integration document). Terminals
+//     do the same for each shell they start: GNOME's VTE names the scope
+//     "vte-spawn-{uuid}.scope" (src/systemd.cc), tmux 3.4 and later
+//     "tmux-spawn-<uuid>.scope" for each pane (compat/systemd.c,
+//     SD_ID128_UUID_FORMAT_STR). Such a unit's owner is its user slice, else
+//     the slice enclosing it.
 //
 // Other scopes keep their names: systemd.scope(5) scopes are "only created
 // programmatically", but a program that gives its scope a fixed name
@@ -426,7 +433,32 @@ func transientUnit(unit string) bool {
 	if strings.HasPrefix(name, "app-") {
 		return isScope || strings.Contains(name, "@")
 	}
+	for _, terminal := range []string{"vte-spawn-", "tmux-spawn-"} {
+		if id, ok := strings.CutPrefix(name, terminal); ok && isScope {
+			return isUUID(id)
+		}
+	}
 	return false
+}
+
+// isUUID accepts the 8-4-4-4-12 hexadecimal form of a UUID.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := range len(s) {
+		switch i {
+		case 8, 13, 18, 23:
+			if s[i] != '-' {
+				return false
+			}
+		default:
+			if !isHex(s[i : i+1]) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // isSystemdRunID accepts the names systemd-run generates after "run-":

@@ -336,6 +336,7 @@ func TestOwnerUnit(t *testing.T) {
 		{"/system.slice/cri-containerd-" + ctrStandalone + ".scope", "containerd"},
 		{"/machine.slice/crio-" + ctrStandalone + ".scope", "cri-o"},
 		{"/machine.slice/libpod-" + ctrStandalone + ".scope", "podman"},
+		{"/system.slice/nerdctl-" + ctrStandalone + ".scope", "containerd"},
 		// Not a 64-hex ID: a unit someone named so, kept.
 		{"/system.slice/docker-compose.scope", "docker-compose.scope"},
 		{"/system.slice/docker-" + ctrStandalone[:12] + ".scope", "docker-" + ctrStandalone[:12] + ".scope"},
@@ -347,6 +348,11 @@ func TestOwnerUnit(t *testing.T) {
 		{"/user.slice/user-1000.slice/user@1000.service/app.slice/app-gnome-firefox@9e1c.service", "user-1000.slice"},
 		{"/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service", "vllm.service"},
 		{"/user.slice/user-1000.slice/user@1000.service/app.slice/app-jupyter.service", "app-jupyter.service"},
+		// A terminal's scope for each shell or pane.
+		{"/user.slice/user-1000.slice/user@1000.service/app.slice/app-org.gnome.Terminal.slice/vte-spawn-d8eddbf4-b660-489d-aa16-8ca2889edf5d.scope", "user-1000.slice"},
+		{"/user.slice/user-1000.slice/user@1000.service/app.slice/app-tmux.slice/tmux-spawn-2f6c1c5e-8a0d-4f0e-9f2b-7a1d3c4b5e6f.scope", "user-1000.slice"},
+		{"/user.slice/user-1000.slice/user@1000.service/app.slice/vte-spawn-main.scope", "vte-spawn-main.scope"},
+		{"/user.slice/user-1000.slice/user@1000.service/app.slice/tmux-spawn-2f6c1c5e-8a0d-4f0e-9f2b-7a1d3c4b5e6f.service", "tmux-spawn-2f6c1c5e-8a0d-4f0e-9f2b-7a1d3c4b5e6f.service"},
 		// systemd-run's generated names, and names that only look alike.
 		{"/system.slice/run-u89.service", "system.slice"},
 		{"/system.slice/run-p4242-i4243.scope", "system.slice"},

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // Read limits. A cgroup file is a dozen short lines and status a few KiB.
@@ -101,9 +102,39 @@ func (r *Reader) Process(pid int) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	info.Comm = string(bytes.TrimSuffix(comm, []byte("\n")))
+	info.Comm = trimCutCharacter(string(bytes.TrimSuffix(comm, []byte("\n"))))
 
 	return info, nil
+}
+
+// commLen is how many bytes of a name the kernel keeps: TASK_COMM_LEN (16,
+// include/linux/sched.h) less the terminating NUL. proc(5), /proc/pid/comm:
+// "Strings longer than TASK_COMM_LEN (16) characters (including the
+// terminating null byte) are silently truncated", byte by byte, so a long
+// UTF-8 name can end in part of a character.
+const commLen = 15
+
+// trimCutCharacter drops the incomplete character the kernel's cut left at
+// the end of a name of commLen bytes: the part of the name that is there is
+// then served as it is, rather than with replacement characters. Other
+// invalid bytes are the process's own doing and are left to the exposition.
+func trimCutCharacter(name string) string {
+	if len(name) != commLen {
+		return name
+	}
+	for i := 1; i < utf8.UTFMax; i++ {
+		c := name[len(name)-i]
+		if c < utf8.RuneSelf {
+			return name
+		}
+		if utf8.RuneStart(c) {
+			if utf8.FullRuneInString(name[len(name)-i:]) {
+				return name
+			}
+			return name[:len(name)-i]
+		}
+	}
+	return name
 }
 
 // SlurmJobFromEnviron returns the SLURM_JOB_ID (or the older SLURM_JOBID)

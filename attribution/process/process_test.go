@@ -325,3 +325,39 @@ func TestParsePasswd(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderProcessCutName: the kernel keeps 15 bytes of a name, cutting a
+// UTF-8 character if one spans the 15th byte; the part cut is dropped.
+func TestReaderProcessCutName(t *testing.T) {
+	tests := []struct {
+		name, comm, want string
+	}{
+		// "a" + four 3-byte characters = 13 bytes, then 2 of the 3 bytes of 本.
+		{"cut in a character", "a日本語日\xe6\x9c", "a日本語日"},
+		// 1 + 3×4 + 1 = 14 bytes, then the first byte of a 4-byte 😀.
+		{"cut after a lead byte", "a日本語日b\xf0", "a日本語日b"},
+		{"15 whole bytes", "a日本語日bc", "a日本語日bc"},
+		{"15 ASCII bytes", "abcdefghijklmno", "abcdefghijklmno"},
+		// Not the kernel's cut: a process may name itself with any bytes;
+		// the exposition repairs them.
+		{"shorter, invalid", "py\xffthon", "py\xffthon"},
+		{"15 bytes, invalid in the middle", "py\xffthon_abcdefg", "py\xffthon_abcdefg"},
+		{"15 bytes ending in a stray continuation byte", "abcdefghijklmn\x9c", "abcdefghijklmn\x9c"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reader{Root: writeProc(t, "7", map[string][]byte{
+				"cgroup": []byte("0::/\n"),
+				"status": []byte("Name:\tx\nUid:\t1000\t1000\t1000\t1000\n"),
+				"comm":   []byte(tc.comm + "\n"),
+			})}
+			got, err := r.Process(7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Comm != tc.want {
+				t.Errorf("Comm = %q, want %q", got.Comm, tc.want)
+			}
+		})
+	}
+}
