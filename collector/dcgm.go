@@ -2,9 +2,12 @@ package collector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -37,14 +40,18 @@ var (
 //     GPM_METRIC_GRAPHICS_UTIL for instances of a GPU that has it. NVML has
 //     no utilization of a MIG instance at all. The GPU in MIG mode as a whole
 //     gets none: its instances' readings would count twice in a sum().
+//     dcgm-exporter reports a MIG device per GPU instance (GPU_I_ID, the
+//     NVML GPU instance ID); where several compute instances share one, its
+//     readings are no one instance's own and are left out, as GPM's are.
 //   - xpu_pcie_throughput_bytes_per_second, which it emits in place of the
 //     NVML collector (see nvidiaCollector.peers): DCGM_FI_PROF_PCIE_{TX,RX}_BYTES
 //     are "The rate of data transmitted [received] over the PCIe bus -
 //     including both protocol headers and data payloads - in bytes per
 //     second" over DCGM's sample period, where nvmlDeviceGetPcieThroughput
 //     is "querying a byte counter over a 20ms interval" (nvml.h). DCGM's
-//     wins; NVML's 20 ms sample fills a direction DCGM lacks, and every
-//     direction when dcgm-exporter does not answer.
+//     wins; with --nvidia.extended-readings, which NVML's needs, NVML's 20 ms
+//     sample fills a direction DCGM lacks, and every direction when
+//     dcgm-exporter does not answer.
 type dcgmCollector struct {
 	client *http.Client
 	logger *slog.Logger
@@ -58,6 +65,9 @@ type dcgmCollector struct {
 func newDCGMCollector(cfg Config) (Collector, error) {
 	if *dcgmMaxBytes <= 0 {
 		return nil, fmt.Errorf("--dcgm.max-bytes=%d: want more than 0", *dcgmMaxBytes)
+	}
+	if u, err := url.Parse(*dcgmURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--dcgm.url=%q is not an http(s) URL", redact(*dcgmURL))
 	}
 	return &dcgmCollector{client: &http.Client{}, logger: cfg.Logger}, nil
 }
@@ -90,18 +100,37 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 	type key struct{ uuid, gi string }
 	byDevice := map[key]map[string]float64{}
 	families, err := engines.Scrape(ctx, c.client, *dcgmURL, engines.Limits{MaxBytes: *dcgmMaxBytes, MaxSeries: 100000, Keep: engines.DCGMWanted})
+	if err == nil && len(families) == 0 {
+		// An answer without a single profiling field is another
+		// endpoint (a login page, node_exporter on the wrong port) or a
+		// counters file without them: nothing to join, which a success
+		// would hide.
+		err = errors.New("no DCGM_FI_PROF_* field in the response: not dcgm-exporter, or its counters file lists none")
+	}
 	c.logChange(err)
 	if err != nil {
 		err = fmt.Errorf("dcgm-exporter: %w", err)
 	} else {
 		readings, _ := engines.DCGMProfiling(families)
 		for _, r := range readings {
-			k := key{r.UUID, r.GPUInstance}
+			// NVML prints UUIDs with lower-case hex, and so does
+			// dcgm-exporter; a case-insensitive join costs nothing.
+			k := key{strings.ToLower(r.UUID), r.GPUInstance}
 			if byDevice[k] == nil {
 				byDevice[k] = map[string]float64{}
 			}
 			byDevice[k][r.Field] = r.Value
 		}
+	}
+	devKey := func(d *Device) key {
+		if d.MIG != nil {
+			return key{strings.ToLower(d.MIG.ParentUUID), d.MIG.Instance}
+		}
+		return key{strings.ToLower(d.UUID), ""}
+	}
+	sharing := map[key]int{} // devices by GPU instance
+	for _, d := range snap.Devices {
+		sharing[devKey(d)]++
 	}
 	e := newEmitter(ch)
 	for _, d := range snap.Devices {
@@ -109,16 +138,19 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 		if !ok || !d.Up || nd.GPM {
 			continue
 		}
-		k := key{d.UUID, ""}
-		if d.MIG != nil {
-			k = key{d.MIG.ParentUUID, d.MIG.Instance}
-		}
+		k := devKey(d)
 		got := byDevice[k]
+		if sharing[k] > 1 {
+			got = nil // compute instances sharing a GPU instance
+		}
 		l := deviceLabels(d)
 		for dir, r := range map[string]struct {
 			field string
 			nvml  nvidia.Opt[float64]
 		}{"tx": {nvidia.ProfPCIeTX, nd.PCIeTX}, "rx": {nvidia.ProfPCIeRX, nd.PCIeRX}} {
+			if !*extendedReadings {
+				r.nvml = nvidia.Opt[float64]{}
+			}
 			if v, ok := got[r.field]; ok {
 				r.nvml = nvidia.Opt[float64]{Value: v, OK: true}
 			}

@@ -59,6 +59,16 @@ func TestDCGMBridge(t *testing.T) {
 	}
 }
 
+// TestDCGMBridgeJoinIgnoresCase: a UUID printed in capitals still names
+// the GPU.
+func TestDCGMBridgeJoinIgnoresCase(t *testing.T) {
+	dcgmEndpoint(t, strings.ReplaceAll(t4Profiling, "GPU-7e47e47e", "GPU-7E47E47E"), 0)
+	out := scrapeText(t, newTestExporter(t, loadScenario(t, "not-supported"), map[string]bool{"nvidia": true, "dcgm": true}), 5*time.Second)
+	if got := sample(t, out, "xpu_sm_active_ratio", `uuid="GPU-7e47e47e-0000-4000-8000-000000000000"`); got != 0.412 {
+		t.Errorf("xpu_sm_active_ratio = %v, want 0.412", got)
+	}
+}
+
 func TestDCGMBridgePrefersGPM(t *testing.T) {
 	dcgmEndpoint(t, t4Profiling, 0)
 	now := testNow
@@ -80,6 +90,9 @@ func TestDCGMBridgeFailures(t *testing.T) {
 	}{
 		{"slow endpoint", t4Profiling, 3 * time.Second},
 		{"malformed exposition", "DCGM_FI_PROF_SM_ACTIVE{UUID=\"GPU-1\" 0.5\n", 0},
+		// A wrong --dcgm.url answers too; it joins nothing.
+		{"another exporter's metrics", "# TYPE node_load1 gauge\nnode_load1 0.5\n", 0},
+		{"a login page", "<html><body>Sign in</body></html>\n", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dcgmEndpoint(t, tc.body, tc.delay)
@@ -189,6 +202,7 @@ func TestDCGMBridgePCIeBeforeNVML(t *testing.T) {
 // GPU: they must neither replace NVML's readings nor be invented onto a
 // device.
 func TestDCGMBridgeRealSample(t *testing.T) {
+	withExtendedReadings(t) // NVML's PCIe sample is served only with it
 	b, err := os.ReadFile("../fixtures/engines/dcgm-exporter-t4-a10g-datadog-fixture.prom")
 	if err != nil {
 		t.Fatal(err)
@@ -227,5 +241,143 @@ DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0",UUID="GPU-2b149611-0000-4000-8000-00000000000
 	out := scrapeText(t, e, 5*time.Second)
 	if v := sample(t, out, "xpu_pcie_throughput_bytes_per_second", `uuid="GPU-2b149611-0000-4000-8000-000000000000"`, `direction="tx"`); v == 123456789 {
 		t.Error("a GPU with GPM took DCGM's PCIe reading")
+	}
+}
+
+// a100Shared is an A100 (no GPM) in MIG mode: GPU instance 1 is split into
+// two compute instances held by two pods, GPU instance 5 is one instance.
+const a100Shared = `node: dcgm-mig
+defaults: {model: NVIDIA A100-SXM4-80GB, memory_total: 80GiB, metrics: {utilization: 0.5, temperature: 50, pcie_tx: 1048576, pcie_rx: 2097152}}
+devices:
+  - uuid: GPU-aaaa0000-0000-4000-8000-000000000002
+    mig:
+      - {uuid: MIG-aaaa0000-0002-4000-8000-000000000001, profile: 1c.3g.40gb, gpu_instance: 1, compute_instance: 0, memory_used: 5GiB}
+      - {uuid: MIG-aaaa0000-0002-4000-8000-000000000002, profile: 2c.3g.40gb, gpu_instance: 1, compute_instance: 1, memory_used: 6GiB}
+      - {uuid: MIG-aaaa0000-0002-4000-8000-000000000003, profile: 2g.20gb, gpu_instance: 5, memory_used: 7GiB}
+  - uuid: GPU-aaaa0000-0000-4000-8000-000000000004
+`
+
+// dcgm-exporter monitors MIG devices per GPU instance (GPU_I_ID); it has no
+// compute instance label.
+const a100SharedProfiling = `# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-aaaa0000-0000-4000-8000-000000000002",GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"} 0.31
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-aaaa0000-0000-4000-8000-000000000002",GPU_I_PROFILE="2g.20gb",GPU_I_ID="5"} 0.51
+# TYPE DCGM_FI_PROF_SM_ACTIVE gauge
+DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-aaaa0000-0000-4000-8000-000000000002",GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"} 0.32
+DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-aaaa0000-0000-4000-8000-000000000002",GPU_I_PROFILE="2g.20gb",GPU_I_ID="5"} 0.52
+`
+
+// TestDCGMBridgeSharedGPUInstance: the reading of a GPU instance split into
+// two compute instances belongs to neither alone and is left out, as GPM's
+// is; copied onto both, a sum over the GPU's instances counted it twice
+// (0.31 + 0.31 + 0.51 = 1.13 where the GPU's instances were 0.82 busy;
+// found by probing). The whole instance of GPU instance 5 keeps its own.
+func TestDCGMBridgeSharedGPUInstance(t *testing.T) {
+	dcgmEndpoint(t, a100SharedProfiling, 0)
+	s, err := demo.Parse([]byte(a100Shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newTestExporter(t, s, map[string]bool{"nvidia": true, "dcgm": true}), 5*time.Second)
+	for _, uuid := range []string{"MIG-aaaa0000-0002-4000-8000-000000000001", "MIG-aaaa0000-0002-4000-8000-000000000002"} {
+		for _, family := range []string{"xpu_utilization_ratio", "xpu_sm_active_ratio"} {
+			if regexp.MustCompile(`(?m)^` + family + `\{([^}]*,)?uuid="` + uuid + `"`).MatchString(out) {
+				t.Errorf("%s of a compute instance sharing its GPU instance:\n%s", family, grepLines(out, family))
+			}
+		}
+	}
+	gi5 := `uuid="MIG-aaaa0000-0002-4000-8000-000000000003"`
+	if v := sample(t, out, "xpu_utilization_ratio", gi5); v != 0.51 {
+		t.Errorf("GPU instance 5 utilization %v, want 0.51", v)
+	}
+	if v := sample(t, out, "xpu_sm_active_ratio", gi5); v != 0.52 {
+		t.Errorf("GPU instance 5 SM activity %v, want 0.52", v)
+	}
+}
+
+// TestDCGMBridgeNoNVMLPCIeByDefault: NVML's 20 ms PCIe sample waits for
+// --nvidia.extended-readings with the bridge on as without it; the bridge
+// serves DCGM's own rate (found by probing: with dcgm-exporter down, every
+// GPU had NVML's sample).
+func TestDCGMBridgeNoNVMLPCIeByDefault(t *testing.T) {
+	t4 := `uuid="GPU-7e47e47e-0000-4000-8000-000000000000"`
+	for _, tc := range []struct {
+		name string
+		body string
+		want map[string]float64 // by direction; absent: no series
+	}{
+		{"DCGM out", t4PCIe, map[string]float64{"tx": 5e8}},
+		{"dcgm-exporter broken", "DCGM_FI_PROF_PCIE_TX_BYTES{UUID=\"GPU-1\" 5e8\n", map[string]float64{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dcgmEndpoint(t, tc.body, 0)
+			out := scrapeText(t, newTestExporter(t, loadScenario(t, "not-supported"), map[string]bool{"nvidia": true, "dcgm": true}), 5*time.Second)
+			for _, dir := range []string{"tx", "rx"} {
+				want, ok := tc.want[dir]
+				re := regexp.MustCompile(`(?m)^xpu_pcie_throughput_bytes_per_second\{direction="` + dir + `",[^}]*` + regexp.QuoteMeta(t4))
+				switch {
+				case !ok && re.MatchString(out):
+					t.Errorf("%s: NVML's sample served without --nvidia.extended-readings:\n%s", dir, grepLines(out, "xpu_pcie_throughput"))
+				case ok:
+					if got := sample(t, out, "xpu_pcie_throughput_bytes_per_second", t4, `direction="`+dir+`"`); got != want {
+						t.Errorf("%s %v, want %v", dir, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestDCGMBridgeGPMGPUInMIGMode: an H100 in MIG mode is profiled by GPM per
+// instance; DCGM's reading of the GPU itself (dcgm-exporter --devices g)
+// must not be added to it (found by probing: the GPU took DCGM's SM and
+// tensor activity beside its instances' GPM readings).
+func TestDCGMBridgeGPMGPUInMIGMode(t *testing.T) {
+	// GPU 4 of the default demo is an H100 in MIG mode.
+	const h100 = "GPU-2b149611-0000-4000-8000-000000000004"
+	dcgmEndpoint(t, `# TYPE DCGM_FI_PROF_SM_ACTIVE gauge
+DCGM_FI_PROF_SM_ACTIVE{gpu="4",UUID="`+h100+`"} 0.61
+`, 0)
+	now := testNow
+	e := newTestExporterAt(t, demo.Default(), map[string]bool{"nvidia": true, "dcgm": true}, func() time.Time { return now })
+	scrapeText(t, e, 5*time.Second)
+	now = now.Add(15 * time.Second)
+	out := scrapeText(t, e, 5*time.Second)
+	if !regexp.MustCompile(`(?m)^xpu_sm_active_ratio\{[^}]*parent_uuid="` + h100 + `"`).MatchString(out) {
+		t.Fatalf("the H100's instances have no GPM readings: the test proves nothing\n%s", grepLines(out, "xpu_sm_active_ratio"))
+	}
+	if regexp.MustCompile(`(?m)^xpu_sm_active_ratio\{[^}]*,uuid="` + h100 + `"`).MatchString(out) {
+		t.Errorf("a GPU with GPM in MIG mode took DCGM's reading:\n%s", grepLines(out, "xpu_sm_active_ratio"))
+	}
+}
+
+// TestDCGMFlagsCheckedAtStart: a --dcgm.url that is no http(s) URL (the
+// scheme left out, as with --engines.target) is refused at start, not
+// failed at every scrape; credentials in it stay out of the error.
+func TestDCGMFlagsCheckedAtStart(t *testing.T) {
+	oldURL, oldMax := *dcgmURL, *dcgmMaxBytes
+	t.Cleanup(func() { *dcgmURL, *dcgmMaxBytes = oldURL, oldMax })
+	for _, tc := range []struct {
+		url      string
+		maxBytes int64
+		wantErr  string
+	}{
+		{"http://localhost:9400/metrics", 1 << 20, ""},
+		{"https://u:secret@dcgm.example:9400/metrics", 1 << 20, ""},
+		{"localhost:9400", 1 << 20, "is not an http(s) URL"},
+		{"ftp://u:secret@dcgm.example/metrics", 1 << 20, "is not an http(s) URL"},
+		{"http:///metrics", 1 << 20, "is not an http(s) URL"},
+		{"http://localhost:9400/metrics", 0, "--dcgm.max-bytes=0"},
+	} {
+		*dcgmURL, *dcgmMaxBytes = tc.url, tc.maxBytes
+		_, err := newDCGMCollector(Config{})
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tc.url, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s, max %d: error %v, want %q", tc.url, tc.maxBytes, err, tc.wantErr)
+		case err != nil && strings.Contains(err.Error(), "secret"):
+			t.Errorf("the password is in the error: %v", err)
+		}
 	}
 }

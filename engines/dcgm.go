@@ -38,10 +38,19 @@ var dcgmFields = map[string]string{
 	"DCGM_FI_PROF_NVLINK_RX_BYTES":    "nvlink_rx_bytes_per_second",
 }
 
+// dcgmRates are the profiling keys that are byte rates; the others are
+// ratios.
+var dcgmRates = map[string]bool{
+	"pcie_tx_bytes_per_second": true, "pcie_rx_bytes_per_second": true,
+	"nvlink_tx_bytes_per_second": true, "nvlink_rx_bytes_per_second": true,
+}
+
 // DCGMProfiling reads the profiling fields out of a dcgm-exporter scrape.
 // Series that name no GPU (no UUID label), or whose value is not a finite
-// non-negative number, cannot be joined to a device and are counted in
-// skipped rather than guessed at.
+// non-negative number (at most 1 for a ratio: dcgm-exporter documents each
+// as a "Ratio of" cycles or time, etc/dcp-metrics-included.csv), cannot be
+// joined to a device or are malformed, and are counted in skipped rather
+// than guessed at.
 func DCGMProfiling(families map[string]*dto.MetricFamily) (readings []DCGMReading, skipped int) {
 	for name, field := range dcgmFields {
 		mf := families[name]
@@ -59,7 +68,7 @@ func DCGMProfiling(families map[string]*dto.MetricFamily) (readings []DCGMReadin
 				}
 			}
 			v, ok := plainValue(m)
-			if uuid == "" || !ok || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			if uuid == "" || !ok || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || v > 1 && !dcgmRates[field] {
 				skipped++
 				continue
 			}

@@ -47,6 +47,9 @@ DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_PROFILE="3g.40gb",GPU_I_ID="2"
 DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-1"} 0.75
 DCGM_FI_PROF_SM_ACTIVE{gpu="1",UUID="GPU-2"} NaN
 DCGM_FI_PROF_SM_ACTIVE{gpu="2",UUID="GPU-3"} -1
+DCGM_FI_PROF_SM_ACTIVE{gpu="3",UUID="GPU-4"} 50
+# TYPE DCGM_FI_PROF_PIPE_FP32_ACTIVE gauge
+DCGM_FI_PROF_PIPE_FP32_ACTIVE{gpu="3",UUID="GPU-4"} 1
 # TYPE DCGM_FI_PROF_NVLINK_TX_BYTES gauge
 DCGM_FI_PROF_NVLINK_TX_BYTES{gpu="0",UUID="GPU-1"} 1e9
 `
@@ -56,9 +59,11 @@ DCGM_FI_PROF_NVLINK_TX_BYTES{gpu="0",UUID="GPU-1"} 1e9
 		got = append(got, r.UUID+"/"+r.GPUInstance+"/"+r.Field)
 	}
 	sort.Strings(got)
-	want := "GPU-1//nvlink_tx_bytes_per_second GPU-1//sm_active GPU-1/2/sm_active"
-	if strings.Join(got, " ") != want || skipped != 2 {
-		t.Errorf("readings %v (skipped %d), want %s (skipped 2)", got, skipped, want)
+	// Skipped: NaN, -1 and the ratio 50 (a percent, or garbage); a ratio
+	// of exactly 1 and a rate above 1 are kept.
+	want := "GPU-1//nvlink_tx_bytes_per_second GPU-1//sm_active GPU-1/2/sm_active GPU-4//fp32_active"
+	if strings.Join(got, " ") != want || skipped != 3 {
+		t.Errorf("readings %v (skipped %d), want %s (skipped 3)", got, skipped, want)
 	}
 }
 
@@ -79,7 +84,7 @@ func FuzzDCGMProfiling(f *testing.F) {
 		}
 		readings, _ := DCGMProfiling(mfs)
 		for _, r := range readings {
-			if r.UUID == "" || r.Value < 0 || r.Value != r.Value || math.IsInf(r.Value, 0) || !slices.Contains(slices.Collect(maps.Values(dcgmFields)), r.Field) {
+			if r.UUID == "" || r.Value < 0 || r.Value != r.Value || math.IsInf(r.Value, 0) || r.Value > 1 && !dcgmRates[r.Field] || !slices.Contains(slices.Collect(maps.Values(dcgmFields)), r.Field) {
 				t.Fatalf("reading %+v escaped the checks", r)
 			}
 		}

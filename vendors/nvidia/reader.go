@@ -510,9 +510,11 @@ func setProcessUtilization(d *Device, w window) {
 }
 
 // profiling samples GPM for the whole GPU; a GPU in MIG mode is profiled per
-// instance instead.
+// instance instead (profileMIG), but is still a GPU with GPM, whose
+// profiling no other source (DCGM) may fill in.
 func (r *reader) profiling(d *Device, h nvml.Device) {
 	if d.MIGEnabled.OK && d.MIGEnabled.Value {
+		d.GPM = r.gpmSupported(h)
 		return
 	}
 	if r.gpmSupported(h) {
