@@ -128,13 +128,15 @@ type Ownership struct {
 	Claims []Claim
 	// Process maps each process of the device whose owner is known to the
 	// index of its claim in Claims, or to Unattributed when the process
-	// belongs to none of them (a host daemon on an allocated GPU). Processes
-	// that could not be resolved (they exited, or their pod is unknown) are
-	// absent.
+	// belongs to none of them (a host daemon on an allocated GPU, a process
+	// of a pod the kubelet no longer lists). Processes that could not be
+	// resolved (they exited, or their pod is unknown and may be an owner)
+	// are absent.
 	Process map[uint32]int
 	// Strays are the own owners (unit, user, job or pod) of the processes
 	// Process marks Unattributed, by PID: per-process series name who runs
-	// a host daemon on an allocated GPU. Nil when there are none.
+	// a host daemon on an allocated GPU. Nil when there are none; a process
+	// of a pod the kubelet no longer lists has none either.
 	Strays map[uint32]Owner
 	// OwnersUnknown says Claims may lack owners: no allocation names the
 	// device's owners, so they come from its processes, and the list of

@@ -294,6 +294,14 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			continue
 		}
 		owner, known := r.processOwner(p, jobs, pods)
+		if !known && !kubeDown && r.cfg.Kubelet != nil && r.podOfNoClaim(p.info.Cgroup.PodUID, own.Claims) {
+			// A pod the kubelet no longer lists (it ended, or was
+			// force-deleted while its process still runs), on a device
+			// now held by others or by nobody: its usage is shown apart,
+			// not handed to the device's owner, though who ran it is
+			// unknown.
+			own.Process[pid] = Unattributed
+		}
 		if !known || (kubeDown && owner.Kind == Kubernetes) {
 			continue
 		}
@@ -449,6 +457,24 @@ func (r *Resolver) processOwner(p procInfo, jobs map[string]slurm.Job, pods podO
 	// Transient units (a container's scope, a login session) would make an
 	// owner per container or login: OwnerUnit names what is stable.
 	return Owner{Kind: Process, Unit: p.info.Cgroup.OwnerUnit(), User: p.info.User, Command: p.info.Comm}, true
+}
+
+// podOfNoClaim says a process of the pod uid, which the metadata source does
+// not know, runs for none of a device's claims while the kubelet answers.
+// It cannot run for a Slurm job's or a unit's claim, nor for a pod's whose
+// UID the metadata source gives and is another (pod UIDs are never
+// reused). A pod's UID that is not known (no metadata source, or a pod it
+// has not seen yet) may be uid, and so may any while the source is not
+// current: its pods by name may be stale, such as a StatefulSet pod
+// replaced under the same name. The process then stays unresolved.
+func (r *Resolver) podOfNoClaim(uid string, claims []Claim) bool {
+	if uid == "" {
+		return false
+	}
+	current := r.cfg.Metadata != nil && r.cfg.Metadata.Healthy() == nil
+	return !slices.ContainsFunc(claims, func(c Claim) bool {
+		return c.Owner.Kind == Kubernetes && (!current || c.Owner.PodUID == "" || strings.EqualFold(c.Owner.PodUID, uid))
+	})
 }
 
 // podOwners holds the owners of pod processes found in one Resolve: a pod's

@@ -482,3 +482,117 @@ devices:
 		}
 	}
 }
+
+// TestProcessOfPodNoLongerListed: processes of pods the kubelet no longer
+// lists (ended or force-deleted while their processes still run) on
+// devices now held by another pod, or by nobody, are unattributed like a
+// live pod's stray process: never billed to the device's new owner, never
+// dropped from the split (found by probing). The pods' processes run from
+// the start; the kubelet stops listing old, gone, old2 and gone2 before the
+// scrape. Utilizations are the processes' constant samples, so a device's
+// is their sum.
+func TestProcessOfPodNoLongerListed(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: ended-node
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {memory_used: 10GiB, temperature: 50}}
+devices:
+  - uuid: GPU-0e000000-0000-4000-8000-000000000000
+    processes: [{pid: 9001, pod: ml/old, memory_used: 4GiB, utilization: 0.4}]
+  - uuid: GPU-0e000000-0000-4000-8000-000000000001
+    processes:
+      - {pid: 9101, pod: ml/tsa, memory_used: 1GiB, utilization: 0.2}
+      - {pid: 9102, pod: ml/gone, memory_used: 2GiB, utilization: 0.3}
+  - uuid: GPU-0e000000-0000-4000-8000-000000000002
+    mig:
+      - {uuid: MIG-0e000000-0002-4000-8000-000000000001, profile: 3g.40gb, gpu_instance: 1, memory_used: 5GiB, metrics: {graphics_active: 0.5},
+         processes: [{pid: 9201, pod: ml/old2, memory_used: 4GiB}]}
+  - uuid: GPU-0e000000-0000-4000-8000-000000000003
+    processes: [{pid: 9301, pod: ml/gone2, memory_used: 2GiB, utilization: 0.3}]
+kubernetes:
+  pods:
+    - {namespace: ml, name: old,    uid: 0e000000-0000-4000-8000-0000000000a0, containers: [{name: c}]}
+    - {namespace: ml, name: gone,   uid: 0e000000-0000-4000-8000-0000000000a2, containers: [{name: c}]}
+    - {namespace: ml, name: old2,   uid: 0e000000-0000-4000-8000-0000000000a3, containers: [{name: c}]}
+    - {namespace: ml, name: gone2,  uid: 0e000000-0000-4000-8000-0000000000a4, containers: [{name: c}]}
+    - {namespace: ml, name: fresh,  uid: 0e000000-0000-4000-8000-0000000000b0, containers: [{name: c, devices: [{resource: nvidia.com/gpu, ids: [GPU-0e000000-0000-4000-8000-000000000000]}]}]}
+    - {namespace: ml, name: tsa,    uid: 0e000000-0000-4000-8000-0000000000a1, containers: [{name: c, devices: [{resource: nvidia.com/gpu, ids: ["GPU-0e000000-0000-4000-8000-000000000001::0"]}]}]}
+    - {namespace: ml, name: fresh2, uid: 0e000000-0000-4000-8000-0000000000b1, containers: [{name: c, devices: [{resource: nvidia.com/gpu, ids: ["GPU-0e000000-0000-4000-8000-000000000001::1"]}]}]}
+    - {namespace: ml, name: fresh3, uid: 0e000000-0000-4000-8000-0000000000b2, containers: [{name: c, devices: [{resource: nvidia.com/mig-3g.40gb, ids: [MIG-0e000000-0002-4000-8000-000000000001]}]}]}
+  allocatable:
+    - {resource: nvidia.com/gpu, ids: [GPU-0e000000-0000-4000-8000-000000000000, "GPU-0e000000-0000-4000-8000-000000000001::0", "GPU-0e000000-0000-4000-8000-000000000001::1", GPU-0e000000-0000-4000-8000-000000000003]}
+    - {resource: nvidia.com/mig-3g.40gb, ids: [MIG-0e000000-0002-4000-8000-000000000001]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, sim := simulatedAttribution(t, s)
+	for _, name := range []string{"old", "gone", "old2", "gone2"} {
+		if !sim.Kubelet.RemovePod("ml", name) {
+			t.Fatalf("pod ml/%s not served", name)
+		}
+	}
+	// The Pods API cache hears of the deletions through its watch.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := cfg.Metadata.Pod("ml", "gone2"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the metadata source still lists the removed pods")
+		}
+	}
+	// GPM reads a MIG instance's activity between two scrapes.
+	clk := &testClock{t: testNow}
+	e := newResolvedExporter(t, s, sim, attribution.New(cfg), func(c *Config) {
+		c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
+	})
+	scrapeText(t, e, 10*time.Second)
+	clk.set(testNow.Add(15 * time.Second))
+	out := scrapeText(t, e, 10*time.Second)
+	check, absent := oracleChecks(out)
+	const gib = 1 << 30
+	unattributed := `workload_kind="unattributed"`
+
+	t.Run("whole GPU now held by another pod", func(t *testing.T) {
+		gpu := `uuid="GPU-0e000000-0000-4000-8000-000000000000"`
+		// Only old's process runs: the device is at its 0.4. fresh has no
+		// process: 0.4 × 0/0.4 = 0 and 0 bytes; old's 0.4 × 0.4/0.4 = 0.4
+		// and 4 GiB are unattributed.
+		check(t, "xpu_utilization_ratio", 0.4, gpu)
+		check(t, "xpu_workload_allocated_devices", 1, gpu, `pod="fresh"`)
+		check(t, "xpu_workload_utilization_ratio", 0, gpu, `pod="fresh"`)
+		check(t, "xpu_workload_memory_used_bytes", 0, gpu, `pod="fresh"`)
+		check(t, "xpu_workload_utilization_ratio", 0.4, gpu, unattributed)
+		check(t, "xpu_workload_memory_used_bytes", 4*gib, gpu, unattributed)
+	})
+
+	t.Run("time-sliced GPU, one replica's pod gone", func(t *testing.T) {
+		gpu := `uuid="GPU-0e000000-0000-4000-8000-000000000001"`
+		// Device: 0.2 (tsa) + 0.3 (gone) = 0.5. tsa: 0.5 × 0.2/0.5 = 0.2,
+		// fresh2: 0 (no process), unattributed: 0.5 × 0.3/0.5 = 0.3.
+		check(t, "xpu_utilization_ratio", 0.5, gpu)
+		check(t, "xpu_workload_utilization_ratio", 0.2, gpu, `pod="tsa"`)
+		check(t, "xpu_workload_utilization_ratio", 0, gpu, `pod="fresh2"`)
+		check(t, "xpu_workload_utilization_ratio", 0.3, gpu, unattributed)
+		check(t, "xpu_workload_memory_used_bytes", 1*gib, gpu, `pod="tsa"`)
+		check(t, "xpu_workload_memory_used_bytes", 0, gpu, `pod="fresh2"`)
+		check(t, "xpu_workload_memory_used_bytes", 2*gib, gpu, unattributed)
+	})
+
+	t.Run("MIG instance now held by another pod", func(t *testing.T) {
+		mig := `uuid="MIG-0e000000-0002-4000-8000-000000000001"`
+		// GPM's 0.5 is the instance's, but without per-process samples in
+		// MIG it cannot be split: fresh3 is not given it. Memory: fresh3 0,
+		// old2's 4 GiB unattributed.
+		check(t, "xpu_utilization_ratio", 0.5, mig)
+		absent(t, "xpu_workload_utilization_ratio", mig)
+		check(t, "xpu_workload_memory_used_bytes", 0, mig, `pod="fresh3"`)
+		check(t, "xpu_workload_memory_used_bytes", 4*gib, mig, unattributed)
+	})
+
+	t.Run("GPU held by nobody", func(t *testing.T) {
+		gpu := `uuid="GPU-0e000000-0000-4000-8000-000000000003"`
+		// gone2's 0.3 and 2 GiB, its pod no owner.
+		check(t, "xpu_device_owners", 0, gpu)
+		check(t, "xpu_workload_utilization_ratio", 0.3, gpu, unattributed)
+		check(t, "xpu_workload_memory_used_bytes", 2*gib, gpu, unattributed)
+	})
+}
