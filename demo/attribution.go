@@ -9,9 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-	sigsyaml "sigs.k8s.io/yaml"
-
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
 )
 
@@ -35,30 +32,6 @@ type JobSpec struct {
 	// handle order instead of the GPU.
 	GPUs []int `yaml:"gpus"`
 }
-
-// kubernetesFixture decodes the scenario's kubernetes section with the fake
-// kubelet's own (JSON-tagged) schema, strictly.
-func kubernetesFixture(n *yaml.Node, node string) (*kubelettest.Fixture, error) {
-	if n == nil || n.Kind == 0 {
-		return nil, nil
-	}
-	b, err := yaml.Marshal(n)
-	if err != nil {
-		return nil, err
-	}
-	var f kubelettest.Fixture
-	if err := sigsyaml.UnmarshalStrict(b, &f); err != nil {
-		return nil, err
-	}
-	if f.Node == "" {
-		f.Node = node
-	}
-	return &f, f.Validate()
-}
-
-// KubernetesFixture is the node as the scenario's kubelet reports it, nil
-// without a kubernetes section. Tests serve it from a kubelet of their own.
-func (s *Scenario) KubernetesFixture() *kubelettest.Fixture { return s.kube }
 
 // gresCount is the number of GPUs Slurm counts on the node.
 func (s *Scenario) gresCount() int {
@@ -89,8 +62,8 @@ func (s *Scenario) validateOwners() []error {
 		}
 	}
 	pods, containers := map[string]bool{}, map[string]bool{}
-	if s.kube != nil {
-		for _, p := range s.kube.Pods {
+	if s.Kubernetes != nil {
+		for _, p := range s.Kubernetes.Pods {
 			pods[p.Namespace+"/"+p.Name] = true
 			for _, c := range p.Containers {
 				containers[p.Namespace+"/"+p.Name+"/"+c.Name] = true
@@ -210,7 +183,7 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 			return nil, fmt.Errorf("demo slurm: %w", err)
 		}
 	}
-	if s.kube != nil {
+	if s.Kubernetes != nil {
 		if a.engines, err = s.startEngines(time.Now()); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("demo engines: %w", err)
@@ -222,7 +195,7 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 				return nil, fmt.Errorf("demo DRA claims: %w", err)
 			}
 		}
-		if a.Kubelet, err = kubelettest.New(filepath.Join(dir, "kubelet"), s.kube); err != nil {
+		if a.Kubelet, err = kubelettest.New(filepath.Join(dir, "kubelet"), s.Kubernetes); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("demo kubelet: %w", err)
 		}
@@ -272,8 +245,8 @@ func (s *Scenario) writeProcfs(root, passwd string) error {
 func (s *Scenario) writeProcesses(root string, gen uint64) error {
 	uids := s.users()
 	podUIDs, containers := map[string]string{}, map[string]string{}
-	if s.kube != nil {
-		for _, p := range s.kube.Pods {
+	if s.Kubernetes != nil {
+		for _, p := range s.Kubernetes.Pods {
 			podUIDs[p.Namespace+"/"+p.Name] = churnUID(p.UID, gen)
 			// A process names its container, else runs in the pod's first.
 			for i, c := range p.Containers {

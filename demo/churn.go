@@ -96,13 +96,13 @@ func (s *Scenario) startChurn(a *Attribution) func() {
 func (s *Scenario) churn(a *Attribution, gen uint64) {
 	_ = s.writeProcesses(a.Procfs, gen)
 	if a.Kubelet != nil {
-		for _, p := range s.kube.Pods {
+		for _, p := range s.Kubernetes.Pods {
 			_ = a.Kubelet.SetPod(churnPod(p, gen))
 		}
 	}
 	s.stats.gen.Store(gen)
 	if a.Kubelet != nil {
-		for _, p := range s.kube.Pods {
+		for _, p := range s.Kubernetes.Pods {
 			a.Kubelet.RemovePod(p.Namespace, churnName(p.Name, gen-1))
 		}
 	}

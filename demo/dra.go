@@ -50,10 +50,10 @@ func (s *Scenario) draDevice(name string) (kubelettest.ClaimSpecDevice, error) {
 // prepares (driver gpu.nvidia.com, no CDI devices given).
 func (s *Scenario) validateClaims() []error {
 	var errs []error
-	if s.kube == nil {
+	if s.Kubernetes == nil {
 		return nil
 	}
-	for _, p := range s.kube.Pods {
+	for _, p := range s.Kubernetes.Pods {
 		for _, c := range p.Containers {
 			for _, cl := range c.Claims {
 				for _, d := range cl.Devices {
@@ -72,10 +72,10 @@ func (s *Scenario) validateClaims() []error {
 
 // hasClaims says whether a pod of the scenario uses a DRA claim.
 func (s *Scenario) hasClaims() bool {
-	if s.kube == nil {
+	if s.Kubernetes == nil {
 		return false
 	}
-	for _, p := range s.kube.Pods {
+	for _, p := range s.Kubernetes.Pods {
 		for _, c := range p.Containers {
 			if len(c.Claims) > 0 {
 				return true
@@ -105,7 +105,7 @@ func (s *Scenario) prepareClaims(cdiDir, procRoot string) error {
 	type claimKey struct{ namespace, name string }
 	devices := map[claimKey][]kubelettest.ClaimSpecDevice{}
 	var order []claimKey
-	for _, p := range s.kube.Pods {
+	for _, p := range s.Kubernetes.Pods {
 		for _, c := range p.Containers {
 			for _, cl := range c.Claims {
 				k := claimKey{cl.Namespace, cl.Name}
@@ -138,7 +138,7 @@ func (s *Scenario) prepareClaims(cdiDir, procRoot string) error {
 			names[k.namespace+"/"+k.name+"/"+d.Name] = cdi[i]
 		}
 	}
-	for _, p := range s.kube.Pods {
+	for _, p := range s.Kubernetes.Pods {
 		for _, c := range p.Containers {
 			for _, cl := range c.Claims {
 				for i, d := range cl.Devices {

@@ -21,7 +21,7 @@ func TestDRAScenarioPreparesClaims(t *testing.T) {
 	}
 	uid := claimUID("ml", "shared-gpu")
 	want := "k8s.gpu.nvidia.com/claim=" + uid + "-gpu-2"
-	for _, p := range s.KubernetesFixture().Pods {
+	for _, p := range s.Kubernetes.Pods {
 		if p.Name != "shared-a" && p.Name != "shared-b" {
 			continue
 		}

@@ -60,8 +60,8 @@ func (s *Scenario) startEngines(start time.Time) ([]*http.Server, error) {
 		go srv.Serve(l)
 		servers = append(servers, srv)
 		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-		for i := range s.kube.Pods {
-			p := &s.kube.Pods[i]
+		for i := range s.Kubernetes.Pods {
+			p := &s.Kubernetes.Pods[i]
 			if p.Namespace+"/"+p.Name != spec.Pod {
 				continue
 			}

@@ -63,9 +63,10 @@ type Scenario struct {
 	Events   []EventSpec  `yaml:"events"`
 	// Kubernetes is the node as its kubelet reports it: pods with their
 	// containers' device IDs, and the allocatable devices (the fake
-	// kubelet's fixture format, see fixtures/kubelet/).
-	Kubernetes yaml.Node  `yaml:"kubernetes"`
-	Slurm      *SlurmSpec `yaml:"slurm"`
+	// kubelet's fixture format, see fixtures/kubelet/); nil without a
+	// kubernetes section. Tests serve it from a kubelet of their own.
+	Kubernetes *kubelettest.Fixture `yaml:"kubernetes"`
+	Slurm      *SlurmSpec           `yaml:"slurm"`
 	// Engines are inference engines served by the scenario's pods.
 	Engines []EngineSpec `yaml:"engines"`
 	// ChurnEvery replaces, that often, every pod by a new one (a new name
@@ -74,7 +75,6 @@ type Scenario struct {
 	// process or engine target grows without bound. Empty: never.
 	ChurnEvery string `yaml:"churn_every"`
 
-	kube       *kubelettest.Fixture
 	stats      *simStats
 	churnEvery time.Duration
 	// raw is the scenario's text, which the demo's hl-smi reads again.
@@ -449,9 +449,13 @@ func Parse(b []byte) (*Scenario, error) {
 			}
 		}
 	}
-	var err error
-	if s.kube, err = kubernetesFixture(&s.Kubernetes, s.Node); err != nil {
-		errs = append(errs, fmt.Errorf("kubernetes: %w", err))
+	if k := s.Kubernetes; k != nil {
+		if k.Node == "" {
+			k.Node = s.Node
+		}
+		if err := k.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("kubernetes: %w", err))
+		}
 	}
 	errs = append(errs, s.validateOwners()...)
 	errs = append(errs, s.validateChurn()...)

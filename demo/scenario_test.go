@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad sample period", "devices:\n  - {model: X, memory_total: 1GiB, sample_period: 5s}\n", "sample_period"},
 		{"failing link that does not exist", "devices:\n  - {model: X, memory_total: 1GiB, nvlinks: 2, faults: {failing_links: [4]}}\n", "faults.failing_links: link 4 does not exist"},
 		{"compute instance larger than its GPU instance", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 4c.3g.40gb}]}\n", "mig[0].profile"},
+		{"unknown kubernetes key", "devices:\n  - {model: X, memory_total: 1GiB}\nkubernetes:\n  pods:\n    - {namespace: a, name: p, uid: u, containrs: []}\n", "line 5: field containrs not found"},
+		{"kubernetes pod without uid", "devices:\n  - {model: X, memory_total: 1GiB}\nkubernetes:\n  pods:\n    - {namespace: a, name: p}\n", "kubernetes: pods[0]: pod a/p: namespace, name and uid are required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))
@@ -179,5 +182,39 @@ func TestLoginSessionsUnderTheirUsersSlice(t *testing.T) {
 		if got := string(b); got != "0::/user.slice/"+want+"/session-1.scope\n" {
 			t.Errorf("pid %d: cgroup %q, want one under %s", pid, got, want)
 		}
+	}
+}
+
+// TestKubernetesSectionIsYAML12: the kubernetes section is read like the
+// rest of the scenario, as YAML 1.2, where only true and false are
+// booleans. y, n, yes, no, on and off are valid namespace, pod, container
+// and label values that YAML 1.1 reads as booleans, which made them
+// "true" and "false" there while a process's pod: y/n, read as YAML 1.2,
+// named no pod (found by probing).
+func TestKubernetesSectionIsYAML12(t *testing.T) {
+	for _, w := range [][2]string{{"y", "n"}, {"yes", "no"}, {"on", "off"}, {"Y", "N"}} {
+		ns, name := w[0], w[1]
+		t.Run(ns+"/"+name, func(t *testing.T) {
+			s, err := Parse(fmt.Appendf(nil, `node: yaml-node
+devices:
+  - {model: X, memory_total: 1GiB, processes: [{pid: 7, pod: %[1]s/%[2]s, container: %[2]s}]}
+kubernetes:
+  pods:
+    - namespace: %[1]s
+      name: %[2]s
+      uid: ff000000-0000-4000-8000-0000000000a0
+      labels: {team: %[1]s}
+      ownerReferences: [{apiVersion: batch/v1, kind: Job, name: %[2]s, controller: true}]
+      containers: [{name: %[2]s}]
+`, ns, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := s.Kubernetes.Pods[0]
+			got := []string{p.Namespace, p.Name, p.Labels["team"], p.OwnerReferences[0].Name, p.Containers[0].Name}
+			if want := []string{ns, name, ns, name, name}; !slices.Equal(got, want) {
+				t.Errorf("namespace, name, label, owner and container %q, want %q", got, want)
+			}
+		})
 	}
 }

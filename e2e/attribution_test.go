@@ -35,7 +35,7 @@ func startWithKubelet(t *testing.T) (*exporter, *kubelettest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	kubelet, err := kubelettest.New(dir, s.KubernetesFixture())
+	kubelet, err := kubelettest.New(dir, s.Kubernetes)
 	if err != nil {
 		t.Fatal(err)
 	}

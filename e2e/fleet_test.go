@@ -116,7 +116,7 @@ func TestFleetScenario(t *testing.T) {
 			seen[id] = node
 		}
 		held := 0
-		for _, p := range s.KubernetesFixture().Pods {
+		for _, p := range s.Kubernetes.Pods {
 			for _, c := range p.Containers {
 				for _, d := range c.Devices {
 					for _, id := range d.IDs {

@@ -6,6 +6,7 @@
 package kubelettest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -13,90 +14,95 @@ import (
 	"os"
 	"slices"
 
+	"gopkg.in/yaml.v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 )
 
 // Fixture is the node the fake kubelet serves.
 type Fixture struct {
-	Node string `json:"node"`
-	Pods []Pod  `json:"pods"`
+	Node string `yaml:"node"`
+	Pods []Pod  `yaml:"pods"`
 	// Allocatable is every healthy device the device plugins advertise,
 	// allocated or not, one ID per replica of a shared device.
-	Allocatable []Devices `json:"allocatable,omitempty"`
+	Allocatable []Devices `yaml:"allocatable,omitempty"`
 }
 
 // Pod is a pod on the node.
 type Pod struct {
-	Namespace       string            `json:"namespace"`
-	Name            string            `json:"name"`
-	UID             string            `json:"uid"`
-	Labels          map[string]string `json:"labels,omitempty"`
-	Annotations     map[string]string `json:"annotations,omitempty"`
-	OwnerReferences []OwnerReference  `json:"ownerReferences,omitempty"`
+	Namespace       string            `yaml:"namespace"`
+	Name            string            `yaml:"name"`
+	UID             string            `yaml:"uid"`
+	Labels          map[string]string `yaml:"labels,omitempty"`
+	Annotations     map[string]string `yaml:"annotations,omitempty"`
+	OwnerReferences []OwnerReference  `yaml:"ownerReferences,omitempty"`
 	// IP is the pod's IP (status.podIP), where inference engines are
 	// reached.
-	IP         string      `json:"ip,omitempty"`
-	Containers []Container `json:"containers"`
+	IP         string      `yaml:"ip,omitempty"`
+	Containers []Container `yaml:"containers"`
 }
 
 // OwnerReference is an owner of a pod.
 type OwnerReference struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Name       string `json:"name"`
-	UID        string `json:"uid,omitempty"`
-	Controller bool   `json:"controller,omitempty"`
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Name       string `yaml:"name"`
+	UID        string `yaml:"uid,omitempty"`
+	Controller bool   `yaml:"controller,omitempty"`
 }
 
 // Container is a container of a pod and the devices allocated to it.
 type Container struct {
-	Name string `json:"name"`
+	Name string `yaml:"name"`
 	// Image defaults to registry.example/<name>:latest; Ports are the
 	// container ports it declares.
-	Image   string    `json:"image,omitempty"`
-	Ports   []int32   `json:"ports,omitempty"`
-	Devices []Devices `json:"devices,omitempty"`
+	Image   string    `yaml:"image,omitempty"`
+	Ports   []int32   `yaml:"ports,omitempty"`
+	Devices []Devices `yaml:"devices,omitempty"`
 	// Claims are the DRA ResourceClaims the container uses, as the
 	// kubelet reports them in pod-resources DynamicResources.
-	Claims []Claim `json:"claims,omitempty"`
+	Claims []Claim `yaml:"claims,omitempty"`
 }
 
 // Claim is a DRA ResourceClaim and the devices allocated to it.
 type Claim struct {
-	Namespace string        `json:"namespace"`
-	Name      string        `json:"name"`
-	Devices   []ClaimDevice `json:"devices"`
+	Namespace string        `yaml:"namespace"`
+	Name      string        `yaml:"name"`
+	Devices   []ClaimDevice `yaml:"devices"`
 }
 
 // ClaimDevice is one allocated device of a claim (a pod-resources
 // ClaimResource).
 type ClaimDevice struct {
-	Driver     string   `json:"driver"`
-	Pool       string   `json:"pool"`
-	Device     string   `json:"device"`
-	ShareID    string   `json:"shareID,omitempty"`
-	CDIDevices []string `json:"cdiDevices,omitempty"`
+	Driver     string   `yaml:"driver"`
+	Pool       string   `yaml:"pool"`
+	Device     string   `yaml:"device"`
+	ShareID    string   `yaml:"shareID,omitempty"`
+	CDIDevices []string `yaml:"cdiDevices,omitempty"`
 }
 
 // Devices is the device-plugin IDs of one resource.
 type Devices struct {
-	Resource string   `json:"resource"`
-	IDs      []string `json:"ids"`
+	Resource string   `yaml:"resource"`
+	IDs      []string `yaml:"ids"`
 }
 
 // LoadFixture reads a fixture from a YAML or JSON file. Unknown fields are
-// errors, so that a misspelt key does not silently drop data.
+// errors, so that a misspelt key does not silently drop data. The file is
+// read as YAML 1.2 (gopkg.in/yaml.v3), as demo scenarios, which embed the
+// same schema, are: a namespace or pod named y or n stays a string, where
+// YAML 1.1 readers make it a boolean.
 func LoadFixture(path string) (*Fixture, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var f Fixture
-	if err := yaml.UnmarshalStrict(b, &f); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("kubelet fixture %s: %w", path, err)
 	}
 	if err := f.Validate(); err != nil {
