@@ -670,14 +670,21 @@ func (r *reader) profileMIG(parent nvml.Device, devs []Device) {
 	}
 }
 
-// maxSlices is the number of compute slices of the whole GPU: 7 on
-// A100/H100, 4 on A30. It is the slice count of the full-GPU profile.
+// fullGPUProfiles are the GPU instance profiles that span a whole GPU on
+// some model, largest first. NVIDIA's MIG user guide ("Supported GPUs")
+// lists at most 7 instances on A100, H100, H200, B200 and GB200, 4 on A30
+// and RTX PRO 6000 Blackwell, 2 on RTX PRO 5000 and 4500 Blackwell. A GPU
+// supports its smaller profiles too (a 7-slice GPU has 4g), so the first
+// one it supports is its own.
+var fullGPUProfiles = []int{nvml.GPU_INSTANCE_PROFILE_7_SLICE, nvml.GPU_INSTANCE_PROFILE_4_SLICE, nvml.GPU_INSTANCE_PROFILE_2_SLICE}
+
+// maxSlices is the number of compute slices of the whole GPU: the slice
+// count of its full-GPU profile; 0 when none is supported.
 func maxSlices(h nvml.Device) int {
-	if info, ret := h.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_7_SLICE); ret == nvml.SUCCESS && info.SliceCount > 0 {
-		return int(info.SliceCount)
-	}
-	if info, ret := h.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_4_SLICE); ret == nvml.SUCCESS && info.SliceCount > 0 {
-		return int(info.SliceCount)
+	for _, p := range fullGPUProfiles {
+		if info, ret := h.GetGpuInstanceProfileInfo(p); ret == nvml.SUCCESS && info.SliceCount > 0 {
+			return int(info.SliceCount)
+		}
 	}
 	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -208,5 +209,42 @@ func TestTemperatureThresholds(t *testing.T) {
 	r.thermal(d, dev)
 	if _, ok := d.TempLimits[TempShutdown]; ok || len(r.errs) != 1 || r.errs[0].Call != "GetTemperatureThreshold" {
 		t.Errorf("after ERROR_UNKNOWN: limits %v, errors %v; want no shutdown limit and one GetTemperatureThreshold error", d.TempLimits, r.errs)
+	}
+}
+
+// The GPU's slice count is its full profile's, the largest profile it
+// supports, as NVML answers for each (SliceCount of
+// nvmlDeviceGetGpuInstanceProfileInfo; NOT_SUPPORTED for a profile the GPU
+// lacks). Models and profiles from NVIDIA's MIG user guide ("Supported
+// GPUs", "Supported MIG Profiles").
+func TestMaxSlices(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// profiles are the GPU instance profiles the GPU supports, by
+		// slice count: each answers with its own count.
+		profiles []int
+		want     int
+	}{
+		{"H100: 1g, 2g, 3g, 4g, 7g", []int{1, 2, 3, 4, 7}, 7},
+		{"A30: 1g, 2g, 4g", []int{1, 2, 4}, 4},
+		{"RTX PRO 6000 Blackwell: 1g.24gb, 2g.48gb, 4g.96gb", []int{1, 2, 4}, 4},
+		{"RTX PRO 5000 Blackwell: 1g, 2g", []int{1, 2}, 2},
+		{"MIG not supported", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bySlices := map[int]int{
+				nvml.GPU_INSTANCE_PROFILE_1_SLICE: 1, nvml.GPU_INSTANCE_PROFILE_2_SLICE: 2, nvml.GPU_INSTANCE_PROFILE_3_SLICE: 3,
+				nvml.GPU_INSTANCE_PROFILE_4_SLICE: 4, nvml.GPU_INSTANCE_PROFILE_7_SLICE: 7,
+			}
+			dev := &mock.Device{GetGpuInstanceProfileInfoFunc: func(profile int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+				if n := bySlices[profile]; slices.Contains(tc.profiles, n) {
+					return nvml.GpuInstanceProfileInfo{Id: uint32(profile), SliceCount: uint32(n)}, nvml.SUCCESS
+				}
+				return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+			}}
+			if got := maxSlices(dev); got != tc.want {
+				t.Errorf("maxSlices = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }
