@@ -838,6 +838,7 @@ func (c *amdCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prome
 			}
 			e.emit(deviceInfo, info, 1)
 		}
+		emitPartitionShare(e, d)
 		e.emit(deviceUp, l, boolValue(d.Up))
 		if !d.Up {
 			continue

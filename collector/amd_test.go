@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -537,6 +538,7 @@ func TestAMDFixtureGolden(t *testing.T) {
 		{"xpu_ecc_errors_total", 5, []string{`gpu="1"`, `type="corrected"`}},
 		// DPX: two partitions, each half the GPU.
 		{"xpu_device_up", 1, []string{`uuid="5c8a7e5d1b3f2a90-xcp1"`, `mig_profile="dpx"`, `mig_instance="1"`}},
+		{"xpu_partition_share_ratio", 0.5, []string{`uuid="5c8a7e5d1b3f2a90-xcp1"`}},
 	} {
 		if got := sample(t, out, c.family, c.matchers...); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("%s%v = %v, want %v", c.family, c.matchers, got, c.want)
@@ -666,6 +668,11 @@ func TestAMDScenarioOracles(t *testing.T) {
 	check("xpu_utilization_ratio", 0.8, `mig_instance="0"`, `pod="part-a"`)
 	check("xpu_workload_allocated_devices", 0.5, `mig_instance="0"`, `pod="part-a"`)
 	check("xpu_workload_allocated_devices", 0.5, `mig_instance="1"`, `pod="part-b"`)
+	// A fact of the partition, without its owner: 1 of 2 partitions.
+	check("xpu_partition_share_ratio", 0.5, `,uuid="3f61f84fa0000002-xcp0"`)
+	if regexp.MustCompile(`(?m)^xpu_partition_share_ratio\{[^}]*pod=`).MatchString(out) {
+		t.Error("xpu_partition_share_ratio carries an owner")
+	}
 	check("xpu_workload_memory_used_bytes", 8*gib, `mig_instance="1"`, `pod="part-b"`)
 	// part-a's process opened the GPU's primary node, card3: partition 0's.
 	check("xpu_workload_memory_used_bytes", 16*gib, `mig_instance="0"`, `pod="part-a"`)

@@ -21,6 +21,7 @@ func init() {
 
 var (
 	deviceInfo   = gauge("device_info", "Static facts of a device; always 1.")
+	partShare    = gauge("partition_share_ratio", "Share of its physical GPU a partition holds: a MIG instance's compute slices over the GPU's (1/4 for 1g on a 4-slice GPU, 3/7 for 3g on a 7-slice one), 1/N for one of an AMD GPU's N compute partitions; absent where the GPU's slice count could not be read.")
 	deviceUp     = gauge("device_up", "1 if the device answered in this scrape, 0 if it is lost or did not answer in time.")
 	utilization  = gauge("utilization_ratio", "Fraction of time a kernel ran on the device: averaged over the driver's samples since the previous scrape, else its last sample period; GPM graphics activity for a MIG instance.")
 	memUtil      = gauge("memory_utilization_ratio", "Fraction of the last sample period during which device memory was read or written.")
@@ -297,12 +298,24 @@ func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pr
 			e.emit(deviceInfo, identityLabels(d).with("driver_version", driver).with("cuda_version", cuda).
 				with("pci_bus_id", nd.PCIBusID).with("serial", nd.Serial).with("vbios_version", nd.VBIOSVersion), 1)
 		}
+		emitPartitionShare(e, d)
 		e.emit(deviceUp, l, boolValue(nd.Up))
 		if nd.Up {
 			emitNvidiaReadings(e, l, nd, !c.dcgmPCIe || nd.GPM)
 		}
 	}
 	return nil
+}
+
+// emitPartitionShare emits a partition's share of its GPU. It is a fact of
+// the device, as xpu_device_info is, so it carries no owner labels: one
+// series per partition, which the mixin joins by uuid to count a
+// partition's use in whole GPUs without a table of models and their slice
+// counts.
+func emitPartitionShare(e emitter, d *Device) {
+	if d.UUID != "" && d.MIG != nil && d.MIG.Fraction > 0 {
+		e.emit(partShare, identityLabels(d), d.MIG.Fraction)
+	}
 }
 
 var extendedReadings = kingpin.Flag("nvidia.extended-readings",

@@ -98,6 +98,13 @@ func TestSharingOracles(t *testing.T) {
 		// slices: 1/7 and 2/7 of the GPU, not 3/7 each.
 		check(t, "xpu_workload_allocated_devices", 1.0/7, `uuid="MIG-5a000000-0002-4000-8000-000000000010"`, `pod="ci-a"`)
 		check(t, "xpu_workload_allocated_devices", 2.0/7, `uuid="MIG-5a000000-0002-4000-8000-000000000011"`, `pod="ci-b"`)
+		// The same shares of the GPU, as facts of the instances, whoever
+		// holds them: 2/7, 1/7 and 2/7.
+		check(t, "xpu_partition_share_ratio", 2.0/7, whole)
+		check(t, "xpu_partition_share_ratio", 1.0/7, `uuid="MIG-5a000000-0002-4000-8000-000000000010"`)
+		check(t, "xpu_partition_share_ratio", 2.0/7, `uuid="MIG-5a000000-0002-4000-8000-000000000011"`)
+		absent(t, "xpu_partition_share_ratio", `pod=`)
+		absent(t, "xpu_partition_share_ratio", `,uuid="GPU-`)
 		// GPM measures the GPU instance they share: neither has a reading of
 		// its own.
 		absent(t, "xpu_utilization_ratio", `mig_profile="1c.3g.40gb"`)
