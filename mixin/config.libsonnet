@@ -162,9 +162,6 @@
     // Not needed when the cluster is a label of the scraped series (the
     // chart's serviceMonitor.cluster).
     clusterName: '',
-    // GPU models (a regex on the model label) whose MIG mode has 4 compute
-    // slices rather than 7.
-    migFourSliceModels: ['.*A30.*'],
 
     runbookURLPattern: 'https://github.com/xpu-exporter/xpu_exporter/blob/main/mixin/runbook.md#%s',
 

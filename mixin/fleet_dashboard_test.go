@@ -19,7 +19,8 @@ import (
 //
 //	GPU-W  H100, whole, 0.75
 //	GPU-M  H100 in MIG mode, seven 1g.10gb instances, one at 0.875 and six
-//	       at 0; no utilization of its own: 0.875 * 1/7 = 0.125
+//	       at 0 (each 1/7 of the GPU, xpu_partition_share_ratio); no
+//	       utilization of its own: 0.875 * 1/7 = 0.125
 //	GPU-P  MI300X in DPX mode: its own 0.5 (the mean of its partitions'
 //	       0.75 and 0.25), the partitions not counted again
 //	GPU-I  H100, whole, idle: 0
@@ -66,11 +67,15 @@ func TestFleetUtilizationCountsPhysicalGPUs(t *testing.T) {
 		if i == 0 {
 			u = 0.875
 		}
-		device("1", fmt.Sprintf("MIG-M%d", i), "nvidia", h100, fmt.Sprintf(`, parent_uuid="GPU-M", mig_profile="1g.10gb", mig_instance="%d"`, i), u)
+		extra := fmt.Sprintf(`, parent_uuid="GPU-M", mig_profile="1g.10gb", mig_instance="%d"`, i)
+		device("1", fmt.Sprintf("MIG-M%d", i), "nvidia", h100, extra, u)
+		add("xpu_partition_share_ratio", "1", fmt.Sprintf("MIG-M%d", i), "nvidia", h100, extra, 1.0/7)
 	}
 	device("2", "GPU-P", "amd", mi300x, "", 0.5)
 	for i, u := range []float64{0.75, 0.25} {
-		device("2", fmt.Sprintf("GPU-P-xcp%d", i), "amd", mi300x, fmt.Sprintf(`, parent_uuid="GPU-P", mig_profile="dpx", mig_instance="%d"`, i), u)
+		extra := fmt.Sprintf(`, parent_uuid="GPU-P", mig_profile="dpx", mig_instance="%d"`, i)
+		device("2", fmt.Sprintf("GPU-P-xcp%d", i), "amd", mi300x, extra, u)
+		add("xpu_partition_share_ratio", "2", fmt.Sprintf("GPU-P-xcp%d", i), "amd", mi300x, extra, 0.5)
 	}
 	device("3", "GPU-I", "nvidia", h100, "", 0)
 

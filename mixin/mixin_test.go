@@ -687,7 +687,7 @@ func TestPromrulesFixturesUseRealLabelSets(t *testing.T) {
 					if l[1] == "instance" && strings.Contains(l[2], ":") {
 						t.Errorf("%s: %s: instance %q is an address; the chart sets the node name", filepath.Base(file), in.Series, l[2])
 					}
-					if slices.Contains([]string{"xpu_device_info", "xpu_device_hourly_cost", "xpu_inference_up"}, name) && slices.Contains(owners, l[1]) {
+					if slices.Contains([]string{"xpu_device_info", "xpu_device_hourly_cost", "xpu_partition_share_ratio", "xpu_inference_up"}, name) && slices.Contains(owners, l[1]) {
 						t.Errorf("%s: %s carries owner label %s, which the exporter never puts on %s", filepath.Base(file), in.Series, l[1], name)
 					}
 				}

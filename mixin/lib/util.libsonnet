@@ -100,34 +100,16 @@
   onGpu(expr):: 'label_replace(\n%s,\n  "uuid", "$1", "parent_uuid", "(.+)"\n)\n' % self.indent(expr),
 
   // expr (series of partitions of a GPU, parent_uuid set) times the
-  // partition's share of its GPU; sel selects the exporter's series.
-  //  - A MIG instance: its share of the GPU's compute slices, read from
-  //    the mig_profile label (Ng.… or Cc.Ng.…, N of the GPU's slices): 7 on
-  //    A100, H100, H200 and B200, 4 on A30 (migFourSliceModels), per
-  //    NVIDIA's MIG user guide (Supported MIG Profiles).
-  //  - A partition whose profile names no slices (AMD compute partitions:
-  //    mig_profile is the mode, dpx, tpx, qpx, cpx): 1/N of its GPU, N its
-  //    GPU's partitions (xpu_device_info), as the exporter gives each
-  //    partition's allocation.
+  // partition's share of its GPU, which the exporter serves as
+  // xpu_partition_share_ratio: a MIG instance's compute slices over its
+  // GPU's, as NVML counts them on that GPU (7 on A100 and H100, 4 on A30
+  // and RTX PRO 6000 Blackwell, 2 on RTX PRO 5000 Blackwell, per NVIDIA's
+  // MIG user guide, "Supported GPUs"), so no table of models is kept here;
+  // 1/N for one of an AMD GPU's N compute partitions. A partition whose
+  // share the exporter could not read is left out rather than guessed at.
+  // sel selects the exporter's series.
   partitionFraction(c, sel, expr)::
-    local sliced = '([0-9]+c\\\\.)?%sg\\\\..*';
-    local arms(total, modelMatcher) = [
-      '%s * %d / %d' % [
-        std.strReplace(expr, '}', ', mig_profile=~"%s"%s}' % [sliced % n, modelMatcher]),
-        n,
-        total,
-      ]
-      for n in std.range(1, total)
-    ];
-    local small = self.regex(c.migFourSliceModels);
-    local parent = self.labels([c.clusterLabel, 'job', 'instance', 'parent_uuid']);
-    local unsliced = 'mig_profile!~"%s"' % (sliced % '[0-9]+');
-    local partitions = |||
-      %s
-        / on (%s) group_left ()
-        count by (%s) (group by (%s, uuid) (xpu_device_info{%s, parent_uuid!="", %s}))
-    ||| % [std.strReplace(expr, '}', ', %s}' % unsliced), parent, parent, parent, sel, unsliced];
-    '(\n%s\n)\n' % self.indent(std.join('\nor ', arms(4, ', model=~"%s"' % small) + arms(7, ', model!~"%s"' % small) + [std.rstripChars(partitions, '\n')])),
+    '(\n%s\n  * on (%s) group_left ()\n  xpu_partition_share_ratio{%s}\n)\n' % [self.indent(expr), self.labels(c.deviceKeyLabels), sel],
 
   // The utilization of each GPU that has none of its own (a GPU in MIG
   // mode), by the device key: its partitions' scaled by their share

@@ -94,8 +94,8 @@ local util = import '../lib/util.libsonnet';
             // On a MIG instance or an AMD compute partition the split is a
             // share of the partition, so it is scaled by the partition's
             // share of its GPU (util.partitionFraction: the compute slices
-            // of a MIG instance, 1/N of a GPU in N partitions), never by the
-            // owner's allocation: on a
+            // of a MIG instance, 1/N of a GPU in N partitions, as the
+            // exporter serves them), never by the owner's allocation: on a
             // time-sliced instance that allocation already holds the
             // owner's 1/N, which the split counted once.
             record: 'device_owner:xpu_utilized_devices:ratio',
