@@ -160,9 +160,8 @@ type Device struct {
 	// names devices by it. "" when unknown.
 	Serial     string
 	ParentUUID string // the GPU of a MIG instance
-	// MIGIndex is a MIG device's handle index within its GPU, which the
-	// device plugins' index strategy names as "<gpu>:<index>"; -1 for a
-	// whole GPU.
+	// MIGIndex is a MIG device's handle index within its GPU, which an
+	// index device ID names as "<gpu>:<index>"; -1 for a whole GPU.
 	MIGIndex int
 	// MIGInstance is a MIG device's GPU instance ID, which DRA drivers name
 	// it by (with its parent); -1 for a whole GPU.

@@ -57,9 +57,11 @@ type DeviceRef struct {
 	// PCIBusID is the PCI address, domain:bus:device.function, lower case
 	// with a 4-digit domain ("0000:c1:00.0"): AMD and Gaudi device plugins.
 	PCIBusID string
-	// Index is a node-local device index: the NVIDIA plugin's index ID
-	// strategy ("3", or "3:1" for MIG instance 1 of GPU 3), or a Gaudi
-	// "hlN" device name ("N").
+	// Index is a node-local device index: an NVIDIA index ID ("3", or
+	// "3:1" for MIG device 1 of GPU 3, the form of the NVIDIA device
+	// plugin's deviceIDStrategy=index, which it passes into containers
+	// while reporting UUIDs to the kubelet), or a Gaudi "hlN" device name
+	// ("N").
 	Index string
 	// Serial is a Gaudi board serial number ("AN15000023"): the Intel
 	// Gaudi device plugin advertises each device as the serial number HLML
@@ -200,7 +202,7 @@ func parseNVIDIA(ref *DeviceRef, s string) bool {
 	if parseNVIDIAUUID(ref, s) {
 		return true
 	}
-	// The index ID strategy: "3" or, for a MIG device, "3:1".
+	// An index ID: "3" or, for a MIG device, "3:1".
 	gpu, mig, isMIG := strings.Cut(s, ":")
 	if isIndex(gpu) && (!isMIG || isIndex(mig)) {
 		ref.Index, ref.Vendor = s, VendorNVIDIA
