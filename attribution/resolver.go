@@ -845,9 +845,12 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 			}
 			job = id
 		}
-		if job == "" && cg.PodUID == "" {
-			// The cgroup says nothing (proctrack/linuxproc): ask slurmd,
-			// whose answer the job cannot forge, then the environment.
+		if job == "" && cg.SlurmdCgroup() {
+			// The process is where proctrack/linuxproc leaves a job's
+			// tasks, whose cgroups name no job: ask slurmd, whose answer
+			// the job cannot forge, then the environment. Elsewhere (a
+			// login session, a service) a process outside every job
+			// cgroup is in no job, whatever its environment says.
 			switch {
 			case sp.slurmdJob:
 				job = sp.job

@@ -405,7 +405,7 @@ case "$last" in
 esac`)
 	r := New(Config{
 		Slurm:  &slurm.Client{Path: scontrol},
-		Procfs: procfs(t, map[uint32]string{700: "/user.slice/user-1000.slice/session-3.scope"}),
+		Procfs: procfs(t, map[uint32]string{700: "/system.slice/slurmd.service"}),
 	})
 	start := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	for _, step := range []struct {
@@ -564,7 +564,7 @@ func TestIndexDevicesAMDPartitions(t *testing.T) {
 }
 
 // With proctrack/linuxproc the cgroup names no job, so slurmd is asked
-// (scontrol listpids). Its answer stands for the life of the process, and
+// (scontrol listpids) about the processes in slurmd's cgroup. Its answer stands for the life of the process, and
 // "in no job" for slurmdRecheck: three scrapes of the same two processes
 // run listpids once, and still credit process 600 to job 41.
 func TestSlurmdAskedOncePerProcess(t *testing.T) {
@@ -578,7 +578,7 @@ esac`)
 	r := New(Config{
 		Slurm: &slurm.Client{Path: scontrol},
 		Procfs: procfs(t, map[uint32]string{
-			600: "/user.slice/user-1000.slice/session-3.scope",
+			600: "/system.slice/slurmd.service",
 			601: "/system.slice/ollama.service",
 		}),
 	})
@@ -595,5 +595,60 @@ esac`)
 	}
 	if n := strings.Count(string(b), "x"); n != 1 {
 		t.Errorf("scontrol listpids ran %d times in 3 scrapes, want 1", n)
+	}
+}
+
+// writeEnviron gives a process of a procfs tree an environment.
+func writeEnviron(t *testing.T, fs *process.Reader, pid uint32, environ string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(fs.Root, fmt.Sprint(pid), "environ"), []byte(environ), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSlurmJobOnlyFromSlurmdCgroup: slurmd (scontrol listpids) and the
+// environment name the job only of a process in the cgroup where
+// proctrack/linuxproc leaves tasks (here slurmd.service). A process in a
+// login session carrying SLURM_JOB_ID=123, and listed by a slurmd that
+// says so, is no task of job 123: on the GPU job 123 holds it is
+// unattributed, on a GPU no job holds it owns its usage as its user (found
+// by probing: its usage was added to job 123's, and GPU 1 labelled as the
+// job's).
+func TestSlurmJobOnlyFromSlurmdCgroup(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+listpids) printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n4002     123      0        0       0\n'; exit 0 ;; esac
+case "$last" in
+123|124) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 123))" ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '123\n124\n'`)
+	fs := procfs(t, map[uint32]string{
+		4001: "/system.slice/slurmstepd.scope/job_123/step_0/user/task_0",
+		4002: "/user.slice/user-1000.slice/session-3.scope",
+		4003: "/user.slice/user-1000.slice/session-3.scope",
+		4004: "/system.slice/slurmd.service",
+	})
+	for _, pid := range []uint32{4002, 4003} {
+		writeEnviron(t, fs, pid, "SLURM_JOB_ID=123\x00PATH=/usr/bin\x00")
+	}
+	writeEnviron(t, fs, 4004, "SLURM_JOB_ID=124\x00")
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{4001, 4002}},
+		{UUID: gpuB, Index: 1, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{4003}},
+		{UUID: gpuM, Index: 2, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{4004}},
+	})
+	session := Owner{Kind: Process, Unit: "user-1000.slice", User: "alice", Command: "python3"}
+	a := res.Devices[gpuA]
+	if len(a.Claims) != 1 || a.Claims[0].Owner.SlurmJobID != "123" || a.Process[4001] != 0 || a.Process[4002] != Unattributed || a.Strays[4002].Key() != session.Key() {
+		t.Errorf("GPU 0: claims %+v, processes %v, strays %+v; want job 123 with task 4001, the session's 4002 unattributed", a.Claims, a.Process, a.Strays)
+	}
+	if b := res.Devices[gpuB]; len(b.Claims) != 1 || b.Claims[0].Owner.Key() != session.Key() || b.Claims[0].Share != 1 {
+		t.Errorf("GPU 1: claims %+v, want the session's user alone", b.Claims)
+	}
+	// In slurmd's cgroup, unlisted by slurmd, the environment names the job.
+	if m := res.Devices[gpuM]; len(m.Claims) != 1 || m.Claims[m.Process[4004]].Owner.SlurmJobID != "124" {
+		t.Errorf("GPU 2: claims %+v, processes %v; want job 124 by its task's environment", m.Claims, m.Process)
 	}
 }

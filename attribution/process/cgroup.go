@@ -336,6 +336,41 @@ func isDigits(s string) bool {
 	return true
 }
 
+// SlurmdCgroup says the process is in a cgroup where Slurm leaves the tasks
+// of job steps when nothing moves them into a job cgroup: the nodes whose
+// process tracking is proctrack/linuxproc (or pgid), whose cgroups name no
+// job. Only there can a process's job be learnt from slurmd (scontrol
+// listpids) or its environment; a process elsewhere outside every job
+// cgroup (a login session, a service) is not a task of any job, whatever
+// SLURM_JOB_ID it carries.
+//
+// proctrack/linuxproc's proctrack_p_add does nothing with the task it is
+// given (src/plugins/proctrack/linuxproc/proctrack_linuxproc.c, which finds
+// a job's processes by their slurmstepd ancestor instead), so tasks stay in
+// the cgroup of the slurmstepd that forked them, which is one of:
+//   - slurmd.service, the unit SchedMD ships (etc/slurmd.service.in), where
+//     slurmstepd starts as slurmd's child when no cgroup plugin moves it;
+//   - slurmstepd.scope or <node>_slurmstepd.scope without a job directory:
+//     the cgroup/v2 plugin makes slurmd create that scope and every
+//     slurmstepd move itself into its "system" directory, "a temporary
+//     'parking' until we have not created the job hierarchy"
+//     (src/plugins/cgroup/v2/cgroup_v2.c, cgroup_p_setup_scope), which only
+//     proctrack/cgroup, task/cgroup or jobacct_gather/cgroup would create;
+//   - on a node (or container) without systemd, the cgroup slurmd was
+//     started in: the root cgroup under an init script. Such a cgroup names
+//     no systemd unit or slice.
+func (c Cgroup) SlurmdCgroup() bool {
+	if c.PodUID != "" || c.SlurmJobID != "" || c.SlurmSLUID != "" {
+		return false
+	}
+	if c.Unit == "" {
+		// Path is then the most specific path of the file: a slice in it
+		// (a v1 controller at /user.slice) is systemd's.
+		return !slices.ContainsFunc(strings.Split(c.Path, "/"), func(part string) bool { return strings.HasSuffix(part, ".slice") })
+	}
+	return c.Unit == "slurmd.service" || c.Unit == "slurmstepd.scope" || strings.HasSuffix(c.Unit, "_slurmstepd.scope")
+}
+
 // runtimeScopes are the container runtimes that, with the systemd cgroup
 // driver, put each container in a scope of its own named
 // "<prefix>-<64-hex id>.scope" (runc's systemd driver names the unit

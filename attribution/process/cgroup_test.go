@@ -216,6 +216,17 @@ var cgroupCases = []struct {
 		want: Cgroup{Path: "/system.slice/slurmstepd.scope/system", Unit: "slurmstepd.scope", Slice: "system.slice"},
 	},
 	{
+		// proctrack/linuxproc without a cgroup plugin: slurmstepd and its
+		// tasks stay in slurmd's unit.
+		file: "cgroup/slurmd-service-v2.cgroup",
+		want: Cgroup{Path: "/system.slice/slurmd.service", Unit: "slurmd.service", Slice: "system.slice"},
+	},
+	{
+		// The same on cgroup v1 (hybrid): name=systemd names the unit.
+		file: "cgroup/slurmd-service-v1.cgroup",
+		want: Cgroup{Path: "/system.slice/slurmd.service", Unit: "slurmd.service", Slice: "system.slice"},
+	},
+	{
 		// slurmd in a pod (Slinky and the like): both owners are reported.
 		file: "cgroup/slurm-in-pod-v2.cgroup",
 		want: Cgroup{
@@ -304,6 +315,8 @@ func TestParseCgroupFixtures(t *testing.T) {
 // the stable owner of the transient unit.
 var ownerUnits = map[string]string{
 	"cgroup/slurmstepd-parking-v2.cgroup":    "slurmstepd.scope", // fixed name, not one per job
+	"cgroup/slurmd-service-v2.cgroup":        "slurmd.service",
+	"cgroup/slurmd-service-v1.cgroup":        "slurmd.service",
 	"procfs/systemd-service-v2/1432/cgroup":  "ollama.service",
 	"procfs/systemd-service-v1/2290/cgroup":  "vllm.service",
 	"procfs/systemd-session-v2/40213/cgroup": "user-1000.slice", // session-3.scope: one per login
@@ -372,6 +385,50 @@ func TestOwnerUnit(t *testing.T) {
 	}
 	if got := (Cgroup{Path: "/"}).OwnerUnit(); got != "" {
 		t.Errorf("no unit: OwnerUnit() = %q, want empty", got)
+	}
+}
+
+// slurmdCgroups are the fixtures of cgroupCases whose process may be a task
+// of a job that no job cgroup holds (proctrack/linuxproc), whose job only
+// slurmd or the environment can tell; every other fixture's may not.
+var slurmdCgroups = map[string]bool{
+	// Real proctrack/linuxproc captures on a node without systemd: the
+	// unified and name=systemd hierarchies are at the root, memory at the
+	// capture tool's own cgroup, where slurmd was started.
+	"slurm/22.05/linuxproc/proc-cgroup-job7-gpu-sleep.txt": true,
+	"procfs/slurm-linuxproc/17668/cgroup":                  true,
+	"cgroup/root-only-v2.cgroup":                           true,
+	"cgroup/bare-metal-v1-unmanaged.cgroup":                true,
+	"cgroup/slurmd-service-v2.cgroup":                      true,
+	"cgroup/slurmd-service-v1.cgroup":                      true,
+	// cgroup/v2's waiting area, where tasks stay when no plugin makes job
+	// directories.
+	"cgroup/slurmstepd-parking-v2.cgroup": true,
+}
+
+func TestSlurmdCgroup(t *testing.T) {
+	for _, tc := range cgroupCases {
+		if got := tc.want.SlurmdCgroup(); got != slurmdCgroups[tc.file] {
+			t.Errorf("%s: SlurmdCgroup() = %v, want %v", tc.file, got, slurmdCgroups[tc.file])
+		}
+	}
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{"/system.slice/gpu-node07_slurmstepd.scope/system", true},
+		// cgroup/v2 moves slurmd itself into a sub-cgroup of its unit.
+		{"/system.slice/slurmd.service/slurmd", true},
+		{"/system.slice/slurmctld.service", false},
+		{"/system.slice/slurmd-exporter.service", false},
+		{"/system.slice/slurm_vm.scope", false},
+		{"/user.slice/user-1001.slice/session-3.scope", false},
+		{"/user.slice", false},
+		{"/system.slice/slurmstepd.scope/job_7/step_0/user/task_0", false},
+	} {
+		if got := ParseCgroup([]byte("0::" + tc.path + "\n")).SlurmdCgroup(); got != tc.want {
+			t.Errorf("SlurmdCgroup(%s) = %v, want %v", tc.path, got, tc.want)
+		}
 	}
 }
 
@@ -509,6 +566,9 @@ func FuzzParseCgroup(f *testing.F) {
 		owned := cg.PodUID != "" || cg.SlurmJobID != "" || cg.SlurmSLUID != ""
 		if owned && (cg.Unit != "" || cg.Slice != "") {
 			t.Errorf("unit %q/slice %q set for an owned process", cg.Unit, cg.Slice)
+		}
+		if owned && cg.SlurmdCgroup() {
+			t.Errorf("%+v: a pod's or job's process is taken for one outside every job cgroup", cg)
 		}
 		if cg.Path != "" && !strings.Contains(string(content), cg.Path) {
 			t.Errorf("Path %q is not in the input", cg.Path)

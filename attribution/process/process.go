@@ -141,7 +141,8 @@ func trimCutCharacter(name string) string {
 // that slurmstepd put in the environment of pid, or "" when there is none.
 //
 // This is the fallback for nodes whose cgroups say nothing about jobs
-// (proctrack/linuxproc, proctrack/pgid). A process may rewrite its own
+// (proctrack/linuxproc, proctrack/pgid), for a process in the cgroup where
+// they leave tasks (Cgroup.SlurmdCgroup). A process may rewrite its own
 // environment, so a cgroup path or scontrol listpids, which the user cannot
 // forge, is to be preferred. Reading another user's environment needs
 // CAP_SYS_PTRACE; without it the error matches fs.ErrPermission.
