@@ -333,11 +333,12 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			// units own their GPUs as always: only pod owners wait for the
 			// kubelet.
 		default:
-			// A job running on a GPU that Slurm gave another job owns it
-			// too, but was allocated none of it: share 0 keeps chargeback
-			// from counting the GPU twice.
+			// A job running on a GPU that Slurm did not give it, whether
+			// it gave it another job or none, owns its usage there but
+			// was allocated none of it: share 0 keeps chargeback from
+			// counting a GPU of its allocation twice.
 			share := 1.0
-			if allocated {
+			if allocated || owner.Kind == Slurm {
 				share = 0
 			}
 			idx.add(Claim{Owner: owner, Share: share})
@@ -345,10 +346,20 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		}
 	}
 	own.Claims = idx.list
-	// Devices owned through their processes are shared evenly between them.
-	if !allocated && len(own.Claims) > 1 {
-		for i := range own.Claims {
-			own.Claims[i].Share = 1 / float64(len(own.Claims))
+	if allocated {
+		return
+	}
+	// Devices owned through their processes are shared evenly between the
+	// owners that take a share.
+	n := 0
+	for _, c := range own.Claims {
+		if c.Share > 0 {
+			n++
+		}
+	}
+	for i := range own.Claims {
+		if own.Claims[i].Share > 0 {
+			own.Claims[i].Share = 1 / float64(n)
 		}
 	}
 }

@@ -652,3 +652,60 @@ esac`)
 		t.Errorf("GPU 2: claims %+v, processes %v; want job 124 by its task's environment", m.Claims, m.Process)
 	}
 }
+
+// TestSlurmJobOffItsGRESHoldsNoShare: a job whose processes run on a GPU
+// that no job's GRES holds owns its usage there but holds no share of it,
+// as on a GPU another job holds: its GRES GPU is the one it was allocated
+// (found by probing: D2, allocated_devices 1 on both GPUs, the job counted
+// twice).
+func TestSlurmJobOffItsGRESHoldsNoShare(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+41) printf 'JobId=41 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+43) printf 'JobId=43 JobName=cpu-only\n   UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A\n   Priority=1 Nice=0 Account=chem QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=cpu AllocNode:Sid=node1:1\n   NodeList=node1\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '41\n43\n'`)
+	r := New(Config{
+		Slurm:    &slurm.Client{Path: scontrol, SqueuePath: squeue},
+		NodeName: "node1",
+		Procfs: procfs(t, map[uint32]string{
+			500: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_0",
+			501: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_1",
+			502: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_2",
+			503: "/system.slice/ollama.service",
+			504: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_3",
+			505: "/system.slice/slurmstepd.scope/job_43/step_0/user/task_0",
+		}),
+	})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{500}},
+		{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{501}},
+		{UUID: "GPU-2", Index: 2, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{502, 503}},
+		{UUID: "GPU-3", Index: 3, MIGIndex: -1, GRESIndex: 3, PIDs: []uint32{504, 505}},
+	})
+	type want struct {
+		owner string // job ID or unit
+		share float64
+	}
+	for uuid, w := range map[string][]want{
+		"GPU-0": {{"41", 1}}, // its GRES
+		"GPU-1": {{"41", 0}}, // no GRES: its usage, no share
+		// No GRES: the unit, owner through its process, takes the whole
+		// GPU's share (1/1); the job none.
+		"GPU-2": {{"41", 0}, {"ollama.service", 1}},
+		"GPU-3": {{"41", 0}, {"43", 0}}, // two jobs, neither given the GPU
+	} {
+		c := res.Devices[uuid].Claims
+		if len(c) != len(w) {
+			t.Errorf("%s: claims %+v, want %v", uuid, c, w)
+			continue
+		}
+		for i := range w {
+			if got := c[i].Owner.SlurmJobID + c[i].Owner.Unit; got != w[i].owner || c[i].Share != w[i].share {
+				t.Errorf("%s: claim %d is %s with share %v, want %s with %v", uuid, i, got, c[i].Share, w[i].owner, w[i].share)
+			}
+		}
+	}
+}
