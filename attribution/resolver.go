@@ -94,8 +94,9 @@ type procInfo struct {
 
 type slurmProc struct {
 	// job is the Slurm job of the process, from its cgroup, environment or
-	// slurmd.
-	job string
+	// slurmd; environ says from its environment.
+	job     string
+	environ bool
 	// slurmdJob says job is slurmd's answer, which stands for the life of
 	// the process: a process is put in a job step when it starts and never
 	// moves to another. askedSlurmd is when slurmd last listed no job for
@@ -170,12 +171,11 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		}
 	}
 	inheritWholeAllocations(devices, kube)
-	var jobs map[string]slurm.Job
-	var gres map[int][]string
+	var sl slurmState
 	slurmDown := false
 	if r.cfg.Slurm != nil {
 		var err error
-		jobs, gres, err = r.slurmJobs(ctx, procs)
+		sl, err = r.slurmJobs(ctx, procs)
 		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: err})
 		slurmDown = err != nil
 	}
@@ -184,8 +184,8 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	for _, d := range devices {
 		own := res.Devices[d.UUID]
 		partial := d.PIDsPartial || (len(hidden) > 0 && slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] }))
-		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || gres[d.GRESIndex] != nil {
-			r.attribute(own, d, procs, partial, kube[d.UUID], kubeDown, jobs, gres, pods)
+		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || sl.gres[d.GRESIndex] != nil {
+			r.attribute(own, d, procs, partial, kube[d.UUID], kubeDown, sl, pods)
 		} else {
 			// No allocation and no process seen: none, unless the list of
 			// processes is not whole.
@@ -268,13 +268,13 @@ func (r *Resolver) logChanges(sources []Source) {
 // rather than guessed at. Nor are owners taken from a partial list of the
 // device's processes (partial): the owners seen need not be all of them,
 // and one alone would be taken for the device's sole owner.
-func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo, partial bool, kube []Claim, kubeDown bool, jobs map[string]slurm.Job, gres map[int][]string, pods podOwners) {
+func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo, partial bool, kube []Claim, kubeDown bool, sl slurmState, pods podOwners) {
 	switch {
 	case len(kube) > 0:
 		own.Claims = kube
-	case d.GRESIndex >= 0 && len(gres[d.GRESIndex]) > 0:
-		for _, id := range gres[d.GRESIndex] {
-			own.Claims = append(own.Claims, Claim{Owner: slurmOwner(id, jobs), Share: 1})
+	case d.GRESIndex >= 0 && len(sl.gres[d.GRESIndex]) > 0:
+		for _, id := range sl.gres[d.GRESIndex] {
+			own.Claims = append(own.Claims, Claim{Owner: slurmOwner(id, sl.jobs), Share: 1})
 		}
 	}
 	allocated := len(own.Claims) > 0
@@ -293,7 +293,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 		if !ok {
 			continue
 		}
-		owner, known := r.processOwner(p, jobs, pods)
+		owner, known := r.processOwner(p, sl, pods)
 		if !known && !kubeDown && r.cfg.Kubelet != nil && r.podOfNoClaim(p.info.Cgroup.PodUID, own.Claims) {
 			// A pod the kubelet no longer lists (it ended, or was
 			// force-deleted while its process still runs), on a device
@@ -450,9 +450,12 @@ func (c *claims) of(proc Owner) (index int, ambiguous bool) {
 
 // processOwner is who a process runs for: its pod, else its Slurm job, else
 // its systemd unit (the stable one: process.Cgroup.OwnerUnit) and user. It
-// is unknown for a pod the metadata source does not know: a wrong guess
-// would be worse than none.
-func (r *Resolver) processOwner(p procInfo, jobs map[string]slurm.Job, pods podOwners) (Owner, bool) {
+// is unknown for a pod the metadata source does not know, and for a job
+// cgroup named by a SLUID that could not be resolved: a wrong guess would
+// be worse than none. A job Slurm does not know is the process's owner,
+// labelled with its ID alone, when the process's cgroup or slurmd names
+// it; named only by the process's environment, it is no owner.
+func (r *Resolver) processOwner(p procInfo, sl slurmState, pods podOwners) (Owner, bool) {
 	if uid := p.info.Cgroup.PodUID; uid != "" {
 		key := podProcess{uid, p.info.Cgroup.ContainerID}
 		a, ok := pods[key]
@@ -462,8 +465,11 @@ func (r *Resolver) processOwner(p procInfo, jobs map[string]slurm.Job, pods podO
 		}
 		return a.owner, a.known
 	}
-	if job := p.job(); job != "" {
-		return slurmOwner(job, jobs), true
+	if job := p.job(); job != "" && !(p.slurm.environ && sl.unknown[job]) {
+		return slurmOwner(job, sl.jobs), true
+	}
+	if p.info.Cgroup.SlurmSLUID != "" {
+		return Owner{}, false
 	}
 	// Transient units (a container's scope, a login session) would make an
 	// owner per container or login: OwnerUnit names what is stable.
@@ -832,9 +838,22 @@ func normalizeBusID(id string) string {
 	return fmt.Sprintf("%04s:%s", domain, rest)
 }
 
+// slurmState is what Slurm said in one Resolve.
+type slurmState struct {
+	// jobs holds the metadata of the jobs of the node and of its processes.
+	jobs map[string]slurm.Job
+	// unknown are the job IDs Slurm answered it knows no job by ("Invalid
+	// job id specified"): the job ended longer ago than MinJobAge, or the
+	// ID, read from an environment, names none.
+	unknown map[string]bool
+	// gres lists the jobs whose GRES hold each GRES index of this node.
+	gres map[int][]string
+}
+
 // slurmJobs finds the Slurm job of every process and the jobs' metadata,
-// and which jobs hold which GPU of this node through GRES.
-func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (map[string]slurm.Job, map[int][]string, error) {
+// and which jobs hold which GPU of this node through GRES. Slurm's answer
+// that it knows no such job is an answer, not a failure of the source.
+func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (slurmState, error) {
 	c := r.cfg.Slurm
 	var errs []error
 	var listed map[int]string // PID → job, from slurmd, asked only if needed
@@ -851,11 +870,12 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 		job := cg.SlurmJobID
 		if job == "" && cg.SlurmSLUID != "" {
 			id, err := c.ResolveSLUID(ctx, cg.SlurmSLUID)
-			if err != nil {
+			if err != nil && !errors.Is(err, slurm.ErrJobNotFound) {
 				errs = append(errs, err)
 			}
 			job = id
 		}
+		environ := false
 		if job == "" && cg.SlurmdCgroup() {
 			// The process is where proctrack/linuxproc leaves a job's
 			// tasks, whose cgroups name no job: ask slurmd, whose answer
@@ -886,10 +906,11 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 			}
 			if job == "" && r.cfg.Procfs != nil {
 				job, _ = r.cfg.Procfs.SlurmJobFromEnviron(int(pid))
+				environ = job != ""
 			}
 		}
 		if job != "" {
-			sp.job = job
+			sp.job, sp.environ = job, environ
 			ids[job] = true
 		}
 		// A new value rather than a change in place: the previous scrape's
@@ -909,14 +930,18 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 			ids[id] = true
 		}
 	}
-	jobs := map[string]slurm.Job{}
+	st := slurmState{jobs: map[string]slurm.Job{}, unknown: map[string]bool{}, gres: gres}
 	for id := range ids {
 		j, err := c.Job(ctx, id)
-		if err != nil {
+		switch {
+		case errors.Is(err, slurm.ErrJobNotFound):
+			st.unknown[id] = true
+			continue
+		case err != nil:
 			errs = append(errs, err)
 			continue
 		}
-		jobs[id] = j
+		st.jobs[id] = j
 		for _, idx := range j.GPUs[r.cfg.NodeName] {
 			gres[idx] = append(gres[idx], id)
 		}
@@ -924,5 +949,5 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (ma
 	for _, list := range gres {
 		slices.Sort(list)
 	}
-	return jobs, gres, errors.Join(errs...)
+	return st, errors.Join(errs...)
 }

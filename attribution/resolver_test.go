@@ -709,3 +709,76 @@ esac`)
 		}
 	}
 }
+
+// TestSlurmUnknownJobIsAnAnswer: scontrol's "Invalid job id specified" for
+// one process's job (it outlived the job past MinJobAge) is Slurm's answer,
+// not its failure: the source stays up and every device keeps its count of
+// owners. The process keeps the job its cgroup names, labelled with its ID
+// alone; a job named only by a process's environment is no owner (found by
+// probing: D3, source_up 0 and xpu_device_owners gone node-wide).
+func TestSlurmUnknownJobIsAnAnswer(t *testing.T) {
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+echo "$*" >> `+calls+`
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+listpids) echo 'No job steps exist on this node.' >&2; exit 1 ;; esac
+case "$last" in
+123) printf 'JobId=123 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '123\n'`)
+	fs := procfs(t, map[uint32]string{
+		500: "/system.slice/slurmstepd.scope/job_123/step_0/user/task_0",
+		501: "/system.slice/ollama.service",
+		502: "/system.slice/slurmstepd.scope/job_125/step_0/user/task_0",
+		503: "/system.slice/slurmd.service",
+		504: "/system.slice/slurmstepd.scope/s5K1KKYAYG5D00/step_0/user/task_0",
+	})
+	writeEnviron(t, fs, 503, "SLURM_JOB_ID=999\x00")
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
+	devices := []Device{
+		{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{500}},
+		{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{501}},
+		{UUID: "GPU-2", Index: 2, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{502}},
+		{UUID: "GPU-3", Index: 3, MIGIndex: -1, GRESIndex: 3, PIDs: []uint32{503}},
+		{UUID: "GPU-4", Index: 4, MIGIndex: -1, GRESIndex: 4, PIDs: []uint32{504}},
+	}
+	for scrape := 1; scrape <= 2; scrape++ {
+		res := r.Resolve(context.Background(), devices)
+		for _, s := range res.Sources {
+			if s.Err != nil {
+				t.Errorf("scrape %d: source %s failing: %v", scrape, s.Name, s.Err)
+			}
+		}
+		want := map[string]Owner{
+			"GPU-0": {Kind: Slurm, SlurmJobID: "123", SlurmJobName: "train", SlurmUser: "alice", SlurmAccount: "physics", SlurmPartition: "gpu", SlurmQOS: "normal"},
+			"GPU-1": {Kind: Process, Unit: "ollama.service", User: "alice", Command: "python3"},
+			"GPU-2": {Kind: Slurm, SlurmJobID: "125"},
+			"GPU-3": {Kind: Process, Unit: "slurmd.service", User: "alice", Command: "python3"},
+		}
+		for uuid, o := range want {
+			own := res.Devices[uuid]
+			if own.OwnersUnknown || len(own.Claims) != 1 || own.Claims[0].Owner.Key() != o.Key() {
+				t.Errorf("scrape %d: %s: claims %+v (owners unknown %v), want %+v alone", scrape, uuid, own.Claims, own.OwnersUnknown, o)
+			}
+		}
+		// A job cgroup named by a SLUID Slurm does not know: the process
+		// is some job's, which is unknown, so it is left unresolved rather
+		// than made a unit's.
+		if own := res.Devices["GPU-4"]; len(own.Claims) != 0 || len(own.Process) != 0 {
+			t.Errorf("scrape %d: GPU-4: claims %+v, processes %v; want the SLUID's process unresolved", scrape, own.Claims, own.Process)
+		}
+	}
+	// Not found is remembered like any answer: each unknown job asked once
+	// (text form after --json was refused once).
+	b, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"125", "999"} {
+		if n := strings.Count("\n"+string(b), "\n--details show job "+id+"\n"); n != 1 {
+			t.Errorf("scontrol asked about job %s %d times in two scrapes, want 1:\n%s", id, n, b)
+		}
+	}
+}
