@@ -273,8 +273,8 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 	case len(kube) > 0:
 		own.Claims = kube
 	case d.GRESIndex >= 0 && len(sl.gres[d.GRESIndex]) > 0:
-		for _, id := range sl.gres[d.GRESIndex] {
-			own.Claims = append(own.Claims, Claim{Owner: slurmOwner(id, sl.jobs), Share: 1})
+		for _, h := range sl.gres[d.GRESIndex] {
+			own.Claims = append(own.Claims, Claim{Owner: slurmOwner(h.job, sl.jobs), Share: h.share})
 		}
 	}
 	allocated := len(own.Claims) > 0
@@ -847,7 +847,15 @@ type slurmState struct {
 	// ID, read from an environment, names none.
 	unknown map[string]bool
 	// gres lists the jobs whose GRES hold each GRES index of this node.
-	gres map[int][]string
+	gres map[int][]gresHold
+}
+
+// gresHold is a job's hold on a GPU through GRES: the whole GPU (share 1),
+// or through a shared GRES (gres/shard, gres/mps) the part Slurm says it
+// holds, 0 where Slurm does not say (before 23.11.2).
+type gresHold struct {
+	job   string
+	share float64
 }
 
 // slurmJobs finds the Slurm job of every process and the jobs' metadata,
@@ -920,7 +928,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			procs[pid] = p
 		}
 	}
-	gres := map[int][]string{}
+	gres := map[int][]gresHold{}
 	if r.cfg.NodeName != "" {
 		running, err := c.NodeJobs(ctx, r.cfg.NodeName)
 		if err != nil {
@@ -943,11 +951,14 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 		}
 		st.jobs[id] = j
 		for _, idx := range j.GPUs[r.cfg.NodeName] {
-			gres[idx] = append(gres[idx], id)
+			gres[idx] = append(gres[idx], gresHold{job: id, share: 1})
+		}
+		for _, g := range j.Shared[r.cfg.NodeName] {
+			gres[g.Index] = append(gres[g.Index], gresHold{job: id, share: g.Share()})
 		}
 	}
 	for _, list := range gres {
-		slices.Sort(list)
+		slices.SortFunc(list, func(a, b gresHold) int { return strings.Compare(a.job, b.job) })
 	}
 	return st, errors.Join(errs...)
 }

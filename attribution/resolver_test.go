@@ -782,3 +782,50 @@ esac`)
 		}
 	}
 }
+
+// TestSlurmSharedGRES: GPUs a job holds through shared GRES (gres/shard,
+// gres/mps) are its own: since Slurm 23.11.2 with the part it holds (2 of
+// GPU 1's 4 shards: 2/4 = 0.5), before it with the part unknown (share 0,
+// allocated_devices left out) (found by probing: D4, such GPUs had no
+// owner).
+func TestSlurmSharedGRES(t *testing.T) {
+	fixture := func(name string) string {
+		path, err := filepath.Abs(filepath.Join("..", "fixtures", "slurm", "constructed", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+205) cat '`+fixture("scontrol-show-job-d-shard-24.05.txt")+`' ;;
+206) cat '`+fixture("scontrol-show-job-d-shard-23.02.txt")+`' ;;
+207) printf 'JobId=207 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=gpu-node03\n   JOB_GRES=gpu:1\n     Nodes=gpu-node03 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '205\n206\n207\n'`)
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "gpu-node03"})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0},
+		{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1},
+		{UUID: "GPU-2", Index: 2, MIGIndex: -1, GRESIndex: 2},
+		{UUID: "GPU-3", Index: 3, MIGIndex: -1, GRESIndex: 3},
+	})
+	for uuid, w := range map[string]struct {
+		job   string
+		share float64
+	}{
+		"GPU-0": {"207", 1},
+		"GPU-1": {"205", 0.5}, // shard:2(0/4,2/4,0/4,0/4): 2/4
+		"GPU-2": {"206", 0},   // shard:1(IDX:2): part unknown
+	} {
+		own := res.Devices[uuid]
+		if !own.Allocated || len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != w.job || own.Claims[0].Share != w.share {
+			t.Errorf("%s: claims %+v (allocated %v), want job %s holding %v", uuid, own.Claims, own.Allocated, w.job, w.share)
+		}
+	}
+	if c := res.Devices["GPU-3"].Claims; len(c) != 0 {
+		t.Errorf("GPU-3 is no job's, yet has claims %+v", c)
+	}
+}

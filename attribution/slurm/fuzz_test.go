@@ -18,6 +18,7 @@ func FuzzParseJobJSON(f *testing.F) {
 	// fuzzer minimising instead of exploring.
 	for _, name := range []string{
 		"constructed/scontrol-show-job-json-v0.0.41.json",
+		"constructed/scontrol-show-job-json-v0.0.41-mps.json",
 		"22.05/cgroup-v1-task-cgroup/squeue.json",
 	} {
 		var resp struct {

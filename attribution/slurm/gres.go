@@ -22,6 +22,9 @@ const (
 	// maxGPUEntries bounds the GPU indices kept from one scontrol output,
 	// over all its nodes: 8 GPUs on each of 8192 nodes.
 	maxGPUEntries = 1 << 16
+	// maxSharedCount bounds a GPU's count of a shared GRES: far above the
+	// 100 of MPS and any sensible number of shards.
+	maxSharedCount = 999_999_999
 )
 
 var errTooMany = errors.New("expands to too many entries")
@@ -51,22 +54,56 @@ func (b *budget) expand(hostlist string) ([]string, error) {
 }
 
 // addGPUs records the GPUs of one GRES allocation on each of nodes in
-// job.GPUs, merging indices reported for the same node twice. An allocation
-// that does not parse or does not fit the budget is left out.
+// job.GPUs and job.Shared, merging what is reported for the same node
+// twice. An allocation that does not parse or does not fit the budget is
+// left out.
 func (b *budget) addGPUs(job *Job, nodes []string, gres string) {
-	idx, err := gresGPUIndices(gres)
-	if err != nil || len(idx) == 0 || len(nodes)*len(idx) > b.gpuEntries {
+	whole, shared, err := parseGRES(gres)
+	n := len(whole) + len(shared)
+	if err != nil || n == 0 || len(nodes)*n > b.gpuEntries {
 		return
 	}
-	b.gpuEntries -= len(nodes) * len(idx)
-	if job.GPUs == nil {
-		job.GPUs = make(map[string][]int)
-	}
+	b.gpuEntries -= len(nodes) * n
 	for _, node := range nodes {
-		merged := append(job.GPUs[node], idx...)
-		slices.Sort(merged)
-		job.GPUs[node] = slices.Compact(merged)
+		if len(whole) > 0 {
+			if job.GPUs == nil {
+				job.GPUs = make(map[string][]int)
+			}
+			merged := append(job.GPUs[node], whole...)
+			slices.Sort(merged)
+			job.GPUs[node] = slices.Compact(merged)
+		}
+		if len(shared) > 0 || len(job.Shared[node]) > 0 {
+			merged := mergeShared(job.GPUs[node], job.Shared[node], shared)
+			if len(merged) == 0 {
+				delete(job.Shared, node)
+				continue
+			}
+			if job.Shared == nil {
+				job.Shared = make(map[string][]SharedGPU)
+			}
+			job.Shared[node] = merged
+		}
 	}
+}
+
+// mergeShared merges two lists of GPUs held in part, each sorted by index:
+// a GPU in both (named by two shared GRES, mps and shard or two types) is
+// held in a part not known, and a GPU held whole is not held in part.
+func mergeShared(whole []int, a, b []SharedGPU) []SharedGPU {
+	merged := append(slices.Clone(a), b...)
+	slices.SortStableFunc(merged, func(x, y SharedGPU) int { return x.Index - y.Index })
+	out := merged[:0]
+	for _, g := range merged {
+		switch {
+		case slices.Contains(whole, g.Index):
+		case len(out) > 0 && out[len(out)-1].Index == g.Index:
+			out[len(out)-1] = SharedGPU{Index: g.Index}
+		default:
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // indexSet collects GPU indices without duplicates, so that repeated ranges
@@ -83,46 +120,127 @@ func (s *indexSet) sorted() []int {
 	return idx
 }
 
-// gresGPUIndices returns the GPU indices, sorted, of a GRES allocation as
-// scontrol and data_parser print it per node:
+// parseGRES reads the GRES allocation of one node as scontrol and
+// data_parser print it (gres_detail), and returns the GPUs it holds whole,
+// sorted, and those it holds in part, sorted by index:
 //
 //	gpu:2(IDX:0-1)                       Slurm 20.11+
 //	gpu:a100:2(IDX:0,3)                  typed
 //	gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)  several types
 //	gpu(IDX:0-1,4)                       Slurm 19.05 and older
-//	gpu:1(IDX:0),mps:100(100/100)        other GRES are ignored
+//	shard:2(0/4,2/4,0/4)                 shared GRES since Slurm 23.11.2
+//	mps:50(IDX:1)                        shared GRES before
+//	gpu:1(IDX:0),nic:1(IDX:0)            other GRES are ignored
+//
+// Slurm writes one item per GRES of the job (gres_stepmgr.c,
+// _foreach_job_build_details): "<name>[:<type>]:<count>(IDX:<indices>)",
+// or for a shared GRES (gres/shard, gres/mps) since 23.11.2 (commit
+// 05ffde3e96, "Improve scontrol show job -d information of used shared
+// gres (shard/mps) topology") "(<alloc>/<avail>,…)" from
+// _build_shared_gres_details: per GPU index in order, the job's count of
+// the shared GRES on that GPU and the GPU's own count. Before, a shared
+// GRES had the IDX form, the GPUs' indices without counts. A GPU whose
+// alloc is 0 is not the job's.
 //
 // An empty string or "(null)" has no GPUs. Counts without indices
-// (JOB_GRES=gpu:2, TresPerNode=gres:gpu:2) say nothing about which GPUs and
-// are not accepted here.
-func gresGPUIndices(gres string) ([]int, error) {
+// (JOB_GRES=gpu:2, TresPerNode=gres:gpu:2, "gpu(CNT:2)") say nothing about
+// which GPUs and are not accepted here.
+func parseGRES(gres string) (whole []int, shared []SharedGPU, err error) {
 	var set indexSet
+	parts := map[int]SharedGPU{}
+	addPart := func(g SharedGPU) {
+		if _, dup := parts[g.Index]; dup {
+			g = SharedGPU{Index: g.Index}
+		}
+		parts[g.Index] = g
+	}
 	for item := range splitTopLevel(gres) {
 		name := item
 		if i := strings.IndexAny(item, ":("); i >= 0 {
 			name = item[:i]
 		}
-		if name != "gpu" {
+		if name != "gpu" && name != "shard" && name != "mps" {
 			continue
 		}
-		start := strings.Index(item, "(IDX:")
-		if start < 0 {
+		open := strings.IndexByte(item, '(')
+		if open < 0 {
 			continue
 		}
-		list := item[start+len("(IDX:"):]
-		end := strings.IndexByte(list, ')')
+		detail := item[open+1:]
+		end := strings.IndexByte(detail, ')')
 		if end < 0 {
-			return nil, fmt.Errorf("GRES %q: unterminated IDX list", gres)
+			return nil, nil, fmt.Errorf("GRES %q: unterminated detail", gres)
 		}
-		list = list[:end]
-		if list == "" || list == "N/A" {
-			continue
-		}
-		if err := set.addList(list); err != nil {
-			return nil, fmt.Errorf("GRES %q: %w", gres, err)
+		detail = detail[:end]
+		list, isIDX := strings.CutPrefix(detail, "IDX:")
+		switch {
+		case strings.HasPrefix(detail, "CNT:"), strings.HasPrefix(detail, "(null"), isIDX && (list == "" || list == "N/A"):
+			// No indices; "(null)" is what C prints for the shared
+			// details Slurm could not build (no record of the node).
+		case name == "gpu" && isIDX:
+			if err := set.addList(list); err != nil {
+				return nil, nil, fmt.Errorf("GRES %q: %w", gres, err)
+			}
+		case name == "gpu":
+		case isIDX:
+			idx, err := parseIndexList(list)
+			if err != nil {
+				return nil, nil, fmt.Errorf("GRES %q: %w", gres, err)
+			}
+			for _, i := range idx {
+				addPart(SharedGPU{Index: i})
+			}
+		default:
+			counts, err := parseSharedCounts(detail)
+			if err != nil {
+				return nil, nil, fmt.Errorf("GRES %q: %w", gres, err)
+			}
+			for _, g := range counts {
+				addPart(g)
+			}
 		}
 	}
-	return set.sorted(), nil
+	whole = set.sorted()
+	for i, g := range parts {
+		if !set[i] {
+			shared = append(shared, g)
+		}
+	}
+	slices.SortFunc(shared, func(a, b SharedGPU) int { return a.Index - b.Index })
+	return whole, shared, nil
+}
+
+// parseSharedCounts parses _build_shared_gres_details' "0/4,2/4,0/4": the
+// job's and the GPU's count of a shared GRES per GPU index, and returns
+// the GPUs where the job's is not 0.
+func parseSharedCounts(list string) ([]SharedGPU, error) {
+	var out []SharedGPU
+	i := 0
+	for part := range strings.SplitSeq(list, ",") {
+		if i > maxGPUIndex {
+			return nil, fmt.Errorf("shared counts %q: more than %d GPUs", list, maxGPUIndex+1)
+		}
+		a, v, ok := strings.Cut(part, "/")
+		if !ok {
+			return nil, fmt.Errorf("shared counts %q: %q is not <alloc>/<avail>", list, part)
+		}
+		alloc, err := parseBounded(a, maxSharedCount)
+		if err != nil {
+			return nil, fmt.Errorf("shared counts %q: %w", list, err)
+		}
+		avail, err := parseBounded(v, maxSharedCount)
+		if err != nil {
+			return nil, fmt.Errorf("shared counts %q: %w", list, err)
+		}
+		if alloc > avail {
+			return nil, fmt.Errorf("shared counts %q: %d of GPU %d's %d", list, alloc, i, avail)
+		}
+		if alloc > 0 {
+			out = append(out, SharedGPU{Index: i, Alloc: alloc, Avail: avail})
+		}
+		i++
+	}
+	return out, nil
 }
 
 // parseIndexList parses "0-1,4" into [0 1 4], sorted and without

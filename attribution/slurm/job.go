@@ -38,6 +38,27 @@ type Job struct {
 	// allocation has no indices (no GPUs, or a format not understood) is
 	// absent.
 	GPUs map[string][]int
+	// Shared maps a node name to the GPUs the job holds a part of there
+	// through a shared GRES (gres/shard, gres/mps), sorted by index: GRES
+	// indices like GPUs', none of them in GPUs.
+	Shared map[string][]SharedGPU
+}
+
+// SharedGPU is a GPU a job holds a part of through a shared GRES.
+type SharedGPU struct {
+	Index int
+	// Alloc is the job's count of the shared GRES on the GPU and Avail the
+	// GPU's (2 and 4 for 2 of its 4 shards); both 0 where Slurm printed
+	// only the GPU's index, as before 23.11.2.
+	Alloc, Avail int
+}
+
+// Share is the part of the GPU the job holds, Alloc/Avail; 0 when unknown.
+func (g SharedGPU) Share() float64 {
+	if g.Avail == 0 {
+		return 0
+	}
+	return float64(g.Alloc) / float64(g.Avail)
 }
 
 // clone returns a copy that shares nothing with j, so that the cache cannot
@@ -49,6 +70,13 @@ func (j Job) clone() Job {
 			gpus[node] = slices.Clone(idx)
 		}
 		j.GPUs = gpus
+	}
+	if j.Shared != nil {
+		shared := make(map[string][]SharedGPU, len(j.Shared))
+		for node, gpus := range j.Shared {
+			shared[node] = slices.Clone(gpus)
+		}
+		j.Shared = shared
 	}
 	return j
 }

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -92,6 +94,20 @@ func TestParseJobText(t *testing.T) {
 		{
 			file: "constructed/scontrol-show-job-d-multinode.txt",
 			want: withName(multinodeJob, "llama finetune run=3 (lr sweep)"),
+		},
+		{
+			// Shared GRES since 23.11.2: 2 of GPU 1's 4 shards.
+			file: "constructed/scontrol-show-job-d-shard-24.05.txt",
+			want: Job{ID: "205", Name: "notebook", User: "bob", Account: "chem", Partition: "shared", QOS: "normal",
+				State: "RUNNING", NodeList: "gpu-node03",
+				Shared: map[string][]SharedGPU{"gpu-node03": {{Index: 1, Alloc: 2, Avail: 4}}}},
+		},
+		{
+			// Shared GRES before 23.11.2: GPU 2, the part unknown.
+			file: "constructed/scontrol-show-job-d-shard-23.02.txt",
+			want: Job{ID: "206", Name: "shard-test", User: "carol", Account: "bio", Partition: "shared", QOS: "normal",
+				State: "RUNNING", NodeList: "gpu-node03",
+				Shared: map[string][]SharedGPU{"gpu-node03": {{Index: 2}}}},
 		},
 		{
 			file: "constructed/scontrol-show-job-d-array-19.05.txt",
@@ -242,6 +258,24 @@ func TestParseJobJSON(t *testing.T) {
 		}
 	})
 
+	t.Run("v0.0.41 scontrol, MPS", func(t *testing.T) {
+		jobs, err := ParseJobJSON(readFixture(t, "constructed/scontrol-show-job-json-v0.0.41-mps.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := withName(multinodeJob, "mps serve")
+		want.ID, want.GPUs = "4250", nil
+		// 50 of GPU 1's 100 on gpu-node07; 100 of GPU 5's and 25 of GPU
+		// 6's on gpu-node08.
+		want.Shared = map[string][]SharedGPU{
+			"gpu-node07": {{Index: 1, Alloc: 50, Avail: 100}},
+			"gpu-node08": {{Index: 5, Alloc: 100, Avail: 100}, {Index: 6, Alloc: 25, Avail: 100}},
+		}
+		if len(jobs) != 1 || !reflect.DeepEqual(jobs[0], want) {
+			t.Errorf("ParseJobJSON() =\n%+v\nwant\n%+v", jobs, want)
+		}
+	})
+
 	t.Run("v0.0.38 squeue, real 22.05", func(t *testing.T) {
 		jobs, err := ParseJobJSON(readFixture(t, "22.05/cgroup-v1-task-cgroup/squeue.json"))
 		if err != nil {
@@ -314,37 +348,74 @@ func TestParseJobJSON(t *testing.T) {
 	})
 }
 
-func TestGRESGPUIndices(t *testing.T) {
+func TestParseGRES(t *testing.T) {
 	tests := []struct {
 		gres    string
-		want    []int
+		whole   []int
+		shared  []SharedGPU
 		wantErr bool
 	}{
-		{gres: "gpu:2(IDX:0-1)", want: []int{0, 1}},
-		{gres: "gpu:a100:2(IDX:0,3)", want: []int{0, 3}},
-		{gres: "gpu(IDX:0-1,4)", want: []int{0, 1, 4}},
-		{gres: "gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)", want: []int{0, 2}},
-		{gres: "gpu:1(IDX:3),mps:100(0/100,100/100)", want: []int{3}},
-		{gres: "gpu:1g.10gb:2(IDX:5-6)", want: []int{5, 6}},
-		{gres: "shard:4(IDX:0)", want: nil},
-		{gres: "gpu:2", want: nil},
-		{gres: "gpu:0(IDX:N/A)", want: nil},
-		{gres: "", want: nil},
-		{gres: "(null)", want: nil},
+		{gres: "gpu:2(IDX:0-1)", whole: []int{0, 1}},
+		{gres: "gpu:a100:2(IDX:0,3)", whole: []int{0, 3}},
+		{gres: "gpu(IDX:0-1,4)", whole: []int{0, 1, 4}},
+		{gres: "gpu:a100:1(IDX:0),gpu:v100:1(IDX:2)", whole: []int{0, 2}},
+		{gres: "gpu:1g.10gb:2(IDX:5-6)", whole: []int{5, 6}},
+		// Shared GRES since 23.11.2: <alloc>/<avail> per GPU index; a GPU
+		// with 0 allocated is not the job's.
+		{gres: "shard:2(0/4,2/4,0/4)", shared: []SharedGPU{{Index: 1, Alloc: 2, Avail: 4}}},
+		{gres: "shard:a100:3(1/4,2/8)", shared: []SharedGPU{{Index: 0, Alloc: 1, Avail: 4}, {Index: 1, Alloc: 2, Avail: 8}}},
+		{gres: "gpu:1(IDX:3),mps:100(0/100,100/100)", whole: []int{3}, shared: []SharedGPU{{Index: 1, Alloc: 100, Avail: 100}}},
+		// Before 23.11.2: the GPUs' indices alone, the part unknown.
+		{gres: "shard:1(IDX:2)", shared: []SharedGPU{{Index: 2}}},
+		{gres: "mps:50(IDX:0-1)", shared: []SharedGPU{{Index: 0}, {Index: 1}}},
+		// A GPU named by two shared GRES: held, in a part not known.
+		{gres: "mps:50(50/100,0/100),shard:1(1/4,0/4)", shared: []SharedGPU{{Index: 0}}},
+		// Held whole and in part: whole.
+		{gres: "gpu:1(IDX:0),shard:1(1/4,0/4)", whole: []int{0}},
+		{gres: "shard:0(0/4,0/4)"},
+		{gres: "shard:2((null))"},
+		{gres: "shard(CNT:2)"},
+		{gres: "shard:0(IDX:N/A)"},
+		{gres: "nic:1(IDX:0)"},
+		{gres: "gpu:2"},
+		{gres: "gpu:0(IDX:N/A)"},
+		{gres: ""},
+		{gres: "(null)"},
 		{gres: "gpu:2(IDX:0-999999999)", wantErr: true},
 		{gres: "gpu:2(IDX:1-0)", wantErr: true},
 		{gres: "gpu:2(IDX:0-1", wantErr: true},
 		{gres: "gpu:2(IDX:a)", wantErr: true},
 		{gres: "gpu:2(IDX:-1)", wantErr: true},
+		{gres: "shard:5(5/4)", wantErr: true},
+		{gres: "shard:1(1/4,x)", wantErr: true},
+		{gres: "shard:1(1/-4)", wantErr: true},
+		{gres: "mps:1(IDX:9999)", wantErr: true},
+		{gres: "shard:1(" + strings.Repeat("0/1,", maxGPUIndex+1) + "1/1)", wantErr: true},
 	}
 	for _, tc := range tests {
-		got, err := gresGPUIndices(tc.gres)
+		whole, shared, err := parseGRES(tc.gres)
 		if (err != nil) != tc.wantErr {
-			t.Errorf("gresGPUIndices(%q) error = %v, wantErr %v", tc.gres, err, tc.wantErr)
+			t.Errorf("parseGRES(%q) error = %v, wantErr %v", tc.gres, err, tc.wantErr)
 			continue
 		}
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("gresGPUIndices(%q) = %v, want %v", tc.gres, got, tc.want)
+		if !reflect.DeepEqual(whole, tc.whole) || !reflect.DeepEqual(shared, tc.shared) {
+			t.Errorf("parseGRES(%q) = %v, %+v; want %v, %+v", tc.gres, whole, shared, tc.whole, tc.shared)
+		}
+	}
+}
+
+func TestSharedGPUShare(t *testing.T) {
+	for _, tc := range []struct {
+		g    SharedGPU
+		want float64
+	}{
+		{SharedGPU{Index: 1, Alloc: 2, Avail: 4}, 0.5}, // 2 of 4 shards
+		{SharedGPU{Index: 0, Alloc: 50, Avail: 100}, 0.5},
+		{SharedGPU{Index: 0, Alloc: 3, Avail: 8}, 0.375}, // 3/8
+		{SharedGPU{Index: 2}, 0},                         // before 23.11.2: unknown
+	} {
+		if got := tc.g.Share(); got != tc.want {
+			t.Errorf("%+v.Share() = %v, want %v", tc.g, got, tc.want)
 		}
 	}
 }
@@ -422,10 +493,13 @@ func FuzzParseJobText(f *testing.F) {
 		"22.05/cgroup-v1-task-cgroup/scontrol-show-job-d-all.txt",
 		"constructed/scontrol-show-job-d-multinode.txt",
 		"constructed/scontrol-show-job-d-array-19.05.txt",
+		"constructed/scontrol-show-job-d-shard-24.05.txt",
+		"constructed/scontrol-show-job-d-shard-23.02.txt",
 	} {
 		f.Add(readFixture(f, name))
 	}
 	f.Add([]byte("JobId=1\n Nodes=n[0-999999] GRES=gpu:9(IDX:0-999999999)\n"))
+	f.Add([]byte("JobId=1\n Nodes=n[0-1] GRES=gpu:1(IDX:0),shard:3(1/4,2/2),mps:5(IDX:1)\n Nodes=n1 GRES=shard:1(0/4,1/4)\n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
 		jobs, err := ParseJobText(out)
 		if err != nil {
@@ -449,8 +523,31 @@ func checkJobs(t *testing.T, jobs []Job) {
 		t.Errorf("%d GPU indices, over the bound of %d", entries, maxGPUEntries)
 	}
 	for _, j := range jobs {
+		for _, gpus := range j.Shared {
+			entries += len(gpus)
+		}
+	}
+	if entries > maxGPUEntries {
+		t.Errorf("%d GPU indices, whole and shared, over the bound of %d", entries, maxGPUEntries)
+	}
+	for _, j := range jobs {
 		if !isJobNumber(j.ID) {
 			t.Errorf("job ID %q is not a job number", j.ID)
+		}
+		for node, gpus := range j.Shared {
+			if len(gpus) == 0 {
+				t.Errorf("node %q holds an empty list of shared GPUs", node)
+			}
+			for i, g := range gpus {
+				switch {
+				case g.Index < 0 || g.Index > maxGPUIndex || i > 0 && gpus[i-1].Index >= g.Index:
+					t.Errorf("node %q: shared GPUs %+v not sorted, unique and in range", node, gpus)
+				case slices.Contains(j.GPUs[node], g.Index):
+					t.Errorf("node %q: GPU %d held whole and in part", node, g.Index)
+				case g.Alloc > g.Avail || (g.Alloc == 0) != (g.Avail == 0) || g.Share() < 0 || g.Share() > 1:
+					t.Errorf("node %q: GPU %+v holds a part that is no part", node, g)
+				}
+			}
 		}
 		if len(j.GPUs) > maxHosts {
 			t.Errorf("unbounded expansion: %d nodes with GPUs", len(j.GPUs))
