@@ -929,21 +929,37 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 		}
 	}
 	gres := map[int][]gresHold{}
+	running := map[string]slurm.RunningJob{}
 	if r.cfg.NodeName != "" {
-		running, err := c.NodeJobs(ctx, r.cfg.NodeName)
+		list, err := c.NodeJobs(ctx, r.cfg.NodeName)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		for _, id := range running {
-			ids[id] = true
+		for _, j := range list {
+			running[j.ID] = j
+			ids[j.ID] = true
 		}
 	}
 	st := slurmState{jobs: map[string]slurm.Job{}, unknown: map[string]bool{}, gres: gres}
 	for id := range ids {
-		j, err := c.Job(ctx, id)
+		var j slurm.Job
+		var err error
+		if rj, ok := running[id]; ok {
+			j, err = c.JobOf(ctx, rj)
+		} else {
+			j, err = c.Job(ctx, id)
+		}
 		switch {
 		case errors.Is(err, slurm.ErrJobNotFound):
 			st.unknown[id] = true
+			continue
+		case errors.Is(err, slurm.ErrOutputTooLarge):
+			// One job's record too large to read (an array task asked
+			// by its array's ID: squeue did not list it on this node, so
+			// it holds none of its GPUs): its processes keep its ID,
+			// and the other jobs are as known as ever. The client
+			// remembers the failure; it is logged once per job.
+			r.logOnceMsg(err, "Slurm job's record too large to read; its processes are labelled with its ID alone")
 			continue
 		case err != nil:
 			errs = append(errs, err)

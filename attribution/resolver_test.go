@@ -218,7 +218,7 @@ case "$last" in
 51|52|53) printf 'JobId=%s JobName=j\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' "$last" ;;
 *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
 esac`)
-	squeue := fakeBinary(t, "squeue", `printf '51\n52\n53\n'`)
+	squeue := fakeBinary(t, "squeue", `printf '51|51|2026-11-22T09:00:00\n52|52|2026-11-22T09:00:00\n53|53|2026-11-22T09:00:00\n'`)
 	r = New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1"})
 	res = r.Resolve(context.Background(), []Device{{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0}})
 	// Three jobs whose GRES name GPU 0: 1/3 each, not 1 each.
@@ -447,7 +447,7 @@ case "$last" in
 42) printf 'JobId=42 JobName=idle\n   UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A\n   Priority=1 Nice=0 Account=chem QOS=high\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=4-7 Mem=0 GRES=gpu:1(IDX:2)\n' ;;
 *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
 esac`)
-	squeue := fakeBinary(t, "squeue", `printf '41\n42\n'`)
+	squeue := fakeBinary(t, "squeue", `printf '41|41|2026-11-22T09:00:00\n42|42|2026-11-22T09:00:00\n'`)
 	r := New(Config{
 		Slurm:    &slurm.Client{Path: scontrol, SqueuePath: squeue},
 		NodeName: "node1",
@@ -622,7 +622,7 @@ case "$last" in
 123|124) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 123))" ;;
 *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
 esac`)
-	squeue := fakeBinary(t, "squeue", `printf '123\n124\n'`)
+	squeue := fakeBinary(t, "squeue", `printf '123|123|2026-11-22T09:00:00\n124|124|2026-11-22T09:00:00\n'`)
 	fs := procfs(t, map[uint32]string{
 		4001: "/system.slice/slurmstepd.scope/job_123/step_0/user/task_0",
 		4002: "/user.slice/user-1000.slice/session-3.scope",
@@ -666,7 +666,7 @@ case "$last" in
 43) printf 'JobId=43 JobName=cpu-only\n   UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A\n   Priority=1 Nice=0 Account=chem QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=cpu AllocNode:Sid=node1:1\n   NodeList=node1\n' ;;
 *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
 esac`)
-	squeue := fakeBinary(t, "squeue", `printf '41\n43\n'`)
+	squeue := fakeBinary(t, "squeue", `printf '41|41|2026-11-22T09:00:00\n43|43|2026-11-22T09:00:00\n'`)
 	r := New(Config{
 		Slurm:    &slurm.Client{Path: scontrol, SqueuePath: squeue},
 		NodeName: "node1",
@@ -727,7 +727,7 @@ case "$last" in
 123) printf 'JobId=123 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
 *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
 esac`)
-	squeue := fakeBinary(t, "squeue", `printf '123\n'`)
+	squeue := fakeBinary(t, "squeue", `printf '123|123|2026-11-22T09:00:00\n'`)
 	fs := procfs(t, map[uint32]string{
 		500: "/system.slice/slurmstepd.scope/job_123/step_0/user/task_0",
 		501: "/system.slice/ollama.service",
@@ -804,7 +804,7 @@ case "$last" in
 207) printf 'JobId=207 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=gpu-node03\n   JOB_GRES=gpu:1\n     Nodes=gpu-node03 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
 *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
 esac`)
-	squeue := fakeBinary(t, "squeue", `printf '205\n206\n207\n'`)
+	squeue := fakeBinary(t, "squeue", `printf '205|205|2026-11-22T09:00:00\n206|206|2026-11-22T09:00:00\n207|207|2026-11-22T09:00:00\n'`)
 	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "gpu-node03"})
 	res := r.Resolve(context.Background(), []Device{
 		{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0},
@@ -827,5 +827,67 @@ esac`)
 	}
 	if c := res.Devices["GPU-3"].Claims; len(c) != 0 {
 		t.Errorf("GPU-3 is no job's, yet has claims %+v", c)
+	}
+}
+
+// TestSlurmArrayTask: the array task whose job ID is its array's is read
+// by its task ID, which squeue names; asked by the array's ID, scontrol
+// prints every task, past the output limit. Where squeue does not list it
+// (no node name), that failure is the one job's: the source stays up, its
+// process keeps the job's ID, the other jobs keep their labels, and it is
+// logged once (found by probing: D8, source down at every scrape).
+func TestSlurmArrayTask(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+21845_1) printf 'JobId=21845 ArrayJobId=21845 ArrayTaskId=1 JobName=sweep\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+21845) printf 'JobId=21845 ArrayJobId=21845 ArrayTaskId=1 JobName=sweep\n'; head -c 1100000 /dev/zero | tr '\000' ' ' ;;
+41) printf 'JobId=41 JobName=train\n   UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A\n   Priority=1 Nice=0 Account=chem QOS=high\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=4-7 Mem=0 GRES=gpu:1(IDX:1)\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '21845|21845_1|2026-11-22T09:00:00\n41|41|2026-11-22T09:01:00\n'`)
+	fs := procfs(t, map[uint32]string{
+		500: "/system.slice/slurmstepd.scope/job_21845/step_batch/user/task_0",
+		501: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_0",
+	})
+	devices := []Device{
+		{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{500}},
+		{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{501}},
+	}
+	job41 := Owner{Kind: Slurm, SlurmJobID: "41", SlurmUser: "bob", SlurmAccount: "chem", SlurmPartition: "gpu", SlurmQOS: "high"}
+	for _, tc := range []struct {
+		node   string
+		job0   Owner
+		share0 float64
+	}{
+		{"node1", Owner{Kind: Slurm, SlurmJobID: "21845", SlurmUser: "alice", SlurmAccount: "physics", SlurmPartition: "gpu", SlurmQOS: "normal"}, 1},
+		// No GRES read without the node's name: owners from processes, a
+		// job on a GPU not known to be its own holding no share.
+		{"", Owner{Kind: Slurm, SlurmJobID: "21845"}, 0},
+	} {
+		var logs bytes.Buffer
+		r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: tc.node, Procfs: fs,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		for range 2 {
+			res := r.Resolve(context.Background(), devices)
+			for _, s := range res.Sources {
+				if s.Err != nil {
+					t.Errorf("node %q: source %s failing: %v", tc.node, s.Name, s.Err)
+				}
+			}
+			if c := res.Devices["GPU-0"].Claims; len(c) != 1 || c[0].Owner.Key() != tc.job0.Key() || c[0].Share != tc.share0 {
+				t.Errorf("node %q: GPU-0 claims %+v, want %+v holding %v", tc.node, c, tc.job0, tc.share0)
+			}
+			if c := res.Devices["GPU-1"].Claims; len(c) != 1 || c[0].Owner.Key() != job41.Key() {
+				t.Errorf("node %q: GPU-1 claims %+v, want %+v", tc.node, c, job41)
+			}
+		}
+		want := 0
+		if tc.node == "" {
+			want = 1
+		}
+		if n := strings.Count(logs.String(), "too large"); n != want {
+			t.Errorf("node %q: %d log lines of a record too large over two scrapes, want %d:\n%s", tc.node, n, want, logs.String())
+		}
 	}
 }

@@ -357,9 +357,12 @@ func (s *Scenario) writeSlurm(dir, node string) (scontrol, squeue string, err er
 		return "", "", err
 	}
 	squeue = filepath.Join(dir, "squeue")
+	// The exporter asks for --format "%A|%i|%S": job ID, the ID as squeue
+	// shows it, start time (in Slurm's default time format).
+	start := time.Now().UTC().Format("2006-01-02T15:04:05")
 	body := "#!/bin/sh\n# The demo's stand-in for squeue: the node's running jobs.\n"
 	for _, id := range ids {
-		body += "echo " + id + "\n"
+		body += "echo '" + id + "|" + id + "|" + start + "'\n"
 	}
 	return scontrol, squeue, os.WriteFile(squeue, []byte(body), 0o755)
 }

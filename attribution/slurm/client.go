@@ -41,11 +41,15 @@ const (
 	waitDelay = 100 * time.Millisecond
 )
 
-var errOutputTooLarge = fmt.Errorf("output exceeds %d bytes", maxOutput)
+// ErrOutputTooLarge is returned when scontrol or squeue prints more than
+// the exporter reads. For a job it is remembered like an answer.
+var ErrOutputTooLarge = fmt.Errorf("output exceeds %d bytes", maxOutput)
 
 // Client runs scontrol on behalf of the exporter. Job metadata is cached per
 // job ID, since a job's user, account, partition and QoS do not change while
 // it runs, and concurrent requests for one job share a single scontrol run.
+// What can change, the GPUs of a job requeued onto others, is checked
+// against squeue's start time (RunningJob).
 // The zero value is ready to use; a Client must not be copied after first
 // use.
 type Client struct {
@@ -73,7 +77,7 @@ type Client struct {
 	inflight map[string]*call
 	// nodeJobs caches the jobs running on a node briefly: every scrape
 	// needs them, and squeue asks slurmctld.
-	nodeJobs        []string
+	nodeJobs        []RunningJob
 	nodeJobsNode    string
 	nodeJobsExpires time.Time
 }
@@ -82,10 +86,29 @@ type Client struct {
 // that starts is seen by the scrape after at most this long.
 const nodeJobsTTL = 10 * time.Second
 
-// NodeJobs returns the IDs of the jobs running on node, from squeue. Their
-// GRES allocation (Job) tells which GPUs they hold even before any of their
+// RunningJob is a job squeue lists as running on a node.
+type RunningJob struct {
+	// ID is the job's own ID (squeue's %A).
+	ID string
+	// Query is what scontrol is asked to print this job alone: ID, or
+	// <ArrayJobId>_<ArrayTaskId> (squeue's %i) for the array task whose
+	// ID is also its array's: asked by that ID, scontrol prints every
+	// element of the array (job_array.shtml: "The scontrol command will
+	// operate on all elements of a job array if the job ID specified is
+	// ArrayJobID"), which may be megabytes.
+	Query string
+	// Start is the job's start time as squeue prints it (%S, opaque). A
+	// requeued job starts anew, no sooner than a second after it was
+	// requeued (slurmctld's job_mgr.c sets its begin time to now +
+	// requeue_delay + 1), on GPUs that may differ: a job record cached
+	// under another start time is stale.
+	Start string
+}
+
+// NodeJobs returns the jobs running on node, from squeue. Their GRES
+// allocation (JobOf) tells which GPUs they hold even before any of their
 // processes uses one.
-func (c *Client) NodeJobs(ctx context.Context, node string) ([]string, error) {
+func (c *Client) NodeJobs(ctx context.Context, node string) ([]RunningJob, error) {
 	if node == "" || strings.HasPrefix(node, "-") {
 		return nil, fmt.Errorf("invalid node name %q", node)
 	}
@@ -100,7 +123,7 @@ func (c *Client) NodeJobs(ctx context.Context, node string) ([]string, error) {
 	if path == "" {
 		path = "squeue"
 	}
-	out, err := c.runBinary(ctx, path, "--noheader", "--nodelist", node, "--states", "RUNNING", "--format", "%A")
+	out, err := c.runBinary(ctx, path, "--noheader", "--nodelist", node, "--states", "RUNNING", "--format", nodeJobsFormat)
 	if err != nil {
 		return nil, err
 	}
@@ -114,24 +137,47 @@ func (c *Client) NodeJobs(ctx context.Context, node string) ([]string, error) {
 	return slices.Clone(jobs), nil
 }
 
-// parseNodeJobs reads the job IDs squeue prints with --noheader --format
-// %A, one per line ("%A: Job id", squeue(1)).
-func parseNodeJobs(out []byte) ([]string, error) {
-	var jobs []string
+// nodeJobsFormat asks squeue(1) for "%A: Job id. This will have a unique
+// value for each element of job arrays", "%i: Job or job step id. In the
+// case of job arrays, the job ID format will be of the form
+// <base_job_id>_<index>" and "%S: Actual or expected start time of the
+// job", the last one last: its form depends on SLURM_TIME_FORMAT and may
+// hold anything.
+const nodeJobsFormat = "%A|%i|%S"
+
+// parseNodeJobs reads the lines squeue prints with --noheader --format
+// nodeJobsFormat, such as "21845|21845_1|2026-11-22T09:14:03" (squeue's
+// print.c: %i is "<array_job_id>_<array_task_id>" for an array task,
+// "<het_job_id>+<offset>" for a heterogeneous component, else the job ID).
+func parseNodeJobs(out []byte) ([]RunningJob, error) {
+	var jobs []RunningJob
 	for _, line := range strings.Split(string(out), "\n") {
-		if id := strings.TrimSpace(line); id != "" {
-			if !validJobArg(id) {
-				return nil, fmt.Errorf("squeue: unexpected job ID %q", id)
-			}
-			jobs = append(jobs, id)
+		if strings.TrimSpace(line) == "" {
+			continue
 		}
+		fields := strings.SplitN(line, "|", 3)
+		if len(fields) != 3 {
+			return nil, fmt.Errorf("squeue: unexpected line %q", line)
+		}
+		id, display := strings.TrimSpace(fields[0]), strings.TrimSpace(fields[1])
+		if !isJobNumber(id) {
+			return nil, fmt.Errorf("squeue: unexpected job ID %q", id)
+		}
+		j := RunningJob{ID: id, Query: id, Start: strings.TrimSpace(fields[2])}
+		if array, task, ok := strings.Cut(display, "_"); ok && array == id && isJobNumber(task) {
+			j.Query = display
+		}
+		jobs = append(jobs, j)
 	}
 	return jobs, nil
 }
 
 type cacheEntry struct {
-	job     Job
-	err     error
+	job Job
+	err error
+	// start is the start time squeue gave for the job when it was asked
+	// (RunningJob.Start); "" when it was asked by ID alone.
+	start   string
 	expires time.Time
 }
 
@@ -149,30 +195,49 @@ type call struct {
 // an error matching ErrJobNotFound.
 //
 // If ctx ends first Job returns ctx's error, but scontrol runs on (bounded
-// by Timeout) so that its answer is cached for the next caller.
+// by Timeout) so that its answer is cached for the next caller. An output
+// over the limit (ErrOutputTooLarge) is cached too.
 func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 	if !validJobArg(id) {
 		return Job{}, fmt.Errorf("invalid slurm job ID %q", id)
 	}
+	return c.job(ctx, id, RunningJob{ID: id, Query: id})
+}
 
+// JobOf is Job for a job squeue listed: scontrol is asked for its Query,
+// and a cached record is used only if it was fetched for the same start
+// time, so that a requeued job's new GPUs are read at once while a job that
+// runs on costs no scontrol run until its record expires.
+func (c *Client) JobOf(ctx context.Context, r RunningJob) (Job, error) {
+	if !isJobNumber(r.ID) || !validJobArg(r.Query) {
+		return Job{}, fmt.Errorf("invalid slurm job %q (%q)", r.ID, r.Query)
+	}
+	return c.job(ctx, r.ID, r)
+}
+
+// job returns the job cached under key, or asks scontrol for r.Query. A
+// cached entry answers a request without a start time, or one with the
+// start time it was fetched for.
+func (c *Client) job(ctx context.Context, key string, r RunningJob) (Job, error) {
 	c.mu.Lock()
-	if e, ok := c.cache[id]; ok && time.Now().Before(e.expires) {
+	if e, ok := c.cache[key]; ok && time.Now().Before(e.expires) && (r.Start == "" || e.start == r.Start) {
 		c.mu.Unlock()
 		return e.job.clone(), e.err
 	}
-	cl, running := c.inflight[id]
+	flightKey := r.Query + "\x00" + r.Start
+	cl, running := c.inflight[flightKey]
 	if !running {
 		cl = &call{done: make(chan struct{})}
 		if c.inflight == nil {
 			c.inflight = make(map[string]*call)
 		}
-		c.inflight[id] = cl
-		go c.fetch(context.WithoutCancel(ctx), id, cl)
+		c.inflight[flightKey] = cl
+		go c.fetch(context.WithoutCancel(ctx), key, flightKey, r, cl)
 	}
 	c.mu.Unlock()
 
 	if !flight.Done(ctx, cl.done) {
-		return Job{}, fmt.Errorf("slurm job %s: %w", id, ctx.Err())
+		return Job{}, fmt.Errorf("slurm job %s: %w", r.Query, ctx.Err())
 	}
 	return cl.job.clone(), cl.err
 }
@@ -210,21 +275,24 @@ func (c *Client) ListPIDs(ctx context.Context) ([]StepProcess, error) {
 	return ParseListPIDs(out)
 }
 
-func (c *Client) fetch(ctx context.Context, id string, cl *call) {
-	job, err := c.fetchJob(ctx, id)
+func (c *Client) fetch(ctx context.Context, key, flightKey string, r RunningJob, cl *call) {
+	job, err := c.fetchJob(ctx, r.Query)
 
 	c.mu.Lock()
-	delete(c.inflight, id)
+	delete(c.inflight, flightKey)
 	switch {
 	case err == nil:
-		e := cacheEntry{job: job, expires: time.Now().Add(c.cacheTTL())}
-		c.store(id, e)
+		e := cacheEntry{job: job, start: r.Start, expires: time.Now().Add(c.cacheTTL())}
+		c.store(key, e)
 		// Asked by SLUID or array task, the job is also known by its ID.
-		if job.ID != id {
+		if job.ID != key {
 			c.store(job.ID, e)
 		}
 	case errors.Is(err, ErrJobNotFound):
-		c.store(id, cacheEntry{err: err, expires: time.Now().Add(min(notFoundTTL, c.cacheTTL()))})
+		c.store(key, cacheEntry{err: err, start: r.Start, expires: time.Now().Add(min(notFoundTTL, c.cacheTTL()))})
+	case errors.Is(err, ErrOutputTooLarge):
+		// As large at the next scrape: the array it names is as large.
+		c.store(key, cacheEntry{err: err, start: r.Start, expires: time.Now().Add(c.cacheTTL())})
 	}
 	c.mu.Unlock()
 
@@ -234,7 +302,12 @@ func (c *Client) fetch(ctx context.Context, id string, cl *call) {
 
 func (c *Client) fetchJob(ctx context.Context, id string) (Job, error) {
 	c.mu.Lock()
-	tryJSON := !c.noJSON
+	// Asked for an array task, scontrol prints that task alone in text
+	// form only: with --json it dumps every record slurmctld returned,
+	// the whole array, before the loop that picks the task
+	// (src/scontrol/info_job.c, scontrol_print_job: DATA_DUMP_CLI, then
+	// _task_id_in_job).
+	tryJSON := !c.noJSON && !strings.Contains(id, "_")
 	c.mu.Unlock()
 
 	if tryJSON {
@@ -376,7 +449,7 @@ func (c *Client) runBinary(ctx context.Context, path string, args ...string) ([]
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("%s: %w", joined, ctx.Err())
 	case stdout.Overflowed():
-		return nil, fmt.Errorf("%s: %w", joined, errOutputTooLarge)
+		return nil, fmt.Errorf("%s: %w", joined, ErrOutputTooLarge)
 	case err != nil:
 		return nil, &scontrolError{args: joined, stdout: string(stdout.Bytes()[:min(len(stdout.Bytes()), maxStderr)]), stderr: string(stderr.Bytes()), err: err}
 	}

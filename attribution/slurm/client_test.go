@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,8 +194,8 @@ printf 'Segmentation fault\n\377\376'`},
 	t.Run("output limit", func(t *testing.T) {
 		path, _ := fakeScontrol(t, "exec yes JobId=1")
 		c := &Client{Path: path}
-		if _, err := c.Job(context.Background(), "5"); !errors.Is(err, errOutputTooLarge) {
-			t.Errorf("Job() error = %v, want errOutputTooLarge", err)
+		if _, err := c.Job(context.Background(), "5"); !errors.Is(err, ErrOutputTooLarge) {
+			t.Errorf("Job() error = %v, want ErrOutputTooLarge", err)
 		}
 	})
 }
@@ -405,25 +406,139 @@ func TestClientDefaultPath(t *testing.T) {
 }
 
 func TestNodeJobs(t *testing.T) {
-	squeue, calls := fakeScontrol(t, `printf '  101\n102\n\n'`)
+	squeue, calls := fakeScontrol(t, `printf '101|101|2026-11-22T09:14:03\n  102|102|N/A\n\n'`)
 	c := &Client{SqueuePath: squeue}
 	for range 2 {
 		jobs, err := c.NodeJobs(context.Background(), "gpu-node-01")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(jobs, []string{"101", "102"}) {
-			t.Errorf("jobs %v", jobs)
+		want := []RunningJob{{ID: "101", Query: "101", Start: "2026-11-22T09:14:03"}, {ID: "102", Query: "102", Start: "N/A"}}
+		if !reflect.DeepEqual(jobs, want) {
+			t.Errorf("jobs %+v, want %+v", jobs, want)
 		}
 	}
-	if got := calls(); len(got) != 1 || got[0] != "--noheader --nodelist gpu-node-01 --states RUNNING --format %A" {
+	if got := calls(); len(got) != 1 || got[0] != "--noheader --nodelist gpu-node-01 --states RUNNING --format %A|%i|%S" {
 		t.Errorf("squeue runs %q, want one (the second answer comes from the cache)", got)
 	}
 	if _, err := c.NodeJobs(context.Background(), "--all"); err == nil {
 		t.Error("a node name that is an option must be refused")
 	}
-	bad, _ := fakeScontrol(t, `echo '--uid=0'`)
+	bad, _ := fakeScontrol(t, `echo '--uid=0|1|x'`)
 	if _, err := (&Client{SqueuePath: bad}).NodeJobs(context.Background(), "n1"); err == nil {
 		t.Error("garbage from squeue must be an error")
+	}
+}
+
+// expireNodeJobs makes the next NodeJobs ask squeue again, as a scrape
+// past nodeJobsTTL would.
+func expireNodeJobs(c *Client) {
+	c.mu.Lock()
+	c.nodeJobsExpires = time.Time{}
+	c.mu.Unlock()
+}
+
+// TestJobOfRequeued: a job's record is reused while squeue gives the same
+// start time, one scontrol run per job however many scrapes, and read
+// again when the job is requeued and starts anew on another GPU (found by
+// probing: D7, the GPU it had left stayed its own for the cache's 5
+// minutes, the one it had moved to ownerless).
+func TestJobOfRequeued(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	squeue, _ := fakeScontrol(t, `cat '`+dir+`/squeue.txt'`)
+	scontrol, calls := fakeScontrol(t, `for last; do :; done
+printf '{"jobs":[{"job_id":%s,"user_name":"alice","job_state":["RUNNING"],"nodes":"n1","gres_detail":["gpu:1(IDX:%s)"]}]}' "$last" "$(cat '`+dir+`'/idx-"$last")"`)
+	c := &Client{Path: scontrol, SqueuePath: squeue}
+	scrape := func() map[string][]int {
+		t.Helper()
+		expireNodeJobs(c)
+		running, err := c.NodeJobs(context.Background(), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpus := map[string][]int{}
+		for _, r := range running {
+			j, err := c.JobOf(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpus[j.ID] = j.GPUs["n1"]
+		}
+		return gpus
+	}
+
+	write("squeue.txt", "123|123|2026-11-22T09:00:00\n")
+	write("idx-123", "0")
+	for range 3 {
+		if got, want := scrape(), map[string][]int{"123": {0}}; !reflect.DeepEqual(got, want) {
+			t.Errorf("before the requeue: GPUs %v, want %v", got, want)
+		}
+	}
+	if n := len(calls()); n != 1 {
+		t.Errorf("scontrol ran %d times in 3 scrapes of a steady node, want 1", n)
+	}
+
+	// Requeued: job 123 restarts on GPU 3, job 300 takes GPU 0.
+	write("squeue.txt", "123|123|2026-11-22T09:20:07\n300|300|2026-11-22T09:19:58\n")
+	write("idx-123", "3")
+	write("idx-300", "0")
+	for range 3 {
+		if got, want := scrape(), map[string][]int{"123": {3}, "300": {0}}; !reflect.DeepEqual(got, want) {
+			t.Errorf("after the requeue: GPUs %v, want %v", got, want)
+		}
+	}
+	// One run more for the requeued job, one for the new one.
+	if got, want := calls(), []string{
+		"--json --details show job 123", "--json --details show job 123", "--json --details show job 300",
+	}; !slices.Equal(got, want) && !slices.Equal(got, []string{want[0], want[2], want[1]}) {
+		t.Errorf("scontrol runs %q, want %q", got, want)
+	}
+}
+
+// TestJobOfArrayTask: the array task whose JobId is its array's is asked
+// for as <ArrayJobId>_<ArrayTaskId>, in text form, the one form in which
+// scontrol prints that task alone: asked by the array's ID, or with --json,
+// it prints the whole array (found by probing: D8, 1200 tasks past the
+// output limit at every scrape).
+func TestJobOfArrayTask(t *testing.T) {
+	// More than maxOutput for the whole array, whatever the form.
+	huge := `printf 'JobId=21845 ArrayJobId=21845 ArrayTaskId=1 JobName=sweep\n'; head -c 1100000 /dev/zero | tr '\000' ' '`
+	scontrol, calls := fakeScontrol(t, `for last; do :; done
+case "$1 $last" in
+"--json "*) `+huge+` ;;
+*" 21845_1") printf 'JobId=21845 ArrayJobId=21845 ArrayTaskId=1 JobName=sweep\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=login:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+*) `+huge+` ;;
+esac`)
+	c := &Client{Path: scontrol}
+	job, err := c.JobOf(context.Background(), RunningJob{ID: "21845", Query: "21845_1", Start: "2026-11-22T09:00:00"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Job{ID: "21845", Name: "sweep", User: "alice", Account: "physics", Partition: "gpu", QOS: "normal",
+		State: "RUNNING", NodeList: "node1", GPUs: map[string][]int{"node1": {0}}}
+	if !reflect.DeepEqual(job, want) {
+		t.Errorf("JobOf(21845_1) =\n%+v\nwant\n%+v", job, want)
+	}
+	if got := calls(); !slices.Equal(got, []string{"--details show job 21845_1"}) {
+		t.Errorf("scontrol runs %q, want the task asked for in text form alone", got)
+	}
+
+	// Asked by its ID (a process's job squeue did not list), the array is
+	// too large: an answer remembered like others, not asked again at
+	// every scrape.
+	c = &Client{Path: scontrol}
+	for range 3 {
+		if _, err := c.Job(context.Background(), "21845"); !errors.Is(err, ErrOutputTooLarge) {
+			t.Fatalf("Job(21845) error = %v, want ErrOutputTooLarge", err)
+		}
+	}
+	if n := len(calls()); n != 2 {
+		t.Errorf("scontrol ran %d times, want 2: the too large answer is cached", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -90,46 +91,65 @@ func FuzzParseListPIDs(f *testing.F) {
 	})
 }
 
-// FuzzParseNodeJobs checks squeue's job list: either an error or one valid
-// job argument per non-blank line, in order, so nothing squeue prints can
-// reach scontrol's command line as an option.
+// FuzzParseNodeJobs checks squeue's job list: either an error or one job
+// per non-blank line, in order, whose ID is a job number and whose query is
+// that number or an array task of it, so nothing squeue prints can reach
+// scontrol's command line as an option or ask for another job.
 func FuzzParseNodeJobs(f *testing.F) {
-	f.Add([]byte("  101\n102\n\n"))
-	f.Add([]byte("4242_7\n4243+1\ns5K1KKYAYG5D00\n"))
-	f.Add([]byte("--help\n"))
+	f.Add([]byte("  101|101|2026-11-22T09:14:03\n102|102|N/A\n\n"))
+	f.Add([]byte("21845|21845_1|2026-11-22T09:14:03\n21846|21845_2|Tue 09:14\n4243|4242+1|x|y\n"))
+	f.Add([]byte("--help|--help|x\n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
 		jobs, err := parseNodeJobs(out)
-		var want []string
+		var lines []string
 		for _, line := range strings.Split(string(out), "\n") {
-			if id := strings.TrimSpace(line); id != "" {
-				want = append(want, id)
+			if strings.TrimSpace(line) != "" {
+				lines = append(lines, line)
 			}
 		}
 		if err != nil {
 			if jobs != nil {
-				t.Fatalf("jobs %q returned with error %v", jobs, err)
+				t.Fatalf("jobs %+v returned with error %v", jobs, err)
 			}
 			return
 		}
-		if strings.Join(jobs, "\n") != strings.Join(want, "\n") || len(jobs) != len(want) {
-			t.Fatalf("jobs %q, want the non-blank lines %q", jobs, want)
+		if len(jobs) != len(lines) {
+			t.Fatalf("jobs %+v, want one per non-blank line of %q", jobs, lines)
 		}
-		for _, id := range jobs {
-			if !validJobArg(id) || strings.HasPrefix(id, "-") {
-				t.Fatalf("job %q is not a job argument", id)
+		for i, j := range jobs {
+			if first, _, _ := strings.Cut(lines[i], "|"); strings.TrimSpace(first) != j.ID {
+				t.Fatalf("job %+v is not line %q", j, lines[i])
+			}
+			if !isJobNumber(j.ID) || (j.Query != j.ID && !strings.HasPrefix(j.Query, j.ID+"_")) || !validJobArg(j.Query) {
+				t.Fatalf("job %+v: query is not the job or one of its array tasks", j)
 			}
 		}
 	})
 }
 
-// A job ID squeue prints is what NodeJobs passes on, and garbage fails the
-// whole list rather than dropping a line.
+// A job ID squeue prints is what NodeJobs passes on, the array task whose
+// ID is its array's is asked by its task ID, and garbage fails the whole
+// list rather than dropping a line.
 func TestParseNodeJobs(t *testing.T) {
-	jobs, err := parseNodeJobs([]byte("  101\n102_3\n\n"))
-	if err != nil || strings.Join(jobs, ",") != "101,102_3" {
-		t.Errorf("parseNodeJobs = %q, %v; want 101 and 102_3", jobs, err)
+	jobs, err := parseNodeJobs([]byte("  101|101|2026-11-22T09:14:03\n" +
+		// The array's first task to run keeps the array's ID.
+		"21845|21845_1|2026-11-22T09:14:03\n" +
+		// Its other tasks have IDs of their own, which name them alone.
+		"21846|21845_2|2026-11-22T09:14:04\n" +
+		// A heterogeneous component is asked by its own ID.
+		"4243|4242+1|Sun 09:14 | local\n\n"))
+	want := []RunningJob{
+		{ID: "101", Query: "101", Start: "2026-11-22T09:14:03"},
+		{ID: "21845", Query: "21845_1", Start: "2026-11-22T09:14:03"},
+		{ID: "21846", Query: "21846", Start: "2026-11-22T09:14:04"},
+		{ID: "4243", Query: "4243", Start: "Sun 09:14 | local"},
 	}
-	if _, err := parseNodeJobs([]byte("101\n-x\n")); err == nil || errors.Is(err, ErrJobNotFound) {
-		t.Errorf("an option-like line: error %v, want an unexpected job ID", err)
+	if err != nil || !reflect.DeepEqual(jobs, want) {
+		t.Errorf("parseNodeJobs = %+v, %v; want %+v", jobs, err, want)
+	}
+	for _, out := range []string{"101|101|x\n-x|-x|y\n", "101\n", "101_3|101_3|x\n"} {
+		if _, err := parseNodeJobs([]byte(out)); err == nil || errors.Is(err, ErrJobNotFound) {
+			t.Errorf("parseNodeJobs(%q): error %v, want an unexpected line", out, err)
+		}
 	}
 }
