@@ -173,7 +173,8 @@ type Device struct {
 	Partition string
 	// GRESIndex is the device's index among the node's GPUs as Slurm counts
 	// them: whole GPUs and, on a GPU in MIG mode, each MIG device instead of
-	// the GPU. -1 for a GPU in MIG mode, which Slurm does not hand out.
+	// the GPU. -1 for a GPU in MIG mode with MIG devices, which Slurm does
+	// not hand out itself.
 	GRESIndex int
 	PIDs      []uint32
 	// PIDsPartial says PIDs may lack some of the device's processes (the

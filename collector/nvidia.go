@@ -158,6 +158,7 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device) []*Device {
 			Model:      nd.Name,
 			PCIBusID:   nd.PCIBusID,
 			HasMIG:     nd.MIGEnabled.OK && nd.MIGEnabled.Value,
+			MIGListed:  nd.MIGListed,
 			Up:         nd.Up,
 			vendorData: nd,
 		}

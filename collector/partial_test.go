@@ -151,6 +151,13 @@ func TestGRESIndices(t *testing.T) {
 	if got := gresIndices([]*Device{gpu0, gpu1, gpu2}); len(got) != 1 || got[gpu0] != 0 {
 		t.Errorf("without GPU 1's instances: %v, want only GPU 0 → 0", got)
 	}
+	// GPU 1 in MIG mode with no MIG device, all (none) listed: Slurm counts
+	// the GPU itself (gpu_nvml.c, !added_mig). GPU 0 → 0, GPU 1 → 1, GPU 2
+	// → 2.
+	empty := &Device{Vendor: "nvidia", Index: "1", Up: true, HasMIG: true, MIGListed: true}
+	if got := gresIndices([]*Device{gpu0, empty, gpu2}); len(got) != 3 || got[gpu0] != 0 || got[empty] != 1 || got[gpu2] != 2 {
+		t.Errorf("GPU 1 in MIG mode without instances: %v, want GPU 0 → 0, 1 → 1, 2 → 2", got)
+	}
 	// On a node without MIG a GPU down keeps its place: GPU 2 is still 2.
 	down := whole("1", false)
 	if got := gresIndices([]*Device{gpu0, down, gpu2}); got[gpu2] != 2 || got[down] != 1 {

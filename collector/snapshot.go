@@ -31,7 +31,10 @@ type Device struct {
 	// HasMIG is set on a GPU in MIG mode, whose instances are devices of
 	// their own.
 	HasMIG bool
-	Up     bool
+	// MIGListed says the vendor listed every MIG instance of a GPU in MIG
+	// mode, none perhaps: the node's devices are all there.
+	MIGListed bool
+	Up        bool
 
 	Processes []Process
 	// ProcessesPartial says Processes may lack some of the device's
@@ -295,8 +298,11 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 // index, then MIG handle index), each GPU in MIG mode replaced by its MIG
 // devices, which Slurm's NVML autodetection lists as GPUs of their own
 // (slurm.conf gres.conf "MultipleFiles"/MIG support: one GRES per MIG
-// device). A GPU whose MIG instances were not read has no index, and
-// neither have the GPUs after it, whose numbers would be off.
+// device). A GPU in MIG mode without MIG devices is one GRES, as a GPU
+// outside MIG mode: Slurm's gpu_nvml.c adds the GPU itself when it added
+// no MIG device ("if (!added_mig)"). A GPU whose MIG instances were not all
+// read has no index, and neither have the GPUs after it, whose numbers
+// would be off.
 //
 // Slurm's documentation (gres.html, "MIG Support") says only that MIG
 // devices are GPUs of their own to it; the order is that of its NVML
@@ -338,10 +344,15 @@ func gresIndices(devs []*Device) map[*Device]int {
 		}
 		switch {
 		case d.HasMIG:
-			if i+1 >= len(sorted) || sorted[i+1].MIG == nil || sorted[i+1].Index != d.Index {
-				broken[d.Vendor] = true
+			instances := i+1 < len(sorted) && sorted[i+1].MIG != nil && sorted[i+1].Index == d.Index
+			if instances {
+				continue // they are numbered in its place
 			}
-			continue
+			if !d.MIGListed {
+				broken[d.Vendor] = true
+				continue
+			}
+			// In MIG mode without MIG devices: one GRES.
 		case !d.Up && d.MIG == nil && anyMIG:
 			// On a node with MIG, a GPU down may be in MIG mode with
 			// instances unknown now; elsewhere it keeps its place.

@@ -120,7 +120,7 @@ func (d *DeviceSpec) validateVendor() []error {
 		// the default power reading are the limit's.
 		errs = append(errs, errors.New("power_limit_watts: missing; an AMD GPU's hwmon has power1_cap (set it on the device or in defaults)"))
 	}
-	if len(d.MIG) > 0 {
+	if d.inMIGMode() {
 		errs = append(errs, errors.New("mig: an AMD GPU has compute partitions (partitions), not MIG"))
 	}
 	if d.NVLinks != nil {

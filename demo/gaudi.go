@@ -57,7 +57,7 @@ func (d *DeviceSpec) validateGaudi() []error {
 			bad("metrics.%s: hl-smi gives no such reading (a Gaudi takes %s)", k, strings.Join(gaudiKeys, ", "))
 		}
 	}
-	if len(d.MIG) > 0 {
+	if d.inMIGMode() {
 		bad("mig: a Gaudi has no MIG")
 	}
 	if d.NVLinks != nil || len(d.NVLinksDown) > 0 {

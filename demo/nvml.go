@@ -354,7 +354,7 @@ func (g *gpu) GetPciInfo() (nvml.PciInfo, nvml.Return) {
 // migged answers a whole-device reading: nvml.h, "On MIG-enabled GPUs,
 // querying device utilization rates is not currently supported."
 func (g *gpu) migged(key string) (uint32, nvml.Return) {
-	if len(g.spec.MIG) > 0 {
+	if g.spec.inMIGMode() {
 		return 0, nvml.ERROR_NOT_SUPPORTED
 	}
 	return g.u32(key, 100)
@@ -362,7 +362,7 @@ func (g *gpu) migged(key string) (uint32, nvml.Return) {
 
 // GetUtilizationRates gives the last completed sample period.
 func (g *gpu) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
-	if len(g.spec.MIG) > 0 {
+	if g.spec.inMIGMode() {
 		return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED
 	}
 	if ret := g.gate("utilization"); ret != nvml.SUCCESS {
@@ -380,7 +380,7 @@ func (g *gpu) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
 // with timestamp greater than lastSeenTimeStamp", NOT_FOUND "if sample
 // entries are not found", in no promised order, and not on a GPU in MIG mode.
 func (g *gpu) GetSamples(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
-	if typ != nvml.GPU_UTILIZATION_SAMPLES || len(g.spec.MIG) > 0 {
+	if typ != nvml.GPU_UTILIZATION_SAMPLES || g.spec.inMIGMode() {
 		return 0, nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	if ret := g.gate("samples"); ret != nvml.SUCCESS {
@@ -414,7 +414,7 @@ func (g *gpu) GetSamples(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType
 // period's. duplicate_samples returns a second, smaller entry for the same
 // PID and period, as some drivers have been seen to.
 func (g *gpu) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
-	if len(g.spec.MIG) > 0 {
+	if g.spec.inMIGMode() {
 		return nil, nvml.ERROR_NOT_SUPPORTED // "On MIG-enabled GPUs, querying process utilization is not currently supported."
 	}
 	if ret := g.gate("processes"); ret != nvml.SUCCESS {
@@ -632,7 +632,7 @@ func (g *gpu) GetRemappedRows() (int, int, bool, bool, nvml.Return) {
 
 func (g *gpu) GetMigMode() (int, int, nvml.Return) {
 	mode := nvml.DEVICE_MIG_DISABLE
-	if len(g.spec.MIG) > 0 {
+	if g.spec.inMIGMode() {
 		mode = nvml.DEVICE_MIG_ENABLE
 	}
 	return mode, mode, g.gate("mig")

@@ -111,11 +111,14 @@ type DeviceSpec struct {
 	ThrottleReasons []string         `yaml:"throttle_reasons"`
 	// NVLinks is the number of NVLinks (18 on H100 SXM); NVLinksDown lists
 	// the ones that are down.
-	NVLinks     *int          `yaml:"nvlinks"`
-	NVLinksDown []int         `yaml:"nvlinks_down"`
-	MIG         []MIGSpec     `yaml:"mig"`
-	Processes   []ProcessSpec `yaml:"processes"`
-	Faults      Faults        `yaml:"faults"`
+	NVLinks     *int      `yaml:"nvlinks"`
+	NVLinksDown []int     `yaml:"nvlinks_down"`
+	MIG         []MIGSpec `yaml:"mig"`
+	// MIGMode puts a GPU in MIG mode with no MIG instances made yet (mig
+	// lists them when there are some, and implies MIG mode).
+	MIGMode   bool          `yaml:"mig_mode"`
+	Processes []ProcessSpec `yaml:"processes"`
+	Faults    Faults        `yaml:"faults"`
 	// Partitions are an AMD GPU's compute partitions: 2 (DPX), 4 (QPX) or
 	// 8 (CPX).
 	Partitions []PartitionSpec `yaml:"partitions"`
@@ -557,6 +560,9 @@ func (d *DeviceSpec) inherit(def DeviceSpec) {
 	}
 }
 
+// inMIGMode says the GPU is in MIG mode, with or without MIG instances.
+func (d *DeviceSpec) inMIGMode() bool { return len(d.MIG) > 0 || d.MIGMode }
+
 func mergeValues(def, own map[string]Value) map[string]Value {
 	out := make(map[string]Value, len(def)+len(own))
 	for k, v := range def {
@@ -700,7 +706,7 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 		checkProcs(fmt.Sprintf("partitions[%d].processes", j), d.Partitions[j].Processes)
 	}
 	errs = append(errs, d.validateVendor()...)
-	if len(d.MIG) > 0 && len(d.Processes) > 0 {
+	if d.inMIGMode() && len(d.Processes) > 0 {
 		bad("processes: a GPU in MIG mode runs processes in its MIG instances, not on the parent")
 	}
 	if len(d.MIG) > 7 {

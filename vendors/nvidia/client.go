@@ -298,10 +298,12 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 	p.discard = append(p.discard, func() { clear(g.seen) })
 	r.readGPU(h, gpu)
 	p.win = r.win
-	devs = append(devs, *gpu)
+	var migs []Device
 	if gpu.Up && gpu.MIGEnabled.OK && gpu.MIGEnabled.Value {
-		devs = append(devs, r.readMIGInstances(*gpu, h)...)
+		migs, gpu.MIGListed = r.readMIGInstances(*gpu, h)
 	}
+	devs = append(devs, *gpu)
+	devs = append(devs, migs...)
 	return devs, p
 }
 

@@ -220,3 +220,38 @@ devices:
 	}
 	time.Sleep(time.Second) // the hung read ends before the test does
 }
+
+// A GPU in MIG mode says whether its MIG devices were all listed, none
+// perhaps, so that Slurm's GRES numbering can count it as one GPU when it
+// has none (collector gresIndices).
+func TestMIGListed(t *testing.T) {
+	s := mustScenario(t, `
+devices:
+  - {model: X, memory_total: 80GiB, mig_mode: true}
+  - {model: X, memory_total: 80GiB, mig: [{profile: 3g.40gb, gpu_instance: 1}]}
+  - {model: X, memory_total: 80GiB}
+`)
+	c := New(s.NVML(time.Now(), time.Now))
+	n, err := c.Read(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gpus []Device
+	migs := 0
+	for _, d := range n.Devices {
+		if d.MIG != nil {
+			migs++
+			continue
+		}
+		gpus = append(gpus, d)
+	}
+	if len(gpus) != 3 || migs != 1 {
+		t.Fatalf("%d GPUs and %d MIG devices, want 3 and 1", len(gpus), migs)
+	}
+	for i, want := range []struct{ mig, listed bool }{{true, true}, {true, true}, {false, false}} {
+		d := gpus[i]
+		if got := d.MIGEnabled.OK && d.MIGEnabled.Value; got != want.mig || d.MIGListed != want.listed {
+			t.Errorf("GPU %d: MIG mode %v, listed %v; want %v, %v", i, got, d.MIGListed, want.mig, want.listed)
+		}
+	}
+}

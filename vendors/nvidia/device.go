@@ -131,16 +131,20 @@ type Device struct {
 	// give is absent.
 	TempLimits map[TempThreshold]float64
 
-	Power       Opt[float64] // W
-	PowerLimit  Opt[float64]
-	Energy      Opt[float64] // J since driver load
-	FanSpeed    Opt[float64] // ratio of maximum
-	PState      Opt[int]
-	Clocks      map[Clock]float64 // Hz
-	MaxClocks   map[Clock]float64
-	Throttle    map[string]bool // nil when the reasons cannot be read
-	MIGEnabled  Opt[bool]       // on MIG-capable whole GPUs only
-	PCIeTX      Opt[float64]    // bytes/s
+	Power      Opt[float64] // W
+	PowerLimit Opt[float64]
+	Energy     Opt[float64] // J since driver load
+	FanSpeed   Opt[float64] // ratio of maximum
+	PState     Opt[int]
+	Clocks     map[Clock]float64 // Hz
+	MaxClocks  map[Clock]float64
+	Throttle   map[string]bool // nil when the reasons cannot be read
+	MIGEnabled Opt[bool]       // on MIG-capable whole GPUs only
+	// MIGListed says every MIG device of a GPU in MIG mode was listed (the
+	// devices that follow it in the read, none perhaps): none failed to
+	// answer.
+	MIGListed   bool
+	PCIeTX      Opt[float64] // bytes/s
 	PCIeRX      Opt[float64]
 	PCIeReplays Opt[uint64]
 

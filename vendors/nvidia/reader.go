@@ -613,11 +613,15 @@ func fieldValue(v nvml.FieldValue) (float64, bool) {
 // GPU instance. The device plugins' index strategy names MIG devices by the
 // GPU's index and the handle index i of nvmlDeviceGetMigDeviceHandleByIndex,
 // which follows no promised order of GPU instance IDs, so Index keeps i.
-func (r *reader) readMIGInstances(parent Device, h nvml.Device) []Device {
+//
+// listed says every slot answered, with a MIG device or as empty: the GPU
+// has no MIG devices but those returned, none perhaps.
+func (r *reader) readMIGInstances(parent Device, h nvml.Device) (devs []Device, listed bool) {
 	count, ret := h.GetMaxMigDeviceCount()
 	if !r.ok("GetMaxMigDeviceCount", ret) {
-		return nil
+		return nil, false
 	}
+	listed = true
 	parentSlices := 0
 	var out []Device
 	for i := range count {
@@ -628,6 +632,7 @@ func (r *reader) readMIGInstances(parent Device, h nvml.Device) []Device {
 		mr := &reader{lib: r.lib, gpm: r.gpm, symbols: r.symbols, pending: r.pending}
 		if !mr.ok("GetMigDeviceHandleByIndex", ret) {
 			r.errs = append(r.errs, mr.errs...)
+			listed = false
 			continue
 		}
 		if parentSlices == 0 {
@@ -636,7 +641,7 @@ func (r *reader) readMIGInstances(parent Device, h nvml.Device) []Device {
 		out = append(out, mr.readMIG(parent, mh, i, parentSlices))
 	}
 	r.profileMIG(h, out)
-	return out
+	return out, listed
 }
 
 // profileMIG samples GPM once per GPU instance (nvmlGpmMigSampleGet takes a
