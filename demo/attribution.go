@@ -12,55 +12,8 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
 )
 
-// SlurmSpec is the Slurm side of a scenario: the jobs running on the node.
-type SlurmSpec struct {
-	// Node is the node's name in Slurm; default the scenario's node.
-	Node string    `yaml:"node"`
-	Jobs []JobSpec `yaml:"jobs"`
-}
-
-// JobSpec is a running Slurm job.
-type JobSpec struct {
-	ID        string `yaml:"id"`
-	Name      string `yaml:"name"`
-	User      string `yaml:"user"`
-	Account   string `yaml:"account"`
-	Partition string `yaml:"partition"`
-	QOS       string `yaml:"qos"`
-	// GPUs are the GRES indices the job holds on the node. Slurm counts
-	// whole GPUs and, on a GPU in MIG mode, its MIG devices in their
-	// handle order instead of the GPU.
-	GPUs []int `yaml:"gpus"`
-}
-
-// gresCount is the number of GPUs Slurm counts on the node.
-func (s *Scenario) gresCount() int {
-	n := 0
-	for _, d := range s.Devices {
-		n += max(1, len(d.MIG))
-	}
-	return n
-}
-
 func (s *Scenario) validateOwners() []error {
-	var errs []error
-	jobs := map[string]bool{}
-	if s.Slurm != nil {
-		for i, j := range s.Slurm.Jobs {
-			if j.ID == "" || strings.Trim(j.ID, "0123456789") != "" {
-				errs = append(errs, fmt.Errorf("slurm.jobs[%d].id: %q is not a numeric job ID", i, j.ID))
-			}
-			if j.User == "" {
-				errs = append(errs, fmt.Errorf("slurm.jobs[%d].user: missing", i))
-			}
-			for _, g := range j.GPUs {
-				if g < 0 || g >= s.gresCount() {
-					errs = append(errs, fmt.Errorf("slurm.jobs[%d].gpus: %d is not a GRES index (0..%d)", i, g, s.gresCount()-1))
-				}
-			}
-			jobs[j.ID] = true
-		}
-	}
+	jobs, errs := s.validateSlurm()
 	pods, containers := map[string]bool{}, map[string]bool{}
 	if s.Kubernetes != nil {
 		for _, p := range s.Kubernetes.Pods {
@@ -94,6 +47,11 @@ func (s *Scenario) validateOwners() []error {
 				errs = append(errs, fmt.Errorf("%s: container %q is not a container of pod %q", where, p.Container, p.Pod))
 			case p.SlurmJob != "" && !jobs[p.SlurmJob]:
 				errs = append(errs, fmt.Errorf("%s: slurm_job %q is not in slurm.jobs", where, p.SlurmJob))
+			}
+			for _, k := range sortedKeys(p.Environ) {
+				if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(p.Environ[k], 0) {
+					errs = append(errs, fmt.Errorf("%s: environ %q=%q is no environment variable", where, k, p.Environ[k]))
+				}
 			}
 		}
 	}
@@ -178,7 +136,7 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 		if s.Slurm.Node != "" {
 			a.Node = s.Slurm.Node
 		}
-		if a.Scontrol, a.Squeue, err = s.writeSlurm(dir, a.Node); err != nil {
+		if a.Scontrol, a.Squeue, err = s.writeSlurm(dir, a.Node, time.Now()); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("demo slurm: %w", err)
 		}
@@ -276,6 +234,12 @@ func (s *Scenario) writeProcesses(root string, gen uint64) error {
 			uid := podUIDs[p.Pod]
 			cgroup = fmt.Sprintf("/kubepods.slice/kubepods-pod%s.slice/cri-containerd-%s.scope",
 				strings.ReplaceAll(uid, "-", "_"), kubelettest.ContainerID(uid, containers[p.Pod+"/"+p.Container]))
+		case p.SlurmJob != "" && s.Slurm.Proctrack == "linuxproc":
+			// proctrack/linuxproc leaves tasks in slurmd's cgroup.
+			cgroup = "/system.slice/slurmd.service"
+			if user == "" {
+				user = jobUsers[p.SlurmJob]
+			}
 		case p.SlurmJob != "":
 			cgroup = fmt.Sprintf("/system.slice/slurmstepd.scope/job_%s/step_0/user/task_0", p.SlurmJob)
 			if user == "" {
@@ -305,6 +269,9 @@ func (s *Scenario) writeProcesses(root string, gen uint64) error {
 		if p.SlurmJob != "" {
 			files["environ"] = "SLURM_JOB_ID=" + p.SlurmJob + "\x00PATH=/usr/bin\x00"
 		}
+		for _, k := range sortedKeys(p.Environ) {
+			files["environ"] += k + "=" + p.Environ[k] + "\x00"
+		}
 		for name, content := range files {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 				return err
@@ -326,50 +293,4 @@ func (s *Scenario) processes() []ProcessSpec {
 		out = append(out, d.allProcesses()...)
 	}
 	return out
-}
-
-// writeSlurm writes scontrol and squeue stand-ins that answer as Slurm
-// 22.05 does: no --json, the text form of `show job --details`.
-func (s *Scenario) writeSlurm(dir, node string) (scontrol, squeue string, err error) {
-	var cases strings.Builder
-	var ids []string
-	for _, j := range s.Slurm.Jobs {
-		ids = append(ids, j.ID)
-		idx := make([]string, len(j.GPUs))
-		for i, g := range j.GPUs {
-			idx[i] = fmt.Sprint(g)
-		}
-		account, qos, partition := or(j.Account, "(null)"), or(j.QOS, "normal"), or(j.Partition, "gpu")
-		fmt.Fprintf(&cases, "%s) cat <<'EOF'\n", j.ID)
-		fmt.Fprintf(&cases, "JobId=%s JobName=%s\n   UserId=%s(1000) GroupId=%s(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=%s QOS=%s\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=%s AllocNode:Sid=%s:1\n   NodeList=%s\n   BatchHost=%s\n",
-			j.ID, or(j.Name, "job"), j.User, j.User, account, qos, partition, node, node, node)
-		if len(idx) > 0 {
-			fmt.Fprintf(&cases, "   JOB_GRES=gpu:%d\n     Nodes=%s CPU_IDs=0-7 Mem=0 GRES=gpu:%d(IDX:%s)\n", len(idx), node, len(idx), strings.Join(idx, ","))
-		}
-		cases.WriteString("EOF\n;;\n")
-	}
-	scontrol = filepath.Join(dir, "scontrol")
-	script := "#!/bin/sh\n# The demo's stand-in for Slurm 22.05's scontrol.\n" +
-		"case \"$1\" in --json) echo \"scontrol: unrecognized option '--json'\" >&2; exit 1 ;; listpids) echo 'No job steps exist on this node.' >&2; exit 1 ;; esac\n" +
-		"for last; do :; done\ncase \"$last\" in\n" + cases.String() +
-		"*) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1 ;;\nesac\n"
-	if err := os.WriteFile(scontrol, []byte(script), 0o755); err != nil {
-		return "", "", err
-	}
-	squeue = filepath.Join(dir, "squeue")
-	// The exporter asks for --format "%A|%i|%S": job ID, the ID as squeue
-	// shows it, start time (in Slurm's default time format).
-	start := time.Now().UTC().Format("2006-01-02T15:04:05")
-	body := "#!/bin/sh\n# The demo's stand-in for squeue: the node's running jobs.\n"
-	for _, id := range ids {
-		body += "echo '" + id + "|" + id + "|" + start + "'\n"
-	}
-	return scontrol, squeue, os.WriteFile(squeue, []byte(body), 0o755)
-}
-
-func or(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

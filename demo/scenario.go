@@ -173,12 +173,16 @@ type ProcessSpec struct {
 	Pod string `yaml:"pod"`
 	// Container is the pod's container the process runs in; default its
 	// first.
-	Container  string `yaml:"container"`
-	SlurmJob   string `yaml:"slurm_job"`
-	Unit       string `yaml:"unit"`
-	User       string `yaml:"user"`
-	Command    string `yaml:"command"`
-	MemoryUsed *Value `yaml:"memory_used"`
+	Container string `yaml:"container"`
+	SlurmJob  string `yaml:"slurm_job"`
+	Unit      string `yaml:"unit"`
+	// Environ are variables in the process's environment beyond those its
+	// owner gives it (SLURM_JOB_ID for a job's task): any user can set
+	// SLURM_JOB_ID in a login session or a service.
+	Environ    map[string]string `yaml:"environ"`
+	User       string            `yaml:"user"`
+	Command    string            `yaml:"command"`
+	MemoryUsed *Value            `yaml:"memory_used"`
 	// Utilization is the share of the device's SM time this process uses
 	// while busy (0..1); NVML samples it per process. Unset: no samples.
 	Utilization *Value `yaml:"utilization"`

@@ -63,6 +63,9 @@ func started(t *testing.T, s *Scenario) *Attribution {
 	return a
 }
 
+// slurmNode is a one-GPU scenario for the slurm section's parse errors.
+const slurmNode = "devices:\n  - {model: X, memory_total: 1GiB}\n"
+
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, want string
@@ -104,6 +107,18 @@ func TestParseErrors(t *testing.T) {
 		{"compute instance larger than its GPU instance", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 4c.3g.40gb}]}\n", "mig[0].profile"},
 		{"unknown kubernetes key", "devices:\n  - {model: X, memory_total: 1GiB}\nkubernetes:\n  pods:\n    - {namespace: a, name: p, uid: u, containrs: []}\n", "line 5: field containrs not found"},
 		{"kubernetes pod without uid", "devices:\n  - {model: X, memory_total: 1GiB}\nkubernetes:\n  pods:\n    - {namespace: a, name: p}\n", "kubernetes: pods[0]: pod a/p: namespace, name and uid are required"},
+		{"processes on a GPU in MIG mode", "devices:\n  - {model: X, memory_total: 1GiB, mig_mode: true, processes: [{pid: 7}]}\n", "runs processes in its MIG instances"},
+		{"environment variable with =", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7, environ: {\"A=B\": x}}]}\n", `environ "A=B"="x" is no environment variable`},
+		{"unknown Slurm version", slurmNode + "slurm: {version: \"17.11\", jobs: [{id: \"1\", user: a}]}\n", `slurm.version: "17.11"`},
+		{"unknown proctrack", slurmNode + "slurm: {proctrack: pgid, jobs: [{id: \"1\", user: a}]}\n", `slurm.proctrack: "pgid"`},
+		{"shards without shards_per_gpu", slurmNode + "slurm: {jobs: [{id: \"1\", user: a, shards: {0: 1}}]}\n", "slurm.jobs[0].shards: 1 of GPU 0's 0 shards"},
+		{"more shards than the GPU has", slurmNode + "slurm: {shards_per_gpu: 4, jobs: [{id: \"1\", user: a, shards: {0: 3}}, {id: \"2\", user: b, shards: {0: 2}}]}\n", "5 shards of GPU 0, which has 4"},
+		{"shards of a GPU held whole", slurmNode + "slurm: {shards_per_gpu: 4, jobs: [{id: \"1\", user: a, gpus: [0], shards: {0: 1}}]}\n", "GPU 0 is in gpus too"},
+		{"array task out of the array", slurmNode + "slurm: {jobs: [{id: \"1\", user: a, array: {task: 3, tasks: 2}}]}\n", "slurm.jobs[0].array: task 3 of 2"},
+		{"a forgotten job holding a GPU", slurmNode + "slurm: {jobs: [{id: \"1\", user: a, gpus: [0], gone: true}]}\n", "slurm.jobs[0].gone"},
+		{"requeue without a delay", slurmNode + "slurm: {jobs: [{id: \"1\", user: a, requeue_gpus: [0]}]}\n", "requeue_gpus: without requeue_after"},
+		{"bad requeue delay", slurmNode + "slurm: {jobs: [{id: \"1\", user: a, requeue_after: -1s}]}\n", `requeue_after: "-1s"`},
+		{"job listed twice", slurmNode + "slurm: {jobs: [{id: \"1\", user: a}, {id: \"1\", user: b}]}\n", "job 1 twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))

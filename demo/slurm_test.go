@@ -1,0 +1,175 @@
+package demo
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/slurm"
+)
+
+// runStandIn runs a Slurm stand-in and returns what it printed and its exit
+// code.
+func runStandIn(t *testing.T, path string, args ...string) (stdout []byte, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return out.Bytes(), errOut.String(), code
+}
+
+// The scontrol and squeue stand-ins answer as the scenario's Slurm does:
+// the text of `scontrol --details show job` (the same parser reads it as
+// real 22.05 output), --json from 24.05 on, a shared GRES by index before
+// 23.11.2 and by count per GPU since, the whole array for the array's ID
+// (and for any task with --json), "Invalid job id specified" for a job
+// Slurm forgot.
+func TestSlurmStandIn(t *testing.T) {
+	edges, err := os.ReadFile("../fixtures/scenarios/slurm-edges.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, version := range []string{"22.05", "24.05"} {
+		t.Run(version, func(t *testing.T) {
+			s, err := Parse(bytes.Replace(edges, []byte(`version: "24.05"`), []byte(`version: "`+version+`"`), 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := started(t, s)
+			out, stderr, code := runStandIn(t, a.Squeue, "--noheader", "--nodelist", a.Node, "--states", "RUNNING", "--format", "%A|%i|%S")
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if code != 0 || len(lines) != 5 || !strings.HasPrefix(lines[4], "21845|21845_1|") {
+				t.Errorf("squeue: %d %q %q; want 5 running jobs, the array task shown as 21845_1", code, out, stderr)
+			}
+
+			shard := slurm.SharedGPU{Index: 2} // 22.05: shard:2(IDX:2)
+			_, stderr, code = runStandIn(t, a.Scontrol, "--json", "--details", "show", "job", "205")
+			if version == "24.05" {
+				shard = slurm.SharedGPU{Index: 2, Alloc: 2, Avail: 4} // shard:2(0/4,0/4,2/4,...)
+				if code != 0 {
+					t.Errorf("--json: exit %d: %s", code, stderr)
+				}
+			} else if code != 1 || !strings.Contains(stderr, "unrecognized option '--json'") {
+				t.Errorf("--json on 22.05: exit %d, %q; want the option refused", code, stderr)
+			}
+			out, _, _ = runStandIn(t, a.Scontrol, "--details", "show", "job", "205")
+			jobs, err := slurm.ParseJobText(out)
+			if err != nil || len(jobs) != 1 || !reflect.DeepEqual(jobs[0].Shared, map[string][]slurm.SharedGPU{a.Node: {shard}}) {
+				t.Errorf("job 205: %+v, %v; want shard %+v\n%s", jobs, err, shard, out)
+			}
+
+			// The array: 1200 records past scontrol's 1 MiB for its ID, the
+			// task alone for <array>_<task> in text form.
+			out, _, _ = runStandIn(t, a.Scontrol, "--details", "show", "job", "21845")
+			if all, err := slurm.ParseJobText(out); err != nil || len(all) != 1200 || len(out) <= 1<<20 {
+				t.Errorf("job 21845: %d records in %d bytes, %v; want 1200 in more than 1 MiB", len(all), len(out), err)
+			}
+			out, _, _ = runStandIn(t, a.Scontrol, "--details", "show", "job", "21845_1")
+			if one, err := slurm.ParseJobText(out); err != nil || len(one) != 1 || one[0].ID != "21845" || one[0].User != "erin" ||
+				!reflect.DeepEqual(one[0].GPUs, map[string][]int{a.Node: {4}}) {
+				t.Errorf("job 21845_1: %+v, %v; want the task alone on GPU 4", one, err)
+			}
+
+			_, stderr, code = runStandIn(t, a.Scontrol, "--details", "show", "job", "125")
+			if code != 1 || stderr != "slurm_load_jobs error: Invalid job id specified\n" {
+				t.Errorf("job 125: exit %d, %q; want Invalid job id", code, stderr)
+			}
+			if version != "24.05" {
+				return
+			}
+			out, _, _ = runStandIn(t, a.Scontrol, "--json", "--details", "show", "job", "21845_1")
+			if all, err := slurm.ParseJobJSON(out); err != nil || len(all) != 1200 {
+				t.Errorf("--json job 21845_1: %d jobs, %v; want the whole array of 1200", len(all), err)
+			}
+			out, _, _ = runStandIn(t, a.Scontrol, "--json", "--details", "show", "job", "125")
+			if _, err := slurm.ParseJobJSON(out); !errors.Is(err, slurm.ErrJobNotFound) {
+				t.Errorf("--json job 125: %v; want not found", err)
+			}
+		})
+	}
+}
+
+// A job requeued after requeue_after runs again on requeue_gpus, with a
+// later start time in squeue and Restarts=1 in scontrol.
+func TestSlurmStandInRequeue(t *testing.T) {
+	s, err := Parse([]byte(`devices:
+  - {model: X, memory_total: 1GiB}
+  - {model: X, memory_total: 1GiB}
+slurm:
+  version: "24.05"
+  jobs: [{id: "123", user: alice, gpus: [0], requeue_after: 1s, requeue_gpus: [1]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := started(t, s)
+	read := func() (squeue string, job slurm.Job, restarts string) {
+		out, _, _ := runStandIn(t, a.Squeue)
+		text, _, _ := runStandIn(t, a.Scontrol, "--details", "show", "job", "123")
+		jobs, err := slurm.ParseJobText(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json, _, _ := runStandIn(t, a.Scontrol, "--json", "--details", "show", "job", "123")
+		if fromJSON, err := slurm.ParseJobJSON(json); err != nil || !reflect.DeepEqual(fromJSON[0].GPUs, jobs[0].GPUs) {
+			t.Errorf("JSON %+v, %v; text %+v", fromJSON, err, jobs)
+		}
+		_, after, _ := strings.Cut(string(text), "Restarts=")
+		return string(out), jobs[0], strings.Fields(after)[0]
+	}
+	before, job, restarts := read()
+	if !reflect.DeepEqual(job.GPUs, map[string][]int{a.Node: {0}}) || restarts != "0" {
+		t.Errorf("before the requeue: GPUs %v, Restarts=%s", job.GPUs, restarts)
+	}
+	// requeue_after 1s: at the first whole second past it, 2 s at most.
+	time.Sleep(2500 * time.Millisecond)
+	after, job, restarts := read()
+	if !reflect.DeepEqual(job.GPUs, map[string][]int{a.Node: {1}}) || restarts != "1" {
+		t.Errorf("after the requeue: GPUs %v, Restarts=%s", job.GPUs, restarts)
+	}
+	if before == after || !strings.HasPrefix(after, "123|123|") {
+		t.Errorf("squeue %q before the requeue and %q after: want a new start time", before, after)
+	}
+}
+
+// Under proctrack/linuxproc a job's processes are in slurmd's cgroup, and
+// scontrol listpids names their jobs.
+func TestSlurmStandInLinuxproc(t *testing.T) {
+	s, err := Parse([]byte(`devices:
+  - {model: X, memory_total: 1GiB, processes: [{pid: 71, slurm_job: "7"}, {pid: 72, user: bob, environ: {SLURM_JOB_ID: "7"}}]}
+slurm:
+  proctrack: linuxproc
+  jobs: [{id: "7", user: alice, gpus: [0]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := started(t, s)
+	out, _, code := runStandIn(t, a.Scontrol, "listpids")
+	steps, err := slurm.ParseListPIDs(out)
+	if code != 0 || err != nil || !reflect.DeepEqual(steps, []slurm.StepProcess{{PID: 71, JobID: "7", StepID: "0"}}) {
+		t.Errorf("listpids: %+v, %v (exit %d); want process 71 in job 7", steps, err, code)
+	}
+	for pid, want := range map[string]string{"71": "0::/system.slice/slurmd.service\n", "72": "0::/user.slice/user-1000.slice/session-1.scope\n"} {
+		if b, err := os.ReadFile(filepath.Join(a.Procfs, pid, "cgroup")); err != nil || string(b) != want {
+			t.Errorf("process %s: cgroup %q, %v; want %q", pid, b, err, want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(a.Procfs, "72", "environ")); err != nil || !bytes.Contains(b, []byte("\x00SLURM_JOB_ID=7\x00")) {
+		t.Errorf("process 72: environ %q, %v; want SLURM_JOB_ID=7 in it", b, err)
+	}
+}
