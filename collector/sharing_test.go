@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"path/filepath"
@@ -270,4 +271,79 @@ func TestSlurmSharingOracles(t *testing.T) {
 	check("xpu_workload_memory_used_bytes", 9<<30, `mig_instance="1"`, `slurm_job_id="12"`)
 	check("xpu_workload_allocated_devices", 1, `gpu="2"`, `slurm_job_id="13"`)
 	check("xpu_workload_utilization_ratio", 0, `gpu="2"`, `slurm_job_id="13"`)
+}
+
+// TestSlurmEdgesOracles scrapes fixtures/scenarios/slurm-edges.yaml, a
+// Slurm 24.05 node with the cases a black-box probe found mis-attributed,
+// through the production code from the scontrol and squeue stand-ins on.
+func TestSlurmEdgesOracles(t *testing.T) {
+	s, err := demo.Load(filepath.Join("..", "fixtures", "scenarios", "slurm-edges.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e := newAttributedExporterFor(t, s, func(c *Config) {
+		c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
+	})
+	scrapeText(t, e, 10*time.Second)
+	clk.set(testNow.Add(15 * time.Second))
+	out := scrapeText(t, e, 10*time.Second)
+	check := func(family string, want float64, matchers ...string) {
+		t.Helper()
+		if got := sample(t, out, family, matchers...); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s%v = %v, want %v", family, matchers, got, want)
+		}
+	}
+	absent := func(family string, matchers ...string) {
+		t.Helper()
+		for _, line := range strings.Split(out, "\n") {
+			ok := strings.HasPrefix(line, family+"{")
+			for _, m := range matchers {
+				ok = ok && strings.Contains(line, m)
+			}
+			if ok {
+				t.Errorf("unexpected series %s", line)
+			}
+		}
+	}
+	// Slurm answered every question, "Invalid job id" for job 125
+	// included: the source is up and every GPU has its count of owners.
+	check("xpu_attribution_source_up", 1, `source="slurm"`)
+	for gpu, n := range []float64{1, 1, 2, 1, 1, 1, 1} {
+		check("xpu_device_owners", n, fmt.Sprintf(`gpu="%d"`, gpu))
+	}
+	// GPU 0: job 123's GRES. Bob's session process claims the job in its
+	// environment, but is in no job cgroup: its 0.2 and 3 GiB are
+	// unattributed, the job's task has 0.4 and 6 GiB.
+	check("xpu_workload_allocated_devices", 1, `gpu="0"`, `slurm_job_id="123"`, `slurm_user="alice"`)
+	check("xpu_workload_utilization_ratio", 0.4, `gpu="0"`, `slurm_job_id="123"`)
+	check("xpu_workload_utilization_ratio", 0.2, `gpu="0"`, `workload_kind="unattributed"`)
+	check("xpu_workload_memory_used_bytes", 6<<30, `gpu="0"`, `slurm_job_id="123"`)
+	check("xpu_workload_memory_used_bytes", 3<<30, `gpu="0"`, `workload_kind="unattributed"`)
+	// GPU 1: no GRES; bob's process, SLURM_JOB_ID=123 notwithstanding, is
+	// bob's (his login sessions' slice; uid 1000, the scenario's first
+	// user after root), the sole owner, whose labels the device carries.
+	check("xpu_utilization_ratio", 0.3, `gpu="1"`, `unit="user-1000.slice"`, `user="bob"`, `command="miner"`)
+	absent("xpu_utilization_ratio", `gpu="1"`, `slurm_job_id=`)
+	// GPU 2: shards (24.05: shard:2(0/0,0/4,2/4,...)): job 205 2/4 = 0.5,
+	// job 206 1/4 = 0.25; job 205's process has all 0.3 of the device.
+	check("xpu_workload_allocated_devices", 0.5, `gpu="2"`, `slurm_job_id="205"`)
+	check("xpu_workload_allocated_devices", 0.25, `gpu="2"`, `slurm_job_id="206"`)
+	check("xpu_workload_utilization_ratio", 0.3, `gpu="2"`, `slurm_job_id="205"`)
+	check("xpu_workload_utilization_ratio", 0, `gpu="2"`, `slurm_job_id="206"`)
+	// GPU 3 in MIG mode without instances is GRES 3, whole; GPU 4 is
+	// therefore GRES 4, job 21845's, whose labels come from the task
+	// (21845_1) scontrol printed alone.
+	check("xpu_workload_allocated_devices", 1, `gpu="3"`, `slurm_job_id="207"`, `slurm_user="dave"`)
+	check("xpu_workload_allocated_devices", 1, `gpu="4"`, `slurm_job_id="21845"`, `slurm_user="erin"`)
+	check("xpu_utilization_ratio", 0.6, `gpu="4"`, `slurm_job_id="21845"`, `slurm_account="physics"`)
+	// GPU 5: job 125, which Slurm forgot, labelled by its ID alone, with no
+	// allocation.
+	check("xpu_utilization_ratio", 0.1, `gpu="5"`, `slurm_job_id="125"`)
+	absent("xpu_utilization_ratio", `gpu="5"`, `slurm_user=`)
+	absent("xpu_workload_allocated_devices", `gpu="5"`)
+	// GPU 6: job 123's second task, on a GPU no GRES holds: the job's
+	// usage (0.5), no allocated share; its GRES GPU is GPU 0.
+	check("xpu_workload_utilization_ratio", 0.5, `gpu="6"`, `slurm_job_id="123"`)
+	absent("xpu_workload_allocated_devices", `gpu="6"`)
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -320,4 +321,32 @@ func TestAttributionDRAWithoutCDISpecs(t *testing.T) {
 	if n := strings.Count(e.Logs(), "CDI specs not fully readable"); n != 1 {
 		t.Errorf("the missing directory was logged %d times over 3 scrapes, want once", n)
 	}
+}
+
+// TestAttributionSlurmEdges runs the binary on the Slurm 24.05 scenario of
+// the cases a black-box probe found mis-attributed (its scontrol and squeue
+// stand-ins answer --json, shards per GPU, a 1200-task array, a forgotten
+// job): Slurm is up, every GPU has its count of owners, and the owners are
+// Slurm's (collector TestSlurmEdgesOracles checks the split).
+func TestAttributionSlurmEdges(t *testing.T) {
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/slurm-edges.yaml")
+	out := scrapeXPU(t, e)
+	promtoolCheck(t, out)
+	if v := value(t, out, "xpu_attribution_source_up", `source="slurm"`); v != 1 {
+		t.Errorf("slurm source up = %v, want 1", v)
+	}
+	for gpu, want := range []float64{1, 1, 2, 1, 1, 1, 1} {
+		if v := value(t, out, "xpu_device_owners", fmt.Sprintf(`gpu="%d"`, gpu)); v != want {
+			t.Errorf("GPU %d: %v owners, want %v", gpu, v, want)
+		}
+	}
+	// 2 and 1 of GPU 2's 4 shards.
+	for job, want := range map[string]float64{"205": 0.5, "206": 0.25} {
+		if v := value(t, out, "xpu_workload_allocated_devices", `gpu="2"`, `slurm_job_id="`+job+`"`); v != want {
+			t.Errorf("job %s holds %v of GPU 2, want %v", job, v, want)
+		}
+	}
+	value(t, out, "xpu_workload_allocated_devices", `gpu="4"`, `slurm_job_id="21845"`, `slurm_user="erin"`)
+	value(t, out, "xpu_temperature_celsius", `gpu="1"`, `unit="user-1000.slice"`, `user="bob"`)
+	value(t, out, "xpu_temperature_celsius", `gpu="5"`, `slurm_job_id="125"`)
 }
