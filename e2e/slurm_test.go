@@ -22,6 +22,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/attribution/process"
 	"github.com/xpu-exporter/xpu_exporter/internal/testenv"
 )
 
@@ -50,6 +51,15 @@ func TestSlurmEndToEnd(t *testing.T) {
 			// attribution/process tests on real v1 captures.
 			if proctrack == "cgroup" && !cgroupV1Freezer() {
 				t.Skip("no cgroup v1 freezer hierarchy at /sys/fs/cgroup/freezer: Slurm 22.05's proctrack/cgroup (cgroup/v1) cannot run here")
+			}
+			// Under proctrack/linuxproc the jobs' tasks stay in slurmd's
+			// cgroup, here the test's own; the exporter asks slurmd or
+			// the environment only for a process in a cgroup where a real
+			// node's slurmd runs (slurmd.service, or the root cgroup of a
+			// node without systemd). A test run from a systemd unit or
+			// login session cannot give its slurmd such a cgroup.
+			if own, err := os.ReadFile("/proc/self/cgroup"); proctrack == "linuxproc" && (err != nil || !process.ParseCgroup(own).SlurmdCgroup()) {
+				t.Skipf("the test runs in cgroup %q, not where proctrack/linuxproc leaves a real node's tasks (slurmd.service, or / without systemd)", strings.TrimSpace(string(own)))
 			}
 			c := startSlurm(t, tools, proctrack)
 			testSlurmAttribution(t, c)
