@@ -294,6 +294,11 @@ func TestOTLPShutdownErrorRedacted(t *testing.T) {
 		t.Run(protocol, func(t *testing.T) {
 			r := newReceiver(t, protocol)
 			r.setDown(true)
+			// Refused for good: a retried refusal may end in the
+			// deadline's error, which echoes nothing to redact.
+			r.mu.Lock()
+			r.permanent = true
+			r.mu.Unlock()
 			p := startPusher(t, r, protocol, Flags{
 				Interval: 2 * time.Second, Timeout: time.Second,
 				Headers: []string{"Authorization=Bearer topsecret-token"},

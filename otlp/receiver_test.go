@@ -27,13 +27,17 @@ import (
 // receiver is an in-process OTLP receiver over gRPC or HTTP that decodes
 // the real protobuf messages. While down it refuses every push with a
 // retryable error (HTTP 503, gRPC UNAVAILABLE) whose message echoes the
-// request's headers, as a careless or hostile backend might.
+// request's headers, as a careless or hostile backend might; with
+// permanent, with an error the exporter does not retry (HTTP 400, gRPC
+// INVALID_ARGUMENT), which it then returns as it is rather than, as its
+// retries may, the deadline's.
 type receiver struct {
 	url    *url.URL
 	pushes chan push
 
 	mu          sync.Mutex
 	down        bool
+	permanent   bool
 	delay       time.Duration // before each answer
 	inflight    int
 	maxInflight int
@@ -55,6 +59,14 @@ func (r *receiver) setDown(down bool) {
 	r.down = down
 }
 
+// refusal is the receiver's refusal of a push: retryable unless permanent.
+type refusal struct {
+	msg       string
+	permanent bool
+}
+
+func (e refusal) Error() string { return e.msg }
+
 // enter records one request in flight; the returned error is non-nil
 // while the receiver is down.
 func (r *receiver) enter(headers map[string]string) (leave func(), err error) {
@@ -73,7 +85,7 @@ func (r *receiver) enter(headers map[string]string) (leave func(), err error) {
 	}
 	if r.down {
 		r.refused++
-		return leave, fmt.Errorf("receiver down; you sent %v", headers)
+		return leave, refusal{msg: fmt.Sprintf("receiver down; you sent %v", headers), permanent: r.permanent}
 	}
 	return leave, nil
 }
@@ -112,7 +124,11 @@ func (r *receiver) httpHandler() http.Handler {
 		leave, err := r.enter(headers)
 		defer leave()
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			code := http.StatusServiceUnavailable
+			if err.(refusal).permanent {
+				code = http.StatusBadRequest
+			}
+			http.Error(w, err.Error(), code)
 			return
 		}
 		var body io.Reader = http.MaxBytesReader(w, req.Body, 64<<20)
@@ -154,7 +170,11 @@ func (g grpcReceiver) Export(ctx context.Context, req *colmetricpb.ExportMetrics
 	leave, err := g.r.enter(headers)
 	defer leave()
 	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
+		code := codes.Unavailable
+		if err.(refusal).permanent {
+			code = codes.InvalidArgument
+		}
+		return nil, status.Error(code, err.Error())
 	}
 	g.r.mu.Lock()
 	encoding := g.r.grpcEncoding
