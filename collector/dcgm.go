@@ -100,27 +100,37 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 	type key struct{ uuid, gi string }
 	byDevice := map[key]map[string]float64{}
 	families, err := engines.Scrape(ctx, c.client, *dcgmURL, engines.Limits{MaxBytes: *dcgmMaxBytes, MaxSeries: 100000, Keep: engines.DCGMWanted})
-	if err == nil && len(families) == 0 {
-		// An answer without a single profiling field is another
-		// endpoint (a login page, node_exporter on the wrong port) or a
-		// counters file without them: nothing to join, which a success
-		// would hide.
-		err = errors.New("no DCGM_FI_PROF_* field in the response: not dcgm-exporter, or its counters file lists none")
+	var readings []engines.DCGMReading
+	if err == nil {
+		var skipped int
+		readings, skipped = engines.DCGMProfiling(families)
+		switch {
+		case len(families) == 0:
+			// An answer without a single profiling field is another
+			// endpoint (a login page, node_exporter on the wrong port) or
+			// a counters file without them: nothing to join, which a
+			// success would hide.
+			err = errors.New("no DCGM_FI_PROF_* field in the response: not dcgm-exporter, or its counters file lists none")
+		case len(readings) == 0 && skipped > 0:
+			// dcgm-exporter labels every series with its GPU's UUID;
+			// profiling fields none of which can be joined are not its
+			// output as documented.
+			err = fmt.Errorf("none of the %d DCGM_FI_PROF_* series names its GPU (a UUID label) with a valid value", skipped)
+		}
 	}
 	c.logChange(err)
 	if err != nil {
 		err = fmt.Errorf("dcgm-exporter: %w", err)
-	} else {
-		readings, _ := engines.DCGMProfiling(families)
-		for _, r := range readings {
-			// NVML prints UUIDs with lower-case hex, and so does
-			// dcgm-exporter; a case-insensitive join costs nothing.
-			k := key{strings.ToLower(r.UUID), r.GPUInstance}
-			if byDevice[k] == nil {
-				byDevice[k] = map[string]float64{}
-			}
-			byDevice[k][r.Field] = r.Value
+		readings = nil
+	}
+	for _, r := range readings {
+		// NVML prints UUIDs with lower-case hex, and so does
+		// dcgm-exporter; a case-insensitive join costs nothing.
+		k := key{strings.ToLower(r.UUID), r.GPUInstance}
+		if byDevice[k] == nil {
+			byDevice[k] = map[string]float64{}
 		}
+		byDevice[k][r.Field] = r.Value
 	}
 	devKey := func(d *Device) key {
 		if d.MIG != nil {

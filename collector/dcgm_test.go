@@ -93,6 +93,8 @@ func TestDCGMBridgeFailures(t *testing.T) {
 		// A wrong --dcgm.url answers too; it joins nothing.
 		{"another exporter's metrics", "# TYPE node_load1 gauge\nnode_load1 0.5\n", 0},
 		{"a login page", "<html><body>Sign in</body></html>\n", 0},
+		// Profiling fields none of which names its GPU.
+		{"no UUID label", "# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\nDCGM_FI_PROF_SM_ACTIVE{gpu=\"0\",pci_bus_id=\"00000000:3B:00.0\"} 0.5\n", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dcgmEndpoint(t, tc.body, tc.delay)
