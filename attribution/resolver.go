@@ -766,24 +766,28 @@ func (r *Resolver) logOnceMsg(err error, msg string) {
 // indexDevices returns a lookup from a device plugin's reference to the
 // UUID of the device it names. Indexes and serials are keyed with the
 // vendor: on a node with NVIDIA and Gaudi devices, NVIDIA's index "3" and
-// Gaudi's "hl3" name different devices.
+// Gaudi's "hl3" name different devices. A PCI address names one device
+// whatever the vendor, but only a device of the resource's vendor: an
+// amd.com/gpu ID holding an NVIDIA GPU's address is a plugin's mistake,
+// not an allocation of that GPU.
 func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
+	type byVendor struct{ uuid, vendor string }
 	byUUID := map[string]string{}
-	byBus := map[string]string{}
+	byBus := map[string]byVendor{}
 	byIndex := map[string]string{}
 	byMIG := map[string]string{}
 	bySerial := map[string]string{}
-	byPartition := map[string]string{}
+	byPartition := map[string]byVendor{}
 	for _, d := range devices {
 		byUUID[d.UUID] = d.UUID
 		if d.Partition != "" {
 			// A PCI address in either form; an amdgpu_xcp_<n> name is
 			// left as it is (normalizeBusID only lower-cases it).
-			byPartition[normalizeBusID(d.Partition)] = d.UUID
+			byPartition[normalizeBusID(d.Partition)] = byVendor{d.UUID, d.Vendor}
 		}
 		if d.ParentUUID == "" {
 			if d.PCIBusID != "" {
-				byBus[normalizeBusID(d.PCIBusID)] = d.UUID
+				byBus[normalizeBusID(d.PCIBusID)] = byVendor{d.UUID, d.Vendor}
 			}
 			if d.Serial != "" {
 				bySerial[d.Vendor+"/"+d.Serial] = d.UUID
@@ -803,6 +807,14 @@ func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
 			}
 		}
 	}
+	// A reference of a resource no vendor is known for (a custom pattern)
+	// may name any vendor's device.
+	ofVendor := func(e byVendor, found bool, vendor string) (string, bool) {
+		if !found || vendor != "" && e.vendor != vendor {
+			return "", false
+		}
+		return e.uuid, true
+	}
 	return func(ref kubernetes.DeviceRef) (string, bool) {
 		var uuid string
 		var ok bool
@@ -810,11 +822,15 @@ func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
 		case ref.UUID != "":
 			uuid, ok = byUUID[ref.UUID]
 		case ref.PCIBusID != "":
-			if uuid, ok = byPartition[normalizeBusID(ref.PCIBusID)]; !ok {
-				uuid, ok = byBus[normalizeBusID(ref.PCIBusID)]
+			bus := normalizeBusID(ref.PCIBusID)
+			e, found := byPartition[bus]
+			if !found {
+				e, found = byBus[bus]
 			}
+			uuid, ok = ofVendor(e, found, ref.Vendor)
 		case ref.Partition != "":
-			uuid, ok = byPartition[normalizeBusID(ref.Partition)]
+			e, found := byPartition[normalizeBusID(ref.Partition)]
+			uuid, ok = ofVendor(e, found, ref.Vendor)
 		case ref.Index != "":
 			uuid, ok = byIndex[ref.Vendor+"/"+ref.Index]
 		case ref.Serial != "":

@@ -523,6 +523,11 @@ func TestIndexDevicesMixedNode(t *testing.T) {
 		{"nvidia.com/gpu", "0", "GPU-a"},
 		// An NVIDIA serial is no Gaudi device plugin ID.
 		{"habana.ai/gaudi", "1652000000", ""},
+		// Another vendor's PCI address names no device of the resource's
+		// vendor (found by probing: it gave the pod the NVIDIA GPU).
+		{"habana.ai/gaudi", "0000:18:00.0", ""},
+		{"amd.com/gpu", "0000:19:00.0", ""},
+		{"amd.com/gpu", "0000:28:00.0", ""},
 	} {
 		ref, err := kubernetes.NormalizeDeviceID(tt.resource, tt.id)
 		if err != nil {
