@@ -6,13 +6,14 @@ package demo
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -793,11 +794,6 @@ func (d *DutySpec) parse() error {
 	return nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	return slices.Sorted(maps.Keys(m))
 }

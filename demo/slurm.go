@@ -124,7 +124,7 @@ func (s *Scenario) validateSlurm() (map[string]bool, []error) {
 		for _, g := range j.GPUs {
 			gresIndex(where+".gpus", g)
 		}
-		for _, g := range sortedInts(j.Shards) {
+		for _, g := range sortedKeys(j.Shards) {
 			gresIndex(where+".shards", g)
 			if n := j.Shards[g]; n < 1 || n > s.Slurm.ShardsPerGPU {
 				bad("%s.shards: %d of GPU %d's %d shards (slurm.shards_per_gpu)", where, n, g, s.Slurm.ShardsPerGPU)
@@ -155,21 +155,12 @@ func (s *Scenario) validateSlurm() (map[string]bool, []error) {
 		}
 		jobs[j.ID] = true
 	}
-	for _, g := range sortedInts(shardsUsed) {
+	for _, g := range sortedKeys(shardsUsed) {
 		if shardsUsed[g] > s.Slurm.ShardsPerGPU {
 			bad("slurm.jobs: %d shards of GPU %d, which has %d", shardsUsed[g], g, s.Slurm.ShardsPerGPU)
 		}
 	}
 	return jobs, errs
-}
-
-func sortedInts[V any](m map[int]V) []int {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // writeSlurm writes scontrol and squeue stand-ins answering as the Slurm of
@@ -348,7 +339,7 @@ func (s *Scenario) gresDetail(gpus []int, shards map[int]int) string {
 			}
 			items = append(items, fmt.Sprintf("shard:%d(%s)", total, strings.Join(counts, ",")))
 		} else {
-			items = append(items, fmt.Sprintf("shard:%d(IDX:%s)", total, joinInts(sortedInts(shards))))
+			items = append(items, fmt.Sprintf("shard:%d(IDX:%s)", total, joinInts(sortedKeys(shards))))
 		}
 	}
 	return strings.Join(items, ",")

@@ -222,13 +222,9 @@ func canonicalPodUID(raw string) (string, bool) {
 	case 32:
 		return raw, isHex(raw)
 	case 36:
-		for i := range len(raw) {
-			dash := i == 8 || i == 13 || i == 18 || i == 23
-			if dash != (raw[i] == '-') || !dash && !isHex(raw[i:i+1]) {
-				return "", false
-			}
+		if isUUID(raw) {
+			return raw, true
 		}
-		return raw, true
 	}
 	return "", false
 }
