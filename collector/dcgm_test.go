@@ -71,11 +71,7 @@ func TestDCGMBridgeJoinIgnoresCase(t *testing.T) {
 
 func TestDCGMBridgePrefersGPM(t *testing.T) {
 	dcgmEndpoint(t, t4Profiling, 0)
-	now := testNow
-	e := newTestExporterAt(t, demo.Default(), map[string]bool{"nvidia": true, "dcgm": true}, func() time.Time { return now })
-	scrapeText(t, e, 5*time.Second)
-	now = now.Add(15 * time.Second)
-	out := scrapeText(t, e, 5*time.Second)
+	out := secondScrapeWithGPM(t)
 	gpu0 := `uuid="GPU-2b149611-0000-4000-8000-000000000000"`
 	if v := sample(t, out, "xpu_sm_active_ratio", gpu0); v == 0.999 {
 		t.Error("a GPU with GPM took DCGM's reading")
@@ -236,11 +232,7 @@ func TestDCGMBridgePCIePrefersGPM(t *testing.T) {
 	dcgmEndpoint(t, `# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge
 DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0",UUID="GPU-2b149611-0000-4000-8000-000000000000"} 123456789
 `, 0)
-	now := testNow
-	e := newTestExporterAt(t, demo.Default(), map[string]bool{"nvidia": true, "dcgm": true}, func() time.Time { return now })
-	scrapeText(t, e, 5*time.Second)
-	now = now.Add(15 * time.Second)
-	out := scrapeText(t, e, 5*time.Second)
+	out := secondScrapeWithGPM(t)
 	if v := sample(t, out, "xpu_pcie_throughput_bytes_per_second", `uuid="GPU-2b149611-0000-4000-8000-000000000000"`, `direction="tx"`); v == 123456789 {
 		t.Error("a GPU with GPM took DCGM's PCIe reading")
 	}
@@ -340,11 +332,7 @@ func TestDCGMBridgeGPMGPUInMIGMode(t *testing.T) {
 	dcgmEndpoint(t, `# TYPE DCGM_FI_PROF_SM_ACTIVE gauge
 DCGM_FI_PROF_SM_ACTIVE{gpu="4",UUID="`+h100+`"} 0.61
 `, 0)
-	now := testNow
-	e := newTestExporterAt(t, demo.Default(), map[string]bool{"nvidia": true, "dcgm": true}, func() time.Time { return now })
-	scrapeText(t, e, 5*time.Second)
-	now = now.Add(15 * time.Second)
-	out := scrapeText(t, e, 5*time.Second)
+	out := secondScrapeWithGPM(t)
 	if !regexp.MustCompile(`(?m)^xpu_sm_active_ratio\{[^}]*parent_uuid="` + h100 + `"`).MatchString(out) {
 		t.Fatalf("the H100's instances have no GPM readings: the test proves nothing\n%s", grepLines(out, "xpu_sm_active_ratio"))
 	}
@@ -382,4 +370,16 @@ func TestDCGMFlagsCheckedAtStart(t *testing.T) {
 			t.Errorf("the password is in the error: %v", err)
 		}
 	}
+}
+
+// secondScrapeWithGPM is the second scrape, 15 s after the first, of the
+// default demo with the dcgm collector on: GPM's readings are differences
+// of two samples.
+func secondScrapeWithGPM(t *testing.T) string {
+	t.Helper()
+	now := testNow
+	e := newTestExporterAt(t, demo.Default(), map[string]bool{"nvidia": true, "dcgm": true}, func() time.Time { return now })
+	scrapeText(t, e, 5*time.Second)
+	now = now.Add(15 * time.Second)
+	return scrapeText(t, e, 5*time.Second)
 }

@@ -492,14 +492,7 @@ func TestGaudiSharedRunOutlivesTheShorterWaiter(t *testing.T) {
 			}
 			results := make([]chan result, 2)
 			cancels := make([]context.CancelFunc, 2)
-			waiters := func() int {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				if c.inflight == nil {
-					return 0
-				}
-				return c.inflight.waiters
-			}
+			waiters := func() int { return inflightWaiters(c) }
 			for i, d := range []time.Duration{tc.first, tc.second} {
 				ctx, cancel := context.WithTimeout(context.Background(), d)
 				defer cancel()
@@ -563,14 +556,7 @@ func TestGaudiLongerScrapeIsNotServedAShorterOnesSnapshot(t *testing.T) {
 	starts := slowHLSMI(t, "3s") // not answered when the first scrape is ended
 	e := newGaudiExporter(t, selfPath(t), &syncbuf.Buffer{})
 	c := e.collectors["gaudi"].(*gaudiCollector)
-	waiters := func() int {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.inflight == nil {
-			return 0
-		}
-		return c.inflight.waiters
-	}
+	waiters := func() int { return inflightWaiters(c) }
 	// The first scrape is ended by cancelling it, before its deadline, so
 	// that the order of events, not timing, makes the case.
 	short, endShort := context.WithTimeout(context.Background(), time.Minute)
@@ -922,4 +908,14 @@ func TestGaudiInfoWithoutUUID(t *testing.T) {
 	if !strings.Contains(line, `pci_bus_id="0000:`) || !strings.Contains(line, `serial="`) || strings.Contains(line, "uuid=") {
 		t.Errorf("device 0's info without a uuid: %q", line)
 	}
+}
+
+// inflightWaiters is how many scrapes wait for c's hl-smi run under way.
+func inflightWaiters(c *gaudiCollector) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inflight == nil {
+		return 0
+	}
+	return c.inflight.waiters
 }

@@ -3,7 +3,6 @@ package collector
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,6 +39,14 @@ func scrapeSharing(t *testing.T, opts ...func(*demo.Scenario)) string {
 	for _, o := range opts {
 		o(s)
 	}
+	return secondScrape(t, s)
+}
+
+// secondScrape is the second scrape of s with attribution, 15 s of the
+// simulated clock after the first: the window of per-process samples and
+// GPM's readings is those 15 s.
+func secondScrape(t *testing.T, s *demo.Scenario) string {
+	t.Helper()
 	clk := &testClock{t: testNow}
 	e := newAttributedExporterFor(t, s, func(c *Config) {
 		c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
@@ -242,35 +249,24 @@ func TestSlurmSharingOracles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &testClock{t: testNow}
-	e := newAttributedExporterFor(t, s, func(c *Config) {
-		c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
-	})
-	scrapeText(t, e, 10*time.Second)
-	clk.set(testNow.Add(15 * time.Second))
-	out := scrapeText(t, e, 10*time.Second)
-	check := func(family string, want float64, matchers ...string) {
-		t.Helper()
-		if got := sample(t, out, family, matchers...); math.Abs(got-want) > 1e-9 {
-			t.Errorf("%s%v = %v, want %v", family, matchers, got, want)
-		}
-	}
+	out := secondScrape(t, s)
+	check, _ := oracleChecks(out)
 	gpu0 := `uuid="GPU-`
 	// GPU 0: job 10 holds it through GRES; job 11's process on it makes job
 	// 11 an owner with none of the allocation. Device: 0.4 + 0.2 = 0.6,
 	// split 0.4 : 0.2.
-	check("xpu_utilization_ratio", 0.6, gpu0, `gpu="0"`)
-	check("xpu_workload_utilization_ratio", 0.4, `gpu="0"`, `slurm_job_id="10"`, `slurm_account="physics"`)
-	check("xpu_workload_utilization_ratio", 0.2, `gpu="0"`, `slurm_job_id="11"`, `slurm_account="chem"`)
-	check("xpu_workload_allocated_devices", 1, `gpu="0"`, `slurm_job_id="10"`)
-	check("xpu_workload_memory_used_bytes", 12<<30, `gpu="0"`, `slurm_job_id="10"`)
-	check("xpu_workload_memory_used_bytes", 4<<30, `gpu="0"`, `slurm_job_id="11"`)
+	check(t, "xpu_utilization_ratio", 0.6, gpu0, `gpu="0"`)
+	check(t, "xpu_workload_utilization_ratio", 0.4, `gpu="0"`, `slurm_job_id="10"`, `slurm_account="physics"`)
+	check(t, "xpu_workload_utilization_ratio", 0.2, `gpu="0"`, `slurm_job_id="11"`, `slurm_account="chem"`)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `slurm_job_id="10"`)
+	check(t, "xpu_workload_memory_used_bytes", 12<<30, `gpu="0"`, `slurm_job_id="10"`)
+	check(t, "xpu_workload_memory_used_bytes", 4<<30, `gpu="0"`, `slurm_job_id="11"`)
 	// GRES index 2 is GPU 1's second MIG handle (GPU instance 1, 3g: 3/7),
 	// not GPU 2. Index 3 is GPU 2, job 13's, idle: 0 of its 0.
-	check("xpu_workload_allocated_devices", 3.0/7, `mig_instance="1"`, `slurm_job_id="12"`)
-	check("xpu_workload_memory_used_bytes", 9<<30, `mig_instance="1"`, `slurm_job_id="12"`)
-	check("xpu_workload_allocated_devices", 1, `gpu="2"`, `slurm_job_id="13"`)
-	check("xpu_workload_utilization_ratio", 0, `gpu="2"`, `slurm_job_id="13"`)
+	check(t, "xpu_workload_allocated_devices", 3.0/7, `mig_instance="1"`, `slurm_job_id="12"`)
+	check(t, "xpu_workload_memory_used_bytes", 9<<30, `mig_instance="1"`, `slurm_job_id="12"`)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="2"`, `slurm_job_id="13"`)
+	check(t, "xpu_workload_utilization_ratio", 0, `gpu="2"`, `slurm_job_id="13"`)
 }
 
 // TestSlurmEdgesOracles scrapes fixtures/scenarios/slurm-edges.yaml, a
@@ -281,69 +277,46 @@ func TestSlurmEdgesOracles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &testClock{t: testNow}
-	e := newAttributedExporterFor(t, s, func(c *Config) {
-		c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
-	})
-	scrapeText(t, e, 10*time.Second)
-	clk.set(testNow.Add(15 * time.Second))
-	out := scrapeText(t, e, 10*time.Second)
-	check := func(family string, want float64, matchers ...string) {
-		t.Helper()
-		if got := sample(t, out, family, matchers...); math.Abs(got-want) > 1e-9 {
-			t.Errorf("%s%v = %v, want %v", family, matchers, got, want)
-		}
-	}
-	absent := func(family string, matchers ...string) {
-		t.Helper()
-		for _, line := range strings.Split(out, "\n") {
-			ok := strings.HasPrefix(line, family+"{")
-			for _, m := range matchers {
-				ok = ok && strings.Contains(line, m)
-			}
-			if ok {
-				t.Errorf("unexpected series %s", line)
-			}
-		}
-	}
+	out := secondScrape(t, s)
+	check, absent := oracleChecks(out)
 	// Slurm answered every question, "Invalid job id" for job 125
 	// included: the source is up and every GPU has its count of owners.
-	check("xpu_attribution_source_up", 1, `source="slurm"`)
+	check(t, "xpu_attribution_source_up", 1, `source="slurm"`)
 	for gpu, n := range []float64{1, 1, 2, 1, 1, 1, 1} {
-		check("xpu_device_owners", n, fmt.Sprintf(`gpu="%d"`, gpu))
+		check(t, "xpu_device_owners", n, fmt.Sprintf(`gpu="%d"`, gpu))
 	}
 	// GPU 0: job 123's GRES. Bob's session process claims the job in its
 	// environment, but is in no job cgroup: its 0.2 and 3 GiB are
 	// unattributed, the job's task has 0.4 and 6 GiB.
-	check("xpu_workload_allocated_devices", 1, `gpu="0"`, `slurm_job_id="123"`, `slurm_user="alice"`)
-	check("xpu_workload_utilization_ratio", 0.4, `gpu="0"`, `slurm_job_id="123"`)
-	check("xpu_workload_utilization_ratio", 0.2, `gpu="0"`, `workload_kind="unattributed"`)
-	check("xpu_workload_memory_used_bytes", 6<<30, `gpu="0"`, `slurm_job_id="123"`)
-	check("xpu_workload_memory_used_bytes", 3<<30, `gpu="0"`, `workload_kind="unattributed"`)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `slurm_job_id="123"`, `slurm_user="alice"`)
+	check(t, "xpu_workload_utilization_ratio", 0.4, `gpu="0"`, `slurm_job_id="123"`)
+	check(t, "xpu_workload_utilization_ratio", 0.2, `gpu="0"`, `workload_kind="unattributed"`)
+	check(t, "xpu_workload_memory_used_bytes", 6<<30, `gpu="0"`, `slurm_job_id="123"`)
+	check(t, "xpu_workload_memory_used_bytes", 3<<30, `gpu="0"`, `workload_kind="unattributed"`)
 	// GPU 1: no GRES; bob's process, SLURM_JOB_ID=123 notwithstanding, is
 	// bob's (his login sessions' slice; uid 1000, the scenario's first
 	// user after root), the sole owner, whose labels the device carries.
-	check("xpu_utilization_ratio", 0.3, `gpu="1"`, `unit="user-1000.slice"`, `user="bob"`, `command="miner"`)
-	absent("xpu_utilization_ratio", `gpu="1"`, `slurm_job_id=`)
+	check(t, "xpu_utilization_ratio", 0.3, `gpu="1"`, `unit="user-1000.slice"`, `user="bob"`, `command="miner"`)
+	absent(t, "xpu_utilization_ratio", `gpu="1"`, `slurm_job_id=`)
 	// GPU 2: shards (24.05: shard:2(0/0,0/4,2/4,...)): job 205 2/4 = 0.5,
 	// job 206 1/4 = 0.25; job 205's process has all 0.3 of the device.
-	check("xpu_workload_allocated_devices", 0.5, `gpu="2"`, `slurm_job_id="205"`)
-	check("xpu_workload_allocated_devices", 0.25, `gpu="2"`, `slurm_job_id="206"`)
-	check("xpu_workload_utilization_ratio", 0.3, `gpu="2"`, `slurm_job_id="205"`)
-	check("xpu_workload_utilization_ratio", 0, `gpu="2"`, `slurm_job_id="206"`)
+	check(t, "xpu_workload_allocated_devices", 0.5, `gpu="2"`, `slurm_job_id="205"`)
+	check(t, "xpu_workload_allocated_devices", 0.25, `gpu="2"`, `slurm_job_id="206"`)
+	check(t, "xpu_workload_utilization_ratio", 0.3, `gpu="2"`, `slurm_job_id="205"`)
+	check(t, "xpu_workload_utilization_ratio", 0, `gpu="2"`, `slurm_job_id="206"`)
 	// GPU 3 in MIG mode without instances is GRES 3, whole; GPU 4 is
 	// therefore GRES 4, job 21845's, whose labels come from the task
 	// (21845_1) scontrol printed alone.
-	check("xpu_workload_allocated_devices", 1, `gpu="3"`, `slurm_job_id="207"`, `slurm_user="dave"`)
-	check("xpu_workload_allocated_devices", 1, `gpu="4"`, `slurm_job_id="21845"`, `slurm_user="erin"`)
-	check("xpu_utilization_ratio", 0.6, `gpu="4"`, `slurm_job_id="21845"`, `slurm_account="physics"`)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="3"`, `slurm_job_id="207"`, `slurm_user="dave"`)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="4"`, `slurm_job_id="21845"`, `slurm_user="erin"`)
+	check(t, "xpu_utilization_ratio", 0.6, `gpu="4"`, `slurm_job_id="21845"`, `slurm_account="physics"`)
 	// GPU 5: job 125, which Slurm forgot, labelled by its ID alone, with no
 	// allocation.
-	check("xpu_utilization_ratio", 0.1, `gpu="5"`, `slurm_job_id="125"`)
-	absent("xpu_utilization_ratio", `gpu="5"`, `slurm_user=`)
-	absent("xpu_workload_allocated_devices", `gpu="5"`)
+	check(t, "xpu_utilization_ratio", 0.1, `gpu="5"`, `slurm_job_id="125"`)
+	absent(t, "xpu_utilization_ratio", `gpu="5"`, `slurm_user=`)
+	absent(t, "xpu_workload_allocated_devices", `gpu="5"`)
 	// GPU 6: job 123's second task, on a GPU no GRES holds: the job's
 	// usage (0.5), no allocated share; its GRES GPU is GPU 0.
-	check("xpu_workload_utilization_ratio", 0.5, `gpu="6"`, `slurm_job_id="123"`)
-	absent("xpu_workload_allocated_devices", `gpu="6"`)
+	check(t, "xpu_workload_utilization_ratio", 0.5, `gpu="6"`, `slurm_job_id="123"`)
+	absent(t, "xpu_workload_allocated_devices", `gpu="6"`)
 }
