@@ -682,6 +682,8 @@ esac`)
 			503: "/system.slice/ollama.service",
 			504: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_3",
 			505: "/system.slice/slurmstepd.scope/job_43/step_0/user/task_0",
+			506: "/system.slice/vllm.service",
+			507: "/system.slice/slurmstepd.scope/job_41/step_0/user/task_4",
 		}),
 	})
 	res := r.Resolve(context.Background(), []Device{
@@ -689,6 +691,7 @@ esac`)
 		{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{501}},
 		{UUID: "GPU-2", Index: 2, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{502, 503}},
 		{UUID: "GPU-3", Index: 3, MIGIndex: -1, GRESIndex: 3, PIDs: []uint32{504, 505}},
+		{UUID: "GPU-4", Index: 4, MIGIndex: -1, GRESIndex: 4, PIDs: []uint32{507, 503, 506}},
 	})
 	type want struct {
 		owner string // job ID or unit
@@ -701,6 +704,10 @@ esac`)
 		// GPU's share (1/1); the job none.
 		"GPU-2": {{"41", 0}, {"ollama.service", 1}},
 		"GPU-3": {{"41", 0}, {"43", 0}}, // two jobs, neither given the GPU
+		// Two units and the job: the GPU is split between the owners
+		// that take a share, 1/2 each, not 1/3 each with a third left to
+		// the job (1/2 + 1/2 + 0 = 1).
+		"GPU-4": {{"41", 0}, {"ollama.service", 0.5}, {"vllm.service", 0.5}},
 	} {
 		c := res.Devices[uuid].Claims
 		if len(c) != len(w) {
