@@ -405,9 +405,9 @@ type EngineShare struct {
 // constantly monotonic if it makes the driver implementation easier, but
 // are required to catch up with the previously reported larger value
 // within a reasonable period"), and what the client ran meanwhile is not
-// known; Baseline keeps the larger value for the next window. The two scans are not atomic with the clock
-// readings, so a ratio may exceed 1 by the jitter of reading the files; it
-// is capped at 1. So is a known client's, whose engine's rings may also run
+// known; Baseline keeps the larger value for the next window. The two
+// scans are not atomic with the clock readings, so a ratio may exceed 1 by
+// the jitter of reading the files; it is capped at 1. So is a known client's, whose engine's rings may also run
 // at once: amdgpu sums a client's time over the rings of an IP type
 // (amdgpu_ctx.c, amdgpu_ctx_mgr_usage), and prints no capacity.
 func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, after []Client) (shares []EngineShare, unknown []ClientKey) {
