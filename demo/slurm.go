@@ -249,17 +249,17 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 		if j.RequeueAfter != "" {
 			write(j.ID+".requeue", []byte(strconv.FormatInt(requeueAt.Unix(), 10)))
 		}
-		// squeue --format %A|%i|%S: job ID, the ID as shown (<array>_<task>
-		// for an array task), start time in Slurm's default format.
+		// squeue's job ID (%A), the ID as shown (%i: <array>_<task> for an
+		// array task) and start time (%S, in Slurm's default format).
 		shown := j.ID
 		if j.Array != nil {
 			shown = fmt.Sprintf("%s_%d", j.ID, j.Array.Task)
 		}
-		line := func(at time.Time) string { return j.ID + "|" + shown + "|" + slurmTime(at) }
+		line := func(at time.Time) string { return "job '" + j.ID + "' '" + shown + "' '" + slurmTime(at) + "'" }
 		if j.RequeueAfter == "" {
-			fmt.Fprintf(&squeueLines, "echo '%s'\n", line(started))
+			fmt.Fprintf(&squeueLines, "%s\n", line(started))
 		} else {
-			fmt.Fprintf(&squeueLines, "if [ \"$(date +%%s)\" -ge %d ]; then echo '%s'; else echo '%s'; fi\n",
+			fmt.Fprintf(&squeueLines, "if [ \"$(date +%%s)\" -ge %d ]; then %s; else %s; fi\n",
 				requeueAt.Unix(), line(requeued), line(started))
 		}
 	}
@@ -289,7 +289,32 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 		return "", "", err
 	}
 	squeue = filepath.Join(dir, "squeue")
-	body := "#!/bin/sh\n# The demo's stand-in for squeue: the node's running jobs, as --format '%A|%i|%S' prints them.\n" + squeueLines.String()
+	body := `#!/bin/sh
+# The demo's stand-in for squeue(1): the running jobs of --nodelist (none
+# for another node), a header line unless --noheader, each line in the
+# --format asked for. Of the format's specifiers it knows those the
+# exporter uses, %A (job ID), %i (the ID as shown) and %S (start time);
+# another fails rather than being printed as something it is not.
+format= header=1 node=
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --format|-o) format=$2; shift ;;
+  --format=*) format=${1#--format=} ;;
+  --noheader|-h) header= ;;
+  --nodelist|-w) node=$2; shift ;;
+  --nodelist=*) node=${1#--nodelist=} ;;
+  esac
+  shift
+done
+job() {
+  out=$(printf '%s' "$format" | sed -e "s/%A/$1/g" -e "s/%i/$2/g" -e "s/%S/$3/g")
+  case "$format" in '') echo "squeue: the demo's stand-in does not simulate the format '$format'" >&2; exit 1 ;; esac
+  case "$out" in *%*) echo "squeue: the demo's stand-in does not simulate the format '$format'" >&2; exit 1 ;; esac
+  printf '%s\n' "$out"
+}
+[ -z "$header" ] || job JOBID JOBID START_TIME
+[ -z "$node" ] || [ "$node" = '` + node + `' ] || exit 0
+` + squeueLines.String()
 	return scontrol, squeue, os.WriteFile(squeue, []byte(body), 0o755)
 }
 

@@ -55,6 +55,18 @@ func TestSlurmStandIn(t *testing.T) {
 			if code != 0 || len(lines) != 5 || !strings.HasPrefix(lines[4], "21845|21845_1|") {
 				t.Errorf("squeue: %d %q %q; want 5 running jobs, the array task shown as 21845_1", code, out, stderr)
 			}
+			// As squeue(1): a header without --noheader, no jobs of
+			// another node, and a format it does not simulate refused.
+			out, _, code = runStandIn(t, a.Squeue, "--nodelist", a.Node, "--format", "%A %S")
+			if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); code != 0 || len(lines) != 6 || lines[0] != "JOBID START_TIME" {
+				t.Errorf("squeue with a header: %d %q", code, out)
+			}
+			if out, _, code = runStandIn(t, a.Squeue, "--noheader", "--nodelist", "other-node", "--format", "%A"); code != 0 || len(out) != 0 {
+				t.Errorf("squeue of another node: %d %q, want no jobs", code, out)
+			}
+			if _, _, code = runStandIn(t, a.Squeue, "--noheader", "--nodelist", a.Node, "--format", "%A %u"); code == 0 {
+				t.Error("squeue answered a format the stand-in does not simulate")
+			}
 
 			shard := slurm.SharedGPU{Index: 2} // 22.05: shard:2(IDX:2)
 			_, stderr, code = runStandIn(t, a.Scontrol, "--json", "--details", "show", "job", "205")
@@ -118,7 +130,7 @@ slurm:
 	}
 	a := started(t, s)
 	read := func() (squeue string, job slurm.Job, restarts string) {
-		out, _, _ := runStandIn(t, a.Squeue)
+		out, _, _ := runStandIn(t, a.Squeue, "--noheader", "--nodelist", a.Node, "--states", "RUNNING", "--format", "%A|%i|%S")
 		text, _, _ := runStandIn(t, a.Scontrol, "--details", "show", "job", "123")
 		jobs, err := slurm.ParseJobText(text)
 		if err != nil {
