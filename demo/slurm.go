@@ -275,12 +275,14 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 	script := "#!/bin/sh\n# The demo's stand-in for Slurm " + or(s.Slurm.Version, "22.05") + "'s scontrol; its answers are in " + answers + ".\n" +
 		"json=\n" +
 		"case \"$1\" in\n" + jsonOption + "\nlistpids) " + s.listPIDs() + " ;;\nesac\n" +
-		"for last; do :; done\n" +
+		"details=\nfor last; do case \"$last\" in -d|--details) details=1 ;; esac; done\n" +
 		"case \"$last\" in *[!0-9_]*|'') last=invalid ;; esac\n" +
 		"f='" + answers + "'/\"$last$json\"\n" +
 		"job=\"${last%%_*}\"\n" +
 		"if [ -f '" + answers + "'/\"$job.requeue\" ] && [ \"$(date +%s)\" -ge \"$(cat '" + answers + "'/\"$job.requeue\")\" ]; then f=\"$f.requeued\"; fi\n" +
-		"if [ -f \"$f\" ]; then exec cat \"$f\"; fi\n" +
+		"# Without --details, a job's per-node lines (its GRES indices) are not\n# printed (slurm's job_info.c prints them for detail only).\n" +
+		"if [ -f \"$f\" ] && [ -n \"$details$json\" ]; then exec cat \"$f\"; fi\n" +
+		"if [ -f \"$f\" ]; then exec grep -v '^     Nodes=' \"$f\"; fi\n" +
 		"if [ -n \"$json\" ]; then\n" +
 		"  printf '{\"jobs\":[],\"errors\":[{\"description\":\"\",\"error_number\":2017,\"error\":\"Invalid job id specified\",\"source\":\"slurm_load_job()\"}],\"warnings\":[]}\\n'\n" +
 		"  exit 0\nfi\n" +

@@ -83,6 +83,11 @@ func TestSlurmStandIn(t *testing.T) {
 			if err != nil || len(jobs) != 1 || !reflect.DeepEqual(jobs[0].Shared, map[string][]slurm.SharedGPU{a.Node: {shard}}) {
 				t.Errorf("job 205: %+v, %v; want shard %+v\n%s", jobs, err, shard, out)
 			}
+			// Without --details scontrol leaves out the GPUs on each node.
+			out, _, _ = runStandIn(t, a.Scontrol, "show", "job", "205")
+			if jobs, err := slurm.ParseJobText(out); err != nil || len(jobs) != 1 || len(jobs[0].Shared) != 0 || len(jobs[0].GPUs) != 0 {
+				t.Errorf("job 205 without --details: %+v, %v; want no GPUs\n%s", jobs, err, out)
+			}
 
 			// The array: 1200 records past scontrol's 1 MiB for its ID, the
 			// task alone for <array>_<task> in text form.
