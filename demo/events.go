@@ -22,41 +22,48 @@ type eventSet struct {
 	devices []nvml.Device
 	start   time.Time
 
-	mu   sync.Mutex
-	last time.Time // time of the last event delivered
+	mu sync.Mutex
+	// last is the time and index of the last event delivered: events due
+	// at the same instant are all delivered, in scenario order, as the
+	// driver queues each one.
+	last    time.Time
+	lastIdx int
 }
 
 func newEventSet(s *Scenario, devices []nvml.Device, start time.Time) *eventSet {
-	return &eventSet{events: s.Events, devices: devices, start: start, last: time.Now()}
+	return &eventSet{events: s.Events, devices: devices, start: start, last: time.Now(), lastIdx: len(s.Events)}
 }
 
 func (es *eventSet) Free() nvml.Return { return nvml.SUCCESS }
 
-// next is the first occurrence of any event after t.
-func (es *eventSet) next(t time.Time) (EventSpec, time.Time, bool) {
+// next is the first occurrence of any event after the one at t with index
+// idx, ordered by time and then by index.
+func (es *eventSet) next(t time.Time, idx int) (EventSpec, int, time.Time, bool) {
 	var best EventSpec
 	var bestAt time.Time
-	found := false
-	for _, e := range es.events {
+	bestIdx, found := 0, false
+	for i, e := range es.events {
 		at := es.start.Add(e.at)
-		if !at.After(t) {
-			if e.every == 0 {
-				continue
-			}
-			n := t.Sub(at)/e.every + 1
-			at = at.Add(n * e.every)
+		if at.Before(t) && e.every > 0 {
+			at = at.Add((t.Sub(at) + e.every - 1) / e.every * e.every) // the first occurrence at or after t
+		}
+		if at.Equal(t) && i <= idx && e.every > 0 {
+			at = at.Add(e.every)
+		}
+		if at.Before(t) || (at.Equal(t) && i <= idx) {
+			continue
 		}
 		if !found || at.Before(bestAt) {
-			best, bestAt, found = e, at, true
+			best, bestIdx, bestAt, found = e, i, at, true
 		}
 	}
-	return best, bestAt, found
+	return best, bestIdx, bestAt, found
 }
 
 // Wait is nvmlEventSetWait.
 func (es *eventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 	es.mu.Lock()
-	e, at, ok := es.next(es.last)
+	e, idx, at, ok := es.next(es.last, es.lastIdx)
 	es.mu.Unlock()
 	timeout := time.Duration(timeoutMs) * time.Millisecond
 	if !ok || time.Until(at) > timeout {
@@ -65,7 +72,7 @@ func (es *eventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 	}
 	time.Sleep(time.Until(at))
 	es.mu.Lock()
-	es.last = at
+	es.last, es.lastIdx = at, idx
 	es.mu.Unlock()
 	data := nvml.EventData{
 		Device:            es.devices[e.Device],
