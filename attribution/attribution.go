@@ -131,7 +131,9 @@ type Ownership struct {
 	// belongs to none of them (a host daemon on an allocated GPU, a process
 	// of a pod the kubelet no longer lists). Processes that could not be
 	// resolved (they exited, or their pod is unknown and may be an owner)
-	// are absent.
+	// are absent. The device's exited processes (Device.ExitedPIDs) are
+	// mapped likewise where their owner is known: to its claim, or to
+	// Unattributed when it holds the device no more.
 	Process map[uint32]int
 	// Strays are the own owners (unit, user, job or pod) of the processes
 	// Process marks Unattributed, by PID: per-process series name who runs
@@ -177,6 +179,12 @@ type Device struct {
 	// not hand out itself.
 	GRESIndex int
 	PIDs      []uint32
+	// ExitedPIDs used the device earlier in the current utilization window
+	// but run on it no more (the vendor's samples name them, its process
+	// list does not). Their owners come from what procfs said of them at
+	// the previous scrape, which is never read again: the PID may be
+	// another process's by now.
+	ExitedPIDs []uint32
 	// PIDsPartial says PIDs may lack some of the device's processes (the
 	// vendor could not list them all): owners are then not taken from the
 	// processes, since those seen need not be all of them.

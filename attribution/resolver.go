@@ -150,6 +150,9 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	for _, d := range devices {
 		res.Devices[d.UUID] = &Ownership{Process: make(map[uint32]int, len(d.PIDs))}
 	}
+	r.mu.Lock()
+	prev := r.procs // the previous scrape's, for exited processes
+	r.mu.Unlock()
 	procs, hidden, procErr := r.processes(devices)
 	if r.cfg.Procfs != nil {
 		res.Sources = append(res.Sources, Source{Name: SourceProcfs, Err: procErr})
@@ -184,8 +187,8 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	for _, d := range devices {
 		own := res.Devices[d.UUID]
 		partial := d.PIDsPartial || (len(hidden) > 0 && slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] }))
-		if d.ParentUUID != "" || len(d.PIDs) > 0 || kube[d.UUID] != nil || sl.gres[d.GRESIndex] != nil {
-			r.attribute(own, d, procs, partial, kube[d.UUID], kubeDown, sl, pods)
+		if d.ParentUUID != "" || len(d.PIDs) > 0 || len(d.ExitedPIDs) > 0 || kube[d.UUID] != nil || sl.gres[d.GRESIndex] != nil {
+			r.attribute(own, d, procs, prev, partial, kube[d.UUID], kubeDown, sl, pods)
 		} else {
 			// No allocation and no process seen: none, unless the list of
 			// processes is not whole.
@@ -197,6 +200,18 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		// while scontrol fails would read as idle).
 		if kubeDown || (slurmDown && len(kube[d.UUID]) == 0) {
 			own.OwnersUnknown = true
+		}
+	}
+	// An exited process stays known while the vendor's samples still name
+	// it, which they do until a scrape moves the window past it: a
+	// /devices read between two scrapes must not make it unknown.
+	for _, d := range devices {
+		for _, pid := range d.ExitedPIDs {
+			if p, ok := prev[pid]; ok {
+				if _, running := procs[pid]; !running {
+					procs[pid] = p
+				}
+			}
 		}
 	}
 	r.mu.Lock()
@@ -268,7 +283,7 @@ func (r *Resolver) logChanges(sources []Source) {
 // rather than guessed at. Nor are owners taken from a partial list of the
 // device's processes (partial): the owners seen need not be all of them,
 // and one alone would be taken for the device's sole owner.
-func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo, partial bool, kube []Claim, kubeDown bool, sl slurmState, pods podOwners) {
+func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]procInfo, partial bool, kube []Claim, kubeDown bool, sl slurmState, pods podOwners) {
 	switch {
 	case len(kube) > 0:
 		own.Claims = kube
@@ -345,6 +360,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 			own.Process[pid] = len(idx.list) - 1
 		}
 	}
+	r.attributeExited(own, d.ExitedPIDs, prev, idx, kubeDown, sl, pods)
 	own.Claims = idx.list
 	if allocated {
 		return
@@ -360,6 +376,31 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs map[uint32]procInfo
 	for i := range own.Claims {
 		if own.Claims[i].Share > 0 {
 			own.Claims[i].Share = 1 / float64(n)
+		}
+	}
+}
+
+// attributeExited maps the processes that used the device earlier in the
+// window to the claims of their owners, by what procfs said of them at the
+// previous scrape. They make no owner: one that holds the device no more
+// (the pod it ran in ended, a job finished) is Unattributed, so that its
+// time is not handed to whoever holds the device now. A process not seen
+// at the previous scrape (it ran between two scrapes) stays unresolved.
+func (r *Resolver) attributeExited(own *Ownership, exited []uint32, prev map[uint32]procInfo, idx *claims, kubeDown bool, sl slurmState, pods podOwners) {
+	for _, pid := range exited {
+		p, ok := prev[pid]
+		if !ok {
+			continue
+		}
+		owner, known := r.processOwner(p, sl, pods)
+		switch {
+		case !known && !kubeDown && r.cfg.Kubelet != nil && r.podOfNoClaim(p.info.Cgroup.PodUID, own.Claims):
+			own.Process[pid] = Unattributed // a pod the kubelet lists no more
+		case !known || (kubeDown && owner.Kind == Kubernetes):
+		default:
+			if i, ambiguous := idx.of(owner); !ambiguous {
+				own.Process[pid] = i // Unattributed when it is no claim
+			}
 		}
 	}
 }

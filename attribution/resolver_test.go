@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -337,6 +338,38 @@ func TestResolveBareMetal(t *testing.T) {
 	}
 	if res.Sources[0].Err != nil {
 		t.Errorf("one vanished process is no procfs failure: %v", res.Sources[0].Err)
+	}
+}
+
+// TestResolveExitedProcesses: processes that used a device earlier in the
+// window and exited are mapped to their owner's claim as procfs described
+// them at the previous scrape, or to Unattributed when that owner holds the
+// device no more, so that their time is not handed to the owners left; one
+// never seen stays unresolved. A read in between (/devices) keeps them
+// known for the next scrape.
+func TestResolveExitedProcesses(t *testing.T) {
+	fs := procfs(t, map[uint32]string{
+		10: "/system.slice/ollama.service",
+		11: "/system.slice/ollama.service",
+		20: "/user.slice/user-1000.slice/session-3.scope",
+	})
+	r := New(Config{Procfs: fs})
+	r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{10, 11, 20}}})
+	for _, pid := range []string{"10", "20"} {
+		if err := os.RemoveAll(filepath.Join(fs.Root, pid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{11}, ExitedPIDs: []uint32{10, 20, 99}}}
+	for _, read := range []string{"/devices", "the next scrape"} {
+		own := r.Resolve(context.Background(), after).Devices[gpuA]
+		if len(own.Claims) != 1 || own.Claims[0].Owner.Unit != "ollama.service" {
+			t.Fatalf("%s: claims %+v, want ollama.service alone (an exited process makes no owner)", read, own.Claims)
+		}
+		want := map[uint32]int{11: 0, 10: 0, 20: Unattributed} // 99 was never seen
+		if !maps.Equal(own.Process, want) {
+			t.Errorf("%s: processes %v, want %v", read, own.Process, want)
+		}
 	}
 }
 

@@ -147,6 +147,12 @@ type Usage struct {
 // Usage divides the device's memory and utilization between its owners and
 // the processes that belong to none.
 //
+// Processes that used the device earlier in the window and exited since
+// (Device.Exited) count in the utilization split with the owner they had,
+// or as unattributed when that owner holds the device no more; one whose
+// owner is unknown leaves the utilization split out, and makes no owner
+// sole: its time may have been anyone's. They hold no memory.
+//
 // Memory is, for every party alike, the memory its processes use (NVML's
 // per-process usedGpuMemory): an owner without processes uses 0, and what
 // the driver holds for no process is in no party's part. Utilization is the
@@ -200,11 +206,22 @@ func (d *Device) Usage() []Usage {
 			utilKnown = false
 		}
 	}
+	exitedKnown := true
+	for _, p := range d.Exited {
+		i, ok := d.ProcessOwner[p.PID]
+		if !ok {
+			exitedKnown = false
+			continue
+		}
+		util[party(i)] += *p.Utilization
+		utilTotal += *p.Utilization
+	}
 	// The device's whole utilization is a sole owner's when nothing else
 	// can have used it: the allocation names every owner, or every process
-	// was resolved. Owners found from processes, one of which could not be
+	// was resolved, and no process of an unknown owner ran earlier in the
+	// window. Owners found from processes, one of which could not be
 	// resolved (it exited, or hides), may be missing one.
-	sole := len(d.Claims) == 1 && !unattributed && (d.OwnersAllocated || resolved)
+	sole := len(d.Claims) == 1 && !unattributed && (d.OwnersAllocated || resolved) && exitedKnown
 	for i := range parties {
 		if resolved && memKnown {
 			parties[i].MemoryUsed = &mem[i]
@@ -215,10 +232,10 @@ func (d *Device) Usage() []Usage {
 		switch {
 		case sole:
 			parties[i].Utilization = d.Utilization
-		case resolved && utilKnown && utilTotal > 0:
+		case resolved && utilKnown && exitedKnown && utilTotal > 0:
 			v := *d.Utilization * util[i] / utilTotal
 			parties[i].Utilization = &v
-		case resolved && *d.Utilization == 0:
+		case resolved && exitedKnown && *d.Utilization == 0:
 			parties[i].Utilization = &util[i]
 		}
 	}

@@ -189,6 +189,10 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device) []*Device {
 			}
 			d.Processes = append(d.Processes, proc)
 		}
+		for i := range nd.Exited {
+			p := &nd.Exited[i]
+			d.Exited = append(d.Exited, Process{PID: p.PID, Utilization: &p.SMUtilization.Value})
+		}
 		c.logDown(d, nd.Down)
 		c.logPartial(d)
 		devs = append(devs, d)

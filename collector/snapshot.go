@@ -37,6 +37,11 @@ type Device struct {
 	Up        bool
 
 	Processes []Process
+	// Exited are processes that used the device earlier in the snapshot's
+	// utilization window and have left it since: a part of the device's
+	// utilization that is theirs, not a later owner's. They hold no memory
+	// and get no series of their own. Only PID and Utilization are set.
+	Exited []Process
 	// ProcessesPartial says Processes may lack some of the device's
 	// processes: a vendor's list call failed, or procfs could not be read
 	// for every process of the node. The per-owner split is then left out,
@@ -268,6 +273,9 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		}
 		for _, p := range d.Processes {
 			ad.PIDs = append(ad.PIDs, p.PID)
+		}
+		for _, p := range d.Exited {
+			ad.ExitedPIDs = append(ad.ExitedPIDs, p.PID)
 		}
 		if !d.Up {
 			// A device that did not answer (hung, lost, failed) has had

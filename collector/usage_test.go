@@ -84,6 +84,43 @@ func TestUsage(t *testing.T) {
 		d: Device{Utilization: some(0.4), Claims: two[:1], OwnersAllocated: true, ProcessOwner: map[uint32]int{10: 0},
 			Processes: []Process{{PID: 10, MemoryUsed: u(2 * gib), Utilization: some(0.3)}, {PID: 11, MemoryUsed: u(1 * gib), Utilization: some(0.1)}}},
 		want: []usageWant{{nil, some(0.4)}},
+	}, {
+		// Found with the simulator's buffered samples across a pod change:
+		// pod a holds the GPU now (pid 20: 0.4 of the window, 4 GiB); pid
+		// 10 of the pod that held it before ran in the window's first part
+		// (0.2) and exited, and its pod holds it no more (unattributed).
+		// The device's 0.6 splits 0.4 : 0.2, so a 0.6 × 0.4/0.6 = 0.4 and
+		// unattributed 0.6 × 0.2/0.6 = 0.2; a was handed all 0.6 before.
+		// Memory: a 4 GiB, the exited process none.
+		name: "sole allocated owner after another's process exited",
+		d: Device{Utilization: some(0.6), Claims: two[:1], OwnersAllocated: true, ProcessOwner: map[uint32]int{20: 0, 10: attribution.Unattributed},
+			Processes: []Process{{PID: 20, MemoryUsed: u(4 * gib), Utilization: some(0.4)}}, Exited: []Process{{PID: 10, Utilization: some(0.2)}}},
+		want: []usageWant{{some(4 * gib), some(0.4)}, {some(0), some(0.2)}},
+	}, {
+		// The exited process was a's own (a worker that ended): a keeps the
+		// whole 0.6.
+		name: "sole allocated owner after its own process exited",
+		d: Device{Utilization: some(0.6), Claims: two[:1], OwnersAllocated: true, ProcessOwner: map[uint32]int{20: 0, 10: 0},
+			Processes: []Process{{PID: 20, MemoryUsed: u(4 * gib), Utilization: some(0.4)}}, Exited: []Process{{PID: 10, Utilization: some(0.2)}}},
+		want: []usageWant{{some(4 * gib), some(0.6)}},
+	}, {
+		// Nobody knows whose the exited process was (it ran between two
+		// scrapes): the 0.6 may not all be a's, so no utilization; the
+		// memory split stands, the exited process holding none.
+		name: "sole allocated owner after an unknown process exited",
+		d: Device{Utilization: some(0.6), Claims: two[:1], OwnersAllocated: true, ProcessOwner: map[uint32]int{20: 0},
+			Processes: []Process{{PID: 20, MemoryUsed: u(4 * gib), Utilization: some(0.4)}}, Exited: []Process{{PID: 10, Utilization: some(0.2)}}},
+		want: []usageWant{{some(4 * gib), nil}},
+	}, {
+		// Shared: a runs 10 (0.2), b runs 20 (0.1) and ran 30, exited
+		// (0.1). Busy time a 0.2, b 0.2, of 0.4: a 0.6 × 0.2/0.4 = 0.3, b
+		// 0.6 × 0.2/0.4 = 0.3. Without 30, b got 0.6 × 0.1/0.3 = 0.2 and a
+		// 0.4. Memory a 2 GiB, b 4 GiB.
+		name: "shared, an owner's process exited",
+		d: Device{Utilization: some(0.6), Claims: two, ProcessOwner: map[uint32]int{10: 0, 20: 1, 30: 1},
+			Processes: []Process{{PID: 10, MemoryUsed: u(2 * gib), Utilization: some(0.2)}, {PID: 20, MemoryUsed: u(4 * gib), Utilization: some(0.1)}},
+			Exited:    []Process{{PID: 30, Utilization: some(0.1)}}},
+		want: []usageWant{{some(2 * gib), some(0.3)}, {some(4 * gib), some(0.3)}},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { checkUsage(t, tc.d.Usage(), tc.want) })

@@ -83,7 +83,14 @@ type Attribution struct {
 	engines   []*http.Server
 	// stopChurn ends the churn loop and waits for it; nil without churn.
 	stopChurn func()
+	scenario  *Scenario
 }
+
+// Churn moves the node to churn generation gen at once, as having begun at
+// the time at, as the churn loop does every churn_every: for tests that
+// step a simulated clock, with a churn_every long enough that the loop
+// stays idle.
+func (a *Attribution) Churn(gen uint64, at time.Time) { a.scenario.churn(a, gen, at) }
 
 // Close stops the fake kubelet and engines and removes the directory.
 func (a *Attribution) Close() {
@@ -108,7 +115,7 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Attribution{dir: dir, Procfs: filepath.Join(dir, "proc"), Sysfs: filepath.Join(dir, "sys"), Passwd: filepath.Join(dir, "passwd"), Node: s.Node}
+	a := &Attribution{scenario: s, dir: dir, Procfs: filepath.Join(dir, "proc"), Sysfs: filepath.Join(dir, "sys"), Passwd: filepath.Join(dir, "passwd"), Node: s.Node}
 	if err := s.writeProcfs(a.Procfs, a.Passwd); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("demo procfs: %w", err)

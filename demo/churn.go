@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -83,23 +84,25 @@ func (s *Scenario) startChurn(a *Attribution) func() {
 				return
 			case <-t.C:
 			}
-			s.churn(a, gen)
+			s.churn(a, gen, time.Now())
 		}
 	})
 	return func() { close(done); wg.Wait() }
 }
 
-// churn moves to generation gen in the order a node does: the new
-// processes and pods exist before NVML reports them, and the old ones go
-// after. A write that fails leaves a process without owner until the next
-// generation, as a process gone between NVML's and procfs' answers would.
-func (s *Scenario) churn(a *Attribution, gen uint64) {
+// churn moves to generation gen, begun at the time at, in the order a node
+// does: the new processes and pods exist before NVML reports them, and the
+// old ones go after. A write that fails leaves a process without owner
+// until the next generation, as a process gone between NVML's and procfs'
+// answers would.
+func (s *Scenario) churn(a *Attribution, gen uint64, at time.Time) {
 	_ = s.writeProcesses(a.Procfs, gen)
 	if a.Kubelet != nil {
 		for _, p := range s.Kubernetes.Pods {
 			_ = a.Kubelet.SetPod(churnPod(p, gen))
 		}
 	}
+	s.stats.gens.begin(gen, at, s.longestSampleSpan())
 	s.stats.gen.Store(gen)
 	if a.Kubelet != nil {
 		for _, p := range s.Kubernetes.Pods {
@@ -109,4 +112,57 @@ func (s *Scenario) churn(a *Attribution, gen uint64) {
 	for _, p := range s.processes() {
 		os.RemoveAll(filepath.Join(a.Procfs, fmt.Sprint(churnPID(p.PID, gen-1))))
 	}
+}
+
+// genHistory is when each churn generation began, in wall time (churn and
+// the demo's NVML both run on it). Changes older than the longest sample
+// buffer any device keeps are forgotten: no read reaches back to them.
+type genHistory struct {
+	mu      sync.Mutex
+	changes []genChange // oldest first; before the first, generation 0 ran
+	head    int         // changes[:head] are forgotten
+}
+
+type genChange struct {
+	at  int64 // Unix nanoseconds
+	gen uint64
+}
+
+// begin records that generation gen began at t, forgetting the changes
+// that ended longer than keep before t.
+func (h *genHistory) begin(gen uint64, t time.Time, keep time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.changes = append(h.changes, genChange{t.UnixNano(), gen})
+	horizon := t.Add(-keep).UnixNano()
+	for h.head+1 < len(h.changes) && h.changes[h.head+1].at <= horizon {
+		h.head++
+	}
+	if h.head > len(h.changes)/2 {
+		h.changes = append(h.changes[:0], h.changes[h.head:]...)
+		h.head = 0
+	}
+}
+
+// at is the generation that ran at t: the last to begin at or before it,
+// 0 before the first. Once changes are forgotten, a time before the first
+// kept is older than any buffer reaches, and asked for by no read.
+func (h *genHistory) at(t time.Time) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	live := h.changes[h.head:]
+	if i := sort.Search(len(live), func(i int) bool { return live[i].at > t.UnixNano() }); i > 0 {
+		return live[i-1].gen
+	}
+	return 0
+}
+
+// longestSampleSpan is the longest time any NVIDIA device's sample buffer
+// covers: sample_buffer periods of its sample_period.
+func (s *Scenario) longestSampleSpan() time.Duration {
+	var span time.Duration
+	for i := range s.Devices {
+		span = max(span, time.Duration(s.Devices[i].SampleBuffer)*s.Devices[i].samplePeriod)
+	}
+	return span
 }

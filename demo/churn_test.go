@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 func TestChurnParse(t *testing.T) {
@@ -77,5 +79,70 @@ func TestChurnMovesProcessesAndPods(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(a.Procfs, "41237")); !os.IsNotExist(err) {
 		t.Errorf("the first generation's process is still in procfs: %v", err)
+	}
+}
+
+// After a churn the driver's buffer still holds the periods before it, and
+// those were used by the old generation's processes: their entries name the
+// old PIDs (they named the new ones, found by probing, so an exporter
+// seemed to bill a new pod for time before it existed).
+func TestChurnBufferedSamplesKeepTheirPIDs(t *testing.T) {
+	s, err := Parse([]byte(`churn_every: 1h
+devices:
+  - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, processes: [{pid: 500, memory_used: 1GiB, utilization: 0.6}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(1_000_000, 0)
+	now := start.Add(10500 * time.Millisecond)
+	// Generation 1 begins at 5.2 s. Periods are 1 s and end on whole
+	// seconds; a period belongs to the generation running at its middle:
+	// the one ending at 5 s (middle 4.5 s) to generation 0, PID 500; the
+	// one ending at 6 s (middle 5.5 s) to generation 1, PID 500 + 100,000.
+	s.stats.gens.begin(1, start.Add(5200*time.Millisecond), time.Hour)
+	s.stats.gen.Store(1)
+	dev, _ := s.NVML(start, func() time.Time { return now }).DeviceGetHandleByIndex(0)
+	entries, ret := dev.GetProcessUtilization(uint64(start.UnixMicro()))
+	if ret != nvml.SUCCESS {
+		t.Fatal(nvml.ErrorString(ret))
+	}
+	got := map[int64]uint32{} // seconds after start → PID
+	for _, e := range entries {
+		got[(int64(e.TimeStamp)-start.UnixMicro())/1e6] = e.Pid
+	}
+	for sec := int64(1); sec <= 10; sec++ {
+		want := uint32(500)
+		if sec >= 6 {
+			want = 100500
+		}
+		if got[sec] != want {
+			t.Errorf("period ending %d s after start: PID %d, want %d", sec, got[sec], want)
+		}
+	}
+	if procs, _ := dev.GetComputeRunningProcesses(); len(procs) != 1 || procs[0].Pid != 100500 {
+		t.Errorf("running processes %+v, want generation 1's PID 100500 alone", procs)
+	}
+}
+
+func TestGenHistoryForgetsBeyondTheBuffer(t *testing.T) {
+	var h genHistory
+	t0 := time.Unix(2_000_000, 0)
+	for g := uint64(1); g <= 1000; g++ {
+		h.begin(g, t0.Add(time.Duration(g)*time.Second), 10*time.Second)
+	}
+	// At 1,000 s, keeping 10 s: the generation running at 990 s (990) and
+	// every later one are kept, 11 changes; the slice is compacted to
+	// within twice that.
+	if live := len(h.changes) - h.head; live != 11 || len(h.changes) > 22 {
+		t.Errorf("%d changes kept of %d held, want 11 of at most 22", live, len(h.changes))
+	}
+	for _, c := range []struct {
+		at   time.Duration
+		want uint64
+	}{{990 * time.Second, 990}, {995500 * time.Millisecond, 995}, {1000 * time.Second, 1000}, {2000 * time.Second, 1000}} {
+		if got := h.at(t0.Add(c.at)); got != c.want {
+			t.Errorf("generation at %v: %d, want %d", c.at, got, c.want)
+		}
 	}
 }

@@ -108,10 +108,16 @@ type simStats struct {
 	calls   atomic.Uint64 // gated readings, each costing call_latency
 	// gen is the churn generation whose PIDs the driver reports.
 	gen atomic.Uint64
+	// gens is when each generation began, for the sample buffer: a period
+	// the driver still holds was used by the processes of its own time.
+	gens genHistory
 }
 
 // pid is a scenario process's PID in the current churn generation.
 func (s *sim) pid(p uint32) uint32 { return churnPID(p, s.stats.gen.Load()) }
+
+// pidAt is a scenario process's PID in the generation that ran at t.
+func (s *sim) pidAt(p uint32, t time.Time) uint32 { return churnPID(p, s.stats.gens.at(t)) }
 
 // DeviceReads is how many device handles the scenario's simulated drivers
 // have handed out: the exporter takes one per device read (by a scrape or
@@ -437,7 +443,11 @@ func (g *gpu) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationS
 			if sm == 0 {
 				continue
 			}
-			e := nvml.ProcessUtilizationSample{Pid: g.pid(p.PID), TimeStamp: uint64(t.UnixMicro()), SmUtil: sm, MemUtil: sm / 2}
+			// The process of the generation that ran in the middle of the
+			// period, as processUtil judges busy: after a churn, the
+			// buffered periods before it still name the old PIDs.
+			pid := g.pidAt(p.PID, t.Add(-g.period()/2))
+			e := nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: uint64(t.UnixMicro()), SmUtil: sm, MemUtil: sm / 2}
 			out = append(out, e)
 			if g.spec.DuplicateSamples {
 				e.SmUtil, e.MemUtil = sm/2, sm/4

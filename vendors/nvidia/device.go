@@ -168,7 +168,12 @@ type Device struct {
 	// ProcessesPartial says a process list call failed with an error that
 	// may hide processes (processList).
 	ProcessesPartial bool
-	Errors           []CallError
+	// Exited are the PIDs with SM utilization samples in the read's window
+	// that no list names any more: processes that used the device in the
+	// window and have exited since (or left it). Only PID and
+	// SMUtilization are set; they hold no memory now.
+	Exited []Process
+	Errors []CallError
 }
 
 // NVLinkErrorTypes name NVLink.Errors: nvmlDeviceGetNvLinkErrorCounter's

@@ -393,12 +393,15 @@ func (r *reader) processes(d *Device, h nvml.Device) {
 	d.Processes, d.ProcessesPartial = r.processList(h)
 	switch {
 	case r.lost:
+	case r.periods != nil && (len(d.Processes) > 0 || r.win.device > 0):
+		// Read even when no process runs now, if the GPU was busy in the
+		// window: processes that exited since used it, and that time is
+		// not a later owner's.
+		r.processUtilization(d, h)
 	case len(d.Processes) == 0:
 		if r.win != nil {
 			r.win.procs = []procWindow{} // no process used the GPU
 		}
-	case r.periods != nil:
-		r.processUtilization(d, h)
 	case r.prev != nil && r.prev.procs != nil && r.win == nil && d.Utilization.OK:
 		setProcessUtilization(d, *r.prev)
 	}
@@ -489,7 +492,7 @@ func (r *reader) processUtilization(d *Device, h nvml.Device) {
 	entries, ret := h.GetProcessUtilization(r.lastSeen)
 	switch {
 	case ret == nvml.ERROR_NOT_FOUND:
-		entries = nil // no process used the GPU in the window
+		entries = []nvml.ProcessUtilizationSample{} // no process used the GPU in the window
 	case !r.ok("GetProcessUtilization", ret):
 		return
 	}
@@ -499,13 +502,24 @@ func (r *reader) processUtilization(d *Device, h nvml.Device) {
 }
 
 func setProcessUtilization(d *Device, w window) {
+	// running marks the window's PIDs that are still on the device; the
+	// others with SM time are the exited ones.
+	running := make([]bool, len(w.procs))
 	for i := range d.Processes {
 		p := &d.Processes[i]
-		u := w.proc(p.PID)
+		var u procWindow
+		if row := w.row(p.PID); row >= 0 {
+			u, running[row] = w.procs[row], true
+		}
 		p.SMUtilization = reading.Some(u.sm)
 		p.MemoryUtilization = reading.Some(u.mem)
 		p.EncoderUtilization = reading.Some(u.enc)
 		p.DecoderUtilization = reading.Some(u.dec)
+	}
+	for row, u := range w.procs {
+		if !running[row] && u.sm > 0 {
+			d.Exited = append(d.Exited, Process{PID: u.pid, SMUtilization: reading.Some(u.sm)})
+		}
 	}
 }
 

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 func TestMIGProfile(t *testing.T) {
@@ -244,6 +247,42 @@ func TestMaxSlices(t *testing.T) {
 			}}
 			if got := maxSlices(dev); got != tc.want {
 				t.Errorf("maxSlices = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// A GPU busy in the window with no process listed now was used by
+// processes that exited: their samples are read and kept as Exited, so
+// that the time is not a later owner's. An idle window costs no call.
+func TestBusyWindowWithoutProcessesReadsTheExited(t *testing.T) {
+	none := func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+	for _, tc := range []struct {
+		name    string
+		percent uint64
+		want    []Process
+	}{
+		// Periods of 1 s ending at 2, 3 and 4 s; PID 42 has entries of 60 %
+		// in the first two: (60 × 1 + 60 × 1 + 0 × 1) / (100 × 3) = 0.4.
+		{"busy", 60, []Process{{PID: 42, SMUtilization: reading.Some(0.4)}}},
+		{"idle", 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			periods := []period{{2e6, 1e6, tc.percent}, {3e6, 1e6, tc.percent}, {4e6, 1e6, 0}}
+			w := newWindow(periods, nil)
+			r := &reader{periods: periods, win: &w}
+			dev := &mock.Device{
+				GetComputeRunningProcessesFunc: none, GetMPSComputeRunningProcessesFunc: none, GetGraphicsRunningProcessesFunc: none,
+			}
+			if tc.percent > 0 { // unset, a call panics
+				dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+					return []nvml.ProcessUtilizationSample{{Pid: 42, TimeStamp: 3e6, SmUtil: 60}, {Pid: 42, TimeStamp: 2e6, SmUtil: 60}}, nvml.SUCCESS
+				}
+			}
+			d := &Device{}
+			r.processes(d, dev)
+			if len(d.Processes) != 0 || !reflect.DeepEqual(d.Exited, tc.want) {
+				t.Errorf("processes %+v, exited %+v; want none and %+v", d.Processes, d.Exited, tc.want)
 			}
 		})
 	}

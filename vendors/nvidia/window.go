@@ -65,11 +65,19 @@ type procWindow struct {
 
 // proc is the window of one process, zero when it had no entry.
 func (w *window) proc(pid uint32) procWindow {
+	if i := w.row(pid); i >= 0 {
+		return w.procs[i]
+	}
+	return procWindow{}
+}
+
+// row is the index of a process's window in procs, -1 when it had no entry.
+func (w *window) row(pid uint32) int {
 	i, ok := slices.BinarySearchFunc(w.procs, pid, func(p procWindow, pid uint32) int { return cmp.Compare(p.pid, pid) })
 	if !ok {
-		return procWindow{}
+		return -1
 	}
-	return w.procs[i]
+	return i
 }
 
 // peak is a process's largest entry in one period, in percent.

@@ -1,0 +1,72 @@
+package collector
+
+import (
+	"testing"
+	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/demo"
+)
+
+// TestPodChangeMidWindow: a GPU allocated whole to one pod, replaced by a
+// new pod (new PID) in the middle of a scrape interval. The driver's buffer
+// still holds the old process's samples for the periods before the change;
+// that time is the old pod's, which holds the GPU no more, so it is
+// unattributed, not billed to the new pod (which had the whole device's
+// utilization before).
+func TestPodChangeMidWindow(t *testing.T) {
+	const gpu = "GPU-e0000000-0000-4000-8000-000000000000"
+	s, err := demo.Parse([]byte(`node: exit-node
+churn_every: 1h
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {temperature: 50}}
+devices:
+  - uuid: ` + gpu + `
+    processes: [{pid: 700, pod: ml/a, memory_used: 4GiB, utilization: 0.6}]
+kubernetes:
+  pods:
+    - {namespace: ml, name: a, uid: 0a000000-0000-4000-8000-000000000001, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [` + gpu + `]}]}]}
+  allocatable: [{resource: nvidia.com/gpu, ids: [` + gpu + `]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	cfg, sim := simulatedAttribution(t, s)
+	e := newExporterWith(t, s, sim, attribution.New(cfg), nil, clk.now)
+	scrapeText(t, e, 10*time.Second) // at 5,400 s after boot
+
+	// The pod is replaced 5.5 s later: pod a-g1, PID 700 + 100,000.
+	sim.Churn(1, testNow.Add(5500*time.Millisecond))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := cfg.Metadata.Pod("ml", "a-g1"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Pods API never listed the new pod")
+		}
+	}
+	clk.set(testNow.Add(15 * time.Second))
+	out := scrapeText(t, e, 10*time.Second)
+	check, absent := oracleChecks(out)
+	// The window is the fifteen 1 s periods ending 5,401 … 5,415 s, each
+	// 0.6 busy: the device 0.6. The simulated driver names the process of
+	// the generation running in each period's middle: 5,400.5 … 5,404.5 s,
+	// five periods, PID 700; 5,405.5 … 5,414.5 s, ten periods, PID 100,700.
+	// PID 700: 5 × 0.6 / 15 = 0.2; PID 100,700: 10 × 0.6 / 15 = 0.4.
+	check(t, "xpu_utilization_ratio", 0.6, `uuid="`+gpu+`"`)
+	check(t, "xpu_process_utilization_ratio", 0.4, `pid="100700"`)
+	// Split 0.6 in proportion to 0.4 : 0.2: the new pod 0.4, the old
+	// pod's exited process 0.2, unattributed.
+	check(t, "xpu_workload_utilization_ratio", 0.4, `pod="a-g1"`)
+	check(t, "xpu_workload_utilization_ratio", 0.2, `workload_kind="unattributed"`)
+	absent(t, "xpu_process_utilization_ratio", `pid="700"`) // exited: no series of its own
+	// Memory: the new pod's process, 4 GiB; the exited process none.
+	check(t, "xpu_workload_memory_used_bytes", 4<<30, `pod="a-g1"`)
+	check(t, "xpu_workload_memory_used_bytes", 0, `workload_kind="unattributed"`)
+
+	// A window after the change is the new pod's alone.
+	clk.set(testNow.Add(30 * time.Second))
+	check, absent = oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_workload_utilization_ratio", 0.6, `pod="a-g1"`)
+	absent(t, "xpu_workload_utilization_ratio", `workload_kind="unattributed"`)
+}
