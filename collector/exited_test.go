@@ -70,3 +70,26 @@ kubernetes:
 	check(t, "xpu_workload_utilization_ratio", 0.6, `pod="a-g1"`)
 	absent(t, "xpu_workload_utilization_ratio", `workload_kind="unattributed"`)
 }
+
+// The driver's garbage beside zombie processes (garbage_samples: zero-filled
+// entries, a PID in no list at 37,100 %) is no process that ran: the sole
+// owner keeps the device's utilization, and nothing is unattributed.
+func TestGarbageSamplesAreNoExitedProcess(t *testing.T) {
+	const gpu = "GPU-e1000000-0000-4000-8000-000000000000"
+	s, err := demo.Parse([]byte(`node: garbage-node
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {temperature: 50}}
+devices:
+  - uuid: ` + gpu + `
+    garbage_samples: true
+    processes: [{pid: 700, unit: train.service, memory_used: 4GiB, utilization: 0.6}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, absent := oracleChecks(secondScrape(t, s))
+	// Fifteen periods at 0.6, PID 700 in each: the device and its one
+	// owner 0.6.
+	check(t, "xpu_utilization_ratio", 0.6, `uuid="`+gpu+`"`)
+	check(t, "xpu_workload_utilization_ratio", 0.6, `unit="train.service"`)
+	absent(t, "xpu_workload_utilization_ratio", `workload_kind="unattributed"`)
+}

@@ -418,7 +418,8 @@ func (g *gpu) GetSamples(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType
 // default) the driver returns such entries for every period since lastSeen
 // that its buffer holds, several per PID; with last_period only the newest
 // period's. duplicate_samples returns a second, smaller entry for the same
-// PID and period, as some drivers have been seen to.
+// PID and period, as some drivers have been seen to; garbage_samples adds
+// zero-filled entries and an impossible one (DeviceSpec.GarbageSamples).
 func (g *gpu) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 	if g.spec.inMIGMode() {
 		return nil, nvml.ERROR_NOT_SUPPORTED // "On MIG-enabled GPUs, querying process utilization is not currently supported."
@@ -455,12 +456,21 @@ func (g *gpu) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationS
 			}
 		}
 	}
+	if g.spec.GarbageSamples && len(periods) > 0 {
+		newest := uint64(periods[len(periods)-1].UnixMicro())
+		out = append(out, make([]nvml.ProcessUtilizationSample, 3)...) // PID 0, timestamp 0
+		out = append(out, nvml.ProcessUtilizationSample{Pid: garbagePID, TimeStamp: newest, SmUtil: 37100, EncUtil: 50583, DecUtil: 50624})
+	}
 	if len(out) == 0 {
 		return nil, nvml.ERROR_NOT_FOUND
 	}
 	scramble(out)
 	return out, nvml.SUCCESS
 }
+
+// garbagePID is the zombie PID of garbage_samples: in no process list,
+// above any churned PID.
+const garbagePID = 4_190_000
 
 func (g *gpu) GetEncoderUtilization() (uint32, uint32, nvml.Return) {
 	v, ret := g.migged("encoder_utilization")

@@ -136,6 +136,12 @@ type DeviceSpec struct {
 	// DuplicateSamples adds a second, smaller entry for the same PID and
 	// period, as drivers have been seen to.
 	DuplicateSamples bool `yaml:"duplicate_samples"`
+	// GarbageSamples adds entries as drivers have been seen to return
+	// beside zombie processes (nvtop issue #110, "The GPU usage shows huge
+	// % usage": a count of 100 with zero-filled entries, and entries of
+	// PIDs with values such as "%SM=37100"): zero-filled padding, and an
+	// entry in the newest period of a PID no list names, far above 100 %.
+	GarbageSamples bool `yaml:"garbage_samples"`
 	// CallLatency is how long every reading of this device takes, as a
 	// real driver's calls do (a few µs to ms each; more on a busy or
 	// failing GPU): benchmarks and load tests model hardware time with

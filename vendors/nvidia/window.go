@@ -188,7 +188,7 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 	first := periods[0].end - periods[0].length
 	k, row := 0, 0
 	for _, e := range entries {
-		if e.TimeStamp <= first || e.TimeStamp > w.end {
+		if e.TimeStamp <= first || e.TimeStamp > w.end || !plausible(e) {
 			continue
 		}
 		// Entries come period by period, or process by process in time
@@ -218,10 +218,10 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 			}
 		}
 		p := &peaks[row*n+k]
-		p.sm = max(p.sm, uint8(min(e.SmUtil, 100)))
-		p.mem = max(p.mem, uint8(min(e.MemUtil, 100)))
-		p.enc = max(p.enc, uint8(min(e.EncUtil, 100)))
-		p.dec = max(p.dec, uint8(min(e.DecUtil, 100)))
+		p.sm = max(p.sm, uint8(e.SmUtil))
+		p.mem = max(p.mem, uint8(e.MemUtil))
+		p.enc = max(p.enc, uint8(e.EncUtil))
+		p.dec = max(p.dec, uint8(e.DecUtil))
 	}
 	sc.pids, sc.peaks = pids, peaks
 	w.procs = make([]procWindow, 0, len(pids))
@@ -242,6 +242,16 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 	}
 	slices.SortFunc(w.procs, func(a, b procWindow) int { return cmp.Compare(a.pid, b.pid) })
 	return w
+}
+
+// plausible says an entry's values are percents, as nvml.h's
+// nvmlProcessUtilizationSample_t gives them ("SM (3D/Compute) Util Value",
+// nvmlUtilization_t's percent). Drivers have returned entries beside
+// zombie processes with values such as 37100 (nvtop issue #110): such an
+// entry says nothing of how busy anything was, and capped at 100 % it would
+// bill a process, exited ones included, for the whole period.
+func plausible(e nvml.ProcessUtilizationSample) bool {
+	return e.SmUtil <= 100 && e.MemUtil <= 100 && e.EncUtil <= 100 && e.DecUtil <= 100
 }
 
 // inPeriod says whether the entry taken at ts (µs) falls in periods[k]:

@@ -209,3 +209,22 @@ func BenchmarkWindow(b *testing.B) {
 		}
 	}
 }
+
+// Entries whose values are no percents (as drivers have returned beside
+// zombie processes: nvtop issue #110, "%SM=37100") and zero-filled padding
+// are left out: capped at 100 % the first would bill a whole period.
+func TestWindowImpossibleEntries(t *testing.T) {
+	periods := []period{{2_000_000, 1_000_000, 50}, {3_000_000, 1_000_000, 50}}
+	garbage := entry(99, 3_000_000, 0)
+	garbage.SmUtil, garbage.EncUtil = 37100, 50583
+	alsoGarbage := entry(5, 2_000_000, 40)
+	alsoGarbage.DecUtil = 101 // one impossible value spoils the entry
+	w := newWindow(periods, []nvml.ProcessUtilizationSample{
+		entry(5, 3_000_000, 50), alsoGarbage, garbage, {}, {}, // PID 0 at 0 µs: padding
+	})
+	// PID 5: 50 % in the second period, its first entry dropped: 0.5 of 2 s
+	// → 0.25. PID 99 and the padding: no window at all.
+	if len(w.procs) != 1 || w.procs[0].pid != 5 || !near(w.procs[0].sm, 0.25) {
+		t.Errorf("procs %+v, want PID 5 alone at 0.25", w.procs)
+	}
+}
