@@ -516,6 +516,9 @@ func setProcessUtilization(d *Device, w window) {
 		p.EncoderUtilization = reading.Some(u.enc)
 		p.DecoderUtilization = reading.Some(u.dec)
 	}
+	if d.ProcessesPartial {
+		return // a PID no list names may be one a failed list hides
+	}
 	for row, u := range w.procs {
 		if !running[row] && u.sm > 0 {
 			d.Exited = append(d.Exited, Process{PID: u.pid, SMUtilization: reading.Some(u.sm)})

@@ -257,22 +257,27 @@ func TestMaxSlices(t *testing.T) {
 // that the time is not a later owner's. An idle window costs no call.
 func TestBusyWindowWithoutProcessesReadsTheExited(t *testing.T) {
 	none := func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+	refused := func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NO_PERMISSION }
 	for _, tc := range []struct {
-		name    string
-		percent uint64
-		want    []Process
+		name     string
+		percent  uint64
+		graphics func() ([]nvml.ProcessInfo, nvml.Return)
+		want     []Process
 	}{
 		// Periods of 1 s ending at 2, 3 and 4 s; PID 42 has entries of 60 %
 		// in the first two: (60 × 1 + 60 × 1 + 0 × 1) / (100 × 3) = 0.4.
-		{"busy", 60, []Process{{PID: 42, SMUtilization: reading.Some(0.4)}}},
-		{"idle", 0, nil},
+		{"busy", 60, none, []Process{{PID: 42, SMUtilization: reading.Some(0.4)}}},
+		{"idle", 0, none, nil},
+		// A list refused: PID 42 may be a process it hides, not one that
+		// exited.
+		{"busy, a list refused", 60, refused, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			periods := []period{{2e6, 1e6, tc.percent}, {3e6, 1e6, tc.percent}, {4e6, 1e6, 0}}
 			w := newWindow(periods, nil)
 			r := &reader{periods: periods, win: &w}
 			dev := &mock.Device{
-				GetComputeRunningProcessesFunc: none, GetMPSComputeRunningProcessesFunc: none, GetGraphicsRunningProcessesFunc: none,
+				GetComputeRunningProcessesFunc: none, GetMPSComputeRunningProcessesFunc: none, GetGraphicsRunningProcessesFunc: tc.graphics,
 			}
 			if tc.percent > 0 { // unset, a call panics
 				dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
