@@ -100,9 +100,13 @@ type point struct {
 
 // devicePeriods turns NVML's device utilization samples (in no promised
 // order) into consecutive periods after prev. The first sample's period
-// starts at prev; when prev is 0 (the first read) or the driver's buffer no
-// longer reaches back to prev, the start of the first sample's period is not
-// known, so that sample only marks where the window begins.
+// starts at prev. When prev is 0 (the first read) or the driver's buffer no
+// longer reaches back to prev, it starts one period before the first
+// sample, the period being the gap to the next sample (the driver's period
+// is fixed per product: nvmlUtilization_t, "The sample period may be
+// between 1 second and 1/6 second depending on the product"), so the
+// window is every period the buffer holds; a single such sample only
+// marks where the window begins.
 func devicePeriods(prev uint64, typ nvml.ValueType, samples []nvml.Sample) []period {
 	points := make([]point, 0, len(samples))
 	for _, s := range samples {
@@ -122,8 +126,10 @@ func devicePeriods(prev uint64, typ nvml.ValueType, samples []nvml.Sample) []per
 	}
 	start := prev
 	if prev == 0 || !reachesBack(prev, points) {
-		start = points[0].ts
-		points = points[1:]
+		if len(points) < 2 {
+			return nil
+		}
+		start = points[0].ts - min(points[1].ts-points[0].ts, points[0].ts)
 	}
 	out := make([]period, 0, len(points))
 	for _, p := range points {

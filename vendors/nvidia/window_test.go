@@ -29,8 +29,9 @@ func TestDevicePeriods(t *testing.T) {
 		prev uint64
 		want []period
 	}{
-		// First read: the 1 s sample only marks the start; two periods remain.
-		{"first read", 0, []period{{2_000_000, 1_000_000, 20}, {3_000_000, 1_000_000, 30}}},
+		// First read: the 1 s sample's period is taken to be as long as the
+		// next one, 1 s, so it starts at 0 s: three periods.
+		{"first read", 0, []period{{1_000_000, 1_000_000, 10}, {2_000_000, 1_000_000, 20}, {3_000_000, 1_000_000, 30}}},
 		// After a read at 0.5 s: the first period runs 0.5 s → 1 s.
 		{"after a read", 500_000, []period{{1_000_000, 500_000, 10}, {2_000_000, 1_000_000, 20}, {3_000_000, 1_000_000, 30}}},
 		// The previous read at 1 s: that sample was counted then.
@@ -51,11 +52,17 @@ func TestDevicePeriods(t *testing.T) {
 
 	// The driver's buffer no longer reaches back to a read 60 s ago: the
 	// longest gap between samples is 1 s, so a 58 s gap before the oldest is
-	// a stretch the buffer dropped, not one period; the oldest sample only
-	// marks the start.
+	// a stretch the buffer dropped, not one period. The window is every
+	// period the buffer holds, the oldest 1 s long like the next (found by
+	// probing: it was left out, the mean of 5 buffered periods taken over
+	// the newest 4).
 	got := devicePeriods(1, nvml.VALUE_TYPE_UNSIGNED_INT, []nvml.Sample{utilSample(59_000_001, 50), utilSample(60_000_001, 70), utilSample(61_000_001, 90)})
-	if len(got) != 2 || got[0].length != 1_000_000 || got[0].percent != 70 {
-		t.Errorf("after a gap: %+v, want two 1 s periods from 59 s", got)
+	if want := []period{{59_000_001, 1_000_000, 50}, {60_000_001, 1_000_000, 70}, {61_000_001, 1_000_000, 90}}; !slices.Equal(got, want) {
+		t.Errorf("after a gap: %+v, want %+v", got, want)
+	}
+	// A single sample on the first read: its period's length is unknown.
+	if got := devicePeriods(0, nvml.VALUE_TYPE_UNSIGNED_INT, []nvml.Sample{utilSample(61_000_001, 90)}); len(got) != 0 {
+		t.Errorf("one sample on the first read: %+v, want no period", got)
 	}
 	if devicePeriods(0, nvml.ValueType(99), samples) != nil {
 		t.Error("a value type NVML did not define must give no periods, not a guess")
