@@ -418,7 +418,10 @@ func (g *gpu) GetSamples(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType
 // default) the driver returns such entries for every period since lastSeen
 // that its buffer holds, several per PID; with last_period only the newest
 // period's. duplicate_samples returns a second, smaller entry for the same
-// PID and period, as some drivers have been seen to; garbage_samples adds
+// PID and period, as some drivers have been seen to; with latest, each
+// process's newest entry since lastSeen alone, as tools have seen drivers
+// answer (go-nvml issue #51: one entry per PID, timestamps seconds apart);
+// garbage_samples adds
 // zero-filled entries and an impossible one (DeviceSpec.GarbageSamples).
 func (g *gpu) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 	if g.spec.inMIGMode() {
@@ -449,6 +452,14 @@ func (g *gpu) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationS
 			// buffered periods before it still name the old PIDs.
 			pid := g.pidAt(p.PID, t.Add(-g.period()/2))
 			e := nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: uint64(t.UnixMicro()), SmUtil: sm, MemUtil: sm / 2}
+			if g.spec.ProcessSamples == "latest" {
+				// Periods come oldest first: a newer one replaces the
+				// process's entry.
+				if j := slices.IndexFunc(out, func(o nvml.ProcessUtilizationSample) bool { return o.Pid == pid }); j >= 0 {
+					out[j] = e
+					continue
+				}
+			}
 			out = append(out, e)
 			if g.spec.DuplicateSamples {
 				e.SmUtil, e.MemUtil = sm/2, sm/4

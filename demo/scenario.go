@@ -131,7 +131,9 @@ type DeviceSpec struct {
 	SampleBuffer int    `yaml:"sample_buffer"`
 	// ProcessSamples is how nvmlDeviceGetProcessUtilization answers:
 	// "buffered" (default) gives an entry per process and period since
-	// lastSeen, several per PID; "last_period" only the newest period's.
+	// lastSeen, several per PID; "last_period" only the newest period's;
+	// "latest" each process's newest entry since lastSeen, in whichever
+	// period that was.
 	ProcessSamples string `yaml:"process_samples"`
 	// DuplicateSamples adds a second, smaller entry for the same PID and
 	// period, as drivers have been seen to.
@@ -675,9 +677,9 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 	switch d.ProcessSamples {
 	case "":
 		d.ProcessSamples = "buffered"
-	case "buffered", "last_period":
+	case "buffered", "last_period", "latest":
 	default:
-		bad("process_samples: %q is not buffered or last_period", d.ProcessSamples)
+		bad("process_samples: %q is not buffered, last_period or latest", d.ProcessSamples)
 	}
 	for _, l := range f.FailingLinks {
 		if d.NVLinks == nil || l < 0 || l >= *d.NVLinks {

@@ -255,3 +255,35 @@ devices:
 		}
 	}
 }
+
+// Once a committed read showed the driver keeping entries per period, a
+// later window with one entry per process is still a mean over the
+// window: the process was idle in the periods it has no entry in.
+func TestBufferedDriverIsRemembered(t *testing.T) {
+	// Busy at full load for the first second of every 10 s.
+	s := mustScenario(t, `
+devices:
+  - model: X
+    memory_total: 1GiB
+    processes:
+      - {pid: 7, utilization: 1, duty: {period: 10s, busy: 1s}}
+`)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := &clock{t: start.Add(100 * time.Second)}
+	c := New(s.NVML(start, clk.now))
+	// The first read takes the driver's whole buffer (100 periods to
+	// 100 s): PID 7 has entries in ten of them, so the buffer shows.
+	if _, err := c.Read(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(start.Add(110 * time.Second))
+	n, err := c.Read(context.Background(), true)
+	if err != nil || len(n.Devices) != 1 || len(n.Devices[0].Processes) != 1 {
+		t.Fatalf("read: %v %+v", err, n)
+	}
+	// (100, 110]: one entry, in the period ending 101 s (middle 100.5 s,
+	// busy): 1 of 10 periods → 0.1; taken as the newest entry it would be 1.
+	if p := n.Devices[0].Processes[0].SMUtilization; !p.OK || !near(p.Value, 0.1) {
+		t.Errorf("process: %+v, want 1/10", p)
+	}
+}

@@ -56,6 +56,10 @@ func (p *pending) apply(commit bool) {
 	}
 }
 
+// buffered says the driver is known to keep per-process entries per
+// period (window.go): a committed read showed it.
+func (r *reader) buffered() bool { return r.prev != nil && r.prev.buffered }
+
 // ok reports whether ret carries a reading, and files the failure otherwise.
 func (r *reader) ok(call string, ret nvml.Return) bool {
 	switch ret {
@@ -158,7 +162,7 @@ func (r *reader) utilization(d *Device, h nvml.Device) {
 		}
 	case r.ok("GetSamples", ret):
 		r.periods = devicePeriods(r.lastSeen, typ, samples)
-		if w := newWindow(r.periods, nil); w.length > 0 {
+		if w := newWindow(r.periods, nil, r.buffered()); w.length > 0 {
 			d.Utilization = reading.Some(w.device)
 			r.win = &w
 		} else {
@@ -496,7 +500,7 @@ func (r *reader) processUtilization(d *Device, h nvml.Device) {
 	case !r.ok("GetProcessUtilization", ret):
 		return
 	}
-	w := newWindow(r.periods, entries)
+	w := newWindow(r.periods, entries, r.buffered())
 	r.win = &w
 	setProcessUtilization(d, w)
 }
@@ -516,8 +520,11 @@ func setProcessUtilization(d *Device, w window) {
 		p.EncoderUtilization = reading.Some(u.enc)
 		p.DecoderUtilization = reading.Some(u.dec)
 	}
-	if d.ProcessesPartial {
-		return // a PID no list names may be one a failed list hides
+	if d.ProcessesPartial || !w.buffered {
+		// A PID no list names may be one a failed list hides; and from a
+		// driver that gives one entry per process, an exited process's
+		// entry says nothing of how much of the window was its.
+		return
 	}
 	for row, u := range w.procs {
 		if !running[row] && u.sm > 0 {

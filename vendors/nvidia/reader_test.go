@@ -274,7 +274,7 @@ func TestBusyWindowWithoutProcessesReadsTheExited(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			periods := []period{{2e6, 1e6, tc.percent}, {3e6, 1e6, tc.percent}, {4e6, 1e6, 0}}
-			w := newWindow(periods, nil)
+			w := newWindow(periods, nil, false)
 			r := &reader{periods: periods, win: &w}
 			dev := &mock.Device{
 				GetComputeRunningProcessesFunc: none, GetMPSComputeRunningProcessesFunc: none, GetGraphicsRunningProcessesFunc: tc.graphics,

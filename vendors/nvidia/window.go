@@ -34,6 +34,16 @@ import (
 // entries are therefore placed in the device's periods and weighted by their
 // length, never averaged as if each covered the whole window.
 //
+// Drivers differ in what they keep, though. The header's own wording
+// gives one entry per process, for "the last sample period"; tools have
+// seen one entry per PID at timestamps seconds apart (go-nvml issue #51),
+// each process's latest. Read over a window of many periods, such a driver
+// makes every process look idle in all but one of them. A driver that
+// keeps entries per period shows it as soon as one PID has entries in two
+// periods of a read; until one does, each process's value is that of its
+// newest entry, the latest period it is known for, rather than a mean that
+// counts the periods the driver says nothing about as idle.
+//
 // The window is every device sample period after the previous committed read
 // (the previous scrape) up to the newest device sample, as far back as the
 // driver's buffer reaches. Device and process values are taken over exactly
@@ -56,6 +66,10 @@ type window struct {
 	// A sorted slice rather than a map: it is built at every read of every
 	// GPU, for up to hundreds of processes, and kept until the next.
 	procs []procWindow
+	// buffered says procs are means over the window: the driver keeps
+	// entries per period (a PID had entries in two periods of this read,
+	// or of an earlier one). Otherwise each is its process's newest entry.
+	buffered bool
 }
 
 type procWindow struct {
@@ -160,8 +174,8 @@ func reachesBack(prev uint64, points []point) bool {
 // counted before, newer ones (taken between the two calls) come next time.
 // Several entries for one PID in one period describe the same time: the
 // largest is kept rather than adding them up.
-func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window {
-	w := window{}
+func newWindow(periods []period, entries []nvml.ProcessUtilizationSample, buffered bool) window {
+	w := window{buffered: buffered}
 	if entries != nil {
 		w.procs = []procWindow{}
 	}
@@ -190,7 +204,7 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 	sc := scratches.Get().(*windowScratch)
 	defer scratches.Put(sc)
 	clear(sc.rows)
-	pids, peaks := sc.pids[:0], sc.peaks[:0]
+	pids, peaks, newest := sc.pids[:0], sc.peaks[:0], sc.newest[:0]
 	first := periods[0].end - periods[0].length
 	k, row := 0, 0
 	for _, e := range entries {
@@ -221,7 +235,12 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 				sc.rows[e.Pid] = row
 				pids = append(pids, e.Pid)
 				peaks = append(peaks, make([]peak, n)...)
+				newest = append(newest, k)
 			}
+		}
+		if newest[row] != k {
+			w.buffered = true
+			newest[row] = max(newest[row], k)
 		}
 		p := &peaks[row*n+k]
 		p.sm = max(p.sm, uint8(e.SmUtil))
@@ -229,9 +248,18 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample) window
 		p.enc = max(p.enc, uint8(e.EncUtil))
 		p.dec = max(p.dec, uint8(e.DecUtil))
 	}
-	sc.pids, sc.peaks = pids, peaks
+	sc.pids, sc.peaks, sc.newest = pids, peaks, newest
 	w.procs = make([]procWindow, 0, len(pids))
 	for row, pid := range pids {
+		if !w.buffered {
+			p := peaks[row*n+newest[row]]
+			w.procs = append(w.procs, procWindow{
+				pid: pid,
+				sm:  float64(p.sm) / 100, mem: float64(p.mem) / 100,
+				enc: float64(p.enc) / 100, dec: float64(p.dec) / 100,
+			})
+			continue
+		}
 		var sm, mem, enc, dec uint64
 		for k, p := range peaks[row*n : (row+1)*n] {
 			l := periods[k].length
@@ -270,9 +298,10 @@ func inPeriod(periods []period, k int, ts uint64) bool {
 // peaks for every PID with entries (a busy GPU has ~11,000 entries in a
 // 15 s window) and the PIDs' rows.
 type windowScratch struct {
-	rows  map[uint32]int
-	pids  []uint32
-	peaks []peak
+	rows   map[uint32]int
+	pids   []uint32
+	peaks  []peak
+	newest []int // the newest period each row has an entry in
 }
 
 var scratches = sync.Pool{New: func() any { return &windowScratch{rows: map[uint32]int{}} }}

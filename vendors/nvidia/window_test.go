@@ -92,7 +92,7 @@ func TestWindowSplitByTime(t *testing.T) {
 		entry(12, 1_000_000, 99), // belongs to the previous window
 		entry(13, 5_000_000, 99), // taken after the newest device sample: next window
 	}
-	w := newWindow(periods, entries)
+	w := newWindow(periods, entries, false)
 	// Window: 1 + 1 + 1 + 0.5 = 3.5 s.
 	if w.length != 3_500_000 || w.end != 4_500_000 {
 		t.Fatalf("window %d µs ending %d, want 3.5 s ending at 4.5 s", w.length, w.end)
@@ -156,7 +156,7 @@ func TestWindowAnyEntryOrder(t *testing.T) {
 		orders[fmt.Sprintf("shuffle %d", i)] = shuffled
 	}
 	for name, entries := range orders {
-		w := newWindow(periods, entries)
+		w := newWindow(periods, entries, false)
 		// As in TestWindowSplitByTime: PID 10 1.2/3.5, PID 11 0.9/3.5
 		// (mem 0.45/3.5), PIDs 12 and 13 outside the window. PID 14:
 		// 0.2·1 s + 0.4·0.5 s = 0.4 busy seconds of 3.5.
@@ -183,7 +183,7 @@ func TestWindowBusyEarlierIdleNow(t *testing.T) {
 		entries = append(entries, entry(2, end, 10))
 		periods = append(periods, period{end: end, length: 1_000_000, percent: percent})
 	}
-	w := newWindow(periods, entries)
+	w := newWindow(periods, entries, false)
 	// pid 1: 14 periods × 0.8 / 15 = 11.2/15 = 0.74666…
 	if got := w.proc(1).sm; !near(got, 11.2/15) {
 		t.Errorf("pid 1 sm %v, want 11.2/15", got)
@@ -211,7 +211,7 @@ func BenchmarkWindow(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if w := newWindow(ps, entries); len(w.procs) != procs {
+		if w := newWindow(ps, entries, false); len(w.procs) != procs {
 			b.Fatalf("%d processes, want %d", len(w.procs), procs)
 		}
 	}
@@ -228,10 +228,61 @@ func TestWindowImpossibleEntries(t *testing.T) {
 	alsoGarbage.DecUtil = 101 // one impossible value spoils the entry
 	w := newWindow(periods, []nvml.ProcessUtilizationSample{
 		entry(5, 3_000_000, 50), alsoGarbage, garbage, {}, {}, // PID 0 at 0 µs: padding
-	})
-	// PID 5: 50 % in the second period, its first entry dropped: 0.5 of 2 s
-	// → 0.25. PID 99 and the padding: no window at all.
+	}, true)
+	// A driver known to keep entries per period. PID 5: 50 % in the
+	// second period, its first entry dropped: 0.5 of 2 s → 0.25. PID 99 and
+	// the padding: no window at all.
 	if len(w.procs) != 1 || w.procs[0].pid != 5 || !near(w.procs[0].sm, 0.25) {
 		t.Errorf("procs %+v, want PID 5 alone at 0.25", w.procs)
+	}
+}
+
+// A driver that gives one entry per process (nvml.h's "the last sample
+// period"; or each process's latest, go-nvml issue #51) is told apart from
+// one that keeps entries per period by a PID with entries in two periods.
+// Until then a process's value is its newest entry's, not a mean that
+// takes the periods the driver said nothing of as idle (found by probing:
+// 0.1 in the newest of four periods was served as 0.025).
+func TestWindowOneEntryPerProcess(t *testing.T) {
+	// Four 1 s periods ending at 1 … 4 s.
+	periods := []period{{1_000_000, 1_000_000, 80}, {2_000_000, 1_000_000, 80}, {3_000_000, 1_000_000, 30}, {4_000_000, 1_000_000, 30}}
+	for _, tc := range []struct {
+		name     string
+		entries  []nvml.ProcessUtilizationSample
+		known    bool // the driver was seen to keep entries per period
+		buffered bool
+		want     map[uint32]float64
+	}{
+		// The newest period's entries only: each process's value is that
+		// period's, 0.1 and 0.2.
+		{"last period", []nvml.ProcessUtilizationSample{entry(100, 4_000_000, 10), entry(200, 4_000_000, 20)}, false, false,
+			map[uint32]float64{100: 0.1, 200: 0.2}},
+		// Each process's latest, in different periods: 0.6 and 0.2.
+		{"latest per process", []nvml.ProcessUtilizationSample{entry(100, 2_000_000, 60), entry(200, 4_000_000, 20)}, false, false,
+			map[uint32]float64{100: 0.6, 200: 0.2}},
+		// The same from a driver known to keep entries per period: PID 100
+		// was busy in one period of four, 0.6 / 4 = 0.15; PID 200 0.2 / 4 =
+		// 0.05.
+		{"latest per process, driver buffered", []nvml.ProcessUtilizationSample{entry(100, 2_000_000, 60), entry(200, 4_000_000, 20)}, true, true,
+			map[uint32]float64{100: 0.15, 200: 0.05}},
+		// PID 100 in two periods shows the buffer: means over the window,
+		// (0.6 + 0.1) / 4 = 0.175 and 0.2 / 4 = 0.05.
+		{"two periods of one PID", []nvml.ProcessUtilizationSample{entry(100, 2_000_000, 60), entry(100, 4_000_000, 10), entry(200, 4_000_000, 20)}, false, true,
+			map[uint32]float64{100: 0.175, 200: 0.05}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWindow(periods, tc.entries, tc.known)
+			if w.buffered != tc.buffered {
+				t.Errorf("buffered %v, want %v", w.buffered, tc.buffered)
+			}
+			if len(w.procs) != len(tc.want) {
+				t.Fatalf("procs %+v, want %v", w.procs, tc.want)
+			}
+			for pid, want := range tc.want {
+				if got := w.proc(pid).sm; !near(got, want) {
+					t.Errorf("PID %d: %v, want %v", pid, got, want)
+				}
+			}
+		})
 	}
 }
