@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,6 +106,10 @@ type amdWindow struct {
 	// complete says the scan read every process, so that a client absent
 	// from it did not exist yet (amd.EngineShares).
 	complete bool
+	// busy are the clients that used gfx or compute in the window ending
+	// at this scan: one of them that closes before the next scan used the
+	// device for a part of that window nobody can tell.
+	busy map[amd.ClientKey]bool
 }
 
 // amdData is what Update needs of an AMD device beyond Device.
@@ -569,8 +574,21 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 		util   float64
 		utilOK bool
 	}
-	per := map[*Device]map[int]*usage{}
-	for _, cl := range clients {
+	if advance {
+		busy := map[amd.ClientKey]bool{}
+		for k, v := range shares {
+			if v > 0 {
+				busy[k] = true
+			}
+		}
+		c.mu.Lock()
+		if c.window.at.Equal(now) {
+			c.window.busy = busy
+		}
+		c.mu.Unlock()
+	}
+	// deviceOf is the device a client's file is open on.
+	deviceOf := func(cl amd.Client) *Device {
 		d := byPCI[cl.Key.PDev]
 		// The node names a partition of the GPU drm-pdev names, or the GPU
 		// where drm-pdev is missing. It does not overrule drm-pdev: the
@@ -588,6 +606,11 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 		if node != nil && (cl.Key.PDev == "" || node.PCIBusID == cl.Key.PDev) {
 			d = node
 		}
+		return d
+	}
+	per := map[*Device]map[int]*usage{}
+	for _, cl := range clients {
+		d := deviceOf(cl)
 		if d == nil && len(cl.PIDs) > 0 && (partitioned[cl.Key.PDev] || cl.Key.PDev == "") {
 			// A client of one of this GPU's partitions, which one unknown
 			// (found through fdinfo alone, amd.DRMHolders), or of a GPU its
@@ -617,6 +640,47 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 				u.util += shares[cl.Key]
 			}
 		}
+	}
+	// A client busy in the previous window that has closed since: fdinfo
+	// ends with the file, so its time in this window is unknown. Its
+	// processes' utilization is unknown, whether they still hold other
+	// clients or exited (Device.Exited), so that it is not divided among
+	// the clients still open. One idle before (a monitoring tool's) is
+	// taken to have stayed idle.
+	closed := map[*Device]map[int]bool{}
+	if !prev.at.IsZero() {
+		open := make(map[amd.ClientKey]bool, len(clients))
+		for _, cl := range clients {
+			open[cl.Key] = true
+		}
+		for _, cl := range prev.clients {
+			if open[cl.Key] || !prev.busy[cl.Key] {
+				continue
+			}
+			d := deviceOf(cl)
+			if d == nil {
+				if partitioned[cl.Key.PDev] || cl.Key.PDev == "" {
+					markPartial(devs)
+				}
+				continue
+			}
+			if closed[d] == nil {
+				closed[d] = map[int]bool{}
+			}
+			for _, pid := range cl.PIDs {
+				closed[d][pid] = true
+			}
+		}
+	}
+	for d, pids := range closed {
+		for pid := range pids {
+			if u := per[d][pid]; u != nil {
+				u.utilOK = false
+			} else {
+				d.Exited = append(d.Exited, Process{PID: uint32(pid)})
+			}
+		}
+		slices.SortFunc(d.Exited, func(a, b Process) int { return cmp.Compare(a.PID, b.PID) })
 	}
 	for d, procs := range per {
 		pidList := make([]int, 0, len(procs))

@@ -1016,3 +1016,65 @@ func TestAMDReadErrorsLoggedOnChange(t *testing.T) {
 		t.Errorf("%d lines for the file's return, want 1:\n%s", n, logs.String())
 	}
 }
+
+// TestAMDClientClosedMidWindow: fdinfo ends with its file, so a client that
+// closes between two scrapes leaves its last part of the window unknown.
+// One busy in the previous window makes its process's utilization unknown
+// (an exited process here), and the split is left out rather than its time
+// divided among the clients still open; one idle before is taken to have
+// stayed idle.
+func TestAMDClientClosedMidWindow(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{
+		"unique_id":           "5C8A7E5D1B3F2A90\n",
+		"product_name":        "AMD Instinct MI300X OAM\n",
+		"gpu_busy_percent":    "60\n",
+		"mem_info_vram_total": "205822885888\n",
+		"mem_info_vram_used":  "17179869184\n",
+	})
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	scrape := func(at time.Duration, a, b, idle string) *Device {
+		t.Helper()
+		clk.t = testNow.Add(at)
+		tr.fd(200, 5, amdgpuClient("17", "1024", a))
+		if b != "" {
+			tr.fd(300, 5, amdgpuClient("18", "2048", b))
+		} else {
+			os.RemoveAll(filepath.Join(tr.procs, "300")) // pod b's process exited
+		}
+		if idle != "" {
+			tr.fd(400, 5, amdgpuClient("19", "16", idle))
+		} else {
+			os.RemoveAll(filepath.Join(tr.procs, "400")) // a tool closed its file
+		}
+		devs, err := c.readDevices(context.Background(), true)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("scrape at %v: %d devices, %v", at, len(devs), err)
+		}
+		return devs[0]
+	}
+	scrape(0, "0", "0", "0")
+	// 2 s later: a 0.2 (0.4e9 ns of 2e9), b 0.3 (0.6e9), the tool 0.
+	d := scrape(2*time.Second, "400000000", "600000000", "0")
+	if len(d.Exited) != 0 {
+		t.Fatalf("exited %+v before anything closed", d.Exited)
+	}
+	// Then b's and the tool's clients close. a alone is open at 4 s (0.2
+	// again); b may have run until it closed.
+	d = scrape(4*time.Second, "800000000", "", "")
+	if len(d.Processes) != 1 || d.Processes[0].PID != 200 || d.Processes[0].Utilization == nil || math.Abs(*d.Processes[0].Utilization-0.2) > 1e-12 {
+		t.Fatalf("processes %+v, want pid 200 at 0.2", d.Processes)
+	}
+	if len(d.Exited) != 1 || d.Exited[0].PID != 300 || d.Exited[0].Utilization != nil {
+		t.Fatalf("exited %+v, want pid 300 with its utilization unknown (the idle tool not at all)", d.Exited)
+	}
+	// Shared by pods a and b: the device's 0.6 was split 0.6 × 0.2/0.2,
+	// all of it a's; now neither part is known. Memory: a's 1 GiB, b's
+	// exited process none.
+	sharedByPods(d, []uint32{200}, []uint32{300})
+	checkUsage(t, d.Usage(), []usageWant{{mem: some(1 << 30)}, {mem: some(0)}})
+	// Had b been a's own worker, a as sole owner keeps the device's 0.6.
+	d.Claims, d.ProcessOwner = d.Claims[:1], map[uint32]int{200: 0, 300: 0}
+	d.OwnersAllocated = true
+	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), some(0.6)}})
+}

@@ -209,12 +209,17 @@ func (d *Device) Usage() []Usage {
 	exitedKnown := true
 	for _, p := range d.Exited {
 		i, ok := d.ProcessOwner[p.PID]
-		if !ok {
+		switch {
+		case !ok:
 			exitedKnown = false
-			continue
+		case p.Utilization == nil:
+			// Its owner's part is unknown; a sole owner's is still the
+			// device's.
+			utilKnown = false
+		default:
+			util[party(i)] += *p.Utilization
+			utilTotal += *p.Utilization
 		}
-		util[party(i)] += *p.Utilization
-		utilTotal += *p.Utilization
 	}
 	// The device's whole utilization is a sole owner's when nothing else
 	// can have used it: the allocation names every owner, or every process

@@ -40,7 +40,9 @@ type Device struct {
 	// Exited are processes that used the device earlier in the snapshot's
 	// utilization window and have left it since: a part of the device's
 	// utilization that is theirs, not a later owner's. They hold no memory
-	// and get no series of their own. Only PID and Utilization are set.
+	// and get no series of their own. Only PID and Utilization are set;
+	// Utilization is nil where the vendor cannot tell (an AMD client that
+	// closed since the previous scrape).
 	Exited []Process
 	// ProcessesPartial says Processes may lack some of the device's
 	// processes: a vendor's list call failed, or procfs could not be read
