@@ -400,16 +400,19 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		tl := labels{names: []string{"engine", "target"}, values: []string{engine, target}}
 		e.emit(inferenceUp, tl, boolValue(r.err == nil))
 		e.emit(inferenceDuration, tl, r.duration.Seconds())
-		if r.err != nil {
-			continue
-		}
 		owner, devices := joinEngine(snap, r.target)
 		base := tl
 		if owner != nil {
 			base = base.withOwner(*owner)
 		}
+		// Served while the endpoint is down too: an engine that stopped
+		// answering still holds its pod's devices, and the alert on it
+		// names the owner from here.
 		for _, d := range devices {
 			e.emit(inferenceDevices, base.with("gpu", d.Index).with("uuid", d.UUID), 1)
+		}
+		if r.err != nil {
+			continue
 		}
 		// One device: its labels go on every engine series too, so that
 		// the common single-GPU server joins without the info metric.

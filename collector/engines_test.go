@@ -96,6 +96,18 @@ func TestEnginesDiscoveredAndJoinedToPodGPUs(t *testing.T) {
 	if strings.Contains(grepLines(out, "xpu_inference_kv_cache_usage_ratio"), "gpu=") {
 		t.Error("an engine on two GPUs has device labels on its series")
 	}
+
+	// The engine stops answering: it is down, and still runs on its pod's
+	// GPUs, which the alert on it names (found by probing: the info metric
+	// went with the endpoint, and the alert said "no single owner").
+	vllm.Close()
+	out = scrapeText(t, e, 10*time.Second)
+	if v := sample(t, out, "xpu_inference_up", `engine="vllm"`); v != 0 {
+		t.Fatalf("the closed endpoint is up: %v", v)
+	}
+	for _, gpu := range []string{`gpu="0"`, `gpu="1"`} {
+		sample(t, out, "xpu_inference_device_info", append(owner, gpu)...)
+	}
 }
 
 func grepLines(text, prefix string) string {
