@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"sort"
+	"sync"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +24,10 @@ func init() {
 var costFile = kingpin.Flag("cost.file",
 	"YAML price table: currency, an hourly price per device model, optional per-node prices. Without it no cost series is served, and cost panels say no price is configured.").Default("").String()
 
-var hourlyCost = gauge("device_hourly_cost", "Price of the device per hour, from the configured price table.")
+var (
+	hourlyCost = gauge("device_hourly_cost", "Price of the device per hour, from the configured price table.")
+	unpriced   = gauge("cost_unpriced_devices", "Devices of a model the price table has no price for: they have no xpu_device_hourly_cost, and cost rules leave them out.")
+)
 
 // priceTable is the --cost.file format.
 type priceTable struct {
@@ -32,10 +39,15 @@ type priceTable struct {
 type costCollector struct {
 	currency string
 	prices   map[string]float64 // model → price on this node
+	logger   *slog.Logger
+
+	mu sync.Mutex
+	// warned are the unpriced models already logged, each once.
+	warned map[string]bool
 }
 
 func newCostCollector(cfg Config) (Collector, error) {
-	c := &costCollector{}
+	c := &costCollector{logger: cfg.Logger, warned: map[string]bool{}}
 	if *costFile == "" {
 		return c, nil
 	}
@@ -101,12 +113,27 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 		return nil
 	}
 	e := newEmitter(ch)
+	missing := map[string]int{}
 	for _, d := range snap.Devices {
 		if d.MIG != nil || d.UUID == "" {
 			continue
 		}
 		if p, ok := c.prices[d.Model]; ok {
 			e.emit(hourlyCost, identityLabels(d).with("currency", c.currency), p)
+		} else {
+			missing[d.Model]++
+		}
+	}
+	// A device without a price would drop out of every cost sum without a
+	// word: it is counted, and its model logged once.
+	for _, m := range slices.Sorted(maps.Keys(missing)) {
+		e.emit(unpriced, labels{names: []string{"model"}, values: []string{m}}, float64(missing[m]))
+		c.mu.Lock()
+		first := !c.warned[m]
+		c.warned[m] = true
+		c.mu.Unlock()
+		if first {
+			c.logger.Warn("no price for this device model in --cost.file: its devices have no xpu_device_hourly_cost and are left out of cost", "model", m, "file", *costFile)
 		}
 	}
 	return nil

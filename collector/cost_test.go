@@ -1,11 +1,15 @@
 package collector
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 func TestCost(t *testing.T) {
@@ -54,5 +58,44 @@ func TestCostNodeOverride(t *testing.T) {
 		if prices["A"] != want[0] || prices["B"] != want[1] {
 			t.Errorf("node %s: prices %v, want A=%v B=%v", node, prices, want[0], want[1])
 		}
+	}
+}
+
+// TestCostUnpricedModels: devices whose model the table lacks have no price,
+// and would drop out of every cost sum unseen: they are counted per model,
+// and each model is logged once (found by probing).
+func TestCostUnpricedModels(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "prices.yaml")
+	os.WriteFile(path, []byte("currency: USD\nmodels:\n  NVIDIA H100 80GB HBM3: 4\n"), 0o644)
+	old := *costFile
+	*costFile = path
+	t.Cleanup(func() { *costFile = old })
+	s, err := demo.Parse([]byte(`node: cost-node
+devices:
+  - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
+  - {model: Tesla T4, memory_total: 16GiB}
+  - {model: Tesla T4, memory_total: 16GiB}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia", "cost")
+	for range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		// One H100 priced; two T4s not: a count of 2 for their model.
+		if n := seriesCount(out, "xpu_device_hourly_cost"); n != 1 {
+			t.Errorf("%d cost series, want the H100's alone", n)
+		}
+		if v := sample(t, out, "xpu_cost_unpriced_devices", `model="Tesla T4"`); v != 2 {
+			t.Errorf("unpriced T4s: %v, want 2", v)
+		}
+		if strings.Contains(out, `xpu_cost_unpriced_devices{model="NVIDIA H100`) {
+			t.Error("the priced H100 is counted as unpriced")
+		}
+	}
+	if n := strings.Count(logs.String(), "no price for this device model"); n != 1 {
+		t.Errorf("%d log lines for the unpriced model over two scrapes, want 1:\n%s", n, logs.String())
 	}
 }
