@@ -152,7 +152,7 @@ func (s *sim) gate(key string) nvml.Return {
 func (s *sim) fault(key string) nvml.Return {
 	f := &s.spec.Faults
 	switch {
-	case f.Lost:
+	case f.Lost || (f.lostAfter > 0 && s.now().Sub(s.start) >= f.lostAfter):
 		return nvml.ERROR_GPU_IS_LOST
 	case slices.Contains(f.Panic, key):
 		panic("demo: injected panic in " + key)

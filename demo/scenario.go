@@ -252,6 +252,9 @@ var processListNames = []string{"compute", "mps", "graphics"}
 type Faults struct {
 	// Lost makes every call return GPU_IS_LOST, as a GPU that fell off the bus.
 	Lost bool `yaml:"lost"`
+	// LostAfter does so from this long after the node booted on: a GPU
+	// that falls off the bus while the exporter runs, after it was read.
+	LostAfter string `yaml:"lost_after"`
 	// Unsupported calls return NOT_SUPPORTED, as on GPU models without them.
 	Unsupported []string `yaml:"unsupported"`
 	// Errors calls return ERROR_UNKNOWN.
@@ -269,7 +272,7 @@ type Faults struct {
 	// (ERROR_UNKNOWN) while the other links answer.
 	FailingLinks []int `yaml:"failing_links"`
 
-	hangFor time.Duration
+	hangFor, lostAfter time.Duration
 }
 
 // MetricKeys are the readings a scenario can drive, with their units.
@@ -645,6 +648,13 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 			if _, ok := MetricKeys[k]; !ok && !slices.Contains(faultOnlyKeys, k) && k != amdEmergencyFault {
 				bad("faults.%s: unknown call %q (a metric key or one of %s)", field, k, strings.Join(faultOnlyKeys, ", "))
 			}
+		}
+	}
+	if f.LostAfter != "" {
+		if dur, err := time.ParseDuration(f.LostAfter); err != nil || dur <= 0 {
+			bad("faults.lost_after: %q is not a positive duration", f.LostAfter)
+		} else {
+			f.lostAfter = dur
 		}
 	}
 	f.hangFor = time.Hour

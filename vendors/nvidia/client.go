@@ -297,6 +297,14 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 	p.commit = append(p.commit, g.sweep)
 	p.discard = append(p.discard, func() { clear(g.seen) })
 	r.readGPU(h, gpu)
+	if !gpu.Up && gpu.UUID == "" {
+		// Lost before its identity could be read this time: it is the GPU
+		// an earlier read named (NVML's indexes hold for the session), and
+		// its owners, alerts and capacity must still name it.
+		if known := c.down(index, gpu.Down); known.UUID != "" {
+			gpu.Identity = known.Identity
+		}
+	}
 	p.win = r.win
 	var migs []Device
 	if gpu.Up && gpu.MIGEnabled.OK && gpu.MIGEnabled.Value {

@@ -287,3 +287,34 @@ devices:
 		t.Errorf("process: %+v, want 1/10", p)
 	}
 }
+
+// A GPU that falls off the bus while the exporter runs keeps the identity
+// an earlier read gave it: GPU_IS_LOST answers every call, its UUID's
+// included, and without it the GPU's owners, capacity and alerts lost it
+// (found by probing: xpu_device_up{gpu="1"} 0 alone, its pod's device
+// plugin ID "naming no device").
+func TestLostGPUKeepsItsIdentity(t *testing.T) {
+	s := mustScenario(t, `
+devices:
+  - {uuid: GPU-10000000-0000-4000-8000-000000000000, model: X, memory_total: 1GiB, faults: {lost_after: 10s}}
+`)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := &clock{t: start.Add(5 * time.Second)}
+	c := New(s.NVML(start, clk.now))
+	read := func() Device {
+		t.Helper()
+		n, err := c.Read(context.Background(), true)
+		if err != nil || len(n.Devices) != 1 {
+			t.Fatalf("read: %v %+v", err, n)
+		}
+		return n.Devices[0]
+	}
+	if d := read(); !d.Up || d.UUID != "GPU-10000000-0000-4000-8000-000000000000" {
+		t.Fatalf("before: %+v", d)
+	}
+	clk.set(start.Add(15 * time.Second))
+	d := read()
+	if d.Up || d.Down != "GPU is lost" || d.UUID != "GPU-10000000-0000-4000-8000-000000000000" || d.Name != "X" {
+		t.Errorf("after: up %v, down %q, identity %+v; want lost with the identity read before", d.Up, d.Down, d.Identity)
+	}
+}
