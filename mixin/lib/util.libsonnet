@@ -111,21 +111,43 @@
   partitionFraction(c, sel, expr)::
     '(\n%s\n  * on (%s) group_left ()\n  xpu_partition_share_ratio{%s}\n)\n' % [self.indent(expr), self.labels(c.deviceKeyLabels), sel],
 
+  // A gauge (an instant selector) averaged over one evaluation interval of
+  // the usage groups, for rules whose evaluations are summed into
+  // GPU-hours or cost: the instant value read once per evaluation samples a
+  // load at the same phase every time when its period divides the
+  // interval (0.9 busy for 20 s of every minute was billed 0.18 or 0.72,
+  // never 0.30). The window is 1 ms short of the interval because
+  // Prometheus 2 closes ranges at both ends, so a sample stamped exactly on
+  // an evaluation would count in two of them (always so in promtool tests,
+  // where scrapes and evaluations share a grid); Prometheus 3's left-open
+  // ranges then skip a sample stamped exactly 1 ms after an evaluation,
+  // which moves the mean by one sample of many. Only series present now
+  // are averaged, as allocations are read now: an owner gone at the
+  // evaluation is billed for neither. A window without a sample (a scrape
+  // interval longer than the rules') takes the latest value, which is then
+  // counted once per evaluation it covers, as before.
+  meanOverInterval(c, series)::
+    local window = '%dms' % (self.seconds(c.usageRulesInterval) * 1000 - 1);
+    '(\n  avg_over_time(%s[%s])\n    and %s\n  or %s\n)' % [series, window, series, series],
+
   // The utilization of each GPU that has none of its own (a GPU in MIG
   // mode), by the device key: its partitions' scaled by their share
-  // (partitionFraction). sel selects the exporter's series.
-  partitionsOnGpu(c, sel)::
+  // (partitionFraction). sel selects the exporter's series; mean averages
+  // the utilization over the usage rules' interval (meanOverInterval).
+  partitionsOnGpu(c, sel, mean=false)::
+    local u = 'xpu_utilization_ratio{%s, parent_uuid!=""}' % sel;
     'sum by (%s) (\n' % self.labels(c.deviceKeyLabels)
-    + self.indent(self.onGpu(self.partitionFraction(c, sel, 'xpu_utilization_ratio{%s, parent_uuid!=""}' % sel)))
+    + self.indent(self.onGpu(self.partitionFraction(c, sel, if mean then self.meanOverInterval(c, u) else u)))
     + '\n)',
 
   // Each physical GPU's utilization, by the device key: its own, or for a
   // GPU that has none (a GPU in MIG mode) its partitions' (partitionsOnGpu).
   // An AMD GPU in compute partitions has its own (its partitions are left
   // out). Not parenthesized: wrap it before comparing it.
-  gpuUtilization(c, sel)::
-    'max by (%s) (xpu_utilization_ratio{%s, parent_uuid=""})\n' % [self.labels(c.deviceKeyLabels), sel]
-    + 'or ' + self.partitionsOnGpu(c, sel),
+  gpuUtilization(c, sel, mean=false)::
+    local u = 'xpu_utilization_ratio{%s, parent_uuid=""}' % sel;
+    'max by (%s) (%s)\n' % [self.labels(c.deviceKeyLabels), if mean then self.meanOverInterval(c, u) else u]
+    + 'or ' + self.partitionsOnGpu(c, sel, mean),
 
   // Every device's utilization, by the device key: a GPU's, a MIG
   // instance's or a partition's own, and for a GPU in MIG mode, which has

@@ -52,8 +52,10 @@ local util = import '../lib/util.libsonnet';
   // change the old and the new series both have a rate in the window.
   local energyRate = 'sum by (%(key)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))' % fmt,
 
-  // Each physical GPU's utilization (util.gpuUtilization).
+  // Each physical GPU's utilization (util.gpuUtilization); the idle cost,
+  // summed over evaluations, takes its mean over the interval.
   local gpuUtilization = util.gpuUtilization(c, c.xpuSelector),
+  local gpuUtilizationMean = util.gpuUtilization(c, c.xpuSelector, mean=true),
   local migSliceFraction(expr) = util.partitionFraction(c, c.xpuSelector, expr),
 
   local co2(levelName) =
@@ -98,11 +100,13 @@ local util = import '../lib/util.libsonnet';
             // exporter serves them), never by the owner's allocation: on a
             // time-sliced instance that allocation already holds the
             // owner's 1/N, which the split counted once.
+            // The split is averaged over the evaluation interval
+            // (util.meanOverInterval) before any scaling: the sums and the
+            // idle cost built on this rule add up its evaluations.
             record: 'device_owner:xpu_utilized_devices:ratio',
-            expr: |||
-              xpu_workload_utilization_ratio{%(xpuSelector)s, workload_kind!="unattributed", parent_uuid=""}
-              or
-            ||| % fmt + migSliceFraction('xpu_workload_utilization_ratio{%(xpuSelector)s, workload_kind!="unattributed", parent_uuid!=""}' % fmt),
+            expr: util.meanOverInterval(c, 'xpu_workload_utilization_ratio{%(xpuSelector)s, workload_kind!="unattributed", parent_uuid=""}' % fmt)
+                  + '\nor\n'
+                  + migSliceFraction(util.meanOverInterval(c, 'xpu_workload_utilization_ratio{%(xpuSelector)s, workload_kind!="unattributed", parent_uuid!=""}' % fmt)),
           },
         ] + [
           {
@@ -226,7 +230,7 @@ local util = import '../lib/util.libsonnet';
                   clamp_min(1 - (
             ||| % (fmt { price: price }) + util.indent(util.indent(util.indent(
               // A device that is down or has no reading is wholly idle.
-              gpuUtilization + '\nor 0 * max by (%(key)s) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})' % fmt
+              gpuUtilizationMean + '\nor 0 * max by (%(key)s) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})' % fmt
             ))) + '\n    ), 0)\n)\n',
           },
           {
