@@ -50,7 +50,19 @@ local util = import '../lib/util.libsonnet';
   // A GPU's energy rate, summed over its counter series: a device with one
   // owner carries that owner's labels on its counter, so after an owner
   // change the old and the new series both have a rate in the window.
-  local energyRate = 'sum by (%(key)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))' % fmt,
+  // A device without an energy counter (Gaudi: hl-smi gives power only)
+  // takes its mean power over the same window instead, W = J/s: the mean
+  // of all its power samples, whichever owner's series holds them, so an
+  // owner change neither doubles nor drops it. `or` keeps the counter
+  // wherever a device has one, so no device counts twice.
+  local energyRate = |||
+    (
+      sum by (%(key)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))
+      or
+      sum by (%(key)s) (sum_over_time(xpu_power_watts{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))
+        / sum by (%(key)s) (count_over_time(xpu_power_watts{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))
+    )
+  ||| % fmt,
 
   // Each physical GPU's utilization (util.gpuUtilization); the idle cost,
   // summed over evaluations, takes its mean over the interval.
