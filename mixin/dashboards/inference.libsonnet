@@ -45,9 +45,15 @@ local common = import 'common.libsonnet';
         g.timeseries('Tokens per second', 'Prompt tokens processed and tokens generated per second.', [
           g.target('sum by (%s, type) (rate(xpu_inference_tokens_total{%s}[$__rate_interval]))' % [server, s], '%s {{type}}' % legend),
         ], min=0),
-        g.timeseries('Error ratio', 'Share of finished requests that failed.', [
+        g.timeseries('Error ratio', 'Share of finished requests that failed; 0 for an engine serving requests without an error.', [
+          // An engine that never failed has no outcome="error" series, and
+          // a ratio without a numerator has no series: it would look like
+          // an engine without data. Its error rate is 0.
           g.target(|||
-            sum by (%(server)s) (rate(xpu_inference_requests_total{%(s)s, outcome="error"}[$__rate_interval]))
+            (
+              sum by (%(server)s) (rate(xpu_inference_requests_total{%(s)s, outcome="error"}[$__rate_interval]))
+              or 0 * sum by (%(server)s) (rate(xpu_inference_requests_total{%(s)s}[$__rate_interval]))
+            )
               / sum by (%(server)s) (rate(xpu_inference_requests_total{%(s)s}[$__rate_interval]))
           ||| % { server: server, s: s }, legend),
         ], unit='percentunit', min=0),
