@@ -15,6 +15,12 @@ local common = import 'common.libsonnet';
   local noPrice = 'no price configured',
   local costNote = ' Cost comes from the prices configured in the exporter (xpu_device_hourly_cost); without one this panel says "%s" rather than showing a cost of zero.' % noPrice,
   local gpuHours = ' GPU-hours count whole GPUs: a time-slice replica 1/N, a MIG instance its fraction of the GPU.',
+  // Totals over the time range read the per-cluster and per-team rules,
+  // which sum a month in one series per team; they keep no node or vendor
+  // (a team's devices on every node add up to its bill), so those panels
+  // say they are cluster-wide rather than seem to follow the variables.
+  // Panels of the present read the per-device series, which follow them.
+  local clusterWide = 'Cluster-wide: ignores the Node and Vendor variables. ',
   // Allow-listed pod labels are joined from xpu_workload_info, the only
   // series that carries them.
   local pods = std.join(', ', [c.clusterLabel, 'node'] + c.ownerLabels.kubernetes),
@@ -29,22 +35,22 @@ local common = import 'common.libsonnet';
       'Devices allocated and used, GPU-hours, cost, energy and CO2 per namespace, workload, pod, Slurm account, user and job.',
       d.variables + d.ownerVariables,
       [
-        g.row('Totals over the time range'),
-        g.stat('Cost', 'What all devices cost over the time range.' + costNote, [
+        g.row('Totals over the time range (cluster-wide)'),
+        g.stat('Cost', clusterWide + 'What all devices cost over the time range.' + costNote, [
           g.target('sum by (currency) (%s)' % d.overRange('cluster:xpu_cost_per_hour:sum{%s}' % d.cluster), '{{currency}}', instant=true),
         ], noValue=noPrice) + g.size(6, 4),
-        g.stat('Idle cost', 'The part of that cost spent on unused device capacity.' + costNote, [
+        g.stat('Idle cost', clusterWide + 'The part of that cost spent on unused device capacity.' + costNote, [
           g.target('sum by (currency) (%s)' % d.overRange('cluster:xpu_idle_cost_per_hour:sum{%s}' % d.cluster), '{{currency}}', instant=true),
         ], noValue=noPrice) + g.size(6, 4),
-        g.stat('Energy', 'Energy drawn by the devices over the time range.', [
+        g.stat('Energy', clusterWide + 'Energy drawn by the devices over the time range.', [
           g.target('sum(%s)' % d.overRange('cluster:xpu_energy_kwh_per_hour:sum{%s}' % d.cluster), instant=true),
         ], unit='kwatth') + g.size(6, 4),
-        g.stat('CO2', 'Emissions of that energy at the configured grid carbon intensity.', [
+        g.stat('CO2', clusterWide + 'Emissions of that energy at the configured grid carbon intensity.', [
           g.target('sum(%s)' % d.overRange('cluster:xpu_co2_grams_per_hour:sum{%s}' % d.cluster), instant=true),
         ], unit='massg') + g.size(6, 4),
 
         g.row('Teams'),
-        g.table('Teams by GPU-hours over the time range', 'Namespaces and Slurm accounts, most GPU-hours allocated first, with the GPU-hours they kept busy.' + gpuHours, [
+        g.table('Teams by GPU-hours over the time range', clusterWide + 'Namespaces and Slurm accounts (accounts ignore the Namespace variable too), most GPU-hours allocated first, with the GPU-hours they kept busy.' + gpuHours, [
           g.target('sort_desc(%s or %s)' % [d.overRange('namespace:xpu_allocated_devices:sum{%s}' % ns), d.overRange('slurm_account:xpu_allocated_devices:sum{%s}' % d.cluster)], instant=true),
           g.target('%s or %s' % [d.overRange('namespace:xpu_utilized_devices:sum{%s}' % ns), d.overRange('slurm_account:xpu_utilized_devices:sum{%s}' % d.cluster)], instant=true),
         ], [
@@ -56,13 +62,13 @@ local common = import 'common.libsonnet';
         ], min=0),
 
         g.row('Kubernetes'),
-        g.timeseries('Allocated GPUs by namespace', 'Devices allocated to the pods of each namespace.' + gpuHours, [
-          g.target('namespace:xpu_allocated_devices:sum{%s}' % ns, '{{namespace}}'),
+        g.timeseries('Allocated GPUs by namespace', 'Devices allocated to the pods of each namespace (namespace:xpu_allocated_devices:sum on the selected nodes and vendors).' + gpuHours, [
+          g.target('sum by (%s, namespace) (xpu_workload_allocated_devices{%s, namespace!=""})' % [c.clusterLabel, s], '{{namespace}}'),
         ], stack=true, min=0),
-        g.timeseries('Utilized GPUs by namespace', 'Devices worth of utilization, from the per-owner split on shared devices.', [
-          g.target('namespace:xpu_utilized_devices:sum{%s}' % ns, '{{namespace}}'),
+        g.timeseries('Utilized GPUs by namespace', 'Devices worth of utilization, from the per-owner split on shared devices (namespace:xpu_utilized_devices:sum on the selected nodes and vendors).', [
+          g.target('sum by (%s, namespace) (device_owner:xpu_utilized_devices:ratio{%s, namespace!=""})' % [c.clusterLabel, s], '{{namespace}}'),
         ], stack=true, min=0),
-        g.table('Namespaces over the time range', 'GPU-hours allocated and utilized, their ratio, energy and CO2.' + gpuHours, [
+        g.table('Namespaces over the time range', clusterWide + 'GPU-hours allocated and utilized, their ratio, energy and CO2.' + gpuHours, [
           g.target(d.overRange('namespace:xpu_allocated_devices:sum{%s}' % ns), instant=true),
           g.target(d.overRange('namespace:xpu_utilized_devices:sum{%s}' % ns), instant=true),
           g.target('sum_over_time(namespace:xpu_utilized_devices:sum{%(ns)s}[$__range]) / sum_over_time(namespace:xpu_allocated_devices:sum{%(ns)s}[$__range])' % { ns: ns }, instant=true),
@@ -75,7 +81,7 @@ local common = import 'common.libsonnet';
           { name: 'Energy', unit: 'kwatth' },
           { name: 'CO2', unit: 'massg' },
         ]) + g.size(24),
-        g.table('Workloads over the time range', 'GPU-hours per Deployment, StatefulSet, Job or other owning workload.' + gpuHours, [
+        g.table('Workloads over the time range', clusterWide + 'GPU-hours per Deployment, StatefulSet, Job or other owning workload.' + gpuHours, [
           g.target(d.overRange('namespace_workload:xpu_allocated_devices:sum{%s}' % ns), instant=true),
           g.target(d.overRange('namespace_workload:xpu_utilized_devices:sum{%s}' % ns), instant=true),
         ], [
@@ -93,10 +99,10 @@ local common = import 'common.libsonnet';
         ]),
 
         g.row('Slurm'),
-        g.timeseries('Allocated GPUs by account', 'Devices allocated to the jobs of each Slurm account.' + gpuHours, [
-          g.target('slurm_account:xpu_allocated_devices:sum{%s}' % d.cluster, '{{slurm_account}}'),
+        g.timeseries('Allocated GPUs by account', 'Devices allocated to the jobs of each Slurm account (slurm_account:xpu_allocated_devices:sum on the selected nodes and vendors).' + gpuHours, [
+          g.target('sum by (%s, slurm_account) (xpu_workload_allocated_devices{%s, slurm_account!=""})' % [c.clusterLabel, slurm], '{{slurm_account}}'),
         ], stack=true, min=0),
-        g.table('Accounts over the time range', 'GPU-hours allocated and utilized, energy and CO2 per Slurm account.' + gpuHours, [
+        g.table('Accounts over the time range', clusterWide + 'GPU-hours allocated and utilized, energy and CO2 per Slurm account.' + gpuHours, [
           g.target(d.overRange('slurm_account:xpu_allocated_devices:sum{%s}' % d.cluster), instant=true),
           g.target(d.overRange('slurm_account:xpu_utilized_devices:sum{%s}' % d.cluster), instant=true),
           g.target(d.overRange('slurm_account:xpu_energy_kwh_per_hour:sum{%s}' % d.cluster), instant=true),
@@ -107,7 +113,7 @@ local common = import 'common.libsonnet';
           { name: 'Energy', unit: 'kwatth' },
           { name: 'CO2', unit: 'massg' },
         ]),
-        g.table('Slurm jobs over the time range', 'What to bill each job (a training run) to its account: GPU-hours allocated and used, energy, CO2, cost and the part of the cost left unused.' + gpuHours + costNote, [
+        g.table('Slurm jobs over the time range', clusterWide + 'What to bill each job (a training run) to its account: GPU-hours allocated and used, energy, CO2, cost and the part of the cost left unused.' + gpuHours + costNote, [
           g.target(d.overRange('slurm_job:xpu_allocated_devices:sum{%s}' % d.cluster), instant=true),
           g.target(d.overRange('slurm_job:xpu_utilized_devices:sum{%s}' % d.cluster), instant=true),
           g.target(d.overRange('slurm_job:xpu_energy_kwh_per_hour:sum{%s}' % d.cluster), instant=true),
@@ -138,17 +144,17 @@ local common = import 'common.libsonnet';
         ]),
 
         g.row('Cost'),
-        g.timeseries('Cost per hour by namespace', 'What each namespace pays per hour for its allocations.' + costNote, [
-          g.target('namespace:xpu_cost_per_hour:sum{%s}' % ns, '{{namespace}} ({{currency}})'),
+        g.timeseries('Cost per hour by namespace', 'What each namespace pays per hour for its allocations (namespace:xpu_cost_per_hour:sum on the selected nodes and vendors).' + costNote, [
+          g.target('sum by (%s, namespace, currency) (device_owner:xpu_cost_per_hour:mul{%s, namespace!=""})' % [c.clusterLabel, s], '{{namespace}} ({{currency}})'),
         ], stack=true, min=0, noValue=noPrice),
-        g.table('Cost by namespace over the time range', 'Allocation cost and the part of it left unused.' + costNote, [
+        g.table('Cost by namespace over the time range', clusterWide + 'Allocation cost and the part of it left unused.' + costNote, [
           g.target(d.overRange('namespace:xpu_cost_per_hour:sum{%s}' % ns), instant=true),
           g.target(d.overRange('namespace:xpu_idle_cost_per_hour:sum{%s}' % ns), instant=true),
         ], [
           { name: 'Cost', unit: 'short' },
           { name: 'Idle cost', unit: 'short' },
         ], noValue=noPrice),
-        g.table('Cost by Slurm account over the time range', 'Allocation cost and the part of it left unused.' + costNote, [
+        g.table('Cost by Slurm account over the time range', clusterWide + 'Allocation cost and the part of it left unused.' + costNote, [
           g.target(d.overRange('slurm_account:xpu_cost_per_hour:sum{%s}' % d.cluster), instant=true),
           g.target(d.overRange('slurm_account:xpu_idle_cost_per_hour:sum{%s}' % d.cluster), instant=true),
         ], [

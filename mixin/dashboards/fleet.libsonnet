@@ -15,6 +15,17 @@ local common = import 'common.libsonnet';
   // their slices, a GPU in AMD compute partitions by its own, so that a GPU
   // counts once, as in "Utilization by model".
   local gpuUtil = '(\n%s\n)' % util.indent(util.gpuUtilization(c, s)),
+  local key = util.labels(c.deviceKeyLabels),
+  // The capacity split of model_state:xpu_devices:sum, from the per-device
+  // rules it sums, which keep node and vendor: the split of the selected
+  // nodes and vendors.
+  local devices = '%s, node=~"$node", %s' % [d.cluster, d.vendor],
+  local capacity = [
+    'sum(1 - device:xpu_allocated_devices:sum{%s})' % devices,
+    'sum(device:xpu_allocated_devices:sum{%s} - device:xpu_utilized_devices:sum{%s})' % [devices, devices],
+    'sum(device:xpu_utilized_devices:sum{%s})' % devices,
+  ],
+  local states = ['unallocated', 'allocated_idle', 'allocated_busy'],
 
   grafanaDashboards+:: {
     'xpu-fleet-overview.json': g.dashboard(
@@ -40,8 +51,8 @@ local common = import 'common.libsonnet';
         g.stat('Idle', 'Share of the physical devices below %s utilization, allocated or not.' % util.percent(c.idleUtilizationThreshold), [
           g.target('(count(%(u)s < %(t)g) or vector(0)) / count(%(u)s)' % { u: gpuUtil, t: c.idleUtilizationThreshold }, instant=true),
         ], unit='percentunit') + g.size(4, 4),
-        g.stat('Cost per hour', 'What the devices cost per hour, from the prices configured in the exporter (xpu_device_hourly_cost). Shows "no price configured" when the exporter has no price.', [
-          g.target('sum by (currency) (cluster:xpu_cost_per_hour:sum{%s})' % d.cluster, '{{currency}}', instant=true),
+        g.stat('Cost per hour', 'What the selected devices cost per hour, from the prices configured in the exporter (xpu_device_hourly_cost), one price per physical GPU. Shows "no price configured" when the exporter has no price.', [
+          g.target('sum by (currency) (max by (%s, currency) (xpu_device_hourly_cost{%s, parent_uuid=""}))' % [key, s], '{{currency}}', instant=true),
         ], noValue='no price configured') + g.size(4, 4),
 
         g.row('Clusters'),
@@ -50,7 +61,10 @@ local common = import 'common.libsonnet';
           g.target('avg %s %s' % [byCluster, gpuUtil], instant=true),
           g.target('sum %s (xpu_workload_allocated_devices{%s})' % [byCluster, s], instant=true),
           g.target('sum %s (xpu_power_watts{%s})' % [byCluster, s], instant=true),
-          g.target('sum %s (cluster:xpu_co2_grams_per_hour:sum{%s})' % [byCluster, d.cluster], instant=true),
+          // The selected devices' power at the cluster's grid intensity,
+          // which the CO2 rule over the energy rule gives (per-cluster
+          // overrides included); the rules alone are the whole cluster.
+          g.target('sum %s (xpu_power_watts{%s}) / 1000\n  * on (%s) group_left ()\n  (cluster:xpu_co2_grams_per_hour:sum{%s} / cluster:xpu_energy_kwh_per_hour:sum{%s})' % [byCluster, s, c.clusterLabel, d.cluster, d.cluster], instant=true),
         ], [
           { name: 'Devices', unit: 'short' },
           { name: 'Utilization', unit: 'percentunit' },
@@ -68,24 +82,28 @@ local common = import 'common.libsonnet';
         ], min=0),
 
         g.row('Capacity'),
-        g.timeseries('Capacity by state', 'Physical devices split into unallocated, allocated but idle (the allocated part not utilized) and allocated and busy: whether utilization is low because devices sit unallocated or because their owners leave them idle.', [
-          g.target('sum by (state) (model_state:xpu_devices:sum{%s})' % d.clusterVendor, '{{state}}'),
-        ], stack=true, min=0),
-        g.table('Capacity by model and state', 'The same split per cluster, vendor and model, in devices.', [
+        g.timeseries('Capacity by state', 'Physical devices split into unallocated, allocated but idle (the allocated part not utilized) and allocated and busy: whether utilization is low because devices sit unallocated or because their owners leave them idle. The selected nodes and vendors, from the per-device rules model_state:xpu_devices:sum adds up.', [
+          g.target(capacity[i], states[i])
+          for i in std.range(0, 2)
+        ], stack=true, min=0) + g.size(24),
+
+        // Per-model inventory from the model rules: one series per model
+        // and cluster, cheap over months at any fleet size, and without
+        // node, so cluster-wide and said to be.
+        g.row('Models (cluster-wide)'),
+        g.table('Capacity by model and state', 'Cluster-wide: ignores the Node variable. The capacity split per cluster, vendor and model, in devices (model_state:xpu_devices:sum).', [
           g.target('model_state:xpu_devices:sum{%s}' % d.clusterVendor, instant=true),
         ], [{ name: 'Devices', unit: 'short' }]),
-
-        g.row('Models'),
-        g.table('Devices by model', 'Physical devices and mean utilization per vendor and model.', [
+        g.table('Devices by model', 'Cluster-wide: ignores the Node variable. Physical devices and mean utilization per vendor and model.', [
           g.target('model:xpu_devices:count{%s}' % d.clusterVendor, instant=true),
           g.target('model:xpu_utilization:avg{%s}' % d.clusterVendor, instant=true),
         ], [
           { name: 'Devices', unit: 'short' },
           { name: 'Utilization', unit: 'percentunit' },
         ]),
-        g.timeseries('Utilization by model', 'Mean device utilization per model.', [
+        g.timeseries('Utilization by model', 'Cluster-wide: ignores the Node variable. Mean device utilization per model.', [
           g.target('model:xpu_utilization:avg{%s}' % d.clusterVendor, '{{%s}} {{model}}' % c.clusterLabel),
-        ], unit='percentunit', min=0, max=1),
+        ], unit='percentunit', min=0, max=1) + g.size(24),
 
         g.row('Power and health'),
         g.timeseries('Power by cluster', 'Power drawn by the devices.', [

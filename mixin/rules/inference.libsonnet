@@ -11,8 +11,9 @@ local util = import '../lib/util.libsonnet';
 
 {
   local c = $._config,
-  // One engine instance: its scrape target with its owner.
-  local engine = [c.clusterLabel, 'job', 'instance', 'engine', 'target'] + util.ownerLabels(c),
+  // One engine instance: its scrape target with its owner, and the node
+  // (a target label: no more series) for the dashboards' Node variable.
+  local engine = [c.clusterLabel, 'job', 'instance', 'node', 'engine', 'target'] + util.ownerLabels(c),
   // An owner's identity on a device: the labels xpu_inference_device_info
   // and xpu_workload_allocated_devices share.
   local ownerOnDevice = c.deviceKeyLabels + ['namespace', 'pod', 'slurm_job_id', 'unit'],

@@ -42,7 +42,7 @@ local util = import '../lib/util.libsonnet';
   local onGpu(expr) = util.onGpu(expr),
   local allocationOnGpu = onGpu('xpu_workload_allocated_devices{%(xpuSelector)s}' % c),
   // The owners' utilized shares summed per physical GPU.
-  local usedOnGpu = 'sum by (%(key)s, vendor, model) (label_replace(device_owner:xpu_utilized_devices:ratio, "uuid", "$1", "parent_uuid", "(.+)"))' % fmt,
+  local usedOnGpu = 'sum by (%(key)s, node, vendor, model) (label_replace(device_owner:xpu_utilized_devices:ratio, "uuid", "$1", "parent_uuid", "(.+)"))' % fmt,
 
   // One price per physical GPU. Taken per device key so that labels a
   // price series might gain never make the joins below ambiguous.
@@ -142,12 +142,14 @@ local util = import '../lib/util.libsonnet';
           {
             // Per physical GPU, the allocations of all its owners and MIG
             // instances, 0 for a GPU nobody holds. Not capped: more than 1
-            // is a GPU handed out twice.
+            // is a GPU handed out twice. The device rules keep node (a
+            // target label, one per device key, so no more series) for the
+            // dashboards' Node variable.
             record: 'device:xpu_allocated_devices:sum',
             expr: |||
-              sum by (%(key)s, vendor, model) (
+              sum by (%(key)s, node, vendor, model) (
               %(allocationOnGpu)s)
-              or 0 * group by (%(key)s, vendor, model) (xpu_device_info{%(xpuSelector)s, parent_uuid=""})
+              or 0 * group by (%(key)s, node, vendor, model) (xpu_device_info{%(xpuSelector)s, parent_uuid=""})
             ||| % (fmt { allocationOnGpu: util.indent(allocationOnGpu) }),
           },
           {
