@@ -31,8 +31,10 @@ function(c) {
   // The same for device series, picked by the gpu variable too.
   ownerDeviceSelector: self.deviceOwnerSelector + ', gpu=~"$gpu"',
 
-  // Legends name the device and, when it has one owner, the owner.
-  deviceLegend: '{{node}} gpu{{gpu}} {{namespace}}/{{pod}}{{slurm_job_id}}{{unit}}',
+  // Legends name the device and, when it has one owner, the owner. NVIDIA,
+  // AMD and Gaudi each number their devices from 0, so on a node with two
+  // vendors gpu alone names two devices: the vendor tells them apart.
+  deviceLegend: '{{node}} {{vendor}} gpu{{gpu}} {{namespace}}/{{pod}}{{slurm_job_id}}{{unit}}',
 
   // Per-hour recording rules summed over the dashboard's time range.
   // The rules are evaluated every usageRulesInterval, so the sum over the
@@ -56,5 +58,12 @@ function(c) {
     g.queryVariable('workload', 'Workload', 'label_values(%s, namespace=~"$namespace"}, workload)' % owners),
     g.queryVariable('pod', 'Pod', 'label_values(%s, namespace=~"$namespace", workload=~"$workload"}, pod)' % owners),
   ],
-  gpuVariable: g.queryVariable('gpu', 'GPU', 'label_values(xpu_device_up{%s, %s, node=~"$node", %s}, gpu)' % [c.xpuSelector, cluster, self.vendor]),
+  // The gpu label is a number per vendor: its values follow the Vendor
+  // variable, and the description says to pick the vendor on a mixed node.
+  gpuVariable: g.queryVariable(
+    'gpu',
+    'GPU',
+    'label_values(xpu_device_up{%s, %s, node=~"$node", %s}, gpu)' % [c.xpuSelector, cluster, self.vendor],
+    description='Device number on its node, counted per vendor: NVIDIA, AMD and Gaudi each start at 0, so on a node with two vendors pick the Vendor too, or a number selects one device of each.',
+  ),
 }

@@ -100,9 +100,10 @@ local datasource = { type: 'prometheus', uid: '${datasource}' };
     hide: 0,
   },
 
-  queryVariable(name, label, query, hide=false):: {
+  queryVariable(name, label, query, hide=false, description=null):: {
     name: name,
     label: label,
+    [if description != null then 'description']: description,
     type: 'query',
     datasource: datasource,
     query: query,
