@@ -68,7 +68,11 @@ local common = import 'common.libsonnet';
         g.timeseries('Utilized GPUs by namespace', 'Devices worth of utilization, from the per-owner split on shared devices (namespace:xpu_utilized_devices:sum on the selected nodes and vendors).', [
           g.target('sum by (%s, namespace) (device_owner:xpu_utilized_devices:ratio{%s, namespace!=""})' % [c.clusterLabel, s], '{{namespace}}'),
         ], stack=true, min=0),
-        g.table('Namespaces over the time range', clusterWide + 'GPU-hours allocated and utilized, their ratio, energy and CO2.' + gpuHours, [
+        // Efficiency is not capped at the allocation: time-slicing lets a
+        // replica's owner use more than its 1/N while its co-tenants idle,
+        // and that is use to see, not to hide (the capacity rules cap,
+        // because their states must add up to the physical devices).
+        g.table('Namespaces over the time range', clusterWide + "GPU-hours allocated and utilized, their ratio (Efficiency), energy and CO2. Efficiency exceeds 100% for a namespace on time-sliced GPUs that uses more than its replicas' 1/N share while its co-tenants idle; Capacity by state caps the same use at the allocation." + gpuHours, [
           g.target(d.overRange('namespace:xpu_allocated_devices:sum{%s}' % ns), instant=true),
           g.target(d.overRange('namespace:xpu_utilized_devices:sum{%s}' % ns), instant=true),
           g.target('sum_over_time(namespace:xpu_utilized_devices:sum{%(ns)s}[$__range]) / sum_over_time(namespace:xpu_allocated_devices:sum{%(ns)s}[$__range])' % { ns: ns }, instant=true),
