@@ -690,8 +690,11 @@ func TestPrometheusOwnerChangeAndLostGPU(t *testing.T) {
 	p := startPrometheus(t, scrapeConfig(job, before.addr, ruleFile))
 	deadline := time.Now().Add(60 * time.Second)
 	until(t, deadline, "target", p.targetUp(job))
-	// trainer-a's share of GPU 0's energy: its counter has a rate.
+	// trainer-a's share of GPU 0's energy, and its counter has a rate: the
+	// rule alone would not tell, since a device whose counter has one
+	// sample yet takes its mean power instead.
 	until(t, deadline, "trainer-a's energy", p.value(`count(device_owner:xpu_energy_kwh_per_hour:mul{pod="trainer-a"})`, 1))
+	until(t, deadline, "trainer-a's energy counter", p.value(`count(rate(xpu_energy_joules_total{gpu="0", pod="trainer-a"}[5m]))`, 1))
 
 	stopExporter(t, before)
 	startAt(t, before.addr, "--demo", "--demo.scenario=../fixtures/scenarios/owner-change-after.yaml", "--cost.file="+costs)
