@@ -105,6 +105,17 @@ func amdgpuClient(id, vramMiB, gfxNs string) string {
 		"drm-total-vram:\t" + vramMiB + " MiB\ndrm-resident-vram:\t" + vramMiB + " MiB\ndrm-engine-gfx:\t" + gfxNs + " ns\n"
 }
 
+// busyMI300X is the sysfs of an MI300X 60 % busy with 16 GiB of VRAM in use.
+func busyMI300X() map[string]string {
+	return map[string]string{
+		"unique_id":           "5C8A7E5D1B3F2A90\n",
+		"product_name":        "AMD Instinct MI300X OAM\n",
+		"gpu_busy_percent":    "60\n",
+		"mem_info_vram_total": "205822885888\n",
+		"mem_info_vram_used":  "17179869184\n",
+	}
+}
+
 // sharedByPods makes pods ml/a and ml/b the owners of d, half each, a
 // running the processes in pidsA and b those in pidsB.
 func sharedByPods(d *Device, pidsA, pidsB []uint32) {
@@ -133,13 +144,7 @@ func newAMDCollectorFor(t *testing.T, tr *amdTree, clk *fakeClock) *amdCollector
 // clients' engine times at two scrapes 2 s apart give each its share, and
 // the device's utilization is split in that proportion.
 func TestAMDFdinfoSplitOracle(t *testing.T) {
-	tr := newAMDTree(t, map[string]string{
-		"unique_id":           "5C8A7E5D1B3F2A90\n",
-		"product_name":        "AMD Instinct MI300X OAM\n",
-		"gpu_busy_percent":    "60\n",
-		"mem_info_vram_total": "205822885888\n",
-		"mem_info_vram_used":  "17179869184\n",
-	})
+	tr := newAMDTree(t, busyMI300X())
 	// Pod A: PID 200 opened client 17; its child 201 inherited the fd.
 	// Newer amdgpu keys in MiB: 8 GiB resident, of 12 GiB created (the
 	// rest evicted, which drm-total-vram counts and the device's used
@@ -1024,13 +1029,7 @@ func TestAMDReadErrorsLoggedOnChange(t *testing.T) {
 // divided among the clients still open; one idle before is taken to have
 // stayed idle.
 func TestAMDClientClosedMidWindow(t *testing.T) {
-	tr := newAMDTree(t, map[string]string{
-		"unique_id":           "5C8A7E5D1B3F2A90\n",
-		"product_name":        "AMD Instinct MI300X OAM\n",
-		"gpu_busy_percent":    "60\n",
-		"mem_info_vram_total": "205822885888\n",
-		"mem_info_vram_used":  "17179869184\n",
-	})
+	tr := newAMDTree(t, busyMI300X())
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
 	scrape := func(at time.Duration, a, b, idle string) *Device {
