@@ -227,11 +227,14 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		if parent == nil {
 			continue
 		}
-		for _, c := range res.Devices[d.UUID].Claims {
+		own := res.Devices[d.UUID]
+		for _, c := range own.Claims {
 			if !slices.ContainsFunc(parent.Claims, func(p Claim) bool { return p.Owner.Key() == c.Owner.Key() }) {
 				parent.Claims = append(parent.Claims, Claim{Owner: c.Owner})
 			}
 		}
+		// Owners an instance may be missing are the GPU's too.
+		parent.OwnersUnknown = parent.OwnersUnknown || own.OwnersUnknown
 	}
 	return res
 }

@@ -936,3 +936,21 @@ esac`)
 		}
 	}
 }
+
+// A GPU in MIG mode is owned by its instances' owners, so an instance whose
+// owners may be missing (its process list not whole) makes the GPU's
+// unknown too: a count of the others would read as fewer owners.
+func TestMIGParentOwnersUnknownWithAnInstance(t *testing.T) {
+	r := New(Config{Procfs: procfs(t, map[uint32]string{10: "/system.slice/ollama.service"})})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: gpuM, MIGIndex: -1, GRESIndex: -1},
+		{UUID: mig1, ParentUUID: gpuM, MIGIndex: 1, GRESIndex: -1, PIDs: []uint32{10}},
+		{UUID: mig2, ParentUUID: gpuM, MIGIndex: 2, GRESIndex: -1, PIDsPartial: true},
+	})
+	if !res.Devices[mig2].OwnersUnknown || res.Devices[mig1].OwnersUnknown {
+		t.Fatalf("instances: unknown %v, %v; want only the partial one", res.Devices[mig1].OwnersUnknown, res.Devices[mig2].OwnersUnknown)
+	}
+	if own := res.Devices[gpuM]; len(own.Claims) != 1 || !own.OwnersUnknown {
+		t.Errorf("GPU: claims %+v, unknown %v; want ollama.service and owners unknown", own.Claims, own.OwnersUnknown)
+	}
+}

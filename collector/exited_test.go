@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +93,50 @@ devices:
 	check(t, "xpu_utilization_ratio", 0.6, `uuid="`+gpu+`"`)
 	check(t, "xpu_workload_utilization_ratio", 0.6, `unit="train.service"`)
 	absent(t, "xpu_workload_utilization_ratio", `workload_kind="unattributed"`)
+}
+
+// A GPU in MIG mode lost while the exporter runs keeps its instances, their
+// owners and allocations, and the GPU its owner count (found by probing:
+// the instances vanished, their pods' device-plugin IDs named no device,
+// and the GPU's owners were left out as unknown).
+func TestLostMIGGPUKeepsOwners(t *testing.T) {
+	const gpu, mig1, mig2 = "GPU-e3000000-0000-4000-8000-000000000000", "MIG-e3000000-0000-4000-8000-000000000001", "MIG-e3000000-0000-4000-8000-000000000002"
+	s, err := demo.Parse([]byte(`node: lost-mig-node
+devices:
+  - uuid: ` + gpu + `
+    model: NVIDIA A100-SXM4-80GB
+    memory_total: 80GiB
+    faults: {lost_after: 5410s}
+    mig:
+      - {uuid: ` + mig1 + `, profile: 3g.40gb, gpu_instance: 2}
+      - {uuid: ` + mig2 + `, profile: 3g.40gb, gpu_instance: 1}
+kubernetes:
+  pods:
+    - {namespace: ml, name: mig-a, uid: 0a000000-0000-4000-8000-0000000000a1, containers: [{name: main, devices: [{resource: nvidia.com/mig-3g.40gb, ids: [` + mig1 + `]}]}]}
+    - {namespace: ml, name: mig-b, uid: 0a000000-0000-4000-8000-0000000000a2, containers: [{name: main, devices: [{resource: nvidia.com/mig-3g.40gb, ids: [` + mig2 + `]}]}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read at 5,400 s after boot, then at 5,415 s, 5 s after the GPU fell
+	// off the bus.
+	clk := &testClock{t: testNow}
+	cfg, sim := simulatedAttribution(t, s)
+	e := newExporterWith(t, s, sim, attribution.New(cfg), nil, clk.now)
+	scrapeText(t, e, 10*time.Second)
+	clk.set(testNow.Add(15 * time.Second))
+	out := scrapeText(t, e, 10*time.Second)
+	check, absent := oracleChecks(out)
+	parent := `uuid="` + gpu + `",vendor=` // not its instances' parent_uuid
+	check(t, "xpu_device_up", 0, parent)
+	check(t, "xpu_device_owners", 2, parent)
+	for pod, mig := range map[string]string{"mig-a": mig1, "mig-b": mig2} {
+		check(t, "xpu_device_up", 0, `uuid="`+mig+`"`, `pod="`+pod+`"`)
+		// A 3g instance of a 7-slice A100: 3/7 of the GPU.
+		check(t, "xpu_workload_allocated_devices", 3.0/7, `uuid="`+mig+`"`, `pod="`+pod+`"`)
+	}
+	if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
+		t.Error("the instances' device-plugin IDs are counted as naming no device")
+	}
+	absent(t, "xpu_workload_utilization_ratio", `pod="mig-a"`)
 }

@@ -279,10 +279,11 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		for _, p := range d.Exited {
 			ad.ExitedPIDs = append(ad.ExitedPIDs, p.PID)
 		}
-		if !d.Up {
+		if !d.Up && !d.HasMIG {
 			// A device that did not answer (hung, lost, failed) has had
 			// its processes read in part or not at all: owners taken from
-			// them may be missing, and none seen is not "idle".
+			// them may be missing, and none seen is not "idle". A GPU in
+			// MIG mode has no processes of its own: its instances' say.
 			d.ProcessesPartial = true
 		}
 		ad.PIDsPartial = d.ProcessesPartial

@@ -9,6 +9,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
+
 	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 )
 
@@ -39,6 +41,10 @@ type Client struct {
 	// identities are remembered so that a device that stops answering is
 	// still reported under its own name.
 	identities map[int]Identity
+	// migs are the MIG instances the last read of a GPU in MIG mode
+	// listed, identity and placement only: a GPU that stops answering
+	// keeps them, with their owners and allocations.
+	migs map[int][]Device
 	// lastSeen is where each device's next utilization window starts: the
 	// newest device sample of the last committed read, and windows that
 	// read's window.
@@ -67,7 +73,7 @@ type deviceRead struct {
 // New returns a client over an NVML implementation: nvml.New() in
 // production, a simulated driver in tests and demo mode.
 func New(lib nvml.Interface) *Client {
-	return &Client{lib: lib, inflight: map[int]*deviceRead{}, registering: map[int]bool{}, identities: map[int]Identity{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, gpm: map[int]*gpmDevice{}}
+	return &Client{lib: lib, inflight: map[int]*deviceRead{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, gpm: map[int]*gpmDevice{}}
 }
 
 // Init loads and initialises NVML. The exporter calls it at every scrape until
@@ -229,10 +235,10 @@ func (c *Client) run(index int, r *deviceRead) {
 // answer already there when ctx ends still counts.
 func (c *Client) await(ctx context.Context, index int, r *deviceRead) []Device {
 	if r == nil {
-		return []Device{c.down(index, "previous query still running")}
+		return c.down(index, "previous query still running")
 	}
 	if !flight.Done(ctx, r.done) {
-		return []Device{c.down(index, "timeout")}
+		return c.down(index, "timeout")
 	}
 	return r.devs
 }
@@ -245,23 +251,35 @@ func (c *Client) Known(why string) []Device {
 	defer c.mu.Unlock()
 	out := make([]Device, 0, c.count)
 	for i := range c.count {
-		id, ok := c.identities[i]
-		if !ok {
-			id = Identity{Index: i}
-		}
-		out = append(out, Device{Identity: id, Down: why})
+		out = append(out, c.downLocked(i, why)...)
 	}
 	return out
 }
 
-func (c *Client) down(index int, why string) Device {
+// down is the GPU at index and its MIG instances, down with why, as far as
+// earlier reads named them.
+func (c *Client) down(index int, why string) []Device {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.downLocked(index, why)
+}
+
+// downLocked is down with c.mu held.
+func (c *Client) downLocked(index int, why string) []Device {
 	id, ok := c.identities[index]
-	c.mu.Unlock()
 	if !ok {
 		id = Identity{Index: index}
 	}
-	return Device{Identity: id, Down: why}
+	gpu := Device{Identity: id, Down: why}
+	migs, inMIG := c.migs[index]
+	if inMIG {
+		gpu.MIGEnabled, gpu.MIGListed = reading.Some(true), true
+	}
+	out := append(make([]Device, 0, 1+len(migs)), gpu)
+	for _, d := range migs {
+		out = append(out, Device{Identity: d.Identity, MIG: d.MIG, Down: why})
+	}
+	return out
 }
 
 // readIndex reads the GPU at index and its MIG instances. A panic inside the
@@ -279,7 +297,7 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 	}()
 	h, ret := c.lib.DeviceGetHandleByIndex(index)
 	if ret != nvml.SUCCESS {
-		return []Device{c.down(index, "get handle: "+ret.Error())}, p
+		return c.down(index, "get handle: "+ret.Error()), p
 	}
 	c.mu.Lock()
 	g := c.gpm[index]
@@ -297,22 +315,49 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 	p.commit = append(p.commit, g.sweep)
 	p.discard = append(p.discard, func() { clear(g.seen) })
 	r.readGPU(h, gpu)
-	if !gpu.Up && gpu.UUID == "" {
-		// Lost before its identity could be read this time: it is the GPU
-		// an earlier read named (NVML's indexes hold for the session), and
-		// its owners, alerts and capacity must still name it.
-		if known := c.down(index, gpu.Down); known.UUID != "" {
-			gpu.Identity = known.Identity
+	var known []Device
+	if !gpu.Up {
+		// Lost before it could be read whole this time: it is the GPU an
+		// earlier read named (NVML's indexes hold for the session), with
+		// the MIG instances it listed, and their owners, alerts and
+		// capacity must still name them.
+		known = c.down(index, gpu.Down)
+		if gpu.UUID == "" {
+			gpu.Identity = known[0].Identity
 		}
 	}
 	p.win = r.win
 	var migs []Device
-	if gpu.Up && gpu.MIGEnabled.OK && gpu.MIGEnabled.Value {
+	switch {
+	case gpu.Up && gpu.MIGEnabled.OK && gpu.MIGEnabled.Value:
 		migs, gpu.MIGListed = r.readMIGInstances(*gpu, h)
+		if gpu.MIGListed {
+			c.rememberMIG(index, migs)
+		}
+	case gpu.Up && gpu.MIGEnabled.OK:
+		c.rememberMIG(index, nil)
+	case !gpu.Up && known[0].MIGEnabled.OK:
+		gpu.MIGEnabled, gpu.MIGListed, migs = known[0].MIGEnabled, true, known[1:]
 	}
 	devs = append(devs, *gpu)
 	devs = append(devs, migs...)
 	return devs, p
+}
+
+// rememberMIG keeps the identity and placement of a GPU's MIG instances
+// (none: the GPU is not in MIG mode) for when it stops answering.
+func (c *Client) rememberMIG(index int, migs []Device) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if migs == nil {
+		delete(c.migs, index)
+		return
+	}
+	kept := make([]Device, len(migs))
+	for i, d := range migs {
+		kept[i] = Device{Identity: d.Identity, MIG: d.MIG}
+	}
+	c.migs[index] = kept
 }
 
 // windowChange is what one read of a device would move on: the GPM samples

@@ -318,3 +318,49 @@ devices:
 		t.Errorf("after: up %v, down %q, identity %+v; want lost with the identity read before", d.Up, d.Down, d.Identity)
 	}
 }
+
+// A GPU in MIG mode that is lost keeps the MIG instances its last read
+// listed, down, with their identity and placement: the pods that hold them
+// keep their allocations (found by probing: the instances vanished and
+// their pods' device-plugin IDs named no device).
+func TestLostMIGGPUKeepsItsInstances(t *testing.T) {
+	s := mustScenario(t, `
+devices:
+  - uuid: GPU-20000000-0000-4000-8000-000000000000
+    model: NVIDIA A100-SXM4-80GB
+    memory_total: 80GiB
+    faults: {lost_after: 10s}
+    mig:
+      - {uuid: MIG-20000000-0000-4000-8000-000000000001, profile: 3g.40gb, gpu_instance: 2}
+      - {uuid: MIG-20000000-0000-4000-8000-000000000002, profile: 3g.40gb, gpu_instance: 1}
+`)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := &clock{t: start.Add(5 * time.Second)}
+	c := New(s.NVML(start, clk.now))
+	read := func() []Device {
+		t.Helper()
+		n, err := c.Read(context.Background(), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Devices
+	}
+	before := read()
+	if len(before) != 3 || !before[1].Up {
+		t.Fatalf("before: %+v", before)
+	}
+	clk.set(start.Add(15 * time.Second))
+	after := read()
+	if len(after) != 3 {
+		t.Fatalf("after: %d devices, want the GPU and its two instances: %+v", len(after), after)
+	}
+	if gpu := after[0]; gpu.Up || gpu.UUID != before[0].UUID || !gpu.MIGEnabled.Value || !gpu.MIGListed {
+		t.Errorf("GPU: %+v, want it down, named, in MIG mode with its instances listed", gpu)
+	}
+	for i, d := range after[1:] {
+		want := before[i+1]
+		if d.Up || d.Down != "GPU is lost" || d.UUID != want.UUID || d.MIG == nil || *d.MIG != *want.MIG {
+			t.Errorf("instance %d: %+v (MIG %+v), want %s down as it was placed (%+v)", i, d.Identity, d.MIG, want.UUID, want.MIG)
+		}
+	}
+}
