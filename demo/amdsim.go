@@ -177,6 +177,10 @@ type AMDSim struct {
 	// writes how often it was written, for ProcessSpec.EngineDip.
 	printed map[uint32]uint64
 	writes  map[uint32]int
+	// gen is the churn generation each PID's counters belong to: a PID
+	// that comes back in a later generation is a new process, whose
+	// client starts from nothing.
+	gen map[uint32]uint64
 	// reload is, per GPU (scenario index), the driver load it is in and
 	// each RAS reading's value when that load began.
 	reload map[int]*amdLoad
@@ -208,7 +212,7 @@ type amdPart struct {
 // the further partitions follow as amdgpu_xcp_<n> with the next cards and
 // render minors, numbered across the node as the amdxcp driver does.
 func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
-	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, reload: map[int]*amdLoad{}}
+	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, gen: map[uint32]uint64{}, reload: map[int]*amdLoad{}}
 	for i := range s.Devices {
 		if d := &s.Devices[i]; d.isAMD() {
 			a.gpus = append(a.gpus, amdGPU{spec: d, index: i})
@@ -279,27 +283,40 @@ func seeded(v Value, key string, index int) Value {
 
 func clamp01(v float64) float64 { return math.Max(0, math.Min(1, v)) }
 
-// engineNS advances the process's busy-time counter to t in steps of at
-// most a second, each at the utilization of its start.
-func (a *AMDSim) engineNS(p *ProcessSpec, index int, t time.Time) uint64 {
-	last, ok := a.last[p.PID]
+// engineNS advances the busy-time counter of the process's instance pid in
+// churn generation gen to t, in steps of at most a second, each at the
+// utilization of its start. The scenario's own processes run from boot; a
+// later generation's from when it is first written, shortly after its
+// churn.
+func (a *AMDSim) engineNS(p *ProcessSpec, pid uint32, gen uint64, index int, t time.Time) uint64 {
+	if g, ok := a.gen[pid]; !ok || g != gen {
+		delete(a.engine, pid)
+		delete(a.last, pid)
+		delete(a.printed, pid)
+		delete(a.writes, pid)
+		a.gen[pid] = gen
+	}
+	last, ok := a.last[pid]
 	if !ok {
 		last = a.start
+		if gen > 0 {
+			last = t
+		}
 	}
 	for last.Before(t) {
 		step := min(time.Second, t.Sub(last))
-		a.engine[p.PID] += a.busy(p, index, last) * float64(step.Nanoseconds())
+		a.engine[pid] += a.busy(p, index, last) * float64(step.Nanoseconds())
 		last = last.Add(step)
 	}
-	a.last[p.PID] = last
-	ns := uint64(a.engine[p.PID])
+	a.last[pid] = last
+	ns := uint64(a.engine[pid])
 	if p.EngineDip {
-		a.writes[p.PID]++
-		if was := a.printed[p.PID]; a.writes[p.PID]%3 == 0 && was > uint64(time.Millisecond) {
+		a.writes[pid]++
+		if was := a.printed[pid]; a.writes[pid]%3 == 0 && was > uint64(time.Millisecond) {
 			ns = was - uint64(time.Millisecond)
 		}
 	}
-	a.printed[p.PID] = ns
+	a.printed[pid] = ns
 	return ns
 }
 
@@ -485,17 +502,21 @@ type amdNodes struct{ card, render int }
 // (amdgpu_bo_mem_stats_placement): every client here has an evicted 512
 // MiB buffer, in its total and not resident.
 func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, nodes amdNodes, index int, mem float64, t time.Time) error {
-	dir := filepath.Join(a.procfs, fmt.Sprint(p.PID))
+	// The process of the current churn generation (churn_every): the old
+	// one's directory goes with it.
+	gen := a.s.stats.gen.Load()
+	pid := churnPID(p.PID, gen)
+	dir := filepath.Join(a.procfs, fmt.Sprint(pid))
 	node := fmt.Sprintf("/dev/dri/renderD%d", nodes.render)
 	if p.DRMNode == "primary" {
 		node = fmt.Sprintf("/dev/dri/card%d", nodes.card)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t%d\n", 1000+nodes.render)
-	fmt.Fprintf(&b, "drm-driver:\tamdgpu\ndrm-client-id:\t%d\ndrm-pdev:\t%s\npasid:\t%d\n", p.PID, pdev, 32768+p.PID%32768)
+	fmt.Fprintf(&b, "drm-driver:\tamdgpu\ndrm-client-id:\t%d\ndrm-pdev:\t%s\npasid:\t%d\n", pid, pdev, 32768+pid%32768)
 	kib := uint64(mem) / 1024
 	fmt.Fprintf(&b, "drm-total-vram:\t%d KiB\ndrm-resident-vram:\t%d KiB\ndrm-total-gtt:\t2048 KiB\ndrm-resident-gtt:\t2048 KiB\ndrm-memory-vram:\t%d KiB\namd-evicted-vram:\t524288 KiB\n", kib+512*1024, kib, kib)
-	if ns := a.engineNS(p, index, t); ns > 0 {
+	if ns := a.engineNS(p, pid, gen, index, t); ns > 0 {
 		fmt.Fprintf(&b, "drm-engine-gfx:\t%d ns\n", ns)
 	}
 	return errors.Join(
@@ -635,6 +656,7 @@ func (a *AMDSim) Reset(start time.Time) {
 	clear(a.last)
 	clear(a.printed)
 	clear(a.writes)
+	clear(a.gen)
 	clear(a.reload)
 }
 

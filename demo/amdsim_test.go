@@ -334,3 +334,36 @@ func TestAMDSimEngineDip(t *testing.T) {
 		}
 	}
 }
+
+// With churn, an AMD process's DRM client moves to the new generation's
+// PID, a new client from nothing at its first write, and none is written
+// for the old PID (found by probing: the client stayed on the first PID,
+// with no cgroup, so every later pod's GPU was billed to nobody).
+func TestAMDSimClientsFollowChurn(t *testing.T) {
+	s, err := Parse([]byte("churn_every: 1h\ndevices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, processes: [{pid: 3001, unit: a.service, memory_used: 1GiB, utilization: 0.5}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := started(t, s)
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	a.AMD.Reset(start)
+	scanner := amd.FdinfoScanner{ProcRoot: a.Procfs, Driver: "amdgpu"}
+	if err := a.AMD.WriteAt(start.Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	a.Churn(1, start.Add(10*time.Second))
+	// 0.5 busy: the new process's client counts from its first write at
+	// 20 s, so 0 then and 0.5 × 10 s = 5e9 ns at 30 s.
+	for i, want := range []uint64{0, 5e9} {
+		if err := a.AMD.WriteAt(start.Add(time.Duration(i+2) * 10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		clients, errs := scanner.Scan([]int{3001, 103001})
+		if len(errs) > 0 || len(clients) != 1 || len(clients[0].PIDs) != 1 || clients[0].PIDs[0] != 103001 {
+			t.Fatalf("write %d: clients %+v %v, want PID 103001's alone", i+2, clients, errs)
+		}
+		if got := clients[0].Engines["gfx"]; got != want {
+			t.Errorf("write %d: gfx %d ns, want %d", i+2, got, want)
+		}
+	}
+}

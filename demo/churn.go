@@ -102,6 +102,13 @@ func (s *Scenario) churn(a *Attribution, gen uint64, at time.Time) {
 			_ = a.Kubelet.SetPod(churnPod(p, gen))
 		}
 	}
+	if a.AMD != nil {
+		// The AMD DRM clients are written for the generation current at
+		// the time: none is written for the old one after its processes
+		// are gone.
+		a.AMD.mu.Lock()
+		defer a.AMD.mu.Unlock()
+	}
 	s.stats.gens.begin(gen, at, s.longestSampleSpan())
 	s.stats.gen.Store(gen)
 	if a.Kubelet != nil {
