@@ -9,9 +9,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
-
 	"github.com/xpu-exporter/xpu_exporter/internal/flight"
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // ErrNoDriver is returned while the NVML library cannot be loaded: the
@@ -332,10 +331,10 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 	case gpu.Up && gpu.MIGEnabled.OK && gpu.MIGEnabled.Value:
 		migs, gpu.MIGListed = r.readMIGInstances(*gpu, h)
 		if gpu.MIGListed {
-			c.rememberMIG(index, migs)
+			c.rememberMIG(index, true, migs)
 		}
 	case gpu.Up && gpu.MIGEnabled.OK:
-		c.rememberMIG(index, nil)
+		c.rememberMIG(index, false, nil)
 	case !gpu.Up && known[0].MIGEnabled.OK:
 		gpu.MIGEnabled, gpu.MIGListed, migs = known[0].MIGEnabled, true, known[1:]
 	}
@@ -344,12 +343,12 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 	return devs, p
 }
 
-// rememberMIG keeps the identity and placement of a GPU's MIG instances
-// (none: the GPU is not in MIG mode) for when it stops answering.
-func (c *Client) rememberMIG(index int, migs []Device) {
+// rememberMIG keeps whether a GPU is in MIG mode and the identity and
+// placement of its MIG instances, for when it stops answering.
+func (c *Client) rememberMIG(index int, inMIG bool, migs []Device) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if migs == nil {
+	if !inMIG {
 		delete(c.migs, index)
 		return
 	}

@@ -333,6 +333,7 @@ devices:
     mig:
       - {uuid: MIG-20000000-0000-4000-8000-000000000001, profile: 3g.40gb, gpu_instance: 2}
       - {uuid: MIG-20000000-0000-4000-8000-000000000002, profile: 3g.40gb, gpu_instance: 1}
+  - {uuid: GPU-20000000-0000-4000-8000-000000000009, model: NVIDIA A100-SXM4-80GB, memory_total: 80GiB, mig_mode: true, faults: {lost_after: 10s}}
 `)
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := &clock{t: start.Add(5 * time.Second)}
@@ -346,18 +347,22 @@ devices:
 		return n.Devices
 	}
 	before := read()
-	if len(before) != 3 || !before[1].Up {
+	if len(before) != 4 || !before[1].Up {
 		t.Fatalf("before: %+v", before)
 	}
 	clk.set(start.Add(15 * time.Second))
 	after := read()
-	if len(after) != 3 {
-		t.Fatalf("after: %d devices, want the GPU and its two instances: %+v", len(after), after)
+	if len(after) != 4 {
+		t.Fatalf("after: %d devices, want the GPUs and the first one's two instances: %+v", len(after), after)
+	}
+	// The second GPU had no instance: still in MIG mode, with none.
+	if gpu := after[3]; gpu.Up || gpu.UUID != before[3].UUID || !gpu.MIGEnabled.Value || !gpu.MIGListed {
+		t.Errorf("GPU without instances: %+v, want it down, in MIG mode, listed", gpu)
 	}
 	if gpu := after[0]; gpu.Up || gpu.UUID != before[0].UUID || !gpu.MIGEnabled.Value || !gpu.MIGListed {
 		t.Errorf("GPU: %+v, want it down, named, in MIG mode with its instances listed", gpu)
 	}
-	for i, d := range after[1:] {
+	for i, d := range after[1:3] {
 		want := before[i+1]
 		if d.Up || d.Down != "GPU is lost" || d.UUID != want.UUID || d.MIG == nil || *d.MIG != *want.MIG {
 			t.Errorf("instance %d: %+v (MIG %+v), want %s down as it was placed (%+v)", i, d.Identity, d.MIG, want.UUID, want.MIG)
