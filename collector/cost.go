@@ -113,7 +113,7 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 		return nil
 	}
 	e := newEmitter(ch)
-	missing := map[string]int{}
+	var missing map[string]int // models without a price: none on a priced node
 	for _, d := range snap.Devices {
 		if d.MIG != nil || d.UUID == "" {
 			continue
@@ -121,6 +121,9 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 		if p, ok := c.prices[d.Model]; ok {
 			e.emit(hourlyCost, identityLabels(d).with("currency", c.currency), p)
 		} else {
+			if missing == nil {
+				missing = map[string]int{}
+			}
 			missing[d.Model]++
 		}
 	}

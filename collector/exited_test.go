@@ -120,12 +120,7 @@ kubernetes:
 	}
 	// Read at 5,400 s after boot, then at 5,415 s, 5 s after the GPU fell
 	// off the bus.
-	clk := &testClock{t: testNow}
-	cfg, sim := simulatedAttribution(t, s)
-	e := newExporterWith(t, s, sim, attribution.New(cfg), nil, clk.now)
-	scrapeText(t, e, 10*time.Second)
-	clk.set(testNow.Add(15 * time.Second))
-	out := scrapeText(t, e, 10*time.Second)
+	out := secondScrape(t, s)
 	check, absent := oracleChecks(out)
 	parent := `uuid="` + gpu + `",vendor=` // not its instances' parent_uuid
 	check(t, "xpu_device_up", 0, parent)

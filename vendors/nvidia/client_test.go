@@ -118,6 +118,26 @@ type clock struct {
 func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
+// boot is when the simulated node of the clocked tests booted.
+var boot = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// clockedClient is a client over the scenario's simulated driver on a clock
+// of the test's, at first `at` after boot.
+func clockedClient(s *demo.Scenario, at time.Duration) (*Client, *clock) {
+	clk := &clock{t: boot.Add(at)}
+	return New(s.NVML(boot, clk.now)), clk
+}
+
+// scrapeRead reads every device as a scrape does.
+func scrapeRead(t *testing.T, c *Client) []Device {
+	t.Helper()
+	n, err := c.Read(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Devices
+}
+
 // Only reads that say they are a scrape's move the window on: a read for
 // /devices in between leaves the next scrape's window whole.
 func TestOnlyScrapesAdvanceTheWindow(t *testing.T) {
@@ -129,9 +149,7 @@ devices:
     processes:
       - {pid: 7, utilization: 1, duty: {period: 10s, busy: 5s}}
 `)
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &clock{t: start.Add(100 * time.Second)}
-	c := New(s.NVML(start, clk.now))
+	c, clk := clockedClient(s, 100*time.Second)
 	read := func(advance bool) Device {
 		t.Helper()
 		n, err := c.Read(context.Background(), advance)
@@ -141,14 +159,14 @@ devices:
 		return n.Devices[0]
 	}
 	read(true) // the previous scrape, at 100 s
-	clk.set(start.Add(105 * time.Second))
+	clk.set(boot.Add(105 * time.Second))
 	// /devices at 105 s: the periods (100,101] … (104,105]. In the middle
 	// of each, t − boot is 100.5 … 104.5 and (t − boot) mod 10 < 5: busy in
 	// all five → 5/5 = 1.
 	if d := read(false); !near(d.Utilization.Value, 1) {
 		t.Errorf("/devices at 105 s: utilization %v, want 5/5", d.Utilization.Value)
 	}
-	clk.set(start.Add(110 * time.Second))
+	clk.set(boot.Add(110 * time.Second))
 	// The scrape at 110 s covers (100, 110]: busy in the five periods up to
 	// 105 s, idle in the five after (middles 105.5 … 109.5) → 5/10 = 0.5.
 	// Had /devices moved the window to 105 s, it would read 0/5 = 0.
@@ -162,7 +180,7 @@ devices:
 	// A second scrape half a second later: no driver period has ended since,
 	// so the window of the scrape at 110 s is reported again (5/10), not the
 	// newest period alone (idle: 0).
-	clk.set(start.Add(110*time.Second + 500*time.Millisecond))
+	clk.set(boot.Add(110*time.Second + 500*time.Millisecond))
 	d = read(true)
 	if !near(d.Utilization.Value, 0.5) || !near(d.Processes[0].SMUtilization.Value, 0.5) {
 		t.Errorf("scrape at 110.5 s: utilization %v, process %+v; want the last window's 5/10", d.Utilization.Value, d.Processes[0].SMUtilization)
@@ -268,15 +286,13 @@ devices:
     processes:
       - {pid: 7, utilization: 1, duty: {period: 10s, busy: 1s}}
 `)
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &clock{t: start.Add(100 * time.Second)}
-	c := New(s.NVML(start, clk.now))
+	c, clk := clockedClient(s, 100*time.Second)
 	// The first read takes the driver's whole buffer (100 periods to
 	// 100 s): PID 7 has entries in ten of them, so the buffer shows.
 	if _, err := c.Read(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
-	clk.set(start.Add(110 * time.Second))
+	clk.set(boot.Add(110 * time.Second))
 	n, err := c.Read(context.Background(), true)
 	if err != nil || len(n.Devices) != 1 || len(n.Devices[0].Processes) != 1 {
 		t.Fatalf("read: %v %+v", err, n)
@@ -298,21 +314,19 @@ func TestLostGPUKeepsItsIdentity(t *testing.T) {
 devices:
   - {uuid: GPU-10000000-0000-4000-8000-000000000000, model: X, memory_total: 1GiB, faults: {lost_after: 10s}}
 `)
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &clock{t: start.Add(5 * time.Second)}
-	c := New(s.NVML(start, clk.now))
+	c, clk := clockedClient(s, 5*time.Second)
 	read := func() Device {
 		t.Helper()
-		n, err := c.Read(context.Background(), true)
-		if err != nil || len(n.Devices) != 1 {
-			t.Fatalf("read: %v %+v", err, n)
+		if devs := scrapeRead(t, c); len(devs) == 1 {
+			return devs[0]
 		}
-		return n.Devices[0]
+		t.Fatal("want one device")
+		return Device{}
 	}
 	if d := read(); !d.Up || d.UUID != "GPU-10000000-0000-4000-8000-000000000000" {
 		t.Fatalf("before: %+v", d)
 	}
-	clk.set(start.Add(15 * time.Second))
+	clk.set(boot.Add(15 * time.Second))
 	d := read()
 	if d.Up || d.Down != "GPU is lost" || d.UUID != "GPU-10000000-0000-4000-8000-000000000000" || d.Name != "X" {
 		t.Errorf("after: up %v, down %q, identity %+v; want lost with the identity read before", d.Up, d.Down, d.Identity)
@@ -335,22 +349,13 @@ devices:
       - {uuid: MIG-20000000-0000-4000-8000-000000000002, profile: 3g.40gb, gpu_instance: 1}
   - {uuid: GPU-20000000-0000-4000-8000-000000000009, model: NVIDIA A100-SXM4-80GB, memory_total: 80GiB, mig_mode: true, faults: {lost_after: 10s}}
 `)
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &clock{t: start.Add(5 * time.Second)}
-	c := New(s.NVML(start, clk.now))
-	read := func() []Device {
-		t.Helper()
-		n, err := c.Read(context.Background(), true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n.Devices
-	}
+	c, clk := clockedClient(s, 5*time.Second)
+	read := func() []Device { t.Helper(); return scrapeRead(t, c) }
 	before := read()
 	if len(before) != 4 || !before[1].Up {
 		t.Fatalf("before: %+v", before)
 	}
-	clk.set(start.Add(15 * time.Second))
+	clk.set(boot.Add(15 * time.Second))
 	after := read()
 	if len(after) != 4 {
 		t.Fatalf("after: %d devices, want the GPUs and the first one's two instances: %+v", len(after), after)
