@@ -501,6 +501,11 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 			// do not fail the target: the rest is still right.
 			r.samples, r.skipped = engines.Normalize(engine, families, t.Model)
 			r.skipped = errors.Join(stale, r.skipped)
+			if t.Engine == "auto" {
+				if others := engines.Others(engine, families); len(others) > 0 {
+					r.skipped = errors.Join(r.skipped, fmt.Errorf("the answer has %s metrics too, not read: an auto target is read as the first engine found, %s", joinEngines(others), engine))
+				}
+			}
 			if n := models(r.samples); *engineMaxModels > 0 && n > *engineMaxModels {
 				r.samples, r.skipped = nil, nil
 				err = fmt.Errorf("GET %s: %d %w=%d", redact(t.URL), n, errTooManyModels, *engineMaxModels)
@@ -509,6 +514,14 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 	}
 	r.err, r.duration = err, time.Since(start)
 	return r
+}
+
+func joinEngines(es []engines.Engine) string {
+	names := make([]string, len(es))
+	for i, e := range es {
+		names[i] = string(e)
+	}
+	return strings.Join(names, " and ")
 }
 
 // corrector is the target's engines.Corrector, kept under the name its

@@ -273,6 +273,30 @@ func TestEngineSeriesLeftOutAreTold(t *testing.T) {
 	}
 }
 
+// TestAutoTargetTellsOfOtherEngines: an auto target is read as the first
+// engine found. An answer holding another engine's metrics too (a gateway
+// merging two engines' /metrics) served one and dropped the other's models
+// without a word (found by probing); now the target stays up with the
+// first engine's series and one warning names the other engine.
+func TestAutoTargetTellsOfOtherEngines(t *testing.T) {
+	const body = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"llama\"} 3\n" +
+		"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"qwen\"} 5\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body)) }))
+	t.Cleanup(srv.Close)
+	setEngineFlags(t, []string{"auto=" + srv.URL + "/metrics"})
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
+	for range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		if v := sample(t, out, "xpu_inference_requests_running", `engine="vllm"`, `model="llama"`); v != 3 {
+			t.Errorf("vLLM's requests running = %v, want 3", v)
+		}
+	}
+	if n := strings.Count(logs.String(), "inference engine series left out"); n != 1 || !strings.Contains(logs.String(), "sglang metrics too") {
+		t.Errorf("%d warnings over two scrapes, want 1 naming sglang:\n%s", n, logs.String())
+	}
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

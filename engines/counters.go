@@ -134,6 +134,7 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, now time.Ti
 		ghosts = ghosts[min(over, len(ghosts)):]
 	}
 	slices.Sort(ghosts) // a stable order of series within each family
+	live := map[string]int{} // family → its live series, ahead of any ghost
 	for _, key := range ghosts {
 		st := c.series[key]
 		f := families[st.family]
@@ -141,6 +142,19 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, now time.Ti
 		// histogram gone) has no sum to keep from dropping: its series end,
 		// which Prometheus reads as their end, not as a reset.
 		if f == nil || len(f.Metric) == 0 || f.GetType() != st.typ {
+			continue
+		}
+		n, ok := live[st.family]
+		if !ok {
+			n = len(f.Metric)
+			live[st.family] = n
+		}
+		// A histogram in other buckets than the live ones (the engine came
+		// back upgraded: vLLM V1 has other TTFT bounds than V0) cannot be
+		// added to them, and would veto the whole sum it is part of. It is
+		// left out: the sum drops once, read as a reset, as the engine's
+		// own restart is.
+		if st.typ == dto.MetricType_HISTOGRAM && !boundsOf(f.Metric[:n], st.last.bounds) {
 			continue
 		}
 		m := &dto.Metric{Label: st.labels}
@@ -155,6 +169,17 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, now time.Ti
 		setCounts(m, st.offset.plus(st.last))
 		f.Metric = append(f.Metric, m)
 	}
+}
+
+// boundsOf says whether every histogram of live has exactly bounds.
+func boundsOf(live []*dto.Metric, bounds []float64) bool {
+	for _, m := range live {
+		got, ok := countsOf(dto.MetricType_HISTOGRAM, m)
+		if ok && !slices.Equal(got.bounds, bounds) {
+			return false
+		}
+	}
+	return true
 }
 
 // maxSampleAge is how old an engine's own sample timestamp may be: what

@@ -3,7 +3,9 @@ package engines
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +113,78 @@ func TestCorrectorHistogram(t *testing.T) {
 	h := value(t, correctedScrape(t, k, t0.Add(15*time.Second), hist([3]int{12, 25, 40}, [3]int{1, 2, 3})), "xpu_inference_request_duration_seconds")
 	if len(h.Buckets) != 2 || h.Buckets[0].Count != 113 || h.Buckets[1].Count != 227 || h.Count != 227 || h.Sum != 343 {
 		t.Errorf("histogram %+v, want le=1 113, +Inf 227, count 227, sum 343", h)
+	}
+}
+
+// TestCorrectorGhostHistogramBuckets: a histogram series that vanished is
+// kept in its sum only while the live series have its buckets. vLLM
+// upgraded in place from V0 to V1 answers with an engine label and other
+// time-to-first-token bounds: the V0 series, kept at its last value, made
+// the whole histogram unservable for an hour (found by probing), though the
+// engine's answer is right.
+func TestCorrectorGhostHistogramBuckets(t *testing.T) {
+	// hist writes one TTFT series per core: labels, then the cumulative
+	// counts of each bound in bounds, the sum; the count is the last bucket.
+	type series struct {
+		labels string
+		counts []int
+		sum    float64
+	}
+	hist := func(bounds []string, ss ...series) string {
+		var b strings.Builder
+		b.WriteString("# TYPE vllm:time_to_first_token_seconds histogram\n")
+		for _, s := range ss {
+			for i, le := range bounds {
+				fmt.Fprintf(&b, "vllm:time_to_first_token_seconds_bucket{%sle=%q} %d\n", s.labels, le, s.counts[i])
+			}
+			fmt.Fprintf(&b, "vllm:time_to_first_token_seconds_sum{%s} %v\n", strings.TrimSuffix(s.labels, ","), s.sum)
+			fmt.Fprintf(&b, "vllm:time_to_first_token_seconds_count{%s} %d\n", strings.TrimSuffix(s.labels, ","), s.counts[len(s.counts)-1])
+		}
+		return b.String()
+	}
+	v0, v1 := []string{"1", "+Inf"}, []string{"0.5", "1", "+Inf"}
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name          string
+		before, after string
+		// want: cumulative counts by bound, then the sum.
+		wantBounds []float64
+		wantCounts []float64
+		wantSum    float64
+	}{{
+		// V0's one observation is in other buckets: left out, the V1
+		// core's own 2, 3, 3 and 1.2 are served.
+		name:       "upgraded to other buckets",
+		before:     hist(v0, series{`model_name="m",`, []int{1, 1}, 0.5}),
+		after:      hist(v1, series{`engine="0",model_name="m",`, []int{2, 3, 3}, 1.2}),
+		wantBounds: []float64{0.5, 1, math.Inf(1)},
+		wantCounts: []float64{2, 3, 3},
+		wantSum:    1.2,
+	}, {
+		// Core 1 gone, same buckets: its last counts stay in the sum.
+		// le=0.5: 2 + 4 = 6; le=1: 3 + 5 = 8; +Inf: 3 + 6 = 9;
+		// sum: 1.25 + 2.5 = 3.75.
+		name: "a core gone, same buckets",
+		before: hist(v1, series{`engine="0",model_name="m",`, []int{1, 2, 2}, 1},
+			series{`engine="1",model_name="m",`, []int{4, 5, 6}, 2.5}),
+		after:      hist(v1, series{`engine="0",model_name="m",`, []int{2, 3, 3}, 1.25}),
+		wantBounds: []float64{0.5, 1, math.Inf(1)},
+		wantCounts: []float64{6, 8, 9},
+		wantSum:    3.75,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := NewCorrector()
+			correctedScrape(t, k, t0, tc.before)
+			h := value(t, correctedScrape(t, k, t0.Add(15*time.Second), tc.after), "xpu_inference_time_to_first_token_seconds")
+			var bounds, counts []float64
+			for _, b := range h.Buckets {
+				bounds, counts = append(bounds, b.UpperBound), append(counts, float64(b.Count))
+			}
+			if !slices.Equal(bounds, tc.wantBounds) || !slices.Equal(counts, tc.wantCounts) || float64(h.Count) != tc.wantCounts[len(tc.wantCounts)-1] || h.Sum != tc.wantSum {
+				t.Errorf("buckets %v at %v, count %v, sum %v; want %v at %v, count %v, sum %v",
+					counts, bounds, h.Count, h.Sum, tc.wantCounts, tc.wantBounds, tc.wantCounts[len(tc.wantCounts)-1], tc.wantSum)
+			}
+		})
 	}
 }
 

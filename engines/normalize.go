@@ -129,6 +129,26 @@ func Detect(families map[string]*dto.MetricFamily) (Engine, error) {
 	return "", errors.New("no metric of a known inference engine found")
 }
 
+// Others lists the engines other than engine whose own families are among
+// families, in detection order: an endpoint that merges two engines'
+// metrics (Triton's vLLM backend serves vllm: beside nv_inference_) is read
+// as one of them, and the rest must not go unmentioned.
+func Others(engine Engine, families map[string]*dto.MetricFamily) []Engine {
+	var out []Engine
+	for _, e := range detectOrder {
+		if e == engine {
+			continue
+		}
+		for name := range families {
+			if specs[e].owns(name) {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // Normalize maps the families scraped from engine onto the canonical
 // families. defaultModel names the model of series whose engine reports none
 // (TGI never does).
