@@ -133,7 +133,7 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, now time.Ti
 		}
 		ghosts = ghosts[min(over, len(ghosts)):]
 	}
-	slices.Sort(ghosts) // a stable order of series within each family
+	slices.Sort(ghosts)      // a stable order of series within each family
 	live := map[string]int{} // family → its live series, ahead of any ghost
 	for _, key := range ghosts {
 		st := c.series[key]
