@@ -166,6 +166,11 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 	for i, card := range cards {
 		reads[i] = c.start(card, deadline)
 	}
+	// The processes are read while the cards are: a card whose read hangs
+	// uses up the deadline, and a walk after it would fail, leaving the
+	// GPUs that did answer without their owners.
+	scanned := make(chan procScan, 1)
+	go func() { scanned <- c.scanProcesses(ctx) }()
 	var devs []*Device
 	var gpus []amd.Device
 	byPCI := map[string]*Device{}
@@ -196,7 +201,7 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 	c.countReadErrors(perrs)
 	c.logReadErrors("partitions", perrs)
 	devs = append(devs, c.partitions(parts, byPCI)...)
-	c.attachProcesses(ctx, devs, advance)
+	c.attachProcesses(<-scanned, devs, advance)
 	return devs, nil
 }
 
@@ -494,30 +499,15 @@ type amdPartition struct {
 // any of the GPUs, so every device's process list is then partial and the
 // per-owner split left out: its owner would show 0 bytes and the others
 // its share of the time.
-func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, advance bool) {
-	holders, herrs, err := amd.DRMHolders(ctx, c.scanner.ProcRoot)
-	if err != nil {
+func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bool) {
+	if !scan.ok {
 		markPartial(devs)
 		return
 	}
-	for _, e := range herrs {
-		c.countFile(e.File)
-	}
-	if len(holders) == 0 && len(herrs) > 0 {
-		c.logScan(herrs)
-		markPartial(devs)
-		return
-	}
-	clients, serrs := c.scanner.ScanHolders(holders)
-	for _, e := range serrs {
-		c.countFile(scanFile(e.File))
-	}
-	c.logScan(append(herrs, serrs...))
-	if len(herrs)+len(serrs) > 0 {
+	if !scan.complete {
 		markPartial(devs)
 	}
-	now := c.now()
-	complete := len(herrs)+len(serrs) == 0
+	clients, now, complete := scan.clients, scan.at, scan.complete
 	c.mu.Lock()
 	prev := c.window
 	if advance {
@@ -702,6 +692,37 @@ func (c *amdCollector) attachProcesses(ctx context.Context, devs []*Device, adva
 			d.Processes = append(d.Processes, p)
 		}
 	}
+}
+
+// procScan is one walk of procfs for the DRM clients of the node's GPUs.
+type procScan struct {
+	clients []amd.Client
+	at      time.Time
+	// ok says the walk got far enough to list clients; complete that it
+	// read every process's fds.
+	ok, complete bool
+}
+
+// scanProcesses walks procfs for the processes holding DRM files, and
+// reads the holders' fdinfo.
+func (c *amdCollector) scanProcesses(ctx context.Context) procScan {
+	holders, herrs, err := amd.DRMHolders(ctx, c.scanner.ProcRoot)
+	if err != nil {
+		return procScan{}
+	}
+	for _, e := range herrs {
+		c.countFile(e.File)
+	}
+	if len(holders) == 0 && len(herrs) > 0 {
+		c.logScan(herrs)
+		return procScan{}
+	}
+	clients, serrs := c.scanner.ScanHolders(holders)
+	for _, e := range serrs {
+		c.countFile(scanFile(e.File))
+	}
+	c.logScan(append(herrs, serrs...))
+	return procScan{clients: clients, at: c.now(), ok: true, complete: len(herrs)+len(serrs) == 0}
 }
 
 func markPartial(devs []*Device) {

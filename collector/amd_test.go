@@ -241,7 +241,7 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 	cancel()
 	late := *again[0]
 	late.Processes = nil
-	c.attachProcesses(cut, []*Device{&late}, true)
+	c.attachProcesses(c.scanProcesses(cut), []*Device{&late}, true)
 	if len(late.Processes) != 0 {
 		t.Errorf("a walk cut by the deadline attached %+v", late.Processes)
 	}
@@ -464,6 +464,53 @@ func TestAMDHungCardIsDownOthersServed(t *testing.T) {
 	os.Remove(fifo)
 	if d := scrape(); !d.Up || d.UUID != "00000000000000aa" {
 		t.Errorf("after the read returned: up %v uuid %q", d.Up, d.UUID)
+	}
+}
+
+// TestAMDHungCardKeepsOthersProcesses: the processes are read while the
+// cards are. Read after them, the walk of procfs found the deadline spent
+// by a hung card and every GPU came back with a partial process list: the
+// GPUs that answered lost their owners for as long as the hung read held
+// each scrape (found by probing a mixed node).
+func TestAMDHungCardKeepsOthersProcesses(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "10\n"})
+	fifo := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Release the stuck read: the writer's close gives the reader EOF.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+	})
+	tr.gpu("card1", "0000:11:00.0", map[string]string{"unique_id": "00000000000000bb\n", "gpu_busy_percent": "50\n",
+		"drm/renderD129/dev": "226:129\n"})
+	tr.fdOn(500, 4, "/dev/dri/renderD129", "drm-driver:\tamdgpu\ndrm-client-id:\t21\ndrm-pdev:\t0000:11:00.0\n"+
+		"drm-resident-vram:\t1024 MiB\ndrm-engine-gfx:\t1000000000 ns\n")
+	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	devs, err := c.readDevices(ctx, true)
+	if err != nil || len(devs) != 2 {
+		t.Fatalf("%d devices, %v", len(devs), err)
+	}
+	for _, d := range devs {
+		switch d.UUID {
+		case "": // never answered since the exporter started: known by its card alone
+			if d.Up {
+				t.Error("the hung GPU is up")
+			}
+		case "00000000000000bb":
+			// One process, 1,024 MiB of VRAM: 1 GiB, 1 << 30 bytes.
+			if !d.Up || d.ProcessesPartial || len(d.Processes) != 1 || d.Processes[0].PID != 500 ||
+				d.Processes[0].MemoryUsed == nil || *d.Processes[0].MemoryUsed != 1<<30 {
+				t.Errorf("the GPU that answered: up %v, partial %v, processes %+v; want up with process 500 holding 1 GiB",
+					d.Up, d.ProcessesPartial, d.Processes)
+			}
+		default:
+			t.Errorf("unexpected device %q", d.UUID)
+		}
 	}
 }
 
@@ -886,7 +933,7 @@ func TestAMDFdinfoClientOfAPartitionedGPU(t *testing.T) {
 		{Vendor: "amd", Up: true, PCIBusID: "0000:0c:00.0", vendorData: &amdPartition{amdData: &amdData{}, renderMinor: 128}},
 		{Vendor: "amd", Up: true, PCIBusID: "0000:0c:00.0", vendorData: &amdPartition{amdData: &amdData{}, renderMinor: 129}},
 	}
-	c.attachProcesses(context.Background(), append([]*Device{parent}, parts...), true)
+	c.attachProcesses(c.scanProcesses(context.Background()), append([]*Device{parent}, parts...), true)
 	for i, d := range parts {
 		if !d.ProcessesPartial || len(d.Processes) != 0 {
 			t.Errorf("partition %d: partial %v, processes %+v", i, d.ProcessesPartial, d.Processes)
