@@ -243,6 +243,9 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	if err != nil {
 		return nil, nil, false, err
 	}
+	c.mu.Lock()
+	keys := c.identify(nds)
+	c.mu.Unlock()
 	uses, unreadable, scanErr := c.procs.Scan(ctx)
 	partial = scanErr != nil || unreadable > 0
 	unmatched := 0
@@ -279,11 +282,12 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		c.logger.Info("the Gaudi process scan works again")
 	}
 	c.scanFails = scanFails
-	seen := map[string]bool{}
-	for i := range nds {
-		nd := &nds[i]
-		key := c.keyOf(nd, seen)
+	seen := make(map[string]bool, len(keys))
+	for _, key := range keys {
 		seen[key] = true
+	}
+	for i := range nds {
+		nd, key := &nds[i], keys[i]
 		if _, ok := c.known[key]; ok || len(c.known) < maxKnownGaudi {
 			c.known[key] = *nd
 		}
@@ -324,6 +328,33 @@ func (c *gaudiCollector) logBadFields(nds []gaudi.Device) {
 		}
 	}
 	c.badFields = now
+}
+
+// identify finds the known device each row of a run is (keyOf), and gives
+// a row the identity cells it printed N/A from that device: a device stays
+// one device, with the uuid that names its series, the bus_id that ties
+// its processes to it and the serial the device plugin advertises it by,
+// whichever cell a run could not read. c.mu must be held.
+func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
+	keys := make([]string, len(nds))
+	seen := make(map[string]bool, len(nds))
+	for i := range nds {
+		nd := &nds[i]
+		keys[i] = c.keyOf(nd, seen)
+		seen[keys[i]] = true
+		kd, ok := c.known[keys[i]]
+		if !ok {
+			continue
+		}
+		for _, cell := range []struct{ now, known *string }{
+			{&nd.UUID, &kd.UUID}, {&nd.BusID, &kd.BusID}, {&nd.Serial, &kd.Serial}, {&nd.Name, &kd.Name},
+		} {
+			if *cell.now == "" {
+				*cell.now = *cell.known
+			}
+		}
+	}
+	return keys
 }
 
 // keyOf is the key of the known device nd is, else a key of its own, never

@@ -652,6 +652,42 @@ func TestGaudiDeviceWhoseBusIDGoesNA(t *testing.T) {
 	}
 }
 
+// TestGaudiIdentityCellGoesNA: a device known from an earlier run whose
+// uuid hl-smi prints N/A keeps that uuid, and with it its series and its
+// owners: the pod holding it through the device plugin (which names it by
+// serial) and the processes tied to it by bus_id. Without it the device
+// lost its uuid label and every owner (found by probing).
+func TestGaudiIdentityCellGoesNA(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	path := gaudiTable(t, s)
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	full := string(s.HLSMITable(testStart, testNow))
+	uuid := regexp.MustCompile(`(?m)^xpu_device_info\{[^}]*gpu="0"[^}]*uuid="([^"]+)"`).FindStringSubmatch(scrapeText(t, e, 10*time.Second))
+	if uuid == nil {
+		t.Fatal("device 0 has no uuid in the first scrape")
+	}
+	for _, cells := range []map[string]string{{"uuid": "N/A"}, {"uuid": "N/A", "bus_id": "N/A"}} {
+		if err := os.WriteFile(path, []byte(setCells(t, full, 0, cells)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := scrapeText(t, e, 10*time.Second)
+		// Device 0 is held by the TGI pod alone (the scenario), its process
+		// 3001 with it: one owner, the whole device allocated to it.
+		for _, m := range []struct {
+			family   string
+			matchers []string
+		}{
+			{"xpu_device_up", []string{`gpu="0"`, `uuid="` + uuid[1] + `"`, `pod="tgi-gaudi-6b8d7f9c5-m2p7x"`}},
+			{"xpu_device_owners", []string{`gpu="0"`, `uuid="` + uuid[1] + `"`}},
+			{"xpu_workload_allocated_devices", []string{`gpu="0"`, `uuid="` + uuid[1] + `"`, `pod="tgi-gaudi-6b8d7f9c5-m2p7x"`}},
+		} {
+			if v := sample(t, out, m.family, m.matchers...); v != 1 {
+				t.Errorf("%v N/A: %s%v = %v, want 1", cells, m.family, m.matchers, v)
+			}
+		}
+	}
+}
+
 // setCells returns table with the named cells of device row (0 is the
 // first device) set to values.
 func setCells(t *testing.T, table string, row int, cells map[string]string) string {
