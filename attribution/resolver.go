@@ -66,9 +66,14 @@ type Resolver struct {
 
 	mu sync.Mutex
 	// procs caches what procfs said of the PIDs seen in the previous
-	// scrape: a GPU process lives for many scrapes, and reusing its PID
-	// within one scrape interval would take the PID space wrapping around.
+	// scrape: a GPU process lives for many scrapes. A PID is given to a new
+	// process only once the PID space has wrapped around, which a busy
+	// node with pid_max 32768 does in minutes; so a cached PID's start time
+	// is read again (startChecks), and a PID that started anew is read
+	// anew.
 	procs map[uint32]procInfo
+	// round counts the scrapes, to spread the start time checks over them.
+	round uint64
 	// badIDs remembers the device-plugin IDs already logged as not
 	// understood, so that each is logged once.
 	badIDs map[string]bool
@@ -608,7 +613,12 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 	}
 	r.mu.Lock()
 	prev := r.procs
+	r.round++
+	round := r.round
 	r.mu.Unlock()
+	// Each scrape checks the start of at most startChecks cached PIDs, every
+	// one when there are no more than that, else each one scrape in period.
+	period := uint64(max(1, (n+startChecks-1)/startChecks))
 	var seen, missing int
 	var firstErr error
 	for _, d := range devices {
@@ -617,7 +627,7 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 				continue
 			}
 			seen++
-			if p, ok := prev[pid]; ok {
+			if p, ok := prev[pid]; ok && !r.restarted(pid, p, round, period) {
 				out[pid] = p
 				continue
 			}
@@ -641,6 +651,25 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		return out, hidden, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
 	}
 	return out, hidden, firstErr
+}
+
+// startChecks bounds the cached PIDs whose start time one scrape reads
+// again: a read of /proc/<pid>/stat costs several microseconds, and a node
+// running a thousand GPU processes must not pay for all of them at every
+// scrape. A PID given to another process between two scrapes keeps the old
+// owner for at most period scrapes.
+const startChecks = 32
+
+// restarted says whether the process now behind pid, cached as p, is
+// another one than p: its turn has come (round, period) and its start time
+// differs. A start that cannot be read (the process just exited, a procfs
+// without stat) keeps what is cached.
+func (r *Resolver) restarted(pid uint32, p procInfo, round, period uint64) bool {
+	if p.info.StartTicks == 0 || (uint64(pid)+round)%period != 0 {
+		return false
+	}
+	ticks, err := r.cfg.Procfs.StartTicks(int(pid))
+	return err == nil && ticks != p.info.StartTicks
 }
 
 func (r *Resolver) procRoot() string {

@@ -272,6 +272,7 @@ func (s *Scenario) writeProcesses(root string, gen uint64) error {
 			"status":  fmt.Sprintf("Name:\t%s\nState:\tS (sleeping)\nPid:\t%d\nUid:\t%d\t%d\t%d\t%d\n", comm, pid, uids[user], uids[user], uids[user], uids[user]),
 			"comm":    comm + "\n",
 			"environ": "PATH=/usr/bin\x00",
+			"stat":    procStat(pid, comm, gen),
 		}
 		if p.SlurmJob != "" {
 			files["environ"] = "SLURM_JOB_ID=" + p.SlurmJob + "\x00PATH=/usr/bin\x00"
@@ -291,6 +292,19 @@ func (s *Scenario) writeProcesses(root string, gen uint64) error {
 		errs = append(errs, write(p))
 	}
 	return errors.Join(errs...)
+}
+
+// procStat is a process's /proc/<pid>/stat line (proc(5): 52 fields, the
+// command name in parentheses), started in generation gen: field 22,
+// starttime, tells the process from a later generation's given the same
+// PID, as churn does after churnPIDCycle generations.
+func procStat(pid uint32, comm string, gen uint64) string {
+	// Fields 3 to 21: state, ppid, pgrp, session, tty_nr, tpgid, flags,
+	// minflt, cminflt, majflt, cmajflt, utime, stime, cutime, cstime,
+	// priority, nice, num_threads, itrealvalue.
+	head := fmt.Sprintf("%d (%s) S 1 %d %d 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0", pid, comm, pid, pid)
+	// Fields 23 to 52, vsize to exit_code, all 0.
+	return head + fmt.Sprintf(" %d", 1000+100*gen) + strings.Repeat(" 0", 30) + "\n"
 }
 
 // processes lists every process of the scenario, MIG instances' included.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/procself"
 )
 
 func TestChurnParse(t *testing.T) {
@@ -144,5 +146,36 @@ func TestGenHistoryForgetsBeyondTheBuffer(t *testing.T) {
 		if got := h.at(t0.Add(c.at)); got != c.want {
 			t.Errorf("generation at %v: %d, want %d", c.at, got, c.want)
 		}
+	}
+}
+
+// TestChurnPIDsComeBackAsOtherProcesses: after churnPIDCycle generations a
+// process gets an earlier generation's PID, as a real node's wrapping PID
+// space gives it; its /proc/<pid>/stat starttime (field 22) tells it from
+// the earlier process, as the kernel's does.
+func TestChurnPIDsComeBackAsOtherProcesses(t *testing.T) {
+	s, err := Parse([]byte("churn_every: 1s\ndevices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 4242, unit: a.service}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []uint64
+	for _, gen := range []uint64{0, churnPIDCycle} {
+		root := t.TempDir()
+		if err := s.writeProcesses(root, gen); err != nil {
+			t.Fatal(err)
+		}
+		stat, err := os.ReadFile(filepath.Join(root, "4242", "stat"))
+		if err != nil {
+			t.Fatalf("generation %d: %v", gen, err)
+		}
+		ticks, err := procself.StatStartTicks(stat)
+		if err != nil {
+			t.Fatalf("generation %d: %v in %q", gen, err, stat)
+		}
+		starts = append(starts, ticks)
+	}
+	// 1000 + 100 × generation: 1000 and 1000 + 100 × 40 = 5000.
+	if starts[0] != 1000 || starts[1] != 5000 {
+		t.Errorf("PID 4242 started at %v ticks in generations 0 and %d, want 1000 and 5000", starts, churnPIDCycle)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/procself"
 )
 
 // Read limits. A cgroup file is a dozen short lines and status a few KiB.
@@ -27,6 +29,7 @@ const (
 	maxCgroupSize  = 64 << 10
 	maxStatusSize  = 64 << 10
 	maxCommSize    = 4 << 10
+	maxStatSize    = 4 << 10
 	maxEnvironSize = 1 << 20
 	maxPasswdSize  = 16 << 20
 )
@@ -46,6 +49,10 @@ type Info struct {
 	// has none there.
 	User   string
 	Cgroup Cgroup
+	// StartTicks is when the process started, in clock ticks after boot
+	// (/proc/<pid>/stat field 22); 0 where stat could not be read. A PID
+	// given to another process later comes with another start.
+	StartTicks uint64
 }
 
 // Reader reads process facts from a procfs tree. It is safe for concurrent
@@ -104,7 +111,25 @@ func (r *Reader) Process(pid int) (Info, error) {
 	}
 	info.Comm = trimCutCharacter(string(bytes.TrimSuffix(comm, []byte("\n"))))
 
+	// Without it the process is still known, only not told apart from a
+	// later one with its PID (StartTicks).
+	info.StartTicks, _ = r.StartTicks(pid)
 	return info, nil
+}
+
+// StartTicks reads when process pid started, in clock ticks after boot:
+// proc(5), /proc/<pid>/stat field 22, "starttime: The time the process
+// started after system boot".
+func (r *Reader) StartTicks(pid int) (uint64, error) {
+	stat, err := r.readProcFile(pid, "stat", maxStatSize, false)
+	if err != nil {
+		return 0, err
+	}
+	ticks, err := procself.StatStartTicks(stat)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return ticks, nil
 }
 
 // commLen is how many bytes of a name the kernel keeps: TASK_COMM_LEN (16,

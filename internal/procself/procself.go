@@ -172,7 +172,7 @@ func startTime(procRoot string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ticks, err := statStartTicks(stat)
+	ticks, err := StatStartTicks(stat)
 	if err != nil {
 		return 0, err
 	}
@@ -187,10 +187,12 @@ func startTime(procRoot string) (float64, error) {
 	return float64(btime) + float64(ticks)/userHZ, nil
 }
 
-// statStartTicks reads field 22 of a /proc/<pid>/stat line. The command name
-// (field 2) is in parentheses and may hold blanks and parentheses itself, so
-// the fields are counted from its last ')'.
-func statStartTicks(stat []byte) (uint64, error) {
+// StatStartTicks reads field 22 of a /proc/<pid>/stat line, the ticks after
+// boot at which the process started: with the PID, what tells one process
+// from a later one given the same PID. The command name (field 2) is in
+// parentheses and may hold blanks and parentheses itself, so the fields are
+// counted from its last ')'.
+func StatStartTicks(stat []byte) (uint64, error) {
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
 		return 0, errors.New("stat: no command name")
