@@ -483,6 +483,15 @@ func (c *gaudiCollector) logChange(err error) {
 	}
 }
 
+// vendorPresent says the node has Gaudi devices, listed now or not: a run
+// listed some, or hl-smi is there (its runs fail otherwise than for want of
+// the binary: the driver not loaded yet, a hung run).
+func (c *gaudiCollector) vendorPresent() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return kubernetes.VendorHabana, len(c.known) > 0 || (c.started && c.lastReason != gaudi.ReasonMissingBinary)
+}
+
 func (c *gaudiCollector) path() string {
 	if c.runner.Path == "" {
 		return gaudi.DefaultPath

@@ -375,6 +375,39 @@ func TestMixedNodeOwners(t *testing.T) {
 	}
 }
 
+// TestGRESIgnoresHLSMIHealth: on a node with NVIDIA GPUs and Gaudi
+// devices Slurm's GRES indices name no device (gresIndices), whether hl-smi
+// answers, has not answered yet or fails again. Job 300's GRES index 0 made
+// it the owner of NVIDIA GPU 0 while hl-smi failed at start, and not once
+// hl-smi answered: the job's GPU changed with another vendor's tool (found
+// by probing). The job runs no process, so GPU 0 has no owner throughout.
+func TestGRESIgnoresHLSMIHealth(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: mixed-slurm
+defaults: {memory_total: 80GiB, metrics: {utilization: 0.5, memory_used: 10GiB, temperature: 50, power: 300}}
+devices:
+  - {model: NVIDIA H100 80GB HBM3}
+  - {vendor: gaudi, model: HL-225, memory_total: 96GiB}
+slurm:
+  jobs:
+    - {id: "300", name: train, user: alice, account: acct, partition: gpu, qos: normal, gpus: [0]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaudiTable(t, s)
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	for _, mode := range []string{"exit", "", "exit"} {
+		t.Setenv("HLSMI_FAKE_MODE", mode)
+		out := scrapeText(t, e, 10*time.Second)
+		if v := sample(t, out, "xpu_device_owners", `vendor="nvidia"`); v != 0 {
+			t.Errorf("hl-smi mode %q: NVIDIA GPU 0 has %v owners, want 0", mode, v)
+		}
+		if strings.Contains(out, `slurm_job_id="300"`) {
+			t.Errorf("hl-smi mode %q: job 300 owns a device by GRES index:\n%s", mode, grepLines(out, `slurm_job_id="300"`))
+		}
+	}
+}
+
 // A device that a good run no longer lists (fallen off the bus) stays in
 // the output, down, with one log line when it goes and one when it returns.
 func TestGaudiDeviceNoLongerListed(t *testing.T) {

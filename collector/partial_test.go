@@ -137,7 +137,7 @@ func TestGRESIndices(t *testing.T) {
 	h1, h0 := mig("1", 1), mig("1", 0)
 	// GPU 0 → 0; GPU 1's MIG handles 0 and 1 → 1 and 2; GPU 2 → 3. The
 	// GPU in MIG mode has none.
-	got := gresIndices([]*Device{gpu2, h1, gpu0, gpu1, h0})
+	got := gresIndices([]*Device{gpu2, h1, gpu0, gpu1, h0}, false)
 	want := map[*Device]int{gpu0: 0, h0: 1, h1: 2, gpu2: 3}
 	if len(got) != len(want) {
 		t.Errorf("indices %v, want %v", got, want)
@@ -148,30 +148,46 @@ func TestGRESIndices(t *testing.T) {
 		}
 	}
 	// GPU 1's instances were not read: GPU 2's number cannot be known.
-	if got := gresIndices([]*Device{gpu0, gpu1, gpu2}); len(got) != 1 || got[gpu0] != 0 {
+	if got := gresIndices([]*Device{gpu0, gpu1, gpu2}, false); len(got) != 1 || got[gpu0] != 0 {
 		t.Errorf("without GPU 1's instances: %v, want only GPU 0 → 0", got)
 	}
 	// GPU 1 in MIG mode with no MIG device, all (none) listed: Slurm counts
 	// the GPU itself (gpu_nvml.c, !added_mig). GPU 0 → 0, GPU 1 → 1, GPU 2
 	// → 2.
 	empty := &Device{Vendor: "nvidia", Index: "1", Up: true, HasMIG: true, MIGListed: true}
-	if got := gresIndices([]*Device{gpu0, empty, gpu2}); len(got) != 3 || got[gpu0] != 0 || got[empty] != 1 || got[gpu2] != 2 {
+	if got := gresIndices([]*Device{gpu0, empty, gpu2}, false); len(got) != 3 || got[gpu0] != 0 || got[empty] != 1 || got[gpu2] != 2 {
 		t.Errorf("GPU 1 in MIG mode without instances: %v, want GPU 0 → 0, 1 → 1, 2 → 2", got)
 	}
 	// On a node without MIG a GPU down keeps its place: GPU 2 is still 2.
 	down := whole("1", false)
-	if got := gresIndices([]*Device{gpu0, down, gpu2}); got[gpu2] != 2 || got[down] != 1 {
+	if got := gresIndices([]*Device{gpu0, down, gpu2}, false); got[gpu2] != 2 || got[down] != 1 {
 		t.Errorf("with GPU 1 down: %v, want GPU 2 → 2", got)
 	}
 	// A mixed node: Slurm's numbering of two vendors' devices is not known.
 	gaudi0 := &Device{Vendor: "habana", Index: "0", Up: true}
-	if got := gresIndices([]*Device{gpu0, gaudi0}); len(got) != 0 {
+	if got := gresIndices([]*Device{gpu0, gaudi0}, false); len(got) != 0 {
 		t.Errorf("mixed node: %v, want no indices", got)
 	}
 	// A Gaudi node alone is numbered like GPUs, by hl-smi index.
 	gaudi1 := &Device{Vendor: "habana", Index: "1", Up: true}
-	if got := gresIndices([]*Device{gaudi1, gaudi0}); got[gaudi0] != 0 || got[gaudi1] != 1 {
+	if got := gresIndices([]*Device{gaudi1, gaudi0}, false); got[gaudi0] != 0 || got[gaudi1] != 1 {
 		t.Errorf("Gaudi node: %v, want hl-smi order", got)
+	}
+}
+
+// A node that has shown devices of two vendors stays a node of several
+// vendors when one vendor's devices are missing from a later snapshot.
+func TestSeveralVendorsIsRemembered(t *testing.T) {
+	gpu := &Device{Vendor: "nvidia", Index: "0", Up: true}
+	gaudi := &Device{Vendor: "habana", Index: "0", Up: true}
+	s := &snapshotter{}
+	for i, tc := range []struct {
+		devs []*Device
+		want bool
+	}{{[]*Device{gpu}, false}, {[]*Device{gpu, gaudi}, true}, {[]*Device{gpu}, true}} {
+		if got := s.severalVendors(tc.devs); got != tc.want {
+			t.Errorf("snapshot %d: several vendors %v, want %v", i, got, tc.want)
+		}
 	}
 }
 

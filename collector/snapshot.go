@@ -145,6 +145,10 @@ type snapshotter struct {
 	mu     sync.Mutex
 	builds flight.Group[struct{}, build]
 	stuck  map[string]*read // sources whose read outlived its build
+	// vendors are the vendors of every device seen since start: a node
+	// that has shown devices of several is numbered as such (gresIndices)
+	// while one vendor's tool fails, not as a node of the others alone.
+	vendors map[string]bool
 	// coalesced counts scrapes served from another scrape's snapshot.
 	coalesced atomic.Uint64
 }
@@ -261,7 +265,7 @@ func (s *snapshotter) build(ctx context.Context, advance bool) *Snapshot {
 // attribute resolves the owners of every device that answered.
 func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	devs := make([]attribution.Device, 0, len(snap.Devices))
-	gres := gresIndices(snap.Devices)
+	gres := gresIndices(snap.Devices, s.severalVendors(snap.Devices))
 	for _, d := range snap.Devices {
 		if d.UUID == "" {
 			continue // never identified: nothing can be allocated to it
@@ -304,6 +308,28 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
 }
 
+// severalVendors adds the vendors of devs, and of the sources that know
+// their devices are there though they list none now (hl-smi found but
+// failing), to those seen, and says whether they are more than one.
+func (s *snapshotter) severalVendors(devs []*Device) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.vendors == nil {
+		s.vendors = map[string]bool{}
+	}
+	for _, d := range devs {
+		s.vendors[d.Vendor] = true
+	}
+	for _, src := range s.sources {
+		if p, ok := src.(interface{ vendorPresent() (string, bool) }); ok {
+			if vendor, present := p.vendorPresent(); present {
+				s.vendors[vendor] = true
+			}
+		}
+	}
+	return len(s.vendors) > 1
+}
+
 // gresIndices numbers the devices as Slurm's GRES indices count a node's
 // GPUs: in the order NVML enumerates them (sorted devices: by vendor, GPU
 // index, then MIG handle index), each GPU in MIG mode replaced by its MIG
@@ -329,8 +355,14 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 // numbers them in one gpu GRES list or per type, and in which order, is up
 // to each site's gres.conf, and an index that named the wrong vendor's
 // device would give it the wrong job. Processes still name their jobs.
-func gresIndices(devs []*Device) map[*Device]int {
+// several says the node has shown devices of several vendors before, though
+// devs may now lack one's (its tool failing): the jobs' GPUs must not
+// change with the health of another vendor's tool.
+func gresIndices(devs []*Device, several bool) map[*Device]int {
 	out := map[*Device]int{}
+	if several {
+		return out
+	}
 	for _, d := range devs {
 		if d.Vendor != devs[0].Vendor {
 			return out
