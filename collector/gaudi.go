@@ -484,12 +484,14 @@ func (c *gaudiCollector) logChange(err error) {
 }
 
 // vendorPresent says the node has Gaudi devices, listed now or not: a run
-// listed some, or hl-smi is there (its runs fail otherwise than for want of
-// the binary: the driver not loaded yet, a hung run).
+// listed some, or hl-smi is there and fails (the driver not loaded yet, a
+// hung run). One that answers with no device, or is missing, says there
+// are none.
 func (c *gaudiCollector) vendorPresent() (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return kubernetes.VendorHabana, len(c.known) > 0 || (c.started && c.lastReason != gaudi.ReasonMissingBinary)
+	failing := c.lastReason != "" && c.lastReason != gaudi.ReasonMissingBinary
+	return kubernetes.VendorHabana, len(c.known) > 0 || failing
 }
 
 func (c *gaudiCollector) path() string {
