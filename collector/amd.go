@@ -86,7 +86,20 @@ type amdCollector struct {
 	down      map[string]string // card → why it is down, logged on change
 	driver    amd.Opt[string]
 	ras       amdRAS
+	// energySource is, by PCI address, where a GPU's energy counter was
+	// first read from: hwmon's energy1_input or the gpu_metrics
+	// accumulator. The two count from different origins, so a scrape in
+	// which the chosen one fails serves no energy rather than the other.
+	energySource map[string]energySource
 }
+
+type energySource int
+
+const (
+	energyUnknown energySource = iota
+	energyHwmon
+	energyTable
+)
 
 type amdIdentity struct {
 	index, uuid, model, pci string
@@ -116,6 +129,8 @@ type amdWindow struct {
 type amdData struct {
 	dev       *amd.Device // the GPU, or for a partition its parent
 	partition int         // -1 for a whole GPU
+	// energy is the GPU's energy counter from its source (energySource).
+	energy amd.Opt[float64]
 }
 
 func newAMDCollector(cfg Config) (Collector, error) {
@@ -129,6 +144,8 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		indices:  map[string]int{},
 		readErrs: map[string]map[string]string{},
 		errs:     map[string]float64{},
+
+		energySource: map[string]energySource{},
 		down:     map[string]string{},
 		ras:      newAMDRAS(),
 	}, nil
@@ -341,7 +358,7 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 		Model:      amdModel(ad),
 		PCIBusID:   ad.PCIBusID,
 		Up:         !ad.Down,
-		vendorData: &amdData{dev: ad, partition: -1},
+		vendorData: &amdData{dev: ad, partition: -1, energy: c.energy(ad)},
 	}
 	if ad.PCIBusID == "" {
 		d.UUID = ""
@@ -367,6 +384,35 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 	c.mu.Unlock()
 	c.logDown(card, d, why)
 	return d
+}
+
+// energy is the GPU's energy counter from the source it was first read
+// from (energySource).
+func (c *amdCollector) energy(ad *amd.Device) amd.Opt[float64] {
+	hwmon := ad.Energy
+	table := metricsOpt(ad.Metrics, func(m *amd.GPUMetrics) amd.Opt[float64] { return m.Energy })
+	if ad.PCIBusID == "" {
+		return amd.Opt[float64]{} // no key to remember its source by
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	src := c.energySource[ad.PCIBusID]
+	if src == energyUnknown {
+		switch {
+		case hwmon.OK:
+			src = energyHwmon
+		case table.OK:
+			src = energyTable
+		}
+		c.energySource[ad.PCIBusID] = src
+	}
+	switch src {
+	case energyHwmon:
+		return hwmon
+	case energyTable:
+		return table
+	}
+	return amd.Opt[float64]{}
 }
 
 // vanished are the GPUs known from earlier scrapes whose card is no longer
@@ -936,7 +982,7 @@ func (c *amdCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prome
 			}
 			continue
 		}
-		emitAMDReadings(e, l, d, data.dev)
+		emitAMDReadings(e, l, d, data)
 	}
 	return nil
 }
@@ -944,7 +990,8 @@ func (c *amdCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prome
 // emitAMDReadings emits a whole GPU's readings: sysfs first, where the
 // driver documents the file, and the gpu_metrics table for what sysfs
 // lacks on the model (MI300 has no edge sensor nor power1_average).
-func emitAMDReadings(e emitter, l labels, d *Device, ad *amd.Device) {
+func emitAMDReadings(e emitter, l labels, d *Device, data *amdData) {
+	ad := data.dev
 	m := ad.Metrics
 	get := func(f func(*amd.GPUMetrics) amd.Opt[float64]) amd.Opt[float64] { return metricsOpt(m, f) }
 	if d.Utilization != nil {
@@ -982,7 +1029,7 @@ func emitAMDReadings(e emitter, l labels, d *Device, ad *amd.Device) {
 	}
 	amdOpt(e, power, l, ad.Power, get(func(m *amd.GPUMetrics) amd.Opt[float64] { return m.SocketPower }))
 	amdOpt(e, powerLimit, l, ad.PowerCap)
-	amdOpt(e, energy, l, ad.Energy, get(func(m *amd.GPUMetrics) amd.Opt[float64] { return m.Energy }))
+	amdOpt(e, energy, l, data.energy)
 	amdOpt(e, clock, l.with("clock", "graphics"), ad.SClock)
 	amdOpt(e, clock, l.with("clock", "memory"), ad.MClock)
 	if m != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
 	"github.com/xpu-exporter/xpu_exporter/demo"
 )
 
@@ -551,6 +552,57 @@ func TestAMDHungCardLeavesLaterCardsUp(t *testing.T) {
 	// card0 is the hung one: the first amdgpu card, index 0.
 	if !slices.Equal(down, []string{"0"}) {
 		t.Errorf("GPUs down: %v, want only the hung one, 0", down)
+	}
+}
+
+// TestAMDEnergyKeepsItsSource: hwmon's energy1_input and the gpu_metrics
+// accumulator count from different origins. A scrape in which the first
+// could not be read served the second, so the counter went from hwmon's
+// count to the table's and back, and Prometheus read a reset and a whole
+// counter's worth of energy (found by probing). The counter stays with the
+// source it was first read from and is left out while that one fails.
+func TestAMDEnergyKeepsItsSource(t *testing.T) {
+	table, err := os.ReadFile(filepath.Join("..", "fixtures", "amd", "sys", "devices", "pci0000:00", "0000:00:01.1", "0000:0c:00.0", "gpu_metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "10\n", "gpu_metrics": string(table)})
+	energy := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "hwmon", "hwmon3", "energy1_input")
+	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+	for _, step := range []struct {
+		hwmon string // energy1_input, µJ
+		want  amd.Opt[float64]
+	}{
+		// 100800000000 µJ = 100,800 J, though the table says 1e6 J.
+		{"100800000000\n", amd.Opt[float64]{Value: 100800, OK: true}},
+		// energy1_input unreadable: no energy, not the table's 1e6 J.
+		{"garbage\n", amd.Opt[float64]{}},
+		// 101600000000 µJ = 101,600 J.
+		{"101600000000\n", amd.Opt[float64]{Value: 101600, OK: true}},
+	} {
+		tr.write(energy, step.hwmon)
+		devs, err := c.readDevices(context.Background(), true)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("%d devices, %v", len(devs), err)
+		}
+		if got := devs[0].vendorData.(*amdData).energy; got != step.want {
+			t.Errorf("energy1_input %q: energy %+v, want %+v", step.hwmon, got, step.want)
+		}
+	}
+	// A GPU whose first read had only the table keeps the table: 65536000000
+	// × 2^-16 J = 1e6 J (fixtures/amd/SOURCES.md), hwmon appearing later
+	// or not.
+	tr2 := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "10\n", "gpu_metrics": string(table)})
+	c2 := newAMDCollectorFor(t, tr2, &fakeClock{t: testNow})
+	for i := range 2 {
+		devs, err := c2.readDevices(context.Background(), true)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("%d devices, %v", len(devs), err)
+		}
+		if got := devs[0].vendorData.(*amdData).energy; got != (amd.Opt[float64]{Value: 1e6, OK: true}) {
+			t.Errorf("read %d: energy %+v, want the table's 1e6 J", i, got)
+		}
+		tr2.write(filepath.Join(tr2.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "hwmon", "hwmon3", "energy1_input"), "5000000\n")
 	}
 }
 
