@@ -146,8 +146,8 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		errs:     map[string]float64{},
 
 		energySource: map[string]energySource{},
-		down:     map[string]string{},
-		ras:      newAMDRAS(),
+		down:         map[string]string{},
+		ras:          newAMDRAS(),
 	}, nil
 }
 

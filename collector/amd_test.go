@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
-	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
 	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
 )
 
 // amdTree is a minimal amdgpu node written by hand: one GPU at
