@@ -144,10 +144,10 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		indices:  map[string]int{},
 		readErrs: map[string]map[string]string{},
 		errs:     map[string]float64{},
-
+		down:     map[string]string{},
+		ras:      newAMDRAS(),
+		// Apart: its long name would realign the fields above.
 		energySource: map[string]energySource{},
-		down:         map[string]string{},
-		ras:          newAMDRAS(),
 	}, nil
 }
 
