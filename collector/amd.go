@@ -135,18 +135,17 @@ type amdData struct {
 
 func newAMDCollector(cfg Config) (Collector, error) {
 	return &amdCollector{
-		reader:   amd.Reader{SysfsRoot: cfg.Sysfs, Files: amd.NewFiles()},
-		scanner:  amd.FdinfoScanner{ProcRoot: cfg.Procfs, Driver: "amdgpu"},
-		logger:   cfg.Logger,
-		now:      cfg.Now,
-		inflight: map[string]*amdRead{},
-		known:    map[string]amdIdentity{},
-		indices:  map[string]int{},
-		readErrs: map[string]map[string]string{},
-		errs:     map[string]float64{},
-		down:     map[string]string{},
-		ras:      newAMDRAS(),
-		// Apart: its long name would realign the fields above.
+		reader:       amd.Reader{SysfsRoot: cfg.Sysfs, Files: amd.NewFiles()},
+		scanner:      amd.FdinfoScanner{ProcRoot: cfg.Procfs, Driver: "amdgpu"},
+		logger:       cfg.Logger,
+		now:          cfg.Now,
+		inflight:     map[string]*amdRead{},
+		known:        map[string]amdIdentity{},
+		indices:      map[string]int{},
+		readErrs:     map[string]map[string]string{},
+		errs:         map[string]float64{},
+		down:         map[string]string{},
+		ras:          newAMDRAS(),
 		energySource: map[string]energySource{},
 	}, nil
 }
