@@ -50,7 +50,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 	var owners []*attribution.Owner // into the snapshot's claims, not copies
 	seen := map[string]bool{}
 	for _, d := range snap.Devices {
-		if d.UUID == "" {
+		if attributionKey(d) == "" {
 			continue
 		}
 		id := identityLabels(d)

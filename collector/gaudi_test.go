@@ -721,6 +721,32 @@ func TestGaudiIdentityCellGoesNA(t *testing.T) {
 	}
 }
 
+// TestGaudiWithoutUUIDHasOwners: a device whose uuid hl-smi has never
+// printed (N/A from the first run) has no uuid label, and still its owners:
+// the device plugin names it by serial, its processes are tied to it by
+// bus_id. It had none (found by probing).
+func TestGaudiWithoutUUIDHasOwners(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	path := gaudiTable(t, s)
+	if err := os.WriteFile(path, []byte(setCells(t, string(s.HLSMITable(testStart, testNow)), 0, map[string]string{"uuid": "N/A"})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	out := scrapeText(t, e, 10*time.Second)
+	// Device 0 is held by the TGI pod alone (the scenario): one owner, the
+	// whole device allocated to it.
+	check, _ := oracleChecks(out)
+	check(t, "xpu_device_owners", 1, `gpu="0"`, `vendor="habana"`)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `vendor="habana"`, `pod="tgi-gaudi-6b8d7f9c5-m2p7x"`)
+	check(t, "xpu_device_up", 1, `gpu="0"`, `vendor="habana"`, `pod="tgi-gaudi-6b8d7f9c5-m2p7x"`)
+	if line := regexp.MustCompile(`(?m)^xpu_device_up\{[^}]*gpu="0"[^}]*vendor="habana"[^}]*\}`).FindString(out); strings.Contains(line, "uuid=") {
+		t.Errorf("a device without a uuid is served with one: %s", line)
+	}
+	if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
+		t.Errorf("device plugin IDs name no device:\n%s", grepLines(out, "xpu_attribution_unknown_device_ids"))
+	}
+}
+
 // setCells returns table with the named cells of device row (0 is the
 // first device) set to values.
 func setCells(t *testing.T, table string, row int, cells map[string]string) string {

@@ -267,10 +267,11 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	devs := make([]attribution.Device, 0, len(snap.Devices))
 	gres := gresIndices(snap.Devices, s.severalVendors(snap.Devices))
 	for _, d := range snap.Devices {
-		if d.UUID == "" {
+		key := attributionKey(d)
+		if key == "" {
 			continue // never identified: nothing can be allocated to it
 		}
-		ad := attribution.Device{UUID: d.UUID, Vendor: d.Vendor, Index: atoi(d.Index), PCIBusID: d.PCIBusID, Serial: d.Serial, MIGIndex: -1, MIGInstance: -1, GRESIndex: -1}
+		ad := attribution.Device{UUID: key, Vendor: d.Vendor, Index: atoi(d.Index), PCIBusID: d.PCIBusID, Serial: d.Serial, MIGIndex: -1, MIGInstance: -1, GRESIndex: -1}
 		if i, ok := gres[d]; ok {
 			ad.GRESIndex = i
 		}
@@ -299,13 +300,32 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	// xpu_attribution_source_up, not as a failed collector.
 	snap.sources["attribution"] = sourceResult{duration: time.Since(start)}
 	for _, d := range snap.Devices {
-		if own := res.Devices[d.UUID]; own != nil {
+		if own := res.Devices[attributionKey(d)]; own != nil {
 			d.Claims, d.ProcessOwner, d.OwnersUnknown, d.OwnersAllocated = own.Claims, own.Process, own.OwnersUnknown, own.Allocated
 			d.ProcessStrays = own.Strays
 		}
 	}
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
+}
+
+// attributionKey names d to the resolver: its uuid, else (a Gaudi whose
+// hl-smi prints uuid N/A) its PCI address or serial, by which device
+// plugins name it and its processes are tied to it; "" when nothing
+// identifies it. Such a key never reaches a label: the device's series
+// carry no uuid.
+func attributionKey(d *Device) string {
+	switch {
+	case d.UUID != "":
+		return d.UUID
+	case d.MIG != nil:
+		return ""
+	case d.PCIBusID != "":
+		return d.Vendor + "/pci/" + d.PCIBusID
+	case d.Serial != "":
+		return d.Vendor + "/serial/" + d.Serial
+	}
+	return ""
 }
 
 // severalVendors adds the vendors of devs, and of the sources that know
