@@ -115,7 +115,7 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 	e := newEmitter(ch)
 	var missing map[string]int // models without a price: none on a priced node
 	for _, d := range snap.Devices {
-		if d.MIG != nil || d.UUID == "" {
+		if d.MIG != nil || attributionKey(d) == "" {
 			continue
 		}
 		if p, ok := c.prices[d.Model]; ok {

@@ -731,8 +731,19 @@ func TestGaudiWithoutUUIDHasOwners(t *testing.T) {
 	if err := os.WriteFile(path, []byte(setCells(t, string(s.HLSMITable(testStart, testNow)), 0, map[string]string{"uuid": "N/A"})), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	prices := filepath.Join(t.TempDir(), "prices.yaml")
+	if err := os.WriteFile(prices, []byte("currency: USD\nmodels: {HL-225: 1.5}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := *costFile
+	*costFile = prices
+	t.Cleanup(func() { *costFile = old })
+	e := newAttributedExporterWith(t, s, map[string]bool{"gaudi": true, "attribution": true, "cost": true}, func() time.Time { return testNow },
+		func(c *Config) { c.HLSMIPath = selfPath(t) })
 	out := scrapeText(t, e, 10*time.Second)
+	// Priced by its model, uuid or not: HL-225 at 1.5 an hour.
+	check0, _ := oracleChecks(out)
+	check0(t, "xpu_device_hourly_cost", 1.5, `gpu="0"`, `vendor="habana"`)
 	// Device 0 is held by the TGI pod alone (the scenario): one owner, the
 	// whole device allocated to it.
 	check, _ := oracleChecks(out)
