@@ -100,7 +100,15 @@ type Exporter struct {
 	// last text scrape left out any for that reason.
 	dropped  [dropReasons]atomic.Uint64
 	dropping [dropReasons]atomic.Bool
+	// lastScrape is when a scrape last asked for the node, in Unix
+	// nanoseconds of the exporter's clock; 0 before the first.
+	lastScrape atomic.Int64
 }
+
+// scrapesActive is how recent a scrape must be for a push to leave the
+// window to scrapes: Prometheus's default lookback. A server scraping less
+// often than that sees gaps in every series anyway.
+const scrapesActive = 5 * time.Minute
 
 var (
 	collectorDuration = gauge("scrape_collector_duration_seconds",
@@ -199,9 +207,32 @@ func (e *Exporter) Bind(ctx context.Context) prometheus.Collector {
 	return scrape{e: e, ctx: ctx}
 }
 
+// BindPush returns a prometheus.Collector for one push (OTLP) bounded by
+// ctx. While Prometheus scrapes the exporter, a push reads the time since
+// the last scrape and leaves the window where it was, as /devices does:
+// a push moving it would shorten the next scrape's window, and what
+// Prometheus stores would change with the push interval. Where nothing has
+// scraped for scrapesActive, pushes move the window themselves.
+func (e *Exporter) BindPush(ctx context.Context) prometheus.Collector {
+	return scrape{e: e, ctx: ctx, push: true}
+}
+
 type scrape struct {
-	e   *Exporter
-	ctx context.Context
+	e    *Exporter
+	ctx  context.Context
+	push bool
+}
+
+// advance says whether this read moves the window on, noting a scrape's
+// time.
+func (s scrape) advance() bool {
+	now := s.e.snapshots.now()
+	if !s.push {
+		s.e.lastScrape.Store(now.UnixNano())
+		return true
+	}
+	last := s.e.lastScrape.Load()
+	return last == 0 || now.Sub(time.Unix(0, last)) > scrapesActive
 }
 
 // Describe sends nothing: the exporter is an unchecked collector, because
@@ -210,7 +241,7 @@ func (scrape) Describe(chan<- *prometheus.Desc) {}
 
 func (s scrape) Collect(ch chan<- prometheus.Metric) {
 	e := s.e
-	snap := e.snapshots.get(s.ctx, true)
+	snap := e.snapshots.get(s.ctx, s.advance())
 	newEmitter(ch).emit(scrapesCoalesced, labels{}, float64(e.snapshots.coalesced.Load()))
 	if snap == nil {
 		for _, name := range e.names {

@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -8,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
@@ -54,6 +59,93 @@ func secondScrape(t *testing.T, s *demo.Scenario) string {
 	scrapeText(t, e, 10*time.Second)
 	clk.set(testNow.Add(15 * time.Second))
 	return scrapeText(t, e, 10*time.Second)
+}
+
+// pushText gathers e as an OTLP push does (BindPush), in the text format.
+func pushText(t *testing.T, e *Exporter) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(e.BindPush(ctx))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.String()
+}
+
+// TestPushLeavesTheWindowToScrapes: an OTLP push between two scrapes reads
+// the time since the first and leaves the second scrape's window whole. A
+// push moved it as a scrape does, so /metrics changed with the push
+// interval (found by probing: a GPU busy half the time read 1.0 with
+// pushes every second). With no scrape for five minutes, pushes move it.
+func TestPushLeavesTheWindowToScrapes(t *testing.T) {
+	gpu := `uuid="GPU-5a000000-0000-4000-8000-000000000000"`
+	s := loadScenario(t, "sharing")
+	for _, tc := range []struct {
+		name string
+		// read is each read's kind, "scrape" or "push", and its time after
+		// testNow; the last one's value is checked.
+		reads []struct {
+			kind  string
+			after time.Duration
+		}
+		want float64
+	}{{
+		// The second scrape's window is 5400 … 5415 s whatever the push at
+		// 5405 s did: as in TestSharingOracles, 14 × (0.6 + 0.3) + 1 × 0.3
+		// = 12.9 over 15 s → 0.86. Moved by the push, it was 5405 … 5415:
+		// 9 × 0.9 + 1 × 0.3 = 8.4 over 10 s → 0.84.
+		name: "scrape, push, scrape",
+		reads: []struct {
+			kind  string
+			after time.Duration
+		}{{"scrape", 0}, {"push", 5 * time.Second}, {"scrape", 15 * time.Second}},
+		want: 0.86,
+	}, {
+		// The push at 5405 s covers the time since the scrape at 5400 s:
+		// 5 periods, all busy for ts-a, 5 × 0.9 / 5 → 0.9.
+		name: "scrape, push",
+		reads: []struct {
+			kind  string
+			after time.Duration
+		}{{"scrape", 0}, {"push", 5 * time.Second}},
+		want: 0.9,
+	}, {
+		// Pushes alone move the window: 5400 … 5415 s, 0.86 again.
+		name: "pushes alone",
+		reads: []struct {
+			kind  string
+			after time.Duration
+		}{{"push", 0}, {"push", 15 * time.Second}},
+		want: 0.86,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &testClock{t: testNow}
+			e := newAttributedExporterFor(t, s, func(c *Config) {
+				c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
+			})
+			var out string
+			for _, r := range tc.reads {
+				clk.set(testNow.Add(r.after))
+				if r.kind == "push" {
+					out = pushText(t, e)
+				} else {
+					out = scrapeText(t, e, 10*time.Second)
+				}
+			}
+			check, _ := oracleChecks(out)
+			check(t, "xpu_utilization_ratio", tc.want, gpu)
+		})
+	}
 }
 
 func TestSharingOracles(t *testing.T) {
