@@ -3,8 +3,10 @@ package otlp
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -252,10 +254,18 @@ func (c *Config) resolveURL(f Flags, getenv func(string) string) (*url.URL, erro
 		// endpoint is provided without the http or https scheme."
 		insecure := false
 		for _, n := range []string{"OTEL_EXPORTER_OTLP_METRICS_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"} {
-			if b := strings.TrimSpace(getenv(n)); b != "" {
-				insecure = strings.EqualFold(b, "true")
-				break
+			b := strings.TrimSpace(getenv(n))
+			if b == "" {
+				continue
 			}
+			// A boolean of the specification ("Configuration Environment
+			// Variables", "Boolean value"): only "true" is true, and any
+			// value but "false" "SHOULD" be warned about.
+			insecure = strings.EqualFold(b, "true")
+			if !insecure && !strings.EqualFold(b, "false") {
+				c.warn("%s=%q is not true or false; using false (TLS)", n, b)
+			}
+			break
 		}
 		// --otlp.insecure, a flag, applies to a bare host:port from the
 		// environment too.
@@ -318,9 +328,13 @@ func (c *Config) resolveHeaders(f Flags, env func(string) string, getenv func(st
 	h := map[string]string{}
 	if v := env("HEADERS"); v != "" {
 		parsed, err := parseKeyValues(v)
+		if k := c.unsendable(parsed); err == nil && k != "" {
+			err = fmt.Errorf("header %s: %s", k, unsendableWhy)
+		}
 		if err != nil {
 			// The value is never quoted back: it holds credentials.
 			c.warn("OTEL_EXPORTER_OTLP_[METRICS_]HEADERS is ignored: %v", err)
+			parsed = nil
 		}
 		for k, v := range parsed {
 			h[k] = v
@@ -329,6 +343,9 @@ func (c *Config) resolveHeaders(f Flags, env func(string) string, getenv func(st
 	fromFlags, err := ParseHeaders(f.Headers)
 	if err != nil {
 		return nil, err
+	}
+	if k := c.unsendable(fromFlags); k != "" {
+		return nil, fmt.Errorf("--otlp.header %s: %s", k, unsendableWhy)
 	}
 	for k, v := range fromFlags {
 		h[k] = v
@@ -342,6 +359,9 @@ func (c *Config) resolveHeaders(f Flags, env func(string) string, getenv func(st
 		v := getenv(name)
 		if v == "" {
 			return nil, fmt.Errorf("--otlp.header-from-env: header %s: environment variable %s is empty or not set", k, name)
+		}
+		if c.unsendable(map[string]string{k: v}) != "" {
+			return nil, fmt.Errorf("--otlp.header-from-env: header %s: environment variable %s: %s (a secret ending in a line break?)", k, name, unsendableWhy)
 		}
 		h[k] = v
 	}
@@ -360,6 +380,28 @@ func ParseHeaders(flags []string) (map[string]string, error) {
 		h[strings.TrimSpace(k)] = v
 	}
 	return h, nil
+}
+
+// unsendableWhy says what unsendable found, never quoting the value: it is
+// a credential.
+const unsendableWhy = "the value holds a character no request of the protocol can carry, such as CR or LF"
+
+// unsendable names the first header of h, in name order, whose value no
+// push could carry, or returns "". Go's HTTP client refuses control
+// characters but the tab (RFC 9110's field-value); gRPC anything outside
+// printable ASCII (its metadata's ASCII-Value). Caught at start, such a
+// value would otherwise fail every push.
+func (c *Config) unsendable(h map[string]string) string {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		for _, b := range []byte(h[k]) {
+			control := b < ' ' && b != '\t' || b == 0x7f
+			printable := ' ' <= b && b <= '~'
+			if control || c.Protocol == ProtocolGRPC && !printable {
+				return k
+			}
+		}
+	}
+	return ""
 }
 
 // parseKeyValues reads the list format shared by OTEL_EXPORTER_OTLP_HEADERS

@@ -107,6 +107,37 @@ func TestOTLPResolve(t *testing.T) {
 			headers: map[string]string{}, warnings: 5,
 		},
 		{
+			name: "OTEL_EXPORTER_OTLP_INSECURE neither true nor false: warned about, false (TLS), as the specification's booleans",
+			env: map[string]string{
+				"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317", "OTEL_EXPORTER_OTLP_INSECURE": "maybe",
+			},
+			url: "https://collector:4317", protocol: "grpc", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{}, warnings: 1,
+		},
+		{
+			name: "OTEL_EXPORTER_OTLP_METRICS_INSECURE=FALSE is a boolean too, without a warning",
+			env: map[string]string{
+				"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+				"OTEL_EXPORTER_OTLP_METRICS_INSECURE": "FALSE", "OTEL_EXPORTER_OTLP_INSECURE": "true",
+			},
+			url: "https://collector:4317", protocol: "grpc", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{},
+		},
+		{
+			name: "a header value with CR/LF can never be sent: the whole headers variable is ignored, like any bad member",
+			env: map[string]string{
+				"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_HEADERS": "a=b,Authorization=Bearer%20novalue%0D%0A",
+			},
+			url: "http://c:4318/v1/metrics", protocol: "http/protobuf", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{}, warnings: 1,
+		},
+		{
+			name:  "HTTP carries a header value outside ASCII, and a tab",
+			flags: Flags{Endpoint: "http://c:4318", Headers: []string{"X-Team=\u00e9quipe\tgpu"}},
+			url:   "http://c:4318/v1/metrics", protocol: "http/protobuf", compression: "gzip", timeout: 10 * time.Second,
+			headers: map[string]string{"X-Team": "\u00e9quipe\tgpu"},
+		},
+		{
 			name:  "a header from the environment keeps secrets off the command line",
 			flags: Flags{Endpoint: "http://c:4318", HeaderEnv: []string{"Authorization=MY_TOKEN"}},
 			env:   map[string]string{"MY_TOKEN": "Bearer s3cr%t,x"},
@@ -177,6 +208,11 @@ func TestOTLPResolveRefuses(t *testing.T) {
 		{"unknown semconv", func(f *Flags) { f.Semconv = "yes" }, nil, "semconv"},
 		{"header without =", func(f *Flags) { f.Headers = []string{"Authorization"} }, nil, "KEY=VALUE"},
 		{"header from an unset variable", func(f *Flags) { f.HeaderEnv = []string{"Authorization=NOPE"} }, nil, "NOPE"},
+		{"header value with a line break", func(f *Flags) { f.Headers = []string{"Authorization=Bearer pw\r\n"} }, nil, "Authorization"},
+		{"header value with a NUL", func(f *Flags) { f.Headers = []string{"X-Key=pw\x00"} }, nil, "X-Key"},
+		{"header value outside printable ASCII over gRPC", func(f *Flags) { f.Protocol = "grpc"; f.Headers = []string{"X-Team=pw\u00e9quipe"} }, nil, "X-Team"},
+		{"header from a variable ending in a line break", func(f *Flags) { f.HeaderEnv = []string{"Authorization=TOKEN"} },
+			map[string]string{"TOKEN": "Bearer pw\n"}, "TOKEN"},
 		{"certificate without key", func(f *Flags) { f.CertFile = "c.pem" }, nil, "both"},
 		{"client key from the environment without certificate", func(f *Flags) { f.Endpoint = "https://c:4318" }, map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_KEY": "k.pem"}, "both"},
 		{"CA for plain text", func(f *Flags) { f.Endpoint = "http://c:4318"; f.CAFile = "ca.pem" }, nil, "plain HTTP"},
