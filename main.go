@@ -55,7 +55,7 @@ func run() int {
 		maxRequests = kingpin.Flag("web.max-requests",
 			"Maximum number of scrapes served at once; further ones get 503. 0 means no limit.").Default("40").Int()
 		scrapeTimeout = kingpin.Flag("scrape.timeout",
-			"Deadline of a scrape when Prometheus does not send X-Prometheus-Scrape-Timeout-Seconds.").Default("10s").Duration()
+			"Deadline of a scrape when Prometheus does not send X-Prometheus-Scrape-Timeout-Seconds, and the longest an OTLP push reads the devices (at most half of --otlp.interval).").Default("10s").Duration()
 		maxTimeout = kingpin.Flag("scrape.max-timeout",
 			"Longest scrape deadline a client may ask for with X-Prometheus-Scrape-Timeout-Seconds; the HTTP server's write and idle timeouts follow from it, so that a client that never reads its response holds a request slot no longer.").Default("2m").Duration()
 		enablePprof = kingpin.Flag("web.enable-pprof",
@@ -349,16 +349,17 @@ func addOTLPFlags(app *kingpin.Application) *otlp.Flags {
 	return f
 }
 
-// boundGatherer gathers like a scrape does, under a deadline of its own, for
-// pushes that no HTTP request bounds.
-func boundGatherer(e *collector.Exporter, base prometheus.Gatherer, timeout time.Duration) prometheus.Gatherer {
-	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+// boundGatherer gathers for a push like a scrape does: within the push's
+// own deadline, and no longer than a scrape without
+// X-Prometheus-Scrape-Timeout-Seconds.
+func boundGatherer(e *collector.Exporter, base prometheus.Gatherer, timeout time.Duration) otlp.GatherFunc {
+	return func(ctx context.Context) ([]*dto.MetricFamily, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(e.Bind(ctx))
 		return prometheus.Gatherers{base, reg}.Gather()
-	})
+	}
 }
 
 func loadScenario(path string) (*demo.Scenario, string, error) {

@@ -321,3 +321,52 @@ func TestOTLPHungReceiverNeverBlocksMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A GPU whose reads hang costs a push what it costs a scrape: the push's
+// gathering ends within the push's interval, so the push carries the hung
+// GPU down and the other one served, and no push fails for it. (The
+// scenario's power reads hang 3 s each, past the 1 s interval; the
+// gathering used to wait up to --scrape.timeout, 10 s, and the push then
+// failed with its deadline passed, dropping both GPUs.)
+func TestOTLPPushReportsAHungGPUDown(t *testing.T) {
+	addr, pushes := httpReceiver(t, nil)
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/hang.yaml", "--otlp.endpoint="+addr, "--otlp.interval=1s")
+	up := func(byName map[string]*metricpb.Metric) map[string]float64 {
+		out := map[string]float64{}
+		for _, dp := range byName["xpu_device_up"].GetGauge().GetDataPoints() {
+			out[otlpAttrs(dp.Attributes)["gpu"]] = dp.GetAsDouble()
+		}
+		return out
+	}
+	deadline := time.After(10 * time.Second)
+	seen, down := 0, 0
+	for seen < 5 {
+		select {
+		case p := <-pushes:
+			byName := map[string]*metricpb.Metric{}
+			for _, rm := range p.req.ResourceMetrics {
+				for _, sm := range rm.ScopeMetrics {
+					for _, m := range sm.Metrics {
+						byName[m.Name] = m
+					}
+				}
+			}
+			u := up(byName)
+			if u["1"] != 1 {
+				t.Errorf("push %d: xpu_device_up %v, want GPU 1 up", seen+1, u)
+			}
+			if v, ok := u["0"]; ok && v == 0 {
+				down++
+			}
+			seen++
+		case <-deadline:
+			t.Fatalf("%d pushes in 10 s at a 1 s interval with a hung GPU, want 5", seen)
+		}
+	}
+	if down == 0 {
+		t.Error("no push reported the hung GPU down")
+	}
+	if strings.Contains(e.Logs(), "OTLP push failed") {
+		t.Errorf("a push failed while a GPU hung:\n%s", e.Logs())
+	}
+}

@@ -55,11 +55,15 @@ type Pusher struct {
 	counted  *countingExporter
 }
 
-// Start begins pushing what gatherer gathers every cfg.Interval, and
+// GatherFunc gathers the metrics of one push. Like a scrape, it returns by
+// ctx's deadline with what it could read by then.
+type GatherFunc func(ctx context.Context) ([]*dto.MetricFamily, error)
+
+// Start begins pushing what gather gathers every cfg.Interval, and
 // registers xpu_otlp_exports_total with reg. It returns an error only for
 // configuration it cannot use (unreadable certificates); an unreachable
 // receiver is not an error.
-func Start(cfg *Config, gatherer prometheus.Gatherer, reg prometheus.Registerer, logger *slog.Logger) (*Pusher, error) {
+func Start(cfg *Config, gather GatherFunc, reg prometheus.Registerer, logger *slog.Logger) (*Pusher, error) {
 	// The SDK's own log lines (it parses the OTEL_* variables again) go
 	// through the exporter's logger, in its format, at debug level: the
 	// bridge logs what matters itself, the variables it ignored and push
@@ -102,7 +106,7 @@ func Start(cfg *Config, gatherer prometheus.Gatherer, reg prometheus.Registerer,
 		// after another, so at most one batch is ever held, and a slow
 		// receiver does not stretch the cadence.
 		sdkmetric.WithTimeout(cfg.Interval),
-		sdkmetric.WithProducer(&producer{gatherer: gatherer, semconv: cfg.Semconv, logger: logger}))
+		sdkmetric.WithProducer(&producer{gather: gather, semconv: cfg.Semconv, logger: logger}))
 	logger.Info("pushing metrics over OTLP", "endpoint", cfg.URL.Redacted(), "protocol", cfg.Protocol,
 		"interval", cfg.Interval, "compression", cfg.Compression, "semconv", cfg.Semconv, "headers", headerNames(cfg.Headers))
 	return &Pusher{provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res)), counted: counted}, nil
@@ -312,13 +316,22 @@ func (e *countingExporter) redact(err error) string {
 // producer turns one gathering of the registry into OTLP metrics: our
 // names with their units, and the semantic conventions' as configured.
 type producer struct {
-	gatherer prometheus.Gatherer
-	semconv  Semconv
-	logger   *slog.Logger
+	gather  GatherFunc
+	semconv Semconv
+	logger  *slog.Logger
 }
 
 func (p *producer) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, error) {
-	mfs, err := p.gatherer.Gather()
+	// ctx bounds the collection and the push together (the reader's
+	// timeout, one interval). The gathering gets half of it, so that a
+	// device whose read hangs is reported down, as a scrape reports it,
+	// and the other half is left to send what was read.
+	gatherCtx, cancel := ctx, context.CancelFunc(func() {})
+	if deadline, ok := ctx.Deadline(); ok {
+		gatherCtx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
+	}
+	mfs, err := p.gather(gatherCtx)
+	cancel()
 	if err != nil {
 		// A gathering with errors still carries what did not fail, like
 		// a scrape; pushing nothing would hide the other devices too.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +41,11 @@ func testRegistry() *prometheus.Registry {
 	return reg
 }
 
+// gatherFrom gathers g, which has no deadline to keep.
+func gatherFrom(g prometheus.Gatherer) GatherFunc {
+	return func(context.Context) ([]*dto.MetricFamily, error) { return g.Gather() }
+}
+
 func startPusher(t *testing.T, r *receiver, protocol string, f Flags, reg prometheus.Gatherer, self *prometheus.Registry, log *syncbuf.Buffer) *Pusher {
 	t.Helper()
 	f.Endpoint, f.Protocol = r.url.String(), protocol
@@ -55,7 +61,7 @@ func startPusher(t *testing.T, r *receiver, protocol string, f Flags, reg promet
 	if log != nil {
 		logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	p, err := Start(cfg, reg, self, logger)
+	p, err := Start(cfg, gatherFrom(reg), self, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,6 +343,55 @@ func TestOTLPPushEndsWithinItsInterval(t *testing.T) {
 	}
 }
 
+// A gathering that takes all the time it is given (a device read that
+// hangs, which the collectors give up at their context's deadline) leaves
+// the push time to be sent: it gets half of the interval, and every push
+// arrives and counts as a success.
+func TestOTLPGatheringEndsHalfwayThroughTheInterval(t *testing.T) {
+	r := newHTTPReceiver(t)
+	self := prometheus.NewRegistry()
+	reg := testRegistry()
+	var (
+		mu    sync.Mutex
+		spent []time.Duration
+	)
+	hung := func(ctx context.Context) ([]*dto.MetricFamily, error) {
+		began := time.Now()
+		<-ctx.Done()
+		mu.Lock()
+		spent = append(spent, time.Since(began))
+		mu.Unlock()
+		return reg.Gather()
+	}
+	const interval = 400 * time.Millisecond
+	cfg, err := Resolve(Flags{Endpoint: r.url.String(), Interval: interval}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Start(cfg, hung, self, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Shutdown(t.Context()) })
+	for range 3 {
+		if got := metrics(nextPush(t, r))["xpu_device_up"]; len(got.GetGauge().GetDataPoints()) != 2 {
+			t.Errorf("push without the gathered xpu_device_up: %v", got)
+		}
+	}
+	if f := exportsTotal(t, self, "failure"); f != 0 {
+		t.Errorf("%v pushes failed", f)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// By hand: half of a 400 ms interval is 200 ms; timer slack aside,
+	// no gathering may take 300 ms.
+	for _, d := range spent {
+		if d < 150*time.Millisecond || d > 300*time.Millisecond {
+			t.Errorf("a gathering took %v, want about 200ms", d)
+		}
+	}
+}
+
 // exportsTotal reads xpu_otlp_exports_total{result} from self.
 func exportsTotal(t *testing.T, self *prometheus.Registry, result string) float64 {
 	t.Helper()
@@ -380,7 +435,7 @@ func TestOTLPSDKLogsThroughTheExporterLogger(t *testing.T) {
 	}
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		var out syncbuf.Buffer
-		p, err := Start(cfg, testRegistry(), prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: level})))
+		p, err := Start(cfg, gatherFrom(testRegistry()), prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: level})))
 		if err != nil {
 			t.Fatal(err)
 		}

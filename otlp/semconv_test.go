@@ -16,7 +16,7 @@ import (
 
 func produce(t *testing.T, reg prometheus.Gatherer, mode Semconv) map[string]metricdata.Metrics {
 	t.Helper()
-	sms, err := (&producer{gatherer: reg, semconv: mode, logger: slog.New(slog.DiscardHandler)}).Produce(t.Context())
+	sms, err := (&producer{gather: gatherFrom(reg), semconv: mode, logger: slog.New(slog.DiscardHandler)}).Produce(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

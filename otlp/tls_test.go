@@ -138,7 +138,7 @@ func TestOTLPTLSFilesRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = Start(cfg, prometheus.NewRegistry(), prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+			_, err = Start(cfg, gatherFrom(prometheus.NewRegistry()), prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("want an error mentioning %q, got %v", c.want, err)
 			}
