@@ -7,8 +7,11 @@
 // Failure contract: a push that fails is retried with backoff within its
 // interval, then dropped; nothing queues while the receiver is down, so
 // memory stays at one batch however long the outage. Every push is counted
-// in xpu_otlp_exports_total{result}; a change between success and failure
-// is logged once. Header values never reach a log line.
+// in xpu_otlp_exports_total{result}: a push the receiver took, if only in
+// part (OTLP's partial success), is a success, and the points it rejected
+// are counted in xpu_otlp_rejected_points_total. A change in how pushes
+// end (failing, warned about, partly rejected, fine) is logged once. Header
+// values never reach a log line.
 package otlp
 
 import (
@@ -19,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -36,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/resource"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -75,22 +80,28 @@ func Start(cfg *Config, gather GatherFunc, reg prometheus.Registerer, logger *sl
 	}
 	exports := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xpu_otlp_exports_total",
-		Help: "Pushes to the OTLP receiver, by result (success, failure: after the retries within one interval; the batch is then dropped).",
+		Help: "Pushes to the OTLP receiver, by result (success: the receiver took it, if only in part; failure: after the retries within one interval; the batch is then dropped).",
 	}, []string{"result"})
 	exports.WithLabelValues("success")
 	exports.WithLabelValues("failure")
-	if err := reg.Register(exports); err != nil {
-		return nil, fmt.Errorf("registering xpu_otlp_exports_total: %w", err)
+	rejected := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xpu_otlp_rejected_points_total",
+		Help: "Data points the OTLP receiver rejected from pushes it took otherwise (partial_success.rejected_data_points); such pushes count as successes.",
+	})
+	for _, c := range []prometheus.Collector{exports, rejected} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering the OTLP bridge's metrics: %w", err)
+		}
 	}
 	secrets := make([]string, 0, len(cfg.Headers))
 	for _, v := range cfg.Headers {
 		secrets = append(secrets, v)
 	}
-	counted := &countingExporter{Exporter: exp, exports: exports, logger: logger, endpoint: cfg.URL.Redacted(), secrets: secrets}
-	// The SDK reports what it cannot return (a failed periodic push, a
-	// partial success) through the process-wide otel error handler, which
-	// by default prints every occurrence. Failures are logged once per
-	// change by countingExporter; the rest goes to Debug, redacted.
+	counted := &countingExporter{Exporter: exp, exports: exports, rejected: rejected, logger: logger, endpoint: cfg.URL.Redacted(), secrets: secrets}
+	// The SDK reports what it cannot return (a failed periodic push)
+	// through the process-wide otel error handler, which by default
+	// prints every occurrence. Failures are logged once per change by
+	// countingExporter; the rest goes to Debug, redacted.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		logger.Debug("OTLP bridge", "err", counted.redact(err))
 	}))
@@ -154,6 +165,7 @@ func newExporter(cfg *Config) (sdkmetric.Exporter, error) {
 		}
 		return otlpmetricgrpc.New(ctx,
 			otlpmetricgrpc.WithEndpointURL(cfg.URL.String()),
+			otlpmetricgrpc.WithDialOption(grpc.WithChainUnaryInterceptor(answerInterceptor)),
 			otlpmetricgrpc.WithTLSCredentials(creds),
 			otlpmetricgrpc.WithHeaders(cfg.Headers),
 			otlpmetricgrpc.WithTimeout(min(cfg.Timeout, cfg.Interval)),
@@ -164,11 +176,20 @@ func newExporter(cfg *Config) (sdkmetric.Exporter, error) {
 		if cfg.Compression == "gzip" {
 			compression = otlpmetrichttp.GzipCompression
 		}
+		// The client the SDK would make, around answerTransport:
+		// net/http's default transport (which the SDK copies) with our
+		// TLS, and the timeout of one request.
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.TLSClientConfig = tlsCfg
+		client := &http.Client{Transport: answerTransport{next: transport}, Timeout: min(cfg.Timeout, cfg.Interval)}
 		return otlpmetrichttp.New(ctx,
 			otlpmetrichttp.WithEndpointURL(cfg.URL.String()),
+			otlpmetrichttp.WithHTTPClient(client),
+			// Unused with our client, but it replaces what the SDK took
+			// from OTEL_EXPORTER_OTLP_CERTIFICATE, which it refuses
+			// with a plain-text endpoint.
 			otlpmetrichttp.WithTLSClientConfig(tlsCfg),
 			otlpmetrichttp.WithHeaders(cfg.Headers),
-			otlpmetrichttp.WithTimeout(min(cfg.Timeout, cfg.Interval)),
 			otlpmetrichttp.WithCompression(compression),
 			otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: true, InitialInterval: initial, MaxInterval: maxInterval, MaxElapsedTime: maxElapsed}))
 	}
@@ -265,46 +286,90 @@ func newResource(cfg *Config) (*resource.Resource, error) {
 	return res, nil
 }
 
-// countingExporter counts every push and logs when pushing starts or stops
-// working.
+// countingExporter counts every push and logs when the way pushes end
+// changes.
 type countingExporter struct {
 	sdkmetric.Exporter
 	exports  *prometheus.CounterVec
+	rejected prometheus.Counter
 	logger   *slog.Logger
 	endpoint string
 	secrets  []string
 
-	mu      sync.Mutex
-	started bool
-	failing bool
+	mu    sync.Mutex
+	state pushState
 }
 
+// pushState is how the last push ended.
+type pushState int
+
+const (
+	notYet    pushState = iota
+	delivered           // the receiver took it all, without a word
+	warned              // took it all, with a warning
+	rejecting           // took it but some of its points
+	failing             // dropped
+)
+
 func (e *countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
-	err := e.Exporter.Export(ctx, rm)
-	if err != nil {
-		e.exports.WithLabelValues("failure").Inc()
-	} else {
+	var a answer
+	err := e.Exporter.Export(withAnswer(ctx, &a), rm)
+	state := failing
+	switch {
+	case a.accepted && a.rejected > 0:
+		state = rejecting
+		e.rejected.Add(float64(a.rejected))
+	case a.accepted && a.message != "":
+		state = warned
+	case a.accepted:
+		state = delivered
+	}
+	// An accepted push is a success, whatever the exporter says of its
+	// partial success: OTLP's client "MUST NOT retry" it, and nothing of
+	// it is to be sent again.
+	if a.accepted {
+		err = nil
 		e.exports.WithLabelValues("success").Inc()
+	} else {
+		e.exports.WithLabelValues("failure").Inc()
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	switch {
-	case err != nil && (!e.started || !e.failing):
+	if state != e.state {
+		e.logChange(e.state, state, a, err)
+	}
+	e.state = state
+	return err
+}
+
+func (e *countingExporter) logChange(from, to pushState, a answer, err error) {
+	switch to {
+	case failing:
 		e.logger.Warn("OTLP push failed; retrying every interval, dropping the data meanwhile (xpu_otlp_exports_total counts them)",
 			"endpoint", e.endpoint, "err", e.redact(err))
-	case err == nil && e.failing:
-		e.logger.Info("OTLP push works again", "endpoint", e.endpoint)
-	case err == nil && !e.started:
-		e.logger.Info("first OTLP push succeeded", "endpoint", e.endpoint)
+	case warned:
+		e.logger.Warn("OTLP receiver took the whole push with a warning", "endpoint", e.endpoint, "message", e.redactString(a.message))
+	case rejecting:
+		e.logger.Warn("OTLP receiver rejected some data points of the push and stored the rest (xpu_otlp_rejected_points_total counts them)",
+			"endpoint", e.endpoint, "rejected", a.rejected, "message", e.redactString(a.message))
+	case delivered:
+		switch from {
+		case notYet:
+			e.logger.Info("first OTLP push succeeded", "endpoint", e.endpoint)
+		case failing:
+			e.logger.Info("OTLP push works again", "endpoint", e.endpoint)
+		default:
+			e.logger.Info("OTLP receiver takes whole pushes without a word again", "endpoint", e.endpoint)
+		}
 	}
-	e.started, e.failing = true, err != nil
-	return err
 }
 
 // redact removes header values from err: the SDK's HTTP errors quote the
 // receiver's response body, which may echo the request's headers.
-func (e *countingExporter) redact(err error) string {
-	s := err.Error()
+func (e *countingExporter) redact(err error) string { return e.redactString(err.Error()) }
+
+// redactString removes header values from s, something the receiver said.
+func (e *countingExporter) redactString(s string) string {
 	for _, v := range e.secrets {
 		if v != "" {
 			s = strings.ReplaceAll(s, v, "<redacted>")

@@ -35,10 +35,13 @@ type receiver struct {
 	url    *url.URL
 	pushes chan push
 
-	mu          sync.Mutex
-	down        bool
-	permanent   bool
-	delay       time.Duration // before each answer
+	mu        sync.Mutex
+	down      bool
+	permanent bool
+	delay     time.Duration // before each answer
+	// partial is the partial_success of every answer to a push the
+	// receiver takes.
+	partial     *colmetricpb.ExportMetricsPartialSuccess
 	inflight    int
 	maxInflight int
 	refused     int
@@ -150,7 +153,7 @@ func (r *receiver) httpHandler() http.Handler {
 			return
 		}
 		r.deliver(push{req: msg, headers: headers, encoding: req.Header.Get("Content-Encoding")})
-		resp, _ := proto.Marshal(&colmetricpb.ExportMetricsServiceResponse{})
+		resp, _ := proto.Marshal(r.answer())
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.Write(resp)
 	})
@@ -180,7 +183,14 @@ func (g grpcReceiver) Export(ctx context.Context, req *colmetricpb.ExportMetrics
 	encoding := g.r.grpcEncoding
 	g.r.mu.Unlock()
 	g.r.deliver(push{req: req, headers: headers, encoding: encoding})
-	return &colmetricpb.ExportMetricsServiceResponse{}, nil
+	return g.r.answer(), nil
+}
+
+// answer is the receiver's answer to a push it takes.
+func (r *receiver) answer() *colmetricpb.ExportMetricsServiceResponse {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &colmetricpb.ExportMetricsServiceResponse{PartialSuccess: r.partial}
 }
 
 func newGRPCReceiver(t *testing.T) *receiver {

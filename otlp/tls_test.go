@@ -145,3 +145,13 @@ func TestOTLPTLSFilesRefused(t *testing.T) {
 		})
 	}
 }
+
+// The SDK reads OTEL_EXPORTER_OTLP_CERTIFICATE itself and refuses a TLS
+// configuration for a plain-text endpoint; Resolve ignores the variable
+// there, and so must the exporter.
+func TestOTLPPlainTextIgnoresCertificateVariable(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", newTestPKI(t).caFile)
+	r := newHTTPReceiver(t)
+	startPusher(t, r, ProtocolHTTPProtobuf, Flags{}, testRegistry(), prometheus.NewRegistry(), nil)
+	nextPush(t, r)
+}
