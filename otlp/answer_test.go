@@ -84,3 +84,90 @@ func TestOTLPPartialSuccessIsASuccess(t *testing.T) {
 		}
 	}
 }
+
+// A receiver that throttles (OTLP/HTTP 429 with Retry-After, OTLP/gRPC
+// UNAVAILABLE with RetryInfo) and asks for more time than the interval
+// gets it: the pushes until then are dropped without a request (counted
+// failed, logged once), and the first one after it goes out.
+func TestOTLPThrottlingReceiverIsLeftAlone(t *testing.T) {
+	for _, protocol := range []string{ProtocolHTTPProtobuf, ProtocolGRPC} {
+		t.Run(protocol, func(t *testing.T) {
+			r := newReceiver(t, protocol)
+			r.mu.Lock()
+			r.down, r.retryAfter = true, 2*time.Second
+			r.mu.Unlock()
+			self := prometheus.NewRegistry()
+			var log syncbuf.Buffer
+			began := time.Now()
+			startPusher(t, r, protocol, Flags{Interval: 100 * time.Millisecond}, testRegistry(), self, &log)
+			// By hand: the first push, at 0.1 s, is refused and asks for
+			// 2 s; the pushes at 0.2 … 1.5 s are dropped unsent.
+			time.Sleep(1500*time.Millisecond - time.Since(began))
+			r.mu.Lock()
+			refused := r.refused
+			r.down = false
+			r.mu.Unlock()
+			if refused != 1 {
+				t.Errorf("the receiver got %d requests in 1.5 s after asking for 2 s of quiet, want 1", refused)
+			}
+			if got := selfCounters(t, self); got["failure"] < 5 || got["success"] != 0 {
+				t.Errorf("xpu_otlp_exports_total %v: want the dropped pushes counted failed", got)
+			}
+			nextPush(t, r)
+			if d := time.Since(began); d < 2*time.Second {
+				t.Errorf("a push went out after %v, before the 2 s asked for", d)
+			}
+			logs := log.String()
+			if n := strings.Count(logs, "OTLP receiver asked to wait"); n != 1 {
+				t.Errorf("%d lines about the wait, want 1:\n%s", n, logs)
+			}
+			if strings.Contains(logs, "OTLP push failed") {
+				t.Errorf("the wait also logged as a failure:\n%s", logs)
+			}
+		})
+	}
+}
+
+func TestOTLPRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"120", 2 * time.Minute},
+		{"0", 0},
+		{"", 0},
+		{"-5", 0},
+		{"1.5", 0},
+		{"soon", 0},
+		{"Thu, 26 Nov 2026 08:00:30 GMT", 30 * time.Second},
+		{"Thu, 26 Nov 2026 07:59:00 GMT", -time.Minute},
+		{"86400", 24 * time.Hour},
+	} {
+		if got := retryAfter(c.header, now); got != c.want {
+			t.Errorf("Retry-After: %q is %v, want %v", c.header, got, c.want)
+		}
+	}
+}
+
+// A wait starts when its answer arrives, replaces an earlier one of the
+// same push, and is bounded: a hint of a day (a misconfigured proxy, say)
+// costs five minutes of pushes, not a day's.
+func TestOTLPWaitIsBounded(t *testing.T) {
+	now := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		wait time.Duration
+		want time.Time
+	}{
+		{30 * time.Second, now.Add(30 * time.Second)},
+		{5 * time.Minute, now.Add(5 * time.Minute)},
+		{24 * time.Hour, now.Add(5 * time.Minute)},
+		{0, time.Time{}},
+		{-time.Minute, time.Time{}},
+	} {
+		a := answer{retryAt: now.Add(time.Hour)}
+		if a.waitFor(now, c.wait); !a.retryAt.Equal(c.want) {
+			t.Errorf("a wait of %v retries at %v, want %v", c.wait, a.retryAt, c.want)
+		}
+	}
+}

@@ -6,12 +6,14 @@
 //
 // Failure contract: a push that fails is retried with backoff within its
 // interval, then dropped; nothing queues while the receiver is down, so
-// memory stays at one batch however long the outage. Every push is counted
-// in xpu_otlp_exports_total{result}: a push the receiver took, if only in
-// part (OTLP's partial success), is a success, and the points it rejected
-// are counted in xpu_otlp_rejected_points_total. A change in how pushes
-// end (failing, warned about, partly rejected, fine) is logged once. Header
-// values never reach a log line.
+// memory stays at one batch however long the outage. A receiver that asks
+// for a longer wait (Retry-After, RetryInfo) gets it, up to maxWait: the
+// pushes meanwhile are dropped unsent. Every push is counted in
+// xpu_otlp_exports_total{result}: a push the receiver took, if only in part
+// (OTLP's partial success), is a success, and the points it rejected are
+// counted in xpu_otlp_rejected_points_total. A change in how pushes end
+// (failing, throttled, warned about, partly rejected, fine) is logged once.
+// Header values never reach a log line.
 package otlp
 
 import (
@@ -298,6 +300,8 @@ type countingExporter struct {
 
 	mu    sync.Mutex
 	state pushState
+	// quietUntil is when a throttling receiver wants the next push.
+	quietUntil time.Time
 }
 
 // pushState is how the last push ended.
@@ -309,13 +313,23 @@ const (
 	warned              // took it all, with a warning
 	rejecting           // took it but some of its points
 	failing             // dropped
+	throttled           // dropped, and the receiver asked to wait
 )
 
 func (e *countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
+	e.mu.Lock()
+	quietUntil := e.quietUntil
+	e.mu.Unlock()
+	if time.Now().Before(quietUntil) {
+		e.exports.WithLabelValues("failure").Inc()
+		return fmt.Errorf("OTLP push dropped unsent: the receiver asked to wait until %s", quietUntil.Format(time.RFC3339))
+	}
 	var a answer
 	err := e.Exporter.Export(withAnswer(ctx, &a), rm)
 	state := failing
 	switch {
+	case !a.accepted && !a.retryAt.IsZero():
+		state = throttled
 	case a.accepted && a.rejected > 0:
 		state = rejecting
 		e.rejected.Add(float64(a.rejected))
@@ -338,7 +352,7 @@ func (e *countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMe
 	if state != e.state {
 		e.logChange(e.state, state, a, err)
 	}
-	e.state = state
+	e.state, e.quietUntil = state, a.retryAt
 	return err
 }
 
@@ -347,6 +361,9 @@ func (e *countingExporter) logChange(from, to pushState, a answer, err error) {
 	case failing:
 		e.logger.Warn("OTLP push failed; retrying every interval, dropping the data meanwhile (xpu_otlp_exports_total counts them)",
 			"endpoint", e.endpoint, "err", e.redact(err))
+	case throttled:
+		e.logger.Warn("OTLP receiver asked to wait; dropping the pushes until then unsent (xpu_otlp_exports_total counts them failed)",
+			"endpoint", e.endpoint, "until", a.retryAt.Format(time.RFC3339), "err", e.redact(err))
 	case warned:
 		e.logger.Warn("OTLP receiver took the whole push with a warning", "endpoint", e.endpoint, "message", e.redactString(a.message))
 	case rejecting:
@@ -356,7 +373,7 @@ func (e *countingExporter) logChange(from, to pushState, a answer, err error) {
 		switch from {
 		case notYet:
 			e.logger.Info("first OTLP push succeeded", "endpoint", e.endpoint)
-		case failing:
+		case failing, throttled:
 			e.logger.Info("OTLP push works again", "endpoint", e.endpoint)
 		default:
 			e.logger.Info("OTLP receiver takes whole pushes without a word again", "endpoint", e.endpoint)

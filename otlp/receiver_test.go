@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // the receiver decompresses what the exporter gzips
@@ -22,6 +24,7 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // receiver is an in-process OTLP receiver over gRPC or HTTP that decodes
@@ -41,7 +44,10 @@ type receiver struct {
 	delay     time.Duration // before each answer
 	// partial is the partial_success of every answer to a push the
 	// receiver takes.
-	partial     *colmetricpb.ExportMetricsPartialSuccess
+	partial *colmetricpb.ExportMetricsPartialSuccess
+	// retryAfter, when set, is the wait a refusal asks for: HTTP 429 with
+	// Retry-After, gRPC UNAVAILABLE with RetryInfo.
+	retryAfter  time.Duration
 	inflight    int
 	maxInflight int
 	refused     int
@@ -64,8 +70,9 @@ func (r *receiver) setDown(down bool) {
 
 // refusal is the receiver's refusal of a push: retryable unless permanent.
 type refusal struct {
-	msg       string
-	permanent bool
+	msg        string
+	permanent  bool
+	retryAfter time.Duration
 }
 
 func (e refusal) Error() string { return e.msg }
@@ -88,7 +95,7 @@ func (r *receiver) enter(headers map[string]string) (leave func(), err error) {
 	}
 	if r.down {
 		r.refused++
-		return leave, refusal{msg: fmt.Sprintf("receiver down; you sent %v", headers), permanent: r.permanent}
+		return leave, refusal{msg: fmt.Sprintf("receiver down; you sent %v", headers), permanent: r.permanent, retryAfter: r.retryAfter}
 	}
 	return leave, nil
 }
@@ -128,8 +135,12 @@ func (r *receiver) httpHandler() http.Handler {
 		defer leave()
 		if err != nil {
 			code := http.StatusServiceUnavailable
-			if err.(refusal).permanent {
+			switch ref := err.(refusal); {
+			case ref.permanent:
 				code = http.StatusBadRequest
+			case ref.retryAfter > 0:
+				code = http.StatusTooManyRequests
+				w.Header().Set("Retry-After", strconv.Itoa(int(ref.retryAfter.Seconds())))
 			}
 			http.Error(w, err.Error(), code)
 			return
@@ -173,11 +184,15 @@ func (g grpcReceiver) Export(ctx context.Context, req *colmetricpb.ExportMetrics
 	leave, err := g.r.enter(headers)
 	defer leave()
 	if err != nil {
-		code := codes.Unavailable
-		if err.(refusal).permanent {
-			code = codes.InvalidArgument
+		ref := err.(refusal)
+		if ref.permanent {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		return nil, status.Error(code, err.Error())
+		st := status.New(codes.Unavailable, err.Error())
+		if ref.retryAfter > 0 {
+			st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ref.retryAfter)})
+		}
+		return nil, st.Err()
 	}
 	g.r.mu.Lock()
 	encoding := g.r.grpcEncoding
