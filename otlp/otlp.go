@@ -49,7 +49,8 @@ import (
 
 const scopeName = "github.com/xpu-exporter/xpu_exporter/otlp"
 
-// processStart is the start time of the cumulative sums made from gauges.
+// processStart is the start time of the non-monotonic sums made from
+// gauges (semconv.go), which count nothing.
 var processStart = time.Now()
 
 // maxPEMBytes bounds the CA and client certificate files: a PEM bundle of
@@ -401,6 +402,7 @@ type producer struct {
 	gather  GatherFunc
 	semconv Semconv
 	logger  *slog.Logger
+	starts  startTimes
 }
 
 func (p *producer) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, error) {
@@ -436,6 +438,8 @@ func (p *producer) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, erro
 	for i := range ours {
 		ours[i].Unit = promUnit(ours[i].Name)
 	}
+	// Before the conventions' families, which take their points.
+	p.starts.set(mfs, ours)
 	// The bridge's scope names where our-named metrics come from.
 	out := metricdata.ScopeMetrics{Scope: sms[0].Scope}
 	switch p.semconv {
