@@ -351,13 +351,14 @@ func addOTLPFlags(app *kingpin.Application) *otlp.Flags {
 
 // boundGatherer gathers for a push like a scrape does: within the push's
 // own deadline, and no longer than a scrape without
-// X-Prometheus-Scrape-Timeout-Seconds.
+// X-Prometheus-Scrape-Timeout-Seconds. While Prometheus scrapes, a push
+// leaves the averaging window to the scrapes (collector.BindPush).
 func boundGatherer(e *collector.Exporter, base prometheus.Gatherer, timeout time.Duration) otlp.GatherFunc {
 	return func(ctx context.Context) ([]*dto.MetricFamily, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(e.Bind(ctx))
+		reg.MustRegister(e.BindPush(ctx))
 		return prometheus.Gatherers{base, reg}.Gather()
 	}
 }
