@@ -236,8 +236,11 @@ func TestOTLPBackendDownThenUp(t *testing.T) {
 			r.setDown(true)
 			self := prometheus.NewRegistry()
 			var log syncbuf.Buffer
+			// An interval long enough for each push to reach the
+			// receiver on a loaded machine under -race: at 50 ms some ran
+			// out of time first, failures the receiver never refused.
 			startPusher(t, r, protocol, Flags{
-				Interval: 50 * time.Millisecond, Timeout: time.Second,
+				Interval: 250 * time.Millisecond, Timeout: time.Second,
 				Headers: []string{"Authorization=Bearer topsecret-token"},
 			}, testRegistry(), self, &log)
 
