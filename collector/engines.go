@@ -481,7 +481,6 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 	var stale error
 	if err == nil {
 		stale = engines.DropStale(families, time.Now())
-		c.corrector(t).Correct(families)
 		engine := engines.Engine(t.Engine)
 		switch {
 		case len(families) == 0 && stale != nil:
@@ -497,6 +496,7 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 		}
 		if err == nil {
 			r.engine = string(engine)
+			c.corrector(t).Correct(families, engines.Kept(engine))
 			// Series Normalize cannot map are reported in its error but
 			// do not fail the target: the rest is still right.
 			r.samples, r.skipped = engines.Normalize(engine, families, t.Model)

@@ -28,9 +28,12 @@ import (
 // and what it had counted before is kept as an offset added to it from then
 // on; a series that disappears while others of its family remain is still
 // given, frozen at its last value, for ghostTTL, so that the sum it was
-// part of does not drop. A counter's
-// value is therefore the engine's own until its first reset, and counts
-// on from there after.
+// part of does not drop. Past ghostTTL its count is handed to a live series
+// it was added up with (one that differs from it only in labels the
+// engine's mapping adds up, such as the engine core), so that the sum goes
+// on; where there is none, the canonical series it fed ends with it. A
+// counter's value is therefore the engine's own until its first reset,
+// and counts on from there after.
 type Corrector struct {
 	mu     sync.Mutex
 	series map[string]*counterState
@@ -40,9 +43,9 @@ type Corrector struct {
 	gen uint64
 }
 
-// ghostTTL is how long a series that disappeared is still given: past it, a
-// sum it was part of drops once (read as one reset). An engine core that is
-// gone for an hour is not coming back as the same process.
+// ghostTTL is how long a series that disappeared is still given as itself:
+// an engine core that is gone for an hour is not coming back as the same
+// process, and its count is handed to a live sibling.
 const ghostTTL = time.Hour
 
 // maxCorrected bounds the series a Corrector remembers, live and vanished:
@@ -76,8 +79,10 @@ func NewCorrector() *Corrector {
 
 // Correct makes the counters and histograms of one scrape of the target
 // monotonic, in place, and adds back the series that vanished since.
-// Gauges are left as they are.
-func (c *Corrector) Correct(families map[string]*dto.MetricFamily) {
+// Gauges are left as they are. kept names, by family, the labels the
+// engine's mapping keeps apart (Kept); nil hands no vanished series'
+// count to a sibling.
+func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[string][]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -110,21 +115,27 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily) {
 			}
 		}
 	}
-	c.addGhosts(families, now)
+	c.addGhosts(families, kept, now)
 }
 
 // addGhosts gives each series that vanished its last corrected value, and
-// forgets those gone longer than ghostTTL or past maxCorrected.
-func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, now time.Time) {
-	var ghosts []string
+// forgets those gone longer than ghostTTL, handing their count to a
+// sibling, or past maxCorrected.
+func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, kept map[string][]string, now time.Time) {
+	var ghosts, expired []string
 	for key, st := range c.series {
 		switch {
 		case st.gen == c.gen:
 		case now.Sub(st.seen) > ghostTTL:
-			delete(c.series, key)
+			expired = append(expired, key)
 		default:
 			ghosts = append(ghosts, key)
 		}
+	}
+	slices.Sort(expired) // the same sibling for the same series every time
+	for _, key := range expired {
+		c.handOver(c.series[key], families[c.series[key].family], kept)
+		delete(c.series, key)
 	}
 	if over := len(c.series) - maxCorrected; over > 0 {
 		slices.SortFunc(ghosts, func(a, b string) int { return c.series[a].seen.Compare(c.series[b].seen) })
@@ -169,6 +180,51 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, now time.Ti
 		setCounts(m, st.offset.plus(st.last))
 		f.Metric = append(f.Metric, m)
 	}
+}
+
+// handOver adds what the vanished series st counted to the offset of a
+// live series of its family f that the engine's mapping adds up with it:
+// one with the same values of the labels kept apart (and, for a histogram,
+// the same buckets). The live series' value in f is raised with it, so the
+// sum it was part of carries on in this scrape.
+func (c *Corrector) handOver(st *counterState, f *dto.MetricFamily, kept map[string][]string) {
+	if f == nil || f.GetType() != st.typ || kept == nil {
+		return
+	}
+	names := kept[st.family]
+	for _, m := range f.Metric {
+		if !sameValues(m.Label, st.labels, names) {
+			continue
+		}
+		live := c.series[seriesKey(st.family, m.Label)]
+		if live == nil || live.gen != c.gen || !slices.Equal(live.last.bounds, st.last.bounds) {
+			continue
+		}
+		live.offset = live.offset.plus(st.offset.plus(st.last))
+		setCounts(m, live.offset.plus(live.last))
+		return
+	}
+}
+
+// sameValues says whether a and b give each label of names the same value
+// (a label absent from both is the same).
+func sameValues(a, b []*dto.LabelPair, names []string) bool {
+	value := func(ls []*dto.LabelPair, name string) (string, bool) {
+		for _, lp := range ls {
+			if lp.GetName() == name {
+				return lp.GetValue(), true
+			}
+		}
+		return "", false
+	}
+	for _, n := range names {
+		va, oka := value(a, n)
+		vb, okb := value(b, n)
+		if va != vb || oka != okb {
+			return false
+		}
+	}
+	return true
 }
 
 // boundsOf says whether every histogram of live has exactly bounds.

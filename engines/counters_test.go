@@ -3,6 +3,7 @@ package engines
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -20,7 +21,7 @@ func correctedScrape(t *testing.T, k *Corrector, at time.Time, body string) []Sa
 		t.Fatal(err)
 	}
 	k.now = func() time.Time { return at }
-	k.Correct(families)
+	k.Correct(families, Kept(VLLM))
 	samples, err := Normalize(VLLM, families, "")
 	if err != nil {
 		t.Fatal(err)
@@ -78,13 +79,82 @@ func TestCorrectorKeepsSummedCountersMonotonic(t *testing.T) {
 		// Gone again: half an hour on, its last 1,000,035 is still in the
 		// sum, 1,000,050 + 1,000,035 = 2,000,085.
 		{"core 1 gone half an hour", 45*time.Second + 30*time.Minute, []int{1_000_050, -1}, 2_000_085},
-		// Gone for over an hour: forgotten, the sum drops once to core 0's.
-		{"core 1 gone past the hour", 45*time.Second + 2*time.Hour, []int{1_000_060, -1}, 1_000_060},
+		// Gone for over an hour: its last 1,000,035 is handed to core 0,
+		// the live part it was added up with, so the sum goes on rather
+		// than drop (read as a reset): 1,000,060 + 1,000,035 = 2,000,095.
+		{"core 1 gone past the hour", 45*time.Second + 2*time.Hour, []int{1_000_060, -1}, 2_000_095},
+		// And on: core 0 at 1,000,070 carries it, 2,000,105.
+		{"an hour and more on", 45*time.Second + 2*time.Hour + 15*time.Second, []int{1_000_070, -1}, 2_000_105},
+		// Core 1 back at 3 is a new series: 2,000,105 + 3 = 2,000,108
+		// (core 0 at 1,000,070 with 1,000,035 handed to it, core 1 at 3).
+		{"core 1 back after the hour", 45*time.Second + 2*time.Hour + 30*time.Second, []int{1_000_070, 3}, 2_000_108},
 	}
 	for _, s := range steps {
 		got := value(t, correctedScrape(t, k, t0.Add(s.after), tokens(s.cores...)), "xpu_inference_tokens_total")
 		if got.Value != s.want {
 			t.Errorf("%s: %v tokens, want %v", s.name, got.Value, s.want)
+		}
+	}
+}
+
+// TestCorrectorGoneModelEnds: a vanished series is handed only to a live
+// one it was added up with. Model b unloaded beside a live model a has no
+// such sibling: b's series is given for the hour, then ends (Prometheus
+// reads an end, not a reset), and a's count is its own throughout.
+func TestCorrectorGoneModelEnds(t *testing.T) {
+	body := func(a, b int) string {
+		out := "# TYPE vllm:generation_tokens counter\n" + fmt.Sprintf("vllm:generation_tokens_total{engine=\"0\",model_name=\"a\"} %d\n", a)
+		if b >= 0 {
+			out += fmt.Sprintf("vllm:generation_tokens_total{engine=\"0\",model_name=\"b\"} %d\n", b)
+		}
+		return out
+	}
+	tokensOf := func(samples []Sample) map[string]float64 {
+		out := map[string]float64{}
+		for _, s := range samples {
+			if s.Name == "xpu_inference_tokens_total" {
+				out[s.Labels["model"]] = s.Value
+			}
+		}
+		return out
+	}
+	k := NewCorrector()
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, step := range []struct {
+		name  string
+		after time.Duration
+		a, b  int // b -1: unloaded
+		want  map[string]float64
+	}{
+		{"both models", 0, 100, 50, map[string]float64{"a": 100, "b": 50}},
+		// b unloaded: its last 50 is given for the hour.
+		{"b unloaded", 15 * time.Second, 110, -1, map[string]float64{"a": 110, "b": 50}},
+		// Past the hour b has no live sibling (another model is not one):
+		// it ends, and a keeps its own 130.
+		{"past the hour", 2 * time.Hour, 130, -1, map[string]float64{"a": 130}},
+	} {
+		got := tokensOf(correctedScrape(t, k, t0.Add(step.after), body(step.a, step.b)))
+		if !maps.Equal(got, step.want) {
+			t.Errorf("%s: tokens by model %v, want %v", step.name, got, step.want)
+		}
+	}
+}
+
+// TestKept: the labels a mapping keeps apart are the model, the renamed
+// ones, the reason made an outcome; an engine core's is added up.
+func TestKept(t *testing.T) {
+	for _, tc := range []struct {
+		engine Engine
+		family string
+		want   []string
+	}{
+		{VLLM, "vllm:generation_tokens_total", []string{"model_name"}},
+		{VLLM, "vllm:request_success_total", []string{"model_name", "finished_reason"}},
+		{Triton, "nv_inference_request_failure", []string{"model", "reason", "version"}},
+	} {
+		got := slices.Sorted(slices.Values(Kept(tc.engine)[tc.family]))
+		if want := slices.Sorted(slices.Values(tc.want)); !slices.Equal(got, want) {
+			t.Errorf("%s %s: kept %v, want %v", tc.engine, tc.family, got, want)
 		}
 	}
 }
@@ -223,7 +293,7 @@ func BenchmarkCorrect(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		k.Correct(families)
+		k.Correct(families, Kept(VLLM))
 	}
 }
 

@@ -129,6 +129,44 @@ func Detect(families map[string]*dto.MetricFamily) (Engine, error) {
 	return "", errors.New("no metric of a known inference engine found")
 }
 
+// Kept lists, for each family engine reads, the labels its mappings keep
+// apart: the model, the labels renamed into canonical ones, a reason turned
+// into an outcome, a label a source selects by. Every other label of the
+// family (an engine core, a rank) is added up, so two series that differ
+// only in those feed one canonical series.
+func Kept(engine Engine) map[string][]string {
+	sp, ok := specs[engine]
+	if !ok {
+		return nil
+	}
+	out := map[string][]string{}
+	add := func(family string, names ...string) {
+		for _, n := range names {
+			if n != "" && !slices.Contains(out[family], n) {
+				out[family] = append(out[family], n)
+			}
+		}
+	}
+	for _, m := range sp.mappings {
+		var outcome string
+		if m.outcome != nil {
+			outcome = m.outcome.label
+		}
+		for _, src := range m.from {
+			for _, s := range []*source{&src, src.over, src.count} {
+				if s == nil {
+					continue
+				}
+				add(s.name, sp.model, outcome, s.match.name)
+				for k := range sp.keep {
+					add(s.name, k)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // Others lists the engines other than engine whose own families are among
 // families, in detection order: an endpoint that merges two engines'
 // metrics (Triton's vLLM backend serves vllm: beside nv_inference_) is read
