@@ -197,16 +197,28 @@ func StatStartTicks(stat []byte) (uint64, error) {
 	if i < 0 {
 		return 0, errors.New("stat: no command name")
 	}
-	fields := bytes.Fields(stat[i+1:]) // fields 3, 4, …
+	// Fields 3, 4, … follow, one blank apart; walked rather than split, as
+	// the attribution reads many processes' stat at every scrape.
 	const starttime = 22
-	if len(fields) < starttime-2 {
-		return 0, fmt.Errorf("stat: %d fields after the command name, want at least %d", len(fields), starttime-2)
+	rest, field := stat[i+1:], 2
+	for {
+		rest = bytes.TrimLeft(rest, " \t\n")
+		if len(rest) == 0 {
+			return 0, fmt.Errorf("stat: %d fields after the command name, want at least %d", field-2, starttime-2)
+		}
+		end := bytes.IndexAny(rest, " \t\n")
+		if end < 0 {
+			end = len(rest)
+		}
+		if field++; field == starttime {
+			ticks, err := strconv.ParseUint(string(rest[:end]), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("stat starttime: %w", err)
+			}
+			return ticks, nil
+		}
+		rest = rest[end:]
 	}
-	ticks, err := strconv.ParseUint(string(fields[starttime-3]), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("stat starttime: %w", err)
-	}
-	return ticks, nil
 }
 
 // bootTime reads the btime line of /proc/stat.

@@ -173,3 +173,28 @@ func TestSeconds(t *testing.T) {
 		t.Errorf("seconds = %.9f, want 5.000001", got)
 	}
 }
+
+// TestStatStartTicks: field 22 is counted from the command name's last
+// ')', whatever blanks and parentheses the name holds.
+func TestStatStartTicks(t *testing.T) {
+	// Fields 14 to 21: utime, stime, cutime, cstime, priority, nice,
+	// num_threads, itrealvalue.
+	const tail = " 0 0 0 0 20 0 1 0 "
+	for _, tc := range []struct {
+		name, stat string
+		want       uint64
+		err        bool
+	}{
+		{"plain", "4242 (python3) S 1 2 3 0 -1 4194560 0 0 0 0" + tail + "987654 1 2 3\n", 987654, false},
+		{"name with blanks and parentheses", "4242 (a) (b c) S 1 2 3 0 -1 4194560 0 0 0 0" + tail + "12345\n", 12345, false},
+		{"field 22 last, no newline", "4242 (x) S 1 2 3 0 -1 4194560 0 0 0 0" + tail + "7", 7, false},
+		{"short", "4242 (x) S 1 2 3\n", 0, true},
+		{"no name", "4242 x S 1\n", 0, true},
+		{"not a number", "4242 (x) S 1 2 3 0 -1 4194560 0 0 0 0" + tail + "soon\n", 0, true},
+	} {
+		got, err := StatStartTicks([]byte(tc.stat))
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("%s: %d, %v; want %d, error %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
