@@ -1019,17 +1019,21 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 	}
 	gres := map[int][]gresHold{}
 	running := map[string]slurm.RunningJob{}
+	st := slurmState{jobs: map[string]slurm.Job{}, unknown: map[string]bool{}, gres: gres}
 	if r.cfg.NodeName != "" {
 		list, err := c.NodeJobs(ctx, r.cfg.NodeName)
 		if err != nil {
-			errs = append(errs, err)
+			// Which jobs run on the node now is not known: a job's record,
+			// cached from when it ran, would make an ended job the holder of
+			// the GPU another holds now, and give its labels while Slurm
+			// gives none. Processes keep their job's ID alone.
+			return st, errors.Join(append(errs, err)...)
 		}
 		for _, j := range list {
 			running[j.ID] = j
 			ids[j.ID] = true
 		}
 	}
-	st := slurmState{jobs: map[string]slurm.Job{}, unknown: map[string]bool{}, gres: gres}
 	for id := range ids {
 		var j slurm.Job
 		var err error
@@ -1055,6 +1059,12 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			continue
 		}
 		st.jobs[id] = j
+		if _, ok := running[id]; !ok {
+			// Not among the node's running jobs (it ended, or runs
+			// elsewhere; its process lives on): its GRES hold no GPU here
+			// now, whatever its record says.
+			continue
+		}
 		for _, idx := range j.GPUs[r.cfg.NodeName] {
 			gres[idx] = append(gres[idx], gresHold{job: id, share: 1})
 		}

@@ -274,6 +274,49 @@ func TestSlurmDownOwnersUnknown(t *testing.T) {
 	}
 }
 
+// TestSlurmEndedJobHoldsNoGPU: a job squeue no longer lists as running on
+// the node holds no GPU through its GRES, whatever its record says (a
+// COMPLETED job within MinJobAge, or a record cached from when it ran):
+// its process still names it, and it owns its own usage with no share.
+// It held half of the GPU the job now running there holds whole (found by
+// probing: for the five minutes its record stayed cached). While squeue
+// cannot be asked, which jobs run is not known: no job holds a GPU, the
+// owners are unknown, and a process's job is named by its ID alone, not by
+// a record Slurm is not giving now (a whole GPU went to the ended job).
+func TestSlurmEndedJobHoldsNoGPU(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+100) printf 'JobId=100 JobName=old\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=COMPLETED Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+102) printf 'JobId=102 JobName=new\n   UserId=carol(1002) GroupId=carol(1002) MCS_label=N/A\n   Priority=1 Nice=0 Account=bio QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=4-7 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	procs := procfs(t, map[uint32]string{5000: "/system.slice/slurmstepd.scope/job_100/step_0/user/task_0"})
+	gpu0 := []Device{{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{5000}}}
+
+	// squeue lists job 102 alone: it holds GPU 0 whole (share 1); job 100
+	// owns its process's usage with no share.
+	squeue := fakeBinary(t, "squeue", `printf '102|102|2026-11-22T09:00:00\n'`)
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: procs})
+	own := r.Resolve(context.Background(), gpu0).Devices["GPU-0"]
+	shares := map[string]float64{}
+	for _, c := range own.Claims {
+		shares[c.Owner.SlurmJobID] = c.Share
+	}
+	if !maps.Equal(shares, map[string]float64{"100": 0, "102": 1}) {
+		t.Errorf("squeue lists 102: claims %+v, want job 100 (share 0) and job 102 (share 1)", own.Claims)
+	}
+
+	// squeue fails: nobody holds GPU 0 as far as is known; job 100 by its
+	// ID alone, share 0; the owners are unknown.
+	down := fakeBinary(t, "squeue", `echo "squeue: error: Unable to contact slurm controller" >&2; exit 1`)
+	r = New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: down}, NodeName: "node1", Procfs: procs})
+	own = r.Resolve(context.Background(), gpu0).Devices["GPU-0"]
+	if c := own.Claims; len(c) != 1 || c[0].Owner.SlurmJobID != "100" || c[0].Owner.SlurmUser != "" || c[0].Share != 0 || !own.OwnersUnknown {
+		t.Errorf("squeue down: claims %+v, owners unknown %v; want job 100 by its ID alone (share 0), owners unknown", c, own.OwnersUnknown)
+	}
+}
+
 func TestResolveKubeletDown(t *testing.T) {
 	r := New(Config{
 		Kubelet:  &fakeKubelet{err: errors.New("connection refused")},
