@@ -28,8 +28,10 @@ const (
 	// maxEventSeries caps the counters kept; the oldest go first.
 	maxEventSeries = 10000
 	// ownerFreshness is how old a snapshot may be to name the owner of a
-	// device at an event: a flood costs at most one snapshot per period.
-	ownerFreshness = 2 * time.Second
+	// device at an event: a flood costs at most one snapshot per period
+	// (four a second), and a pod replaced longer ago than that is not
+	// taken for the owner of a later event.
+	ownerFreshness = 250 * time.Millisecond
 	// ownerTimeout bounds taking that snapshot.
 	ownerTimeout = 5 * time.Second
 )

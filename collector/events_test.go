@@ -75,6 +75,31 @@ func TestXidKeepsTheOwnerAtEventTime(t *testing.T) {
 	}
 }
 
+// TestXidAfterAQuickReplacement: a pod replaced a second before an event
+// is not its owner. A snapshot up to 2 s old named the owners, so an Xid
+// 1.5 s after the snapshot was counted for the pod replaced since (found
+// by probing, with pods churning every 5 s).
+func TestXidAfterAQuickReplacement(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	r := newEventRecorder(nil, func() time.Time { return now })
+	owner := "train-0"
+	snapshot := func(context.Context) *Snapshot { return podSnapshot(now, owner) }
+	ev := nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 79, GPUInstance: -1}
+	r.record(context.Background(), ev, snapshot)
+	// Replaced half a second later; the next Xid a second after that.
+	now, owner = now.Add(1500*time.Millisecond), "train-1"
+	r.record(context.Background(), ev, snapshot)
+	out := collectText(t, r)
+	for _, want := range []string{
+		`xpu_xid_errors_total{container="c",gpu="3",model="H100",namespace="ml",pod="train-0",uuid="GPU-3",vendor="nvidia",xid="79"} 1`,
+		`xpu_xid_errors_total{container="c",gpu="3",model="H100",namespace="ml",pod="train-1",uuid="GPU-3",vendor="nvidia",xid="79"} 1`,
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("missing %s in:\n%s", want, out)
+		}
+	}
+}
+
 func TestXidFloodIsBounded(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	r := newEventRecorder(nil, func() time.Time { return now })
