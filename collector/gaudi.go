@@ -61,6 +61,8 @@ type gaudiCollector struct {
 	// noBusID says hl-smi is not asked for bus_id: no process can be tied
 	// to its device.
 	noBusID bool
+	// present says sysfs has shown the habanalabs driver's devices.
+	present bool
 }
 
 func newGaudiCollector(cfg Config) (Collector, error) {
@@ -484,14 +486,20 @@ func (c *gaudiCollector) logChange(err error) {
 }
 
 // vendorPresent says the node has Gaudi devices, listed now or not: a run
-// listed some, or hl-smi is there and fails (the driver not loaded yet, a
-// hung run). One that answers with no device, or is missing, says there
-// are none.
+// listed some, or sysfs shows the habanalabs driver's compute nodes while
+// hl-smi fails or is missing. An hl-smi that fails on a node without such
+// nodes (installed where no Gaudi is) says nothing of the node.
 func (c *gaudiCollector) vendorPresent() (string, bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	failing := c.lastReason != "" && c.lastReason != gaudi.ReasonMissingBinary
-	return kubernetes.VendorHabana, len(c.known) > 0 || failing
+	present := c.present || len(c.known) > 0
+	c.mu.Unlock()
+	if !present && gaudi.HasDevices(c.procs.SysRoot) {
+		present = true
+		c.mu.Lock()
+		c.present = true
+		c.mu.Unlock()
+	}
+	return kubernetes.VendorHabana, present
 }
 
 func (c *gaudiCollector) path() string {

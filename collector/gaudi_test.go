@@ -408,6 +408,33 @@ slurm:
 	}
 }
 
+// TestFailingHLSMIWithoutGaudi: an hl-smi installed on a node without
+// Gaudi devices (no habanalabs node in sysfs) fails at every run; that
+// does not make the node one of several vendors, and a Slurm job keeps
+// the GPU its GRES index names (it lost it for good, found by probing).
+func TestFailingHLSMIWithoutGaudi(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: nvidia-slurm
+defaults: {memory_total: 80GiB, metrics: {utilization: 0.5, memory_used: 10GiB, temperature: 50, power: 300}}
+devices:
+  - {model: NVIDIA H100 80GB HBM3}
+slurm:
+  jobs:
+    - {id: "300", name: train, user: alice, account: acct, partition: gpu, qos: normal, gpus: [0]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HLSMI_FAKE_MODE", "exit")
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	for i := range 2 {
+		out := scrapeText(t, e, 10*time.Second)
+		// Job 300 holds GPU 0 through GRES index 0: one owner, the whole GPU.
+		if v := sample(t, out, "xpu_workload_allocated_devices", `vendor="nvidia"`, `slurm_job_id="300"`); v != 1 {
+			t.Errorf("scrape %d: job 300 holds %v of GPU 0, want 1", i, v)
+		}
+	}
+}
+
 // A device that a good run no longer lists (fallen off the bus) stays in
 // the output, down, with one log line when it goes and one when it returns.
 func TestGaudiDeviceNoLongerListed(t *testing.T) {

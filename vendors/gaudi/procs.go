@@ -211,6 +211,16 @@ func decodeDev(dev uint64) devNum {
 	}
 }
 
+// HasDevices says whether sysfs under sysRoot (/sys when empty) shows a
+// compute node of the habanalabs driver: the node has Gaudi devices,
+// whether or not hl-smi can list them.
+func HasDevices(sysRoot string) bool {
+	if sysRoot == "" {
+		sysRoot = "/sys"
+	}
+	return len(gaudiNodes(sysRoot)) > 0
+}
+
 // gaudiNodes reads the habanalabs compute nodes from sysfs, keyed by device
 // number. Other drivers' accel nodes (Intel's NPU, Qualcomm's AIC) are left
 // out by the driver link of their device.
