@@ -83,6 +83,13 @@ type amdCollector struct {
 	// scanState is the process scan's first error, "" when it read every
 	// process; logged on change only.
 	scanState string
+	// scanning is the process scan under way, shared by the reads that
+	// meet it; nil when none is. A scan stuck in a read (a process's
+	// fdinfo, which may block on a GPU wedged in the driver) is not
+	// started again until it returns.
+	scanning *procRead
+	// scanStuck says a scan outlived a read's deadline; logged on change.
+	scanStuck bool
 	down      map[string]string // card → why it is down, logged on change
 	driver    amd.Opt[string]
 	ras       amdRAS
@@ -185,8 +192,7 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 	// The processes are read while the cards are: a card whose read hangs
 	// uses up the deadline, and a walk after it would fail, leaving the
 	// GPUs that did answer without their owners.
-	scanned := make(chan procScan, 1)
-	go func() { scanned <- c.scanProcesses(ctx) }()
+	scan := c.startScan(ctx)
 	var devs []*Device
 	var gpus []amd.Device
 	byPCI := map[string]*Device{}
@@ -217,8 +223,66 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 	c.countReadErrors(perrs)
 	c.logReadErrors("partitions", perrs)
 	devs = append(devs, c.partitions(parts, byPCI)...)
-	c.attachProcesses(<-scanned, devs, advance)
+	c.attachProcesses(c.awaitScan(ctx, scan), devs, advance)
 	return devs, nil
+}
+
+// procRead is a process scan under way.
+type procRead struct {
+	done chan struct{}
+	scan procScan
+}
+
+// startScan returns the process scan under way, or starts one.
+func (c *amdCollector) startScan(ctx context.Context) *procRead {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.scanning != nil {
+		return c.scanning
+	}
+	r := &procRead{done: make(chan struct{})}
+	c.scanning = r
+	go func() {
+		r.scan = c.scanProcesses(ctx)
+		c.mu.Lock()
+		c.scanning = nil
+		stuck := c.scanStuck
+		c.scanStuck = false
+		c.mu.Unlock()
+		if stuck {
+			c.logger.Info("AMD process scan returned")
+		}
+		close(r.done)
+	}()
+	return r
+}
+
+// awaitScan waits for the scan r until ctx ends. One still under way then
+// leaves every GPU's process list partial: the GPUs are served with their
+// readings, their owners' split unknown, rather than all reported down for
+// a process's stuck read.
+func (c *amdCollector) awaitScan(ctx context.Context, r *procRead) procScan {
+	// Done first: select picks among ready cases at random, and a scan that
+	// finished just as the deadline passed is whole.
+	select {
+	case <-r.done:
+		return r.scan
+	default:
+	}
+	select {
+	case <-r.done:
+		return r.scan
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	c.errs["procfs"]++
+	first := !c.scanStuck
+	c.scanStuck = true
+	c.mu.Unlock()
+	if first {
+		c.logger.Warn("AMD process scan did not finish by the deadline (a process's fd or fdinfo read blocks); per-owner memory and utilization are left out until it returns (xpu_amd_read_errors_total{file=\"procfs\"})")
+	}
+	return procScan{}
 }
 
 // start returns the card's read in flight, or starts one; nil when the read

@@ -515,6 +515,64 @@ func TestAMDHungCardKeepsOthersProcesses(t *testing.T) {
 	}
 }
 
+// TestAMDStuckProcessScan: a process's fdinfo read that blocks (a FIFO
+// stands in for one blocked on a GPU wedged in the driver) held the whole
+// AMD read, and every GPU was reported down with no readings (found by
+// probing). The GPU is served up with its readings and a partial process
+// list, the scan is not started again while it is stuck, and once it
+// returns the processes are read again.
+func TestAMDStuckProcessScan(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "40\n"})
+	tr.fd(200, 5, amdgpuClient("17", "1024", "1000000000"))
+	fifo := filepath.Join(tr.procs, "300", "fdinfo", "7")
+	tr.link("/dev/dri/renderD128", filepath.Join(tr.procs, "300", "fd", "7"))
+	if err := os.MkdirAll(filepath.Dir(fifo), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	release := func() {
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Write([]byte("pos:\t0\nflags:\t02100002\nmnt_id:\t24\n" + amdgpuClient("18", "2048", "500000000")))
+			w.Close()
+		}
+	}
+	t.Cleanup(release)
+	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+	read := func() *Device {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		devs, err := c.readDevices(ctx, true)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("%d devices, %v", len(devs), err)
+		}
+		return devs[0]
+	}
+	for i := range 2 {
+		// gpu_busy_percent 40: 0.4.
+		if d := read(); !d.Up || d.Utilization == nil || *d.Utilization != 0.4 || !d.ProcessesPartial {
+			t.Fatalf("read %d with the scan stuck: up %v, utilization %v, partial %v; want up, 0.4, partial", i, d.Up, d.Utilization, d.ProcessesPartial)
+		}
+	}
+	c.mu.Lock()
+	errs := c.errs["procfs"]
+	c.mu.Unlock()
+	if errs != 2 {
+		t.Errorf("%v stuck scans counted over two reads, want 2", errs)
+	}
+	release()
+	waitForCond(t, "the stuck scan to return", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.scanning == nil
+	})
+	os.Remove(fifo)
+	if d := read(); d.ProcessesPartial || len(d.Processes) != 1 || d.Processes[0].PID != 200 {
+		t.Errorf("after the scan returned: partial %v, processes %+v; want process 200 alone", d.ProcessesPartial, d.Processes)
+	}
+}
+
 // TestAMDHungCardLeavesLaterCardsUp: the cards are awaited in order, so
 // once the hung first card has used up the deadline, every later card's
 // read has both answered and run out of time. Go's select picks one ready
