@@ -247,15 +247,31 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	}
 	c.mu.Lock()
 	keys := c.identify(nds)
+	unlisted := map[string]bool{} // bus_id of known devices this run lacks
+	for _, kd := range c.known {
+		if kd.BusID != "" {
+			unlisted[kd.BusID] = true
+		}
+	}
 	c.mu.Unlock()
+	for i := range nds {
+		delete(unlisted, nds[i].BusID)
+	}
 	uses, unreadable, scanErr := c.procs.Scan(ctx)
 	partial = scanErr != nil || unreadable > 0
 	unmatched := 0
 	if scanErr == nil {
-		unmatched = len(gaudi.AttachProcesses(nds, uses))
 		// A process holds a Gaudi that no listed device could be tied to
 		// (sysfs not where --path.sysfs says, a layout not understood):
-		// it is some device's, so every device's list may lack it.
+		// it is some device's, so every device's list may lack it. One
+		// holding a known device hl-smi no longer lists is that device's,
+		// which is down, its processes unknown: the others' lists are
+		// whole.
+		for _, u := range gaudi.AttachProcesses(nds, uses) {
+			if !unlisted[u.BusID] {
+				unmatched++
+			}
+		}
 		partial = partial || unmatched > 0
 	}
 	c.mu.Lock()

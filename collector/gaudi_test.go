@@ -748,6 +748,28 @@ func TestGaudiIdentityCellGoesNA(t *testing.T) {
 	}
 }
 
+// TestGaudiUnlistedDeviceKeepsOthersOwners: a device hl-smi stops listing
+// while a process still holds it is down, its processes unknown; the
+// other devices' process lists are whole. Its process, tied to no listed
+// device, made every device's list partial, and device 6, owned by its two
+// host services alone, lost its owners (found by probing).
+func TestGaudiUnlistedDeviceKeepsOthersOwners(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	path := gaudiTable(t, s)
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	scrapeText(t, e, 10*time.Second)
+	lines := strings.Split(string(s.HLSMITable(testStart, testNow)), "\n")
+	// Row 1 is device 0, which process 3001 still holds.
+	if err := os.WriteFile(path, []byte(strings.Join(append(lines[:1:1], lines[2:]...), "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, e, 10*time.Second)
+	check, _ := oracleChecks(out)
+	check(t, "xpu_device_up", 0, `gpu="0"`, `vendor="habana"`)
+	// Device 6: hl-qual.service and habana-perf.service, two owners.
+	check(t, "xpu_device_owners", 2, `gpu="6"`, `vendor="habana"`)
+}
+
 // TestGaudiWithoutUUIDHasOwners: a device whose uuid hl-smi has never
 // printed (N/A from the first run) has no uuid label, and still its owners:
 // the device plugin names it by serial, its processes are tied to it by
