@@ -100,14 +100,15 @@ type Exporter struct {
 	// last text scrape left out any for that reason.
 	dropped  [dropReasons]atomic.Uint64
 	dropping [dropReasons]atomic.Bool
-	// lastScrape is when a scrape last asked for the node, in Unix
-	// nanoseconds of the exporter's clock; 0 before the first.
-	lastScrape atomic.Int64
+	// lastScrape and prevScrape are when the last two scrapes asked for
+	// the node, in Unix nanoseconds of the exporter's clock; 0 before.
+	lastScrape, prevScrape atomic.Int64
 }
 
-// scrapesActive is how recent a scrape must be for a push to leave the
-// window to scrapes: Prometheus's default lookback. A server scraping less
-// often than that sees gaps in every series anyway.
+// scrapesActive is how recent the last two scrapes must be for a push to
+// leave the window to scrapes: Prometheus's default lookback. A server
+// scraping less often than that sees gaps in every series anyway; one
+// request alone (someone's curl) is not a server scraping.
 const scrapesActive = 5 * time.Minute
 
 var (
@@ -208,11 +209,12 @@ func (e *Exporter) Bind(ctx context.Context) prometheus.Collector {
 }
 
 // BindPush returns a prometheus.Collector for one push (OTLP) bounded by
-// ctx. While Prometheus scrapes the exporter, a push reads the time since
-// the last scrape and leaves the window where it was, as /devices does:
-// a push moving it would shorten the next scrape's window, and what
-// Prometheus stores would change with the push interval. Where nothing has
-// scraped for scrapesActive, pushes move the window themselves.
+// ctx. While Prometheus scrapes the exporter (its last two scrapes within
+// scrapesActive), a push reads the time since the last scrape and leaves
+// the window where it was, as /devices does: a push moving it would
+// shorten the next scrape's window, and what Prometheus stores would
+// change with the push interval. Otherwise pushes move the window
+// themselves.
 func (e *Exporter) BindPush(ctx context.Context) prometheus.Collector {
 	return scrape{e: e, ctx: ctx, push: true}
 }
@@ -228,11 +230,11 @@ type scrape struct {
 func (s scrape) advance() bool {
 	now := s.e.snapshots.now()
 	if !s.push {
-		s.e.lastScrape.Store(now.UnixNano())
+		s.e.prevScrape.Store(s.e.lastScrape.Swap(now.UnixNano()))
 		return true
 	}
-	last := s.e.lastScrape.Load()
-	return last == 0 || now.Sub(time.Unix(0, last)) > scrapesActive
+	prev := s.e.prevScrape.Load()
+	return prev == 0 || now.Sub(time.Unix(0, prev)) > scrapesActive
 }
 
 // Describe sends nothing: the exporter is an unchecked collector, because

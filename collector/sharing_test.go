@@ -100,15 +100,15 @@ func TestPushLeavesTheWindowToScrapes(t *testing.T) {
 		}
 		want float64
 	}{{
-		// The second scrape's window is 5400 … 5415 s whatever the push at
-		// 5405 s did: as in TestSharingOracles, 14 × (0.6 + 0.3) + 1 × 0.3
+		// Prometheus scraping (at 5385 and 5400 s): the next scrape's window
+		// is 5400 … 5415 s whatever the push at 5405 s did: as in TestSharingOracles, 14 × (0.6 + 0.3) + 1 × 0.3
 		// = 12.9 over 15 s → 0.86. Moved by the push, it was 5405 … 5415:
 		// 9 × 0.9 + 1 × 0.3 = 8.4 over 10 s → 0.84.
 		name: "scrape, push, scrape",
 		reads: []struct {
 			kind  string
 			after time.Duration
-		}{{"scrape", 0}, {"push", 5 * time.Second}, {"scrape", 15 * time.Second}},
+		}{{"scrape", -15 * time.Second}, {"scrape", 0}, {"push", 5 * time.Second}, {"scrape", 15 * time.Second}},
 		want: 0.86,
 	}, {
 		// The push at 5405 s covers the time since the scrape at 5400 s:
@@ -117,8 +117,19 @@ func TestPushLeavesTheWindowToScrapes(t *testing.T) {
 		reads: []struct {
 			kind  string
 			after time.Duration
-		}{{"scrape", 0}, {"push", 5 * time.Second}},
+		}{{"scrape", -15 * time.Second}, {"scrape", 0}, {"push", 5 * time.Second}},
 		want: 0.9,
+	}, {
+		// One request alone (someone's curl at 5400 s) is no Prometheus
+		// scraping: the pushes at 5405 and 5415 s move the window, and the
+		// second covers 5405 … 5415 s: 9 × 0.9 + 1 × 0.3 = 8.4 over 10 s →
+		// 0.84.
+		name: "one request, pushes",
+		reads: []struct {
+			kind  string
+			after time.Duration
+		}{{"scrape", 0}, {"push", 5 * time.Second}, {"push", 15 * time.Second}},
+		want: 0.84,
 	}, {
 		// Pushes alone move the window: 5400 … 5415 s, 0.86 again.
 		name: "pushes alone",
