@@ -115,7 +115,10 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 	e := newEmitter(ch)
 	var missing map[string]int // models without a price: none on a priced node
 	for _, d := range snap.Devices {
-		if d.MIG != nil || attributionKey(d) == "" {
+		// A device is priced by its model, whatever names it (a Gaudi
+		// whose identity cells all print N/A too); one lost before its
+		// model was read cannot be.
+		if d.MIG != nil || d.Model == "" {
 			continue
 		}
 		if p, ok := c.prices[d.Model]; ok {

@@ -748,6 +748,30 @@ func TestGaudiIdentityCellGoesNA(t *testing.T) {
 	}
 }
 
+// TestGaudiPricedWithoutIdentity: a device whose uuid, bus_id and serial
+// hl-smi all prints N/A is still a device of its model, priced by it, so
+// that chargeback does not miss it (found by probing: no cost, and not
+// counted as unpriced either).
+func TestGaudiPricedWithoutIdentity(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	path := gaudiTable(t, s)
+	if err := os.WriteFile(path, []byte(setCells(t, string(s.HLSMITable(testStart, testNow)), 0, map[string]string{"uuid": "N/A", "bus_id": "N/A", "serial": "N/A"})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prices := filepath.Join(t.TempDir(), "prices.yaml")
+	if err := os.WriteFile(prices, []byte("currency: USD\nmodels: {HL-225: 1.5}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := *costFile
+	*costFile = prices
+	t.Cleanup(func() { *costFile = old })
+	e := newAttributedExporterWith(t, s, map[string]bool{"gaudi": true, "cost": true}, func() time.Time { return testNow },
+		func(c *Config) { c.HLSMIPath = selfPath(t) })
+	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
+	// HL-225 at 1.5 an hour, the eight devices alike.
+	check(t, "xpu_device_hourly_cost", 1.5, `gpu="0"`, `vendor="habana"`)
+}
+
 // TestGaudiUnlistedDeviceKeepsOthersOwners: a device hl-smi stops listing
 // while a process still holds it is down, its processes unknown; the
 // other devices' process lists are whole. Its process, tied to no listed
