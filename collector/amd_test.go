@@ -415,15 +415,34 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 	checkUsage(t, scrape().Usage(), []usageWant{{some(1 * gib), some(0.3)}, {some(2 * gib), some(0.3)}})
 }
 
+// hungFile makes path a FIFO, a file whose read blocks as one of a GPU
+// wedged in the driver does, until the test releases it by closing a
+// writer (EOF); it is released at the test's end in any case, so that no
+// reader is left behind.
+func hungFile(t *testing.T, path string) (release func()) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	release = func() {
+		if w, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
 // TestAMDHungCardIsDownOthersServed: a sysfs read that blocks (a FIFO
 // stands in for a GPU wedged in the driver) makes that GPU down "timeout"
 // until the read returns, without reading it again meanwhile.
 func TestAMDHungCardIsDownOthersServed(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "10\n"})
 	fifo := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	release := hungFile(t, fifo)
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
 	scrape := func() *Device {
@@ -446,12 +465,7 @@ func TestAMDHungCardIsDownOthersServed(t *testing.T) {
 	if reads != 1 {
 		t.Errorf("%d reads in flight, want the one stuck read", reads)
 	}
-	// Release the stuck read: the writer's close gives the reader EOF.
-	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	release()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		c.mu.Lock()
@@ -475,16 +489,7 @@ func TestAMDHungCardIsDownOthersServed(t *testing.T) {
 // each scrape (found by probing a mixed node).
 func TestAMDHungCardKeepsOthersProcesses(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "10\n"})
-	fifo := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Release the stuck read: the writer's close gives the reader EOF.
-		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
-			w.Close()
-		}
-	})
+	hungFile(t, filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent"))
 	tr.gpu("card1", "0000:11:00.0", map[string]string{"unique_id": "00000000000000bb\n", "gpu_busy_percent": "50\n",
 		"drm/renderD129/dev": "226:129\n"})
 	tr.fdOn(500, 4, "/dev/dri/renderD129", "drm-driver:\tamdgpu\ndrm-client-id:\t21\ndrm-pdev:\t0000:11:00.0\n"+
@@ -526,19 +531,7 @@ func TestAMDStuckProcessScan(t *testing.T) {
 	tr.fd(200, 5, amdgpuClient("17", "1024", "1000000000"))
 	fifo := filepath.Join(tr.procs, "300", "fdinfo", "7")
 	tr.link("/dev/dri/renderD128", filepath.Join(tr.procs, "300", "fd", "7"))
-	if err := os.MkdirAll(filepath.Dir(fifo), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	release := func() {
-		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			w.Write([]byte("pos:\t0\nflags:\t02100002\nmnt_id:\t24\n" + amdgpuClient("18", "2048", "500000000")))
-			w.Close()
-		}
-	}
-	t.Cleanup(release)
+	release := hungFile(t, fifo)
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
 	read := func() *Device {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -584,16 +577,7 @@ func TestAMDHungCardLeavesLaterCardsUp(t *testing.T) {
 		tr.gpu(fmt.Sprintf("card%d", i), fmt.Sprintf("0000:%02x:00.0", 0x10+i), map[string]string{
 			"unique_id": fmt.Sprintf("00000000000000a%d\n", i), "gpu_busy_percent": "10\n"})
 	}
-	fifo := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Release the stuck read so that the test leaves no reader behind.
-		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
-			w.Close()
-		}
-	})
+	hungFile(t, filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent"))
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

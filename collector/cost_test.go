@@ -12,12 +12,20 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
-func TestCost(t *testing.T) {
+// usePrices points --cost.file at a price table holding body for the test.
+func usePrices(t *testing.T, body string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "prices.yaml")
-	os.WriteFile(path, []byte("currency: EUR\nmodels:\n  NVIDIA H100 80GB HBM3: 2.5\nnodes:\n  demo-node:\n    NVIDIA H100 80GB HBM3: 1.75\n"), 0o644)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	old := *costFile
 	*costFile = path
 	t.Cleanup(func() { *costFile = old })
+}
+
+func TestCost(t *testing.T) {
+	usePrices(t, "currency: EUR\nmodels:\n  NVIDIA H100 80GB HBM3: 2.5\nnodes:\n  demo-node:\n    NVIDIA H100 80GB HBM3: 1.75\n")
 
 	out := scrapeText(t, newTestExporter(t, loadScenario(t, "mig"), map[string]bool{"nvidia": true, "cost": true}), 5*time.Second)
 	if n := seriesCount(out, "xpu_device_hourly_cost"); n != 0 {
@@ -44,11 +52,7 @@ func TestCostFileErrors(t *testing.T) {
 }
 
 func TestCostNodeOverride(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "prices.yaml")
-	os.WriteFile(path, []byte("currency: USD\nmodels: {A: 2, B: 3}\nnodes:\n  gpu-07: {A: 1}\n"), 0o644)
-	old := *costFile
-	*costFile = path
-	t.Cleanup(func() { *costFile = old })
+	usePrices(t, "currency: USD\nmodels: {A: 2, B: 3}\nnodes:\n  gpu-07: {A: 1}\n")
 	for node, want := range map[string][2]float64{"gpu-07": {1, 3}, "gpu-08": {2, 3}} {
 		c, err := newCostCollector(Config{NodeName: node})
 		if err != nil {
@@ -65,11 +69,7 @@ func TestCostNodeOverride(t *testing.T) {
 // and would drop out of every cost sum unseen: they are counted per model,
 // and each model is logged once (found by probing).
 func TestCostUnpricedModels(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "prices.yaml")
-	os.WriteFile(path, []byte("currency: USD\nmodels:\n  NVIDIA H100 80GB HBM3: 4\n"), 0o644)
-	old := *costFile
-	*costFile = path
-	t.Cleanup(func() { *costFile = old })
+	usePrices(t, "currency: USD\nmodels:\n  NVIDIA H100 80GB HBM3: 4\n")
 	s, err := demo.Parse([]byte(`node: cost-node
 devices:
   - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}

@@ -59,6 +59,16 @@ func gaudiTable(t testing.TB, s *demo.Scenario) string {
 	return path
 }
 
+// gaudiTableWith is gaudiTable with the named cells of device row set to
+// values (setCells).
+func gaudiTableWith(t *testing.T, s *demo.Scenario, row int, cells map[string]string) {
+	t.Helper()
+	path := gaudiTable(t, s)
+	if err := os.WriteFile(path, []byte(setCells(t, string(s.HLSMITable(testStart, testNow)), row, cells)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func scrapeGaudiScenario(t *testing.T) string {
 	t.Helper()
 	s := loadScenario(t, "gaudi")
@@ -754,17 +764,8 @@ func TestGaudiIdentityCellGoesNA(t *testing.T) {
 // counted as unpriced either).
 func TestGaudiPricedWithoutIdentity(t *testing.T) {
 	s := loadScenario(t, "gaudi")
-	path := gaudiTable(t, s)
-	if err := os.WriteFile(path, []byte(setCells(t, string(s.HLSMITable(testStart, testNow)), 0, map[string]string{"uuid": "N/A", "bus_id": "N/A", "serial": "N/A"})), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	prices := filepath.Join(t.TempDir(), "prices.yaml")
-	if err := os.WriteFile(prices, []byte("currency: USD\nmodels: {HL-225: 1.5}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	old := *costFile
-	*costFile = prices
-	t.Cleanup(func() { *costFile = old })
+	gaudiTableWith(t, s, 0, map[string]string{"uuid": "N/A", "bus_id": "N/A", "serial": "N/A"})
+	usePrices(t, "currency: USD\nmodels: {HL-225: 1.5}\n")
 	e := newAttributedExporterWith(t, s, map[string]bool{"gaudi": true, "cost": true}, func() time.Time { return testNow },
 		func(c *Config) { c.HLSMIPath = selfPath(t) })
 	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
@@ -800,17 +801,8 @@ func TestGaudiUnlistedDeviceKeepsOthersOwners(t *testing.T) {
 // bus_id. It had none (found by probing).
 func TestGaudiWithoutUUIDHasOwners(t *testing.T) {
 	s := loadScenario(t, "gaudi")
-	path := gaudiTable(t, s)
-	if err := os.WriteFile(path, []byte(setCells(t, string(s.HLSMITable(testStart, testNow)), 0, map[string]string{"uuid": "N/A"})), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	prices := filepath.Join(t.TempDir(), "prices.yaml")
-	if err := os.WriteFile(prices, []byte("currency: USD\nmodels: {HL-225: 1.5}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	old := *costFile
-	*costFile = prices
-	t.Cleanup(func() { *costFile = old })
+	gaudiTableWith(t, s, 0, map[string]string{"uuid": "N/A"})
+	usePrices(t, "currency: USD\nmodels: {HL-225: 1.5}\n")
 	e := newAttributedExporterWith(t, s, map[string]bool{"gaudi": true, "attribution": true, "cost": true}, func() time.Time { return testNow },
 		func(c *Config) { c.HLSMIPath = selfPath(t) })
 	out := scrapeText(t, e, 10*time.Second)

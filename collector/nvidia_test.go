@@ -90,8 +90,15 @@ func scrapeText(t testing.TB, e *Exporter, timeout time.Duration) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	return gatherText(t, e.Bind(ctx))
+}
+
+// gatherText gathers c through a registry, as the OTLP bridge does, in
+// the text format, without the collectors' durations (they vary).
+func gatherText(t testing.TB, c prometheus.Collector) string {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(e.Bind(ctx))
+	reg.MustRegister(c)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
