@@ -176,20 +176,26 @@ func scrapeSeries(mf *dto.MetricFamily, withValues bool) []string {
 	return out
 }
 
+// metrics are the push's metrics by name.
+func (p otlpPush) metrics() map[string]*metricpb.Metric {
+	byName := map[string]*metricpb.Metric{}
+	for _, rm := range p.req.ResourceMetrics {
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				byName[m.Name] = m
+			}
+		}
+	}
+	return byName
+}
+
 func waitPush(t *testing.T, pushes chan otlpPush, ok func(map[string]*metricpb.Metric) bool) (otlpPush, map[string]*metricpb.Metric) {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
 		case p := <-pushes:
-			byName := map[string]*metricpb.Metric{}
-			for _, rm := range p.req.ResourceMetrics {
-				for _, sm := range rm.ScopeMetrics {
-					for _, m := range sm.Metrics {
-						byName[m.Name] = m
-					}
-				}
-			}
+			byName := p.metrics()
 			if ok(byName) {
 				return p, byName
 			}
@@ -343,14 +349,7 @@ func TestOTLPPushReportsAHungGPUDown(t *testing.T) {
 	for seen < 5 {
 		select {
 		case p := <-pushes:
-			byName := map[string]*metricpb.Metric{}
-			for _, rm := range p.req.ResourceMetrics {
-				for _, sm := range rm.ScopeMetrics {
-					for _, m := range sm.Metrics {
-						byName[m.Name] = m
-					}
-				}
-			}
+			byName := p.metrics()
 			u := up(byName)
 			if u["1"] != 1 {
 				t.Errorf("push %d: xpu_device_up %v, want GPU 1 up", seen+1, u)
