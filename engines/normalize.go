@@ -133,39 +133,43 @@ func Detect(families map[string]*dto.MetricFamily) (Engine, error) {
 // apart: the model, the labels renamed into canonical ones, a reason turned
 // into an outcome, a label a source selects by. Every other label of the
 // family (an engine core, a rank) is added up, so two series that differ
-// only in those feed one canonical series.
-func Kept(engine Engine) map[string][]string {
-	sp, ok := specs[engine]
-	if !ok {
-		return nil
-	}
-	out := map[string][]string{}
-	add := func(family string, names ...string) {
-		for _, n := range names {
-			if n != "" && !slices.Contains(out[family], n) {
-				out[family] = append(out[family], n)
-			}
-		}
-	}
-	for _, m := range sp.mappings {
-		var outcome string
-		if m.outcome != nil {
-			outcome = m.outcome.label
-		}
-		for _, src := range m.from {
-			for _, s := range []*source{&src, src.over, src.count} {
-				if s == nil {
-					continue
-				}
-				add(s.name, sp.model, outcome, s.match.name)
-				for k := range sp.keep {
-					add(s.name, k)
+// only in those feed one canonical series. The map is shared: read it only.
+func Kept(engine Engine) map[string][]string { return keptLabels[engine] }
+
+// keptLabels is Kept's answer for every engine, worked out once rather than
+// at each scrape of each target.
+var keptLabels = func() map[Engine]map[string][]string {
+	all := map[Engine]map[string][]string{}
+	for engine, sp := range specs {
+		out := map[string][]string{}
+		add := func(family string, names ...string) {
+			for _, n := range names {
+				if n != "" && !slices.Contains(out[family], n) {
+					out[family] = append(out[family], n)
 				}
 			}
 		}
+		for _, m := range sp.mappings {
+			var outcome string
+			if m.outcome != nil {
+				outcome = m.outcome.label
+			}
+			for _, src := range m.from {
+				for _, s := range []*source{&src, src.over, src.count} {
+					if s == nil {
+						continue
+					}
+					add(s.name, sp.model, outcome, s.match.name)
+					for k := range sp.keep {
+						add(s.name, k)
+					}
+				}
+			}
+		}
+		all[engine] = out
 	}
-	return out
-}
+	return all
+}()
 
 // Others lists the engines other than engine whose own families are among
 // families, in detection order: an endpoint that merges two engines'
