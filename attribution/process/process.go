@@ -8,10 +8,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/procself"
+	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
 )
 
 // Read limits. A cgroup file is a dozen short lines and status a few KiB.
@@ -121,15 +122,29 @@ func (r *Reader) Process(pid int) (Info, error) {
 // proc(5), /proc/<pid>/stat field 22, "starttime: The time the process
 // started after system boot".
 func (r *Reader) StartTicks(pid int) (uint64, error) {
-	stat, err := r.readProcFile(pid, "stat", maxStatSize, false)
-	if err != nil {
-		return 0, err
+	// Read into the stack: the attribution checks the start of dozens of
+	// cached PIDs at every scrape.
+	path := r.procPath(pid, "stat")
+	fd, err := rawfile.Open(path, 0)
+	if err == nil {
+		var buf [maxStatSize + 1]byte
+		var n int
+		n, err = fill(fd, buf[:])
+		syscall.Close(fd)
+		switch {
+		case err != nil:
+			err = &fs.PathError{Op: "read", Path: path, Err: err}
+		case n > maxStatSize:
+			err = fmt.Errorf("%w: more than %d bytes", errTooLarge, maxStatSize)
+		default:
+			ticks, err := procself.StatStartTicks(buf[:n])
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+			}
+			return ticks, nil
+		}
 	}
-	ticks, err := procself.StatStartTicks(stat)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return ticks, nil
+	return 0, procErr(pid, "stat", err)
 }
 
 // commLen is how many bytes of a name the kernel keeps: TASK_COMM_LEN (16,
@@ -202,42 +217,77 @@ func (r *Reader) SlurmJobFromEnviron(pid int) (string, error) {
 // readProcFile reads /proc/<pid>/<name> up to limit bytes. A longer file is
 // an error unless truncateOK.
 func (r *Reader) readProcFile(pid int, name string, limit int64, truncateOK bool) ([]byte, error) {
+	data, err := readLimited(r.procPath(pid, name), limit, truncateOK)
+	if err != nil {
+		return nil, procErr(pid, name, err)
+	}
+	return data, nil
+}
+
+func (r *Reader) procPath(pid int, name string) string {
 	root := r.Root
 	if root == "" {
 		root = "/proc"
 	}
-	path := filepath.Join(root, strconv.Itoa(pid), name)
-	data, err := readLimited(path, limit, truncateOK)
+	return filepath.Join(root, strconv.Itoa(pid), name)
+}
+
+// procErr says which file of pid could not be read.
+func procErr(pid int, name string, err error) error {
 	if errors.Is(err, syscall.ESRCH) {
 		// Reading a file of a process that has just exited fails with
 		// ESRCH rather than ENOENT; to callers both mean "gone".
 		err = fmt.Errorf("%w (%w)", fs.ErrNotExist, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read /proc/%d/%s: %w", pid, name, err)
-	}
-	return data, nil
+	return fmt.Errorf("read /proc/%d/%s: %w", pid, name, err)
 }
 
 // readLimited reads at most limit bytes of path. Files in procfs report a
-// size of zero, so the limit is enforced on the read itself.
+// size of zero, so the limit is enforced on the read itself. The file is
+// read without the runtime's poller (internal/rawfile): procfs files cannot
+// be polled, and a scrape reads many of them.
 func readLimited(path string, limit int64, truncateOK bool) ([]byte, error) {
-	f, err := os.Open(path)
+	fd, err := rawfile.Open(path, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
+	defer syscall.Close(fd)
+	buf := make([]byte, 0, min(limit+1, 1<<10))
+	for {
+		n, err := fill(fd, buf[len(buf):cap(buf)])
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		buf = buf[:len(buf)+n]
+		if len(buf) < cap(buf) || int64(len(buf)) > limit {
+			break
+		}
+		buf = slices.Grow(buf, int(min(int64(cap(buf)), limit+1-int64(cap(buf)))))
 	}
-	if int64(len(data)) > limit {
+	if int64(len(buf)) > limit {
 		if !truncateOK {
 			return nil, fmt.Errorf("%w: more than %d bytes", errTooLarge, limit)
 		}
-		data = data[:limit]
+		buf = buf[:limit]
 	}
-	return data, nil
+	return buf, nil
+}
+
+// fill reads fd until buf is full or the file ends, and says how much it
+// read.
+func fill(fd int, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := rawfile.Read(fd, buf[n:])
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
 }
 
 // parseStatusUID returns the real UID, the first of the four on the Uid

@@ -361,3 +361,95 @@ func TestReaderProcessCutName(t *testing.T) {
 		})
 	}
 }
+
+// TestReadLimited reads files around the first buffer's size and the
+// limit: every byte up to the limit arrives, one more is either cut
+// (truncateOK) or refused.
+func TestReadLimited(t *testing.T) {
+	const limit = 3000
+	for _, tc := range []struct {
+		size       int
+		truncateOK bool
+		want       int // bytes returned; -1 for errTooLarge
+	}{
+		{0, false, 0},
+		{1, false, 1},
+		{1023, false, 1023},
+		{1024, false, 1024},
+		{1025, false, 1025},
+		{2048, false, 2048},
+		{limit, false, limit},
+		{limit + 1, false, -1},
+		{limit + 1, true, limit},
+		{3 * limit, true, limit},
+	} {
+		path := filepath.Join(t.TempDir(), "f")
+		data := bytes.Repeat([]byte("0123456789"), tc.size/10+1)[:tc.size]
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readLimited(path, limit, tc.truncateOK)
+		switch {
+		case tc.want < 0:
+			if !errors.Is(err, errTooLarge) {
+				t.Errorf("%d bytes: error %v, want errTooLarge", tc.size, err)
+			}
+		case err != nil:
+			t.Errorf("%d bytes: %v", tc.size, err)
+		case !bytes.Equal(got, data[:tc.want]):
+			t.Errorf("%d bytes, truncateOK %v: got %d bytes, want the first %d", tc.size, tc.truncateOK, len(got), tc.want)
+		}
+	}
+}
+
+// TestStartTicks reads field 22 of /proc/<pid>/stat, counted after the
+// command name's last ')' (the name may hold blanks and parentheses).
+func TestStartTicks(t *testing.T) {
+	const fields = "S 1 100 100 0 -1 4194560 500 0 0 0 12 3 0 0 20 0 8 0 %s 123456789 200 18446744073709551615"
+	for _, tc := range []struct {
+		name, stat string
+		want       uint64
+		err        error
+	}{
+		{"plain", "4242 (python3) " + strings.Replace(fields, "%s", "987654", 1), 987654, nil},
+		{"odd command", "4242 (a) b (c) d) " + strings.Replace(fields, "%s", "55", 1), 55, nil},
+		{"too large", "4242 (x) " + strings.Replace(fields, "%s", "1", 1) + strings.Repeat(" 0", maxStatSize), 0, errTooLarge},
+		{"missing", "", 0, fs.ErrNotExist},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if tc.stat != "" {
+				if err := os.MkdirAll(filepath.Join(root, "4242"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, "4242", "stat"), []byte(tc.stat+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := &Reader{Root: root}
+			got, err := r.StartTicks(4242)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("error %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("StartTicks = %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// BenchmarkStartTicks is the cost of one cached PID's start check, on
+// this machine's procfs.
+func BenchmarkStartTicks(b *testing.B) {
+	r := &Reader{}
+	pid := os.Getpid()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.StartTicks(pid); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
