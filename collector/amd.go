@@ -994,6 +994,7 @@ func (c *amdCollector) logDown(card string, d *Device, why string) {
 
 func (c *amdCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
 	e := newEmitter(ch)
+	defer e.flush()
 	c.mu.Lock()
 	for file, v := range c.errs {
 		e.emit(amdReadErrors, labels{names: []string{"file"}, values: []string{file}}, v)

@@ -18,6 +18,21 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 )
 
+// unbatched is every sample of ch, the emitters' batches taken apart.
+func unbatched(ch <-chan prometheus.Metric) []prometheus.Metric {
+	var ms []prometheus.Metric
+	for m := range ch {
+		if b, ok := m.(batch); ok {
+			for i := range b {
+				ms = append(ms, &b[i])
+			}
+			continue
+		}
+		ms = append(ms, m)
+	}
+	return ms
+}
+
 // updateText is what one Update of c emits for snap, one sorted line per
 // series with its labels sorted.
 func updateText(t *testing.T, c Collector, snap *Snapshot) string {
@@ -29,7 +44,7 @@ func updateText(t *testing.T, c Collector, snap *Snapshot) string {
 	close(ch)
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	var lines []string
-	for m := range ch {
+	for _, m := range unbatched(ch) {
 		var pb dto.Metric
 		if err := m.Write(&pb); err != nil {
 			t.Fatal(err)

@@ -40,6 +40,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 		return nil // attribution is off
 	}
 	e := newEmitter(ch)
+	defer e.flush()
 	for _, s := range snap.Attribution {
 		e.emit(sourceUp, labels{names: []string{"source"}, values: []string{s.Name}}, boolValue(s.Err == nil))
 	}

@@ -241,10 +241,29 @@ func (s scrape) advance() bool {
 // owner labels make label sets differ from device to device.
 func (scrape) Describe(chan<- *prometheus.Desc) {}
 
+// Collect hands a registry the scrape's samples one by one.
 func (s scrape) Collect(ch chan<- prometheus.Metric) {
+	in := make(chan prometheus.Metric, 16)
+	go func() {
+		s.collect(in)
+		close(in)
+	}()
+	for m := range in {
+		if b, ok := m.(batch); ok {
+			for i := range b {
+				ch <- &b[i]
+			}
+			continue
+		}
+		ch <- m
+	}
+}
+
+// collect sends the scrape's samples, many of them in batches.
+func (s scrape) collect(ch chan<- prometheus.Metric) {
 	e := s.e
 	snap := e.snapshots.get(s.ctx, s.advance())
-	newEmitter(ch).emit(scrapesCoalesced, labels{}, float64(e.snapshots.coalesced.Load()))
+	emitOne(ch, scrapesCoalesced, labels{}, float64(e.snapshots.coalesced.Load()))
 	if snap == nil {
 		for _, name := range e.names {
 			e.report(ch, name, 0, errors.New("deadline passed while waiting for the node snapshot"))
@@ -292,6 +311,6 @@ func (e *Exporter) report(ch chan<- prometheus.Metric, name string, d time.Durat
 		e.logger.Debug("collector failed", "collector", name, "duration_seconds", d.Seconds(), "err", err)
 	}
 	l := labels{}.with("collector", name)
-	newEmitter(ch).emit(collectorDuration, l, d.Seconds())
-	newEmitter(ch).emit(collectorSuccess, l, success)
+	emitOne(ch, collectorDuration, l, d.Seconds())
+	emitOne(ch, collectorSuccess, l, success)
 }

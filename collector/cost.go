@@ -113,6 +113,7 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 		return nil
 	}
 	e := newEmitter(ch)
+	defer e.flush()
 	var missing map[string]int // models without a price: none on a priced node
 	for _, d := range snap.Devices {
 		// A device is priced by its model, whatever names it (a Gaudi

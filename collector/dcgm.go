@@ -143,6 +143,7 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 		sharing[devKey(d)]++
 	}
 	e := newEmitter(ch)
+	defer e.flush()
 	for _, d := range snap.Devices {
 		nd, ok := d.vendorData.(*nvidia.Device)
 		if !ok || !d.Up || nd.GPM {

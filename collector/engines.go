@@ -385,6 +385,7 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	wg.Wait()
 
 	e := newEmitter(ch)
+	defer e.flush()
 	seen := map[string]bool{}
 	for _, r := range results {
 		target := redact(r.target.URL)

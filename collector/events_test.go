@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
@@ -28,11 +27,8 @@ func podSnapshot(at time.Time, pod string) *Snapshot {
 
 func collectText(t *testing.T, r *eventRecorder) string {
 	t.Helper()
-	ch := make(chan prometheus.Metric, 100000)
-	r.collect(newEmitter(ch))
-	close(ch)
 	var b strings.Builder
-	for m := range ch {
+	for _, m := range emitted(r.collect) {
 		var pb dto.Metric
 		if err := m.Write(&pb); err != nil {
 			t.Fatal(err)

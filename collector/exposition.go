@@ -341,7 +341,7 @@ func lessPairs(a, b []*dto.LabelPair) int {
 func (e *Exporter) WriteText(ctx context.Context, out *bytes.Buffer, base []*dto.MetricFamily) {
 	ch := make(chan prometheus.Metric, 256)
 	go func() {
-		scrape{e: e, ctx: ctx}.Collect(ch)
+		scrape{e: e, ctx: ctx}.collect(ch)
 		close(ch)
 	}()
 	e.writeText(ch, out, base)
@@ -357,6 +357,12 @@ func (e *Exporter) writeText(ch <-chan prometheus.Metric, out *bytes.Buffer, bas
 	id := textScrapes.Add(1)
 	for m := range ch {
 		switch m := m.(type) {
+		case batch:
+			for i := range m {
+				if fs := t.accept(m[i].series, id, false); fs != nil {
+					fs.samples = append(fs.samples, textSample{m[i].series, m[i].value})
+				}
+			}
 		case *cachedMetric:
 			if fs := t.accept(m.series, id, false); fs != nil {
 				fs.samples = append(fs.samples, textSample{m.series, m.value})

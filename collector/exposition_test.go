@@ -36,6 +36,16 @@ func (r replay) channel() <-chan prometheus.Metric {
 	return ch
 }
 
+// emitted is what fn emits, flushed and taken out of its batches.
+func emitted(fn func(emitter)) replay {
+	ch := make(chan prometheus.Metric, 1000)
+	em := newEmitter(ch)
+	fn(em)
+	em.flush()
+	close(ch)
+	return unbatched(ch)
+}
+
 func record(e *Exporter) replay {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -183,19 +193,13 @@ func TestTextDropsWhatTheRegistryRefuses(t *testing.T) {
 	base.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xpu_test_text_conflict", Help: "base's"}, func() float64 { return 7 }))
 
 	faulty := func() replay {
-		ch := make(chan prometheus.Metric, 8)
-		em := newEmitter(ch)
-		em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 1)
-		em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 2) // again
-		em.emit(bad, labels{names: []string{"po\xffd"}, values: []string{"a"}}, 3)
-		em.emit(conflict, labels{}, 4)
-		em.emit(conflict, labels{names: []string{"gpu"}, values: []string{"1"}}, 5)
-		close(ch)
-		var r replay
-		for m := range ch {
-			r = append(r, m)
-		}
-		return r
+		return emitted(func(em emitter) {
+			em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 1)
+			em.emit(good, labels{names: []string{"gpu"}, values: []string{"0"}}, 2) // again
+			em.emit(bad, labels{names: []string{"po\xffd"}, values: []string{"a"}}, 3)
+			em.emit(conflict, labels{}, 4)
+			em.emit(conflict, labels{names: []string{"gpu"}, values: []string{"1"}}, 5)
+		})
 	}
 	want := []string{
 		"xpu_test_text_good{gpu=\"0\"} 1\n",
@@ -244,13 +248,9 @@ func TestTextDropsWhatTheRegistryRefuses(t *testing.T) {
 func TestTextEscaping(t *testing.T) {
 	e := &Exporter{logger: slog.New(slog.DiscardHandler)}
 	m := gauge("test_text_escaping", "Help with a \\ and a\nnewline.")
-	ch := make(chan prometheus.Metric, 2)
-	newEmitter(ch).emit(m, labels{names: []string{"model", "pod"}, values: []string{"a \"quoted\" \\ name\nnext", "ünïcode"}}, 0.25)
-	close(ch)
-	var r replay
-	for x := range ch {
-		r = append(r, x)
-	}
+	r := emitted(func(em emitter) {
+		em.emit(m, labels{names: []string{"model", "pod"}, values: []string{"a \"quoted\" \\ name\nnext", "ünïcode"}}, 0.25)
+	})
 	base := prometheus.NewRegistry()
 	got := droppedFamily.ReplaceAllString(writeText(t, e, base, r), "")
 	want := registryText(t, base, r)
@@ -322,15 +322,10 @@ func TestLabelsWith(t *testing.T) {
 // samples are served.
 func TestTextOneTypePerFamily(t *testing.T) {
 	e := &Exporter{logger: slog.New(slog.DiscardHandler)}
-	ch := make(chan prometheus.Metric, 2)
-	em := newEmitter(ch)
-	em.emit(gauge("test_text_one_type", "A family."), labels{names: []string{"gpu"}, values: []string{"0"}}, 1)
-	em.emit(counter("test_text_one_type", "A family."), labels{names: []string{"gpu"}, values: []string{"1"}}, 2)
-	close(ch)
-	var r replay
-	for m := range ch {
-		r = append(r, m)
-	}
+	r := emitted(func(em emitter) {
+		em.emit(gauge("test_text_one_type", "A family."), labels{names: []string{"gpu"}, values: []string{"0"}}, 1)
+		em.emit(counter("test_text_one_type", "A family."), labels{names: []string{"gpu"}, values: []string{"1"}}, 2)
+	})
 	out := writeText(t, e, prometheus.NewRegistry(), r)
 	for _, want := range []string{
 		"# TYPE xpu_test_text_one_type gauge\n",

@@ -527,6 +527,7 @@ func (c *gaudiCollector) path() string {
 
 func (c *gaudiCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
 	e := newEmitter(ch)
+	defer e.flush()
 	failures := c.runner.Failures()
 	c.mu.Lock()
 	for reason, n := range failures {

@@ -284,6 +284,7 @@ func (c *nvidiaCollector) countErrors(errs []nvidia.CallError) {
 
 func (c *nvidiaCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
 	e := newEmitter(ch)
+	defer e.flush()
 	c.events.collect(e)
 	c.mu.Lock()
 	driver, cuda := c.driver, c.cuda

@@ -25,6 +25,7 @@ func newProcessCollector(Config) (Collector, error) { return processCollector{},
 // pod, job or unit it runs for), even on a device with several owners.
 func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
 	e := newEmitter(ch)
+	defer e.flush()
 	for _, d := range snap.Devices {
 		id := identityLabels(d)
 		// An owner's labels are built once per device, not per process: a
