@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
@@ -365,5 +366,47 @@ func TestCompareSeriesOrdersAsLessPairs(t *testing.T) {
 				t.Errorf("%q against %q: %d, lessPairs %d", a.order, b.order, got, want)
 			}
 		}
+	}
+}
+
+// TestSeriesKey: a series is found by the hash of its name and pairs in
+// order, however they are split between names, owner and added pairs, and
+// whether or not a device's labels were sealed; any other name, pair or
+// order is another series.
+func TestSeriesKey(t *testing.T) {
+	m := gauge("test_series_key", "A test family.")
+	owner := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ns", Pod: "p", Container: "c"}
+	base := labels{names: []string{"gpu"}, values: []string{"0"}}
+	withOwner := base.withOwner(owner).with("pid", "7")
+	pairs, n := owner.LabelPairs()
+	flat := labels{names: []string{"gpu"}, values: []string{"0"}}
+	for _, p := range pairs[:n] {
+		flat.names, flat.values = append(flat.names, p[0]), append(flat.values, p[1])
+	}
+	flat.names, flat.values = append(flat.names, "pid"), append(flat.values, "7")
+	if seriesKey(m, withOwner) != seriesKey(m, flat) || seriesKey(m, flat) != seriesKey(m, flat.sealed()) {
+		t.Error("the same pairs, split or sealed differently, hash differently")
+	}
+	// Labels made from sealed ones, as a device's owners are from its
+	// identity, hash their own pairs.
+	sealed := base.sealed()
+	other := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ns", Pod: "q", Container: "c"}
+	if seriesKey(m, sealed.withOwner(owner)) == seriesKey(m, sealed.withOwner(other)) || seriesKey(m, sealed.withOwner(owner)) == seriesKey(m, sealed) {
+		t.Error("owners added to sealed labels are not hashed")
+	}
+	for name, other := range map[string]labels{
+		"another value":    base.withOwner(owner).with("pid", "8"),
+		"values swapped":   labels{names: []string{"gpu", "pid"}, values: []string{"7", "0"}},
+		"pairs reordered":  labels{names: []string{"pid", "gpu"}, values: []string{"7", "0"}},
+		"a pair less":      base.withOwner(owner),
+		"a value split":    labels{names: []string{"gpu", "x"}, values: []string{"0", "7"}},
+		"joined otherwise": labels{names: []string{"gpu"}, values: []string{"07"}},
+	} {
+		if seriesKey(m, other) == seriesKey(m, withOwner) || seriesKey(m, other) == seriesKey(m, labels{names: []string{"gpu", "pid"}, values: []string{"0", "7"}}) {
+			t.Errorf("%s: same hash", name)
+		}
+	}
+	if seriesKey(m, base) == seriesKey(gauge("test_series_key2", "Another."), base) {
+		t.Error("two names, one hash")
 	}
 }

@@ -3,6 +3,7 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,6 +60,34 @@ type labels struct {
 	no     int
 	extra  [2][2]string // name, value
 	n      int
+	// sum is the hash of names, values and owner when summed: worked out
+	// once for a device's or an owner's labels rather than for each of
+	// their series (sealed).
+	sum    seriesHash
+	summed bool
+}
+
+// sealed returns l with the hash of its names, values and owner worked
+// out, for labels that many series start from.
+func (l labels) sealed() labels {
+	l.summed = false // l may be made from sealed labels with fewer pairs
+	l.sum, l.summed = l.prefixSum(), true
+	return l
+}
+
+// prefixSum hashes the pairs of l that come before those added by with.
+func (l labels) prefixSum() seriesHash {
+	if l.summed {
+		return l.sum
+	}
+	h := seriesHash{seriesHashInit, seriesHashInit}
+	for i := range l.names {
+		h = hashPair(h, l.names[i], l.values[i])
+	}
+	for _, x := range l.owner[:l.no] {
+		h = hashPair(h, x[0], x[1])
+	}
+	return h
 }
 
 func (l labels) with(name, value string) labels {
@@ -175,43 +204,59 @@ const seriesMaxAge = 10
 
 var (
 	seriesMu    sync.RWMutex
-	seriesCache = map[string]*series{} // series key → series
+	seriesCache = map[seriesHash]*series{}
 	seriesGen   atomic.Uint64
-	keyBufs     = sync.Pool{New: func() any { return new([]byte) }}
+	seriesSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 )
 
-// seriesOf finds the series of m with labels l, building it the first
-// time. The key is built in a reused buffer and looked up without copying
-// it to a string: only a new series allocates.
-func seriesOf(m metric, l labels) *series {
-	buf := keyBufs.Get().(*[]byte)
-	defer keyBufs.Put(buf)
-	b := append((*buf)[:0], m.name...)
-	for i := range l.names {
-		b = append(b, 0xff)
-		b = append(b, l.names[i]...)
-		b = append(b, 0xfe)
-		b = append(b, l.values[i]...)
+// seriesHash names a series by two independent 64-bit hashes of its name
+// and label pairs, so that the cache is looked up without joining the pairs
+// into a key. Two series of one node would have to collide in both, one
+// chance in 2^128, to be taken for each other: far below the chance of a
+// memory error corrupting a joined key.
+type seriesHash [2]uint64
+
+const (
+	seriesHashInit  = 14695981039346656037
+	seriesHashPrime = 1099511628211
+)
+
+func (h seriesHash) add(s string) seriesHash {
+	return seriesHash{
+		(h[0] ^ maphash.String(seriesSeeds[0], s)) * seriesHashPrime,
+		(h[1] ^ maphash.String(seriesSeeds[1], s)) * seriesHashPrime,
 	}
-	for _, x := range l.owner[:l.no] {
-		b = append(b, 0xff)
-		b = append(b, x[0]...)
-		b = append(b, 0xfe)
-		b = append(b, x[1]...)
-	}
+}
+
+// hashPair folds one label pair into h. The pairs are folded in order, so
+// labels whose pairs are split differently between names, owner and extra
+// hash alike, as they name the same series.
+func hashPair(h seriesHash, name, value string) seriesHash {
+	return h.add(name).add(value)
+}
+
+func seriesKey(m metric, l labels) seriesHash {
+	h := l.prefixSum()
 	for _, x := range l.extra[:l.n] {
-		b = append(b, 0xff)
-		b = append(b, x[0]...)
-		b = append(b, 0xfe)
-		b = append(b, x[1]...)
+		h = hashPair(h, x[0], x[1])
 	}
-	*buf = b
+	return h.add(m.name)
+}
+
+// seriesOf finds the series of m with labels l, building it the first
+// time. A device's or owner's pairs are hashed once for all their series
+// (labels.sealed), so a scrape hashes little more than each series' own
+// pairs and its name.
+func seriesOf(m metric, l labels) *series {
+	h := seriesKey(m, l)
 	gen := seriesGen.Load()
 	seriesMu.RLock()
-	s, ok := seriesCache[string(b)]
+	s, ok := seriesCache[h]
 	seriesMu.RUnlock()
 	if ok {
-		s.used.Store(gen)
+		if s.used.Load() != gen {
+			s.used.Store(gen) // a store each time costs a fence
+		}
 		return s
 	}
 	l = l.flat()
@@ -226,10 +271,10 @@ func seriesOf(m metric, l labels) *series {
 	s.used.Store(gen)
 	seriesMu.Lock()
 	defer seriesMu.Unlock()
-	if old, ok := seriesCache[string(b)]; ok {
+	if old, ok := seriesCache[h]; ok {
 		return old
 	}
-	seriesCache[string(b)] = s
+	seriesCache[h] = s
 	return s
 }
 
@@ -281,9 +326,9 @@ func sweepSeries() {
 	}
 	seriesMu.Lock()
 	defer seriesMu.Unlock()
-	for k, s := range seriesCache {
+	for h, s := range seriesCache {
 		if gen-s.used.Load() > seriesMaxAge {
-			delete(seriesCache, k)
+			delete(seriesCache, h)
 		}
 	}
 }
@@ -327,7 +372,7 @@ func (l labels) withOwner(o attribution.Owner) labels {
 		l = l.flat() // the owner's pairs follow those already added
 	}
 	l.owner, l.no = o.LabelPairs()
-	return l
+	return l.sealed()
 }
 
 // identityLabels identify a device: gpu, uuid, vendor, model, and for MIG
@@ -356,7 +401,7 @@ func identityLabels(d *Device) labels {
 	}
 	// Cut to length: labels made from this one append to copies.
 	l.names, l.values = l.names[:len(l.names):len(l.names)], l.values[:len(l.values):len(l.values)]
-	return l
+	return l.sealed()
 }
 
 func boolValue(b bool) float64 {

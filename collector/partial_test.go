@@ -202,8 +202,8 @@ func TestSeriesCacheForgetsGoneSeries(t *testing.T) {
 		seriesMu.RLock()
 		defer seriesMu.RUnlock()
 		n := 0
-		for k := range seriesCache {
-			if strings.HasPrefix(k, "xpu_test_churn") {
+		for _, s := range seriesCache {
+			if strings.HasPrefix(string(s.text), "xpu_test_churn{") {
 				n++
 			}
 		}
