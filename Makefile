@@ -95,8 +95,8 @@ MATRIXTIME ?= 5x
 # memory where the machine has a tmpfs, they cost seconds instead of minutes.
 BENCH_TMPDIR ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo $${TMPDIR:-/tmp})
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -benchmem ./vendors/... ./internal/procfd/
-	$(GO) test -run '^$$' -bench '^BenchmarkScrape(|Attributed|NVIDIAAttributed|Shared|AMD|Gaudi)$$' -benchtime=$(BENCHTIME) -benchmem ./collector/
+	$(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -benchmem ./vendors/... ./internal/procfd/ ./attribution/process/
+	$(GO) test -run '^$$' -bench '^BenchmarkScrape(|Attributed|NVIDIAAttributed|Shared|SharedDefault|AMD|Gaudi)$$' -benchtime=$(BENCHTIME) -benchmem ./collector/
 	TMPDIR=$(BENCH_TMPDIR) $(GO) test -count=1 -timeout 30m -run '^TestBenchMatrix$$' -benchtime=$(MATRIXTIME) ./collector/ -args -matrix.results=$(CURDIR)/bench/results.md
 	@echo "wrote bench/results.md"
 

@@ -179,6 +179,13 @@ func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver,
 			passwd = filepath.Join(*f.rootfs, "etc", "passwd")
 		}
 		cfg.Procfs = &process.Reader{Root: *f.procfs, PasswdPath: passwd}
+		if exits, err := process.NewExits(*f.procfs); err != nil {
+			logger.Info("GPU processes are checked for a reused PID by their start time, a few each scrape, not watched for their exit", "err", err)
+		} else {
+			logger.Info("GPU processes are watched for their exit through pidfds, so that a reused PID is read anew")
+			cfg.Exits = exits
+			closers = append(closers, func() { exits.Close() })
+		}
 	}
 	if *f.slurm {
 		if _, err := exec.LookPath(*f.scontrol); err != nil && !f.setSlurm && !f.setScontrol {

@@ -32,6 +32,20 @@ type Kubelet interface {
 	Allocatable(ctx context.Context) ([]kubernetes.ResourceDevices, error)
 }
 
+// ExitWatcher tells whether processes exited since they were read
+// (process.Exits).
+type ExitWatcher interface {
+	// Watch starts watching pid, and says whether it does.
+	Watch(pid uint32) bool
+	// Poll stops watching the processes that exited.
+	Poll() (int, error)
+	// Watching says whether pid is watched and had not exited at the
+	// last Poll.
+	Watching(pid uint32) bool
+	// Retain stops watching the processes keep does not want.
+	Retain(keep func(pid uint32) bool)
+}
+
 // ResourceSlices is this node's ResourceSlices, kept by a watch.
 type ResourceSlices interface {
 	Index() (kubernetes.ResourceSliceIndex, error)
@@ -53,7 +67,12 @@ type Config struct {
 	ResourceSlices ResourceSlices
 	PodLabels      *kubernetes.LabelAllowList
 	Procfs         *process.Reader
-	Slurm          *slurm.Client
+	// Exits tells which cached processes exited (process.Exits), so that
+	// a PID given to a new process is read anew at the next scrape; nil
+	// where pidfds cannot be had, and then the start times of a few
+	// cached PIDs are read at every scrape instead (startChecks).
+	Exits ExitWatcher
+	Slurm *slurm.Client
 	// NodeName is this node's name in Slurm, to read the jobs' GRES.
 	NodeName string
 	Logger   *slog.Logger
@@ -68,7 +87,8 @@ type Resolver struct {
 	// procs caches what procfs said of the PIDs seen in the previous
 	// scrape: a GPU process lives for many scrapes. A PID is given to a new
 	// process only once the PID space has wrapped around, which a busy
-	// node with pid_max 32768 does in minutes; so a cached PID's start time
+	// node with pid_max 32768 does in minutes; so a cached process is
+	// watched for its exit (Config.Exits), or failing that its start time
 	// is read again (startChecks), and a PID that started anew is read
 	// anew.
 	procs map[uint32]procInfo
@@ -92,6 +112,8 @@ type Resolver struct {
 // process over from the previous scrape allocates nothing.
 type procInfo struct {
 	info *process.Info
+	// watched says Config.Exits watched the process when info was read.
+	watched bool
 	// slurm is what is known of the process's Slurm job, when Slurm is in
 	// use and there is something to know.
 	slurm *slurmProc
@@ -616,9 +638,25 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 	r.round++
 	round := r.round
 	r.mu.Unlock()
-	// Each scrape checks the start of at most startChecks cached PIDs, every
-	// one when there are no more than that, else each one scrape in period.
-	period := uint64(max(1, (n+startChecks-1)/startChecks))
+	exits := r.cfg.Exits
+	if exits != nil {
+		if _, err := exits.Poll(); err != nil {
+			// Nothing is known of this scrape's exits: every cached
+			// process is read anew.
+			r.logOnceMsg(err, "cannot tell which GPU processes exited; each is read anew")
+			prev = nil
+		}
+	}
+	// Each scrape checks the start of at most startChecks cached PIDs
+	// that no pidfd watches, every one when there are no more than that,
+	// else each one scrape in period.
+	unwatched := 0
+	for _, p := range prev {
+		if !p.watched {
+			unwatched++
+		}
+	}
+	period := uint64(max(1, (unwatched+startChecks-1)/startChecks))
 	var seen, missing int
 	var firstErr error
 	for _, d := range devices {
@@ -627,10 +665,13 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 				continue
 			}
 			seen++
-			if p, ok := prev[pid]; ok && !r.restarted(pid, p, round, period) {
+			if p, ok := prev[pid]; ok && r.same(pid, p, round, period) {
 				out[pid] = p
 				continue
 			}
+			// Watched before it is read: what is read is then of the
+			// watched process, or of a later one, once it has exited.
+			watched := exits != nil && exits.Watch(pid)
 			info, err := r.cfg.Procfs.Process(int(pid))
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
@@ -644,13 +685,26 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 				hidden[pid] = true
 				continue
 			}
-			out[pid] = procInfo{info: &info}
+			out[pid] = procInfo{info: &info, watched: watched}
 		}
+	}
+	if exits != nil {
+		exits.Retain(func(pid uint32) bool { _, ok := out[pid]; return ok })
 	}
 	if seen > 0 && missing == seen {
 		return out, hidden, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
 	}
 	return out, hidden, firstErr
+}
+
+// same says whether the process behind pid is still the one cached as p:
+// surely when a pidfd has watched it since it was read and it has not
+// exited, else by its start time, when this is its scrape to be checked.
+func (r *Resolver) same(pid uint32, p procInfo, round, period uint64) bool {
+	if p.watched {
+		return r.cfg.Exits.Watching(pid)
+	}
+	return !r.restarted(pid, p, round, period)
 }
 
 // startChecks bounds the cached PIDs whose start time one scrape reads

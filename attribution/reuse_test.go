@@ -109,3 +109,105 @@ func TestResolveStartChecksSpreadOverScrapes(t *testing.T) {
 		}
 	}
 }
+
+// fakeExits stands in for process.Exits: the PIDs it watches, those
+// Watch refuses (past the bound), and the exits the next Poll finds.
+type fakeExits struct {
+	watched, refuse, exits map[uint32]bool
+	retained               []uint32
+}
+
+func newFakeExits() *fakeExits {
+	return &fakeExits{watched: map[uint32]bool{}, refuse: map[uint32]bool{}, exits: map[uint32]bool{}}
+}
+
+func (f *fakeExits) Watch(pid uint32) bool {
+	if f.refuse[pid] {
+		return false
+	}
+	f.watched[pid] = true
+	return true
+}
+
+func (f *fakeExits) Poll() (int, error) {
+	n := 0
+	for pid := range f.exits {
+		if f.watched[pid] {
+			delete(f.watched, pid)
+			n++
+		}
+	}
+	clear(f.exits)
+	return n, nil
+}
+
+func (f *fakeExits) Watching(pid uint32) bool { return f.watched[pid] }
+
+func (f *fakeExits) Retain(keep func(uint32) bool) {
+	f.retained = f.retained[:0]
+	for pid := range f.watched {
+		if keep(pid) {
+			f.retained = append(f.retained, pid)
+		} else {
+			delete(f.watched, pid)
+		}
+	}
+}
+
+// TestResolveWatchedExits: with pidfds, a cached process that exited is
+// read anew at the very next scrape, however many processes there are
+// (with start times alone, one of 2 × startChecks PIDs would wait up to two
+// scrapes); one that has not exited is kept without reading its start. A
+// process Watch refuses (past the bound) is checked by its start time. PIDs
+// no longer on a device are no longer watched.
+func TestResolveWatchedExits(t *testing.T) {
+	root := t.TempDir()
+	var pids []uint32
+	for i := range 2 * startChecks {
+		pid := uint32(7000 + i)
+		pids = append(pids, pid)
+		writeProcess(t, root, pid, "/system.slice/infa.service", 500)
+	}
+	exits := newFakeExits()
+	unwatched := pids[2]
+	exits.refuse[unwatched] = true
+	r := New(Config{Procfs: procfs(t, nil), Exits: exits})
+	r.cfg.Procfs.Root = root
+	units := func(pids []uint32) map[uint32]string {
+		own := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: pids}}).Devices[gpuA]
+		got := map[uint32]string{}
+		for _, pid := range pids {
+			if i, ok := own.Process[pid]; ok && i >= 0 {
+				got[pid] = own.Claims[i].Owner.Unit
+			}
+		}
+		return got
+	}
+	units(pids)
+	if len(exits.watched) != len(pids)-1 || exits.watched[unwatched] {
+		t.Fatalf("%d processes watched, want all %d but the refused one", len(exits.watched), len(pids)-1)
+	}
+	// pids[0] exited and its PID went to another process; pids[1] did
+	// not exit, yet its files changed (they cannot, for one process: this
+	// shows its start time is not read); the unwatched PID was reused too.
+	exits.exits[pids[0]] = true
+	writeProcess(t, root, pids[0], "/system.slice/infc.service", 900)
+	writeProcess(t, root, pids[1], "/system.slice/infc.service", 900)
+	writeProcess(t, root, unwatched, "/system.slice/infc.service", 900)
+	got := units(pids)
+	if got[pids[0]] != "infc.service" || got[pids[1]] != "infa.service" {
+		t.Errorf("next scrape: the exited PID's unit %q, want infc.service; the running one's %q, want infa.service", got[pids[0]], got[pids[1]])
+	}
+	if !exits.watched[pids[0]] {
+		t.Error("the PID read anew is not watched")
+	}
+	// The unwatched PID is the only one checked by start time: period 1,
+	// read at this scrape.
+	if got[unwatched] != "infc.service" {
+		t.Errorf("unwatched reused PID: unit %q, want infc.service", got[unwatched])
+	}
+	units(pids[:1])
+	if len(exits.retained) != 1 || exits.retained[0] != pids[0] {
+		t.Errorf("watched after the others left: %v, want [%d]", exits.retained, pids[0])
+	}
+}

@@ -426,6 +426,14 @@ func BenchmarkScrapeShared(b *testing.B) {
 	benchmarkScrape(b, newAttributedExporterFor(b, sharedScenario(b)))
 }
 
+// BenchmarkScrapeSharedDefault is BenchmarkScrapeShared with the default
+// collectors: without --collector.process, whose two series per process
+// are most of that node's series.
+func BenchmarkScrapeSharedDefault(b *testing.B) {
+	defaults := map[string]bool{"nvidia": true, "attribution": true, "engines": true, "cost": true}
+	benchmarkScrape(b, newAttributedExporterWith(b, sharedScenario(b), defaults, func() time.Time { return testNow }))
+}
+
 func TestSharedScenarioAttributesEveryProcess(t *testing.T) {
 	e := newAttributedExporterFor(t, sharedScenario(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
