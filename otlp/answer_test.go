@@ -57,17 +57,19 @@ func TestOTLPPartialSuccessIsASuccess(t *testing.T) {
 				r.mu.Unlock()
 				self := prometheus.NewRegistry()
 				var log syncbuf.Buffer
-				startPusher(t, r, protocol, Flags{Interval: 200 * time.Millisecond}, testRegistry(), self, &log)
+				// A push gets one interval to gather and deliver: 1 s, so
+				// that a loaded machine's pause does not fail one.
+				startPusher(t, r, protocol, Flags{Interval: time.Second}, testRegistry(), self, &log)
 				// Between two pushes the counters agree: by hand, each
 				// push had c.rejected points rejected.
 				var got map[string]float64
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 					got = selfCounters(t, self)
-					if got["success"] >= 4 && got["xpu_otlp_rejected_points_total"] == float64(c.rejected)*got["success"] {
+					if got["success"] >= 3 && got["xpu_otlp_rejected_points_total"] == float64(c.rejected)*got["success"] {
 						break
 					}
 					if time.Now().After(deadline) {
-						t.Fatalf("want at least 4 successful pushes, %d rejected points each: %v", c.rejected, got)
+						t.Fatalf("want at least 3 successful pushes, %d rejected points each: %v", c.rejected, got)
 					}
 				}
 				if got["failure"] != 0 {
