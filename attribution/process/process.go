@@ -122,14 +122,17 @@ func (r *Reader) Process(pid int) (Info, error) {
 // proc(5), /proc/<pid>/stat field 22, "starttime: The time the process
 // started after system boot".
 func (r *Reader) StartTicks(pid int) (uint64, error) {
-	// Read into the stack: the attribution checks the start of dozens of
-	// cached PIDs at every scrape.
+	// Read into the stack, in one read: the attribution checks the start
+	// of dozens of cached PIDs at every scrape. procfs hands out the whole
+	// line in one read; a line cut short otherwise either fails to parse,
+	// and is taken as an unreadable stat is, or gives another start, and
+	// the process is read anew.
 	path := r.procPath(pid, "stat")
 	fd, err := rawfile.Open(path, 0)
 	if err == nil {
 		var buf [maxStatSize + 1]byte
 		var n int
-		n, err = fill(fd, buf[:])
+		n, err = rawfile.Read(fd, buf[:])
 		syscall.Close(fd)
 		switch {
 		case err != nil:
