@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
@@ -111,9 +112,7 @@ type Resolver struct {
 // processes, built anew at every scrape, stays small, and carrying a
 // process over from the previous scrape allocates nothing.
 type procInfo struct {
-	info *process.Info
-	// watched says Config.Exits watched the process when info was read.
-	watched bool
+	info *procRead
 	// slurm is what is known of the process's Slurm job, when Slurm is in
 	// use and there is something to know.
 	slurm *slurmProc
@@ -133,6 +132,18 @@ type slurmProc struct {
 }
 
 // job is the process's Slurm job, "" for none known.
+// procRead is what was read of a process, once in its life.
+type procRead struct {
+	process.Info
+	// pod is the process's pod and container, from its cgroup, made
+	// unique when it is read: a busy node's processes are looked up by
+	// it at every scrape (podOwners), a pointer's hash instead of a
+	// hundred bytes'.
+	pod unique.Handle[podProcess]
+	// watched says Config.Exits watched the process when it was read.
+	watched bool
+}
+
 func (p procInfo) job() string {
 	if p.slurm == nil {
 		return ""
@@ -527,12 +538,11 @@ func (c *claims) of(proc Owner) (index int, ambiguous bool) {
 // labelled with its ID alone, when the process's cgroup or slurmd names
 // it; named only by the process's environment, it is no owner.
 func (r *Resolver) processOwner(p procInfo, sl slurmState, pods podOwners) (Owner, bool) {
-	if uid := p.info.Cgroup.PodUID; uid != "" {
-		key := podProcess{uid, p.info.Cgroup.ContainerID}
-		a, ok := pods[key]
+	if p.info.Cgroup.PodUID != "" {
+		a, ok := pods[p.info.pod]
 		if !ok {
-			a.owner, a.known = r.podProcessOwner(key)
-			pods[key] = a
+			a.owner, a.known = r.podProcessOwner(p.info.pod.Value())
+			pods[p.info.pod] = a
 		}
 		return a.owner, a.known
 	}
@@ -568,7 +578,7 @@ func (r *Resolver) podOfNoClaim(uid string, claims []Claim) bool {
 // podOwners holds the owners of pod processes found in one Resolve: a pod's
 // processes, hundreds of them on a busy node, share a UID and mostly a
 // container, and would each repeat the same metadata lookups.
-type podOwners map[podProcess]podOwnerAnswer
+type podOwners map[unique.Handle[podProcess]]podOwnerAnswer
 
 // podProcess is what a process's cgroup says of its pod.
 type podProcess struct{ podUID, containerID string }
@@ -652,7 +662,7 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 	// else each one scrape in period.
 	unwatched := 0
 	for _, p := range prev {
-		if !p.watched {
+		if !p.info.watched {
 			unwatched++
 		}
 	}
@@ -685,7 +695,11 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 				hidden[pid] = true
 				continue
 			}
-			out[pid] = procInfo{info: &info, watched: watched}
+			read := &procRead{Info: info, watched: watched}
+			if info.Cgroup.PodUID != "" {
+				read.pod = unique.Make(podProcess{info.Cgroup.PodUID, info.Cgroup.ContainerID})
+			}
+			out[pid] = procInfo{info: read}
 		}
 	}
 	if exits != nil {
@@ -701,7 +715,7 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 // surely when a pidfd has watched it since it was read and it has not
 // exited, else by its start time, when this is its scrape to be checked.
 func (r *Resolver) same(pid uint32, p procInfo, round, period uint64) bool {
-	if p.watched {
+	if p.info.watched {
 		return r.cfg.Exits.Watching(pid)
 	}
 	return !r.restarted(pid, p, round, period)
