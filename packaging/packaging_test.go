@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -255,5 +256,87 @@ func TestNfpmConfig(t *testing.T) {
 		if out, err := exec.Command("sh", "-n", p).CombinedOutput(); err != nil {
 			t.Errorf("%s script %s: %v %s", s, p, err, out)
 		}
+	}
+}
+
+// serviceDirectives returns the [Service] directives of a unit file, by name,
+// in the order given.
+func serviceDirectives(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	section := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "["):
+			section = line
+		case section == "[Service]":
+			k, v, _ := strings.Cut(line, "=")
+			out[strings.TrimSpace(k)] = append(out[strings.TrimSpace(k)], strings.TrimSpace(v))
+		}
+	}
+	return out
+}
+
+// systemdTrue is systemd's parse_boolean for a true value.
+func systemdTrue(v string) bool {
+	switch strings.ToLower(v) {
+	case "1", "yes", "y", "true", "t", "on":
+		return true
+	}
+	return false
+}
+
+// The unit every install path ships must leave device access open: NVML
+// opens /dev/nvidiactl and /dev/nvidia*, hl-smi /dev/accel/*. Under the
+// default DevicePolicy=auto, a single allowed device turns device access
+// into an allow-list of it and the pseudo devices (systemd.resource-control(5)).
+// Directives that allow devices or close the policy on their own, per
+// systemd.exec(5) and unit_patch_contexts in systemd's src/core/unit.c:
+//   - ProtectClock=yes implies DeviceAllow=char-rtc r, which before systemd
+//     252 closed every GPU device (systemd/systemd#18142);
+//   - PrivateDevices=yes sets DevicePolicy=closed;
+//   - DeviceAllow= and DevicePolicy=closed|strict do it by name.
+//
+// (RootImage=, MountImages= and encrypted credentials add devices only to a
+// policy that is already closed.)
+func TestUnitLeavesDeviceAccessOpen(t *testing.T) {
+	unit := filepath.Join(root, "examples/systemd/xpu_exporter.service")
+	d := serviceDirectives(t, unit)
+	if len(d["ExecStart"]) == 0 {
+		t.Fatalf("%s: no [Service] section read", unit)
+	}
+	for _, v := range d["ProtectClock"] {
+		if systemdTrue(v) {
+			t.Errorf("ProtectClock=%s implies DeviceAllow=char-rtc r: before systemd 252 every other device, /dev/nvidia* included, gets EPERM (systemd/systemd#18142)", v)
+		}
+	}
+	for _, v := range d["PrivateDevices"] {
+		if systemdTrue(v) {
+			t.Errorf("PrivateDevices=%s sets DevicePolicy=closed: /dev/nvidia* and /dev/accel/* get EPERM", v)
+		}
+	}
+	for _, v := range d["DeviceAllow"] {
+		if v != "" {
+			t.Errorf("DeviceAllow=%s makes device access an allow-list", v)
+		}
+	}
+	for _, v := range d["DevicePolicy"] {
+		if v != "" && v != "auto" {
+			t.Errorf("DevicePolicy=%s closes device access", v)
+		}
+	}
+	// What ProtectClock= protected stays protected by other means: no
+	// CAP_SYS_TIME, and the calls that set a clock filtered.
+	if caps := d["CapabilityBoundingSet"]; len(caps) == 0 || strings.Contains(strings.Join(caps, " "), "CAP_SYS_TIME") {
+		t.Errorf("CapabilityBoundingSet=%q: want it set, without CAP_SYS_TIME", caps)
+	}
+	if !slices.Contains(d["SystemCallFilter"], "~@clock") {
+		t.Errorf("SystemCallFilter=%q: want ~@clock, to keep the clock protected without ProtectClock=", d["SystemCallFilter"])
 	}
 }
