@@ -6,6 +6,8 @@
 #   - the unit passes systemd-analyze verify, enables with systemctl --root,
 #     and the sysusers file creates the user with systemd-sysusers --root;
 #   - a changed flags file survives a second install;
+#   - make install installs the binary there is without building again, and
+#     builds one only when there is none;
 #   - PREFIX=/usr puts the binary in /usr/bin and the unit starts it there;
 #   - make uninstall removes all but the flags file.
 set -euo pipefail
@@ -46,6 +48,15 @@ echo 'XPU_EXPORTER_OPTS="--web.listen-address=:9100"' >"$D/etc/default/xpu_expor
 $MAKE --no-print-directory install DESTDIR="$D" >/dev/null
 grep -q 9100 "$D/etc/default/xpu_exporter" || fail "a second make install overwrote the changed flags file"
 ok "a changed flags file survives make install"
+
+# README: make build, then sudo make install, which must not build again
+# as root (sudo's PATH may have no go). make -n prints what would run,
+# a sub-make's commands included.
+out=$($MAKE --no-print-directory -n install DESTDIR="$D")
+! printf '%s' "$out" | grep -q 'go build' || fail "make install builds again although there is a binary: $out"
+out=$($MAKE --no-print-directory -n install DESTDIR="$D" BIN="$WORK/none/xpu_exporter")
+printf '%s' "$out" | grep -q 'go build' || fail "make install without a binary does not build one: $out"
+ok "make install installs the binary there is, and builds one only when there is none"
 
 $MAKE --no-print-directory uninstall DESTDIR="$D" >/dev/null
 left=$(cd "$D" && find . -type f -path './usr/*')

@@ -40,7 +40,8 @@ CC_amd64 := x86_64-linux-gnu-gcc
 CC_arm64 := aarch64-linux-gnu-gcc
 CROSS_PKG_arm64 := gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 CROSS_PKG_amd64 := gcc-x86-64-linux-gnu libc6-dev-amd64-cross
-HOST_ARCH := $(shell $(GO) env GOARCH)
+# Quiet when there is no go: sudo make install needs none (see $(BIN) below).
+HOST_ARCH := $(shell $(GO) env GOARCH 2>/dev/null)
 
 .PHONY: package-tools install uninstall release-binary dist packages package-check install-check readme-check
 
@@ -51,8 +52,9 @@ $(NFPM): tools/go.mod tools/go.sum
 	cd tools && $(GO) build -trimpath -ldflags '-s -w' -o ../$@ github.com/goreleaser/nfpm/v2/cmd/nfpm
 
 ## install: PREFIX/DESTDIR-aware, like node_exporter's. Never overwrites an
-## existing flags file.
-install: build
+## existing flags file. Installs the binary make build wrote, and builds one
+## only when there is none.
+install: $(BIN)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/xpu_exporter
 	@mkdir -p $(DESTDIR)$(UNITDIR)
 	$(call unit-for,$(BINDIR)) > $(DESTDIR)$(UNITDIR)/xpu_exporter.service
@@ -61,6 +63,13 @@ install: build
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/default/xpu_exporter ]; then \
 	  echo "keeping $(DESTDIR)$(SYSCONFDIR)/default/xpu_exporter"; \
 	else install -D -m 0644 $(ENV_SRC) $(DESTDIR)$(SYSCONFDIR)/default/xpu_exporter; fi
+
+# The binary, when install finds none. install depends on this file, not
+# on the phony build: README's `make build` then `sudo make install` would
+# otherwise build again as root, leaving root-owned files in the checkout,
+# or fail where sudo's PATH (secure_path) has no go.
+$(BIN):
+	$(MAKE) --no-print-directory build
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/xpu_exporter $(DESTDIR)$(UNITDIR)/xpu_exporter.service \

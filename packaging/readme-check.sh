@@ -9,7 +9,10 @@
 #     curl are stand-ins (executables first on PATH) that do the real thing
 #     where it can be done without a cluster or without touching this
 #     machine, and check the command where it cannot:
-#       sudo install/make/rm   real, with absolute paths moved under $ROOT
+#       sudo install/make/rm   real, with absolute paths moved under $ROOT;
+#                              go fails under sudo, whose secure_path
+#                              usually has none (make install must not
+#                              build again as root)
 #       systemd-sysusers       real, with --root=$ROOT
 #       systemctl enable/disable  real, with --root=$ROOT; --now, start and
 #                              restart run the installed binary as the
@@ -138,8 +141,9 @@ EOF
 
 cat >"$STUBS/sudo" <<'EOF'
 #!/usr/bin/env bash
-# sudo: the command as root, with absolute paths under $ROOT.
+# sudo: the command as root, with absolute paths under $ROOT, and no go.
 . "$STUBS/.lib"
+export PATH="$STUBS/sudo-path:$PATH"
 cmd=$1; shift
 case $cmd in
 install|rm)
@@ -150,6 +154,16 @@ make) exec "$STUBS/make" "$@" DESTDIR="$ROOT";;
 systemctl|systemd-sysusers|apt|dnf) exec "$STUBS/$cmd" "$@";;
 *) die "sudo $cmd: no way to exercise it";;
 esac
+EOF
+
+# go as sudo finds it: sudo's secure_path (/usr/local/sbin:/usr/local/bin:
+# /usr/sbin:/usr/bin:/sbin:/bin) lacks Go's /usr/local/go/bin, and where it
+# has a go, a build as root leaves root-owned files in the checkout.
+mkdir -p "$STUBS/sudo-path"
+cat >"$STUBS/sudo-path/go" <<'EOF'
+#!/usr/bin/env bash
+. "$STUBS/.lib"
+die "go $*, run through sudo: sudo's PATH usually has no go, and a build as root leaves root-owned files"
 EOF
 
 cat >"$STUBS/make" <<'EOF'
@@ -333,7 +347,7 @@ args=()
 for a in "$@"; do args+=("${a//localhost:9835/127.0.0.1:$PORT}"); done
 exec "$REAL_CURL" --retry 20 --retry-connrefused --retry-delay 1 "${args[@]}"
 EOF
-chmod +x "$STUBS"/*
+chmod +x "$STUBS"/* "$STUBS"/sudo-path/go
 
 # --- the README's blocks ---------------------------------------------------
 
