@@ -30,7 +30,11 @@
 #                              (packaging/internal/kubectlcheck)
 #       curl localhost:9835    real, against the exporter started above
 #   - tar, sha256sum, cd, grep, sleep, kill run as they are, in a copy of
-#     dist/ for the blocks that use release files, else in the repository.
+#     dist/ for the blocks that use release files, else in the repository;
+#     a test of an absolute path ([ -e /etc/...) looks under $ROOT.
+#   - a block that installs and starts the service is run a second time, as
+#     the upgrade README describes ("the same way"), over a changed
+#     /etc/default/xpu_exporter, which must survive.
 #   - a command whose program is not in that list fails the check: add a way
 #     to exercise it here first.
 # Each ```yaml block with scrape_configs passes promtool check config (a
@@ -364,8 +368,14 @@ awk -v dir="$WORK/blocks" '
 ' "$readme"
 
 # Programs a README command may run, and the ones it may run through sudo.
-allowed=" helm kubectl curl grep sleep kill sha256sum tar cd make sudo "
+allowed=" helm kubectl curl grep sleep kill sha256sum tar cd make sudo [ "
 allowed_sudo=" install make systemctl systemd-sysusers apt dnf rm "
+
+# run_block SCRIPT DIR: the block in DIR with the stand-ins, bash -e
+# stopping at the first failure; tests of absolute paths look under $ROOT.
+run_block() {
+	(cd "$2" && PATH="$STUBS:$PATH" bash -e -o pipefail <(sed -E 's#(\[ +-[a-z] +)/#\1$ROOT/#g' "$1"))
+}
 
 passed=0
 failed=0
@@ -415,13 +425,32 @@ for block in "$WORK"/blocks/*; do
 	[ -d "$ROOT" ] || new_root
 	echo "== README block $(basename "$block") (in ${dir/#$WORK/\$WORK})"
 	sed 's/^/  $ /' "$script"
-	# bash -e stops at the first failure.
-	if (cd "$dir" && PATH="$STUBS:$PATH" bash -e -o pipefail "$script"); then
+	if run_block "$script" "$dir"; then
 		passed=$((passed + $(wc -l <"$script")))
 	else
 		failed=$((failed + 1))
 		echo "README block $(basename "$block") failed" >&2
 		[ ! -e "$WORK/service.log" ] || sed 's/^/  service: /' "$WORK/service.log" >&2
+		continue
+	fi
+	# An install writes the flags file; an upgrade is the same install
+	# again, and the site's flags stay.
+	flags=$ROOT/etc/default/xpu_exporter
+	if grep -q 'enable --now' "$script"; then
+		if [ ! -e "$flags" ]; then
+			failed=$((failed + 1))
+			echo "README block $(basename "$block") installed no /etc/default/xpu_exporter" >&2
+			continue
+		fi
+		changed='XPU_EXPORTER_OPTS="--web.listen-address=:9835 --log.level=debug"'
+		echo "$changed" >"$flags"
+		echo "== README block $(basename "$block") again, as an upgrade over a changed /etc/default/xpu_exporter"
+		if run_block "$script" "$dir" >/dev/null && grep -qxF "$changed" "$flags"; then
+			passed=$((passed + 1))
+		else
+			failed=$((failed + 1))
+			echo "README block $(basename "$block"), run again as an upgrade, did not keep /etc/default/xpu_exporter: $(cat "$flags")" >&2
+		fi
 	fi
 done
 echo "readme-check: $passed passed, $failed failed"
