@@ -143,8 +143,17 @@ func decodeAll(manifests []byte) ([]object, error) {
 			return nil, fmt.Errorf("rendered %s %q: no API type to check it against (add it to kinds)", kind, head.Metadata.Name)
 		}
 		obj := newObj()
-		// Strict: an unknown or duplicate field is an error.
-		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+		// Strict: an unknown or duplicate field is an error. And as helm
+		// sends it: YAML to JSON without the target type, so a YAML number
+		// or boolean where the API wants a string is refused, as the API
+		// server refuses it (yaml.Unmarshal would convert it).
+		j, err := yaml.YAMLToJSONStrict(doc)
+		if err == nil {
+			dec := json.NewDecoder(bytes.NewReader(j))
+			dec.DisallowUnknownFields()
+			err = dec.Decode(obj)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s %q does not decode strictly: %v", kind, head.Metadata.Name, err)
 		}
 		id := kind + "/" + head.Metadata.Namespace + "/" + head.Metadata.Name
@@ -1157,6 +1166,130 @@ func TestNoRBACProfile(t *testing.T) {
 	}
 	if _, ok := hostPaths(pod)["/var/lib/kubelet/pod-resources"]; ok {
 		t.Error("pod-resources mounted with Kubernetes attribution off")
+	}
+}
+
+// hostile are strings the schema accepts that YAML reads as something else
+// when a template pastes them unquoted: a number, a boolean, a value cut at
+// a comment, a mapping.
+var hostile = []string{"2024", "on", "team a #1", "prod: eu"}
+
+// Every string from the values reaches the objects as given (strict
+// decoding refuses a number or a mapping where a string belongs; the
+// comparisons catch a cut one).
+func TestStringValuesReachObjectsAsGiven(t *testing.T) {
+	helmBin(t)
+	for _, v := range hostile {
+		t.Run(v, func(t *testing.T) {
+			args := []string{"--set", "amd.enabled=true,gaudi.enabled=true,otlp.enabled=true,otlp.endpoint=http://otel:4318"}
+			for _, s := range []string{
+				"serviceMonitor.cluster=" + v, "otlp.headers.X-Scope-OrgID=" + v, "otlp.clusterName=" + v,
+				"otlp.urlPath=/" + v, "otlp.headersFromSecrets[0].header=" + v, "otlp.headersFromSecrets[0].secretName=s",
+				"otlp.headersFromSecrets[0].secretKey=k", "extraArgs[0]=" + v, "kubernetes.podLabels[0]=" + v,
+				"kubernetes.resources[0]=" + v, "kubernetes.cdiSpecDir=/" + v, "nvidia.nvmlLibrary=" + v,
+				"nvidia.visibleDevices=" + v, "gaudi.hlsmiPath=" + v,
+			} {
+				args = append(args, "--set-string", s)
+			}
+			objs := render(t, args...)
+			sm := one[monitoringv1.ServiceMonitor](t, objs)
+			if got := relabel(t, operatorTarget(), sm.Spec.Endpoints[0].RelabelConfigs)["cluster"]; got != v {
+				t.Errorf("serviceMonitor.cluster %q: cluster label %q", v, got)
+			}
+			want := map[string][]string{
+				"": {v, "--otlp.header=X-Scope-OrgID=" + v, "--otlp.k8s-cluster-name=" + v, "--otlp.url-path=/" + v,
+					"--otlp.header-from-env=" + v + "=XPU_OTLP_HEADER_0", "--kubernetes.pod-label=" + v,
+					"--kubernetes.resource=" + v, "--kubernetes.cdi-spec-dir=/" + v},
+				"nvidia": {"--nvidia.nvml-library=" + v},
+				"gaudi":  {"--gaudi.hl-smi-path=" + v},
+			}
+			for _, ds := range all[appsv1.DaemonSet](objs) {
+				c := ds.Spec.Template.Spec.Containers[0]
+				var missing []string
+				for _, a := range append(want[""], want[ds.Spec.Template.Labels["xpu-exporter.io/vendor"]]...) {
+					if !slices.Contains(c.Args, a) {
+						missing = append(missing, a)
+					}
+				}
+				if len(missing) > 0 {
+					t.Errorf("%s: args %q lack %q", ds.Name, c.Args, missing)
+				}
+				if _, ok := hostPaths(ds.Spec.Template.Spec)["/"+v]; !ok {
+					t.Errorf("%s: CDI directory %q not mounted: %v", ds.Name, "/"+v, hostPaths(ds.Spec.Template.Spec))
+				}
+				if e, ok := env(c)["NVIDIA_VISIBLE_DEVICES"]; ok && e.Value != v {
+					t.Errorf("%s: NVIDIA_VISIBLE_DEVICES=%q, want %q", ds.Name, e.Value, v)
+				}
+			}
+		})
+	}
+}
+
+// Names, namespaces and label keys that YAML would read as a number or a
+// boolean, yet valid in Kubernetes, reach the objects as given.
+func TestNamesReachObjectsAsGiven(t *testing.T) {
+	helmBin(t)
+	for _, v := range []string{"2024", "on"} {
+		t.Run(v, func(t *testing.T) {
+			sets := []string{"nameOverride=" + v, "fullnameOverride=" + v, "serviceAccount.name=" + v,
+				"nvidia.runtimeClassName=" + v, "priorityClassName=" + v, "dashboards.label=" + v, "nvidia.nodeLabels[0]=" + v}
+			args := []string{"template", v, ".", "--namespace", v}
+			for _, s := range sets {
+				args = append(args, "--set-string", s)
+			}
+			out, err := helm(t, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := decodeAll(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objs {
+				meta := reflect.ValueOf(o.obj).Elem().FieldByName("ObjectMeta").Interface().(metav1.ObjectMeta)
+				if !clusterScoped[o.kind] && meta.Namespace != v {
+					t.Errorf("%s %s: namespace %q, want %q", o.kind, o.name, meta.Namespace, v)
+				}
+				if meta.Labels["app.kubernetes.io/instance"] != v || meta.Labels["app.kubernetes.io/name"] != v {
+					t.Errorf("%s %s: labels %v, want instance and name %q", o.kind, o.name, meta.Labels, v)
+				}
+			}
+			for _, kind := range []string{"v1/Service", "v1/ServiceAccount", "monitoring.coreos.com/v1/ServiceMonitor", "rbac.authorization.k8s.io/v1/ClusterRole"} {
+				if !slices.ContainsFunc(objs, func(o object) bool { return o.kind == kind && o.name == v }) {
+					t.Errorf("no %s named %q", kind, v)
+				}
+			}
+			crb := one[rbacv1.ClusterRoleBinding](t, objs)
+			if s := crb.Subjects[0]; s.Name != v || s.Namespace != v {
+				t.Errorf("ClusterRoleBinding subject %+v, want %q in %q", s, v, v)
+			}
+			if sm := one[monitoringv1.ServiceMonitor](t, objs); !slices.Equal(sm.Spec.NamespaceSelector.MatchNames, []string{v}) {
+				t.Errorf("ServiceMonitor namespaces %v", sm.Spec.NamespaceSelector.MatchNames)
+			}
+			pod := one[appsv1.DaemonSet](t, objs).Spec.Template.Spec
+			if pod.ServiceAccountName != v || pod.PriorityClassName != v || pod.RuntimeClassName == nil || *pod.RuntimeClassName != v {
+				t.Errorf("pod serviceAccountName %q priorityClassName %q runtimeClassName %v, want %q", pod.ServiceAccountName, pod.PriorityClassName, pod.RuntimeClassName, v)
+			}
+			if k := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key; k != v {
+				t.Errorf("node label %q, want %q", k, v)
+			}
+			for _, cm := range all[corev1.ConfigMap](objs) {
+				if cm.Labels[v] != "1" {
+					t.Errorf("ConfigMap %s: labels %v, want %s=1", cm.Name, cm.Labels, v)
+				}
+			}
+			// The job label, where the shipped rules and dashboards are off.
+			out, err = helm(t, "template", release, ".", "--set", "prometheusRule.enabled=false,dashboards.enabled=false", "--set-string", "serviceMonitor.jobLabel="+v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if objs, err = decodeAll(out); err != nil {
+				t.Fatal(err)
+			}
+			if job := relabel(t, operatorTarget(), one[monitoringv1.ServiceMonitor](t, objs).Spec.Endpoints[0].RelabelConfigs)["job"]; job != v {
+				t.Errorf("serviceMonitor.jobLabel %q: job %q", v, job)
+			}
+		})
 	}
 }
 

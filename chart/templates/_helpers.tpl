@@ -2,6 +2,11 @@
 Helpers. Templates refer to each value by its full path from the root of
 the values (through $ inside range), never through `with` or `index`, so that
 chart_test.go can check that every value is declared and used.
+
+Every string from the values or the release reaches the YAML quoted (quote)
+or through toYaml: unquoted, "2024" would be a number, "on" a boolean,
+"a #1" lose its comment and "a: b" become a mapping. Names that end in a
+fixed suffix (-nvidia, -alerts) are left bare: they are strings either way.
 */}}
 
 {{/* The chart name, or nameOverride. */}}
@@ -25,8 +30,8 @@ chart_test.go can check that every value is declared and used.
 
 {{/* Labels selecting the exporter pods (all vendors). */}}
 {{- define "xpu-exporter.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "xpu-exporter.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "xpu-exporter.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{/* Labels of every object. */}}
