@@ -1312,6 +1312,15 @@ func TestRefusedValues(t *testing.T) {
 		{"OTLP protocol http/json", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.protocol=http/json"}, "protocol"},
 		{"OTLP client certificate without key", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.tls.secretName=s,otlp.tls.certFile=tls.crt"}, "go together"},
 		{"OTLP client certificate without Secret", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.tls.certFile=tls.crt,otlp.tls.keyFile=tls.key"}, "secretName"},
+		// What the exporter refuses at start: every pod would crash-loop.
+		{"OTLP https endpoint with insecure", []string{"--set", "otlp.enabled=true,otlp.endpoint=https://c:4318,otlp.insecure=true"}, "otlp.insecure"},
+		{"OTLP http endpoint with a CA", []string{"--set", "otlp.enabled=true,otlp.endpoint=http://c:4318,otlp.tls.secretName=s"}, "plain text"},
+		{"OTLP insecure host:port with a client certificate", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.insecure=true,otlp.tls.secretName=s,otlp.tls.caFile=,otlp.tls.certFile=c,otlp.tls.keyFile=k"}, "plain text"},
+		{"OTLP interval 0s", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.interval=0s"}, "interval"},
+		{"OTLP interval empty", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.interval="}, "interval"},
+		{"OTLP interval in years", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.interval=1y"}, "interval"},
+		{"OTLP timeout in years", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.timeout=1y"}, "timeout"},
+		{"hl-smi fields without index", []string{"--set", "nvidia.enabled=false,gaudi.enabled=true,gaudi.queryFields={uuid,name}"}, "gaudi.queryFields must include index"},
 		{"job the rules do not select", []string{"--set", "serviceMonitor.jobLabel=gpus"}, "jobLabel"},
 		{"basic auth without a password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u"}, "basicAuth"},
 		{"basic auth with a literal password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u,serviceMonitor.basicAuth.password=hunter2"}, "password"},
@@ -1330,6 +1339,19 @@ func TestRefusedValues(t *testing.T) {
 	// An existing account of its own may be bound, and the default one
 	// may run without the chart's RBAC.
 	for _, set := range []string{"serviceAccount.create=false,serviceAccount.name=xpu-reader", "serviceAccount.create=false,rbac.create=false"} {
+		if _, err := helm(t, "template", release, ".", "--set", set); err != nil {
+			t.Errorf("--set %s: %v", set, err)
+		}
+	}
+	// TLS to an https or host:port endpoint, plain text to an http one or
+	// with insecure, and hl-smi fields with index are accepted.
+	for _, set := range []string{
+		"otlp.enabled=true,otlp.endpoint=https://c:4318,otlp.tls.secretName=s",
+		"otlp.enabled=true,otlp.endpoint=c:4318,otlp.tls.secretName=s",
+		"otlp.enabled=true,otlp.endpoint=http://c:4318,otlp.insecure=true",
+		"otlp.enabled=true,otlp.endpoint=c:4318,otlp.insecure=true,otlp.interval=1h30m",
+		"nvidia.enabled=false,gaudi.enabled=true,gaudi.queryFields={uuid,index}",
+	} {
 		if _, err := helm(t, "template", release, ".", "--set", set); err != nil {
 			t.Errorf("--set %s: %v", set, err)
 		}
