@@ -389,6 +389,11 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 		if v.HostPath != nil && !m.ReadOnly {
 			t.Errorf("DaemonSet %s mounts host path %s writable", ds.Name, v.HostPath.Path)
 		}
+		// Without a type the kubelet checks nothing and the runtime creates
+		// a missing path on the host, as an empty directory.
+		if v.HostPath != nil && (v.HostPath.Type == nil || *v.HostPath.Type == corev1.HostPathUnset) {
+			t.Errorf("DaemonSet %s: host path %s has no type", ds.Name, v.HostPath.Path)
+		}
 	}
 	for name := range volumes {
 		if !used[name] {
@@ -1065,6 +1070,27 @@ func TestGaudiOnlyProfile(t *testing.T) {
 			t.Errorf("host %s mounted at %q, want %s (mounts %v)", host, mounts[host], want, mounts)
 		}
 	}
+	// hl-smi must be a file and its library a directory on the node: a
+	// missing one stops the pod instead of being created on the host. A
+	// path of another name is a Directory unless its entry says File.
+	for _, tc := range []struct {
+		args []string
+		want map[string]corev1.HostPathType
+	}{
+		{nil, map[string]corev1.HostPathType{"/usr/bin/hl-smi": corev1.HostPathFile, "/usr/lib/habanalabs": corev1.HostPathDirectory}},
+		{[]string{"--set", "gaudi.hlsmiPath=/opt/habanalabs/bin/hl-smi", "--set-json", `gaudi.hlsmiHostPaths=["/opt/habanalabs/bin/hl-smi","/opt/habanalabs/lib",{"path":"/usr/lib/libhlml.so","type":"File"}]`},
+			map[string]corev1.HostPathType{"/opt/habanalabs/bin/hl-smi": corev1.HostPathFile, "/opt/habanalabs/lib": corev1.HostPathDirectory, "/usr/lib/libhlml.so": corev1.HostPathFile}},
+	} {
+		got := map[string]corev1.HostPathType{}
+		for _, v := range one[appsv1.DaemonSet](t, render(t, append([]string{"--values", "ci/gaudi-only-values.yaml"}, tc.args...)...)).Spec.Template.Spec.Volumes {
+			if strings.HasPrefix(v.Name, "host-tool-") && v.HostPath.Type != nil {
+				got[v.HostPath.Path] = *v.HostPath.Type
+			}
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%v: hl-smi host path types %v, want %v", tc.args, got, tc.want)
+		}
+	}
 	if caps := c.SecurityContext.Capabilities; caps == nil || !slices.Equal(caps.Add, []corev1.Capability{"SYS_PTRACE"}) || !slices.Contains(caps.Drop, "ALL") {
 		t.Errorf("capabilities %+v, want ALL dropped and SYS_PTRACE added", caps)
 	}
@@ -1320,6 +1346,7 @@ func TestRefusedValues(t *testing.T) {
 		{"OTLP interval empty", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.interval="}, "interval"},
 		{"OTLP interval in years", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.interval=1y"}, "interval"},
 		{"OTLP timeout in years", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.timeout=1y"}, "timeout"},
+		{"hl-smi host path of a type that creates it", []string{"--set", "gaudi.enabled=true", "--set-json", `gaudi.hlsmiHostPaths=[{"path":"/x","type":"DirectoryOrCreate"}]`}, "hlsmiHostPaths"},
 		{"hl-smi fields without index", []string{"--set", "nvidia.enabled=false,gaudi.enabled=true,gaudi.queryFields={uuid,name}"}, "gaudi.queryFields must include index"},
 		{"job the rules do not select", []string{"--set", "serviceMonitor.jobLabel=gpus"}, "jobLabel"},
 		{"basic auth without a password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u"}, "basicAuth"},
