@@ -759,6 +759,59 @@ func TestVendorsOnOneNode(t *testing.T) {
 	}
 }
 
+// notes renders templates/NOTES.txt, which helm template leaves out, through
+// a copy of the chart in which it is a ConfigMap's data.
+func notes(t *testing.T, args ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "templates/NOTES.txt"), filepath.Join(dir, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n  namespace: " + namespace +
+		"\n  labels: {app.kubernetes.io/instance: " + release + "}\ndata:\n  notes: {{ tpl (.Files.Get \"notes.txt\") . | quote }}\n"
+	if err := os.WriteFile(filepath.Join(dir, "templates/notes.yaml"), []byte(tmpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := helm(t, append([]string{"template", release, dir, "--namespace", namespace, "--show-only", "templates/notes.yaml"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeAll(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return one[corev1.ConfigMap](t, objs).Data["notes"]
+}
+
+// Without a ServiceMonitor, NOTES.txt tells how to scrape the pods: it names
+// every label the ServiceMonitor's relabelings set, take from or drop, so
+// that a hand-written scrape config gives the targets the rules join on.
+func TestNotesScrapeHintMatchesServiceMonitor(t *testing.T) {
+	helmBin(t)
+	sm := one[monitoringv1.ServiceMonitor](t, render(t))
+	text := notes(t, "--set", "serviceMonitor.enabled=false,prometheusRule.enabled=false,dashboards.enabled=false,amd.enabled=true")
+	var want []string
+	for _, r := range sm.Spec.Endpoints[0].RelabelConfigs {
+		switch strings.ToLower(r.Action) {
+		case "labeldrop":
+			want = append(want, strings.Split(r.Regex, "|")...)
+		default:
+			want = append(want, r.TargetLabel)
+			for _, l := range r.SourceLabels {
+				want = append(want, string(l))
+			}
+		}
+	}
+	for _, w := range append(want, "honor_labels: true") {
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(w) + `\b`).MatchString(text) {
+			t.Errorf("NOTES.txt without a ServiceMonitor does not mention %q, which the ServiceMonitor's relabelings use:\n%s", w, text)
+		}
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Rules and dashboards: the chart ships the generated ones unchanged.
 
