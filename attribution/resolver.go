@@ -668,6 +668,7 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 	}
 	period := uint64(max(1, (unwatched+startChecks-1)/startChecks))
 	var seen, missing int
+	var gone []uint32
 	var firstErr error
 	for _, d := range devices {
 		for _, pid := range d.PIDs {
@@ -686,6 +687,7 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				missing++
+				gone = append(gone, pid)
 				continue
 			case err != nil:
 				firstErr = cmpErr(firstErr, err)
@@ -706,6 +708,14 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		exits.Retain(func(pid uint32) bool { _, ok := out[pid]; return ok })
 	}
 	if seen > 0 && missing == seen {
+		// Not that they all exited: procfs is not the host's. Their
+		// devices have owners no one can tell, not none.
+		if hidden == nil {
+			hidden = make(map[uint32]bool, len(gone))
+		}
+		for _, pid := range gone {
+			hidden[pid] = true
+		}
 		return out, hidden, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
 	}
 	return out, hidden, firstErr

@@ -454,6 +454,11 @@ func TestResolveHiddenPIDs(t *testing.T) {
 	if err := res.Sources[0].Err; err == nil || !strings.Contains(err.Error(), "hostPID") {
 		t.Errorf("procfs error %v, want one that says the host's PIDs are not visible", err)
 	}
+	// The device runs processes whose owners cannot be known: not a
+	// device without owners (found by probing: it read 0, as an idle one).
+	if own := res.Devices[gpuA]; !own.OwnersUnknown || len(own.Claims) != 0 {
+		t.Errorf("owners unknown %v, %d claims; want unknown, none", own.OwnersUnknown, len(own.Claims))
+	}
 }
 
 // fakeBinary writes a shell script standing in for scontrol or squeue.
