@@ -113,9 +113,13 @@ type amdIdentity struct {
 }
 
 type amdRead struct {
-	done     chan struct{}
-	deadline time.Time
-	dev      amd.Device
+	done chan struct{}
+	// started is when the read began: one that has run longer than a
+	// later scrape's whole budget is stuck (a sysfs read blocked in the
+	// driver) to that scrape, whatever the deadline of the scrape that
+	// started it, as for NVIDIA (nvidia.Client).
+	started time.Time
+	dev     amd.Device
 }
 
 // amdWindow is the fdinfo scan that starts the window of per-process
@@ -286,17 +290,18 @@ func (c *amdCollector) awaitScan(ctx context.Context, r *procRead) procScan {
 }
 
 // start returns the card's read in flight, or starts one; nil when the read
-// in flight is stuck past its own deadline.
+// in flight has already run longer than the caller's whole budget.
 func (c *amdCollector) start(card string, deadline time.Time) *amdRead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := time.Now()
 	if r := c.inflight[card]; r != nil {
-		if time.Now().After(r.deadline) {
+		if now.Sub(r.started) > deadline.Sub(now) {
 			return nil
 		}
 		return r
 	}
-	r := &amdRead{done: make(chan struct{}), deadline: deadline}
+	r := &amdRead{done: make(chan struct{}), started: now}
 	c.inflight[card] = r
 	go func() {
 		r.dev = c.reader.ReadDevice(card)

@@ -482,6 +482,35 @@ func TestAMDHungCardIsDownOthersServed(t *testing.T) {
 	}
 }
 
+// TestAMDSlowCardIsWaitedOn: a card read that a scrape with a tiny budget
+// started, and that returns within a later scrape's budget, is waited for
+// by that scrape: the GPU is up, not down at once as "previous query still
+// running" (found by probing: a client sending a 1 ms scrape timeout made
+// the next normal scrape report the GPU down).
+func TestAMDSlowCardIsWaitedOn(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "10\n"})
+	fifo := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent")
+	release := hungFile(t, fifo)
+	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+	read := func(budget time.Duration) *Device {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
+		devs, err := c.readDevices(ctx, true)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("%d devices, %v", len(devs), err)
+		}
+		return devs[0]
+	}
+	if d := read(time.Millisecond); d.Up {
+		t.Fatal("the card answered within 1 ms: the test proves nothing")
+	}
+	time.Sleep(50 * time.Millisecond)
+	time.AfterFunc(200*time.Millisecond, release)
+	if d := read(5 * time.Second); !d.Up {
+		t.Error("a scrape with 5 s left, 50 ms after a 1 ms one started the read: down, want up once the read returns")
+	}
+}
+
 // TestAMDHungCardKeepsOthersProcesses: the processes are read while the
 // cards are. Read after them, the walk of procfs found the deadline spent
 // by a hung card and every GPU came back with a partial process list: the

@@ -58,12 +58,14 @@ type Client struct {
 type deviceRead struct {
 	done chan struct{}
 	devs []Device
-	// started and deadline are when the Read that started it began and
-	// must end. A read past its deadline by more than its whole budget is
-	// stuck in the driver: later Reads report the device down at once
-	// rather than wait for it. One only a little late is a slow device that
-	// a later Read with time left waits for.
-	started, deadline time.Time
+	// started is when the read began. A read that has already run longer
+	// than a later Read's whole budget is stuck in the driver, as far as
+	// that Read can tell: it reports the device down at once rather than
+	// wait out its deadline in vain. One that has run less is a slow
+	// device the Read waits for, whatever the budget of the Read that
+	// started it: a scrape with a timeout of a millisecond must not make a
+	// second Prometheus's 10 s scrape report the GPU down.
+	started time.Time
 	// advance says that a scrape uses this read, so that it is committed
 	// (see pending); set under Client.mu until the read seals it.
 	advance, sealed bool
@@ -186,12 +188,13 @@ func (c *Client) Read(ctx context.Context, advance bool) (Node, error) {
 }
 
 // start returns the device's read in flight, or starts one. A read stuck
-// (see deviceRead.deadline) is returned as nil.
+// (see deviceRead.started) is returned as nil.
 func (c *Client) start(index int, deadline time.Time, advance bool) *deviceRead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := time.Now()
 	if r := c.inflight[index]; r != nil {
-		if now := time.Now(); now.Sub(r.deadline) > r.deadline.Sub(r.started) {
+		if now.Sub(r.started) > deadline.Sub(now) {
 			return nil
 		}
 		if advance && !r.sealed {
@@ -199,7 +202,7 @@ func (c *Client) start(index int, deadline time.Time, advance bool) *deviceRead 
 		}
 		return r
 	}
-	r := &deviceRead{done: make(chan struct{}), started: time.Now(), deadline: deadline, advance: advance}
+	r := &deviceRead{done: make(chan struct{}), started: now, advance: advance}
 	c.inflight[index] = r
 	go c.run(index, r)
 	return r

@@ -53,14 +53,13 @@ devices:
 	}
 }
 
-// A read still running past the deadline of the read that started it by
-// more than that read's whole budget is stuck in the driver: later reads
-// report the device down at once rather than wait on it, and the other
-// devices are read as usual.
+// A read that has already run longer than a later read's whole budget is
+// stuck in the driver: that read reports the device down at once rather
+// than wait on it, and the other devices are read as usual.
 func TestStuckReadIsNotWaitedOn(t *testing.T) {
 	s := mustScenario(t, `
 devices:
-  - {model: X, memory_total: 1GiB, metrics: {power: 100}, faults: {hang: [power], hang_for: 2s}}
+  - {model: X, memory_total: 1GiB, metrics: {power: 100}, faults: {hang: [power], hang_for: 3s}}
   - {model: X, memory_total: 1GiB, metrics: {power: 100}}
 `)
 	c := New(s.NVML(time.Now(), time.Now))
@@ -70,22 +69,23 @@ devices:
 	if n.Devices[0].Up || n.Devices[0].Down != "timeout" || !n.Devices[1].Up {
 		t.Fatalf("first read: %+v", n.Devices)
 	}
-	// Past the first read's deadline by more than its 100 ms budget.
-	time.Sleep(150 * time.Millisecond)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	// GPU 0's read has run over 1.2 s, more than the next read's 1 s.
+	time.Sleep(1100 * time.Millisecond)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	start := time.Now()
 	n, _ = c.Read(ctx2, true)
-	if n.Devices[0].Down != "previous query still running" || !n.Devices[1].Up || time.Since(start) > time.Second {
+	if n.Devices[0].Down != "previous query still running" || !n.Devices[1].Up || time.Since(start) > 500*time.Millisecond {
 		t.Errorf("second read after %v: %+v", time.Since(start), n.Devices)
 	}
 }
 
-// TestSlowReadIsWaitedOn: a read only a little past the deadline of the
-// read that started it is a slow device, not a stuck one: a read with time
-// left waits for it and reports the device up, as a second Prometheus
-// server with a longer scrape timeout would (found by probing, where it
-// was reported down at once).
+// TestSlowReadIsWaitedOn: a read that has run less than a later read's
+// budget is a slow device, not a stuck one, however short the budget of
+// the read that started it: the later read waits for it and reports the
+// device up, as a second Prometheus server with a longer scrape timeout
+// would (found by probing: a scrape with a 1 s timeout, or any client
+// sending a 1 ms one, made the next 10 s scrape report the GPU down).
 func TestSlowReadIsWaitedOn(t *testing.T) {
 	// 30 ms per call: a full read of GPU 0 takes over a second.
 	s := mustScenario(t, `
@@ -93,20 +93,30 @@ devices:
   - {model: X, memory_total: 1GiB, metrics: {power: 100, temperature: 40}, call_latency: 30ms}
   - {model: X, memory_total: 1GiB, metrics: {power: 100}}
 `)
-	c := New(s.NVML(time.Now(), time.Now))
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	n, _ := c.Read(ctx, true)
-	if n.Devices[0].Up {
-		t.Fatalf("GPU 0 answered within 300 ms: the test proves nothing")
-	}
-	// 20 ms past the first read's deadline, less than its 300 ms budget.
-	time.Sleep(20 * time.Millisecond)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel2()
-	n, _ = c.Read(ctx2, true)
-	if !n.Devices[0].Up || !n.Devices[1].Up {
-		t.Errorf("second read: GPU 0 %q, GPU 1 %q; want both up", n.Devices[0].Down, n.Devices[1].Down)
+	for _, tc := range []struct {
+		name          string
+		budget, pause time.Duration
+	}{
+		{"a little past the first deadline", 300 * time.Millisecond, 20 * time.Millisecond},
+		{"past the first deadline by more than its budget", 100 * time.Millisecond, 400 * time.Millisecond},
+		{"started by a 1 ms budget", time.Millisecond, 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(s.NVML(time.Now(), time.Now))
+			ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
+			defer cancel()
+			n, _ := c.Read(ctx, true)
+			if n.Devices[0].Up {
+				t.Fatalf("GPU 0 answered within %v: the test proves nothing", tc.budget)
+			}
+			time.Sleep(tc.pause)
+			ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel2()
+			n, _ = c.Read(ctx2, true)
+			if !n.Devices[0].Up || !n.Devices[1].Up {
+				t.Errorf("second read: GPU 0 %q, GPU 1 %q; want both up", n.Devices[0].Down, n.Devices[1].Down)
+			}
+		})
 	}
 }
 
