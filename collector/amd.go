@@ -865,11 +865,24 @@ func (c *amdCollector) logScan(errs []amd.ScanError) {
 	switch {
 	case !changed:
 	case state != "":
-		c.logger.Warn("AMD process scan cannot read every process; per-owner memory and utilization are left out until it can (other processes' fdinfo needs CAP_SYS_PTRACE: chart amd.ptrace)",
-			"unreadable", len(errs), "reason", state, "first", errs[0].Error())
+		c.logger.Warn("AMD process scan cannot read every process; per-owner memory and utilization are left out until it can",
+			"unreadable", len(errs), "reason", state, "first", errs[0].Error(), "hint", scanHint(errs[0]))
 	default:
 		c.logger.Info("AMD process scan reads every process again")
 	}
+}
+
+// scanHint says what commonly causes a scan error: procfs that cannot be
+// listed at all is not the host's, or not mounted where --path.procfs
+// says; a process's files that cannot be read need a capability.
+func scanHint(e amd.ScanError) string {
+	switch {
+	case strings.HasPrefix(e.File, "/"):
+		return "procfs itself cannot be listed: --path.procfs must be the host's /proc (hostPID in Kubernetes)"
+	case errors.Is(e.Err, fs.ErrPermission):
+		return "other processes' fd and fdinfo need CAP_SYS_PTRACE (chart: amd.ptrace)"
+	}
+	return "see README, AMD Instinct: least privilege"
 }
 
 func vram(cl amd.Client) (uint64, bool) {

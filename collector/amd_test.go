@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
@@ -338,6 +339,29 @@ func TestAMDModelWithoutProductName(t *testing.T) {
 				t.Errorf("model %q", got)
 			}
 		})
+	}
+}
+
+// TestAMDScanHint: the warning names the likely cause: a procfs that
+// cannot be listed is not the host's (it blamed a missing capability, found
+// by probing with --path.procfs=/nonexistent); a process's files refused
+// need CAP_SYS_PTRACE.
+func TestAMDScanHint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  amd.ScanError
+		want string
+	}{
+		{"procfs missing", amd.ScanError{File: "/nonexistent", Err: &fs.PathError{Op: "open", Path: "/nonexistent", Err: syscall.ENOENT}}, "--path.procfs must be the host's /proc"},
+		{"fd refused", amd.ScanError{PID: 300, File: "fd", Err: &fs.PathError{Op: "open", Path: "/proc/300/fd", Err: syscall.EACCES}}, "CAP_SYS_PTRACE"},
+		{"fdinfo refused", amd.ScanError{PID: 300, File: "fdinfo/7", Err: syscall.EPERM}, "CAP_SYS_PTRACE"},
+	} {
+		if got := scanHint(tc.err); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: hint %q, want one saying %q", tc.name, got, tc.want)
+		}
+	}
+	if got := scanHint(amd.ScanError{File: "/proc", Err: syscall.ENOENT}); strings.Contains(got, "CAP_SYS_PTRACE") {
+		t.Errorf("a procfs that cannot be listed blamed on a capability: %q", got)
 	}
 }
 
