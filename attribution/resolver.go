@@ -131,7 +131,6 @@ type slurmProc struct {
 	askedSlurmd time.Time
 }
 
-// job is the process's Slurm job, "" for none known.
 // procRead is what was read of a process, once in its life.
 type procRead struct {
 	process.Info
@@ -144,6 +143,7 @@ type procRead struct {
 	watched bool
 }
 
+// job is the process's Slurm job, "" for none known.
 func (p procInfo) job() string {
 	if p.slurm == nil {
 		return ""
