@@ -21,6 +21,8 @@ type devicesHandler struct {
 	demo     bool
 	timeout  time.Duration
 	logger   *slog.Logger
+	// metricsPath is --web.telemetry-path, which the page links.
+	metricsPath string
 }
 
 type devicesPage struct {
@@ -29,6 +31,8 @@ type devicesPage struct {
 	Demo    bool         `json:"demo"`
 	Devices []deviceView `json:"devices"`
 	Sources []sourceView `json:"attribution_sources"`
+	// MetricsPath is for the HTML page's link only.
+	MetricsPath string `json:"-"`
 }
 
 type deviceView struct {
@@ -95,7 +99,7 @@ func (h *devicesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *devicesHandler) view(snap *collector.Snapshot) devicesPage {
-	page := devicesPage{Node: h.node, Time: snap.Time.UTC(), Demo: h.demo, Devices: []deviceView{}, Sources: []sourceView{}}
+	page := devicesPage{Node: h.node, Time: snap.Time.UTC(), Demo: h.demo, Devices: []deviceView{}, Sources: []sourceView{}, MetricsPath: h.metricsPath}
 	for _, s := range snap.Attribution {
 		sv := sourceView{Name: s.Name, Up: s.Err == nil}
 		if s.Err != nil {
@@ -166,7 +170,7 @@ code{font-size:11px;word-break:break-all}
 </style></head><body>
 <h1>Devices on {{.Node}}</h1>
 {{if .Demo}}<p class="demo">DEMO MODE: a simulated node, not real hardware.</p>{{end}}
-<p>Snapshot taken {{.Time.Format "2006-01-02 15:04:05 MST"}}. <a href="?format=json">JSON</a> · <a href="/metrics">metrics</a></p>
+<p>Snapshot taken {{.Time.Format "2006-01-02 15:04:05 MST"}}. <a href="?format=json">JSON</a> · <a href="{{.MetricsPath}}">metrics</a></p>
 <table>
 <thead><tr><th>GPU</th><th>Model</th><th>UUID</th><th>State</th><th>Utilization</th><th>Memory</th><th>Owners (allocated share · utilization · memory)</th></tr></thead>
 <tbody>

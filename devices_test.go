@@ -60,3 +60,18 @@ func TestDevicesOwnersUnknown(t *testing.T) {
 		t.Errorf("%d devices with owners unknown on the page, want 1:\n%s", n, buf.String())
 	}
 }
+
+// The page links the metrics where --web.telemetry-path serves them, as the
+// landing page does: /metrics answers 404 under another path.
+func TestDevicesPageLinksTelemetryPath(t *testing.T) {
+	for _, path := range []string{"/metrics", "/custom/metrics"} {
+		h := &devicesHandler{metricsPath: path}
+		var buf bytes.Buffer
+		if err := devicesTemplate.Execute(&buf, h.view(&collector.Snapshot{})); err != nil {
+			t.Fatal(err)
+		}
+		if want := `href="` + path + `"`; !strings.Contains(buf.String(), want) {
+			t.Errorf("--web.telemetry-path=%s: page lacks %s:\n%s", path, want, buf.String())
+		}
+	}
+}

@@ -188,7 +188,7 @@ func run() int {
 		logger:         logger,
 		stopping:       stopping,
 	}))
-	mux.Handle("/devices", &devicesHandler{exporter: exporter, node: nodeName, demo: *demoMode, timeout: *scrapeTimeout, logger: logger})
+	mux.Handle("/devices", &devicesHandler{exporter: exporter, node: nodeName, demo: *demoMode, timeout: *scrapeTimeout, logger: logger, metricsPath: *metricsPath})
 	if *metricsPath != "/" {
 		landing, err := landingPage(*metricsPath, *demoMode, *enablePprof)
 		if err != nil {
