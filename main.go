@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +31,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/internal/procself"
 	"github.com/xpu-exporter/xpu_exporter/otlp"
 	"github.com/xpu-exporter/xpu_exporter/vendors/gaudi"
+	"github.com/xpu-exporter/xpu_exporter/vendors/nvidia"
 )
 
 const program = "xpu_exporter"
@@ -63,7 +63,7 @@ func run() int {
 		timeoutOffset = kingpin.Flag("scrape.timeout-offset",
 			"Time kept back from Prometheus' scrape timeout to write the response; devices that have not answered by then are reported down.").Default("500ms").Duration()
 		nvmlLibrary = kingpin.Flag("nvidia.nvml-library",
-			"Path of libnvidia-ml.so; empty finds the driver's library the usual way.").Default("").String()
+			"Path of libnvidia-ml.so; empty finds the driver's library the usual way. A path given that cannot be loaded fails the nvidia collector (xpu_scrape_collector_success 0, an error naming it) until it can, unlike a node without the library.").Default("").String()
 		hlsmiPath = kingpin.Flag("gaudi.hl-smi-path",
 			"hl-smi binary, run once per scrape for every Gaudi device (never through a shell).").Default(gaudi.DefaultPath).String()
 		hlsmiFields = kingpin.Flag("gaudi.query-fields",
@@ -142,7 +142,7 @@ func run() int {
 			return 1
 		}
 	} else if *nvmlLibrary != "" {
-		cfg.NVML = nvml.New(nvml.WithLibraryPath(*nvmlLibrary))
+		cfg.NVML = nvidia.Library(*nvmlLibrary)
 	}
 	resolver, podMetadata, closeAttribution, err := attrFlags.resolver(logger)
 	defer closeAttribution()

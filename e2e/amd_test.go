@@ -80,7 +80,7 @@ func TestAMDDemoEndToEnd(t *testing.T) {
 // as on a node with --path.sysfs=/host/sys.
 func TestAMDRecordedTree(t *testing.T) {
 	e := start(t, "--path.sysfs=../fixtures/amd/sys", "--path.procfs=../fixtures/amd/proc",
-		"--nvidia.nvml-library=/nonexistent/libnvidia-ml.so.1", "--no-attribution.kubernetes", "--no-attribution.slurm")
+		"--no-collector.nvidia", "--no-attribution.kubernetes", "--no-attribution.slurm")
 	code, out := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)

@@ -302,20 +302,40 @@ func TestScrapeTimeoutHeaderBoundsAHungGPU(t *testing.T) {
 	}
 }
 
+// A node without NVIDIA's library (an AMD or Gaudi node) is not a failing
+// collector: it serves no NVIDIA device and says so once. A library named
+// by --nvidia.nvml-library that cannot be loaded is a failure, logged once
+// as an error naming the path: a typo there must not look like a node
+// without NVIDIA GPUs.
 func TestNoDriverStillServesSelfMetrics(t *testing.T) {
-	e := start(t, "--nvidia.nvml-library=/nonexistent/libnvidia-ml.so.1")
-	code, body := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("status %d", code)
-	}
-	// A node without NVIDIA's library (an AMD or Gaudi node) is not a
-	// failing collector: it serves no NVIDIA device.
-	if !strings.Contains(body, `xpu_scrape_collector_success{collector="nvidia"} 1`) || !strings.Contains(body, "xpu_exporter_build_info{") {
-		t.Errorf("want self-metrics with the nvidia collector serving nothing:\n%s", body)
-	}
-	get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
-	if n := strings.Count(e.Logs(), "no driver"); n != 1 {
-		t.Errorf("the missing driver is logged %d times over two scrapes, want once:\n%s", n, e.Logs())
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		success string
+		log     string
+	}{
+		{"no library", []string{"--demo", "--demo.scenario=../fixtures/scenarios/no-driver.yaml"}, "1", `level=INFO source=nvidia.go:.* msg="NVIDIA collector has no driver to talk to`},
+		{"named library missing", []string{"--nvidia.nvml-library=/nonexistent/libnvidia-ml.so.1", "--no-collector.amd", "--no-collector.gaudi"}, "0",
+			`level=ERROR source=nvidia.go:.* msg="NVIDIA collector failed" err=".*/nonexistent/libnvidia-ml.so.1: no such file or directory"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, tc.args...)
+			for range 2 {
+				code, body := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+				if code != http.StatusOK {
+					t.Fatalf("status %d", code)
+				}
+				if !strings.Contains(body, `xpu_scrape_collector_success{collector="nvidia"} `+tc.success+"\n") || !strings.Contains(body, "xpu_exporter_build_info{") {
+					t.Errorf("want self-metrics with the nvidia collector's success %s:\n%s", tc.success, body)
+				}
+				if strings.Contains(body, `xpu_device_up{`) {
+					t.Errorf("devices served without a library:\n%s", body)
+				}
+			}
+			if n := len(regexp.MustCompile(tc.log).FindAllString(e.Logs(), -1)); n != 1 {
+				t.Errorf("%d lines matching %s over two scrapes, want 1:\n%s", n, tc.log, e.Logs())
+			}
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -77,6 +78,29 @@ func New(lib nvml.Interface) *Client {
 	return &Client{lib: lib, inflight: map[int]*deviceRead{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, gpm: map[int]*gpmDevice{}}
 }
 
+// Library is NVML loaded from path, a file the operator named. That it
+// cannot be loaded is not a node without NVIDIA's driver (ErrNoDriver, a
+// collector that succeeds): Init returns an error naming the path, so that a
+// typo does not hide every GPU of the node. Init still tries again at each
+// call, for a library that appears later (a driver container installing it).
+func Library(path string) nvml.Interface {
+	return namedLibrary{Interface: nvml.New(nvml.WithLibraryPath(path)), path: path}
+}
+
+type namedLibrary struct {
+	nvml.Interface
+	path string
+}
+
+// loadError says why the library did not load, as far as can be told:
+// go-nvml keeps only that it did not.
+func (l namedLibrary) loadError() error {
+	if _, err := os.Stat(l.path); err != nil {
+		return fmt.Errorf("load NVML library: %w", err)
+	}
+	return fmt.Errorf("load NVML library %s: not a shared library this process can load (another architecture, or a library it needs is missing)", l.path)
+}
+
 // Init loads and initialises NVML. The exporter calls it at every scrape until
 // it succeeds, so that a driver installed after the exporter started (as the
 // GPU operator does) is picked up without a restart.
@@ -89,6 +113,9 @@ func (c *Client) Init() error {
 	switch ret := c.lib.Init(); ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
+		if l, ok := c.lib.(namedLibrary); ok {
+			return l.loadError()
+		}
 		return ErrNoDriver
 	default:
 		return fmt.Errorf("initialise NVML: %s", ret.Error())

@@ -3,9 +3,13 @@ package nvidia
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,6 +138,33 @@ func TestInitRetriesUntilDriverAppears(t *testing.T) {
 	}
 	if err := c.Init(); err != nil || calls != 2 {
 		t.Fatalf("Init once initialised = %v after %d NVML calls, want nil after 2", err, calls)
+	}
+}
+
+// A library the operator named that cannot be loaded is an error naming
+// it, not ErrNoDriver: a typo in --nvidia.nvml-library must not pass for
+// a node without NVIDIA GPUs. Each Init tries again, for a library that
+// appears later.
+func TestNamedLibraryThatDoesNotLoad(t *testing.T) {
+	notELF := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	if err := os.WriteFile(notELF, []byte("not a shared library"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"missing", "/nonexistent/libnvidia-ml.so.1", "stat /nonexistent/libnvidia-ml.so.1: no such file or directory"},
+		{"not a library", notELF, notELF + ": not a shared library"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(Library(tc.path))
+			for range 2 {
+				err := c.Init()
+				if err == nil || errors.Is(err, ErrNoDriver) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Init = %v, want an error with %q", err, tc.want)
+				}
+			}
+		})
 	}
 }
 
