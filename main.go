@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -89,6 +91,10 @@ func run() int {
 		runtime.MemProfileRate = 0
 	}
 	logger := promslog.New(logConfig)
+	// What writes through the log package goes to the same handler: the
+	// demo's engine endpoints are HTTP servers without an error log of
+	// their own, and a line of theirs must not break --log.format either.
+	slog.SetDefault(logger)
 	if problems := checkServeFlags(*metricsPath, *maxRequests, *scrapeTimeout, *maxTimeout, *timeoutOffset); len(problems) > 0 {
 		for _, p := range problems {
 			logger.Error("bad flag", "err", p)
@@ -205,7 +211,7 @@ func run() int {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	srv := newServer(mux, *maxTimeout)
+	srv := newServer(mux, *maxTimeout, logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	exporter.Start(ctx)
@@ -315,8 +321,9 @@ func shutdown(srv *http.Server, stopScrapes context.CancelFunc, grace, drain tim
 // newServer bounds every connection: a client that sends its headers slowly,
 // never reads its response or idles on a keep-alive connection is cut off
 // after a time that follows from the longest scrape allowed, so it cannot
-// hold a request slot or a connection for ever.
-func newServer(h http.Handler, maxScrape time.Duration) *http.Server {
+// hold a request slot or a connection for ever. net/http's own error lines
+// go to logger (httpErrors).
+func newServer(h http.Handler, maxScrape time.Duration, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -324,7 +331,27 @@ func newServer(h http.Handler, maxScrape time.Duration) *http.Server {
 		WriteTimeout:      maxScrape + 5*time.Second,
 		IdleTimeout:       2 * maxScrape,
 		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          log.New(httpErrors{logger}, "", 0),
 	}
+}
+
+// httpErrors writes net/http's error lines to the exporter's logger, which
+// would otherwise print them as plain text to stderr, whatever --log.format
+// and --log.level say. A failed TLS handshake is logged at debug level: it
+// is a client's doing (a port scanner, a load-balancer probe, a scrape job
+// still on http://, which sees its own error), one line per connection.
+// The other lines are the server's failures (a handler's panic, accept
+// failing), logged as errors.
+type httpErrors struct{ logger *slog.Logger }
+
+func (w httpErrors) Write(p []byte) (int, error) {
+	msg := strings.TrimSuffix(string(p), "\n")
+	level := slog.LevelError
+	if strings.HasPrefix(msg, "http: TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	w.logger.Log(context.Background(), level, msg)
+	return len(p), nil
 }
 
 // addOTLPFlags declares the OTLP bridge's flags. Each one left unset falls

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +116,42 @@ func TestPprofHeapProfileWhenEnabled(t *testing.T) {
 	code, body := get(t, http.DefaultClient, "http://"+e.addr+"/debug/pprof/heap?debug=1")
 	if code != http.StatusOK || !strings.Contains(body, "collector.(*Exporter).") {
 		t.Errorf("heap profile: status %d, no allocation under collector.(*Exporter):\n%.2000s", code, body)
+	}
+}
+
+// net/http's own error lines go through the exporter's logger: with
+// --log.format=json the stream stays JSON when a client speaks plain HTTP
+// to the TLS port, and the handshake error that causes is at debug level,
+// so a port scanner does not fill the log at the default level.
+func TestHTTPServerErrorsKeepTheLogFormat(t *testing.T) {
+	dir := t.TempDir()
+	certPEM, keyPEM := selfSigned(t)
+	os.WriteFile(filepath.Join(dir, "cert.pem"), certPEM, 0o600)
+	os.WriteFile(filepath.Join(dir, "key.pem"), keyPEM, 0o600)
+	config := fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\n", filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"))
+	os.WriteFile(filepath.Join(dir, "web.yml"), []byte(config), 0o600)
+
+	e := start(t, "--demo", "--web.config.file="+filepath.Join(dir, "web.yml"), "--log.format=json", "--log.level=debug")
+	if resp, err := http.Get("http://" + e.addr + "/metrics"); err == nil {
+		resp.Body.Close()
+	}
+	// The server answers 400 before it logs the handshake error.
+	var handshake map[string]any
+	for deadline := time.Now().Add(10 * time.Second); handshake == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no TLS handshake error logged:\n%s", e.Logs())
+		}
+		for _, line := range strings.Split(strings.TrimSpace(e.Logs()), "\n") {
+			var record map[string]any
+			if err := json.Unmarshal([]byte(line), &record); err != nil {
+				t.Fatalf("not a JSON log line: %s", line)
+			}
+			if msg, _ := record["msg"].(string); strings.Contains(msg, "TLS handshake error") {
+				handshake = record
+			}
+		}
+	}
+	if handshake["level"] != "DEBUG" {
+		t.Errorf("TLS handshake error logged at %v, want DEBUG: %v", handshake["level"], handshake)
 	}
 }
