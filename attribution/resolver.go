@@ -817,7 +817,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 			// Well formed, but no device of this node: a GPU that is gone
 			// or was never identified, a collector turned off.
 			res.UnknownDeviceIDs++
-			r.logOnceMsg(fmt.Errorf("%s %q (pod %s/%s)", a.Resource, a.DeviceID, a.Namespace, a.Pod), "device plugin ID names no device of this node; its container is not attributed")
+			r.logOnceMsg(fmt.Errorf("%s %q (pod %s/%s)", a.Resource, a.DeviceID, a.Namespace, a.Pod), "device plugin ID names no device of this node; that ID is not attributed (the container's other devices are)")
 			continue
 		}
 		share, _ := a.Share()

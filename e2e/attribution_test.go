@@ -350,3 +350,34 @@ func TestAttributionSlurmEdges(t *testing.T) {
 	value(t, out, "xpu_temperature_celsius", `gpu="1"`, `unit="user-1000.slice"`, `user="bob"`)
 	value(t, out, "xpu_temperature_celsius", `gpu="5"`, `slurm_job_id="125"`)
 }
+
+// A container holding a device-plugin ID that names no device of the node,
+// beside one that does: the unknown ID is counted, the container still owns
+// the GPU it does name, and the log says that only the ID is left out (an
+// operator reading "its container is not attributed" would look for no
+// series of the pod).
+func TestAttributionUnknownDeviceID(t *testing.T) {
+	scenario := filepath.Join(t.TempDir(), "unknown-id.yaml")
+	os.WriteFile(scenario, []byte(`node: k
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {memory_used: 10GiB}}
+devices:
+  - uuid: GPU-00000000-0000-4000-8000-0000000000f1
+kubernetes:
+  pods:
+    - {namespace: ml, name: c, uid: 00000000-0000-4000-8000-0000000000a2, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [GPU-00000000-0000-4000-8000-0000000000ff, GPU-00000000-0000-4000-8000-0000000000f1]}]}]}
+  allocatable:
+    - {resource: nvidia.com/gpu, ids: [GPU-00000000-0000-4000-8000-0000000000f1]}
+`), 0o644)
+	e := start(t, "--demo", "--demo.scenario="+scenario)
+	out := scrapeXPU(t, e)
+	if v := value(t, out, "xpu_attribution_unknown_device_ids"); v != 1 {
+		t.Errorf("unknown device IDs = %v, want 1", v)
+	}
+	if v := value(t, out, "xpu_workload_allocated_devices", `gpu="0"`, `pod="c"`, `container="main"`); v != 1 {
+		t.Errorf("the container holds %v of the GPU it names, want 1", v)
+	}
+	line := regexp.MustCompile(`msg="device plugin ID names no device of this node[^"]*" err=".*0000000000ff`).FindString(e.Logs())
+	if line == "" || !strings.Contains(line, "the container's other devices are") {
+		t.Errorf("the unknown ID is not logged as the one thing left out: %q\n%s", line, e.Logs())
+	}
+}
