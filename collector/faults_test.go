@@ -511,6 +511,56 @@ devices:
 	}
 }
 
+// A GPU lost for good (lost_after) while a read with a longer deadline
+// (/devices, the warm-up at start) waits for a hung GPU beside it: that
+// read took the lost GPU's answer before it was lost and hands it in after
+// a scrape found it lost. One line when it goes, and no "back": an answer
+// older than the one logged is not a change (found by probing: down, back,
+// down again for a GPU that never answered again).
+func TestNvidiaLateReadDoesNotLogLostGPUBack(t *testing.T) {
+	s, err := demo.Parse([]byte(`
+defaults: {model: X, memory_total: 1GiB, metrics: {temperature: 50}}
+devices:
+  - faults: {hang: [temperature], hang_for: 3s}
+  - faults: {lost_after: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now atomic.Pointer[time.Time]
+	now.Store(&testStart)
+	clock := func() time.Time { return *now.Load() }
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{NVML: s.NVML(testStart, clock), Now: clock, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
+
+	slow := make(chan *Snapshot)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		slow <- e.Snapshot(ctx) // reads GPU 1 at once, then waits for GPU 0
+	}()
+	time.Sleep(100 * time.Millisecond)
+	lost := testStart.Add(2 * time.Minute)
+	now.Store(&lost)
+	for i := range 2 {
+		if i == 1 {
+			if snap := <-slow; snap == nil || len(snap.Devices) != 2 || !snap.Devices[1].Up {
+				t.Fatalf("the slow read did not take GPU 1's answer from before it was lost: the test proves nothing")
+			}
+		}
+		out := scrapeText(t, e, 500*time.Millisecond)
+		if v := sample(t, out, "xpu_device_up", `gpu="1"`); v != 0 {
+			t.Errorf("scrape %d: GPU 1 up = %v after it was lost", i, v)
+		}
+	}
+	if n := strings.Count(logs.String(), `"NVIDIA device down" gpu=1 `); n != 1 {
+		t.Errorf("%d down lines for GPU 1, want 1:\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), `"NVIDIA device is back" gpu=1 `) {
+		t.Errorf("GPU 1 logged back, though it never answered again:\n%s", logs.String())
+	}
+}
+
 // hangingLib is a simulated NVML whose GPU 0 hangs 900 ms in
 // nvmlDeviceGetPowerUsage while hung is set.
 type hangingLib struct {

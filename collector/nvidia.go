@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
@@ -90,6 +91,10 @@ type nvidiaCollector struct {
 	// dcgmPCIe: the dcgm collector is on and emits the PCIe throughput of
 	// devices without GPM (see dcgmCollector).
 	dcgmPCIe bool
+	// reads numbers the reads in the order they start, and logged (under
+	// mu) is the read each device's logged state comes from (logState).
+	reads  atomic.Uint64
+	logged map[string]uint64
 }
 
 // peers learns which other collectors are on: with the dcgm collector, the
@@ -105,7 +110,7 @@ func newNvidiaCollector(cfg Config) (Collector, error) {
 	}
 	return &nvidiaCollector{
 		client: nvidia.New(lib), logger: cfg.Logger, events: newEventRecorder(cfg.Logger, cfg.Now),
-		callErrors: map[[2]string]float64{}, down: map[string]string{}, partial: map[string]bool{},
+		callErrors: map[[2]string]float64{}, down: map[string]string{}, partial: map[string]bool{}, logged: map[string]uint64{},
 	}, nil
 }
 
@@ -118,6 +123,7 @@ func (c *nvidiaCollector) background(ctx context.Context, snapshot func(context.
 }
 
 func (c *nvidiaCollector) readDevices(ctx context.Context, advance bool) ([]*Device, error) {
+	read := c.reads.Add(1)
 	node, err := c.client.Read(ctx, advance)
 	c.logChange(err)
 	if errors.Is(err, nvidia.ErrNoDriver) {
@@ -138,16 +144,17 @@ func (c *nvidiaCollector) readDevices(ctx context.Context, advance bool) ([]*Dev
 	for i := range node.Devices {
 		c.countErrors(node.Devices[i].Errors)
 	}
-	return c.devices(node.Devices), nil
+	return c.devices(node.Devices, read), nil
 }
 
 // unanswered is every GPU known so far, down: a scrape whose deadline passed
 // before the read answered at all still says which GPUs it could not read.
 func (c *nvidiaCollector) unanswered() []*Device {
-	return c.devices(c.client.Known("no answer before the scrape deadline"))
+	return c.devices(c.client.Known("no answer before the scrape deadline"), c.reads.Add(1))
 }
 
-func (c *nvidiaCollector) devices(nds []nvidia.Device) []*Device {
+// devices converts the devices that read (its number) returned.
+func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 	devs := make([]*Device, 0, len(nds))
 	for i := range nds {
 		nd := &nds[i]
@@ -193,8 +200,7 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device) []*Device {
 			p := &nd.Exited[i]
 			d.Exited = append(d.Exited, Process{PID: p.PID, Utilization: &p.SMUtilization.Value})
 		}
-		c.logDown(d, nd.Down)
-		c.logPartial(d)
+		c.logState(d, nd.Down, read)
 		devs = append(devs, d)
 	}
 	return devs
@@ -232,16 +238,32 @@ func deviceLogKey(d *Device) string {
 	return d.Index
 }
 
-func (c *nvidiaCollector) logDown(d *Device, why string) {
+// logState logs the changes of the device's state that read found, unless
+// a read that started after it has been logged: reads overlap, and one
+// with a long deadline (/devices, the warm-up at start) waiting for a hung
+// GPU hands in its other GPUs' answers after later scrapes logged newer
+// ones. An older answer is not a change: it would log a GPU lost since as
+// back.
+func (c *nvidiaCollector) logState(d *Device, why string, read uint64) {
 	key := deviceLogKey(d)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if read < c.logged[key] {
+		return
+	}
+	c.logged[key] = read
+	c.logDown(key, d, why)
+	c.logPartial(key, d)
+}
+
+// logDown logs the device going down or coming back; c.mu is held.
+func (c *nvidiaCollector) logDown(key string, d *Device, why string) {
 	state := why
 	if why == "previous query still running" {
 		// The read that timed out is still hung: one state, not a new
 		// one at every other scrape.
 		state = "timeout"
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.down[key] == state {
 		return
 	}
@@ -256,11 +278,8 @@ func (c *nvidiaCollector) logDown(d *Device, why string) {
 
 // logPartial logs a device whose process list NVML would not give whole
 // when that starts and when it ends: its owners' memory and utilization are
-// left out meanwhile (Device.Usage), and this says why.
-func (c *nvidiaCollector) logPartial(d *Device) {
-	key := deviceLogKey(d)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// left out meanwhile (Device.Usage), and this says why. c.mu is held.
+func (c *nvidiaCollector) logPartial(key string, d *Device) {
 	switch {
 	case d.ProcessesPartial && !c.partial[key]:
 		c.partial[key] = true
