@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -214,7 +216,17 @@ func run() int {
 	srv := newServer(mux, *maxTimeout, logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	exporter.Start(ctx)
+	// The collectors start (the warm-up read, event listening) once the
+	// server serves: after every check that can fail the start (a bad flag,
+	// the port taken, the web configuration, the systemd socket), which the
+	// toolkit makes only as it starts serving. Started earlier, a failed
+	// start cut the warm-up read, and that read's GPUs and attribution
+	// sources were logged as down and failing beside the real error.
+	var startOnce sync.Once
+	srv.BaseContext = func(net.Listener) context.Context {
+		startOnce.Do(func() { exporter.Start(ctx) })
+		return context.Background()
+	}
 	stopPush := func() {}
 	otlpCfg, err := otlp.Resolve(*otlpFlags, os.Getenv)
 	var ignored *otlp.IgnoredEndpoint

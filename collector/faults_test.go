@@ -561,6 +561,47 @@ devices:
 	}
 }
 
+// A read cut because the exporter stops (SIGTERM, or a start that fails
+// after the collectors started) did not find its GPUs down: they are not
+// logged down, while a read that misses its deadline is.
+func TestNvidiaReadCutByShutdownLogsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		stop      bool
+		downLines int
+	}{
+		{"deadline", false, 1},
+		{"shutdown", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := demo.Parse([]byte(`
+defaults: {model: X, memory_total: 1GiB, metrics: {power: 100}}
+devices:
+  - faults: {hang: [power], hang_for: 2s}
+  - {}
+`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs syncbuf.Buffer
+			e := newExporterOf(t, Config{NVML: s.NVML(time.Now(), time.Now), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
+			ctx, stop := context.WithCancel(context.Background())
+			t.Cleanup(stop)
+			e.Start(ctx) // its warm-up read waits for GPU 0
+			time.Sleep(100 * time.Millisecond)
+			if tc.stop {
+				stop()
+				time.Sleep(300 * time.Millisecond) // for the cut read to answer
+			} else {
+				scrapeText(t, e, 300*time.Millisecond)
+			}
+			if n := strings.Count(logs.String(), "NVIDIA device down"); n != tc.downLines {
+				t.Errorf("%d down lines, want %d:\n%s", n, tc.downLines, logs.String())
+			}
+		})
+	}
+}
+
 // hangingLib is a simulated NVML whose GPU 0 hangs 900 ms in
 // nvmlDeviceGetPowerUsage while hung is set.
 type hangingLib struct {

@@ -95,6 +95,9 @@ type nvidiaCollector struct {
 	// mu) is the read each device's logged state comes from (logState).
 	reads  atomic.Uint64
 	logged map[string]uint64
+	// life is the exporter's run (background's context), nil before it
+	// starts; under mu.
+	life context.Context
 }
 
 // peers learns which other collectors are on: with the dcgm collector, the
@@ -119,7 +122,18 @@ func (c *nvidiaCollector) Close() { c.client.Shutdown() }
 // background listens for driver events (Xid errors): they happen between
 // scrapes and would be lost otherwise.
 func (c *nvidiaCollector) background(ctx context.Context, snapshot func(context.Context) *Snapshot) {
+	c.mu.Lock()
+	c.life = ctx
+	c.mu.Unlock()
 	c.events.listen(ctx, c.client, snapshot)
+}
+
+// stopping says that the exporter is stopping: reads under way are cut,
+// the warm-up's at once and scrapes' after their grace.
+func (c *nvidiaCollector) stopping() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.life != nil && c.life.Err() != nil
 }
 
 func (c *nvidiaCollector) readDevices(ctx context.Context, advance bool) ([]*Device, error) {
@@ -150,11 +164,19 @@ func (c *nvidiaCollector) readDevices(ctx context.Context, advance bool) ([]*Dev
 // unanswered is every GPU known so far, down: a scrape whose deadline passed
 // before the read answered at all still says which GPUs it could not read.
 func (c *nvidiaCollector) unanswered() []*Device {
-	return c.devices(c.client.Known("no answer before the scrape deadline"), c.reads.Add(1))
+	return c.devices(c.client.Known(noAnswer), c.reads.Add(1))
 }
+
+// noAnswer is why a GPU is down in a snapshot that stopped waiting before
+// the read answered at all.
+const noAnswer = "no answer before the scrape deadline"
 
 // devices converts the devices that read (its number) returned.
 func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
+	// A read the exporter's own stop cut short says nothing of the GPUs
+	// it did not reach: they are not logged down, which a log alert on
+	// "NVIDIA device down" would take for a GPU lost at every restart.
+	stopping := c.stopping()
 	devs := make([]*Device, 0, len(nds))
 	for i := range nds {
 		nd := &nds[i]
@@ -200,7 +222,9 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 			p := &nd.Exited[i]
 			d.Exited = append(d.Exited, Process{PID: p.PID, Utilization: &p.SMUtilization.Value})
 		}
-		c.logState(d, nd.Down, read)
+		if !stopping || !timedOut(nd.Down) {
+			c.logState(d, nd.Down, read)
+		}
 		devs = append(devs, d)
 	}
 	return devs
@@ -236,6 +260,12 @@ func deviceLogKey(d *Device) string {
 		return d.Index + "/mig" + strconv.Itoa(d.MIG.Index)
 	}
 	return d.Index
+}
+
+// timedOut says that a GPU is down because its read did not answer in
+// time (vendors/nvidia's await, Known), not because the driver said so.
+func timedOut(why string) bool {
+	return why == "timeout" || why == "previous query still running" || why == noAnswer
 }
 
 // logState logs the changes of the device's state that read found, unless

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -440,4 +441,46 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// A start that fails (the port taken, a bad web configuration, no systemd
+// socket to take, a bad flag found late) exits with that error and nothing
+// else: no GPU was found down and no attribution source failing, and a line
+// saying so per GPU, which log alerts match, would bury the one error.
+func TestFailedStartLogsOnlyItsError(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		err  string
+	}{
+		{"port taken", []string{"--web.listen-address=" + taken.Addr().String()}, "address already in use"},
+		{"web config missing", []string{"--web.listen-address=" + freePort(t), "--web.config.file=/nonexistent/web.yml"}, "/nonexistent/web.yml"},
+		{"no systemd socket", []string{"--web.systemd-socket"}, "no socket activation file descriptors found"},
+		{"otlp interval", []string{"--web.listen-address=" + freePort(t), "--otlp.interval=-5s"}, "--otlp.interval -5s must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(binary, append([]string{"--demo"}, tc.args...)...)
+			cmd.Env = slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, "LISTEN_") })
+			// The exporter takes a moment to exit after its error; the
+			// warm-up read's lines came in that moment.
+			out, err := cmd.CombinedOutput()
+			if exitCode(err) == 0 {
+				t.Fatalf("started:\n%s", out)
+			}
+			var problems []string
+			for _, line := range strings.Split(string(out), "\n") {
+				if regexp.MustCompile(`level=(WARN|ERROR)`).MatchString(line) && !strings.Contains(line, "DEMO MODE") {
+					problems = append(problems, line)
+				}
+			}
+			if len(problems) != 1 || !strings.Contains(problems[0], tc.err) {
+				t.Errorf("want one line, with %q; got:\n%s", tc.err, strings.Join(problems, "\n"))
+			}
+		})
+	}
 }
