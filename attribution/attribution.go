@@ -202,11 +202,12 @@ type Result struct {
 	Devices map[string]*Ownership
 	Sources []Source
 	// UnknownDeviceIDs counts the device-plugin IDs in this scrape that name
-	// no device in a form the resolver understands; their containers are
-	// not attributed.
+	// no device in a form the resolver understands; such an ID is not
+	// attributed, the other devices of its container are.
 	UnknownDeviceIDs int
 	// UnresolvedClaimDevices counts the DRA claim devices in this scrape
 	// that could not be matched to a device (their CDI spec is missing,
-	// unreadable or stale); their containers are not attributed.
+	// unreadable or stale); such a device is not attributed, the other
+	// devices of its container are.
 	UnresolvedClaimDevices int
 }

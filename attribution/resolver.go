@@ -860,7 +860,7 @@ func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernet
 	}
 	allocs, unresolved := kubernetes.ClaimAllocations(pods, idx, r.cfg.DRADrivers, slices)
 	for _, u := range unresolved {
-		r.logOnceMsg(u.Err, "DRA claim device not identified; its container is not attributed")
+		r.logOnceMsg(u.Err, "DRA claim device not identified; that device is not attributed (the container's other devices are)")
 	}
 	res.UnresolvedClaimDevices = len(unresolved)
 	for _, a := range allocs {
@@ -868,7 +868,7 @@ func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernet
 		if !ok {
 			res.UnresolvedClaimDevices++
 			r.logOnceMsg(fmt.Errorf("claim %s/%s device %s: its CDI spec names %s, which is no device of this node",
-				a.Claim.ClaimNamespace, a.Claim.ClaimName, a.Claim.Device, a.Device.ID), "DRA claim device not identified; its container is not attributed")
+				a.Claim.ClaimNamespace, a.Claim.ClaimName, a.Claim.Device, a.Device.ID), "DRA claim device not identified; that device is not attributed (the container's other devices are)")
 			continue
 		}
 		owner := r.podOwner(a.Namespace, a.Pod, a.Container)
@@ -899,7 +899,7 @@ func (r *Resolver) logCDIState(err error) {
 }
 
 func (r *Resolver) logOnce(err error) {
-	r.logOnceMsg(err, "device plugin ID not understood; its container is not attributed")
+	r.logOnceMsg(err, "device plugin ID not understood; that ID is not attributed (the container's other devices are)")
 }
 
 // logOnceMsg logs each distinct error once, up to a bound that keeps a

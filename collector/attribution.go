@@ -19,8 +19,8 @@ var (
 	workloadMemory    = gauge("workload_memory_used_bytes", "Device memory used by the owner's processes (0 for an owner without processes).")
 	workloadUtil      = gauge("workload_utilization_ratio", "The owner's part of the device's utilization since the previous scrape, split in proportion to per-process samples of the same window; the parts of a device add up to xpu_utilization_ratio.")
 	sourceUp          = gauge("attribution_source_up", "1 if the attribution source answered in this scrape, 0 if not (owner labels from it are missing).")
-	unknownIDs        = gauge("attribution_unknown_device_ids", "Device-plugin IDs in this scrape that name no device of this node (in no known form, or no such device); their containers are not attributed.")
-	unresolvedClaims  = gauge("attribution_unresolved_claim_devices", "DRA claim devices in this scrape that match no device of the node (CDI spec missing, malformed, oversized or stale); their containers are not attributed.")
+	unknownIDs        = gauge("attribution_unknown_device_ids", "Device-plugin IDs in this scrape that name no device of this node (in no known form, or no such device); such an ID is not attributed, the other devices of its container are.")
+	unresolvedClaims  = gauge("attribution_unresolved_claim_devices", "DRA claim devices in this scrape that match no device of the node (CDI spec missing, malformed, oversized or stale); such a device is not attributed, the other devices of its container are.")
 )
 
 type attributionCollector struct {
