@@ -453,7 +453,7 @@ func Parse(b []byte) (*Scenario, error) {
 				d.MIG[j].UUID = fmt.Sprintf("MIG-%08x-%04x-4000-8000-%012x", hashString(s.Node), i, j)
 			}
 		}
-		for _, err := range d.validate(seen) {
+		for _, err := range d.validate(fmt.Sprintf("devices[%d]", i), seen) {
 			errs = append(errs, fmt.Errorf("devices[%d]: %w", i, err))
 		}
 		if gaudi {
@@ -590,7 +590,11 @@ func mergeValues(def, own map[string]Value) map[string]Value {
 	return out
 }
 
-func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
+// validate checks the device. self is its path in the scenario
+// (devices[i]); seenUUIDs maps the UUIDs of the devices checked before to
+// the path of the device or MIG instance that has each, by which a
+// duplicate names the first.
+func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if d.Model == "" {
@@ -599,13 +603,14 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 	if d.MemoryTotal == nil {
 		bad("memory_total: missing (set it on the device or in defaults)")
 	}
-	claim := func(uuid, where string) {
+	claim := func(uuid, where, path string) {
 		if prev, dup := seenUUIDs[uuid]; dup {
-			bad("%s: uuid %s is already used by %s", where, uuid, prev)
+			bad("%s: %s is already used by %s", where, uuid, prev)
+			return
 		}
-		seenUUIDs[uuid] = where
+		seenUUIDs[uuid] = path
 	}
-	claim(d.UUID, "uuid")
+	claim(d.UUID, "uuid", self)
 	for _, k := range sortedKeys(d.Metrics) {
 		if _, ok := MetricKeys[k]; !ok {
 			bad("metrics.%s: unknown metric (known: %s)", k, strings.Join(sortedKeys(MetricKeys), ", "))
@@ -756,7 +761,7 @@ func (d *DeviceSpec) validate(seenUUIDs map[string]string) []error {
 			bad("%s: gpu_instance %d, compute_instance %d used twice", where, m.GPUInstance, m.ComputeInstance)
 		}
 		cis[[2]int{m.GPUInstance, m.ComputeInstance}] = true
-		claim(m.UUID, where+".uuid")
+		claim(m.UUID, where+".uuid", self+"."+where)
 		checkProcs(where+".processes", m.Processes)
 		for _, k := range sortedKeys(m.Metrics) {
 			if !slices.Contains(ProfilingKeys, k) {
