@@ -73,7 +73,8 @@ func (d *DeviceSpec) amdDefaults(node string, i int) {
 		d.UUID = fmt.Sprintf("%08x%08x", hashString(node), 0xa0000000+i)
 	}
 	if d.PCIBusID == "" {
-		d.PCIBusID = fmt.Sprintf("0000:%02x:00.0", 0x0c+i*0x10%0xe0)
+		bus, dev := pciSlot(0x0c, i)
+		d.PCIBusID = fmt.Sprintf("0000:%02x:%02x.0", bus, dev)
 	}
 	if d.Serial == "" {
 		d.Serial = fmt.Sprintf("692251%08d", i)

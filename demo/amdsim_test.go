@@ -31,6 +31,12 @@ func TestAMDParseErrors(t *testing.T) {
 		{"NVML fault on AMD", "devices:\n  - " + dev + ", faults: {lost: true}}\n", "faults: an AMD GPU takes only unsupported and errors"},
 		{"AMD fault off RAS", "devices:\n  - " + dev + ", faults: {unsupported: [power]}}\n", `faults.unsupported: "power"; an AMD GPU`},
 		{"emergency limit as an error", "devices:\n  - " + dev + ", faults: {errors: [temperature_emergency]}}\n", `faults.errors: "temperature_emergency"; an AMD GPU`},
+		{"two GPUs at one PCI address", "devices:\n  - " + dev + ", pci_bus_id: \"0000:0c:00.0\"}\n  - " + dev + ", pci_bus_id: \"0000:0c:00.0\"}\n", "devices[1]: pci_bus_id: 0000:0c:00.0 is already used by devices[0]"},
+		// NVML prints an 8-digit domain and upper case, sysfs and hl-smi 4
+		// digits and lower case: one address either way.
+		{"one PCI address in two forms", "devices:\n  - {model: X, memory_total: 1GiB, pci_bus_id: \"00000000:0C:00.0\"}\n  - " + dev + ", pci_bus_id: \"0000:0c:00.0\"}\n", "devices[1]: pci_bus_id: 0000:0c:00.0 is already used by devices[0]"},
+		// Device 1's default is 00000000:28:00.0 (0x18 + 1×0x10).
+		{"a default PCI address taken", "devices:\n  - {model: X, memory_total: 1GiB, pci_bus_id: \"00000000:28:00.0\"}\n  - {model: X, memory_total: 1GiB}\n", "devices[1]: pci_bus_id: 00000000:28:00.0, its default, is already used by devices[0]; give it another"},
 		{"emergency limit on NVIDIA", "devices:\n  - {model: X, memory_total: 1GiB, faults: {unsupported: [temperature_emergency]}}\n", "only an AMD GPU (vendor: amd) has hwmon emergency limits"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -39,6 +45,32 @@ func TestAMDParseErrors(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDefaultPCIAddressesDiffer parses 64 devices of each vendor with the
+// PCI addresses Parse gives them: device i is on bus base + 0x10 × (i mod
+// 14), device number i / 14, so that no two are one address (bus base +
+// 0x10 × 14 = base + 0xe0 would leave the byte).
+func TestDefaultPCIAddressesDiffer(t *testing.T) {
+	for _, tc := range []struct {
+		dev                     string
+		first, fourteenth, last string // devices 0, 14 and 63
+	}{
+		// 63 = 4×14 + 7: bus 0x18 + 0x70 = 0x88, device 4.
+		{"{model: X, memory_total: 1GiB}", "00000000:18:00.0", "00000000:18:01.0", "00000000:88:04.0"},
+		{"{vendor: gaudi, model: HL-225, memory_total: 96GiB}", "0000:19:00.0", "0000:19:01.0", "0000:89:04.0"},
+		{"{vendor: amd, model: X, memory_total: 1GiB, power_limit_watts: 750}", "0000:0c:00.0", "0000:0c:01.0", "0000:7c:04.0"},
+	} {
+		s, err := Parse([]byte("devices:\n" + strings.Repeat("  - "+tc.dev+"\n", 64)))
+		if err != nil {
+			t.Errorf("64 × %s: %v", tc.dev, err)
+			continue
+		}
+		got := []string{s.Devices[0].PCIBusID, s.Devices[14].PCIBusID, s.Devices[63].PCIBusID}
+		if want := []string{tc.first, tc.fourteenth, tc.last}; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: devices 0, 14 and 63 at %q, want %q", tc.dev, got, want)
+		}
 	}
 }
 

@@ -413,7 +413,7 @@ func Parse(b []byte) (*Scenario, error) {
 	if len(s.Devices) > 64 {
 		return nil, errors.Join(append(errs, fmt.Errorf("devices: %d devices; at most 64 are simulated", len(s.Devices)))...)
 	}
-	seen := map[string]string{}
+	seen, seenPCI := map[string]string{}, map[string]string{}
 	for i := range s.Devices {
 		d := &s.Devices[i]
 		d.inherit(s.Defaults)
@@ -425,6 +425,7 @@ func Parse(b []byte) (*Scenario, error) {
 			errs = append(errs, fmt.Errorf("devices[%d].vendor: %q is not nvidia, amd or gaudi", i, d.Vendor))
 		}
 		gaudi := d.Vendor == VendorGaudi
+		pciGiven := d.PCIBusID != ""
 		if d.isAMD() {
 			d.amdDefaults(s.Node, i)
 		}
@@ -436,11 +437,26 @@ func Parse(b []byte) (*Scenario, error) {
 			}
 		}
 		if d.PCIBusID == "" {
-			d.PCIBusID = fmt.Sprintf("00000000:%02X:00.0", 0x18+i*0x10%0xe0)
+			bus, dev := pciSlot(0x18, i)
+			d.PCIBusID = fmt.Sprintf("00000000:%02X:%02X.0", bus, dev)
 			if gaudi {
 				// hl-smi prints the sysfs form.
-				d.PCIBusID = fmt.Sprintf("0000:%02x:00.0", 0x19+i*0x10%0xe0)
+				bus, dev := pciSlot(0x19, i)
+				d.PCIBusID = fmt.Sprintf("0000:%02x:%02x.0", bus, dev)
 			}
+		}
+		// One PCI address is one function on the node, whatever the vendor
+		// and form: two AMD GPUs at one would be written into one sysfs
+		// directory, served as one GPU of mixed identity.
+		pci := pciKey(d.PCIBusID)
+		if prev, dup := seenPCI[pci]; dup {
+			if pciGiven {
+				errs = append(errs, fmt.Errorf("devices[%d]: pci_bus_id: %s is already used by %s", i, d.PCIBusID, prev))
+			} else {
+				errs = append(errs, fmt.Errorf("devices[%d]: pci_bus_id: %s, its default, is already used by %s; give it another", i, d.PCIBusID, prev))
+			}
+		} else {
+			seenPCI[pci] = fmt.Sprintf("devices[%d]", i)
 		}
 		if d.Serial == "" {
 			d.Serial = fmt.Sprintf("16520%08d", i)
@@ -528,6 +544,23 @@ func parseDuration(s string, def time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not a duration such as 30s or 5m", s)
 	}
 	return d, nil
+}
+
+// pciSlot is the bus and device number of the default PCI address of the
+// scenario's device i: a bus every 0x10 from base, as behind a server's
+// root ports, and past the 14 such buses a byte holds, the next device
+// number, so that 64 devices have 64 addresses.
+func pciSlot(base, i int) (bus, dev int) { return base + i%14*0x10, i / 14 }
+
+// pciKey is a PCI address in one form: NVML prints an 8-digit domain and
+// upper case, sysfs and hl-smi a 4-digit one and lower case. A string that
+// is no address is its own key.
+func pciKey(addr string) string {
+	var domain, bus, dev, fn uint64
+	if n, _ := fmt.Sscanf(addr, "%x:%x:%x.%x", &domain, &bus, &dev, &fn); n == 4 {
+		return fmt.Sprintf("%x:%x:%x.%x", domain, bus, dev, fn)
+	}
+	return strings.ToLower(addr)
 }
 
 func hashString(s string) uint32 {
