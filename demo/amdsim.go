@@ -44,6 +44,15 @@ var amdOnlyKeys = map[string]string{
 	"driver_reloads": "count (counter)",
 }
 
+// amdKeys are the readings an AMD GPU takes: those writeGPU and rasFile
+// write into the tree. The others are NVML's or hl-smi's, which amdgpu has
+// no file for.
+var amdKeys = []string{
+	"utilization", "memory_utilization", "memory_used", "temperature", "memory_temperature",
+	"power", "energy", "clock_graphics", "clock_memory", "pcie_generation", "pcie_max_generation",
+	"pcie_width", "pcie_max_width", "pcie_replays", "ecc_corrected", "ecc_uncorrected", "driver_reloads",
+}
+
 // amdRASKeys are the readings that fill ras/umc_err_count.
 var amdRASKeys = []string{"ecc_uncorrected", "ecc_corrected"}
 
@@ -100,6 +109,17 @@ func (d *DeviceSpec) validateVendor() []error {
 			errs = append(errs, fmt.Errorf("faults.unsupported: %q: only an AMD GPU (vendor: amd) has hwmon emergency limits", amdEmergencyFault))
 		}
 		return errs
+	}
+	for _, k := range sortedKeys(d.Metrics) {
+		if _, known := MetricKeys[k]; known && !slices.Contains(amdKeys, k) {
+			errs = append(errs, fmt.Errorf("metrics.%s: the simulated amdgpu gives no such reading (an AMD GPU takes %s)", k, strings.Join(amdKeys, ", ")))
+		}
+	}
+	if len(d.ThrottleReasons) > 0 {
+		errs = append(errs, errors.New("throttle_reasons: the simulated amdgpu reports none"))
+	}
+	if len(d.MaxClocksMHz) > 0 {
+		errs = append(errs, errors.New("max_clocks_mhz: the simulated amdgpu serves no maximum clock"))
 	}
 	// The simulated amdgpu answers no NVML call; of the faults, it takes
 	// the RAS file's: unsupported (no ras/umc_err_count, as on a part or

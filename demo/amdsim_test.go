@@ -3,10 +3,12 @@ package demo
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +39,11 @@ func TestAMDParseErrors(t *testing.T) {
 		{"one PCI address in two forms", "devices:\n  - {model: X, memory_total: 1GiB, pci_bus_id: \"00000000:0C:00.0\"}\n  - " + dev + ", pci_bus_id: \"0000:0c:00.0\"}\n", "devices[1]: pci_bus_id: 0000:0c:00.0 is already used by devices[0]"},
 		// Device 1's default is 00000000:28:00.0 (0x18 + 1×0x10).
 		{"a default PCI address taken", "devices:\n  - {model: X, memory_total: 1GiB, pci_bus_id: \"00000000:28:00.0\"}\n  - {model: X, memory_total: 1GiB}\n", "devices[1]: pci_bus_id: 00000000:28:00.0, its default, is already used by devices[0]; give it another"},
+		// What the scenario's NVML and hl-smi take and amdgpu has not
+		// (probe-http 13: accepted, and served by nothing).
+		{"fan speed on AMD", "devices:\n  - " + dev + ", metrics: {fan_speed: 0.5}}\n", "devices[0]: metrics.fan_speed: the simulated amdgpu gives no such reading (an AMD GPU takes utilization, memory_utilization, memory_used, temperature, memory_temperature, power, energy, clock_graphics, clock_memory, pcie_generation, pcie_max_generation, pcie_width, pcie_max_width, pcie_replays, ecc_corrected, ecc_uncorrected, driver_reloads)"},
+		{"throttle reasons on AMD", "devices:\n  - " + dev + ", throttle_reasons: [sw_power_cap]}\n", "devices[0]: throttle_reasons: the simulated amdgpu reports none"},
+		{"maximum clocks on AMD", "devices:\n  - " + dev + ", max_clocks_mhz: {graphics: 2100}}\n", "devices[0]: max_clocks_mhz: the simulated amdgpu serves no maximum clock"},
 		{"emergency limit on NVIDIA", "devices:\n  - {model: X, memory_total: 1GiB, faults: {unsupported: [temperature_emergency]}}\n", "only an AMD GPU (vendor: amd) has hwmon emergency limits"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,6 +52,60 @@ func TestAMDParseErrors(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestAMDTakesWhatItServes checks amdKeys both ways: every other metric key
+// is refused on an AMD GPU, and each of amdKeys changes the tree the
+// simulated amdgpu writes (driver_reloads only restarts the RAS counts:
+// TestAMDSimRASCounts).
+func TestAMDTakesWhatItServes(t *testing.T) {
+	const dev = "{vendor: amd, model: X, memory_total: 192GiB, power_limit_watts: 750"
+	for _, k := range sortedKeys(MetricKeys) {
+		if slices.Contains(amdKeys, k) {
+			continue
+		}
+		_, err := Parse([]byte("devices:\n  - " + dev + ", metrics: {" + k + ": 1}}\n"))
+		if want := "metrics." + k + ": the simulated amdgpu gives no such reading"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one containing %q", k, err, want)
+		}
+	}
+	// tree is every file of the GPU's sysfs directory 10 s after boot.
+	tree := func(metrics string) map[string]string {
+		s, err := Parse([]byte("devices:\n  - " + dev + ", metrics: {" + metrics + "}}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+		if err := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start).WriteAt(start.Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		files := map[string]string{}
+		root := filepath.Join(dir, "sys", "devices", "pci0000:00", "0000:00:01.1", "0000:0c:00.0")
+		filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+			if err == nil && e.Type().IsRegular() {
+				b, _ := os.ReadFile(path)
+				files[path[len(root):]] = string(b)
+			}
+			return err
+		})
+		return files
+	}
+	without := tree("")
+	// Each value differs from what the simulation writes without the key.
+	for k, v := range map[string]string{
+		"utilization": "0.5", "memory_utilization": "0.9", "memory_used": "1GiB",
+		"temperature": "99", "memory_temperature": "20", "power": "123", "energy": "{start: 1e6, rate: 1}",
+		"clock_graphics": "1234", "clock_memory": "900", "pcie_generation": "3", "pcie_max_generation": "4",
+		"pcie_width": "8", "pcie_max_width": "8", "pcie_replays": "7", "ecc_corrected": "3", "ecc_uncorrected": "2",
+	} {
+		if !slices.Contains(amdKeys, k) {
+			t.Errorf("%s is not in amdKeys", k)
+		}
+		if reflect.DeepEqual(tree(k+": "+v), without) {
+			t.Errorf("%s: %s changes no file", k, v)
+		}
 	}
 }
 
