@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 )
 
 // AMD GPUs of a scenario (vendor: amd) are not simulated through NVML: they
@@ -155,8 +157,13 @@ func (d *DeviceSpec) validateVendor() []error {
 			errs = append(errs, errors.New("processes: a partitioned GPU runs processes in its partitions"))
 		}
 	}
-	if !strings.HasPrefix(d.PCIBusID, "0000:") || len(d.PCIBusID) != 12 {
+	// The PCI address is the ROCm device plugin's ID of the GPU, and
+	// unique_id its uuid label, as amdgpu prints it ("%016llx").
+	if ref, err := kubernetes.NormalizeDeviceID("amd.com/gpu", d.PCIBusID); err != nil || ref.PCIBusID != d.PCIBusID || !strings.HasPrefix(d.PCIBusID, "0000:") {
 		errs = append(errs, fmt.Errorf("pci_bus_id: %q is not in sysfs form, e.g. 0000:0c:00.0", d.PCIBusID))
+	}
+	if len(d.UUID) != 16 || strings.Trim(d.UUID, "0123456789abcdef") != "" {
+		errs = append(errs, fmt.Errorf("uuid: %q is not an amdgpu unique_id (16 lower-case hexadecimal digits)", d.UUID))
 	}
 	return errs
 }

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/demo/hlsmisim"
 )
 
@@ -56,6 +57,10 @@ func (d *DeviceSpec) validateGaudi() []error {
 		if _, known := MetricKeys[k]; known && !slices.Contains(gaudiKeys, k) {
 			bad("metrics.%s: hl-smi gives no such reading (a Gaudi takes %s)", k, strings.Join(gaudiKeys, ", "))
 		}
+	}
+	// The Intel Gaudi device plugin names a device by its serial.
+	if ref, err := kubernetes.NormalizeDeviceID("habana.ai/gaudi", d.Serial); err != nil || ref.Serial != d.Serial {
+		bad("serial: %q is not a board serial the Gaudi device plugin can name (letters and digits, dashes inside, at most 64)", d.Serial)
 	}
 	if d.inMIGMode() {
 		bad("mig: a Gaudi has no MIG")

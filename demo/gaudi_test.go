@@ -26,6 +26,10 @@ func TestParseGaudiErrors(t *testing.T) {
 		{"per-process memory", g + "processes: [{pid: 1, memory_used: 1GiB}]}\n", "processes[0]: hl-smi reports no memory or utilization per process"},
 		{"NVML fault", g + "faults: {lost: true}}\n", "faults: NVML faults"},
 		{"event on a Gaudi", g + "}\nevents: [{device: 0, xid: 79}]\n", "events[0].device: events are NVML's"},
+		// The Intel Gaudi device plugin's ID is the serial: a pod holding
+		// one the exporter's parser refuses would never be attributed.
+		{"serial with a space", g + "serial: \"AN15 000001\"}\n", `devices[0]: serial: "AN15 000001" is not a board serial the Gaudi device plugin can name (letters and digits, dashes inside, at most 64)`},
+		{"serial like a device name", g + "serial: hl1}\n", `devices[0]: serial: "hl1" is not a board serial`},
 		{"bad hl-smi mode", g + "}\nhl_smi: {mode: explode}\n", `hl_smi: mode: "explode" is not hang, exit or garbage`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
 )
 
@@ -644,6 +645,9 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 		seenUUIDs[uuid] = path
 	}
 	claim(d.UUID, "uuid", self)
+	if d.Vendor == VendorNVIDIA && !isNVMLUUID(d.UUID, "GPU-") {
+		bad("uuid: %q is not an NVML GPU UUID (GPU-, then 8-4-4-4-12 hexadecimal digits)", d.UUID)
+	}
 	for _, k := range sortedKeys(d.Metrics) {
 		if _, ok := MetricKeys[k]; !ok {
 			bad("metrics.%s: unknown metric (known: %s)", k, strings.Join(sortedKeys(MetricKeys), ", "))
@@ -795,6 +799,9 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 		}
 		cis[[2]int{m.GPUInstance, m.ComputeInstance}] = true
 		claim(m.UUID, where+".uuid", self+"."+where)
+		if !isNVMLUUID(m.UUID, "MIG-") {
+			bad("%s.uuid: %q is not an NVML MIG device UUID (MIG-, then 8-4-4-4-12 hexadecimal digits, or MIG-GPU-<GPU UUID>/<gpu instance>/<compute instance> before R470)", where, m.UUID)
+		}
 		checkProcs(where+".processes", m.Processes)
 		for _, k := range sortedKeys(m.Metrics) {
 			if !slices.Contains(ProfilingKeys, k) {
@@ -814,6 +821,15 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 		bad("mig: the instances use %d compute slices; a GPU has 7", slicesUsed)
 	}
 	return errs
+}
+
+// isNVMLUUID says whether uuid has the shape NVML gives a GPU (prefix GPU-)
+// or a MIG device (MIG-), as the exporter's device-ID parser reads it: the
+// demo's kubelet names devices by UUID, and an ID of another shape is
+// joined to no device, so that its pod would never be attributed.
+func isNVMLUUID(uuid, prefix string) bool {
+	ref, err := kubernetes.NormalizeDeviceID("nvidia.com/gpu", uuid)
+	return err == nil && ref.UUID == uuid && strings.HasPrefix(uuid, prefix)
 }
 
 // parseProfile reads "3g.40gb" into its slice count and memory in GiB, and

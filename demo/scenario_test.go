@@ -67,6 +67,11 @@ func started(t *testing.T, s *Scenario) *Attribution {
 const slurmNode = "devices:\n  - {model: X, memory_total: 1GiB}\n"
 
 func TestParseErrors(t *testing.T) {
+	const (
+		gpu1 = "GPU-2b149611-0000-4000-8000-000000000001"
+		gpu2 = "GPU-2b149611-0000-4000-8000-000000000002"
+		mig1 = "MIG-2b149611-0000-4000-8000-000000000001"
+	)
 	for _, tc := range []struct {
 		name, yaml, want string
 	}{
@@ -86,9 +91,15 @@ func TestParseErrors(t *testing.T) {
 		{"bad hang_for", "devices:\n  - {model: X, memory_total: 1GiB, faults: {hang: [power], hang_for: soon}}\n", `faults.hang_for: "soon"`},
 		{"bad profile", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 9g.1gb}]}\n", "mig[0].profile"},
 		{"too many slices", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 4g.40gb, gpu_instance: 1}, {profile: 4g.40gb, gpu_instance: 2}]}\n", "use 8 compute slices"},
-		{"duplicate uuid", "devices:\n  - {model: X, memory_total: 1GiB, uuid: GPU-1}\n  - {model: X, memory_total: 1GiB, uuid: GPU-2}\n  - {model: X, memory_total: 1GiB, uuid: GPU-1}\n", "devices[2]: uuid: GPU-1 is already used by devices[0]"},
-		{"MIG uuid of another device", "devices:\n  - {model: X, memory_total: 1GiB, uuid: GPU-1, mig: [{profile: 1g.10gb, uuid: MIG-1}]}\n  - {model: X, memory_total: 1GiB, mig: [{profile: 1g.10gb, uuid: MIG-1}]}\n", "devices[1]: mig[0].uuid: MIG-1 is already used by devices[0].mig[0]"},
-		{"MIG uuid of its parent", "devices:\n  - {model: X, memory_total: 1GiB, uuid: GPU-1, mig: [{profile: 1g.10gb, uuid: GPU-1}]}\n", "devices[0]: mig[0].uuid: GPU-1 is already used by devices[0]"},
+		{"duplicate uuid", "devices:\n  - {model: X, memory_total: 1GiB, uuid: " + gpu1 + "}\n  - {model: X, memory_total: 1GiB, uuid: " + gpu2 + "}\n  - {model: X, memory_total: 1GiB, uuid: " + gpu1 + "}\n", "devices[2]: uuid: " + gpu1 + " is already used by devices[0]"},
+		{"MIG uuid of another device", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 1g.10gb, uuid: " + mig1 + "}]}\n  - {model: X, memory_total: 1GiB, mig: [{profile: 1g.10gb, uuid: " + mig1 + "}]}\n", "devices[1]: mig[0].uuid: " + mig1 + " is already used by devices[0].mig[0]"},
+		// The exporter's device-ID parser refuses these, so a pod holding
+		// one would never be attributed (probe-http 14).
+		{"uuid not NVML's", "devices:\n  - {model: X, memory_total: 1GiB, uuid: GPU-k0}\n", `devices[0]: uuid: "GPU-k0" is not an NVML GPU UUID (GPU-, then 8-4-4-4-12 hexadecimal digits)`},
+		{"uuid with a replica suffix", "devices:\n  - {model: X, memory_total: 1GiB, uuid: \"GPU-2b149611-0000-4000-8000-000000000000::1\"}\n", `uuid: "GPU-2b149611-0000-4000-8000-000000000000::1" is not an NVML GPU UUID`},
+		{"MIG uuid for a GPU", "devices:\n  - {model: X, memory_total: 1GiB, uuid: MIG-2b149611-0000-4000-8000-000000000000}\n", `uuid: "MIG-2b149611-0000-4000-8000-000000000000" is not an NVML GPU UUID`},
+		{"MIG uuid not NVML's", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 1g.10gb, uuid: MIG-1}]}\n", `devices[0]: mig[0].uuid: "MIG-1" is not an NVML MIG device UUID (MIG-, then 8-4-4-4-12 hexadecimal digits, or MIG-GPU-<GPU UUID>/<gpu instance>/<compute instance> before R470)`},
+		{"GPU uuid for a MIG device", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 1g.10gb, uuid: GPU-2b149611-0000-4000-8000-000000000009}]}\n", `mig[0].uuid: "GPU-2b149611-0000-4000-8000-000000000009" is not an NVML MIG device UUID`},
 		{"duplicate pid", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7}, {pid: 7}]}\n", "processes[1].pid: 7 listed twice"},
 		{"processes on a MIG parent", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7}], mig: [{profile: 1g.10gb}]}\n", "runs processes in its MIG instances"},
 		{"bad throttle reason", "devices:\n  - {model: X, memory_total: 1GiB, throttle_reasons: [tired]}\n", `unknown reason "tired"`},
