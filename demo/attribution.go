@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,9 +30,31 @@ func (s *Scenario) validateOwners() []error {
 			errs = append(errs, fmt.Errorf("engines[%d]: %w", i, err))
 		}
 	}
+	// first is the device each PID is first listed on, and its spec there.
+	type listed struct {
+		device int
+		spec   ProcessSpec
+	}
+	first := map[uint32]listed{}
 	for i, d := range s.Devices {
 		for _, p := range d.allProcesses() {
 			where := fmt.Sprintf("devices[%d]: process %d", i, p.PID)
+			// One process may use several devices, but it has one cgroup,
+			// user, command line and environment, which the demo's procfs
+			// writes once: another owner on another device would be served
+			// as that device's too.
+			if f, seen := first[p.PID]; !seen {
+				first[p.PID] = listed{i, p}
+			} else if mine, theirs := ownerFields(p), ownerFields(f.spec); !slices.Equal(mine, theirs) {
+				var own, other []string
+				for k := range mine {
+					if mine[k] != theirs[k] {
+						own, other = append(own, mine[k]), append(other, theirs[k])
+					}
+				}
+				errs = append(errs, fmt.Errorf("%s: %s, but devices[%d]'s process %d has %s; a process has one owner on every device it uses",
+					where, strings.Join(own, ", "), f.device, p.PID, strings.Join(other, ", ")))
+			}
 			set := 0
 			for _, v := range []string{p.Pod, p.SlurmJob, p.Unit} {
 				if v != "" {
@@ -56,6 +79,20 @@ func (s *Scenario) validateOwners() []error {
 		}
 	}
 	return errs
+}
+
+// ownerFields are what a process's owner is made of, as they read in a
+// message: pod, container, Slurm job, unit, user, command and environment.
+func ownerFields(p ProcessSpec) []string {
+	env := make([]string, 0, len(p.Environ))
+	for _, k := range sortedKeys(p.Environ) {
+		env = append(env, k+"="+p.Environ[k])
+	}
+	return []string{
+		fmt.Sprintf("pod %q", p.Pod), fmt.Sprintf("container %q", p.Container), fmt.Sprintf("slurm_job %q", p.SlurmJob),
+		fmt.Sprintf("unit %q", p.Unit), fmt.Sprintf("user %q", p.User), fmt.Sprintf("command %q", p.Command),
+		"environ {" + strings.Join(env, ", ") + "}",
+	}
 }
 
 // Attribution is what a scenario's owners look like to the exporter's

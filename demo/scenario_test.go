@@ -121,6 +121,15 @@ func TestParseErrors(t *testing.T) {
 		{"unknown kubernetes key", "devices:\n  - {model: X, memory_total: 1GiB}\nkubernetes:\n  pods:\n    - {namespace: a, name: p, uid: u, containrs: []}\n", "line 5: field containrs not found"},
 		{"kubernetes pod without uid", "devices:\n  - {model: X, memory_total: 1GiB}\nkubernetes:\n  pods:\n    - {namespace: a, name: p}\n", "kubernetes: pods[0]: pod a/p: namespace, name and uid are required"},
 		{"processes on a GPU in MIG mode", "devices:\n  - {model: X, memory_total: 1GiB, mig_mode: true, processes: [{pid: 7}]}\n", "runs processes in its MIG instances"},
+		// A process has one cgroup and one user: the demo's procfs can
+		// give it only one, which served one GPU's usage as the other's
+		// owner's (probe-http 15).
+		{"one PID, two owners", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 100, unit: a.service, user: root, command: a}]}\n  - {model: X, memory_total: 1GiB, processes: [{pid: 100, unit: b.service, user: bob, command: b}]}\n",
+			`devices[1]: process 100: unit "b.service", user "bob", command "b", but devices[0]'s process 100 has unit "a.service", user "root", command "a"; a process has one owner on every device it uses`},
+		{"one PID, two pods", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7, pod: ml/a}]}\n  - {model: X, memory_total: 1GiB, mig: [{profile: 1g.10gb, processes: [{pid: 7, pod: ml/b}]}]}\nkubernetes:\n  pods:\n    - {namespace: ml, name: a, uid: u1}\n    - {namespace: ml, name: b, uid: u2}\n",
+			`devices[1]: process 7: pod "ml/b", but devices[0]'s process 7 has pod "ml/a"`},
+		{"one PID, two environments", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7, environ: {SLURM_JOB_ID: \"1\"}}]}\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7}]}\n",
+			`devices[1]: process 7: environ {}, but devices[0]'s process 7 has environ {SLURM_JOB_ID=1}`},
 		{"environment variable with =", "devices:\n  - {model: X, memory_total: 1GiB, processes: [{pid: 7, environ: {\"A=B\": x}}]}\n", `environ "A=B"="x" is no environment variable`},
 		{"unknown Slurm version", slurmNode + "slurm: {version: \"17.11\", jobs: [{id: \"1\", user: a}]}\n", `slurm.version: "17.11"`},
 		{"unknown proctrack", slurmNode + "slurm: {proctrack: pgid, jobs: [{id: \"1\", user: a}]}\n", `slurm.proctrack: "pgid"`},
@@ -140,6 +149,19 @@ func TestParseErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOneProcessOnSeveralGPUs: one process may drive several GPUs, with
+// one owner on all of them and its own memory on each.
+func TestOneProcessOnSeveralGPUs(t *testing.T) {
+	s, err := Parse([]byte(`devices:
+  - {model: X, memory_total: 1GiB, processes: [{pid: 100, unit: a.service, user: root, command: a, memory_used: 100MiB}]}
+  - {model: X, memory_total: 1GiB, processes: [{pid: 100, unit: a.service, user: root, command: a, memory_used: 200MiB}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started(t, s)
 }
 
 // Every mistake of a scenario is named at once, value mistakes caught while
