@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -364,8 +365,27 @@ func metricRange(key string) (lo, hi float64) {
 		return 1, 32
 	case unit == "°C":
 		return -40, 150
+	case strings.HasSuffix(unit, "(counter)"):
+		return 0, counterMax(key)
 	}
 	return 0, math.Inf(1)
+}
+
+// counterMax is the most a counter can count before the integer its driver
+// keeps it in, or the float64 the exporter serves it as, stops counting:
+// a counter above it would be served wrapped, or stuck.
+func counterMax(key string) float64 {
+	switch key {
+	case "energy":
+		// amdgpu's energy_accumulator is 64 bits of 2^-16 J (NVML's 64
+		// bits of mJ hold 64 times more).
+		return 1 << 48
+	case "pcie_replays":
+		// nvmlDeviceGetPcieReplayCounter's unsigned int.
+		return math.MaxUint32
+	}
+	// Above 2^53 a float64 no longer counts by one.
+	return 1 << 53
 }
 
 // faultOnlyKeys name NVML calls that are not a single metric.
@@ -820,7 +840,67 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 	if slicesUsed > 7 {
 		bad("mig: the instances use %d compute slices; a GPU has 7", slicesUsed)
 	}
+	return append(errs, d.validateMemory()...)
+}
+
+// validateMemory refuses memory a device cannot hold: more used (with the
+// driver's reserve) than it has, or processes holding more together. The
+// simulation would cut the device's value to its total and serve the
+// processes' as stated, above it.
+func (d *DeviceSpec) validateMemory() []error {
+	if d.MemoryTotal == nil {
+		return nil
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	total, _ := d.MemoryTotal.bounds()
+	if used, ok := d.Metrics["memory_used"]; ok {
+		_, hi := used.bounds()
+		if reserved, ok := d.Metrics["memory_reserved"]; ok {
+			if _, res := reserved.bounds(); hi+res > total {
+				bad("metrics.memory_used: up to %s and memory_reserved up to %s, more than memory_total (%s)", gib(hi), gib(res), gib(total))
+			}
+		} else if hi > total {
+			bad("metrics.memory_used: up to %s, more than memory_total (%s)", gib(hi), gib(total))
+		}
+	}
+	if held := processMemory(d.allProcesses()); held > total {
+		bad("memory_total: %s, less than its processes' memory_used, up to %s together", gib(total), gib(held))
+	}
+	for j, m := range d.MIG {
+		if m.gb == 0 {
+			continue // not a profile, refused above
+		}
+		has := float64(m.gb) * (1 << 30) // what the simulated instance reports as its total
+		if m.MemoryUsed != nil {
+			if lo, hi := m.MemoryUsed.bounds(); lo < 0 {
+				bad("mig[%d].memory_used: as low as %s", j, gib(lo))
+			} else if hi > has {
+				bad("mig[%d].memory_used: up to %s, more than a %s instance has (%s)", j, gib(hi), m.Profile, gib(has))
+			}
+		}
+		if held := processMemory(m.Processes); held > has {
+			bad("mig[%d]: a %s instance has %s, less than its processes' memory_used, up to %s together", j, m.Profile, gib(has), gib(held))
+		}
+	}
 	return errs
+}
+
+// processMemory is the most the processes hold together.
+func processMemory(procs []ProcessSpec) float64 {
+	held := 0.0
+	for _, p := range procs {
+		if p.MemoryUsed != nil {
+			_, hi := p.MemoryUsed.bounds()
+			held += hi
+		}
+	}
+	return held
+}
+
+// gib writes bytes in GiB, as exactly as they are.
+func gib(bytes float64) string {
+	return strconv.FormatFloat(bytes/(1<<30), 'g', -1, 64) + " GiB"
 }
 
 // isNVMLUUID says whether uuid has the shape NVML gives a GPU (prefix GPU-)

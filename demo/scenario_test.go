@@ -107,6 +107,27 @@ func TestParseErrors(t *testing.T) {
 		// Found by probing: the simulated amdgpu derived its power1_cap and
 		// default power from a limit that was not there, and crashed.
 		{"AMD GPU without a power limit", "devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB}\n", "devices[0]: power_limit_watts: missing"},
+		// Memory a device cannot have: it was cut to memory_total, and
+		// processes were served as stated, above the device (probe-http 11).
+		{"memory_used above memory_total", "devices:\n  - {model: X, memory_total: 80GiB, metrics: {memory_used: 100GiB}}\n", "devices[0]: metrics.memory_used: up to 100 GiB, more than memory_total (80 GiB)"},
+		// 79.75 + 0.5 = 80.25 GiB.
+		{"memory_used and memory_reserved above memory_total", "devices:\n  - {model: X, memory_total: 80GiB, metrics: {memory_used: {min: 60GiB, max: 79.75GiB}, memory_reserved: 512MiB}}\n", "devices[0]: metrics.memory_used: up to 79.75 GiB and memory_reserved up to 0.5 GiB, more than memory_total (80 GiB)"},
+		{"a process above memory_total", "devices:\n  - {model: X, memory_total: 80GiB, processes: [{pid: 5, memory_used: 200GiB}]}\n", "devices[0]: memory_total: 80 GiB, less than its processes' memory_used, up to 200 GiB together"},
+		// 50 + 40 = 90 GiB, the sine's top and the fixed value.
+		{"processes together above memory_total", "devices:\n  - {model: X, memory_total: 80GiB, processes: [{pid: 5, memory_used: {min: 10GiB, max: 50GiB}}, {pid: 6, memory_used: 40GiB}]}\n", "devices[0]: memory_total: 80 GiB, less than its processes' memory_used, up to 90 GiB together"},
+		{"a MIG instance above its profile", "devices:\n  - {model: X, memory_total: 80GiB, mig: [{profile: 1g.10gb, memory_used: 12GiB}]}\n", "devices[0]: mig[0].memory_used: up to 12 GiB, more than a 1g.10gb instance has (10 GiB)"},
+		{"a MIG instance using less than nothing", "devices:\n  - {model: X, memory_total: 80GiB, mig: [{profile: 1g.10gb, memory_used: -1GiB}]}\n", "devices[0]: mig[0].memory_used: as low as -1 GiB"},
+		{"a MIG instance's processes above its profile", "devices:\n  - {model: X, memory_total: 80GiB, mig: [{profile: 1c.3g.40gb, processes: [{pid: 1, memory_used: 41GiB}]}]}\n", "devices[0]: mig[0]: a 1c.3g.40gb instance has 40 GiB, less than its processes' memory_used, up to 41 GiB together"},
+		// Counters past what their driver's integer, or the float64 the
+		// exporter serves, holds: 1e300 J was served as 9.22e15 J, then
+		// stuck (probe-http 11).
+		{"energy beyond amdgpu's accumulator", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {energy: {start: 1e300, rate: 510}}}\n", "metrics.energy: 1e+300 rising by 510 a second reaches 1e+300 in 100 years, outside 0..2.81474976710656e+14 (J (counter))"},
+		{"energy starting beyond it", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {energy: {start: 1.8e16, rate: 0}}}\n", "metrics.energy: 1.8e+16..1.8e+16 is outside 0..2.81474976710656e+14 (J (counter))"},
+		// 1e6 J/s × 3,155,760,000 s (100 years of 365.25 days).
+		{"energy passing it within a century", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {energy: {start: 0, rate: 1e6}}}\n", "metrics.energy: 0 rising by 1e+06 a second reaches 3.15576e+15 in 100 years, outside 0..2.81474976710656e+14"},
+		{"ECC count beyond float64's integers", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {ecc_corrected: 1e300}}\n", "metrics.ecc_corrected: 1e+300..1e+300 is outside 0..9.007199254740992e+15"},
+		// 10/s × 3,155,760,000 s = 3.1558e10, above 4,294,967,295.
+		{"PCIe replays beyond NVML's unsigned int", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {pcie_replays: {start: 0, rate: 10}}}\n", "metrics.pcie_replays: 0 rising by 10 a second reaches 3.15576e+10 in 100 years, outside 0..4.294967295e+09"},
 		{"utilization above 1", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {utilization: 7.5}}\n", "metrics.utilization: 7.5..7.5 is outside 0..1"},
 		{"P-state 99", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {performance_state: 99}}\n", "metrics.performance_state: 99..99 is outside 0..15"},
 		{"generator leaving its range", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {fan_speed: {min: 0.2, max: 1.4}}}\n", "metrics.fan_speed: 0.2..1.4 is outside 0..1"},

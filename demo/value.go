@@ -114,13 +114,21 @@ func (v *Value) unmarshal(n *yaml.Node) error {
 	return nil
 }
 
-// bounds are the lowest and highest values the value takes.
+// checkedYears is how long a counter (start + rate × seconds) is checked to
+// stay in its range: it grows for as long as the demo runs, and no demo
+// runs for a century.
+const checkedYears = 100
+
+var checkedRun = time.Duration(checkedYears * 365.25 * 24 * float64(time.Hour))
+
+// bounds are the lowest and highest values the value takes, a counter's in
+// its first checkedYears.
 func (v Value) bounds() (lo, hi float64) {
 	switch {
 	case v.Fixed != nil:
 		return *v.Fixed, *v.Fixed
 	case v.Rate != 0 || v.Shape == "":
-		return v.Start, math.Inf(1)
+		return v.Start, v.Start + v.Rate*checkedRun.Seconds()
 	}
 	return v.Min, v.Max
 }
@@ -128,10 +136,13 @@ func (v Value) bounds() (lo, hi float64) {
 // within says what is wrong when the value leaves [lo, hi], "" when nothing.
 func (v Value) within(lo, hi float64) string {
 	min, max := v.bounds()
-	if min < lo || (max > hi && !math.IsInf(max, 1)) || (math.IsInf(max, 1) && !math.IsInf(hi, 1)) {
-		return fmt.Sprintf("%g..%g is outside %g..%g", min, max, lo, hi)
+	switch {
+	case min >= lo && max <= hi:
+		return ""
+	case v.Rate != 0:
+		return fmt.Sprintf("%g rising by %g a second reaches %g in %d years, outside %g..%g", v.Start, v.Rate, max, checkedYears, lo, hi)
 	}
-	return ""
+	return fmt.Sprintf("%g..%g is outside %g..%g", min, max, lo, hi)
 }
 
 func orZero(s string) string {
