@@ -47,6 +47,8 @@ func TestAMDParseErrors(t *testing.T) {
 		// (probe-http 13: accepted, and served by nothing).
 		// 2 × 100 GiB in two partitions of one 192 GiB GPU.
 		{"partitions' processes above memory_total", "devices:\n  - {vendor: amd, model: X, memory_total: 192GiB, power_limit_watts: 750, partitions: [{processes: [{pid: 1, memory_used: 100GiB}]}, {processes: [{pid: 2, memory_used: 100GiB}]}]}\n", "devices[0]: memory_total: 192 GiB, less than its processes' memory_used, up to 200 GiB together"},
+		// 8 + 8 GiB in the partitions.
+		{"AMD GPU below its partitions' processes", "devices:\n  - {vendor: amd, model: X, memory_total: 192GiB, power_limit_watts: 750, metrics: {memory_used: 10GiB}, partitions: [{processes: [{pid: 1, memory_used: 8GiB}]}, {processes: [{pid: 2, memory_used: 8GiB}]}]}\n", "devices[0]: metrics.memory_used: as low as 10 GiB, less than its processes' memory_used, up to 16 GiB together"},
 		{"fan speed on AMD", "devices:\n  - " + dev + ", metrics: {fan_speed: 0.5}}\n", "devices[0]: metrics.fan_speed: the simulated amdgpu gives no such reading (an AMD GPU takes utilization, memory_utilization, memory_used, temperature, memory_temperature, power, energy, clock_graphics, clock_memory, pcie_generation, pcie_max_generation, pcie_width, pcie_max_width, pcie_replays, ecc_corrected, ecc_uncorrected, driver_reloads)"},
 		{"throttle reasons on AMD", "devices:\n  - " + dev + ", throttle_reasons: [sw_power_cap]}\n", "devices[0]: throttle_reasons: the simulated amdgpu reports none"},
 		{"maximum clocks on AMD", "devices:\n  - " + dev + ", max_clocks_mhz: {graphics: 2100}}\n", "devices[0]: max_clocks_mhz: the simulated amdgpu serves no maximum clock"},

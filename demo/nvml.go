@@ -816,9 +816,17 @@ func (m *migDevice) memory() (nvml.Memory_v2, nvml.Return) {
 	}
 	_, _, gb := m.spec.slices()
 	total := uint64(gb) << 30
+	// Without memory_used, the instance uses what its processes hold, as
+	// their entries in the process lists give it.
 	var used uint64
 	if m.spec.MemoryUsed != nil {
 		used = min(uint64(m.spec.MemoryUsed.At(m.start, m.now())), total)
+	} else {
+		for _, p := range m.spec.Processes {
+			if p.MemoryUsed != nil {
+				used += uint64(p.MemoryUsed.At(m.start, m.now()))
+			}
+		}
 	}
 	return nvml.Memory_v2{Total: total, Used: used, Free: total - used}, nvml.SUCCESS
 }

@@ -847,15 +847,55 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 // driver's reserve) than it has, or processes holding more together. The
 // simulation would cut the device's value to its total and serve the
 // processes' as stated, above it.
+//
+// It also refuses a device using, at any instant, less than its processes
+// hold: NVML's used memory is all the memory allocated on the device
+// (nvml.h, nvmlMemory_v2_t: "Allocated device memory"), each process's
+// included ("The usedGpuMemory field returned is all of the memory used by
+// the application"). A scenario's memory_used is that whole, served as
+// written, so its lowest value must be at least the most its processes can
+// hold together (a GPU in MIG mode's, its instances'); above that is the
+// driver's and the contexts' own. Checking the extremes rather than each
+// instant keeps the rule one a scenario's author can work out by hand.
 func (d *DeviceSpec) validateMemory() []error {
 	if d.MemoryTotal == nil {
 		return nil
 	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	held, holders := processMemory(d.allProcesses()), "its processes'"
+	if d.inMIGMode() {
+		held, holders = 0, "its MIG instances'" // summed below
+	}
+	for j, m := range d.MIG {
+		if m.gb == 0 {
+			continue // not a profile, refused above
+		}
+		has := float64(m.gb) * (1 << 30) // what the simulated instance reports as its total
+		inner := processMemory(m.Processes)
+		if m.MemoryUsed != nil {
+			lo, hi := m.MemoryUsed.bounds()
+			switch {
+			case lo < 0:
+				bad("mig[%d].memory_used: as low as %s", j, gib(lo))
+			case lo < inner:
+				bad("mig[%d].memory_used: as low as %s, less than its processes' memory_used, up to %s together", j, gib(lo), gib(inner))
+			}
+			if hi > has {
+				bad("mig[%d].memory_used: up to %s, more than a %s instance has (%s)", j, gib(hi), m.Profile, gib(has))
+			}
+			inner = hi
+		} else if inner > has {
+			bad("mig[%d]: a %s instance has %s, less than its processes' memory_used, up to %s together", j, m.Profile, gib(has), gib(inner))
+		}
+		held += inner
+	}
 	total, _ := d.MemoryTotal.bounds()
 	if used, ok := d.Metrics["memory_used"]; ok {
-		_, hi := used.bounds()
+		lo, hi := used.bounds()
+		if lo < held {
+			bad("metrics.memory_used: as low as %s, less than %s memory_used, up to %s together", gib(lo), holders, gib(held))
+		}
 		if reserved, ok := d.Metrics["memory_reserved"]; ok {
 			if _, res := reserved.bounds(); hi+res > total {
 				bad("metrics.memory_used: up to %s and memory_reserved up to %s, more than memory_total (%s)", gib(hi), gib(res), gib(total))
@@ -864,24 +904,8 @@ func (d *DeviceSpec) validateMemory() []error {
 			bad("metrics.memory_used: up to %s, more than memory_total (%s)", gib(hi), gib(total))
 		}
 	}
-	if held := processMemory(d.allProcesses()); held > total {
-		bad("memory_total: %s, less than its processes' memory_used, up to %s together", gib(total), gib(held))
-	}
-	for j, m := range d.MIG {
-		if m.gb == 0 {
-			continue // not a profile, refused above
-		}
-		has := float64(m.gb) * (1 << 30) // what the simulated instance reports as its total
-		if m.MemoryUsed != nil {
-			if lo, hi := m.MemoryUsed.bounds(); lo < 0 {
-				bad("mig[%d].memory_used: as low as %s", j, gib(lo))
-			} else if hi > has {
-				bad("mig[%d].memory_used: up to %s, more than a %s instance has (%s)", j, gib(hi), m.Profile, gib(has))
-			}
-		}
-		if held := processMemory(m.Processes); held > has {
-			bad("mig[%d]: a %s instance has %s, less than its processes' memory_used, up to %s together", j, m.Profile, gib(has), gib(held))
-		}
+	if held > total {
+		bad("memory_total: %s, less than %s memory_used, up to %s together", gib(total), holders, gib(held))
 	}
 	return errs
 }

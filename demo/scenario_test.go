@@ -118,6 +118,16 @@ func TestParseErrors(t *testing.T) {
 		{"a MIG instance above its profile", "devices:\n  - {model: X, memory_total: 80GiB, mig: [{profile: 1g.10gb, memory_used: 12GiB}]}\n", "devices[0]: mig[0].memory_used: up to 12 GiB, more than a 1g.10gb instance has (10 GiB)"},
 		{"a MIG instance using less than nothing", "devices:\n  - {model: X, memory_total: 80GiB, mig: [{profile: 1g.10gb, memory_used: -1GiB}]}\n", "devices[0]: mig[0].memory_used: as low as -1 GiB"},
 		{"a MIG instance's processes above its profile", "devices:\n  - {model: X, memory_total: 80GiB, mig: [{profile: 1c.3g.40gb, processes: [{pid: 1, memory_used: 41GiB}]}]}\n", "devices[0]: mig[0]: a 1c.3g.40gb instance has 40 GiB, less than its processes' memory_used, up to 41 GiB together"},
+		// Used memory holds every process's (nvml.h, nvmlMemory_t: "Sum
+		// of Reserved and Allocated device memory"): the default demo's
+		// GPU 3 and its 3g.40gb instance were such (probe-http 11).
+		{"device below its process", "devices:\n  - {model: X, memory_total: 80GiB, metrics: {memory_used: {shape: noise, min: 60GiB, max: 72GiB}}, processes: [{pid: 1, memory_used: 66GiB}]}\n", "devices[0]: metrics.memory_used: as low as 60 GiB, less than its processes' memory_used, up to 66 GiB together"},
+		{"MIG instance below its process", "devices:\n  - {model: X, memory_total: 80GiB, mig: [{profile: 3g.40gb, memory_used: {min: 20GiB, max: 36GiB}, processes: [{pid: 1, memory_used: 30GiB}]}]}\n", "devices[0]: mig[0].memory_used: as low as 20 GiB, less than its processes' memory_used, up to 30 GiB together"},
+		// 4 GiB (the first instance's process, its memory_used left out) + 7 GiB.
+		{"GPU in MIG mode below its instances", "devices:\n  - {model: X, memory_total: 80GiB, metrics: {memory_used: 10GiB}, mig: [{profile: 2g.20gb, gpu_instance: 1, processes: [{pid: 1, memory_used: 4GiB}]}, {profile: 3g.40gb, gpu_instance: 2, memory_used: 7GiB}]}\n", "devices[0]: metrics.memory_used: as low as 10 GiB, less than its MIG instances' memory_used, up to 11 GiB together"},
+		// Instance 0's profile is refused; instance 1's 30 GiB still count.
+		{"GPU in MIG mode below its instances, one of no profile", "devices:\n  - {model: X, memory_total: 80GiB, metrics: {memory_used: 10GiB}, mig: [{profile: 9g.1gb, gpu_instance: 1}, {profile: 3g.40gb, gpu_instance: 2, memory_used: 30GiB}]}\n", "devices[0]: metrics.memory_used: as low as 10 GiB, less than its MIG instances' memory_used, up to 30 GiB together"},
+		{"memory_total below MIG instances", "devices:\n  - {model: X, memory_total: 40GiB, mig: [{profile: 3g.40gb, gpu_instance: 1, memory_used: 30GiB}, {profile: 3g.40gb, gpu_instance: 2, memory_used: 30GiB}]}\n", "devices[0]: memory_total: 40 GiB, less than its MIG instances' memory_used, up to 60 GiB together"},
 		// Counters past what their driver's integer, or the float64 the
 		// exporter serves, holds: 1e300 J was served as 9.22e15 J, then
 		// stuck (probe-http 11).
