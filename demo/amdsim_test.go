@@ -468,3 +468,23 @@ func TestAMDSimClientsFollowChurn(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleAMDNodeHasProcfs: a simulated node with an AMD GPU and no
+// process still has a procfs, which the exporter's process scan lists
+// without error (it counted an error at every scrape, as for a wrong
+// --path.procfs, found by probing).
+func TestIdleAMDNodeHasProcfs(t *testing.T) {
+	s, err := Parse([]byte("devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, metrics: {utilization: 0.5}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.StartAttribution()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	holders, errs, err := amd.DRMHolders(t.Context(), a.Procfs)
+	if err != nil || len(errs) != 0 || len(holders) != 0 {
+		t.Errorf("scan of the idle node's procfs: %d holders, errors %v, %v; want none", len(holders), errs, err)
+	}
+}

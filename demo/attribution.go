@@ -239,6 +239,11 @@ func (s *Scenario) writeProcfs(root, passwd string) error {
 	if err := os.WriteFile(passwd, []byte(pw.String()), 0o644); err != nil {
 		return err
 	}
+	// A node always has a procfs, whether or not any process uses a GPU:
+	// a missing one is what a wrong --path.procfs looks like.
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
 	return s.writeProcesses(root, 0)
 }
 
