@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -706,6 +707,15 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 	}
 	if exits != nil {
 		exits.Retain(func(pid uint32) bool { _, ok := out[pid]; return ok })
+	}
+	if seen == 0 {
+		// Nothing to read, but a procfs that is not there (a wrong
+		// --path.procfs) must not pass for one with nothing to show: an
+		// AMD or Gaudi node finds its GPU processes in it before they get
+		// here.
+		if _, err := os.Stat(r.procRoot()); err != nil {
+			return out, hidden, fmt.Errorf("procfs %s: %w", r.procRoot(), err)
+		}
 	}
 	if seen > 0 && missing == seen {
 		// Not that they all exited: procfs is not the host's. Their

@@ -448,6 +448,23 @@ func TestResolveBareMetalPartialProcesses(t *testing.T) {
 	}
 }
 
+// TestResolveMissingProcfs: a procfs root that does not exist (a wrong
+// --path.procfs, a mount missing) fails the procfs source even while no
+// GPU runs a process: an AMD node's process scan then finds none to hand
+// over, and the source read up (found by probing). An empty but present
+// procfs is fine.
+func TestResolveMissingProcfs(t *testing.T) {
+	idle := []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1}}
+	r := New(Config{Procfs: &process.Reader{Root: filepath.Join(t.TempDir(), "nonexistent")}})
+	if err := r.Resolve(context.Background(), idle).Sources[0].Err; err == nil || !strings.Contains(err.Error(), "nonexistent") {
+		t.Errorf("procfs error %v, want one naming the missing root", err)
+	}
+	r = New(Config{Procfs: procfs(t, nil)})
+	if err := r.Resolve(context.Background(), idle).Sources[0].Err; err != nil {
+		t.Errorf("an empty procfs: %v", err)
+	}
+}
+
 func TestResolveHiddenPIDs(t *testing.T) {
 	r := New(Config{Procfs: procfs(t, nil)})
 	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{10, 11}}})
