@@ -32,6 +32,18 @@ func writeProcess(t *testing.T, root string, pid uint32, cgroup string, start ui
 	}
 }
 
+// writeUnitProcesses writes n processes of infa.service started at tick
+// 500, PIDs 7000 on, and returns their PIDs.
+func writeUnitProcesses(t *testing.T, root string, n int) []uint32 {
+	t.Helper()
+	pids := make([]uint32, n)
+	for i := range pids {
+		pids[i] = uint32(7000 + i)
+		writeProcess(t, root, pids[i], "/system.slice/infa.service", 500)
+	}
+	return pids
+}
+
 // TestResolvePIDGivenToAnotherProcess: the owner of a PID seen in the
 // previous scrape is cached, but a PID the kernel gave to another process
 // in between (the PID space wrapped: a busy node with pid_max 32768 does it
@@ -79,12 +91,7 @@ func TestResolvePIDGivenToAnotherProcess(t *testing.T) {
 // 2 × startChecks PIDs: period 2, the reuse is seen within two scrapes.
 func TestResolveStartChecksSpreadOverScrapes(t *testing.T) {
 	root := t.TempDir()
-	var pids []uint32
-	for i := range 2 * startChecks {
-		pid := uint32(7000 + i)
-		pids = append(pids, pid)
-		writeProcess(t, root, pid, "/system.slice/infa.service", 500)
-	}
+	pids := writeUnitProcesses(t, root, 2*startChecks)
 	r := New(Config{Procfs: procfs(t, nil)})
 	r.cfg.Procfs.Root = root
 	// reread counts the two reused PIDs already credited to infc.service.
@@ -162,12 +169,7 @@ func (f *fakeExits) Retain(keep func(uint32) bool) {
 // no longer on a device are no longer watched.
 func TestResolveWatchedExits(t *testing.T) {
 	root := t.TempDir()
-	var pids []uint32
-	for i := range 2 * startChecks {
-		pid := uint32(7000 + i)
-		pids = append(pids, pid)
-		writeProcess(t, root, pid, "/system.slice/infa.service", 500)
-	}
+	pids := writeUnitProcesses(t, root, 2*startChecks)
 	exits := newFakeExits()
 	unwatched := pids[2]
 	exits.refuse[unwatched] = true

@@ -460,6 +460,18 @@ func hungFile(t *testing.T, path string) (release func()) {
 	return release
 }
 
+// readOneAMD is one read of c's single GPU within budget.
+func readOneAMD(t *testing.T, c *amdCollector, budget time.Duration) *Device {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	devs, err := c.readDevices(ctx, true)
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("%d devices, %v", len(devs), err)
+	}
+	return devs[0]
+}
+
 // TestAMDHungCardIsDownOthersServed: a sysfs read that blocks (a FIFO
 // stands in for a GPU wedged in the driver) makes that GPU down "timeout"
 // until the read returns, without reading it again meanwhile.
@@ -469,15 +481,7 @@ func TestAMDHungCardIsDownOthersServed(t *testing.T) {
 	release := hungFile(t, fifo)
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
-	scrape := func() *Device {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		devs, err := c.readDevices(ctx, true)
-		if err != nil || len(devs) != 1 {
-			t.Fatalf("%d devices, %v", len(devs), err)
-		}
-		return devs[0]
-	}
+	scrape := func() *Device { return readOneAMD(t, c, 100*time.Millisecond) }
 	for i := 0; i < 2; i++ {
 		if d := scrape(); d.Up {
 			t.Fatalf("scrape %d: a hung GPU is up", i)
@@ -516,15 +520,7 @@ func TestAMDSlowCardIsWaitedOn(t *testing.T) {
 	fifo := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent")
 	release := hungFile(t, fifo)
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
-	read := func(budget time.Duration) *Device {
-		ctx, cancel := context.WithTimeout(context.Background(), budget)
-		defer cancel()
-		devs, err := c.readDevices(ctx, true)
-		if err != nil || len(devs) != 1 {
-			t.Fatalf("%d devices, %v", len(devs), err)
-		}
-		return devs[0]
-	}
+	read := func(budget time.Duration) *Device { return readOneAMD(t, c, budget) }
 	if d := read(time.Millisecond); d.Up {
 		t.Fatal("the card answered within 1 ms: the test proves nothing")
 	}
@@ -586,15 +582,7 @@ func TestAMDStuckProcessScan(t *testing.T) {
 	tr.link("/dev/dri/renderD128", filepath.Join(tr.procs, "300", "fd", "7"))
 	release := hungFile(t, fifo)
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
-	read := func() *Device {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		devs, err := c.readDevices(ctx, true)
-		if err != nil || len(devs) != 1 {
-			t.Fatalf("%d devices, %v", len(devs), err)
-		}
-		return devs[0]
-	}
+	read := func() *Device { return readOneAMD(t, c, 100*time.Millisecond) }
 	for i := range 2 {
 		// gpu_busy_percent 40: 0.4.
 		if d := read(); !d.Up || d.Utilization == nil || *d.Utilization != 0.4 || !d.ProcessesPartial {

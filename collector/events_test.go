@@ -61,12 +61,16 @@ func TestXidKeepsTheOwnerAtEventTime(t *testing.T) {
 	owner = "train-1"
 	r.record(context.Background(), nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 79, GPUInstance: -1}, snapshot)
 	out := collectText(t, r)
-	for _, want := range []string{
-		`xpu_xid_errors_total{container="c",gpu="3",model="H100",namespace="ml",pod="train-0",uuid="GPU-3",vendor="nvidia",xid="79"} 2`,
-		`xpu_xid_errors_total{container="c",gpu="3",model="H100",namespace="ml",pod="train-1",uuid="GPU-3",vendor="nvidia",xid="79"} 1`,
-	} {
-		if !strings.Contains(out, want+"\n") {
-			t.Errorf("missing %s in:\n%s", want, out)
+	xidCounts(t, out, map[string]int{"train-0": 2, "train-1": 1})
+}
+
+// xidCounts checks xpu_xid_errors_total for Xid 79 on GPU 3 by pod.
+func xidCounts(t *testing.T, out string, want map[string]int) {
+	t.Helper()
+	for pod, n := range want {
+		line := fmt.Sprintf(`xpu_xid_errors_total{container="c",gpu="3",model="H100",namespace="ml",pod=%q,uuid="GPU-3",vendor="nvidia",xid="79"} %d`, pod, n)
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("missing %s in:\n%s", line, out)
 		}
 	}
 }
@@ -86,14 +90,7 @@ func TestXidAfterAQuickReplacement(t *testing.T) {
 	now, owner = now.Add(1500*time.Millisecond), "train-1"
 	r.record(context.Background(), ev, snapshot)
 	out := collectText(t, r)
-	for _, want := range []string{
-		`xpu_xid_errors_total{container="c",gpu="3",model="H100",namespace="ml",pod="train-0",uuid="GPU-3",vendor="nvidia",xid="79"} 1`,
-		`xpu_xid_errors_total{container="c",gpu="3",model="H100",namespace="ml",pod="train-1",uuid="GPU-3",vendor="nvidia",xid="79"} 1`,
-	} {
-		if !strings.Contains(out, want+"\n") {
-			t.Errorf("missing %s in:\n%s", want, out)
-		}
-	}
+	xidCounts(t, out, map[string]int{"train-0": 1, "train-1": 1})
 }
 
 func TestXidFloodIsBounded(t *testing.T) {
