@@ -232,6 +232,18 @@ func TestValueGenerators(t *testing.T) {
 	if got := ctr.At(start, start.Add(10*time.Second)); got != 120 {
 		t.Errorf("counter after 10s = %v, want 120", got)
 	}
+	// A sawtooth's position is the time since the epoch modulo the period,
+	// plus the phase, wrapped into [0, 1). 2026-01-01T00:00:00Z is
+	// 1,767,225,600 s since the epoch, a whole number of minutes, so at
+	// 15 s past it a 1m sawtooth is at 15/60 = 0.25; phase 0.9 takes it to
+	// 1.15, wrapped to 0.15: 10 + (20−10) × 0.15 = 11.5. At 45 s: 0.75 +
+	// 0.9 = 1.65 → 0.65: 16.5.
+	saw := parse("{shape: sawtooth, min: 10, max: 20, period: 1m, phase: 0.9}")
+	for at, want := range map[time.Duration]float64{15 * time.Second: 11.5, 45 * time.Second: 16.5} {
+		if got := saw.At(start, start.Add(at)); math.Abs(got-want) > 1e-9 {
+			t.Errorf("sawtooth at +%v = %v, want %v", at, got, want)
+		}
+	}
 	for _, shape := range []string{"sine", "sawtooth", "square", "noise"} {
 		v := parse("{shape: " + shape + ", min: 10, max: 20, period: 1m}")
 		lo, hi := math.Inf(1), math.Inf(-1)
