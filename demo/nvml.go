@@ -227,7 +227,10 @@ func (s *sim) periodsSince(lastSeen uint64) []time.Time {
 	if after := time.UnixMicro(int64(lastSeen)).Truncate(p).Add(p); lastSeen > 0 && after.After(oldest) {
 		oldest = after
 	}
-	var out []time.Time
+	if oldest.After(newest) {
+		return nil
+	}
+	out := make([]time.Time, 0, newest.Sub(oldest)/p+1)
 	for t := oldest; !t.After(newest); t = t.Add(p) {
 		if uint64(t.UnixMicro()) > lastSeen {
 			out = append(out, t)
@@ -392,8 +395,9 @@ func (g *gpu) GetSamples(typ nvml.SamplingType, lastSeen uint64) (nvml.ValueType
 	if ret := g.gate("samples"); ret != nvml.SUCCESS {
 		return 0, nil, ret
 	}
-	var out []nvml.Sample
-	for _, t := range g.periodsSince(lastSeen) {
+	periods := g.periodsSince(lastSeen)
+	out := make([]nvml.Sample, 0, len(periods))
+	for _, t := range periods {
 		u, ok := g.deviceUtil(t)
 		if !ok {
 			return 0, nil, nvml.ERROR_NOT_SUPPORTED

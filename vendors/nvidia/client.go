@@ -208,6 +208,8 @@ func (c *Client) Read(ctx context.Context, advance bool) (Node, error) {
 	for i := range count {
 		reads[i] = c.start(i, deadline, advance)
 	}
+	// A GPU and its MIG instances come together; most GPUs have none.
+	node.Devices = make([]Device, 0, count)
 	for i, r := range reads {
 		node.Devices = append(node.Devices, c.await(ctx, i, r)...)
 	}
