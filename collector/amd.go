@@ -90,9 +90,12 @@ type amdCollector struct {
 	scanning *procRead
 	// scanStuck says a scan outlived a read's deadline; logged on change.
 	scanStuck bool
-	down      map[string]string // card → why it is down, logged on change
-	driver    amd.Opt[string]
-	ras       amdRAS
+	// kfdState is why the KFD processes are unknown, "" when they are
+	// known; logged on change only.
+	kfdState string
+	down     map[string]string // card → why it is down, logged on change
+	driver   amd.Opt[string]
+	ras      amdRAS
 	// energySource is, by PCI address, where a GPU's energy counter was
 	// first read from: hwmon's energy1_input or the gpu_metrics
 	// accumulator. The two count from different origins, so a scrape in
@@ -736,9 +739,12 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 				per[d][pid] = u
 			}
 			// A holder other than the first adds nothing, and knows as
-			// little as the first.
+			// little as the first. A KFD process's engine time leaves out
+			// its ROCm work: its utilization is unknown, not the little
+			// its fdinfo shows, or a shared GPU's time would go to the
+			// owners whose work the kernel schedules.
 			u.memOK = u.memOK && memOK
-			u.utilOK = u.utilOK && utilOK
+			u.utilOK = u.utilOK && utilOK && !scan.kfd.Holds(pid)
 			if i == 0 {
 				u.mem += mem
 				u.util += shares[cl.Key]
@@ -811,7 +817,9 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 // procScan is one walk of procfs for the DRM clients of the node's GPUs.
 type procScan struct {
 	clients []amd.Client
-	at      time.Time
+	// kfd are the processes whose ROCm work the clients do not show.
+	kfd amd.KFDProcesses
+	at  time.Time
 	// ok says the walk got far enough to list clients; complete that it
 	// read every process's fds.
 	ok, complete bool
@@ -836,7 +844,36 @@ func (c *amdCollector) scanProcesses(ctx context.Context) procScan {
 		c.countFile(scanFile(e.File))
 	}
 	c.logScan(append(herrs, serrs...))
-	return procScan{clients: clients, at: c.now(), ok: true, complete: len(herrs)+len(serrs) == 0}
+	// After the fdinfo: a process that opened /dev/kfd since is then
+	// listed rather than missed.
+	kfd := c.reader.KFDProcesses()
+	c.noteKFD(kfd)
+	return procScan{clients: clients, kfd: kfd, at: c.now(), ok: true, complete: len(herrs)+len(serrs) == 0}
+}
+
+// noteKFD counts a KFD process listing that failed, and logs when it
+// starts and stops failing.
+func (c *amdCollector) noteKFD(k amd.KFDProcesses) {
+	state := ""
+	switch {
+	case k.Err != nil:
+		state = k.Err.Error()
+		c.countFile("class/kfd/kfd/proc")
+	case !k.Known:
+		state = "no class/kfd/kfd/proc"
+	}
+	c.mu.Lock()
+	changed := state != c.kfdState
+	c.kfdState = state
+	c.mu.Unlock()
+	switch {
+	case !changed:
+	case state != "":
+		c.logger.Warn("cannot tell which processes run ROCm (KFD) work, which DRM fdinfo does not count; per-owner utilization of shared AMD GPUs is left out until it can",
+			"reason", state)
+	default:
+		c.logger.Info("KFD processes are listed again")
+	}
 }
 
 func markPartial(devs []*Device) {

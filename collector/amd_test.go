@@ -1259,3 +1259,138 @@ func TestAMDClientClosedMidWindow(t *testing.T) {
 	d.OwnersAllocated = true
 	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), some(0.6)}})
 }
+
+// TestAMDKFDWorkLeavesTheSplitOut: ROCm work runs on KFD user-mode queues,
+// which the kernel does not schedule, so a KFD process's fdinfo shows its
+// VRAM and none of that work (amdgpu_top issue #49). An MI300X 90 % busy
+// is shared by pod a's PID 200 (8 GiB, no engine line) and pod b's PID 300
+// (256 MiB; gfx 1,000,000,000 → 1,100,000,000 ns over the 2 s window:
+// 100,000,000 / 2,000,000,000 = 0.05). Split by fdinfo alone, pod b would
+// get 0.9 × 0.05 / 0.05 = 0.9 and pod a 0. Memory splits all the same:
+// 8 GiB and 256 MiB.
+func TestAMDKFDWorkLeavesTheSplitOut(t *testing.T) {
+	const gib, mib = 1 << 30, 1 << 20
+	for _, tc := range []struct {
+		name string
+		kfd  func(tr *amdTree)
+		want []usageWant
+	}{
+		{
+			// No KFD driver: PID 200 submits nothing, so it is idle, and
+			// pod b's 0.05 is all the work fdinfo can see: 0.9 to b.
+			name: "no amdkfd",
+			kfd:  func(*amdTree) {},
+			want: []usageWant{{some(8 * gib), some(0)}, {some(256 * mib), some(0.9)}},
+		},
+		{
+			name: "PID 200 is a KFD process",
+			kfd: func(tr *amdTree) {
+				tr.write(filepath.Join(tr.sysfs, "class/kfd/kfd/proc/200/pasid"), "32769\n")
+			},
+			want: []usageWant{{some(8 * gib), nil}, {some(256 * mib), nil}},
+		},
+		{
+			// amdkfd loaded, its process list unreadable: any process
+			// may have KFD work.
+			name: "KFD processes unknown",
+			kfd: func(tr *amdTree) {
+				tr.write(filepath.Join(tr.sysfs, "class/kfd/kfd/topology/generation_id"), "1\n")
+			},
+			want: []usageWant{{some(8 * gib), nil}, {some(256 * mib), nil}},
+		},
+		{
+			// Another process's KFD work is not these two's.
+			name: "another KFD process",
+			kfd: func(tr *amdTree) {
+				tr.write(filepath.Join(tr.sysfs, "class/kfd/kfd/proc/4242/pasid"), "32770\n")
+			},
+			want: []usageWant{{some(8 * gib), some(0)}, {some(256 * mib), some(0.9)}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files := busyMI300X()
+			files["gpu_busy_percent"] = "90\n"
+			tr := newAMDTree(t, files)
+			tc.kfd(tr)
+			hip := "drm-driver:\tamdgpu\ndrm-client-id:\t21\ndrm-pdev:\t0000:0c:00.0\n" +
+				"drm-total-vram:\t8192 MiB\ndrm-resident-vram:\t8192 MiB\n"
+			tr.fd(200, 5, hip)
+			tr.fd(300, 6, amdgpuClient("22", "256", "1000000000"))
+			clk := &fakeClock{t: testNow}
+			c := newAMDCollectorFor(t, tr, clk)
+			if _, err := c.readDevices(context.Background(), true); err != nil {
+				t.Fatal(err)
+			}
+			clk.t = testNow.Add(2 * time.Second)
+			tr.fd(300, 6, amdgpuClient("22", "256", "1100000000"))
+			devs, err := c.readDevices(context.Background(), true)
+			if err != nil || len(devs) != 1 {
+				t.Fatalf("%d devices, %v", len(devs), err)
+			}
+			sharedByPods(devs[0], []uint32{200}, []uint32{300})
+			checkUsage(t, devs[0].Usage(), tc.want)
+		})
+	}
+}
+
+// TestAMDKFDSoleOwnerKeepsTheDevice: a GPU one pod holds is that pod's,
+// KFD work or not: its utilization is the device's 90 %.
+func TestAMDKFDSoleOwnerKeepsTheDevice(t *testing.T) {
+	files := busyMI300X()
+	files["gpu_busy_percent"] = "90\n"
+	tr := newAMDTree(t, files)
+	tr.write(filepath.Join(tr.sysfs, "class/kfd/kfd/proc/200/pasid"), "32769\n")
+	tr.fd(200, 5, "drm-driver:\tamdgpu\ndrm-client-id:\t21\ndrm-pdev:\t0000:0c:00.0\ndrm-resident-vram:\t8192 MiB\n")
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	if _, err := c.readDevices(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	clk.t = testNow.Add(2 * time.Second)
+	devs, err := c.readDevices(context.Background(), true)
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("%d devices, %v", len(devs), err)
+	}
+	d := devs[0]
+	d.Claims = []attribution.Claim{{Owner: attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}, Share: 1}}
+	d.ProcessOwner = map[uint32]int{200: 0}
+	d.OwnersAllocated = true
+	checkUsage(t, d.Usage(), []usageWant{{some(8 << 30), some(0.9)}})
+}
+
+// TestAMDScenarioKFDProcess: the demo's kfd process, as the exporter reads
+// it from the generated sysfs and fdinfo. GPU busy 0.4 + 0.2 = 0.6. a's
+// PID 3001 runs ROCm work (kfd: true): its fdinfo has its 8 GiB and no
+// engine time. b's PID 3002 shows 0.2 of gfx over the 10 s window. a's
+// utilization is unknown, so neither owner's is served; both memories
+// are (8 GiB = 8,589,934,592 bytes, 4 GiB = 4,294,967,296).
+func TestAMDScenarioKFDProcess(t *testing.T) {
+	s, err := demo.Parse([]byte("node: rocm\ndevices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, processes: [" +
+		"{pid: 3001, unit: a.service, memory_used: 8GiB, utilization: 0.4, kfd: true}, {pid: 3002, unit: b.service, memory_used: 4GiB, utilization: 0.2}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e, sim := newAttributedExporterSim(t, s, func(c *Config) { c.Now = clk.now })
+	sim.AMD.Reset(testNow.Add(-5400 * time.Second))
+	var out string
+	for i := range 2 {
+		at := testNow.Add(time.Duration(i) * 10 * time.Second)
+		clk.set(at)
+		if err := sim.AMD.WriteAt(at); err != nil {
+			t.Fatal(err)
+		}
+		out = scrapeText(t, e, 10*time.Second)
+	}
+	check, absent := oracleChecks(out)
+	check(t, "xpu_utilization_ratio", 0.6, `gpu="0"`)
+	absent(t, "xpu_process_utilization_ratio", `pid="3001"`)
+	check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
+	absent(t, "xpu_workload_utilization_ratio", `unit="a.service"`)
+	absent(t, "xpu_workload_utilization_ratio", `unit="b.service"`)
+	check(t, "xpu_workload_memory_used_bytes", 8589934592, `unit="a.service"`)
+	check(t, "xpu_workload_memory_used_bytes", 4294967296, `unit="b.service"`)
+	if strings.Contains(out, `file="class/kfd/kfd/proc"`) {
+		t.Error("the demo's KFD process list could not be read")
+	}
+}

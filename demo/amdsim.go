@@ -284,6 +284,7 @@ func (a *AMDSim) WriteAt(t time.Time) error {
 	for i, props := range kfd {
 		errs = append(errs, writeAtomic(filepath.Join(a.sysfs, "class/kfd/kfd/topology/nodes", fmt.Sprint(i), "properties"), props))
 	}
+	errs = append(errs, a.writeKFDProcesses())
 	return errors.Join(errs...)
 }
 
@@ -544,6 +545,14 @@ func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, nodes amdNodes, index 
 	fmt.Fprintf(&b, "drm-driver:\tamdgpu\ndrm-client-id:\t%d\ndrm-pdev:\t%s\npasid:\t%d\n", pid, pdev, 32768+pid%32768)
 	kib := uint64(mem) / 1024
 	fmt.Fprintf(&b, "drm-total-vram:\t%d KiB\ndrm-resident-vram:\t%d KiB\ndrm-total-gtt:\t2048 KiB\ndrm-resident-gtt:\t2048 KiB\ndrm-memory-vram:\t%d KiB\namd-evicted-vram:\t524288 KiB\n", kib+512*1024, kib, kib)
+	if p.KFD {
+		// Its work is on KFD queues: no engine time, and fd 4 on /dev/kfd.
+		return errors.Join(
+			writeAtomic(filepath.Join(dir, "fdinfo", "5"), b.String()),
+			symlink(node, filepath.Join(dir, "fd", "5")),
+			symlink("/dev/kfd", filepath.Join(dir, "fd", "4")),
+		)
+	}
 	if ns := a.engineNS(p, pid, gen, index, t); ns > 0 {
 		fmt.Fprintf(&b, "drm-engine-gfx:\t%d ns\n", ns)
 	}
@@ -551,6 +560,46 @@ func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, nodes amdNodes, index 
 		writeAtomic(filepath.Join(dir, "fdinfo", "5"), b.String()),
 		symlink(node, filepath.Join(dir, "fd", "5")),
 	)
+}
+
+// writeKFDProcesses lists the KFD processes of the current churn
+// generation under class/kfd/kfd/proc, each a directory with its pasid,
+// and removes those of processes gone, as the driver does when a KFD
+// process is released (kfd_process.c, kfd_process_remove_sysfs).
+func (a *AMDSim) writeKFDProcesses() error {
+	dir := filepath.Join(a.sysfs, "class/kfd/kfd/proc")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	gen := a.s.stats.gen.Load()
+	want := map[string]bool{}
+	var errs []error
+	for _, g := range a.gpus {
+		groups := [][]ProcessSpec{g.spec.Processes}
+		for _, p := range g.parts {
+			groups = append(groups, p.spec.Processes)
+		}
+		for _, procs := range groups {
+			for i := range procs {
+				if !procs[i].KFD {
+					continue
+				}
+				pid := churnPID(procs[i].PID, gen)
+				want[fmt.Sprint(pid)] = true
+				errs = append(errs, writeAtomic(filepath.Join(dir, fmt.Sprint(pid), "pasid"), fmt.Sprintf("%d\n", 32768+pid%32768)))
+			}
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, e := range entries {
+		if !want[e.Name()] {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // pcieSpeed prints a generation's rate as the PCI core does

@@ -215,6 +215,13 @@ type ProcessSpec struct {
 	// the previously reported larger value within a reasonable period",
 	// "DRM client usage stats", drm-engine-<keystr>).
 	EngineDip bool `yaml:"engine_dip"`
+	// KFD makes an AMD process a ROCm (HIP) one: it has /dev/kfd open and
+	// is listed under /sys/class/kfd/kfd/proc, and its work, on KFD
+	// user-mode queues, keeps the GPU busy without any drm-engine line in
+	// its fdinfo, which still shows its VRAM (amdgpu_top issue #49: "ROCm
+	// uses /dev/kfd, so no usage is recorded in fdinfo"). Unset: a client
+	// whose work the kernel schedules (graphics, video, Mesa compute).
+	KFD bool `yaml:"kfd"`
 }
 
 // DutySpec is a process's duty cycle: busy for Busy at the start of every
@@ -773,6 +780,9 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 				if !slices.Contains(processListNames, l) {
 					bad("%s[%d].lists: unknown list %q (want compute, mps or graphics)", where, i, l)
 				}
+			}
+			if (p.DRMNode != "" || p.KFD || p.EngineDip) && !d.isAMD() {
+				bad("%s[%d]: drm_node, engine_dip and kfd are for AMD processes", where, i)
 			}
 			if p.DRMNode != "" && p.DRMNode != "render" && p.DRMNode != "primary" {
 				bad("%s[%d].drm_node: %q (want render or primary)", where, i, p.DRMNode)
