@@ -161,10 +161,14 @@ func (r *eventRecorder) record(ctx context.Context, ev nvidia.Event, snapshot fu
 	}
 }
 
-// findEventDevice is the device an event is about: the MIG instance when
-// the event names one, else the GPU.
+// findEventDevice is the device an event is about: the MIG device of the
+// compute instance the event names, or of the GPU instance it names when
+// that instance is one MIG device; else the GPU. An event about a GPU
+// instance split into several compute instances, each its own MIG device
+// and maybe another owner's, is the GPU's: charged to no one of them.
 func findEventDevice(snap *Snapshot, ev nvidia.Event) *Device {
-	var gpu *Device
+	var gpu, inGI *Device
+	sharedGI := false
 	for _, d := range snap.Devices {
 		if d.Vendor != "nvidia" {
 			continue
@@ -173,8 +177,15 @@ func findEventDevice(snap *Snapshot, ev nvidia.Event) *Device {
 		case d.MIG == nil && d.UUID == ev.UUID:
 			gpu = d
 		case d.MIG != nil && d.MIG.ParentUUID == ev.UUID && ev.GPUInstance >= 0 && d.MIG.Instance == strconv.Itoa(ev.GPUInstance):
-			return d
+			if ev.ComputeInstance >= 0 && d.MIG.ComputeInstance == ev.ComputeInstance {
+				return d
+			}
+			sharedGI = inGI != nil
+			inGI = d
 		}
+	}
+	if inGI != nil && !sharedGI && ev.ComputeInstance < 0 {
+		return inGI
 	}
 	return gpu
 }

@@ -151,3 +151,94 @@ func TestXidEventsEndToEnd(t *testing.T) {
 		t.Error("the listener does not say it is listening")
 	}
 }
+
+// TestFindEventDeviceByComputeInstance: GPU 3 in MIG mode. GPU instance 1
+// is split into compute instances 0 (MIG-a, pod a) and 1 (MIG-b, pod b);
+// GPU instance 2 is one compute instance, 0 (MIG-c, pod c).
+func TestFindEventDeviceByComputeInstance(t *testing.T) {
+	owner := func(pod string) []attribution.Claim {
+		return []attribution.Claim{{Share: 1, Owner: attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: pod, Container: "c"}}}
+	}
+	mig := func(uuid, pod, gi string, ci int) *Device {
+		return &Device{Vendor: "nvidia", Index: "3", UUID: uuid, Up: true, Claims: owner(pod),
+			MIG: &MIGInstance{ParentUUID: "GPU-3", Instance: gi, ComputeInstance: ci}}
+	}
+	parent := &Device{Vendor: "nvidia", Index: "3", UUID: "GPU-3", Up: true, HasMIG: true}
+	snap := &Snapshot{Devices: []*Device{parent, mig("MIG-a", "a", "1", 0), mig("MIG-b", "b", "1", 1), mig("MIG-c", "c", "2", 0)}}
+	for _, tc := range []struct {
+		name   string
+		gi, ci int
+		want   string
+	}{
+		{"compute instance 1 of GPU instance 1", 1, 1, "MIG-b"},
+		{"compute instance 0 of GPU instance 1", 1, 0, "MIG-a"},
+		// Both pods' instances share it: charged to neither alone.
+		{"GPU instance 1 as a whole", 1, -1, "GPU-3"},
+		{"GPU instance 2 as a whole, its one compute instance", 2, -1, "MIG-c"},
+		{"compute instance 0 of GPU instance 2", 2, 0, "MIG-c"},
+		// Reconfigured since the snapshot: not guessed.
+		{"a compute instance the snapshot does not have", 2, 5, "GPU-3"},
+		{"not about a MIG instance", -1, -1, "GPU-3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := findEventDevice(snap, nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 43, GPUInstance: tc.gi, ComputeInstance: tc.ci})
+			if d == nil || d.UUID != tc.want {
+				t.Errorf("event of GPU instance %d, compute instance %d found %v, want %s", tc.gi, tc.ci, d, tc.want)
+			}
+		})
+	}
+}
+
+// TestXidOfAComputeInstanceEndToEnd: the simulated driver raises an Xid
+// about compute instance 1 of GPU instance 1, which b.service's process
+// runs in; compute instance 0 of the same GPU instance is a.service's. The
+// counter carries b.service, never a.service.
+func TestXidOfAComputeInstanceEndToEnd(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: mig-xid
+devices:
+  - model: NVIDIA A100-SXM4-80GB
+    memory_total: 80GiB
+    mig:
+      - {profile: 1c.3g.40gb, gpu_instance: 1, compute_instance: 0, memory_used: 10GiB, processes: [{pid: 7001, unit: a.service, memory_used: 8GiB}]}
+      - {profile: 2c.3g.40gb, gpu_instance: 1, compute_instance: 1, memory_used: 10GiB, processes: [{pid: 7002, unit: b.service, memory_used: 8GiB}]}
+events:
+  - {device: 0, xid: 43, every: 1s, gpu_instance: 1, compute_instance: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newAttributedExporterFor(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.Start(ctx)
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		out = scrapeText(t, e, 5*time.Second)
+		if strings.Contains(out, "xpu_xid_errors_total{") {
+			break
+		}
+	}
+	sample(t, out, "xpu_xid_errors_total", `xid="43"`, `unit="b.service"`, `mig_instance="1"`)
+	if regexp.MustCompile(`xpu_xid_errors_total\{[^}]*unit="a.service"`).MatchString(out) {
+		t.Error("the Xid of b.service's compute instance is counted for a.service")
+	}
+}
+
+func TestEventInstanceValidation(t *testing.T) {
+	base := "devices:\n  - {model: NVIDIA A100-SXM4-80GB, memory_total: 80GiB, mig: [{profile: 1c.3g.40gb, gpu_instance: 1, compute_instance: 0}, {profile: 2c.3g.40gb, gpu_instance: 1, compute_instance: 1}]}\nevents:\n"
+	for ev, want := range map[string]string{
+		"  - {device: 0, xid: 43, gpu_instance: 1, compute_instance: 2}\n": "gpu_instance 1, compute_instance 2: device 0 has no such MIG instance",
+		"  - {device: 0, xid: 43, gpu_instance: 3}\n":                      "gpu_instance 3: device 0 has no such MIG instance",
+		"  - {device: 0, xid: 43, compute_instance: 1}\n":                  "compute_instance: needs the gpu_instance it is in",
+		"  - {device: 0, type: single_bit_ecc, gpu_instance: 1}\n":         "NVML names MIG instances on Xid events only",
+		"  - {device: 0, xid: 43, gpu_instance: 1, compute_instance: 1}\n": "",
+	} {
+		_, err := demo.Parse([]byte(base + ev))
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v", ev, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: error %v, want %q", ev, err, want)
+		}
+	}
+}

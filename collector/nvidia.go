@@ -193,11 +193,12 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 		}
 		if nd.MIG != nil {
 			d.MIG = &MIGInstance{
-				ParentUUID: nd.MIG.ParentUUID,
-				Profile:    nd.MIG.Profile,
-				Instance:   strconv.Itoa(nd.MIG.GPUInstanceID),
-				Index:      nd.MIG.Index,
-				Fraction:   nd.MIG.SliceFraction,
+				ParentUUID:      nd.MIG.ParentUUID,
+				Profile:         nd.MIG.Profile,
+				Instance:        strconv.Itoa(nd.MIG.GPUInstanceID),
+				Index:           nd.MIG.Index,
+				Fraction:        nd.MIG.SliceFraction,
+				ComputeInstance: nd.MIG.ComputeInstanceID,
 			}
 		}
 		d.MemoryUsed, d.MemoryTotal = asFloat(nd.MemoryUsed), asFloat(nd.MemoryTotal)

@@ -86,6 +86,9 @@ type MIGInstance struct {
 	ParentUUID string
 	Profile    string
 	Instance   string // the GPU instance ID, the mig_instance label
+	// ComputeInstance is the compute instance ID within Instance: a GPU
+	// instance may be split into several, each its own MIG device.
+	ComputeInstance int
 	// Index is the MIG device's handle index in its GPU, as the device
 	// plugins' index strategy names it ("<gpu>:<index>").
 	Index int

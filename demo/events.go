@@ -83,5 +83,11 @@ func (es *eventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 	if e.Type == "xid" {
 		data.EventData = e.XID
 	}
+	if e.GPUInstance != nil {
+		data.GpuInstanceId = uint32(*e.GPUInstance)
+		if e.ComputeInstance != nil {
+			data.ComputeInstanceId = uint32(*e.ComputeInstance)
+		}
+	}
 	return data, nvml.SUCCESS
 }

@@ -92,6 +92,12 @@ type EventSpec struct {
 	XID    uint64 `yaml:"xid"`
 	At     string `yaml:"at"`
 	Every  string `yaml:"every"`
+	// GPUInstance and ComputeInstance name the MIG instance an Xid is
+	// about (nvml.h, nvmlEventData_t: valid when the event "is
+	// attributable to" one): a GPU instance alone is the whole of it,
+	// with every compute instance it holds. Unset: the GPU's.
+	GPUInstance     *int `yaml:"gpu_instance"`
+	ComputeInstance *int `yaml:"compute_instance"`
 
 	at, every time.Duration
 }
@@ -527,6 +533,8 @@ func Parse(b []byte) (*Scenario, error) {
 			errs = append(errs, fmt.Errorf("events[%d]: %w", i, err))
 		} else if s.Devices[s.Events[i].Device].Vendor != VendorNVIDIA {
 			errs = append(errs, fmt.Errorf("events[%d].device: events are NVML's; device %d is not an NVIDIA GPU", i, s.Events[i].Device))
+		} else if err := s.Events[i].validateInstance(&s.Devices[s.Events[i].Device]); err != nil {
+			errs = append(errs, fmt.Errorf("events[%d]: %w", i, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -561,6 +569,28 @@ func (e *EventSpec) validate(devices int) error {
 		return errors.New("every: events repeat at most once a second")
 	}
 	return nil
+}
+
+// validateInstance checks that the MIG instance an event names is one of
+// its device's.
+func (e *EventSpec) validateInstance(d *DeviceSpec) error {
+	switch {
+	case e.GPUInstance == nil && e.ComputeInstance == nil:
+		return nil
+	case e.GPUInstance == nil:
+		return errors.New("compute_instance: needs the gpu_instance it is in")
+	case e.Type != "xid":
+		return errors.New("gpu_instance: NVML names MIG instances on Xid events only")
+	}
+	for _, m := range d.MIG {
+		if m.GPUInstance == *e.GPUInstance && (e.ComputeInstance == nil || m.ComputeInstance == *e.ComputeInstance) {
+			return nil
+		}
+	}
+	if e.ComputeInstance != nil {
+		return fmt.Errorf("gpu_instance %d, compute_instance %d: device %d has no such MIG instance", *e.GPUInstance, *e.ComputeInstance, e.Device)
+	}
+	return fmt.Errorf("gpu_instance %d: device %d has no such MIG instance", *e.GPUInstance, e.Device)
 }
 
 func parseDuration(s string, def time.Duration) (time.Duration, error) {

@@ -20,7 +20,10 @@ type Event struct {
 	XID uint64
 	// GPUInstance is the MIG GPU instance the event concerns, or -1.
 	GPUInstance int
-	Time        time.Time
+	// ComputeInstance is the compute instance of GPUInstance the event
+	// concerns, or -1 when it is about the GPU instance as a whole.
+	ComputeInstance int
+	Time            time.Time
 }
 
 // eventTypes are the events the exporter listens for, by NVML bit.
@@ -145,7 +148,7 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 }
 
 func convertEvent(data nvml.EventData, uuids map[string]int) (Event, bool) {
-	ev := Event{Index: -1, GPUInstance: -1, Time: time.Now()}
+	ev := Event{Index: -1, GPUInstance: -1, ComputeInstance: -1, Time: time.Now()}
 	for _, t := range eventTypes {
 		if data.EventType&t.bit != 0 {
 			ev.Type = t.name
@@ -165,10 +168,16 @@ func convertEvent(data nvml.EventData, uuids map[string]int) (Event, bool) {
 	if ev.Type == "xid" {
 		ev.XID = data.EventData
 	}
-	// NVML sets the instance ids to all ones when the event is not about a
-	// MIG instance.
+	// nvml.h, nvmlEventData_t: "If MIG is enabled and
+	// nvmlEventTypeXidCriticalError event is attributable to a GPU
+	// instance, stores a valid GPU instance ID. gpuInstanceId is invalid
+	// otherwise", and likewise computeInstanceId for a compute instance;
+	// NVML sets an invalid one to all ones.
 	if data.GpuInstanceId != ^uint32(0) {
 		ev.GPUInstance = int(data.GpuInstanceId)
+		if data.ComputeInstanceId != ^uint32(0) {
+			ev.ComputeInstance = int(data.ComputeInstanceId)
+		}
 	}
 	return ev, true
 }

@@ -723,7 +723,8 @@ func (r *reader) readMIG(parent Device, h nvml.Device, index, parentSlices int) 
 	// that fleets aggregate by model across MIG and whole GPUs.
 	d := Device{
 		Identity: Identity{Index: parent.Index, Name: parent.Name, PCIBusID: parent.PCIBusID},
-		MIG:      &MIG{ParentUUID: parent.UUID, ParentIndex: parent.Index, Index: index},
+		// A compute instance ID that cannot be read matches no event's.
+		MIG: &MIG{ParentUUID: parent.UUID, ParentIndex: parent.Index, Index: index, ComputeInstanceID: -1},
 	}
 	if v, ret := h.GetUUID(); r.ok("GetUUID", ret) {
 		d.UUID = v
