@@ -205,6 +205,10 @@ type Result struct {
 	// no device in a form the resolver understands; such an ID is not
 	// attributed, the other devices of its container are.
 	UnknownDeviceIDs int
+	// EndedPods counts the pods the kubelet listed with devices though
+	// they have ended (Resolver.withoutEnded); their devices are not
+	// attributed to them.
+	EndedPods int
 	// UnresolvedClaimDevices counts the DRA claim devices in this scrape
 	// that could not be matched to a device (their CDI spec is missing,
 	// unreadable or stale); such a device is not attributed, the other

@@ -783,6 +783,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 	if err != nil {
 		return nil, nil, err
 	}
+	pods = r.withoutEnded(pods, res)
 	// Allocatable lists every replica a device plugin advertises, which is
 	// what a replica's share depends on; without it the share is unknown.
 	allocatable, allocErr := r.cfg.Kubelet.Allocatable(ctx)
@@ -838,6 +839,41 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 		return claims, cdi, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
 	}
 	return claims, cdi, nil
+}
+
+// withoutEnded leaves out the pods that the metadata source says have
+// ended (Succeeded, Failed), counting them in res. Kubelets have listed
+// such a pod's devices in pod-resources List after handing them to another
+// pod (kubernetes/kubernetes#119423: "The
+// internal managers reassign resources assigned to pods in terminal
+// phase"): a finished Job's pod, kept until it is deleted, would be an
+// owner of an idle GPU, or share a busy one with the pod that has it now.
+// pods is not modified: the kubelet client may hold it.
+func (r *Resolver) withoutEnded(pods []kubernetes.PodResources, res *Result) []kubernetes.PodResources {
+	if r.cfg.Metadata == nil {
+		return pods
+	}
+	ended := func(p kubernetes.PodResources) bool {
+		meta, ok := r.cfg.Metadata.Pod(p.Namespace, p.Name)
+		return ok && meta.Ended
+	}
+	n := 0
+	for _, p := range pods {
+		if ended(p) {
+			n++
+		}
+	}
+	if n == 0 {
+		return pods
+	}
+	res.EndedPods = n
+	out := make([]kubernetes.PodResources, 0, len(pods)-n)
+	for _, p := range pods {
+		if !ended(p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // draClaims adds the devices held through DRA claims. The CDI specs are

@@ -21,6 +21,7 @@ var (
 	sourceUp          = gauge("attribution_source_up", "1 if the attribution source answered in this scrape, 0 if not (owner labels from it are missing).")
 	unknownIDs        = gauge("attribution_unknown_device_ids", "Device-plugin IDs in this scrape that name no device of this node (in no known form, or no such device); such an ID is not attributed, the other devices of its container are.")
 	unresolvedClaims  = gauge("attribution_unresolved_claim_devices", "DRA claim devices in this scrape that match no device of the node (CDI spec missing, malformed, oversized or stale); such a device is not attributed, the other devices of its container are.")
+	endedPods         = gauge("attribution_ended_pods", "Pods the kubelet lists with devices in this scrape though they have ended (Succeeded or Failed, per the kubelet Pods API); their devices are not attributed to them.")
 )
 
 type attributionCollector struct {
@@ -46,6 +47,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 	}
 	e.emit(unknownIDs, labels{}, float64(snap.unknownDeviceIDs))
 	e.emit(unresolvedClaims, labels{}, float64(snap.unresolvedClaimDevices))
+	e.emit(endedPods, labels{}, float64(snap.endedPods))
 	// Owners in the order first met, not a map's: the exposition keeps a
 	// family's order from one scrape to the next (family.order).
 	var owners []*attribution.Owner // into the snapshot's claims, not copies

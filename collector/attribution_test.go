@@ -604,3 +604,37 @@ kubernetes:
 		check(t, "xpu_workload_memory_used_bytes", 2*gib, gpu, unattributed)
 	})
 }
+
+// TestEndedPodsHoldNoDevice: the kubelet lists ml/done, a finished Job's
+// pod (Succeeded), with GPU 0, which it has since handed to ml/next, and
+// ml/failed (Failed) with GPU 1, now idle (kubernetes/kubernetes#119423).
+// GPU 0 is ml/next's alone: 1 owner, allocated 1 device (counting ml/done
+// made 2 owners of 1/2 each, billing a finished Job for half the GPU). GPU
+// 1 has no owner (it was ml/failed's, with 1). Two ended pods are counted.
+func TestEndedPodsHoldNoDevice(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: ended
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
+devices:
+  - uuid: GPU-0f000000-0000-4000-8000-000000000000
+    processes: [{pid: 9001, pod: ml/next, memory_used: 4GiB, utilization: 0.4}]
+  - uuid: GPU-0f000000-0000-4000-8000-000000000001
+kubernetes:
+  pods:
+    - {namespace: ml, name: done,   uid: 0f000000-0000-4000-8000-0000000000a0, phase: Succeeded, containers: [{name: c, devices: [{resource: nvidia.com/gpu, ids: [GPU-0f000000-0000-4000-8000-000000000000]}]}]}
+    - {namespace: ml, name: next,   uid: 0f000000-0000-4000-8000-0000000000a1, containers: [{name: c, devices: [{resource: nvidia.com/gpu, ids: [GPU-0f000000-0000-4000-8000-000000000000]}]}]}
+    - {namespace: ml, name: failed, uid: 0f000000-0000-4000-8000-0000000000a2, phase: Failed, containers: [{name: c, devices: [{resource: nvidia.com/gpu, ids: [GPU-0f000000-0000-4000-8000-000000000001]}]}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, s), 10*time.Second)
+	check, absent := oracleChecks(out)
+	check(t, "xpu_device_owners", 1, `gpu="0"`)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `pod="next"`)
+	absent(t, "xpu_workload_allocated_devices", `pod="done"`)
+	check(t, "xpu_device_owners", 0, `gpu="1"`)
+	absent(t, "xpu_workload_allocated_devices", `pod="failed"`)
+	if !strings.Contains(out, "\nxpu_attribution_ended_pods 2\n") {
+		t.Error("the two ended pods are not counted in xpu_attribution_ended_pods")
+	}
+}

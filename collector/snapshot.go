@@ -123,6 +123,8 @@ type Snapshot struct {
 	// unresolvedClaimDevices counts the DRA claim devices not matched to
 	// a device.
 	unresolvedClaimDevices int
+	// endedPods counts the ended pods the kubelet listed with devices.
+	endedPods int
 }
 
 type sourceResult struct {
@@ -310,6 +312,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	}
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
+	snap.endedPods = res.EndedPods
 }
 
 // attributionKey names d to the resolver: its uuid, else (a Gaudi whose

@@ -141,7 +141,7 @@ func (s *APIServerSource) record(err error) {
 
 func (s *APIServerSource) upsert(obj any) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		s.podCache.upsert(&m.ObjectMeta, "", nil, 0)
+		s.podCache.upsert(&m.ObjectMeta, "", nil, false, 0)
 	}
 }
 

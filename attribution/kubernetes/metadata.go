@@ -37,6 +37,11 @@ type PodMeta struct {
 	// metadata, which has neither.
 	IP         string
 	Containers []ContainerMeta
+	// Ended says the pod's phase is Succeeded or Failed: every container
+	// has terminated for good ("Pod phase", Kubernetes pod lifecycle). The
+	// kubelet Pods API tells; the API server source's metadata does not,
+	// and leaves it false.
+	Ended bool
 }
 
 // ContainerMeta is what engine discovery and process attribution need of a
@@ -192,7 +197,7 @@ func (NoMetadata) Healthy() error { return nil }
 func (NoMetadata) Close() error { return nil }
 
 // podMeta builds a PodMeta from a pod's object metadata and IP.
-func podMeta(m *metav1.ObjectMeta, ip string, containers []ContainerMeta) PodMeta {
+func podMeta(m *metav1.ObjectMeta, ip string, containers []ContainerMeta, ended bool) PodMeta {
 	owners := make([]Owner, 0, len(m.OwnerReferences))
 	for _, o := range m.OwnerReferences {
 		owners = append(owners, Owner{
@@ -213,6 +218,7 @@ func podMeta(m *metav1.ObjectMeta, ip string, containers []ContainerMeta) PodMet
 		Annotations:  m.Annotations,
 		IP:           ip,
 		Containers:   containers,
+		Ended:        ended,
 	}
 }
 
@@ -247,12 +253,12 @@ func newPodCache() *podCache {
 	}
 }
 
-func (c *podCache) upsert(m *metav1.ObjectMeta, ip string, containers []ContainerMeta, generation uint64) {
+func (c *podCache) upsert(m *metav1.ObjectMeta, ip string, containers []ContainerMeta, ended bool, generation uint64) {
 	if m.UID == "" {
 		return
 	}
 	p := &cachedPod{
-		meta:       podMeta(m, ip, containers),
+		meta:       podMeta(m, ip, containers, ended),
 		created:    m.CreationTimestamp.Time,
 		altUID:     m.Annotations[mirrorPodAnnotation],
 		generation: generation,

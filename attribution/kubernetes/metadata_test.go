@@ -129,10 +129,10 @@ func TestPodCache(t *testing.T) {
 	old := &metav1.ObjectMeta{Namespace: "ml", Name: "trainer-0", UID: "old", CreationTimestamp: at(0)}
 	replacement := &metav1.ObjectMeta{Namespace: "ml", Name: "trainer-0", UID: "new", CreationTimestamp: at(5)}
 
-	c.upsert(old, "", nil, 1)
-	c.upsert(replacement, "", nil, 1)
+	c.upsert(old, "", nil, false, 1)
+	c.upsert(replacement, "", nil, false, 1)
 	// The old pod, still terminating, reports a status change afterwards.
-	c.upsert(old, "", nil, 1)
+	c.upsert(old, "", nil, false, 1)
 	if m, ok := c.Pod("ml", "trainer-0"); !ok || m.UID != "new" {
 		t.Errorf("by name = %+v, %v; want the newer pod", m, ok)
 	}
@@ -146,7 +146,7 @@ func TestPodCache(t *testing.T) {
 
 	static := &metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-n1", UID: "mirror-uid",
 		Annotations: map[string]string{mirrorPodAnnotation: "abcdef0123456789abcdef0123456789"}}
-	c.upsert(static, "", nil, 2)
+	c.upsert(static, "", nil, false, 2)
 	if m, ok := c.PodByUID("ABCDEF0123456789ABCDEF0123456789"); !ok || m.Name != "etcd-n1" {
 		t.Errorf("static pod by kubelet UID = %+v, %v", m, ok)
 	}
@@ -164,7 +164,7 @@ func TestPodCache(t *testing.T) {
 	if _, ok := c.PodByUID("abcdef0123456789abcdef0123456789"); ok || c.len() != 0 {
 		t.Errorf("cache not empty: %d pods", c.len())
 	}
-	c.upsert(&metav1.ObjectMeta{Namespace: "a", Name: "no-uid"}, "", nil, 3)
+	c.upsert(&metav1.ObjectMeta{Namespace: "a", Name: "no-uid"}, "", nil, false, 3)
 	if c.len() != 0 {
 		t.Error("cached a pod without a UID")
 	}

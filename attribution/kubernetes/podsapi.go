@@ -169,7 +169,8 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	}
 	switch ev.GetType() {
 	case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
-		s.podCache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(pod.Spec.Containers, pod.Status.ContainerStatuses), generation)
+		ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+		s.podCache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(pod.Spec.Containers, pod.Status.ContainerStatuses), ended, generation)
 	case podsv1alpha1.EventType_DELETED:
 		s.podCache.remove(string(pod.UID))
 	default:

@@ -42,6 +42,11 @@ type Pod struct {
 	// reached.
 	IP         string      `yaml:"ip,omitempty"`
 	Containers []Container `yaml:"containers"`
+	// Phase is status.phase, default Running. Kubelets have listed the
+	// devices of a pod that has ended (Succeeded, Failed) in pod-resources
+	// List after handing them to another pod
+	// (kubernetes/kubernetes#119423), and this fake does.
+	Phase string `yaml:"phase,omitempty"`
 }
 
 // OwnerReference is an owner of a pod.
@@ -139,6 +144,11 @@ func (p Pod) validate() error {
 	if p.Namespace == "" || p.Name == "" || p.UID == "" {
 		return fmt.Errorf("pod %s/%s: namespace, name and uid are required", p.Namespace, p.Name)
 	}
+	switch corev1.PodPhase(p.Phase) {
+	case "", corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown:
+	default:
+		return fmt.Errorf("pod %s/%s: phase %q is not Pending, Running, Succeeded, Failed or Unknown", p.Namespace, p.Name, p.Phase)
+	}
 	for _, c := range p.Containers {
 		if c.Name == "" {
 			return fmt.Errorf("pod %s/%s: a container has no name", p.Namespace, p.Name)
@@ -181,6 +191,9 @@ func (p Pod) corePod(node string) *corev1.Pod {
 		},
 		Spec:   corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP},
+	}
+	if p.Phase != "" {
+		pod.Status.Phase = corev1.PodPhase(p.Phase)
 	}
 	for _, o := range p.OwnerReferences {
 		controller := o.Controller

@@ -44,6 +44,7 @@ func TestLoadFixtureRejects(t *testing.T) {
 		"unnamed claim":  "node: n\npods:\n  - {namespace: a, name: b, uid: c, containers: [{name: x, claims: [{namespace: a}]}]}\n",
 		"claim device":   "node: n\npods:\n  - {namespace: a, name: b, uid: c, containers: [{name: x, claims: [{namespace: a, name: c, devices: [{driver: d}]}]}]}\n",
 		"not yaml":       "node: [\n",
+		"unknown phase":  "node: n\npods:\n  - {namespace: a, name: b, uid: c, phase: Done}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "fx.yaml")
