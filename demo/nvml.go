@@ -209,10 +209,11 @@ func (s *sim) int(key string) (int, nvml.Return) {
 	return int(math.Round(v)), ret
 }
 
-// The driver's sample periods. nvml.h, nvmlUtilization_t: "Percent of time
-// over the past sample period during which one or more kernels was executing
-// on the GPU. The sample period may be between 1 second and 1/6 second
-// depending on the product being queried." Period k ends at k×period since
+// The driver's sample periods. nvml.h, nvmlUtilization_t: "Each sample
+// period may be between 1 second and 1/6 second, depending on the product
+// being queried", and its gpu field: "Percent of time over the past sample
+// period during which one or more kernels was executing on the GPU".
+// Period k ends at k×period since
 // the epoch and is reported with that CPU timestamp in µs; the driver keeps
 // the last sampleBuffer of them.
 

@@ -167,8 +167,9 @@ func convertPods(in []*podresourcesv1.PodResources) []PodResources {
 	return pods
 }
 
-// Allocatable returns every healthy device the device plugins advertise,
-// allocated or not. Each time-slicing replica is a device of its own, which
+// Allocatable returns every device the kubelet knows of, allocated or not
+// (api.proto, AllocatableResourcesResponses: "informations about all the
+// devices known by the kubelet"). Each time-slicing replica is a device of its own, which
 // is what Allocations counts replicas from.
 func (c *Client) Allocatable(ctx context.Context) ([]ResourceDevices, error) {
 	ctx, cancel := c.callContext(ctx)

@@ -21,8 +21,10 @@ import (
 )
 
 // DRM fdinfo follows the kernel documentation "DRM client usage stats"
-// (Documentation/gpu/drm-usage-stats.rst): "File format is specified as
-// a stream of key:value pairs separated by colon and whitespace."
+// (Documentation/gpu/drm-usage-stats.rst): "File shall contain one key
+// value pair per one line of text. Colon character (`:`) must be used to
+// delimit keys and values", and "Whitespace between the delimiter and
+// first non-whitespace character shall be ignored when parsing".
 // Mandatory: "drm-driver: <valstr>". Optional: "drm-pdev: <aaaa:bb.cc.d>"
 // ("For PCI devices this should contain the PCI slot address of the
 // device in question"), "drm-client-id: <uint>" ("Unique value relating to
@@ -35,8 +37,8 @@ import (
 // identifier string must be the same as the one specified in the
 // drm-engine-<keystr> tag and shall contain a greater than zero number in
 // case the exported engine corresponds to a group of identical hardware
-// engines ... If this tag is not present, consumers should assume a
-// capacity of one"), and memory keys "drm-total-<region>",
+// engines ... In the absence of this tag parser shall assume capacity of
+// one. Zero capacity is not allowed."), and memory keys "drm-total-<region>",
 // "drm-shared-<region>", "drm-resident-<region>", "drm-purgeable-",
 // "drm-active-" and the deprecated "drm-memory-<region>": "<uint> [KiB|MiB]
 // ... Default unit shall be bytes with optional unit specifiers of 'KiB'

@@ -140,8 +140,9 @@ func busID(raw [32]int8) string {
 
 // utilization reads the device's utilization over the window since the
 // previous scrape from the driver's samples, and falls back to its latest
-// sample period (nvmlDeviceGetUtilizationRates: "during a sample period that
-// may be between 1 second and 1/6 second depending on the product") where
+// sample period (nvml.h, nvmlUtilization_t: "Each sample period may be
+// between 1 second and 1/6 second, depending on the product being
+// queried") where
 // the driver keeps no samples or has none newer than the previous scrape.
 func (r *reader) utilization(d *Device, h nvml.Device) {
 	if u, ret := h.GetUtilizationRates(); r.ok("GetUtilizationRates", ret) {
@@ -414,7 +415,8 @@ func (r *reader) processes(d *Device, h nvml.Device) {
 // processLists are NVML's three lists of processes on a device. Under MPS
 // the clients are only in the MPS list (nvml.h,
 // nvmlDeviceGetMPSComputeRunningProcesses_v3: "Get information about
-// processes with a MPS compute context on a device"), and a process that
+// processes with a Multi-Process Service (MPS) compute context on a
+// device"), and a process that
 // both computes and draws is in two lists.
 var processLists = [...]struct {
 	call string

@@ -117,8 +117,9 @@ type point struct {
 // starts at prev. When prev is 0 (the first read) or the driver's buffer no
 // longer reaches back to prev, it starts one period before the first
 // sample, the period being the gap to the next sample (the driver's period
-// is fixed per product: nvmlUtilization_t, "The sample period may be
-// between 1 second and 1/6 second depending on the product"), so the
+// is fixed per product: nvmlUtilization_t, "Each sample period may be
+// between 1 second and 1/6 second, depending on the product being
+// queried"), so the
 // window is every period the buffer holds; a single such sample only
 // marks where the window begins.
 func devicePeriods(prev uint64, typ nvml.ValueType, samples []nvml.Sample) []period {

@@ -25,8 +25,9 @@ import (
 type Fixture struct {
 	Node string `yaml:"node"`
 	Pods []Pod  `yaml:"pods"`
-	// Allocatable is every healthy device the device plugins advertise,
-	// allocated or not, one ID per replica of a shared device.
+	// Allocatable is every device the kubelet knows of (api.proto,
+	// AllocatableResourcesResponses: "all the devices known by the
+	// kubelet"), allocated or not, one ID per replica of a shared device.
 	Allocatable []Devices `yaml:"allocatable,omitempty"`
 }
 
