@@ -1019,3 +1019,41 @@ func TestMIGParentOwnersUnknownWithAnInstance(t *testing.T) {
 		t.Errorf("GPU: claims %+v, unknown %v; want ollama.service and owners unknown", own.Claims, own.OwnersUnknown)
 	}
 }
+
+// TestScaleSharesInProportion: holders whose shares of one device add up to
+// more than the device get its parts in proportion to their shares. The
+// resolver tests have only holders of equal shares (1 + 1, three jobs of 1
+// each), where dividing by the number of holders gives the same parts and
+// loses the device's remainder otherwise.
+func TestScaleSharesInProportion(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shares []float64
+		want   []float64
+	}{
+		// A job's whole GPU (1) and another's 2 of its 4 shards (0.5),
+		// OverSubscribe: 1.5 in all, so 1/1.5 = 2/3 and 0.5/1.5 = 1/3;
+		// not 1/2 and 0.5/2 = 1/4, which leave a quarter of the GPU to
+		// no one. An owner by its processes alone (0) stays at 0.
+		{"whole and half", []float64{1, 0.5, 0}, []float64{2.0 / 3, 1.0 / 3, 0}},
+		// 1 + 1 + 0.5 = 2.5: 1/2.5 = 0.4, 0.4 and 0.5/2.5 = 0.2.
+		{"two whole and a half", []float64{1, 1, 0.5}, []float64{0.4, 0.4, 0.2}},
+		// 0.25 + 0.5 = 0.75 of the device, no more: left as they are.
+		{"less than the device", []float64{0.25, 0.5}, []float64{0.25, 0.5}},
+		// Three replicas of 1/3 add up to 1 only up to rounding.
+		{"replicas", []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claims := make([]Claim, len(tc.shares))
+			for i, s := range tc.shares {
+				claims[i] = Claim{Owner: Owner{Kind: Slurm, SlurmJobID: fmt.Sprint(100 + i)}, Share: s}
+			}
+			scaleShares(claims)
+			for i, w := range tc.want {
+				if math.Abs(claims[i].Share-w) > 1e-12 {
+					t.Errorf("holder %d: share %v, want %v", i, claims[i].Share, w)
+				}
+			}
+		})
+	}
+}

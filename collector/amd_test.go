@@ -1394,3 +1394,185 @@ func TestAMDScenarioKFDProcess(t *testing.T) {
 		t.Error("the demo's KFD process list could not be read")
 	}
 }
+
+// TestAMDPartitionShareAndUtilization states each compute partition's
+// share of its GPU (xpu_partition_share_ratio, and the factor of its
+// owner's allocation and so of its cost) and its utilization (the mean of
+// its XCCs' gfx_busy_inst in the gpu_metrics xcp_stats block) from the raw
+// readings. The scenario tests have DPX GPUs alone (1/2) and XCCs all
+// equally busy, where a constant 1/2, the busiest XCC or the first gives
+// the same values.
+//
+// GPU A (0000:0c:00.0) in DPX, two partitions; GPU B (0000:83:00.0) in QPX,
+// four. Each partition's XCC readings, in percent of the table (unset:
+// 0xFFFFFFFF, an XCC the partition does not have):
+//
+//	A xcp0  80, 60           → (0.8 + 0.6) / 2 = 0.7
+//	A xcp1  10, 30           → (0.1 + 0.3) / 2 = 0.2
+//	B xcp0  90, 50, 40, 20   → (0.9 + 0.5 + 0.4 + 0.2) / 4 = 0.5
+//	B xcp1  unset, 50        → 0.5 (the unset XCC is not an idle one: not
+//	                           (0 + 0.5) / 2 = 0.25)
+//	B xcp2  25               → 0.25
+//	B xcp3  all unset        → no utilization
+//
+// Shares: A's 1 / 2 = 0.5 each, B's 1 / 4 = 0.25 each (not 1 / 6, the
+// node's partitions).
+func TestAMDPartitionShareAndUtilization(t *testing.T) {
+	busy := func(percents ...int) amd.XCPMetrics {
+		x := amd.XCPMetrics{GFXBusy: make([]amd.Opt[float64], 8)}
+		for i, p := range percents {
+			if p >= 0 {
+				x.GFXBusy[i] = amd.Opt[float64]{Value: float64(p) / 100, OK: true}
+			}
+		}
+		return x
+	}
+	gpu := func(bus, uuid, mode string, parts ...amd.XCPMetrics) *Device {
+		pd := &amd.Device{ComputePartition: amd.Opt[string]{Value: mode, OK: true}, Metrics: &amd.GPUMetrics{Partitions: parts}}
+		return &Device{Vendor: "amd", Index: bus[5:7], UUID: uuid, PCIBusID: bus, Up: true, vendorData: &amdData{dev: pd, partition: -1}}
+	}
+	a := gpu("0000:0c:00.0", "00000000000000aa", "DPX", busy(80, 60), busy(10, 30))
+	b := gpu("0000:83:00.0", "00000000000000bb", "QPX", busy(90, 50, 40, 20), busy(-1, 50), busy(25), busy())
+	var parts []amd.Partition
+	for _, g := range []struct {
+		d *Device
+		n int
+	}{{a, 2}, {b, 4}} {
+		for i := range g.n {
+			parts = append(parts, amd.Partition{Name: fmt.Sprint("amdgpu_xcp_", i), ParentPCIBusID: g.d.PCIBusID, Card: -1, RenderMinor: -1})
+		}
+	}
+	devs := (&amdCollector{}).partitions(parts, map[string]*Device{a.PCIBusID: a, b.PCIBusID: b})
+	want := []struct {
+		uuid     string
+		fraction float64
+		util     *float64 // nil: none
+	}{
+		{"00000000000000aa-xcp0", 0.5, some(0.7)},
+		{"00000000000000aa-xcp1", 0.5, some(0.2)},
+		{"00000000000000bb-xcp0", 0.25, some(0.5)},
+		{"00000000000000bb-xcp1", 0.25, some(0.5)},
+		{"00000000000000bb-xcp2", 0.25, some(0.25)},
+		{"00000000000000bb-xcp3", 0.25, nil},
+	}
+	if len(devs) != len(want) {
+		t.Fatalf("%d partitions, want %d", len(devs), len(want))
+	}
+	for i, w := range want {
+		d := devs[i]
+		if d.UUID != w.uuid || d.MIG == nil {
+			t.Fatalf("partition %d: %+v, want %s", i, d, w.uuid)
+		}
+		if math.Abs(d.MIG.Fraction-w.fraction) > 1e-12 {
+			t.Errorf("%s: share of its GPU %v, want %v", w.uuid, d.MIG.Fraction, w.fraction)
+		}
+		switch {
+		case (d.Utilization == nil) != (w.util == nil):
+			t.Errorf("%s: utilization %v, want %v", w.uuid, deref(d.Utilization), deref(w.util))
+		case d.Utilization != nil && math.Abs(*d.Utilization-*w.util) > 1e-12:
+			t.Errorf("%s: utilization %v, want %v", w.uuid, *d.Utilization, *w.util)
+		}
+	}
+	// What the owner of a whole QPX partition is allocated, and billed
+	// for: share 1 × 1/4 of the GPU = 0.25.
+	if v, ok := devs[2].AllocatedDevices(attributionClaim(1)); !ok || v != 0.25 {
+		t.Errorf("allocation of a QPX partition's owner %v, %v; want 0.25", v, ok)
+	}
+}
+
+// TestAMDProcessShareCappedAtOne: a process's utilization is the gfx and
+// compute shares of every DRM client it holds, summed and capped at 1
+// (attachProcesses): amdgpu adds up the run time of an engine type's rings,
+// which may run at once, and a process may hold several clients. Before,
+// no test had a process whose sum passed 1.
+//
+// Window 2 s = 2e9 ns; every counter starts at 0 at the first scrape.
+//
+//	PID 200, client 17: gfx 1.4e9 / 2e9 = 0.7, compute 1.0e9 / 2e9 = 0.5:
+//	         1.2, capped at 1.
+//	PID 201, clients 18 and 19: gfx 1.2e9 / 2e9 = 0.6 each: 1.2 → 1.
+//	PID 300, client 20: gfx 0.6e9 / 2e9 = 0.3.
+//
+// Pod a runs 200 and 201, pod b 300: the device's 0.6 splits 1 + 1 = 2
+// against 0.3, a 0.6 × 2/2.3 = 0.521739…, b 0.6 × 0.3/2.3 = 0.078260…
+// (uncapped: 0.6 × 2.4/2.7 = 0.5333… and 0.6 × 0.3/2.7 = 0.0666…).
+func TestAMDProcessShareCappedAtOne(t *testing.T) {
+	tr := newAMDTree(t, busyMI300X())
+	client := func(id, engines string) string {
+		return "drm-driver:\tamdgpu\ndrm-client-id:\t" + id + "\ndrm-pdev:\t0000:0c:00.0\n" +
+			"drm-resident-vram:\t1024 MiB\n" + engines
+	}
+	write := func(gfx17, compute17, gfx18, gfx19, gfx20 string) {
+		tr.fd(200, 5, client("17", "drm-engine-gfx:\t"+gfx17+" ns\ndrm-engine-compute:\t"+compute17+" ns\n"))
+		tr.fd(201, 5, client("18", "drm-engine-gfx:\t"+gfx18+" ns\n"))
+		tr.fd(201, 6, client("19", "drm-engine-gfx:\t"+gfx19+" ns\n"))
+		tr.fd(300, 5, client("20", "drm-engine-gfx:\t"+gfx20+" ns\n"))
+	}
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	write("0", "0", "0", "0", "0")
+	if _, err := c.readDevices(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	clk.t = testNow.Add(2 * time.Second)
+	write("1400000000", "1000000000", "1200000000", "1200000000", "600000000")
+	devs, err := c.readDevices(context.Background(), true)
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("%d devices, %v", len(devs), err)
+	}
+	d := devs[0]
+	want := map[uint32]float64{200: 1, 201: 1, 300: 0.3}
+	if len(d.Processes) != len(want) {
+		t.Fatalf("processes %+v", d.Processes)
+	}
+	for _, p := range d.Processes {
+		if p.Utilization == nil || math.Abs(*p.Utilization-want[p.PID]) > 1e-12 {
+			t.Errorf("pid %d: utilization %v, want %v", p.PID, deref(p.Utilization), want[p.PID])
+		}
+	}
+	// Memory: 1 GiB each for 200 and 300; 2 GiB for 201's two clients.
+	sharedByPods(d, []uint32{200, 201}, []uint32{300})
+	checkUsage(t, d.Usage(), []usageWant{{some(3 << 30), some(0.6 * 2 / 2.3)}, {some(1 << 30), some(0.6 * 0.3 / 2.3)}})
+}
+
+// TestAMDIdleGPUWithAnUnknownClient: an AMD GPU's utilization is
+// gpu_busy_percent, read at the scrape, while its clients' shares cover
+// the window since the previous scrape. A GPU idle at the scrape (0) whose
+// clients were busy earlier in the window has nothing to split: every
+// owner's part of 0 is 0. With one client's share unknown (its counter
+// went back: TestAMDEngineCounterDipCatchesUp), pod b was served its
+// process's own 0.3 as its part of a device at 0, more than the whole
+// device; with the client known, the same pod gets 0.
+//
+// Window 2 s = 2e9 ns. Client 17 (PID 200, pod a): gfx 10.0e9 then 9.9e9
+// ns, a dip: unknown. Client 18 (PID 300, pod b): gfx 0.5e9 then 1.1e9:
+// (1.1e9 - 0.5e9) / 2e9 = 0.3. gpu_busy_percent 0 → device 0: a 0, b 0.
+func TestAMDIdleGPUWithAnUnknownClient(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "0\n"})
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	var devs []*Device
+	for i, gfx := range [][2]string{{"10000000000", "500000000"}, {"9900000000", "1100000000"}} {
+		clk.t = testNow.Add(time.Duration(2*i) * time.Second)
+		tr.fd(200, 5, amdgpuClient("17", "1024", gfx[0]))
+		tr.fd(300, 7, amdgpuClient("18", "1024", gfx[1]))
+		var err error
+		if devs, err = c.readDevices(context.Background(), true); err != nil || len(devs) != 1 {
+			t.Fatalf("scrape %d: %d devices, %v", i, len(devs), err)
+		}
+	}
+	d := devs[0]
+	if d.Utilization == nil || *d.Utilization != 0 {
+		t.Fatalf("device utilization %v, want gpu_busy_percent's 0", deref(d.Utilization))
+	}
+	for _, p := range d.Processes {
+		switch {
+		case p.PID == 200 && p.Utilization != nil:
+			t.Errorf("pid 200 after its counter dipped: %v, want unknown", *p.Utilization)
+		case p.PID == 300 && (p.Utilization == nil || math.Abs(*p.Utilization-0.3) > 1e-12):
+			t.Errorf("pid 300: %v, want 0.3", deref(p.Utilization))
+		}
+	}
+	sharedByPods(d, []uint32{200}, []uint32{300})
+	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), some(0)}, {some(1 << 30), some(0)}})
+}

@@ -44,6 +44,25 @@ func TestUsage(t *testing.T) {
 		d:    Device{Utilization: some(0.6), Claims: two, ProcessOwner: owners, Processes: procs(some(0.2), some(0.1), nil)},
 		want: []usageWant{{some(3 * gib), nil}, {some(4 * gib), nil}},
 	}, {
+		// The same on a device idle over the window (utilization 0, as
+		// AMD's gpu_busy_percent reads when the GPU has just gone idle
+		// while fdinfo shows its clients busy earlier in the window):
+		// every part of 0 is 0, a 0 × 0.3/0.45 = 0 and b 0, whatever b's
+		// process did. The parts add up to the device's 0, and a's cannot
+		// be more than it is when b's process is known (0.15 or 0: a 0 ×
+		// 0.3/0.45 = 0, "split by the processes' utilization" with the
+		// device at 0). Left out (nil) would do too; a's own 0.2 + 0.1 =
+		// 0.3 would not: more than the whole device.
+		name: "idle device, a process without utilization",
+		d:    Device{Utilization: some(0), Claims: two, ProcessOwner: owners, Processes: procs(some(0.2), some(0.1), nil)},
+		want: []usageWant{{some(3 * gib), some(0)}, {some(4 * gib), some(0)}},
+	}, {
+		// Idle device, every process known: 0 × 0.3/0.45 = 0 and
+		// 0 × 0.15/0.45 = 0.
+		name: "idle device, every process known",
+		d:    Device{Utilization: some(0), Claims: two, ProcessOwner: owners, Processes: procs(some(0.2), some(0.1), some(0.15))},
+		want: []usageWant{{some(3 * gib), some(0)}, {some(4 * gib), some(0)}},
+	}, {
 		// The vendor could not list every process: a's and b's memory
 		// would be what was seen of them, 0 for an owner whose processes
 		// were all missed.

@@ -341,6 +341,34 @@ xpu_inference_requests_waiting{model="preprocessing",model_version="1"} 2
 xpu_inference_requests_waiting{model="trt",model_version="1"} 5
 `,
 		},
+		{
+			// TGI counts tokens only in per-request histograms: the tokens
+			// are their _sum, never their _count or a bucket (requests).
+			// 8 requests read 3210 prompt tokens in all and generated 1536:
+			// tokens_total prompt 3210, generation 1536, not 8 (the count)
+			// or 7 (the le="1000" bucket). Cost per million tokens divides
+			// by this counter's rate.
+			name:         "TGI token totals are the sums of its per-request length histograms",
+			engine:       TGI,
+			defaultModel: "configured",
+			input: `# TYPE tgi_request_input_length histogram
+tgi_request_input_length_bucket{le="100"} 3
+tgi_request_input_length_bucket{le="1000"} 7
+tgi_request_input_length_bucket{le="+Inf"} 8
+tgi_request_input_length_sum 3210
+tgi_request_input_length_count 8
+# TYPE tgi_request_generated_tokens histogram
+tgi_request_generated_tokens_bucket{le="100"} 5
+tgi_request_generated_tokens_bucket{le="1000"} 8
+tgi_request_generated_tokens_bucket{le="+Inf"} 8
+tgi_request_generated_tokens_sum 1536
+tgi_request_generated_tokens_count 8
+`,
+			want: `# TYPE xpu_inference_tokens_total counter
+xpu_inference_tokens_total{model="configured",type="generation"} 1536
+xpu_inference_tokens_total{model="configured",type="prompt"} 3210
+`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -323,3 +323,101 @@ func TestBusyWindowWithoutProcessesReadsTheExited(t *testing.T) {
 		})
 	}
 }
+
+// TestReadingsInBaseUnits states, for each NVML reading the exporter
+// converts, the value in base units worked out by hand from what NVML
+// answers (nvml.h's units: mW for power and its limit, mJ for energy, MHz
+// for clocks, KB/s for PCIe throughput, KiB for the NVLink data counters,
+// percent for the fan). The goldens and the demo only round-trip the demo's
+// own conversion; here each raw answer is written out.
+func TestReadingsInBaseUnits(t *testing.T) {
+	mhz := map[nvml.ClockType]uint32{nvml.CLOCK_GRAPHICS: 1980, nvml.CLOCK_SM: 1755, nvml.CLOCK_MEM: 2619}
+	maxMHz := map[nvml.ClockType]uint32{nvml.CLOCK_GRAPHICS: 1980, nvml.CLOCK_SM: 1980, nvml.CLOCK_MEM: 2619}
+	// NVLink data counters in KiB, per link and direction, each different
+	// so that a counter put on the wrong link or direction shows.
+	nvlinkKiB := map[[2]uint32]uint64{
+		{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0}: 5, {nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0}: 7,
+		{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 1}: 11, {nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 1}: 3_000_000,
+	}
+	dev := &mock.Device{
+		GetPowerUsageFunc:             func() (uint32, nvml.Return) { return 312_456, nvml.SUCCESS },
+		GetEnforcedPowerLimitFunc:     func() (uint32, nvml.Return) { return 700_000, nvml.SUCCESS },
+		GetTotalEnergyConsumptionFunc: func() (uint64, nvml.Return) { return 98_765_432_100, nvml.SUCCESS },
+		GetPerformanceStateFunc:       func() (nvml.Pstates, nvml.Return) { return nvml.PSTATE_0, nvml.SUCCESS },
+		GetClockInfoFunc:              func(c nvml.ClockType) (uint32, nvml.Return) { return mhz[c], nvml.SUCCESS },
+		GetMaxClockInfoFunc:           func(c nvml.ClockType) (uint32, nvml.Return) { return maxMHz[c], nvml.SUCCESS },
+		GetPcieThroughputFunc: func(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
+			if c == nvml.PCIE_UTIL_TX_BYTES {
+				return 2048, nvml.SUCCESS
+			}
+			return 300, nvml.SUCCESS
+		},
+		GetPcieReplayCounterFunc:      func() (int, nvml.Return) { return 0, nvml.SUCCESS },
+		GetCurrPcieLinkGenerationFunc: func() (int, nvml.Return) { return 5, nvml.SUCCESS },
+		GetCurrPcieLinkWidthFunc:      func() (int, nvml.Return) { return 16, nvml.SUCCESS },
+		GetMaxPcieLinkGenerationFunc:  func() (int, nvml.Return) { return 5, nvml.SUCCESS },
+		GetMaxPcieLinkWidthFunc:       func() (int, nvml.Return) { return 16, nvml.SUCCESS },
+		GetTemperatureFunc:            func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 70, nvml.SUCCESS },
+		GetFanSpeedFunc:               func() (uint32, nvml.Return) { return 45, nvml.SUCCESS },
+		GetTemperatureThresholdFunc:   func(nvml.TemperatureThresholds) (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
+		GetFieldValuesFunc: func(values []nvml.FieldValue) nvml.Return {
+			for i := range values {
+				v := &values[i]
+				kib, ok := nvlinkKiB[[2]uint32{v.FieldId, v.ScopeId}]
+				if !ok {
+					v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+					continue
+				}
+				v.NvmlReturn, v.ValueType = uint32(nvml.SUCCESS), uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+				binary.LittleEndian.PutUint64(v.Value[:], kib)
+			}
+			return nvml.SUCCESS
+		},
+	}
+	r := &reader{}
+	d := &Device{NVLinks: []NVLink{{Link: 0}, {Link: 1}}}
+	r.power(d, dev)
+	r.clocks(d, dev)
+	r.pcie(d, dev)
+	r.thermal(d, dev)
+	r.nvlinkTraffic(d, dev)
+	if len(r.errs) != 0 {
+		t.Fatalf("errors %v", r.errs)
+	}
+	for _, c := range []struct {
+		name string
+		got  reading.Opt[float64]
+		want float64
+	}{
+		// 312,456 mW / 1000 = 312.456 W; 700,000 mW / 1000 = 700 W.
+		{"power", d.Power, 312.456},
+		{"power limit", d.PowerLimit, 700},
+		// 98,765,432,100 mJ / 1000 = 98,765,432.1 J (the counter kWh and
+		// CO2 are made of: 98,765,432.1 J / 3.6e6 = 27.43 kWh).
+		{"energy", d.Energy, 98_765_432.1},
+		// 2048 KB/s × 1024 = 2,097,152 B/s; 300 KB/s × 1024 = 307,200 B/s.
+		{"pcie tx", d.PCIeTX, 2_097_152},
+		{"pcie rx", d.PCIeRX, 307_200},
+		// 45 % / 100 = 0.45.
+		{"fan", d.FanSpeed, 0.45},
+		// Link 0: 5 KiB × 1024 = 5120 B out, 7 KiB × 1024 = 7168 B in;
+		// link 1: 11 KiB × 1024 = 11,264 B out, 3,000,000 KiB × 1024 =
+		// 3,072,000,000 B in.
+		{"link 0 tx", d.NVLinks[0].TXBytes, 5120},
+		{"link 0 rx", d.NVLinks[0].RXBytes, 7168},
+		{"link 1 tx", d.NVLinks[1].TXBytes, 11_264},
+		{"link 1 rx", d.NVLinks[1].RXBytes, 3_072_000_000},
+	} {
+		if !c.got.OK || math.Abs(c.got.Value-c.want) > 1e-9*c.want {
+			t.Errorf("%s = %+v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// 1980 MHz × 1e6 = 1.98e9 Hz, 1755 MHz = 1.755e9 Hz, 2619 MHz =
+	// 2.619e9 Hz; the SM's maximum 1980 MHz = 1.98e9 Hz.
+	if want := map[Clock]float64{ClockGraphics: 1.98e9, ClockSM: 1.755e9, ClockMemory: 2.619e9}; !reflect.DeepEqual(d.Clocks, want) {
+		t.Errorf("clocks %v, want %v", d.Clocks, want)
+	}
+	if got := d.MaxClocks[ClockSM]; got != 1.98e9 {
+		t.Errorf("maximum SM clock %v, want 1.98e9", got)
+	}
+}

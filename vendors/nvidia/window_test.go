@@ -286,3 +286,45 @@ func TestWindowOneEntryPerProcess(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowDeviceWeightedByPeriodLength: the device's utilization is its
+// busy time over the window, each sample weighted by the length of the
+// period it ends, not the mean of the samples. The other window tests give
+// the device periods of one length, or an idle short one, where the two
+// agree.
+func TestWindowDeviceWeightedByPeriodLength(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		periods []period
+		want    float64
+	}{{
+		// (0.9 × 1 s + 0.3 × 0.5 s + 1.0 × 0.25 s) / 1.75 s = 1.3 / 1.75
+		// = 0.742857…; the mean of the samples, (90 + 30 + 100) / 300 =
+		// 0.7333…, is not it.
+		name: "periods of three lengths",
+		periods: []period{
+			{end: 2_000_000, length: 1_000_000, percent: 90},
+			{end: 2_500_000, length: 500_000, percent: 30},
+			{end: 2_750_000, length: 250_000, percent: 100},
+		},
+		want: 1.3 / 1.75,
+	}, {
+		// From NVML's samples after a read at 0.5 s (TestDevicePeriods'
+		// "after a read"): 40 % at 1 s, 80 % at 2 s, 0 % at 2.25 s give
+		// periods of 0.5, 1 and 0.25 s: (0.4 × 0.5 + 0.8 × 1 + 0 × 0.25) /
+		// 1.75 = 1.0 / 1.75 = 0.571428…; the samples' mean is 0.4.
+		name:    "periods rebuilt from samples",
+		periods: devicePeriods(500_000, nvml.VALUE_TYPE_UNSIGNED_INT, []nvml.Sample{utilSample(1_000_000, 40), utilSample(2_000_000, 80), utilSample(2_250_000, 0)}),
+		want:    1.0 / 1.75,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWindow(tc.periods, nil, false)
+			if w.length != 1_750_000 {
+				t.Fatalf("window %d µs, want 1.75 s", w.length)
+			}
+			if !near(w.device, tc.want) {
+				t.Errorf("device %v, want %v", w.device, tc.want)
+			}
+		})
+	}
+}
