@@ -244,7 +244,12 @@ func (d *Device) Usage() []Usage {
 			v := *d.Utilization * util[i] / utilTotal
 			parties[i].Utilization = &v
 		case resolved && exitedKnown && *d.Utilization == 0:
-			parties[i].Utilization = &util[i]
+			// Every part of an idle device is 0, whatever its processes'
+			// samples say; not their sum, which a process of unknown
+			// utilization (a KFD one, a dipped counter) leaves above the
+			// device's whole.
+			zero := 0.0
+			parties[i].Utilization = &zero
 		}
 	}
 	return parties
