@@ -496,6 +496,13 @@ var pidIndexes = sync.Pool{New: func() any { return map[uint32]int{} }}
 // periods it has none. It is what splits a shared GPU between its owners.
 func (r *reader) processUtilization(d *Device, h nvml.Device) {
 	entries, ret := h.GetProcessUtilization(r.lastSeen)
+	if ret == nvml.ERROR_INSUFFICIENT_SIZE {
+		// go-nvml sizes its buffer by a first call and fills it by a
+		// second; more samples by then (nvml.h: the count "may differ from
+		// a previously read value as instances are created or destroyed")
+		// is this error. Asked again, the buffer is sized anew.
+		entries, ret = h.GetProcessUtilization(r.lastSeen)
+	}
 	switch {
 	case ret == nvml.ERROR_NOT_FOUND:
 		entries = []nvml.ProcessUtilizationSample{} // no process used the GPU in the window
