@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -137,7 +138,24 @@ type amdWindow struct {
 	// at this scan: one of them that closes before the next scan used the
 	// device for a part of that window nobody can tell.
 	busy map[amd.ClientKey]bool
+	// shares and unknown are each client's gfx and compute share of the
+	// window ending at this scan, and the clients whose share it could not
+	// tell: what a scrape too soon after it serves again (amdMinWindow).
+	shares  map[amd.ClientKey]float64
+	unknown map[amd.ClientKey]bool
+	// measured says shares and unknown were measured over a window.
+	measured bool
 }
+
+// amdMinWindow is the shortest window the engine counters are divided by.
+// amdgpu adds a job's run time to its client's counter when the job ends
+// (amdgpu_ctx_fence_time, from the job's scheduled and finished fences),
+// so over a few milliseconds a busy client may show none of its time: a
+// scrape sooner than this after the previous one (two Prometheus servers,
+// a gzip and a plain scrape that missed each other) serves the previous
+// window again, split and all, as an NVIDIA GPU's does when the driver has
+// ended no sample period since.
+const amdMinWindow = time.Second
 
 // amdData is what Update needs of an AMD device beyond Device.
 type amdData struct {
@@ -627,14 +645,32 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 	clients, now, complete := scan.clients, scan.at, scan.complete
 	c.mu.Lock()
 	prev := c.window
-	if advance {
+	again := advance && prev.measured && now.Sub(prev.at) < amdMinWindow
+	if advance && !again {
 		c.window = amdWindow{at: now, clients: amd.Baseline(prev.clients, clients), complete: complete}
 	}
 	c.mu.Unlock()
 
 	shares := map[amd.ClientKey]float64{}
 	unknown := map[amd.ClientKey]bool{}
-	if !prev.at.IsZero() {
+	switch {
+	case again:
+		// Read only: the next scrape shares this window's maps.
+		shares, unknown = prev.shares, prev.unknown
+		if !prev.complete {
+			// A client that scan did not see may have run in its window.
+			seen := make(map[amd.ClientKey]bool, len(prev.clients))
+			for _, cl := range prev.clients {
+				seen[cl.Key] = true
+			}
+			unknown = maps.Clone(prev.unknown)
+			for _, cl := range clients {
+				if !seen[cl.Key] {
+					unknown[cl.Key] = true
+				}
+			}
+		}
+	case !prev.at.IsZero():
 		all, none := amd.EngineShares(prev.at, prev.clients, prev.complete, now, clients)
 		for _, s := range all {
 			if s.Engine == "gfx" || s.Engine == "compute" {
@@ -643,6 +679,13 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 		}
 		for _, k := range none {
 			unknown[k] = true
+		}
+		if advance {
+			c.mu.Lock()
+			if c.window.at.Equal(now) {
+				c.window.shares, c.window.unknown, c.window.measured = shares, unknown, true
+			}
+			c.mu.Unlock()
 		}
 	}
 	byMinor, byCard := map[int]*Device{}, map[int]*Device{}

@@ -1576,3 +1576,55 @@ func TestAMDIdleGPUWithAnUnknownClient(t *testing.T) {
 	sharedByPods(d, []uint32{200}, []uint32{300})
 	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), some(0)}, {some(1 << 30), some(0)}})
 }
+
+// TestAMDScrapeTooSoonServesThePreviousWindow: pods a (client 21) and b
+// (client 22) share an MI300X 45 % busy. Over the 2 s after the first
+// scan a's gfx time grows 1,000,000,000 → 1,600,000,000 ns (0.6 s / 2 s =
+// 0.3) and b's 1,000,000,000 → 1,300,000,000 (0.15): a 0.45 × 0.3/0.45 =
+// 0.3, b 0.15. A scrape 5 ms later sees no counter move (amdgpu adds a
+// job's time when it ends): it serves that window again, not 0 for both.
+// The next scrape, 1.5 s after the second, measures from the second: a's
+// process 1,600,000,000 → 2,050,000,000 (0.45 s / 1.5 s = 0.3), b's
+// 1,300,000,000 → 1,525,000,000 (0.15); from the 5 ms scrape a's would be
+// 0.45/1.495 = 0.30100… (the owners' split, in proportion, is the same).
+func TestAMDScrapeTooSoonServesThePreviousWindow(t *testing.T) {
+	const mib = 1 << 20
+	files := busyMI300X()
+	files["gpu_busy_percent"] = "45\n"
+	tr := newAMDTree(t, files)
+	at := func(a, b string) {
+		tr.fd(200, 5, amdgpuClient("21", "1024", a))
+		tr.fd(300, 6, amdgpuClient("22", "512", b))
+	}
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	for _, step := range []struct {
+		after time.Duration
+		a, b  string
+		want  []usageWant
+	}{
+		{0, "1000000000", "1000000000", nil},
+		{2 * time.Second, "1600000000", "1300000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
+		{5 * time.Millisecond, "1600000000", "1300000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
+		{1495 * time.Millisecond, "2050000000", "1525000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
+	} {
+		clk.t = clk.t.Add(step.after)
+		at(step.a, step.b)
+		devs, err := c.readDevices(context.Background(), true)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("%d devices, %v", len(devs), err)
+		}
+		if step.want == nil {
+			continue
+		}
+		sharedByPods(devs[0], []uint32{200}, []uint32{300})
+		t.Run(clk.t.Sub(testNow).String(), func(t *testing.T) {
+			checkUsage(t, devs[0].Usage(), step.want)
+			for _, p := range devs[0].Processes {
+				if p.PID == 200 && (p.Utilization == nil || math.Abs(*p.Utilization-0.3) > 1e-12) {
+					t.Errorf("PID 200's utilization %v, want 0.3", p.Utilization)
+				}
+			}
+		})
+	}
+}
