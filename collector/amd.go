@@ -148,13 +148,14 @@ type amdWindow struct {
 }
 
 // amdMinWindow is the shortest window the engine counters are divided by.
-// amdgpu adds a job's run time to its client's counter when the job ends
-// (amdgpu_ctx_fence_time, from the job's scheduled and finished fences),
-// so over a few milliseconds a busy client may show none of its time: a
-// scrape sooner than this after the previous one (two Prometheus servers,
-// a gzip and a plain scrape that missed each other) serves the previous
-// window again, split and all, as an NVIDIA GPU's does when the driver has
-// ended no sample period since.
+// They move by the jobs the kernel accounts, and need only "catch up with
+// the previously reported larger value within a reasonable period" (kernel
+// documentation, "DRM client usage stats"): over a few milliseconds a busy
+// client may show none of its time, or a dip. A scrape sooner than this
+// after the previous one (two Prometheus servers, a gzip and a plain
+// scrape that missed each other) serves the previous window again, split
+// and all, as an NVIDIA GPU's does when the driver has ended no sample
+// period since.
 const amdMinWindow = time.Second
 
 // amdData is what Update needs of an AMD device beyond Device.

@@ -1581,8 +1581,8 @@ func TestAMDIdleGPUWithAnUnknownClient(t *testing.T) {
 // (client 22) share an MI300X 45 % busy. Over the 2 s after the first
 // scan a's gfx time grows 1,000,000,000 → 1,600,000,000 ns (0.6 s / 2 s =
 // 0.3) and b's 1,000,000,000 → 1,300,000,000 (0.15): a 0.45 × 0.3/0.45 =
-// 0.3, b 0.15. A scrape 5 ms later sees no counter move (amdgpu adds a
-// job's time when it ends): it serves that window again, not 0 for both.
+// 0.3, b 0.15. A scrape 5 ms later sees no counter move: it serves that
+// window again, not 0 for both.
 // The next scrape, 1.5 s after the second, measures from the second: a's
 // process 1,600,000,000 → 2,050,000,000 (0.45 s / 1.5 s = 0.3), b's
 // 1,300,000,000 → 1,525,000,000 (0.15); from the 5 ms scrape a's would be
