@@ -81,15 +81,34 @@ func freePort(t *testing.T) string {
 }
 
 // start runs the binary with args and waits until it accepts connections.
+// freePort's port is free only until it is closed: another process, or the
+// exporter's own demo engines, may bind it first. Then the exporter exits
+// at once with "address already in use", and is started again on another.
 func start(t *testing.T, args ...string) *exporter {
 	t.Helper()
+	for range 2 {
+		if e, taken := launch(t, freePort(t), args...); !taken {
+			return e
+		}
+	}
 	return startAt(t, freePort(t), args...)
 }
 
 // startAt is start on a given address, e.g. that of a stopped exporter.
 func startAt(t *testing.T, addr string, args ...string) *exporter {
 	t.Helper()
-	e := &exporter{addr: addr}
+	e, taken := launch(t, addr, args...)
+	if taken {
+		t.Fatalf("exporter exited early:\n%s", e.Logs())
+	}
+	return e
+}
+
+// launch is startAt, but says rather than fails when the exporter exited
+// because its address was taken.
+func launch(t *testing.T, addr string, args ...string) (e *exporter, taken bool) {
+	t.Helper()
+	e = &exporter{addr: addr}
 	e.cmd = exec.Command(binary, append([]string{"--web.listen-address=" + e.addr}, args...)...)
 	e.cmd.Stdout, e.cmd.Stderr = &e.logs, &e.logs
 	if err := e.cmd.Start(); err != nil {
@@ -113,17 +132,20 @@ func startAt(t *testing.T, addr string, args ...string) *exporter {
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
+			if strings.Contains(e.Logs(), "address already in use") {
+				return e, true
+			}
 			t.Fatalf("exporter exited early:\n%s", e.Logs())
 		default:
 		}
 		if c, err := net.Dial("tcp", e.addr); err == nil {
 			c.Close()
-			return e
+			return e, false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("exporter did not listen on %s:\n%s", e.addr, e.Logs())
-	return nil
+	return nil, false
 }
 
 func get(t *testing.T, client *http.Client, url string) (int, string) {
