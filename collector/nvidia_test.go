@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -496,5 +497,48 @@ func TestNVLinkCountersPerLink(t *testing.T) {
 	// GPU 6's replay errors: 3 + 0.005/s over the 90 minutes, on each link.
 	if v := sample(t, out, "xpu_nvlink_errors_total", `gpu="6"`, `link="0"`, `type="replay"`); v != 30 {
 		t.Errorf("replay errors on one link %v, want 30", v)
+	}
+}
+
+// TestNVLinkDataBytes states the NVLink data counters, per GPU and per link,
+// from the scenario's raw rates: the goldens alone covered them, with equal
+// rates both ways, so a sum of the wrong direction passed unseen.
+//
+// The demo GPU's 4 links carry 2048 B/s out and 1024 B/s in, together, for
+// the 5400 s from testStart to testNow; NVML counts each link's data in
+// KiB. Per link: 2048 × 5400 / 4 = 2,764,800 B = 2700 KiB out, and 1024 ×
+// 5400 / 4 = 1,382,400 B = 1350 KiB in. The exporter serves bytes: 2700 ×
+// 1024 = 2,764,800 and 1350 × 1024 = 1,382,400 per link, and per GPU the 4
+// links' sum, 4 × 2,764,800 = 11,059,200 out and 4 × 1,382,400 = 5,529,600
+// in.
+func TestNVLinkDataBytes(t *testing.T) {
+	s, err := demo.Parse([]byte(`
+devices:
+  - model: X
+    memory_total: 80GiB
+    nvlinks: 4
+    metrics: {nvlink_tx: 2048, nvlink_rx: 1024}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		perLink  bool
+		matchers []string
+		tx, rx   float64
+	}{
+		{false, []string{`gpu="0"`}, 11_059_200, 5_529_600},
+		{true, []string{`gpu="0"`, `link="2"`}, 2_764_800, 1_382_400},
+	} {
+		t.Run(fmt.Sprintf("per link %v", tc.perLink), func(t *testing.T) {
+			*nvlinkPerLink = tc.perLink
+			t.Cleanup(func() { *nvlinkPerLink = false })
+			out := scrapeText(t, newTestExporter(t, s, map[string]bool{"nvidia": true}), 5*time.Second)
+			for dir, want := range map[string]float64{"tx": tc.tx, "rx": tc.rx} {
+				if v := sample(t, out, "xpu_nvlink_data_bytes_total", append(tc.matchers, `direction="`+dir+`"`)...); v != want {
+					t.Errorf("%s: %v bytes, want %v", dir, v, want)
+				}
+			}
+		})
 	}
 }
