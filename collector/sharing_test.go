@@ -406,3 +406,34 @@ func TestSlurmEdgesOracles(t *testing.T) {
 	check(t, "xpu_workload_utilization_ratio", 0.5, `gpu="6"`, `slurm_job_id="123"`)
 	absent(t, "xpu_workload_allocated_devices", `gpu="6"`)
 }
+
+// TestInsufficientSizeIsAskedAgain: the simulated driver refuses every
+// other GetProcessUtilization with ERROR_INSUFFICIENT_SIZE (insufficient
+// _size: true), as go-nvml does when a process starts between its two
+// calls. Asked again, it answers: a.service's process runs 0.4 of the GPU
+// and b.service's 0.2 (the device 0.4 + 0.2 = 0.6), split 0.6 × 0.4/0.6 =
+// 0.4 and 0.6 × 0.2/0.6 = 0.2, and no error is counted.
+func TestInsufficientSizeIsAskedAgain(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: grow
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
+devices:
+  - insufficient_size: true
+    processes: [{pid: 5001, unit: a.service, memory_used: 8GiB, utilization: 0.4}, {pid: 5002, unit: b.service, memory_used: 4GiB, utilization: 0.2}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+	for i := 1; i <= 3; i++ {
+		clk.set(testNow.Add(time.Duration(i) * 15 * time.Second))
+		out := scrapeText(t, e, 10*time.Second)
+		check, _ := oracleChecks(out)
+		check(t, "xpu_utilization_ratio", 0.6, `gpu="0"`)
+		check(t, "xpu_workload_utilization_ratio", 0.4, `unit="a.service"`)
+		check(t, "xpu_workload_utilization_ratio", 0.2, `unit="b.service"`)
+		if strings.Contains(out, `call="GetProcessUtilization"`) {
+			t.Errorf("scrape %d: a refusal asked again is counted as an error", i)
+		}
+	}
+}

@@ -336,6 +336,9 @@ type gpu struct {
 	nvml.Device
 	*sim
 	migs []*migDevice // in handle order
+	// utilCalls counts GetProcessUtilization calls, for
+	// DeviceSpec.InsufficientSize.
+	utilCalls atomic.Uint64
 }
 
 func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time, stats *simStats) *gpu {
@@ -437,6 +440,10 @@ func (g *gpu) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationS
 	}
 	if ret := g.gate("process_utilization"); ret != nvml.SUCCESS {
 		return nil, ret
+	}
+	if g.spec.InsufficientSize && g.utilCalls.Add(1)%2 == 1 {
+		// go-nvml's answer then: an empty slice of the first call's size.
+		return []nvml.ProcessUtilizationSample{}, nvml.ERROR_INSUFFICIENT_SIZE
 	}
 	periods := g.periodsSince(lastSeen)
 	if g.spec.ProcessSamples == "last_period" && len(periods) > 1 {

@@ -152,6 +152,12 @@ type DeviceSpec struct {
 	// PIDs with values such as "%SM=37100"): zero-filled padding, and an
 	// entry in the newest period of a PID no list names, far above 100 %.
 	GarbageSamples bool `yaml:"garbage_samples"`
+	// InsufficientSize makes every other nvmlDeviceGetProcessUtilization
+	// answer ERROR_INSUFFICIENT_SIZE, as go-nvml does when the driver's
+	// sample count grows between its sizing call and its filling call (a
+	// process started: nvml.h, the count "may differ from a previously
+	// read value as instances are created or destroyed").
+	InsufficientSize bool `yaml:"insufficient_size"`
 	// CallLatency is how long every reading of this device takes, as a
 	// real driver's calls do (a few µs to ms each; more on a busy or
 	// failing GPU): benchmarks and load tests model hardware time with
