@@ -244,6 +244,15 @@ var tempThresholdTypes = []struct {
 	{nvml.TEMPERATURE_THRESHOLD_MEM_MAX, TempMemoryMax},
 }
 
+// power reads, from nvml.h: nvmlDeviceGetPowerUsage, "power usage for this
+// GPU in milliwatts and its associated circuitry (e.g. memory)" ("On Ampere
+// (except GA100) or newer GPUs, the API returns power averaged over 1 sec
+// interval"); nvmlDeviceGetEnforcedPowerLimit, "the effective power limit
+// that the driver enforces after taking into account all limiters", in
+// milliwatts; nvmlDeviceGetTotalEnergyConsumption, "total energy
+// consumption for this GPU in millijoules (mJ) since the driver was last
+// reloaded", so a counter that starts again at a reload, which rate()
+// takes as a reset.
 func (r *reader) power(d *Device, h nvml.Device) {
 	if mw, ret := h.GetPowerUsage(); r.ok("GetPowerUsage", ret) {
 		d.Power = reading.Some(float64(mw) / 1000)
@@ -268,6 +277,8 @@ var clockTypes = []struct {
 	{ClockMemory, nvml.CLOCK_MEM},
 }
 
+// clocks reads nvmlDeviceGetClockInfo, "the current clock speeds for the
+// device", and nvmlDeviceGetMaxClockInfo, each "in MHz" (nvml.h).
 func (r *reader) clocks(d *Device, h nvml.Device) {
 	for _, c := range clockTypes {
 		if mhz, ret := h.GetClockInfo(c.typ); r.ok("GetClockInfo", ret) {
