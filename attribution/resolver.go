@@ -853,25 +853,21 @@ func (r *Resolver) withoutEnded(pods []kubernetes.PodResources, res *Result) []k
 	if r.cfg.Metadata == nil {
 		return pods
 	}
-	ended := func(p kubernetes.PodResources) bool {
+	var out []kubernetes.PodResources // made at the first ended pod
+	for i, p := range pods {
 		meta, ok := r.cfg.Metadata.Pod(p.Namespace, p.Name)
-		return ok && meta.Ended
-	}
-	n := 0
-	for _, p := range pods {
-		if ended(p) {
-			n++
-		}
-	}
-	if n == 0 {
-		return pods
-	}
-	res.EndedPods = n
-	out := make([]kubernetes.PodResources, 0, len(pods)-n)
-	for _, p := range pods {
-		if !ended(p) {
+		switch {
+		case ok && meta.Ended:
+			if out == nil {
+				out = append(make([]kubernetes.PodResources, 0, len(pods)-1), pods[:i]...)
+			}
+			res.EndedPods++
+		case out != nil:
 			out = append(out, p)
 		}
+	}
+	if out == nil {
+		return pods
 	}
 	return out
 }

@@ -141,10 +141,9 @@ type amdWindow struct {
 	// shares and unknown are each client's gfx and compute share of the
 	// window ending at this scan, and the clients whose share it could not
 	// tell: what a scrape too soon after it serves again (amdMinWindow).
+	// Both nil until a window has been measured.
 	shares  map[amd.ClientKey]float64
 	unknown map[amd.ClientKey]bool
-	// measured says shares and unknown were measured over a window.
-	measured bool
 }
 
 // amdMinWindow is the shortest window the engine counters are divided by.
@@ -646,7 +645,7 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 	clients, now, complete := scan.clients, scan.at, scan.complete
 	c.mu.Lock()
 	prev := c.window
-	again := advance && prev.measured && now.Sub(prev.at) < amdMinWindow
+	again := advance && prev.shares != nil && now.Sub(prev.at) < amdMinWindow
 	if advance && !again {
 		c.window = amdWindow{at: now, clients: amd.Baseline(prev.clients, clients), complete: complete}
 	}
@@ -684,7 +683,7 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 		if advance {
 			c.mu.Lock()
 			if c.window.at.Equal(now) {
-				c.window.shares, c.window.unknown, c.window.measured = shares, unknown, true
+				c.window.shares, c.window.unknown = shares, unknown
 			}
 			c.mu.Unlock()
 		}

@@ -765,22 +765,7 @@ func newAMDTestExporter(t testing.TB, sysfs, procfs string, now func() time.Time
 // 0.8, the window of the dip's time included, counted once; PID 3002 0.2.
 // The device's 0.6 splits 0.6 × 0.8/1.0 = 0.48 and 0.6 × 0.2/1.0 = 0.12.
 func TestAMDScenarioEngineDip(t *testing.T) {
-	s, err := demo.Parse([]byte("node: dip\ndevices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, processes: [" +
-		"{pid: 3001, unit: a.service, memory_used: 8GiB, utilization: 0.4, engine_dip: true}, {pid: 3002, unit: b.service, memory_used: 4GiB, utilization: 0.2}]}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{t: testNow}
-	e, sim := newAttributedExporterSim(t, s, func(c *Config) { c.Now = clk.now })
-	sim.AMD.Reset(testNow.Add(-5400 * time.Second))
-	var out string
-	for i := range 4 {
-		at := testNow.Add(time.Duration(i) * 10 * time.Second)
-		clk.set(at)
-		if err := sim.AMD.WriteAt(at); err != nil {
-			t.Fatal(err)
-		}
-		out = scrapeText(t, e, 10*time.Second)
+	for i, out := range scrapeAMDPair(t, "engine_dip: true", 4) {
 		check, absent := oracleChecks(out)
 		switch i {
 		case 1:
@@ -1365,23 +1350,7 @@ func TestAMDKFDSoleOwnerKeepsTheDevice(t *testing.T) {
 // utilization is unknown, so neither owner's is served; both memories
 // are (8 GiB = 8,589,934,592 bytes, 4 GiB = 4,294,967,296).
 func TestAMDScenarioKFDProcess(t *testing.T) {
-	s, err := demo.Parse([]byte("node: rocm\ndevices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, processes: [" +
-		"{pid: 3001, unit: a.service, memory_used: 8GiB, utilization: 0.4, kfd: true}, {pid: 3002, unit: b.service, memory_used: 4GiB, utilization: 0.2}]}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{t: testNow}
-	e, sim := newAttributedExporterSim(t, s, func(c *Config) { c.Now = clk.now })
-	sim.AMD.Reset(testNow.Add(-5400 * time.Second))
-	var out string
-	for i := range 2 {
-		at := testNow.Add(time.Duration(i) * 10 * time.Second)
-		clk.set(at)
-		if err := sim.AMD.WriteAt(at); err != nil {
-			t.Fatal(err)
-		}
-		out = scrapeText(t, e, 10*time.Second)
-	}
+	out := scrapeAMDPair(t, "kfd: true", 2)[1]
 	check, absent := oracleChecks(out)
 	check(t, "xpu_utilization_ratio", 0.6, `gpu="0"`)
 	absent(t, "xpu_process_utilization_ratio", `pid="3001"`)
@@ -1627,4 +1596,30 @@ func TestAMDScrapeTooSoonServesThePreviousWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scrapeAMDPair scrapes, every 10 s from testNow (5400 s after boot), an
+// MI300X whose PID 3001 (a.service, 8 GiB, 0.4 busy) has option and PID
+// 3002 (b.service, 4 GiB, 0.2) none, served through the demo's sysfs and
+// fdinfo: n scrapes, in order.
+func scrapeAMDPair(t *testing.T, option string, n int) []string {
+	t.Helper()
+	s, err := demo.Parse([]byte("node: pair\ndevices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, processes: [" +
+		"{pid: 3001, unit: a.service, memory_used: 8GiB, utilization: 0.4, " + option + "}, {pid: 3002, unit: b.service, memory_used: 4GiB, utilization: 0.2}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e, sim := newAttributedExporterSim(t, s, func(c *Config) { c.Now = clk.now })
+	sim.AMD.Reset(testNow.Add(-5400 * time.Second))
+	outs := make([]string, n)
+	for i := range n {
+		at := testNow.Add(time.Duration(i) * 10 * time.Second)
+		clk.set(at)
+		if err := sim.AMD.WriteAt(at); err != nil {
+			t.Fatal(err)
+		}
+		outs[i] = scrapeText(t, e, 10*time.Second)
+	}
+	return outs
 }

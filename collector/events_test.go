@@ -138,13 +138,7 @@ func TestXidEventsEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e.Start(ctx)
-	var out string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		out = scrapeText(t, e, 5*time.Second)
-		if strings.Contains(out, "xpu_xid_errors_total{") {
-			break
-		}
-	}
+	out := scrapeUntilXid(t, e)
 	sample(t, out, "xpu_xid_errors_total", `xid="31"`, `pod="embeddings-0"`, `gpu="3"`)
 	sample(t, out, "xpu_device_last_event_timestamp_seconds", `gpu="3"`, `type="xid"`)
 	if !strings.Contains(out, "xpu_nvml_events_listening 1\n") {
@@ -211,13 +205,7 @@ events:
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e.Start(ctx)
-	var out string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		out = scrapeText(t, e, 5*time.Second)
-		if strings.Contains(out, "xpu_xid_errors_total{") {
-			break
-		}
-	}
+	out := scrapeUntilXid(t, e)
 	sample(t, out, "xpu_xid_errors_total", `xid="43"`, `unit="b.service"`, `mig_instance="1"`)
 	if regexp.MustCompile(`xpu_xid_errors_total\{[^}]*unit="a.service"`).MatchString(out) {
 		t.Error("the Xid of b.service's compute instance is counted for a.service")
@@ -241,4 +229,18 @@ func TestEventInstanceValidation(t *testing.T) {
 			t.Errorf("%s: error %v, want %q", ev, err, want)
 		}
 	}
+}
+
+// scrapeUntilXid scrapes e until an Xid has been counted, for at most 10 s,
+// and returns the last scrape.
+func scrapeUntilXid(t *testing.T, e *Exporter) string {
+	t.Helper()
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		out = scrapeText(t, e, 5*time.Second)
+		if strings.Contains(out, "xpu_xid_errors_total{") {
+			break
+		}
+	}
+	return out
 }
