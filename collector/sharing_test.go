@@ -233,7 +233,11 @@ func TestSharingOracles(t *testing.T) {
 		// not say solo owns the GPU.
 		absent(t, "xpu_device_up", `,uuid="GPU-5a000000-0000-4000-8000-000000000005"`, `pod=`)
 		check(t, "xpu_device_up", 1, `,uuid="GPU-5a000000-0000-4000-8000-000000000005"`)
-		check(t, "xpu_workload_allocated_devices", 3.0/7, `pod="solo"`) // 3g: 3 of 7
+		// solo holds "5:1", the index strategy's name for handle 1 of GPU
+		// 5; handle 0 is empty, so it is the first instance listed, not the
+		// second (which a count of the instances found would make it).
+		check(t, "xpu_workload_allocated_devices", 3.0/7, `pod="solo"`, `uuid="MIG-5a000000-0005-4000-8000-000000000001"`) // 3g: 3 of 7
+		absent(t, "xpu_workload_allocated_devices", `pod="solo"`, `uuid="MIG-5a000000-0005-4000-8000-000000000002"`)
 		// solo is the instance's sole owner; its memory is its process's
 		// 8 GiB, as for every owner, not the instance's reading (0 here).
 		check(t, "xpu_workload_memory_used_bytes", 8*gib, `pod="solo"`)

@@ -335,7 +335,7 @@ func scramble[T any](xs []T) {
 type gpu struct {
 	nvml.Device
 	*sim
-	migs []*migDevice // in handle order
+	migs []*migDevice // by handle index, nil for an empty slot
 	// utilCalls counts GetProcessUtilization calls, for
 	// DeviceSpec.InsufficientSize.
 	utilCalls atomic.Uint64
@@ -343,8 +343,11 @@ type gpu struct {
 
 func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time, stats *simStats) *gpu {
 	g := &gpu{sim: &sim{spec: spec, index: index, start: start, now: now, stats: stats}}
+	if n := len(spec.MIG); n > 0 {
+		g.migs = make([]*migDevice, spec.MIG[n-1].slot+1)
+	}
 	for j := range spec.MIG {
-		g.migs = append(g.migs, &migDevice{sim: g.sim, spec: &spec.MIG[j]})
+		g.migs[spec.MIG[j].slot] = &migDevice{sim: g.sim, spec: &spec.MIG[j]}
 	}
 	return g
 }
@@ -571,7 +574,7 @@ func (g *gpu) GetCurrPcieLinkGeneration() (int, nvml.Return)    { return g.int("
 func (g *gpu) GetCurrPcieLinkWidth() (int, nvml.Return)         { return g.int("pcie_width") }
 func (g *gpu) GetMaxPcieLinkGeneration() (int, nvml.Return)     { return g.int("pcie_max_generation") }
 func (g *gpu) GetMaxPcieLinkWidth() (int, nvml.Return)          { return g.int("pcie_max_width") }
-func (g *gpu) GetMaxMigDeviceCount() (int, nvml.Return)         { return 7, g.gate("mig") }
+func (g *gpu) GetMaxMigDeviceCount() (int, nvml.Return)         { return maxMIGDevices, g.gate("mig") }
 func (g *gpu) RegisterEvents(uint64, nvml.EventSet) nvml.Return { return g.gate("events") }
 func (g *gpu) GetRetiredPagesPendingStatus() (nvml.EnableState, nvml.Return) {
 	return nvml.FEATURE_DISABLED, g.gate("retired_pages_pending")
@@ -775,14 +778,15 @@ func (g *gpu) GpmMigSampleGet(gi int, sample nvml.GpmSample) nvml.Return {
 	return nvml.ERROR_NOT_FOUND
 }
 
-// GetMigDeviceHandleByIndex hands out MIG devices in the order the scenario
-// lists them, which need not follow their GPU instance IDs: nvml.h promises
-// no order.
+// GetMigDeviceHandleByIndex hands out MIG devices at their slots, in the
+// order the scenario lists them, which need not follow their GPU instance
+// IDs: nvml.h promises no order. An empty slot is NVML_ERROR_NOT_FOUND, "if
+// no valid MIG device was found at index".
 func (g *gpu) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	if ret := g.gate("mig"); ret != nvml.SUCCESS {
 		return nil, ret
 	}
-	if i < 0 || i >= len(g.migs) {
+	if i < 0 || i >= len(g.migs) || g.migs[i] == nil {
 		return nil, nvml.ERROR_NOT_FOUND
 	}
 	return g.migs[i], nvml.SUCCESS

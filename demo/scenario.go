@@ -175,18 +175,29 @@ type DeviceSpec struct {
 // gpu_instance are compute instances sharing it; their profile names their
 // own slices, e.g. 1c.3g.40gb.
 type MIGSpec struct {
-	UUID            string        `yaml:"uuid"`
-	Profile         string        `yaml:"profile"` // e.g. 3g.40gb or 1c.3g.40gb
-	GPUInstance     int           `yaml:"gpu_instance"`
-	ComputeInstance int           `yaml:"compute_instance"`
-	MemoryUsed      *Value        `yaml:"memory_used"`
-	Processes       []ProcessSpec `yaml:"processes"`
+	UUID            string `yaml:"uuid"`
+	Profile         string `yaml:"profile"` // e.g. 3g.40gb or 1c.3g.40gb
+	GPUInstance     int    `yaml:"gpu_instance"`
+	ComputeInstance int    `yaml:"compute_instance"`
+	// Slot is the index nvmlDeviceGetMigDeviceHandleByIndex hands the
+	// instance out at, 0 to 6; default the slot after the previous entry's.
+	// Slots skipped are empty and answer NVML_ERROR_NOT_FOUND, as they do
+	// once an instance made before them is destroyed (nvml.h: "if no valid
+	// MIG device was found at index"). Entries list slots in rising order.
+	Slot       *int          `yaml:"slot"`
+	MemoryUsed *Value        `yaml:"memory_used"`
+	Processes  []ProcessSpec `yaml:"processes"`
 	// Metrics takes the profiling keys (ProfilingKeys): GPM measures GPU
 	// instances one by one.
 	Metrics map[string]Value `yaml:"metrics"`
 
 	ciSlices, giSlices, gb int
+	slot                   int
 }
+
+// maxMIGDevices is what the simulated nvmlDeviceGetMaxMigDeviceCount
+// answers: an A100's or H100's seven 1g instances.
+const maxMIGDevices = 7
 
 // ProcessSpec is a compute process on a device. It runs in at most one of a
 // pod (namespace/name), a Slurm job or a systemd unit; with none it runs in
@@ -840,13 +851,22 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 	if d.inMIGMode() && len(d.Processes) > 0 {
 		bad("processes: a GPU in MIG mode runs processes in its MIG instances, not on the parent")
 	}
-	if len(d.MIG) > 7 {
-		bad("mig: %d instances; a GPU has at most 7", len(d.MIG))
+	if len(d.MIG) > maxMIGDevices {
+		bad("mig: %d instances; a GPU has at most %d", len(d.MIG), maxMIGDevices)
 	}
 	slicesUsed, gis, cis := 0, map[int]int{}, map[[2]int]bool{}
+	nextSlot := 0
 	for j := range d.MIG {
 		m := &d.MIG[j]
 		where := fmt.Sprintf("mig[%d]", j)
+		m.slot = nextSlot
+		if m.Slot != nil {
+			m.slot = *m.Slot
+		}
+		if m.slot < nextSlot || m.slot >= maxMIGDevices {
+			bad("%s.slot: %d; slots rise from entry to entry (from %d here) and a GPU has %d (0..%d)", where, m.slot, nextSlot, maxMIGDevices, maxMIGDevices-1)
+		}
+		nextSlot = m.slot + 1
 		ci, g, gb, err := parseProfile(m.Profile)
 		if err != nil {
 			bad("%s.profile: %v", where, err)
