@@ -68,6 +68,10 @@ func newEventRecorder(logger *slog.Logger, now func() time.Time) *eventRecorder 
 	return &eventRecorder{logger: logger, now: now, xids: map[string]*xidSeries{}, last: map[string]eventStamp{}}
 }
 
+// waitRetry is how soon an event set whose waits kept failing is made
+// anew.
+var waitRetry = 5 * time.Second
+
 // listen receives events until ctx ends. A driver that is missing or lacks
 // event support is retried every minute: a driver installed later is
 // picked up, as the scrape path does.
@@ -81,15 +85,25 @@ func (r *eventRecorder) listen(ctx context.Context, client *nvidia.Client, snaps
 			if st.Stuck > 0 {
 				r.logger.Warn("some NVIDIA devices hung when registered for driver events and are not listened to; the others are", "listening", st.Devices, "hung", st.Stuck)
 			}
+			if st.Lost > 0 {
+				r.logger.Warn("some NVIDIA devices are lost and are not listened to for driver events; the others are", "listening", st.Devices, "lost", st.Lost)
+			}
 		}, func(ev nvidia.Event) { r.record(ctx, ev, snapshot) })
 		if ctx.Err() != nil {
 			return
 		}
 		r.setListening(false, err)
+		// An event set whose waits failed is made anew soon: a GPU lost
+		// since it was made no longer registers, and the others' events
+		// flow again.
+		retry := time.Minute
+		if errors.Is(err, nvidia.ErrWait) {
+			retry = waitRetry
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Minute):
+		case <-time.After(retry):
 		}
 	}
 }
@@ -105,8 +119,11 @@ func (r *eventRecorder) setListening(on bool, err error) {
 	if msg == r.lastErr {
 		return
 	}
+	was := r.lastErr
 	r.lastErr = msg
 	switch {
+	case err == nil && on && was != "":
+		r.logger.Info("receiving NVIDIA driver events again")
 	case errors.Is(err, nvidia.ErrNoDriver):
 		// The scrape path already says the driver is missing.
 	case err != nil:

@@ -1,12 +1,15 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -243,4 +246,73 @@ func scrapeUntilXid(t *testing.T, e *Exporter) string {
 		}
 	}
 	return out
+}
+
+// lockedBuffer is a log sink the listener's goroutine writes while the
+// test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestEventsOfOtherGPUsAfterOneIsLost: GPU 1 falls off the bus 1 s in.
+// nvmlEventSetWait then fails with GPU_IS_LOST while GPU 1 is in the set
+// (nvml.h, nvmlEventSetWait_v2), so the Xids GPU 0 raises every second
+// from 4 s on are never delivered by that set. The listener gives the set
+// up, says so once, makes it anew without GPU 1 and counts them. Before,
+// it waited on the old set for ever, still saying it was listening.
+func TestEventsOfOtherGPUsAfterOneIsLost(t *testing.T) {
+	defer func(r time.Duration) { waitRetry = r }(waitRetry)
+	waitRetry = 100 * time.Millisecond
+	s, err := demo.Parse([]byte(`node: lost-events
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {temperature: 50}}
+devices:
+  - {}
+  - {faults: {lost_after: 1s}}
+events:
+  - {device: 0, xid: 31, at: 4s, every: 1s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	start := time.Now()
+	e := newExporterOf(t, Config{NVML: s.NVML(start, time.Now), Now: time.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.Start(ctx)
+	var out string
+	for deadline := start.Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		out = scrapeText(t, e, 5*time.Second)
+		if strings.Contains(out, "xpu_xid_errors_total{") {
+			break
+		}
+	}
+	sample(t, out, "xpu_xid_errors_total", `gpu="0"`, `xid="31"`)
+	sample(t, out, "xpu_device_up", `gpu="1"`) // still served, as down
+	if !strings.Contains(out, "xpu_nvml_events_listening 1\n") {
+		t.Error("the listener does not say it is listening again")
+	}
+	got := logs.String()
+	for _, want := range []string{
+		`msg="not receiving NVIDIA driver events (Xid errors are not counted)" err="wait for NVML events: ERROR_GPU_IS_LOST"`,
+		`msg="some NVIDIA devices are lost and are not listened to for driver events; the others are" listening=1 lost=1`,
+		`msg="receiving NVIDIA driver events again"`,
+	} {
+		if strings.Count(got, want) != 1 {
+			t.Errorf("log has %d lines with %s, want 1:\n%s", strings.Count(got, want), want, got)
+		}
+	}
 }

@@ -64,13 +64,7 @@ func (l *simLib) GpmSampleAlloc() (nvml.GpmSample, nvml.Return) { return &gpmSam
 func (l *simLib) EventSetCreate() (nvml.EventSet, nvml.Return) {
 	// Events name devices by their place in the scenario, which only
 	// NVIDIA GPUs may be (Parse checks).
-	devs := make([]nvml.Device, len(l.byScenario))
-	for i, d := range l.byScenario {
-		if d != nil {
-			devs[i] = d
-		}
-	}
-	return newEventSet(l.scenario, devs, l.start), nvml.SUCCESS
+	return newEventSet(l.scenario, l.byScenario, l.start), nvml.SUCCESS
 }
 
 func (l *simLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
@@ -147,12 +141,19 @@ func (s *sim) gate(key string) nvml.Return {
 	return s.fault(key)
 }
 
+// lost says the device has fallen off the bus, as faults.lost and
+// faults.lost_after make it.
+func (s *sim) lost() bool {
+	f := &s.spec.Faults
+	return f.Lost || (f.lostAfter > 0 && s.now().Sub(s.start) >= f.lostAfter)
+}
+
 // fault is the answer the scenario's faults give a call named key, SUCCESS
 // if none.
 func (s *sim) fault(key string) nvml.Return {
 	f := &s.spec.Faults
 	switch {
-	case f.Lost || (f.lostAfter > 0 && s.now().Sub(s.start) >= f.lostAfter):
+	case s.lost():
 		return nvml.ERROR_GPU_IS_LOST
 	case slices.Contains(f.Panic, key):
 		panic("demo: injected panic in " + key)
@@ -575,7 +576,15 @@ func (g *gpu) GetCurrPcieLinkWidth() (int, nvml.Return)         { return g.int("
 func (g *gpu) GetMaxPcieLinkGeneration() (int, nvml.Return)     { return g.int("pcie_max_generation") }
 func (g *gpu) GetMaxPcieLinkWidth() (int, nvml.Return)          { return g.int("pcie_max_width") }
 func (g *gpu) GetMaxMigDeviceCount() (int, nvml.Return)         { return maxMIGDevices, g.gate("mig") }
-func (g *gpu) RegisterEvents(uint64, nvml.EventSet) nvml.Return { return g.gate("events") }
+func (g *gpu) RegisterEvents(mask uint64, set nvml.EventSet) nvml.Return {
+	if ret := g.gate("events"); ret != nvml.SUCCESS {
+		return ret
+	}
+	if es, ok := set.(*eventSet); ok {
+		es.register(g, mask)
+	}
+	return nvml.SUCCESS
+}
 func (g *gpu) GetRetiredPagesPendingStatus() (nvml.EnableState, nvml.Return) {
 	return nvml.FEATURE_DISABLED, g.gate("retired_pages_pending")
 }

@@ -39,10 +39,25 @@ var eventTypes = []struct {
 // ErrNoEvents is returned by Listen when no device supports the events.
 var ErrNoEvents = errors.New("no NVIDIA device supports XID or ECC events")
 
+// ErrWait is returned, wrapped, by Listen when nvmlEventSetWait keeps
+// failing: the set is to be made anew, without the GPUs that can no longer
+// be registered.
+var ErrWait = errors.New("wait for NVML events")
+
+// waitFailures is how many waits in a row, a second apart, must fail
+// before Listen gives up on its event set. nvml.h, nvmlEventSetWait_v2:
+// NVML_ERROR_GPU_IS_LOST "if a GPU has fallen off the bus or is otherwise
+// inaccessible", which says nothing of the set's other GPUs: while the
+// lost one stays in the set, their events may never be delivered.
+const waitFailures = 3
+
 // ListenStatus says what Listen could register, for logs and self-metrics.
 type ListenStatus struct {
 	Devices     int // devices registered for at least one event type
 	Unsupported int // devices without event support
+	// Lost are the devices NVML answered GPU_IS_LOST for when they were
+	// registered.
+	Lost int
 	// Stuck are the devices whose registration did not return within
 	// registerTimeout: a GPU hung in the driver, left out so that the
 	// others are listened to.
@@ -56,6 +71,7 @@ var registerTimeout = 5 * time.Second
 type registration struct {
 	uuid       string
 	registered bool
+	lost       bool
 }
 
 // Listen registers every device for XID and ECC events and calls handle for
@@ -105,9 +121,12 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 			if reg.uuid != "" {
 				uuids[reg.uuid] = i
 			}
-			if reg.registered {
+			switch {
+			case reg.registered:
 				status.Devices++
-			} else {
+			case reg.lost:
+				status.Lost++
+			default:
 				status.Unsupported++
 			}
 		case <-time.After(registerTimeout):
@@ -122,6 +141,7 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 	if status.Devices == 0 {
 		return ErrNoEvents
 	}
+	failed := 0
 	for {
 		// A short wait keeps shutdown prompt; NVML has no way to interrupt
 		// a wait in progress.
@@ -131,13 +151,18 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 		}
 		switch ret {
 		case nvml.SUCCESS:
+			failed = 0
 			if ev, ok := convertEvent(data, uuids); ok {
 				handle(ev)
 			}
 		case nvml.ERROR_TIMEOUT:
+			failed = 0
 		default:
-			// A lost GPU or a driver hiccup: keep listening for the others,
-			// without spinning.
+			failed++
+			if failed >= waitFailures {
+				return fmt.Errorf("%w: %s", ErrWait, ret.Error())
+			}
+			// A driver hiccup may pass: wait again, without spinning.
 			select {
 			case <-ctx.Done():
 				return nil
@@ -186,16 +211,22 @@ func convertEvent(data nvml.EventData, uuids map[string]int) (Event, bool) {
 func (c *Client) register(index int, set nvml.EventSet) registration {
 	h, ret := c.lib.DeviceGetHandleByIndex(index)
 	if ret != nvml.SUCCESS {
-		return registration{}
+		return registration{lost: ret == nvml.ERROR_GPU_IS_LOST}
 	}
-	uuid, _ := h.GetUUID()
+	uuid, ret := h.GetUUID()
+	if ret == nvml.ERROR_GPU_IS_LOST {
+		return registration{lost: true}
+	}
 	supported, ret := h.GetSupportedEventTypes()
 	var mask uint64
 	for _, t := range eventTypes {
 		mask |= t.bit
 	}
-	if ret != nvml.SUCCESS || supported&mask == 0 || h.RegisterEvents(supported&mask, set) != nvml.SUCCESS {
-		return registration{uuid: uuid}
+	if ret != nvml.SUCCESS || supported&mask == 0 {
+		return registration{uuid: uuid, lost: ret == nvml.ERROR_GPU_IS_LOST}
+	}
+	if ret := h.RegisterEvents(supported&mask, set); ret != nvml.SUCCESS {
+		return registration{uuid: uuid, lost: ret == nvml.ERROR_GPU_IS_LOST}
 	}
 	return registration{uuid: uuid, registered: true}
 }
