@@ -28,7 +28,7 @@ type attributionFlags struct {
 	cdiSpecDir                                          *string
 	resources, podLabels, draDrivers                    *[]string
 	procfs, rootfs, sysfs                               *string
-	scontrol, squeue, slurmNode                         *string
+	scontrol, squeue, slurmNode, gresOrder              *string
 	setPodResources, setProcfs, setSlurm                bool
 	setScontrol, setSqueue, setSlurmNodes               bool
 	setKubernetes, setPodsAPI, setRootfs, setCDISpecDir bool
@@ -69,6 +69,8 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 	f.scontrol = a.Flag("slurm.scontrol-path", "scontrol binary.").Default("scontrol").IsSetByUser(&f.setScontrol).String()
 	f.squeue = a.Flag("slurm.squeue-path", "squeue binary.").Default("squeue").IsSetByUser(&f.setSqueue).String()
 	f.slurmNode = a.Flag("slurm.node-name", "This node's name in Slurm; empty means the short host name.").Default("").IsSetByUser(&f.setSlurmNodes).String()
+	f.gresOrder = a.Flag("slurm.gres-order",
+		"How Slurm numbers this node's NVIDIA GPUs in GRES indices: nvml (NVML's order, which AutoDetect=nvml and gres.conf Links= give) or device-file (by /dev/nvidiaN, for a gres.conf listing File= without Links=).").Default("nvml").Enum("nvml", "device-file")
 	return f
 }
 

@@ -108,7 +108,7 @@ func run() int {
 		logger.Error("--demo.scenario needs --demo")
 		return 2
 	}
-	cfg := collector.Config{Logger: logger, HLSMIPath: *hlsmiPath, HLSMIFields: splitList(*hlsmiFields)}
+	cfg := collector.Config{Logger: logger, HLSMIPath: *hlsmiPath, HLSMIFields: splitList(*hlsmiFields), GRESByDeviceFile: *attrFlags.gresOrder == "device-file"}
 	var demoScenario *demo.Scenario
 	nodeName := attrFlags.node()
 	if *demoMode {

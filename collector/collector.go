@@ -47,7 +47,11 @@ type Config struct {
 	PodMetadata kubernetes.MetadataSource
 	// NodeName is this node's name, for per-node settings.
 	NodeName string
-	Now      func() time.Time
+	// GRESByDeviceFile numbers NVIDIA GPUs for Slurm's GRES indices by
+	// their device files (/dev/nvidiaN) instead of NVML's order
+	// (gresIndices).
+	GRESByDeviceFile bool
+	Now              func() time.Time
 }
 
 type factory struct {
@@ -131,7 +135,7 @@ func New(cfg Config) (*Exporter, error) {
 	e := &Exporter{
 		logger:     cfg.Logger,
 		collectors: map[string]Collector{},
-		snapshots:  &snapshotter{sources: map[string]source{}, stuck: map[string]*read{}, resolver: cfg.Attribution, now: cfg.Now, builds: flight.Group[struct{}, build]{Slack: flight.ScrapeSlack}},
+		snapshots:  &snapshotter{sources: map[string]source{}, stuck: map[string]*read{}, resolver: cfg.Attribution, now: cfg.Now, gresByFile: cfg.GRESByDeviceFile, logger: cfg.Logger, builds: flight.Group[struct{}, build]{Slack: flight.ScrapeSlack}},
 	}
 	factoriesMu.Lock()
 	defer factoriesMu.Unlock()

@@ -181,15 +181,17 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 	for i := range nds {
 		nd := &nds[i]
 		d := &Device{
-			Vendor:     "nvidia",
-			Index:      strconv.Itoa(nd.Index),
-			UUID:       nd.UUID,
-			Model:      nd.Name,
-			PCIBusID:   nd.PCIBusID,
-			HasMIG:     nd.MIGEnabled.OK && nd.MIGEnabled.Value,
-			MIGListed:  nd.MIGListed,
-			Up:         nd.Up,
-			vendorData: nd,
+			Vendor:       "nvidia",
+			Index:        strconv.Itoa(nd.Index),
+			UUID:         nd.UUID,
+			Model:        nd.Name,
+			PCIBusID:     nd.PCIBusID,
+			Minor:        nd.Minor,
+			HasMIG:       nd.MIGEnabled.OK && nd.MIGEnabled.Value,
+			MIGListed:    nd.MIGListed,
+			MIGModeKnown: nd.MIGEnabled.OK,
+			Up:           nd.Up,
+			vendorData:   nd,
 		}
 		if nd.MIG != nil {
 			d.MIG = &MIGInstance{

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 	"strings"
 	"testing"
 	"time"
@@ -137,7 +138,7 @@ func TestGRESIndices(t *testing.T) {
 	h1, h0 := mig("1", 1), mig("1", 0)
 	// GPU 0 → 0; GPU 1's MIG handles 0 and 1 → 1 and 2; GPU 2 → 3. The
 	// GPU in MIG mode has none.
-	got := gresIndices([]*Device{gpu2, h1, gpu0, gpu1, h0}, false)
+	got := gresIndices([]*Device{gpu2, h1, gpu0, gpu1, h0}, false, false)
 	want := map[*Device]int{gpu0: 0, h0: 1, h1: 2, gpu2: 3}
 	if len(got) != len(want) {
 		t.Errorf("indices %v, want %v", got, want)
@@ -148,31 +149,86 @@ func TestGRESIndices(t *testing.T) {
 		}
 	}
 	// GPU 1's instances were not read: GPU 2's number cannot be known.
-	if got := gresIndices([]*Device{gpu0, gpu1, gpu2}, false); len(got) != 1 || got[gpu0] != 0 {
+	if got := gresIndices([]*Device{gpu0, gpu1, gpu2}, false, false); len(got) != 1 || got[gpu0] != 0 {
 		t.Errorf("without GPU 1's instances: %v, want only GPU 0 → 0", got)
 	}
 	// GPU 1 in MIG mode with no MIG device, all (none) listed: Slurm counts
 	// the GPU itself (gpu_nvml.c, !added_mig). GPU 0 → 0, GPU 1 → 1, GPU 2
 	// → 2.
 	empty := &Device{Vendor: "nvidia", Index: "1", Up: true, HasMIG: true, MIGListed: true}
-	if got := gresIndices([]*Device{gpu0, empty, gpu2}, false); len(got) != 3 || got[gpu0] != 0 || got[empty] != 1 || got[gpu2] != 2 {
+	if got := gresIndices([]*Device{gpu0, empty, gpu2}, false, false); len(got) != 3 || got[gpu0] != 0 || got[empty] != 1 || got[gpu2] != 2 {
 		t.Errorf("GPU 1 in MIG mode without instances: %v, want GPU 0 → 0, 1 → 1, 2 → 2", got)
 	}
 	// On a node without MIG a GPU down keeps its place: GPU 2 is still 2.
 	down := whole("1", false)
-	if got := gresIndices([]*Device{gpu0, down, gpu2}, false); got[gpu2] != 2 || got[down] != 1 {
+	if got := gresIndices([]*Device{gpu0, down, gpu2}, false, false); got[gpu2] != 2 || got[down] != 1 {
 		t.Errorf("with GPU 1 down: %v, want GPU 2 → 2", got)
+	}
+	// On a node with MIG, a GPU down that an earlier read found outside
+	// MIG mode keeps its place: GPU 0 down → 0, GPU 1's handles → 1 and 2,
+	// GPU 2 → 3, as when it answered (it cannot have entered MIG mode
+	// without a reset, and Slurm numbered its GRES when slurmd started).
+	// Never read, its MIG mode is unknown, and so are the indices from it
+	// on: GPU 0 and those after it get none.
+	lost0 := &Device{Vendor: "nvidia", Index: "0", MIGModeKnown: true}
+	if got := gresIndices([]*Device{lost0, gpu1, h0, h1, gpu2}, false, false); len(got) != 4 || got[lost0] != 0 || got[h0] != 1 || got[h1] != 2 || got[gpu2] != 3 {
+		t.Errorf("GPU 0 lost, known outside MIG mode: %v, want GPU 0 → 0, handles → 1, 2, GPU 2 → 3", got)
+	}
+	if got := gresIndices([]*Device{whole("0", false), gpu1, h0, h1, gpu2}, false, false); len(got) != 0 {
+		t.Errorf("GPU 0 lost before it was read: %v, want no indices", got)
 	}
 	// A mixed node: Slurm's numbering of two vendors' devices is not known.
 	gaudi0 := &Device{Vendor: "habana", Index: "0", Up: true}
-	if got := gresIndices([]*Device{gpu0, gaudi0}, false); len(got) != 0 {
+	if got := gresIndices([]*Device{gpu0, gaudi0}, false, false); len(got) != 0 {
 		t.Errorf("mixed node: %v, want no indices", got)
 	}
 	// A Gaudi node alone is numbered like GPUs, by hl-smi index.
 	gaudi1 := &Device{Vendor: "habana", Index: "1", Up: true}
-	if got := gresIndices([]*Device{gaudi1, gaudi0}, false); got[gaudi0] != 0 || got[gaudi1] != 1 {
+	if got := gresIndices([]*Device{gaudi1, gaudi0}, false, false); got[gaudi0] != 0 || got[gaudi1] != 1 {
 		t.Errorf("Gaudi node: %v, want hl-smi order", got)
 	}
+}
+
+// TestGRESByDeviceFile: GPUs 0..3 whose device files are /dev/nvidia2, 0,
+// 1 and 3. In NVML's order (AutoDetect=nvml, or Links=) GPU i is GRES i.
+// By device file (gres.conf File= without Links=) Slurm sorts the files:
+// nvidia0 (GPU 1) → 0, nvidia1 (GPU 2) → 1, nvidia2 (GPU 0) → 2, nvidia3
+// (GPU 3) → 3; GPU 2's MIG handles 0 and 1 take GRES 1 and 2 in its place
+// when it is in MIG mode, pushing GPU 0 to 3 and GPU 3 to 4.
+func TestGRESByDeviceFile(t *testing.T) {
+	gpu := func(i string, minor int) *Device {
+		return &Device{Vendor: "nvidia", Index: i, Up: true, Minor: reading.Some(minor)}
+	}
+	g0, g1, g2, g3 := gpu("0", 2), gpu("1", 0), gpu("2", 1), gpu("3", 3)
+	check := func(name string, got, want map[*Device]int) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Errorf("%s: %d indices, want %d", name, len(got), len(want))
+		}
+		for d, i := range want {
+			if g, ok := got[d]; !ok || g != i {
+				t.Errorf("%s: GPU %s (MIG %v) → %d (%v), want %d", name, d.Index, d.MIG, g, ok, i)
+			}
+		}
+	}
+	devs := []*Device{g0, g1, g2, g3}
+	check("NVML order", gresIndices(devs, false, false), map[*Device]int{g0: 0, g1: 1, g2: 2, g3: 3})
+	check("device-file order", gresIndices(devs, false, true), map[*Device]int{g1: 0, g2: 1, g0: 2, g3: 3})
+	if filesInNVMLOrder(devs) {
+		t.Error("files 2, 0, 1, 3 taken for NVML's order")
+	}
+	if !filesInNVMLOrder([]*Device{gpu("0", 0), gpu("1", 4), gpu("2", 7)}) {
+		t.Error("files 0, 4, 7 not taken for NVML's order")
+	}
+
+	m2 := &Device{Vendor: "nvidia", Index: "2", Up: true, HasMIG: true, MIGListed: true, Minor: reading.Some(1)}
+	h0 := &Device{Vendor: "nvidia", Index: "2", Up: true, MIG: &MIGInstance{Index: 0}}
+	h1 := &Device{Vendor: "nvidia", Index: "2", Up: true, MIG: &MIGInstance{Index: 1}}
+	check("device-file order, GPU 2 in MIG mode", gresIndices([]*Device{g0, g1, m2, h1, h0, g3}, false, true), map[*Device]int{g1: 0, h0: 1, h1: 2, g0: 3, g3: 4})
+
+	// A GPU whose device file is unknown: the order is, and no GPU gets a
+	// number.
+	check("device file unknown", gresIndices([]*Device{g0, {Vendor: "nvidia", Index: "1", Up: true}}, false, true), map[*Device]int{})
 }
 
 // A node that has shown devices of two vendors stays a node of several

@@ -441,3 +441,38 @@ devices:
 		}
 	}
 }
+
+// TestGRESByDeviceFileEndToEnd: three GPUs whose device files are
+// /dev/nvidia2, 0 and 1 (minor_number); job 77 holds GRES index 0. In
+// NVML's order that is GPU 0; by device file (--slurm.gres-order=
+// device-file) it is /dev/nvidia0, GPU 1.
+func TestGRESByDeviceFileEndToEnd(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: gres-node
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {temperature: 50}}
+devices:
+  - {minor_number: 2}
+  - {minor_number: 0}
+  - {minor_number: 1}
+slurm:
+  version: "24.05"
+  jobs:
+    - {id: "77", user: carol, gpus: [0]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		byFile bool
+		gpu    string
+	}{{false, `gpu="0"`}, {true, `gpu="1"`}} {
+		e := newAttributedExporterFor(t, s, func(c *Config) { c.GRESByDeviceFile = tc.byFile })
+		out := scrapeText(t, e, 10*time.Second)
+		check, absent := oracleChecks(out)
+		check(t, "xpu_workload_allocated_devices", 1, tc.gpu, `slurm_job_id="77"`)
+		for _, other := range []string{`gpu="0"`, `gpu="1"`, `gpu="2"`} {
+			if other != tc.gpu {
+				absent(t, "xpu_workload_allocated_devices", other, `slurm_job_id="77"`)
+			}
+		}
+	}
+}

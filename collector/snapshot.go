@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/internal/flight"
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // Device is one accelerator (or MIG instance) of the node as seen in one
@@ -27,14 +29,19 @@ type Device struct {
 	// Serial is the board's serial number, which the Intel Gaudi device
 	// plugin uses as its device IDs; "" when unknown.
 	Serial string
-	MIG    *MIGInstance // nil for a whole device
+	// Minor is the N of an NVIDIA GPU's /dev/nvidiaN, where read.
+	Minor reading.Opt[int]
+	MIG   *MIGInstance // nil for a whole device
 	// HasMIG is set on a GPU in MIG mode, whose instances are devices of
 	// their own.
 	HasMIG bool
 	// MIGListed says the vendor listed every MIG instance of a GPU in MIG
 	// mode, none perhaps: the node's devices are all there.
 	MIGListed bool
-	Up        bool
+	// MIGModeKnown says whether the GPU is in MIG mode is known, from this
+	// read or, for a GPU that stopped answering, an earlier one.
+	MIGModeKnown bool
+	Up           bool
 
 	Processes []Process
 	// Exited are processes that used the device earlier in the snapshot's
@@ -146,6 +153,11 @@ type snapshotter struct {
 	sources  map[string]source
 	resolver *attribution.Resolver // nil: no attribution
 	now      func() time.Time
+	logger   *slog.Logger
+	// gresByFile is Config.GRESByDeviceFile; fileOrderTold says the
+	// warning that the device files are not in NVML's order was logged.
+	gresByFile    bool
+	fileOrderTold atomic.Bool
 
 	mu     sync.Mutex
 	builds flight.Group[struct{}, build]
@@ -270,7 +282,10 @@ func (s *snapshotter) build(ctx context.Context, advance bool) *Snapshot {
 // attribute resolves the owners of every device that answered.
 func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	devs := make([]attribution.Device, 0, len(snap.Devices))
-	gres := gresIndices(snap.Devices, s.severalVendors(snap.Devices))
+	gres := gresIndices(snap.Devices, s.severalVendors(snap.Devices), s.gresByFile)
+	if !s.gresByFile && s.logger != nil && !filesInNVMLOrder(snap.Devices) && s.fileOrderTold.CompareAndSwap(false, true) {
+		s.logger.Warn("the NVIDIA GPUs' device files (/dev/nvidiaN) are not in NVML's order; Slurm numbers GRES by device file where gres.conf lists File= without Links= or AutoDetect=nvml: set --slurm.gres-order=device-file if yours does")
+	}
 	for _, d := range snap.Devices {
 		key := attributionKey(d)
 		if key == "" {
@@ -384,7 +399,16 @@ func (s *snapshotter) severalVendors(devs []*Device) bool {
 // several says the node has shown devices of several vendors before, though
 // devs may now lack one's (its tool failing): the jobs' GPUs must not
 // change with the health of another vendor's tool.
-func gresIndices(devs []*Device, several bool) map[*Device]int {
+//
+// byFile numbers NVIDIA GPUs by their device files instead, as Slurm does
+// where gres.conf lists them without Links= and without AutoDetect=nvml:
+// it sorts its GPUs "by device file first, in case no links", then "by
+// links, which is a stand-in for PCI bus ID order", in natural order of the
+// file names (src/plugins/gres/gpu/gres_gpu.c, slurm-25-11-0-1, l.613-616),
+// and autodetection writes links in NVML's order (src/interfaces/gres.c,
+// gres_links_create_empty). A GPU whose file is not known then leaves
+// every GPU without an index.
+func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 	out := map[*Device]int{}
 	if several {
 		return out
@@ -394,6 +418,19 @@ func gresIndices(devs []*Device, several bool) map[*Device]int {
 			return out
 		}
 	}
+	place := func(d *Device) int { return atoi(d.Index) }
+	if byFile && devs[0].Vendor == "nvidia" {
+		minor := map[string]int{} // GPU index → its device file's minor
+		for _, d := range devs {
+			if d.MIG == nil {
+				if !d.Minor.OK {
+					return out
+				}
+				minor[d.Index] = d.Minor.Value
+			}
+		}
+		place = func(d *Device) int { return minor[d.Index] }
+	}
 	next := map[string]int{}
 	broken := map[string]bool{}
 	anyMIG := slices.ContainsFunc(devs, func(d *Device) bool { return d.HasMIG })
@@ -402,7 +439,7 @@ func gresIndices(devs []*Device, several bool) map[*Device]int {
 		if a.Vendor != b.Vendor {
 			return strings.Compare(a.Vendor, b.Vendor)
 		}
-		if c := cmp.Compare(atoi(a.Index), atoi(b.Index)); c != 0 {
+		if c := cmp.Compare(place(a), place(b)); c != 0 {
 			return c
 		}
 		return cmp.Compare(migIndex(a), migIndex(b))
@@ -422,9 +459,12 @@ func gresIndices(devs []*Device, several bool) map[*Device]int {
 				continue
 			}
 			// In MIG mode without MIG devices: one GRES.
-		case !d.Up && d.MIG == nil && anyMIG:
+		case !d.Up && d.MIG == nil && anyMIG && !d.MIGModeKnown:
 			// On a node with MIG, a GPU down may be in MIG mode with
-			// instances unknown now; elsewhere it keeps its place.
+			// instances unknown now, unless an earlier read found it
+			// outside MIG mode (a change needs a GPU reset, and Slurm
+			// numbers its GRES when slurmd starts); elsewhere it keeps its
+			// place.
 			broken[d.Vendor] = true
 			continue
 		}
@@ -432,6 +472,24 @@ func gresIndices(devs []*Device, several bool) map[*Device]int {
 		next[d.Vendor]++
 	}
 	return out
+}
+
+// filesInNVMLOrder says the NVIDIA GPUs' device files whose minors are
+// known rise with NVML's index, so that both of Slurm's orders agree.
+func filesInNVMLOrder(devs []*Device) bool {
+	last, lastMinor := -1, -1
+	for _, d := range devs {
+		if d.Vendor != "nvidia" || d.MIG != nil || !d.Minor.OK {
+			continue
+		}
+		if i := atoi(d.Index); i > last {
+			if d.Minor.Value < lastMinor {
+				return false
+			}
+			last, lastMinor = i, d.Minor.Value
+		}
+	}
+	return true
 }
 
 func migIndex(d *Device) int {

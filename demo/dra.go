@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,7 +16,7 @@ import (
 const nvidiaDRADriver = "gpu.nvidia.com"
 
 // draDevice is what a DRA device name of NVIDIA's driver says: the GPU
-// (minor, which is the device index in the demo) and, for a MIG device,
+// (by the minor number of its device file, minor_number) and, for a MIG device,
 // its profile without dots ("gpu-<minor>-mig-<profile>-<profile id>-<placement
 // start>", k8s-dra-driver-gpu cmd/gpu-kubelet-plugin mig.go).
 func (s *Scenario) draDevice(name string) (kubelettest.ClaimSpecDevice, error) {
@@ -25,8 +26,9 @@ func (s *Scenario) draDevice(name string) (kubelettest.ClaimSpecDevice, error) {
 	}
 	idx, mig, isMIG := strings.Cut(rest, "-mig-")
 	minor, err := strconv.Atoi(idx)
-	if err != nil || minor < 0 || minor >= len(s.Devices) {
-		return kubelettest.ClaimSpecDevice{}, fmt.Errorf("device %q: %q is not a device index", name, idx)
+	at := slices.IndexFunc(s.Devices, func(d DeviceSpec) bool { return d.Vendor == VendorNVIDIA && d.minor == minor })
+	if err != nil || at < 0 {
+		return kubelettest.ClaimSpecDevice{}, fmt.Errorf("device %q: %q is no NVIDIA GPU's minor number", name, idx)
 	}
 	d := kubelettest.ClaimSpecDevice{Name: name, Minor: minor}
 	if !isMIG {
@@ -34,7 +36,7 @@ func (s *Scenario) draDevice(name string) (kubelettest.ClaimSpecDevice, error) {
 	}
 	profile, _, _ := strings.Cut(mig, "-")
 	var found []MIGSpec
-	for _, m := range s.Devices[minor].MIG {
+	for _, m := range s.Devices[at].MIG {
 		if strings.ReplaceAll(m.Profile, ".", "") == profile {
 			found = append(found, m)
 		}
@@ -97,7 +99,7 @@ func (s *Scenario) prepareClaims(cdiDir, procRoot string) error {
 		if bus == "" {
 			bus = fmt.Sprintf("0000:%02x:00.0", 0x10+i)
 		}
-		gpus = append(gpus, kubelettest.NVIDIAGPU{Minor: i, UUID: d.UUID, PCIBusID: bus, Model: d.Model})
+		gpus = append(gpus, kubelettest.NVIDIAGPU{Minor: d.minor, UUID: d.UUID, PCIBusID: bus, Model: d.Model})
 	}
 	if err := kubelettest.WriteNVIDIAProcfs(procRoot, gpus); err != nil {
 		return err

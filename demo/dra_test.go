@@ -49,7 +49,7 @@ func TestDRAScenarioRejectsBadClaims(t *testing.T) {
 	base := "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 1g.10gb, gpu_instance: 9}, {profile: 1g.10gb, gpu_instance: 10}]}\n" +
 		"kubernetes:\n  pods:\n    - {namespace: a, name: p, uid: u, containers: [{name: c, claims: [{namespace: a, name: cl, devices: [{driver: gpu.nvidia.com, pool: n, device: %s}]}]}]}\n"
 	for dev, want := range map[string]string{
-		"gpu-4":                 `"4" is not a device index`,
+		"gpu-4":                 `"4" is no NVIDIA GPU's minor number`,
 		"tpu-0":                 "want gpu-<index>",
 		"gpu-0-mig-1g10gb-19-0": "2 MIG instances of profile",
 	} {

@@ -359,6 +359,7 @@ func (g *gpu) GetUUID() (string, nvml.Return)         { return g.str(g.spec.UUID
 func (g *gpu) GetName() (string, nvml.Return)         { return g.str(g.spec.Model) }
 func (g *gpu) GetSerial() (string, nvml.Return)       { return g.str(g.spec.Serial) }
 func (g *gpu) GetVbiosVersion() (string, nvml.Return) { return g.str(g.spec.VBIOSVersion) }
+func (g *gpu) GetMinorNumber() (int, nvml.Return)     { return g.spec.minor, g.gate("identity") }
 
 func (g *gpu) GetPciInfo() (nvml.PciInfo, nvml.Return) {
 	var p nvml.PciInfo

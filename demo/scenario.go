@@ -107,12 +107,16 @@ type DeviceSpec struct {
 	// Vendor is nvidia (default), gaudi (an Intel Gaudi device, served
 	// through the demo's hl-smi) or amd (an AMD GPU, served through a
 	// generated sysfs tree and DRM fdinfo, amdsim.go), not NVML.
-	Vendor          string           `yaml:"vendor"`
-	UUID            string           `yaml:"uuid"`
-	Model           string           `yaml:"model"`
-	Serial          string           `yaml:"serial"`
-	PCIBusID        string           `yaml:"pci_bus_id"`
-	VBIOSVersion    string           `yaml:"vbios_version"`
+	Vendor       string `yaml:"vendor"`
+	UUID         string `yaml:"uuid"`
+	Model        string `yaml:"model"`
+	Serial       string `yaml:"serial"`
+	PCIBusID     string `yaml:"pci_bus_id"`
+	VBIOSVersion string `yaml:"vbios_version"`
+	// MinorNumber is the N of the GPU's /dev/nvidiaN (nvmlDeviceGetMinorNumber);
+	// default its place in the scenario. The driver numbers the files as
+	// it probes the GPUs, which need not be NVML's (PCI bus) order.
+	MinorNumber     *int             `yaml:"minor_number"`
 	MemoryTotal     *Value           `yaml:"memory_total"`
 	PowerLimitWatts *Value           `yaml:"power_limit_watts"`
 	MaxClocksMHz    map[string]Value `yaml:"max_clocks_mhz"`
@@ -166,6 +170,7 @@ type DeviceSpec struct {
 
 	samplePeriod time.Duration
 	callLatency  time.Duration
+	minor        int
 }
 
 // MIGSpec is one MIG instance of a GPU.
@@ -464,7 +469,7 @@ func Parse(b []byte) (*Scenario, error) {
 	if len(s.Devices) > 64 {
 		return nil, errors.Join(append(errs, fmt.Errorf("devices: %d devices; at most 64 are simulated", len(s.Devices)))...)
 	}
-	seen, seenPCI := map[string]string{}, map[string]string{}
+	seen, seenPCI, seenMinor := map[string]string{}, map[string]string{}, map[int]string{}
 	for i := range s.Devices {
 		d := &s.Devices[i]
 		d.inherit(s.Defaults)
@@ -508,6 +513,17 @@ func Parse(b []byte) (*Scenario, error) {
 			}
 		} else {
 			seenPCI[pci] = fmt.Sprintf("devices[%d]", i)
+		}
+		d.minor = i
+		if d.MinorNumber != nil {
+			d.minor = *d.MinorNumber
+		}
+		if prev, dup := seenMinor[d.minor]; dup && d.Vendor == VendorNVIDIA {
+			errs = append(errs, fmt.Errorf("devices[%d]: minor_number: %d is already %s's", i, d.minor, prev))
+		} else if d.minor < 0 || d.minor > 255 {
+			errs = append(errs, fmt.Errorf("devices[%d]: minor_number: %d; the driver numbers /dev/nvidia0 to /dev/nvidia255", i, d.minor))
+		} else if d.Vendor == VendorNVIDIA {
+			seenMinor[d.minor] = fmt.Sprintf("devices[%d]", i)
 		}
 		if d.Serial == "" {
 			d.Serial = fmt.Sprintf("16520%08d", i)

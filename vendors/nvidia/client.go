@@ -45,6 +45,10 @@ type Client struct {
 	// listed, identity and placement only: a GPU that stops answering
 	// keeps them, with their owners and allocations.
 	migs map[int][]Device
+	// noMIG holds the GPUs the last read found outside MIG mode: one that
+	// stops answering is still known to hold no MIG instances, which keeps
+	// the node's Slurm GRES numbering (collector gresIndices).
+	noMIG map[int]bool
 	// lastSeen is where each device's next utilization window starts: the
 	// newest device sample of the last committed read, and windows that
 	// read's window.
@@ -75,7 +79,7 @@ type deviceRead struct {
 // New returns a client over an NVML implementation: nvml.New() in
 // production, a simulated driver in tests and demo mode.
 func New(lib nvml.Interface) *Client {
-	return &Client{lib: lib, inflight: map[int]*deviceRead{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, gpm: map[int]*gpmDevice{}}
+	return &Client{lib: lib, inflight: map[int]*deviceRead{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, noMIG: map[int]bool{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, gpm: map[int]*gpmDevice{}}
 }
 
 // Library is NVML loaded from path, a file the operator named. That it
@@ -303,8 +307,11 @@ func (c *Client) downLocked(index int, why string) []Device {
 	}
 	gpu := Device{Identity: id, Down: why}
 	migs, inMIG := c.migs[index]
-	if inMIG {
+	switch {
+	case inMIG:
 		gpu.MIGEnabled, gpu.MIGListed = reading.Some(true), true
+	case c.noMIG[index]:
+		gpu.MIGEnabled = reading.Some(false)
 	}
 	out := append(make([]Device, 0, 1+len(migs)), gpu)
 	for _, d := range migs {
@@ -380,6 +387,7 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 func (c *Client) rememberMIG(index int, inMIG bool, migs []Device) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.noMIG[index] = !inMIG
 	if !inMIG {
 		delete(c.migs, index)
 		return

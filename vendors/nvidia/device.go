@@ -24,6 +24,11 @@ type Identity struct {
 	PCIBusID     string
 	Serial       string
 	VBIOSVersion string
+	// Minor is the minor number of the GPU's device file: nvml.h,
+	// nvmlDeviceGetMinorNumber, "the Nvidia device node file for each GPU
+	// will have the form /dev/nvidia[minor number]". Slurm numbers GRES by
+	// these files when gres.conf lists them without Links.
+	Minor Opt[int]
 }
 
 // MIG describes a MIG instance: a device of its own inside a parent GPU.

@@ -123,6 +123,9 @@ func (r *reader) identity(d *Device, h nvml.Device) {
 	if v, ret := h.GetVbiosVersion(); r.ok("GetVbiosVersion", ret) {
 		d.VBIOSVersion = v
 	}
+	if v, ret := h.GetMinorNumber(); r.ok("GetMinorNumber", ret) {
+		d.Minor = reading.Some(v)
+	}
 }
 
 // busID turns NVML's fixed C char array into the lower-case "0000:3b:00.0"
