@@ -136,9 +136,11 @@ type Ownership struct {
 	// Unattributed when it holds the device no more.
 	Process map[uint32]int
 	// Strays are the own owners (unit, user, job or pod) of the processes
-	// Process marks Unattributed, by PID: per-process series name who runs
-	// a host daemon on an allocated GPU. Nil when there are none; a process
-	// of a pod the kubelet no longer lists has none either.
+	// Process marks Unattributed, or leaves out because the device's list
+	// of processes is partial, by PID: per-process series name who runs a
+	// host daemon on an allocated GPU, or a process whose device's owners
+	// are unknown. Nil when there are none; a process of a pod the kubelet
+	// no longer lists has none either.
 	Strays map[uint32]Owner
 	// OwnersUnknown says Claims may lack owners: no allocation names the
 	// device's owners, so they come from its processes, and the list of

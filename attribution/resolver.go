@@ -382,7 +382,12 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 			}
 			own.Strays[pid] = owner
 		case partial:
-			// Left unresolved: see above.
+			// Left unresolved for the device's split (see above), but
+			// the process's own series still say whose it is.
+			if own.Strays == nil {
+				own.Strays = map[uint32]Owner{}
+			}
+			own.Strays[pid] = owner
 		case podOnDevice: // the kubelet is down
 			// Every device looks unallocated while the kubelet is down; a
 			// GPU that pods' processes run on is theirs, and a host daemon

@@ -476,3 +476,32 @@ slurm:
 		}
 	}
 }
+
+// TestProcessOwnerOnAPartialList: GPU 0's graphics list is refused
+// (NO_PERMISSION), so its owners are unknown and its split left out; the
+// process NVML does list still runs in a.service, and its own series say
+// so (5 GiB), as on GPU 1, whose lists are whole (probe2-nv D2: they
+// carried no owner).
+func TestProcessOwnerOnAPartialList(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: d2
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_utilization: 0.1, memory_used: 6GiB}}
+devices:
+  - uuid: GPU-d2000000-0000-4000-8000-000000000000
+    faults: {no_permission: [processes_graphics]}
+    processes:
+      - {pid: 4001, unit: a.service, user: root, command: a, memory_used: 5GiB, utilization: 0.3}
+  - uuid: GPU-d2000000-0000-4000-8000-000000000001
+    processes:
+      - {pid: 4002, unit: b.service, user: root, command: b, memory_used: 5GiB, utilization: 0.3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, s), 10*time.Second)
+	check, absent := oracleChecks(out)
+	check(t, "xpu_process_memory_used_bytes", 5<<30, `gpu="0"`, `pid="4001"`, `unit="a.service"`)
+	check(t, "xpu_process_memory_used_bytes", 5<<30, `gpu="1"`, `pid="4002"`, `unit="b.service"`)
+	// The device's owners stay unknown: no owner count, no split.
+	absent(t, "xpu_device_owners", `gpu="0"`)
+	absent(t, "xpu_workload_memory_used_bytes", `gpu="0"`)
+}

@@ -63,7 +63,7 @@ type Device struct {
 	// owner, not from the processes seen (attribution.Ownership.Allocated).
 	OwnersAllocated bool
 	// ProcessStrays are the own owners of the processes ProcessOwner marks
-	// unattributed (attribution.Ownership.Strays).
+	// unattributed or leaves out (attribution.Ownership.Strays).
 	ProcessStrays map[uint32]attribution.Owner
 	// MemoryUsed and Utilization are the device readings attribution splits
 	// between owners; nil when the vendor has none.
