@@ -35,6 +35,8 @@ type attributionFlags struct {
 	setSysfs                                            bool
 	// passwd names UIDs; empty reads <rootfs>/etc/passwd.
 	passwd string
+	// exits watches the demo's simulated processes in place of pidfds.
+	exits *demo.PIDWatcher
 }
 
 func addAttributionFlags(a *kingpin.Application) *attributionFlags {
@@ -103,6 +105,7 @@ func (f *attributionFlags) useDemo(a *demo.Attribution) {
 	}
 	if !f.setProcfs {
 		*f.procfs = a.Procfs
+		f.exits = a.Exits
 		if !f.setRootfs {
 			f.passwd = a.Passwd
 		}
@@ -181,7 +184,10 @@ func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver,
 			passwd = filepath.Join(*f.rootfs, "etc", "passwd")
 		}
 		cfg.Procfs = &process.Reader{Root: *f.procfs, PasswdPath: passwd}
-		if exits, err := process.NewExits(*f.procfs); err != nil {
+		if f.exits != nil {
+			logger.Info("GPU processes are watched for their exit through the demo's simulated pidfds, so that a reused PID is read anew")
+			cfg.Exits = f.exits
+		} else if exits, err := process.NewExits(*f.procfs); err != nil {
 			logger.Info("GPU processes are checked for a reused PID by their start time, a few each scrape, not watched for their exit", "err", err)
 		} else {
 			logger.Info("GPU processes are watched for their exit through pidfds, so that a reused PID is read anew")

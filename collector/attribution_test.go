@@ -60,6 +60,9 @@ func simulatedAttribution(t testing.TB, s *demo.Scenario) (attribution.Config, *
 	}
 	t.Cleanup(sim.Close)
 	cfg := attribution.Config{Procfs: &process.Reader{Root: sim.Procfs, PasswdPath: sim.Passwd}}
+	if sim.Exits != nil {
+		cfg.Exits = sim.Exits
+	}
 	if sim.Kubelet != nil {
 		client, err := kubernetes.Dial(sim.Kubelet.PodResourcesSocket())
 		if err != nil {

@@ -116,6 +116,9 @@ type Attribution struct {
 	// HLSMISpec is the file that makes the exporter binary the Gaudi
 	// devices' hl-smi (HLSMIEnv); "" without Gaudi devices.
 	HLSMISpec string
+	// Exits watches the simulated processes for their exit; nil with
+	// pidfd: false.
+	Exits *PIDWatcher
 	dir       string
 	engines   []*http.Server
 	// stopChurn ends the churn loop and waits for it; nil without churn.
@@ -153,6 +156,9 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 		return nil, err
 	}
 	a := &Attribution{scenario: s, dir: dir, Procfs: filepath.Join(dir, "proc"), Sysfs: filepath.Join(dir, "sys"), Passwd: filepath.Join(dir, "passwd"), Node: s.Node}
+	if s.PIDFD == nil || *s.PIDFD {
+		a.Exits = newPIDWatcher(s)
+	}
 	if err := s.writeProcfs(a.Procfs, a.Passwd); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("demo procfs: %w", err)

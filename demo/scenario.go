@@ -57,6 +57,9 @@ type Scenario struct {
 	// NoDriver simulates a node without the NVIDIA driver; so does a
 	// scenario without NVIDIA devices.
 	NoDriver bool `yaml:"no_driver"`
+	// PIDFD false simulates a kernel without pidfd_open(2) (PIDWatcher);
+	// default true.
+	PIDFD *bool `yaml:"pidfd"`
 	// GaudiDriverVersion is what hl-smi prints as driver_version.
 	GaudiDriverVersion string `yaml:"gaudi_driver_version"`
 	// HLSMI injects failures into the demo's hl-smi.

@@ -159,7 +159,9 @@ func bigNode(pods, idsPerContainer int) *kubelettest.Fixture {
 // MaxReceiveBytes: it must be read whole.
 func TestClientLargeResponse(t *testing.T) {
 	k := kubelettest.Start(t, bigNode(5000, 24), kubelettest.WithoutPodsAPI())
-	c := dialFake(t, k)
+	// What is checked is the size, not the speed: under -race on a busy
+	// two-core machine the fake kubelet takes seconds to encode it.
+	c := dialFake(t, k, WithCallTimeout(2*time.Minute))
 	pods, err := c.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +193,9 @@ func TestClientLargeResponse(t *testing.T) {
 // break the connection for the calls after it.
 func TestClientResponseTooLarge(t *testing.T) {
 	k := kubelettest.Start(t, bigNode(15000, 32), kubelettest.WithoutPodsAPI())
-	c := dialFake(t, k)
+	// What is checked is the size, not the speed: under -race on a busy
+	// two-core machine the fake kubelet takes seconds to encode it.
+	c := dialFake(t, k, WithCallTimeout(2*time.Minute))
 	_, err := c.List(context.Background())
 	if status.Code(errors.Unwrap(err)) != codes.ResourceExhausted {
 		t.Fatalf("List error = %v, want ResourceExhausted", err)
