@@ -331,7 +331,7 @@ func TestOTLPHungReceiverNeverBlocksMetrics(t *testing.T) {
 // A GPU whose reads hang costs a push what it costs a scrape: the push's
 // gathering ends within the push's interval, so the push carries the hung
 // GPU down and the other one served, and no push fails for it. (The
-// scenario's power reads hang 3 s each, past the 1 s interval; the
+// scenario's power reads hang 30 s each, past the 1 s interval; the
 // gathering used to wait up to --scrape.timeout, 10 s, and the push then
 // failed with its deadline passed, dropping both GPUs.)
 func TestOTLPPushReportsAHungGPUDown(t *testing.T) {

@@ -96,28 +96,31 @@ func TestOTLPThrottlingReceiverIsLeftAlone(t *testing.T) {
 		t.Run(protocol, func(t *testing.T) {
 			r := newReceiver(t, protocol)
 			r.mu.Lock()
-			r.down, r.retryAfter = true, 2*time.Second
+			r.down, r.retryAfter = true, 4*time.Second
 			r.mu.Unlock()
 			self := prometheus.NewRegistry()
 			var log syncbuf.Buffer
 			began := time.Now()
-			startPusher(t, r, protocol, Flags{Interval: 100 * time.Millisecond}, testRegistry(), self, &log)
-			// By hand: the first push, at 0.1 s, is refused and asks for
-			// 2 s; the pushes at 0.2 … 1.5 s are dropped unsent.
-			time.Sleep(1500*time.Millisecond - time.Since(began))
+			// An interval long enough that a push on a loaded machine
+			// does not time out for reasons of its own.
+			startPusher(t, r, protocol, Flags{Interval: 400 * time.Millisecond}, testRegistry(), self, &log)
+			// By hand: the first push, at 0.4 s, is refused and asks for
+			// 4 s; the pushes at 0.8 … 3.6 s (8 of them) are dropped
+			// unsent.
+			time.Sleep(3600*time.Millisecond - time.Since(began))
 			r.mu.Lock()
 			refused := r.refused
 			r.down = false
 			r.mu.Unlock()
 			if refused != 1 {
-				t.Errorf("the receiver got %d requests in 1.5 s after asking for 2 s of quiet, want 1", refused)
+				t.Errorf("the receiver got %d requests in 3.6 s after asking for 4 s of quiet, want 1", refused)
 			}
 			if got := selfCounters(t, self); got["failure"] < 5 || got["success"] != 0 {
 				t.Errorf("xpu_otlp_exports_total %v: want the dropped pushes counted failed", got)
 			}
 			nextPush(t, r)
-			if d := time.Since(began); d < 2*time.Second {
-				t.Errorf("a push went out after %v, before the 2 s asked for", d)
+			if d := time.Since(began); d < 4*time.Second {
+				t.Errorf("a push went out after %v, before the 4 s asked for", d)
 			}
 			logs := log.String()
 			if n := strings.Count(logs, "OTLP receiver asked to wait"); n != 1 {
