@@ -54,6 +54,10 @@ type JobSpec struct {
 	// processes live on: squeue does not list it, and scontrol answers
 	// "slurm_load_jobs error: Invalid job id specified".
 	Gone bool `yaml:"gone"`
+	// HiddenPartition puts the job in a partition hidden from the
+	// exporter's user (Hidden=YES, or AllowGroups without it): squeue
+	// lists it only with --all (slurmctld's _all_parts_hidden).
+	HiddenPartition bool `yaml:"hidden_partition"`
 	// RequeueAfter requeues the job this long after the demo starts (at
 	// the next whole second): it runs again (Restarts=1, a later
 	// StartTime) on RequeueGPUs.
@@ -256,6 +260,10 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 			shown = fmt.Sprintf("%s_%d", j.ID, j.Array.Task)
 		}
 		line := func(at time.Time) string { return "job '" + j.ID + "' '" + shown + "' '" + slurmTime(at) + "'" }
+		if j.HiddenPartition {
+			inner := line
+			line = func(at time.Time) string { return "{ [ -z \"$all\" ] || " + inner(at) + "; }" }
+		}
 		if j.RequeueAfter == "" {
 			fmt.Fprintf(&squeueLines, "%s\n", line(started))
 		} else {
@@ -296,10 +304,12 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 # for another node), a header line unless --noheader, each line in the
 # --format asked for. Of the format's specifiers it knows those the
 # exporter uses, %A (job ID), %i (the ID as shown) and %S (start time);
-# another fails rather than being printed as something it is not.
-format= header=1 node=
+# another fails rather than being printed as something it is not. A job in
+# a hidden partition is listed with --all only.
+format= header=1 node= all=
 while [ $# -gt 0 ]; do
   case "$1" in
+  --all|-a) all=1 ;;
   --format|-o) format=$2; shift ;;
   --format=*) format=${1#--format=} ;;
   --noheader|-h) header= ;;

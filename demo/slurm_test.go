@@ -190,3 +190,33 @@ slurm:
 		t.Errorf("process 72: environ %q, %v; want SLURM_JOB_ID=7 in it", b, err)
 	}
 }
+
+// A job in a hidden partition is listed by squeue with --all only, as
+// slurmctld lists it for a caller that is not an operator.
+func TestSlurmStandInHiddenPartition(t *testing.T) {
+	s, err := Parse([]byte(`devices:
+  - {model: X, memory_total: 1GiB}
+  - {model: X, memory_total: 1GiB}
+slurm:
+  jobs:
+    - {id: "401", user: alice, gpus: [0]}
+    - {id: "402", user: bob, partition: restricted, gpus: [1], hidden_partition: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := started(t, s)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{args: nil, want: "401"},
+		{args: []string{"--all"}, want: "401 402"},
+	} {
+		args := append([]string{"--noheader", "--nodelist", a.Node, "--format", "%A"}, tc.args...)
+		out, _, code := runStandIn(t, a.Squeue, args...)
+		if got := strings.Join(strings.Fields(string(out)), " "); code != 0 || got != tc.want {
+			t.Errorf("squeue %q: %q (exit %d), want %q", tc.args, got, code, tc.want)
+		}
+	}
+}

@@ -123,7 +123,14 @@ func (c *Client) NodeJobs(ctx context.Context, node string) ([]RunningJob, error
 	if path == "" {
 		path = "squeue"
 	}
-	out, err := c.runBinary(ctx, path, "--noheader", "--nodelist", node, "--states", "RUNNING", "--format", nodeJobsFormat)
+	// --all: without it slurmctld leaves out, for a caller that is not an
+	// operator, the jobs whose partitions are hidden from it (Hidden=YES,
+	// or AllowGroups without its user): _pack_job's _all_parts_hidden
+	// unless SHOW_ALL (src/slurmctld/job_mgr.c:10425-10431 @
+	// slurm-23-11-1-1, l.9962 @ slurm-21-08-8-2), which squeue sets for
+	// -a/--all alone (src/squeue/squeue.c:186-187 @ slurm-23-11-1-1).
+	// Such a job's GPUs are as held as any.
+	out, err := c.runBinary(ctx, path, "--noheader", "--all", "--nodelist", node, "--states", "RUNNING", "--format", nodeJobsFormat)
 	if err != nil {
 		return nil, err
 	}

@@ -418,7 +418,7 @@ func TestNodeJobs(t *testing.T) {
 			t.Errorf("jobs %+v, want %+v", jobs, want)
 		}
 	}
-	if got := calls(); len(got) != 1 || got[0] != "--noheader --nodelist gpu-node-01 --states RUNNING --format %A|%i|%S" {
+	if got := calls(); len(got) != 1 || got[0] != "--noheader --all --nodelist gpu-node-01 --states RUNNING --format %A|%i|%S" {
 		t.Errorf("squeue runs %q, want one (the second answer comes from the cache)", got)
 	}
 	if _, err := c.NodeJobs(context.Background(), "--all"); err == nil {
@@ -427,6 +427,34 @@ func TestNodeJobs(t *testing.T) {
 	bad, _ := fakeScontrol(t, `echo '--uid=0|1|x'`)
 	if _, err := (&Client{SqueuePath: bad}).NodeJobs(context.Background(), "n1"); err == nil {
 		t.Error("garbage from squeue must be an error")
+	}
+}
+
+// TestNodeJobsHiddenPartitions: squeue lists a job in a partition hidden
+// from the exporter (Hidden=YES, or AllowGroups without its user) only
+// with --all. The stand-in filters as slurmctld's _pack_job does
+// (_all_parts_hidden unless SHOW_ALL, job_mgr.c:10425-10431 @
+// slurm-23-11-1-1), and squeue sets SHOW_ALL for -a/--all alone
+// (squeue.c:186-187 @ slurm-23-11-1-1). Job 401 runs in partition gpu,
+// job 402 in the hidden partition restricted: both run on the node, so
+// both are listed, 401 then 402 (found by probing: D2, 402's GPUs were
+// owned by nobody).
+func TestNodeJobsHiddenPartitions(t *testing.T) {
+	squeue, _ := fakeScontrol(t, `all=
+for a; do case "$a" in -a|--all) all=1 ;; esac; done
+echo '401|401|2026-11-26T10:00:01'
+[ -n "$all" ] && echo '402|402|2026-11-26T10:00:01'
+exit 0`)
+	jobs, err := (&Client{SqueuePath: squeue}).NodeJobs(context.Background(), "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, j := range jobs {
+		ids = append(ids, j.ID)
+	}
+	if want := []string{"401", "402"}; !slices.Equal(ids, want) {
+		t.Errorf("jobs %q, want %q: the job in the hidden partition is missing", ids, want)
 	}
 }
 
