@@ -54,6 +54,11 @@ type JobSpec struct {
 	// processes live on: squeue does not list it, and scontrol answers
 	// "slurm_load_jobs error: Invalid job id specified".
 	Gone bool `yaml:"gone"`
+	// StateFlag is a flag its running state carries: STOPPED (after
+	// scancel --signal=STOP), CONFIGURING (its nodes booting), SIGNALING
+	// or RESIZING. squeue's --states RUNNING does not match such a job, the
+	// flag does; scontrol prints the flag as its state.
+	StateFlag string `yaml:"state_flag"`
 	// HiddenPartition puts the job in a partition hidden from the
 	// exporter's user (Hidden=YES, or AllowGroups without it): squeue
 	// lists it only with --all (slurmctld's _all_parts_hidden).
@@ -77,6 +82,9 @@ type ArraySpec struct {
 	Task  int `yaml:"task"`
 	Tasks int `yaml:"tasks"`
 }
+
+// stateFlags are the flags a running job's state may carry in a scenario.
+var stateFlags = []string{"STOPPED", "CONFIGURING", "SIGNALING", "RESIZING"}
 
 // maxArrayTasks bounds the records the stand-in writes for an array.
 const maxArrayTasks = 5000
@@ -143,6 +151,9 @@ func (s *Scenario) validateSlurm() (map[string]bool, []error) {
 		}
 		if j.Gone && (len(j.GPUs) > 0 || len(j.Shards) > 0 || j.Array != nil || j.RequeueAfter != "") {
 			bad("%s.gone: a job Slurm forgot holds no GPU, is no array task and is not requeued", where)
+		}
+		if f := j.StateFlag; f != "" && !slices.Contains(stateFlags, f) {
+			bad("%s.state_flag: %q is none of %s", where, f, strings.Join(stateFlags, ", "))
 		}
 		if j.RequeueAfter != "" {
 			d, err := time.ParseDuration(j.RequeueAfter)
@@ -259,7 +270,13 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 		if j.Array != nil {
 			shown = fmt.Sprintf("%s_%d", j.ID, j.Array.Task)
 		}
-		line := func(at time.Time) string { return "job '" + j.ID + "' '" + shown + "' '" + slurmTime(at) + "'" }
+		word := "RUNNING"
+		if j.StateFlag != "" {
+			word += "+" + j.StateFlag
+		}
+		line := func(at time.Time) string {
+			return "job '" + j.ID + "' '" + shown + "' '" + slurmTime(at) + "' '" + word + "'"
+		}
 		if j.HiddenPartition {
 			inner := line
 			line = func(at time.Time) string { return "{ [ -z \"$all\" ] || " + inner(at) + "; }" }
@@ -305,11 +322,15 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 # --format asked for. Of the format's specifiers it knows those the
 # exporter uses, %A (job ID), %i (the ID as shown) and %S (start time);
 # another fails rather than being printed as something it is not. A job in
-# a hidden partition is listed with --all only.
-format= header=1 node= all=
+# a hidden partition is listed with --all only. --states filters as
+# squeue's _filter_job: a flag matches every job carrying it, a base state
+# only a job whose whole state word it is (RUNNING+STOPPED is no RUNNING).
+format= header=1 node= all= states=
 while [ $# -gt 0 ]; do
   case "$1" in
   --all|-a) all=1 ;;
+  --states|-t) states=$2; shift ;;
+  --states=*) states=${1#--states=} ;;
   --format|-o) format=$2; shift ;;
   --format=*) format=${1#--format=} ;;
   --noheader|-h) header= ;;
@@ -319,6 +340,16 @@ while [ $# -gt 0 ]; do
   shift
 done
 job() {
+  if [ -n "$states" ] && [ -n "$4" ]; then
+    match=
+    for s in $(printf '%s' "$states" | tr ',' ' '); do
+      case "$s" in
+      STOPPED|CONFIGURING|SIGNALING|RESIZING|COMPLETING) case "+$4+" in *"+$s+"*) match=1 ;; esac ;;
+      *) [ "$4" != "$s" ] || match=1 ;;
+      esac
+    done
+    [ -n "$match" ] || return 0
+  fi
   out=$(printf '%s' "$format" | sed -e "s/%A/$1/g" -e "s/%i/$2/g" -e "s/%S/$3/g")
   case "$format" in '') echo "squeue: the demo's stand-in does not simulate the format '$format'" >&2; exit 1 ;; esac
   case "$out" in *%*) echo "squeue: the demo's stand-in does not simulate the format '$format'" >&2; exit 1 ;; esac
@@ -429,7 +460,8 @@ func (r jobRecord) text(version string) string {
 	fmt.Fprintf(&b, "JobName=%s\n", or(j.Name, "job"))
 	fmt.Fprintf(&b, "   UserId=%s(%d) GroupId=%s(%d) MCS_label=N/A\n", j.User, r.uid, j.User, r.uid)
 	fmt.Fprintf(&b, "   Priority=4294901744 Nice=0 Account=%s QOS=%s\n", or(j.Account, "(null)"), or(j.QOS, "normal"))
-	b.WriteString("   JobState=RUNNING Reason=None Dependency=(null)\n")
+	// job_state_string names a flag rather than the base state.
+	fmt.Fprintf(&b, "   JobState=%s Reason=None Dependency=(null)\n", or(j.StateFlag, "RUNNING"))
 	fmt.Fprintf(&b, "   Requeue=1 Restarts=%d BatchFlag=1 Reboot=0 ExitCode=0:0\n", r.restarts)
 	b.WriteString("   DerivedExitCode=0:0\n   RunTime=00:10:00 TimeLimit=UNLIMITED TimeMin=N/A\n")
 	fmt.Fprintf(&b, "   SubmitTime=%s EligibleTime=%s\n   AccrueTime=%s\n", submit, submit, submit)
@@ -527,7 +559,7 @@ func jobsJSON(recs []jobRecord, asked string) ([]byte, error) {
 			return nil, err
 		}
 		j := job{
-			Account: r.job.Account, JobID: id, JobState: []string{"RUNNING"}, Name: or(r.job.Name, "job"),
+			Account: r.job.Account, JobID: id, JobState: slices.DeleteFunc([]string{"RUNNING", r.job.StateFlag}, func(s string) bool { return s == "" }), Name: or(r.job.Name, "job"),
 			Nodes: r.node, Partition: or(r.job.Partition, "gpu"), QOS: or(r.job.QOS, "normal"), RestartCnt: r.restarts,
 			StartTime: slurmNumber{Set: true, Number: r.start.Unix()}, UserID: r.uid, UserName: r.job.User,
 			ArrayJobID: slurmNumber{Set: true}, GresDetail: []string{},

@@ -220,3 +220,41 @@ slurm:
 		}
 	}
 }
+
+// A running job whose state carries a flag is listed for the flag, not for
+// RUNNING, which squeue matches against the whole state word.
+func TestSlurmStandInStateFlag(t *testing.T) {
+	s, err := Parse([]byte(`devices:
+  - {model: X, memory_total: 1GiB}
+  - {model: X, memory_total: 1GiB}
+slurm:
+  version: "24.05"
+  jobs:
+    - {id: "601", user: alice, gpus: [0], state_flag: STOPPED}
+    - {id: "602", user: bob, gpus: [1]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := started(t, s)
+	for _, tc := range []struct {
+		states, want string
+	}{
+		{states: "RUNNING", want: "602"},
+		{states: "STOPPED", want: "601"},
+		{states: "RUNNING,STOPPED", want: "601 602"},
+	} {
+		out, _, code := runStandIn(t, a.Squeue, "--noheader", "--nodelist", a.Node, "--states", tc.states, "--format", "%A")
+		if got := strings.Join(strings.Fields(string(out)), " "); code != 0 || got != tc.want {
+			t.Errorf("squeue --states %s: %q (exit %d), want %q", tc.states, got, code, tc.want)
+		}
+	}
+	text, _, _ := runStandIn(t, a.Scontrol, "--details", "show", "job", "601")
+	json, _, _ := runStandIn(t, a.Scontrol, "--json", "--details", "show", "job", "601")
+	if !bytes.Contains(text, []byte("JobState=STOPPED ")) || !bytes.Contains(json, []byte(`"RUNNING",`)) || !bytes.Contains(json, []byte(`"STOPPED"`)) {
+		t.Errorf("job 601: want JobState=STOPPED in text and [RUNNING, STOPPED] in JSON\n%s\n%s", text, json)
+	}
+	if _, err := Parse([]byte("devices: [{model: X, memory_total: 1GiB}]\nslurm: {jobs: [{id: \"1\", user: a, state_flag: COMPLETING}]}\n")); err == nil {
+		t.Error("state_flag COMPLETING accepted: a completing job does not run")
+	}
+}

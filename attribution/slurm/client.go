@@ -130,7 +130,7 @@ func (c *Client) NodeJobs(ctx context.Context, node string) ([]RunningJob, error
 	// slurm-23-11-1-1, l.9962 @ slurm-21-08-8-2), which squeue sets for
 	// -a/--all alone (src/squeue/squeue.c:186-187 @ slurm-23-11-1-1).
 	// Such a job's GPUs are as held as any.
-	out, err := c.runBinary(ctx, path, "--noheader", "--all", "--nodelist", node, "--states", "RUNNING", "--format", nodeJobsFormat)
+	out, err := c.runBinary(ctx, path, "--noheader", "--all", "--nodelist", node, "--states", runningStates, "--format", nodeJobsFormat)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +143,22 @@ func (c *Client) NodeJobs(ctx context.Context, node string) ([]RunningJob, error
 	c.mu.Unlock()
 	return slices.Clone(jobs), nil
 }
+
+// runningStates selects the running jobs, flags or not. squeue matches a
+// base state such as RUNNING only against a job's whole state word, flags
+// included, and a flag against any job carrying it (_filter_job,
+// src/squeue/print.c:2939-2943 @ slurm-21-08-8-2, l.2966 @ slurm-23-11-1-1,
+// l.3140 @ slurm-25-11-0-1): a job stopped by SIGSTOP (RUNNING|STOPPED),
+// booting its nodes (RUNNING|CONFIGURING), being signalled or resized
+// still holds its GRES. These flags are set on running jobs alone: STOPPED
+// and SIGNALING where job_signal finds the job running
+// (src/slurmctld/job_mgr.c:5791-5800, agent.c:1179 @ slurm-23-11-1-1),
+// CONFIGURING at allocation (node_scheduler.c:2835-2838), and a job's end
+// writes its state word anew (job_mgr.c:5606, 5713, 6545), dropping them,
+// so no ended or completing job matches. POWER_UP_NODE, which squeue does
+// not accept as a state name (job_state_num), always comes with
+// CONFIGURING (node_scheduler.c:2827-2838).
+const runningStates = "RUNNING,CONFIGURING,STOPPED,SIGNALING,RESIZING"
 
 // nodeJobsFormat asks squeue(1) for "%A: Job id. This will have a unique
 // value for each element of job arrays", "%i: Job or job step id. In the

@@ -418,7 +418,7 @@ func TestNodeJobs(t *testing.T) {
 			t.Errorf("jobs %+v, want %+v", jobs, want)
 		}
 	}
-	if got := calls(); len(got) != 1 || got[0] != "--noheader --all --nodelist gpu-node-01 --states RUNNING --format %A|%i|%S" {
+	if got := calls(); len(got) != 1 || got[0] != "--noheader --all --nodelist gpu-node-01 --states RUNNING,CONFIGURING,STOPPED,SIGNALING,RESIZING --format %A|%i|%S" {
 		t.Errorf("squeue runs %q, want one (the second answer comes from the cache)", got)
 	}
 	if _, err := c.NodeJobs(context.Background(), "--all"); err == nil {
@@ -455,6 +455,40 @@ exit 0`)
 	}
 	if want := []string{"401", "402"}; !slices.Equal(ids, want) {
 		t.Errorf("jobs %q, want %q: the job in the hidden partition is missing", ids, want)
+	}
+}
+
+// TestNodeJobsStateFlags: a running job whose state word carries a flag
+// still holds its GPUs. The stand-in filters --states as squeue's
+// _filter_job does (src/squeue/print.c:2966 @ slurm-23-11-1-1): a flag in
+// the list matches every job carrying it, a base state only a job whose
+// whole state word it is. Jobs 601-605 run (RUNNING with STOPPED after
+// scancel --signal=STOP, CONFIGURING while its nodes boot, none,
+// SIGNALING, RESIZING); 606 is completing and 607 pending, neither of
+// which holds GPUs here: listed are 601, 602, 603, 604 and 605 (found by
+// probing: D4, 601's and 603's GPUs were held by nobody).
+func TestNodeJobsStateFlags(t *testing.T) {
+	squeue, _ := fakeScontrol(t, `states=
+while [ $# -gt 0 ]; do case "$1" in --states|-t) states=$2; shift ;; esac; shift; done
+for job in 601:RUNNING+STOPPED 602:RUNNING 603:RUNNING+CONFIGURING 604:RUNNING+SIGNALING 605:RUNNING+RESIZING 606:CANCELLED+COMPLETING 607:PENDING; do
+  id=${job%%:*} word=${job#*:}
+  for s in $(echo "$states" | tr ',' ' '); do
+    case "$s" in
+    CONFIGURING|COMPLETING|STOPPED|SIGNALING|RESIZING|STAGE_OUT) case "+$word+" in *"+$s+"*) echo "$id|$id|N/A"; break ;; esac ;;
+    *) if [ "$word" = "$s" ]; then echo "$id|$id|N/A"; break; fi ;;
+    esac
+  done
+done`)
+	jobs, err := (&Client{SqueuePath: squeue}).NodeJobs(context.Background(), "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, j := range jobs {
+		ids = append(ids, j.ID)
+	}
+	if want := []string{"601", "602", "603", "604", "605"}; !slices.Equal(ids, want) {
+		t.Errorf("jobs %q, want %q", ids, want)
 	}
 }
 
