@@ -1112,7 +1112,14 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 				if listed == nil {
 					listed = map[int]string{}
 					steps, err := c.ListPIDs(ctx)
-					if err != nil {
+					switch {
+					case errors.Is(err, slurm.ErrUnreachableSteps):
+						// The steps it reached are known; the processes
+						// of those it did not are asked about again at
+						// the next scrape.
+						r.logOnceMsg(err, "scontrol listpids could not reach every job step; the processes of the others are attributed")
+						listFailed = true
+					case err != nil:
 						errs = append(errs, err)
 						listFailed = true
 					}

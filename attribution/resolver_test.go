@@ -701,6 +701,80 @@ esac`)
 	}
 }
 
+// TestSlurmdPartialAnswer: scontrol listpids exits 1 when one step cannot
+// be reached, having printed the others' rows (info_job.c:666-720,774-793
+// @ slurm-23-11-1-1). Processes 5100 and 5101, in slurmd's cgroup, are
+// listed in jobs 901 and 902, which hold GRES 0 and 1: each GPU has its
+// job as sole owner (claims 1, process 0) and the source stays up. Process
+// 5102 is listed in no job. A step that ended ("does not exist", ENOENT)
+// hides no process, so that "in no job" stands: 2 scrapes, 1 listpids run.
+// A step that cannot be reached may be 5102's: it is asked again at the
+// next scrape (2 scrapes, 2 runs), and the failure logged once (found by
+// probing: D5, every process unattributed and the source down).
+func TestSlurmdPartialAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name, stderr string
+		wantRuns     int
+		wantLogs     int
+	}{
+		{name: "step ended", stderr: "StepId=903.0 does not exist on this node.", wantRuns: 1},
+		{name: "step unreachable", stderr: "Unable to connect to slurmstepd: Connection refused", wantRuns: 2, wantLogs: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := filepath.Join(t.TempDir(), "listpids-calls")
+			scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+listpids) echo x >> `+calls+`; printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n5100     901      0        0       0\n5101     902      batch    0       0\n'; echo '`+tc.stderr+`' >&2; exit 1 ;; esac
+case "$last" in
+901|902) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 901))" ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+			squeue := fakeBinary(t, "squeue", `printf '901|901|s\n902|902|s\n'`)
+			var logs strings.Builder
+			r := New(Config{
+				Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1",
+				Procfs: procfs(t, map[uint32]string{5100: "/system.slice/slurmd.service", 5101: "/system.slice/slurmd.service", 5102: "/system.slice/slurmd.service"}),
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			devices := []Device{
+				{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{5100}},
+				{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{5101}},
+				{UUID: "GPU-2", Index: 2, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{5102}},
+			}
+			for scrape := 1; scrape <= 2; scrape++ {
+				res := r.Resolve(context.Background(), devices)
+				for _, src := range res.Sources {
+					if src.Err != nil {
+						t.Errorf("scrape %d: source %s failing: %v", scrape, src.Name, src.Err)
+					}
+				}
+				for uuid, job := range map[string]string{"GPU-0": "901", "GPU-1": "902"} {
+					own := res.Devices[uuid]
+					if len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != job || own.OwnersUnknown {
+						t.Errorf("scrape %d: %s: claims %+v, processes %v, owners unknown %v; want job %s alone", scrape, uuid, own.Claims, own.Process, own.OwnersUnknown, job)
+						continue
+					}
+					for pid, i := range own.Process {
+						if i != 0 {
+							t.Errorf("scrape %d: %s: process %d not job %s's", scrape, uuid, pid, job)
+						}
+					}
+				}
+			}
+			b, err := os.ReadFile(calls)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(b), "x"); n != tc.wantRuns {
+				t.Errorf("listpids ran %d times in 2 scrapes, want %d", n, tc.wantRuns)
+			}
+			if n := strings.Count(logs.String(), "Unable to connect"); n != tc.wantLogs {
+				t.Errorf("%d log lines naming the failure, want %d:\n%s", n, tc.wantLogs, logs.String())
+			}
+		})
+	}
+}
+
 // writeEnviron gives a process of a procfs tree an environment.
 func writeEnviron(t *testing.T, fs *process.Reader, pid uint32, environ string) {
 	t.Helper()

@@ -26,6 +26,12 @@ type SlurmSpec struct {
 	// where proctrack/linuxproc leaves them; scontrol listpids names their
 	// jobs).
 	Proctrack string `yaml:"proctrack"`
+	// ListPIDsFailure makes scontrol listpids fail on one more step after
+	// printing the others' rows, and exit 1, as scontrol does: "ended" (the
+	// step ended between listing and connecting: "StepId=… does not exist
+	// on this node.") or "unreachable" (a stray socket or a hung
+	// slurmstepd: "Unable to connect to slurmstepd: Connection refused").
+	ListPIDsFailure string `yaml:"listpids_failure"`
 	// ShardsPerGPU is each GPU's count of gres/shard (gres.conf
 	// Name=shard Count=…), which jobs' shards come out of.
 	ShardsPerGPU int       `yaml:"shards_per_gpu"`
@@ -112,6 +118,9 @@ func (s *Scenario) validateSlurm() (map[string]bool, []error) {
 	}
 	if p := s.Slurm.Proctrack; p != "" && p != "cgroup" && p != "linuxproc" {
 		bad("slurm.proctrack: %q is neither cgroup nor linuxproc", p)
+	}
+	if f := s.Slurm.ListPIDsFailure; f != "" && (f != "ended" && f != "unreachable" || s.Slurm.Proctrack != "linuxproc") {
+		bad("slurm.listpids_failure: %q is neither ended nor unreachable, or proctrack is not linuxproc", f)
 	}
 	if s.Slurm.ShardsPerGPU < 0 || s.Slurm.ShardsPerGPU > 1000 {
 		bad("slurm.shards_per_gpu: %d is not 0 to 1000", s.Slurm.ShardsPerGPU)
@@ -380,6 +389,12 @@ func (s *Scenario) listPIDs() string {
 	}
 	if n == 0 {
 		return none
+	}
+	switch s.Slurm.ListPIDsFailure {
+	case "ended":
+		return "printf '" + rows.String() + "'; echo 'StepId=999999.0 does not exist on this node.' >&2; exit 1"
+	case "unreachable":
+		return "printf '" + rows.String() + "'; echo 'Unable to connect to slurmstepd: Connection refused' >&2; exit 1"
 	}
 	return "printf '" + rows.String() + "'; exit 0"
 }

@@ -181,6 +181,14 @@ slurm:
 	if code != 0 || err != nil || !reflect.DeepEqual(steps, []slurm.StepProcess{{PID: 71, JobID: "7", StepID: "0"}}) {
 		t.Errorf("listpids: %+v, %v (exit %d); want process 71 in job 7", steps, err, code)
 	}
+	for _, failure := range []string{"ended", "unreachable"} {
+		s.Slurm.ListPIDsFailure = failure
+		a := started(t, s)
+		out, stderr, code := runStandIn(t, a.Scontrol, "listpids")
+		if steps, err := slurm.ParseListPIDs(out); code != 1 || err != nil || len(steps) != 1 || stderr == "" {
+			t.Errorf("listpids_failure %s: %+v, %v, %q (exit %d); want process 71's row, a message and exit 1", failure, steps, err, stderr, code)
+		}
+	}
 	for pid, want := range map[string]string{"71": "0::/system.slice/slurmd.service\n", "72": "0::/user.slice/user-1000.slice/session-1.scope\n"} {
 		if b, err := os.ReadFile(filepath.Join(a.Procfs, pid, "cgroup")); err != nil || string(b) != want {
 			t.Errorf("process %s: cgroup %q, %v; want %q", pid, b, err, want)

@@ -282,20 +282,53 @@ func (c *Client) ResolveSLUID(ctx context.Context, sluid string) (string, error)
 	return job.ID, nil
 }
 
+// ErrUnreachableSteps is returned by ListPIDs with the processes of the
+// steps scontrol reached when it could not reach others: their processes
+// are not known.
+var ErrUnreachableSteps = errors.New("scontrol listpids: some job steps unreachable")
+
 // ListPIDs returns the processes of the job steps running on this node, as
 // slurmd knows them: the way to attribute processes on nodes whose cgroups
 // say nothing about jobs (proctrack/linuxproc or pgid). It must run on the
 // node, as root or as the jobs' owner. No running step is no error.
+//
+// scontrol goes on past a step it cannot reach, and then exits 1 having
+// printed the other steps' rows (_list_pids_one_step sets exit_code and
+// _list_pids_all_jobs carries on: src/scontrol/info_job.c:666-720,774-793
+// @ slurm-23-11-1-1). A step that ended since it was listed ("<step> does
+// not exist on this node.", ENOENT) had no processes left, so those rows
+// are the whole answer; under another failure ("Unable to connect to
+// slurmstepd: …", a stray socket or a hung slurmstepd) they come with
+// ErrUnreachableSteps.
 func (c *Client) ListPIDs(ctx context.Context) ([]StepProcess, error) {
 	out, err := c.run(ctx, "listpids")
-	if err != nil {
-		var se *scontrolError
-		if errors.As(err, &se) && strings.Contains(se.stderr, "No job steps") {
-			return nil, nil
-		}
+	var se *scontrolError
+	if err != nil && !errors.As(err, &se) {
 		return nil, err
 	}
-	return ParseListPIDs(out)
+	if err != nil && strings.Contains(se.stderr, "No job steps") {
+		return nil, nil
+	}
+	procs, perr := ParseListPIDs(out)
+	if err == nil || perr != nil {
+		return procs, errors.Join(err, perr)
+	}
+	var unreachable []string
+	for line := range strings.Lines(se.stderr) {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasSuffix(line, "does not exist on this node.") && !slices.Contains(unreachable, line) {
+			unreachable = append(unreachable, line)
+		}
+	}
+	switch {
+	case len(unreachable) == 0:
+		return procs, nil
+	case len(procs) == 0:
+		return nil, err
+	}
+	// The message leaves out the steps that ended, which change from run
+	// to run: the failure is logged once per message.
+	return procs, fmt.Errorf("%w: %s", ErrUnreachableSteps, strings.Join(unreachable, "; "))
 }
 
 func (c *Client) fetch(ctx context.Context, key, flightKey string, r RunningJob, cl *call) {
@@ -438,7 +471,8 @@ func jsonUnsupported(err error) bool {
 }
 
 // run runs scontrol with args under the Client's timeout and returns its
-// bounded stdout.
+// bounded stdout, also when scontrol exits with an error (a
+// *scontrolError): listpids prints what it could before failing.
 func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
 	path := c.Path
 	if path == "" {
@@ -474,7 +508,7 @@ func (c *Client) runBinary(ctx context.Context, path string, args ...string) ([]
 	case stdout.Overflowed():
 		return nil, fmt.Errorf("%s: %w", joined, ErrOutputTooLarge)
 	case err != nil:
-		return nil, &scontrolError{args: joined, stdout: string(stdout.Bytes()[:min(len(stdout.Bytes()), maxStderr)]), stderr: string(stderr.Bytes()), err: err}
+		return stdout.Bytes(), &scontrolError{args: joined, stdout: string(stdout.Bytes()[:min(len(stdout.Bytes()), maxStderr)]), stderr: string(stderr.Bytes()), err: err}
 	}
 	return stdout.Bytes(), nil
 }

@@ -393,6 +393,54 @@ func TestClientListPIDs(t *testing.T) {
 	})
 }
 
+// TestClientListPIDsPartial: scontrol listpids goes on past a step it
+// cannot reach and exits 1 (_list_pids_one_step sets exit_code, and
+// _list_pids_all_jobs lists the other steps: src/scontrol/info_job.c:666-720,
+// 774-793 @ slurm-23-11-1-1). The rows it printed are slurmd's answer for
+// their steps. A step that ended between listing and connecting ("does not
+// exist on this node", ENOENT) has no processes left: the answer is whole.
+// Another failure leaves that step's processes unknown: the rows come with
+// ErrUnreachableSteps. With no row at all the answer is a failure (found by
+// probing: D5, rows 5100/901 and 5101/902 were dropped and the source
+// went down).
+func TestClientListPIDsPartial(t *testing.T) {
+	rows := `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n5100     901      0        0       0\n5101     902      batch    0       0\n'`
+	both := []StepProcess{{PID: 5100, JobID: "901", StepID: "0"}, {PID: 5101, JobID: "902", StepID: "batch"}}
+	for _, tc := range []struct {
+		name, body string
+		want       []StepProcess
+		// wantErr: nil, ErrUnreachableSteps, or errAny for a failure.
+		wantErr error
+	}{
+		{name: "a step ended", body: rows + `; echo 'StepId=903.0 does not exist on this node.' >&2; exit 1`, want: both},
+		{name: "a step unreachable", body: rows + `; echo 'Unable to connect to slurmstepd: Connection refused' >&2; exit 1`,
+			want: both, wantErr: ErrUnreachableSteps},
+		{name: "both", body: rows + `; echo 'StepId=903.0 does not exist on this node.' >&2; echo 'Unable to connect to slurmstepd: Permission denied' >&2; exit 1`,
+			want: both, wantErr: ErrUnreachableSteps},
+		{name: "every step unreachable", body: `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n'; echo 'Unable to connect to slurmstepd: Permission denied' >&2; exit 1`,
+			wantErr: errAny},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, _ := fakeScontrol(t, tc.body)
+			procs, err := (&Client{Path: path}).ListPIDs(context.Background())
+			if !reflect.DeepEqual(procs, tc.want) {
+				t.Errorf("ListPIDs() = %+v, want %+v", procs, tc.want)
+			}
+			switch {
+			case tc.wantErr == nil && err != nil, tc.wantErr == errAny && (err == nil || errors.Is(err, ErrUnreachableSteps)),
+				tc.wantErr == ErrUnreachableSteps && !errors.Is(err, ErrUnreachableSteps):
+				t.Errorf("ListPIDs() error = %v, want %v", err, tc.wantErr)
+			}
+			if errors.Is(err, ErrUnreachableSteps) && strings.Contains(err.Error(), "903") {
+				t.Errorf("error %q names the step that ended: logged once per message, it would be logged anew for every step", err)
+			}
+		})
+	}
+}
+
+// errAny stands for any error but ErrUnreachableSteps.
+var errAny = errors.New("any error")
+
 func TestClientDefaultPath(t *testing.T) {
 	path, calls := fakeScontrol(t, jsonFromArgs)
 	t.Setenv("PATH", filepath.Dir(path))
