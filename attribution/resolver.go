@@ -237,7 +237,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		// may be missing, whatever else was found: its count is unknown,
 		// not the owners seen (0 for a GPU a Slurm job holds through GRES
 		// while scontrol fails would read as idle).
-		if kubeDown || (slurmDown && len(kube[d.UUID]) == 0) {
+		if kubeDown || (slurmDown || sl.unseenHolder(d)) && len(kube[d.UUID]) == 0 {
 			own.OwnersUnknown = true
 		}
 	}
@@ -1062,6 +1062,19 @@ type slurmState struct {
 	unknown map[string]bool
 	// gres lists the jobs whose GRES hold each GRES index of this node.
 	gres map[int][]gresHold
+	// holdersUnseen says a job may hold GPUs of this node that gres does
+	// not show: the record of a job squeue lists here could not be read.
+	// A GPU no job is seen to hold whole then has unknown owners.
+	holdersUnseen bool
+}
+
+// unseenHolder says whether a device may be held by a job the state does
+// not show: some job's GRES are unknown, and no job is seen to hold the
+// device whole (GPUs are not handed out twice; a shared GRES' other parts
+// may be that job's).
+func (sl slurmState) unseenHolder(d Device) bool {
+	return sl.holdersUnseen && d.GRESIndex >= 0 &&
+		!slices.ContainsFunc(sl.gres[d.GRESIndex], func(h gresHold) bool { return h.share == 1 })
 }
 
 // gresHold is a job's hold on a GPU through GRES: the whole GPU (share 1),
@@ -1185,6 +1198,18 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			// and the other jobs are as known as ever. The client
 			// remembers the failure; it is logged once per job.
 			r.logOnceMsg(err, "Slurm job's record too large to read; its processes are labelled with its ID alone")
+			if _, ok := running[id]; ok {
+				st.holdersUnseen = true
+			}
+			continue
+		case errors.Is(err, slurm.ErrUntrustedRecord):
+			// Its free text wrote lines into its record (slurm's
+			// ParseJobText): its GPUs are not known, the other jobs'
+			// are. Remembered by the client, logged once per job.
+			r.logOnceMsg(err, "Slurm job's record refused: its free text (name, comment, paths) holds line breaks that forge record lines; its processes are labelled with its ID alone, and GPUs no other job holds have unknown owners")
+			if _, ok := running[id]; ok {
+				st.holdersUnseen = true
+			}
 			continue
 		case err != nil:
 			errs = append(errs, err)

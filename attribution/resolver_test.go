@@ -1076,6 +1076,71 @@ esac`)
 	}
 }
 
+// TestSlurmUntrustedRecord: job 302's name writes a JOB_GRES= block into
+// its record (scontrol prints names raw, job_info.c:412 @ slurm-22-05-0-1),
+// which is then refused. Job 301's record is sound and holds GRES 0. By
+// hand: GPU 0 is job 301's alone, share 1, owners known; GPUs 1 and 2 are
+// held by no job seen, and 302's GPUs are unknown: no claims, owners
+// unknown; GPU 3 runs 302's process: job 302 by its ID alone (share 0),
+// owners unknown. The source stays up and the refusal is logged once over
+// two scrapes (found by probing: D1, 302 took GPUs 1-3 whole and half of
+// GPU 0).
+func TestSlurmUntrustedRecord(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+301) printf 'JobId=301 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=acctA QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+302) printf 'JobId=302 JobName=x\n   JOB_GRES=gpu:4\n     Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:4(IDX:0-3)\n   UserId=mallory(1002) GroupId=m(1002) MCS_label=N/A\n   Priority=1 Nice=0 Account=acctM QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=2-3 Mem=0 GRES=gpu:1(IDX:3)\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '301|301|s\n302|302|s\n'`)
+	var logs bytes.Buffer
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1",
+		Procfs: procfs(t, map[uint32]string{5003: "/system.slice/slurmstepd.scope/job_302/step_0/user/task_0"}),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	devices := []Device{
+		{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0},
+		{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1},
+		{UUID: "GPU-2", Index: 2, MIGIndex: -1, GRESIndex: 2},
+		{UUID: "GPU-3", Index: 3, MIGIndex: -1, GRESIndex: 3, PIDs: []uint32{5003}},
+	}
+	type want struct {
+		job     string
+		share   float64
+		unknown bool
+	}
+	for scrape := 1; scrape <= 2; scrape++ {
+		res := r.Resolve(context.Background(), devices)
+		for _, s := range res.Sources {
+			if s.Err != nil {
+				t.Errorf("scrape %d: source %s failing: %v", scrape, s.Name, s.Err)
+			}
+		}
+		for uuid, w := range map[string]want{
+			"GPU-0": {job: "301", share: 1},
+			"GPU-1": {unknown: true},
+			"GPU-2": {unknown: true},
+			"GPU-3": {job: "302", unknown: true},
+		} {
+			own := res.Devices[uuid]
+			var got want
+			got.unknown = own.OwnersUnknown
+			if len(own.Claims) > 1 || len(own.Claims) == 1 && own.Claims[0].Owner.SlurmJobID == "302" && own.Claims[0].Owner.SlurmUser != "" {
+				t.Errorf("scrape %d: %s: claims %+v, want at most one, job 302 by its ID alone", scrape, uuid, own.Claims)
+			}
+			if len(own.Claims) == 1 {
+				got.job, got.share = own.Claims[0].Owner.SlurmJobID, own.Claims[0].Share
+			}
+			if got != w {
+				t.Errorf("scrape %d: %s: %+v, want %+v", scrape, uuid, got, w)
+			}
+		}
+	}
+	if n := strings.Count(logs.String(), "record refused"); n != 1 {
+		t.Errorf("%d log lines of the refused record over two scrapes, want 1:\n%s", n, logs.String())
+	}
+}
+
 // A GPU in MIG mode is owned by its instances' owners, so an instance whose
 // owners may be missing (its process list not whole) makes the GPU's
 // unknown too: a count of the others would read as fewer owners.

@@ -652,3 +652,43 @@ esac`)
 		t.Errorf("scontrol ran %d times, want 2: the too large answer is cached", n)
 	}
 }
+
+// TestJobOfForgedRecord: free text can write a whole record into scontrol's
+// text, after the first line of the real one it sits in. Job 302, asked as
+// its array task 302_1 (text form), holds GPU 3 of node1; its comment
+// writes a second record for job 302 holding GPUs 0-3. The first record is
+// Slurm's: GPU 3 alone, where two records for one task used to be an
+// error. A name writing a JOB_GRES= line makes the record untrusted:
+// ErrUntrustedRecord, remembered like an answer (one scontrol run for two
+// asks).
+func TestJobOfForgedRecord(t *testing.T) {
+	record := func(id, extra string) string {
+		return "JobId=" + id + " ArrayJobId=302 ArrayTaskId=1 JobName=x" + extra + "\n   UserId=mallory(1002) GroupId=m(1002) MCS_label=N/A\n" +
+			"   Priority=1 Nice=0 Account=acctM QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=login:1\n" +
+			"   NodeList=node1\n   Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:3)\n"
+	}
+	forged := "\n\nJobId=302 JobName=y\n   UserId=alice(1000)\n   JobState=RUNNING\n   Socks/Node=*\n   JOB_GRES=gpu:4\n     Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:4(IDX:0-3)"
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "302_1"), []byte(record("302", "")+"   Comment=c"+forged+"\n   StdOut=/x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "303_1"), []byte(record("303", "\n   JOB_GRES=gpu:4\n     Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:4(IDX:0-3)")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path, calls := fakeScontrol(t, `for last; do :; done
+[ "$1" = --json ] && { echo "scontrol: unrecognized option '--json'" >&2; exit 1; }
+cat '`+dir+`'/"$last"`)
+	c := &Client{Path: path}
+	job, err := c.JobOf(context.Background(), RunningJob{ID: "302", Query: "302_1", Start: "s"})
+	if err != nil || job.User != "mallory" || !reflect.DeepEqual(job.GPUs, map[string][]int{"node1": {3}}) {
+		t.Errorf("JobOf(302_1) = %+v, %v; want mallory's job on GPU 3 alone", job, err)
+	}
+	for range 2 {
+		if job, err := c.JobOf(context.Background(), RunningJob{ID: "303", Query: "303_1", Start: "s"}); !errors.Is(err, ErrUntrustedRecord) {
+			t.Errorf("JobOf(303_1) = %+v, %v; want ErrUntrustedRecord", job, err)
+		}
+	}
+	if n := strings.Count(strings.Join(calls(), "\n"), "show job 303_1"); n != 1 {
+		t.Errorf("scontrol asked for 303_1 %d times, want 1: the refusal is remembered", n)
+	}
+}

@@ -132,6 +132,75 @@ func TestParseJobText(t *testing.T) {
 	}
 }
 
+// TestParseJobTextForgedLines: scontrol prints free text raw (JobName=%s
+// at src/api/job_info.c:412 @ slurm-22-05-0-1, src/scontrol/info_job.c:198
+// @ slurm-25-11-0-1; WorkDir, Comment and StdOut likewise), and slurmctld
+// checks only a name's length (job_mgr.c:8007 @ slurm-23-11-1-1): a
+// newline in it writes lines of the user's choosing into the record. The
+// real record of job 16 (22.05) holds GPU 0 of node vm. By hand:
+//   - a forged Nodes= line, out of the place Slurm prints detail lines
+//     (after JOB_GRES=, before 20.02 after Socks/Node=), is not a detail
+//     line: GPUs stay {vm: [0]}, whether it follows JobName or WorkDir;
+//   - a forged JOB_GRES= block, UserId=, or Socks/Node= (the pre-20.02
+//     anchor) makes a key Slurm prints once appear twice: which one is
+//     Slurm's cannot be told, the output is refused (ErrUntrustedRecord);
+//   - a forged "JobId=" line starts a record, leaving the real one's
+//     first line alone, without UserId= or JobState=: refused;
+//   - a value without a newline but with " UserId=…" (Network=, not read
+//     to the end of its line) gives UserId twice: refused.
+//
+// Found by probing: D1, a job named so took every idle GPU of the node and
+// half of another user's.
+func TestParseJobTextForgedLines(t *testing.T) {
+	job16 := string(readFixture(t, "22.05/cgroup-v1-task-cgroup/scontrol-show-job-d-job16.txt"))
+	real16 := Job{ID: "16", Name: "gpu-sleep", User: "root", Partition: "debug", State: "RUNNING",
+		NodeList: "vm", GPUs: map[string][]int{"vm": {0}}}
+	// after appends text to the line of record that starts with prefix,
+	// as scontrol prints a value holding it.
+	after := func(record, prefix, text string) string {
+		i := strings.Index(record, "\n"+prefix)
+		if i < 0 && strings.HasPrefix(record, prefix) {
+			i = -1
+		} else if i < 0 {
+			t.Fatalf("no line %q", prefix)
+		}
+		end := i + 1 + strings.IndexByte(record[i+1:], '\n')
+		return record[:end] + text + record[end:]
+	}
+	const forgedNodes = "\n   Nodes=vm CPU_IDs=0 Mem=0 GRES=gpu:8(IDX:0-7)"
+	tests := []struct {
+		name string
+		out  string
+		want Job // zero: refused
+	}{
+		{name: "Nodes line in the name", out: after(job16, "JobId=16 JobName=gpu-sleep", forgedNodes),
+			want: withName(real16, "gpu-sleep")},
+		{name: "Nodes line in the working directory", out: after(job16, "   WorkDir=", forgedNodes), want: real16},
+		{name: "JOB_GRES block in the name", out: after(job16, "JobId=16 JobName=gpu-sleep", "\n   JOB_GRES=gpu:8"+forgedNodes)},
+		{name: "JOB_GRES block in the output file", out: after(job16, "   StdOut=", "\n   JOB_GRES=gpu:8"+forgedNodes)},
+		{name: "user in the working directory", out: after(job16, "   WorkDir=", "\n   UserId=alice(1000) GroupId=alice(1000)")},
+		{name: "record in the name", out: after(job16, "JobId=16 JobName=gpu-sleep",
+			"\n\nJobId=16 JobName=y\n   UserId=root(0)\n   JobState=RUNNING\n   JOB_GRES=gpu:8"+forgedNodes)},
+		{name: "user in the network", out: after(job16, "   OverSubscribe=OK", " UserId=alice(1000)")},
+		{name: "Socks/Node anchor in a 19.05 name", out: after(string(readFixture(t, "constructed/scontrol-show-job-d-array-19.05.txt")),
+			"JobId=88231", "\n   Socks/Node=*"+strings.Replace(forgedNodes, "vm", "g009", 1))},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			jobs, err := ParseJobText([]byte(tc.out))
+			if tc.want.ID == "" {
+				if !errors.Is(err, ErrUntrustedRecord) {
+					t.Errorf("ParseJobText() = %+v, %v; want ErrUntrustedRecord\n%s", jobs, err, tc.out)
+				}
+				return
+			}
+			if err != nil || len(jobs) != 1 || !reflect.DeepEqual(jobs[0], tc.want) {
+				t.Errorf("ParseJobText() = %+v, %v; want\n%+v\n%s", jobs, err, tc.want, tc.out)
+			}
+		})
+	}
+}
+
 func TestParseJobTextAll(t *testing.T) {
 	// Real 22.05 `scontrol show job -d` of all jobs: 18 records, the
 	// CANCELLED ones keeping JOB_GRES but no indices.
@@ -184,7 +253,7 @@ func TestParseJobTextRejects(t *testing.T) {
 }
 
 func TestParseJobTextBounds(t *testing.T) {
-	out := "JobId=1 JobName=big\n" +
+	out := "JobId=1 JobName=big\n   UserId=a(1) JobState=RUNNING\n   JOB_GRES=gpu:1\n" +
 		"     Nodes=a[0-39999] CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)\n" +
 		// 4000 more nodes fit the host budget, but 8 GPUs on each do not
 		// fit what remains of the GPU budget.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/internal/slurmid"
 )
 
 // restOfLine are the keys whose value runs to the end of the line: scontrol
@@ -24,28 +26,70 @@ var restOfLine = map[string]bool{
 
 type pair struct{ key, value string }
 
+// ErrUntrustedRecord is returned for scontrol text in which a job's free
+// text (its name, comment, working directory, output paths…) has written
+// lines that cannot be told from Slurm's: the job's metadata and GPUs are
+// then not known. For a job it is remembered like an answer.
+var ErrUntrustedRecord = errors.New("job record holds lines written by its free text")
+
+// onceKeys are the keys the parser relies on that scontrol prints once in
+// a record, every one at a fixed place (src/api/job_info.c:437-790 @
+// slurm-23-11-1-1): seen twice, one was written by free text, and which
+// is Slurm's cannot be told. Socks/Node= and JOB_GRES= mark where the
+// per-node detail lines are.
+var onceKeys = map[string]bool{
+	"JobId": true, "JobName": true, "UserId": true, "Account": true, "QOS": true,
+	"JobState": true, "Partition": true, "NodeList": true, "Socks/Node": true, "JOB_GRES": true,
+}
+
 // ParseJobText parses the records of `scontrol show job` (with or without
 // --details): records start with "JobId=" at the beginning of a line and
 // hold space-separated Key=Value pairs over several indented lines. With
 // --details, lines starting with "Nodes=" give the CPUs, memory and GRES
 // allocated on a group of nodes, from which Job.GPUs is filled.
+//
+// scontrol prints free text raw (JobName=%s at src/api/job_info.c:397 @
+// slurm-21-08-8-2, :449 @ slurm-23-11-1-1, src/scontrol/info_job.c:198 @
+// slurm-25-11-0-1; Comment=, WorkDir=, StdOut= likewise), and slurmctld
+// checks only its length (_test_strlen, src/slurmctld/job_mgr.c:8007 @
+// slurm-23-11-1-1), so any user can write lines into a record. Hence:
+//   - "Nodes=" lines count only where Slurm prints them, right after the
+//     record's JOB_GRES= line (job_info.c:787-896 @ slurm-23-11-1-1) or,
+//     before 20.02, its Socks/Node= line, with no free text in between;
+//   - a record with a key of onceKeys twice, or without the UserId= or
+//     JobState= that every record has (a forged "JobId=" line cut it
+//     short), makes the output ErrUntrustedRecord. Free text can only
+//     harm the job it belongs to, and the records of one output are one
+//     job's (its array or heterogeneous components, one user's).
 func ParseJobText(out []byte) ([]Job, error) {
+	type record struct {
+		seen map[string]bool
+		// detail says the previous line was Socks/Node=, JOB_GRES= or a
+		// detail line: a "Nodes=" line here is one of Slurm's.
+		detail bool
+	}
 	var (
-		jobs []Job
-		cur  *Job
-		b    = newBudget()
+		jobs    []Job
+		records []record
+		cur     *Job
+		rec     *record
+		b       = newBudget()
 	)
 	for raw := range bytes.SplitSeq(out, []byte("\n")) {
 		line := strings.TrimSpace(string(raw))
 		if strings.HasPrefix(string(raw), "JobId=") {
 			jobs = append(jobs, Job{})
-			cur = &jobs[len(jobs)-1]
+			records = append(records, record{seen: map[string]bool{}})
+			cur, rec = &jobs[len(jobs)-1], &records[len(records)-1]
 		}
 		if cur == nil || line == "" {
 			continue
 		}
 		pairs := splitPairs(line)
 		if len(pairs) > 0 && pairs[0].key == "Nodes" {
+			if !rec.detail {
+				continue
+			}
 			// "Nodes=<host list> CPU_IDs=… Mem=… GRES=<allocation>"
 			// (GRES_IDX= before Slurm 20.02).
 			nodes, err := b.expand(pairs[0].value)
@@ -59,16 +103,25 @@ func ParseJobText(out []byte) ([]Job, error) {
 			}
 			continue
 		}
+		rec.detail = len(pairs) > 0 && (pairs[0].key == "Socks/Node" || pairs[0].key == "JOB_GRES")
 		for _, p := range pairs {
+			if onceKeys[p.key] && rec.seen[p.key] {
+				return nil, fmt.Errorf("%w: %s twice in the record of job %s", ErrUntrustedRecord, p.key, cur.ID)
+			}
+			rec.seen[p.key] = true
 			applyTextField(cur, p)
 		}
 	}
 
 	valid := jobs[:0]
-	for _, j := range jobs {
-		if isJobNumber(j.ID) {
-			valid = append(valid, j)
+	for i, j := range jobs {
+		if !isJobNumber(j.ID) {
+			continue
 		}
+		if !records[i].seen["UserId"] || !records[i].seen["JobState"] {
+			return nil, fmt.Errorf("%w: the record of job %s has no UserId or JobState", ErrUntrustedRecord, j.ID)
+		}
+		valid = append(valid, j)
 	}
 	if len(valid) == 0 {
 		return nil, errors.New("no job record in scontrol output")
@@ -178,14 +231,16 @@ func isJobNumber(s string) bool {
 // pickJob selects the job asked for among the records scontrol returned for
 // id: asking for an array or heterogeneous job's ID returns all its parts,
 // and asking for an array task (123_4) or a SLUID returns one record whose
-// JobId differs from what was asked.
+// JobId differs from what was asked. A record that free text wrote into
+// the output comes after the real one it sits in, so the first record
+// with the ID, or for a task or SLUID the first record, is Slurm's.
 func pickJob(jobs []Job, id string) (Job, error) {
 	for _, j := range jobs {
 		if j.ID == id {
 			return j, nil
 		}
 	}
-	if len(jobs) == 1 {
+	if len(jobs) == 1 || len(jobs) > 1 && (strings.Contains(id, "_") || slurmid.IsSLUID(id)) {
 		return jobs[0], nil
 	}
 	return Job{}, fmt.Errorf("%d job records for %s, none with that ID", len(jobs), id)
