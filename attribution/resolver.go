@@ -106,6 +106,9 @@ type Resolver struct {
 	// failure and a recovery are logged once each; the state of every
 	// scrape is in the sources' up metric.
 	down map[string]bool
+	// slurmHidden says Slurm hid other users' jobs in the previous scrape
+	// (slurm.Client.JobsHidden), so that a change is logged once.
+	slurmHidden bool
 }
 
 // procInfo is who a process runs for, as far as procfs tells. It is two
@@ -298,6 +301,19 @@ func inheritWholeAllocations(devices []Device, kube map[string][]Claim) {
 		}
 		kube[d.UUID] = inherited
 	}
+}
+
+// logHidden logs once that Slurm starts, or stops, hiding jobs.
+func (r *Resolver) logHidden(hidden bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case hidden && !r.slurmHidden:
+		r.cfg.Logger.Warn("Slurm hides other users' jobs from the exporter (PrivateData=jobs): the GPUs no job is seen to hold have unknown owners; run the exporter as SlurmUser or root")
+	case !hidden && r.slurmHidden:
+		r.cfg.Logger.Info("Slurm shows the exporter every job again")
+	}
+	r.slurmHidden = hidden
 }
 
 // logChanges logs a source that starts failing, with why, and one that
@@ -1178,6 +1194,14 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			running[j.ID] = j
 			ids[j.ID] = true
 		}
+		// Jobs squeue did not list may hold GPUs here: their owners are
+		// unknown, not none.
+		hidden, err := c.JobsHidden(ctx)
+		if err != nil {
+			r.logOnceMsg(err, "cannot read Slurm's configuration to tell whether it hides other users' jobs (PrivateData=jobs); taken as not")
+		}
+		st.holdersUnseen = hidden
+		r.logHidden(hidden)
 	}
 	for id := range ids {
 		var j slurm.Job

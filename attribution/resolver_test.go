@@ -1141,6 +1141,69 @@ esac`)
 	}
 }
 
+// TestSlurmPrivateData: with PrivateData=jobs Slurm hides other users'
+// jobs from an exporter run as neither root nor SlurmUser: squeue leaves
+// them out, scontrol answers "Invalid job id specified" (_hide_job_user_rec,
+// job_mgr.c:10397-10412,10433,10647 @ slurm-23-11-1-1). Here the exporter
+// runs as UID 1000; job 123 is its own and holds GRES 0, job 501 another
+// user's, its process on GPU 2. By hand, PrivateData=jobs: GPU 0 is job
+// 123's, owners known; GPU 1 (no job seen) and GPU 2 (501 by its ID alone,
+// share 0) have unknown owners; one warning over two scrapes; the source
+// up. PrivateData=none: GPU 1 is no job's (owners known, none) and GPU 2
+// job 501's, owners known, no warning (found by probing: D3, GPUs of
+// hidden jobs owned by nobody).
+func TestSlurmPrivateData(t *testing.T) {
+	for _, tc := range []struct {
+		private     string
+		wantUnknown map[string]bool
+		wantLogs    int
+	}{
+		{private: "jobs,usage", wantUnknown: map[string]bool{"GPU-1": true, "GPU-2": true}, wantLogs: 1},
+		{private: "none", wantUnknown: map[string]bool{}},
+	} {
+		t.Run(tc.private, func(t *testing.T) {
+			scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+config) printf 'PrivateData             = `+tc.private+`\nSlurmUser               = slurm(64030)\n' ;;
+123) printf 'JobId=123 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+			squeue := fakeBinary(t, "squeue", `printf '123|123|s\n'`)
+			uid := 1000
+			var logs bytes.Buffer
+			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue, UID: &uid}, NodeName: "node1",
+				Procfs: procfs(t, map[uint32]string{5001: "/system.slice/slurmstepd.scope/job_501/step_0/user/task_0"}),
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			devices := []Device{
+				{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0},
+				{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1},
+				{UUID: "GPU-2", Index: 2, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{5001}},
+			}
+			for scrape := 1; scrape <= 2; scrape++ {
+				res := r.Resolve(context.Background(), devices)
+				for _, s := range res.Sources {
+					if s.Err != nil {
+						t.Errorf("scrape %d: source %s failing: %v", scrape, s.Name, s.Err)
+					}
+				}
+				for uuid, job := range map[string]string{"GPU-0": "123", "GPU-1": "", "GPU-2": "501"} {
+					own := res.Devices[uuid]
+					if got := own.OwnersUnknown; got != tc.wantUnknown[uuid] {
+						t.Errorf("scrape %d: %s: owners unknown %v, want %v", scrape, uuid, got, tc.wantUnknown[uuid])
+					}
+					if job == "" && len(own.Claims) != 0 || job != "" && (len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != job) {
+						t.Errorf("scrape %d: %s: claims %+v, want job %q alone", scrape, uuid, own.Claims, job)
+					}
+				}
+			}
+			if n := strings.Count(logs.String(), "PrivateData=jobs"); n != tc.wantLogs {
+				t.Errorf("%d warnings of hidden jobs over two scrapes, want %d:\n%s", n, tc.wantLogs, logs.String())
+			}
+		})
+	}
+}
+
 // A GPU in MIG mode is owned by its instances' owners, so an instance whose
 // owners may be missing (its process list not whole) makes the GPU's
 // unknown too: a count of the others would read as fewer owners.

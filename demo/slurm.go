@@ -32,6 +32,11 @@ type SlurmSpec struct {
 	// on this node.") or "unreachable" (a stray socket or a hung
 	// slurmstepd: "Unable to connect to slurmstepd: Connection refused").
 	ListPIDsFailure string `yaml:"listpids_failure"`
+	// PrivateData "jobs" is slurm.conf's PrivateData=jobs: `scontrol show
+	// config` says so, and a caller other than root (none of the
+	// scenario's users) sees no job: squeue lists none, scontrol answers
+	// "Invalid job id specified".
+	PrivateData string `yaml:"private_data"`
 	// ShardsPerGPU is each GPU's count of gres/shard (gres.conf
 	// Name=shard Count=…), which jobs' shards come out of.
 	ShardsPerGPU int       `yaml:"shards_per_gpu"`
@@ -121,6 +126,9 @@ func (s *Scenario) validateSlurm() (map[string]bool, []error) {
 	}
 	if f := s.Slurm.ListPIDsFailure; f != "" && (f != "ended" && f != "unreachable" || s.Slurm.Proctrack != "linuxproc") {
 		bad("slurm.listpids_failure: %q is neither ended nor unreachable, or proctrack is not linuxproc", f)
+	}
+	if p := s.Slurm.PrivateData; p != "" && p != "jobs" {
+		bad("slurm.private_data: %q is not jobs", p)
 	}
 	if s.Slurm.ShardsPerGPU < 0 || s.Slurm.ShardsPerGPU > 1000 {
 		bad("slurm.shards_per_gpu: %d is not 0 to 1000", s.Slurm.ShardsPerGPU)
@@ -301,6 +309,11 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 		return "", "", err
 	}
 
+	// PrivateData=jobs hides every job from a caller other than root.
+	hidden := ""
+	if s.Slurm.PrivateData == "jobs" {
+		hidden = "[ \"$(id -u)\" = 0 ] || [ \"$1\" = listpids ] || set -- invalid\n"
+	}
 	jsonOption := `--json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;`
 	if withJSON {
 		jsonOption = `--json) json=.json; shift ;;`
@@ -308,7 +321,9 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 	scontrol = filepath.Join(dir, "scontrol")
 	script := "#!/bin/sh\n# The demo's stand-in for Slurm " + or(s.Slurm.Version, "22.05") + "'s scontrol; its answers are in " + answers + ".\n" +
 		"json=\n" +
-		"case \"$1\" in\n" + jsonOption + "\nlistpids) " + s.listPIDs() + " ;;\nesac\n" +
+		"case \"$1\" in\n" + jsonOption + "\nlistpids) " + s.listPIDs() + " ;;\n" +
+		"show) [ \"$2\" != config ] || { printf 'PrivateData             = %s\\nSlurmUser               = slurm(64030)\\n' '" + or(s.Slurm.PrivateData, "none") + "'; exit 0; } ;;\nesac\n" +
+		hidden +
 		"details=\nfor last; do case \"$last\" in -d|--details) details=1 ;; esac; done\n" +
 		"case \"$last\" in *[!0-9_]*|'') last=invalid ;; esac\n" +
 		"f='" + answers + "'/\"$last$json\"\n" +
@@ -325,6 +340,10 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 		return "", "", err
 	}
 	squeue = filepath.Join(dir, "squeue")
+	squeueHidden := ""
+	if s.Slurm.PrivateData == "jobs" {
+		squeueHidden = "[ \"$(id -u)\" = 0 ] || exit 0\n"
+	}
 	body := `#!/bin/sh
 # The demo's stand-in for squeue(1): the running jobs of --nodelist (none
 # for another node), a header line unless --noheader, each line in the
@@ -366,7 +385,7 @@ job() {
 }
 [ -z "$header" ] || job JOBID JOBID START_TIME
 [ -z "$node" ] || [ "$node" = '` + node + `' ] || exit 0
-` + squeueLines.String()
+` + squeueHidden + squeueLines.String()
 	return scontrol, squeue, os.WriteFile(squeue, []byte(body), 0o755)
 }
 

@@ -266,3 +266,25 @@ slurm:
 		t.Error("state_flag COMPLETING accepted: a completing job does not run")
 	}
 }
+
+// `scontrol show config` answers as Slurm prints it; with private_data:
+// jobs a caller other than root sees no job.
+func TestSlurmStandInPrivateData(t *testing.T) {
+	for _, private := range []string{"", "jobs"} {
+		s, err := Parse([]byte("devices: [{model: X, memory_total: 1GiB}]\nslurm:\n  private_data: \"" + private + "\"\n  jobs: [{id: \"501\", user: alice, gpus: [0]}]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := started(t, s)
+		out, _, code := runStandIn(t, a.Scontrol, "show", "config")
+		if want := "PrivateData             = " + or(private, "none") + "\n"; code != 0 || !strings.Contains(string(out), want) {
+			t.Errorf("private_data %q: show config %q (exit %d), want %q", private, out, code, want)
+		}
+		hidden := private == "jobs" && os.Geteuid() != 0
+		out, _, _ = runStandIn(t, a.Squeue, "--noheader", "--nodelist", a.Node, "--format", "%A")
+		_, stderr, _ := runStandIn(t, a.Scontrol, "--details", "show", "job", "501")
+		if listed := strings.TrimSpace(string(out)) == "501"; listed == hidden || strings.Contains(stderr, "Invalid job id") != hidden {
+			t.Errorf("private_data %q as UID %d: squeue %q, scontrol %q; want the job hidden: %v", private, os.Geteuid(), out, stderr, hidden)
+		}
+	}
+}

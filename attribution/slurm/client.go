@@ -68,6 +68,10 @@ type Client struct {
 	// SqueuePath is the squeue binary, used to list the jobs running on a
 	// node; empty means "squeue" in $PATH.
 	SqueuePath string
+	// UID is the user slurmctld sees scontrol and squeue run as, which
+	// decides what PrivateData hides (JobsHidden); nil means this
+	// process's effective UID.
+	UID *int
 
 	mu sync.Mutex
 	// noJSON is set once scontrol has rejected --json (Slurm before 23.02,
@@ -80,6 +84,11 @@ type Client struct {
 	nodeJobs        []RunningJob
 	nodeJobsNode    string
 	nodeJobsExpires time.Time
+	// config is what `scontrol show config` said, or configErr, until
+	// configExpires (JobsHidden).
+	config        slurmConfig
+	configErr     error
+	configExpires time.Time
 }
 
 // nodeJobsTTL is how long the list of a node's running jobs is reused: a job
