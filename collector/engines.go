@@ -497,11 +497,12 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 		}
 		if err == nil {
 			r.engine = string(engine)
-			c.corrector(t).Correct(families, engines.Kept(engine))
-			// Series Normalize cannot map are reported in its error but
-			// do not fail the target: the rest is still right.
+			// Series left out, a counter reading NaN or ±Inf or one
+			// Normalize cannot map, are told but do not fail the target:
+			// the rest is still right.
+			notFinite := c.corrector(t).Correct(families, engines.Kept(engine))
 			r.samples, r.skipped = engines.Normalize(engine, families, t.Model)
-			r.skipped = errors.Join(stale, r.skipped)
+			r.skipped = errors.Join(stale, notFinite, r.skipped)
 			if t.Engine == "auto" {
 				if others := engines.Others(engine, families); len(others) > 0 {
 					r.skipped = errors.Join(r.skipped, fmt.Errorf("the answer has %s metrics too, not read: an auto target is read as the first engine found, %s", joinEngines(others), engine))

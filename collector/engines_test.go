@@ -273,6 +273,31 @@ func TestEngineSeriesLeftOutAreTold(t *testing.T) {
 	}
 }
 
+// TestNonFiniteCounterIsTold: a counter reading +Inf is left out of the
+// target's series (engines.Corrector) and named in one warning, while the
+// target stays up with the rest.
+func TestNonFiniteCounterIsTold(t *testing.T) {
+	const body = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 3\n" +
+		"# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"m\"} +Inf\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body)) }))
+	t.Cleanup(srv.Close)
+	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
+	for range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		if v := sample(t, out, "xpu_inference_requests_running", `model="m"`); v != 3 {
+			t.Errorf("requests running = %v, want 3", v)
+		}
+		if strings.Contains(out, "xpu_inference_tokens_total{") {
+			t.Error("a counter reading +Inf is served")
+		}
+	}
+	if n := strings.Count(logs.String(), "inference engine series left out"); n != 1 || !strings.Contains(logs.String(), "not a finite number") {
+		t.Errorf("%d warnings over two scrapes, want 1 saying why:\n%s", n, logs.String())
+	}
+}
+
 // TestAutoTargetTellsOfOtherEngines: an auto target is read as the first
 // engine found. An answer holding another engine's metrics too (a gateway
 // merging two engines' /metrics) served one and dropped the other's models

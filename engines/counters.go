@@ -82,21 +82,35 @@ func NewCorrector() *Corrector {
 // Gauges are left as they are. kept names, by family, the labels the
 // engine's mapping keeps apart (Kept); nil hands no vanished series'
 // count to a sibling.
-func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[string][]string) {
+//
+// A series holding NaN or an infinity is taken out of families and named
+// in the error: kept as its last reading, +Inf became the offset of the
+// next reset and the counter stayed +Inf for the exporter's life, and NaN
+// handed to a sibling would do the same. Left out, it is in this scrape
+// what a vanished series is, its last finite count kept in its sum.
+func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[string][]string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
 	c.gen++
+	var errs []error
 	for name, f := range families {
 		if !counting(name, f) {
 			continue
 		}
+		finite := f.Metric[:0]
 		for _, m := range f.Metric {
-			key := seriesKey(name, m.Label)
 			got, ok := countsOf(f.GetType(), m)
 			if !ok {
+				finite = append(finite, m)
 				continue
 			}
+			if !got.finite() {
+				errs = append(errs, fmt.Errorf("%s: a reading that is not a finite number is left out, not counted on from", seriesName(name, m)))
+				continue
+			}
+			finite = append(finite, m)
+			key := seriesKey(name, m.Label)
 			st := c.series[key]
 			switch {
 			case st == nil:
@@ -114,8 +128,10 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 				setCounts(m, st.offset.plus(got))
 			}
 		}
+		f.Metric = finite
 	}
 	c.addGhosts(families, kept, now)
+	return errors.Join(errs...)
 }
 
 // addGhosts gives each series that vanished its last corrected value, and
@@ -306,6 +322,12 @@ func countsOf(typ dto.MetricType, m *dto.Metric) (counts, bool) {
 		c.buckets = append(c.buckets, v)
 	}
 	return c, true
+}
+
+// finite says every number of c is finite.
+func (c counts) finite() bool {
+	ok := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	return ok(c.value) && ok(c.count) && ok(c.sum) && !slices.ContainsFunc(c.buckets, func(v float64) bool { return !ok(v) })
 }
 
 // zero says c counts nothing: a series that never restarted is left as the

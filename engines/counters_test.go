@@ -21,7 +21,9 @@ func correctedScrape(t *testing.T, k *Corrector, at time.Time, body string) []Sa
 		t.Fatal(err)
 	}
 	k.now = func() time.Time { return at }
-	k.Correct(families, Kept(VLLM))
+	if err := k.Correct(families, Kept(VLLM)); err != nil {
+		t.Fatal(err)
+	}
 	samples, err := Normalize(VLLM, families, "")
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +295,9 @@ func BenchmarkCorrect(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		k.Correct(families, Kept(VLLM))
+		if err := k.Correct(families, Kept(VLLM)); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -321,5 +325,55 @@ vllm:kv_cache_usage_perc{model_name="old"} 0.97 1700000000000
 	}
 	if n := len(families["vllm:num_requests_running"].GetMetric()); n != 2 {
 		t.Errorf("%d series kept, want the recent and the unstamped", n)
+	}
+}
+
+// TestCorrectorLeavesOutNonFiniteCounters: a counter reading NaN or ±Inf
+// is left out of that scrape and named, and never becomes what resets are
+// counted on from. Found by probing: a core that once read +Inf and then
+// restarted made +Inf its offset, and the canonical counter was +Inf (rate
+// NaN) for the exporter's whole life. The scrapes are
+// fixtures/engines/constructed/vllm-v1-counter-not-finite-{1..4}.prom.
+func TestCorrectorLeavesOutNonFiniteCounters(t *testing.T) {
+	k := NewCorrector()
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for i, step := range []struct {
+		want    map[string]float64 // prompt tokens by model
+		wantErr string             // the series left out
+	}{
+		// a: cores 0 and 1 add up, 1000 + 50 = 1050. b's first reading
+		// is +Inf: left out, and b has no series yet.
+		{map[string]float64{"a": 1050}, `vllm:prompt_tokens_total{engine="0",model_name="b"}`},
+		// a's core 0 reads +Inf: left out, its last 1000 stays in the
+		// sum as a vanished core's would, 1000 + 60 = 1060. b: 5.
+		{map[string]float64{"a": 1060, "b": 5}, `vllm:prompt_tokens_total{engine="0",model_name="a"}`},
+		// Core 0 restarted at 5: the 1000 it had counted is kept,
+		// (1000 + 5) + 70 = 1075. b: 9.
+		{map[string]float64{"a": 1075, "b": 9}, ""},
+		// 1009 + 80 = 1089: 14 more, (9 − 5) + (80 − 70). b: 12, 3 more.
+		{map[string]float64{"a": 1089, "b": 12}, ""},
+	} {
+		families := parseFixture(t, fmt.Sprintf("constructed/vllm-v1-counter-not-finite-%d.prom", i+1))
+		k.now = func() time.Time { return t0.Add(time.Duration(i) * 15 * time.Second) }
+		err := k.Correct(families, Kept(VLLM))
+		switch {
+		case step.wantErr == "" && err != nil:
+			t.Errorf("scrape %d: unexpected error %v", i+1, err)
+		case step.wantErr != "" && (err == nil || !strings.Contains(err.Error(), step.wantErr)):
+			t.Errorf("scrape %d: error %v, want one naming %s", i+1, err, step.wantErr)
+		}
+		samples, err := Normalize(VLLM, families, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, s := range samples {
+			if s.Name == tokensTotal {
+				got[s.Labels[modelLabel]] = s.Value
+			}
+		}
+		if !maps.Equal(got, step.want) {
+			t.Errorf("scrape %d: prompt tokens by model %v, want %v", i+1, got, step.want)
+		}
 	}
 }
