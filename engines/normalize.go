@@ -284,7 +284,8 @@ type label struct{ name, value string }
 type source struct {
 	name string
 	// match keeps only the series with this label value: TRT-LLM packs
-	// several readings into one family.
+	// several readings into one family. An empty value keeps the series
+	// without the label too, which Prometheus holds the same.
 	match label
 	// div converts values, sums and bucket bounds to base units. Dividing
 	// by a power of ten keeps 100 ms exactly 0.1 s.
@@ -326,7 +327,7 @@ func (s source) matches(m *dto.Metric) bool {
 			return lp.GetValue() == s.match.value
 		}
 	}
-	return false
+	return s.match.value == ""
 }
 
 // outcomes maps an engine label carrying the reason a request ended.

@@ -2,15 +2,22 @@ package engines
 
 import "strings"
 
-// sglangSpec covers SGLang from the 0.4 docs example to 0.5.10. Scheduler
+// sglangSpec covers SGLang from the 0.4 docs example to 2026. Scheduler
 // series carry tp_rank, which is aggregated away like every rank label; the
 // tokenizer's histograms never had it.
 var sglangSpec = spec{
 	owns:  func(name string) bool { return strings.HasPrefix(name, "sglang:") },
 	model: "model_name",
 	mappings: []mapping{
-		{family: requestsRunning, from: sources("sglang:num_running_reqs")},
-		{family: requestsWaiting, from: sources("sglang:num_queue_reqs")},
+		// With --enable-priority-scheduling the scheduler writes these
+		// twice: the total under priority="" and a breakdown of the same
+		// requests under priority="<n>" (metrics_collector.py,
+		// SchedulerMetricsCollector._log_gauge_queue_count: "the total is
+		// recorded under priority=\"\" ... Grafana queries should use
+		// priority=\"\" for totals"). Releases without the label have
+		// only the total.
+		{family: requestsRunning, from: []source{{name: "sglang:num_running_reqs", match: label{"priority", ""}}}},
+		{family: requestsWaiting, from: []source{{name: "sglang:num_queue_reqs", match: label{"priority", ""}}}},
 		// token_usage is the share of the KV token pool in use.
 		{family: kvCacheUsage, from: sources("sglang:token_usage")},
 		{family: tokensTotal, set: label{tokenTypeLabel, tokenTypePrompt}, from: sources("sglang:prompt_tokens_total")},
