@@ -500,7 +500,7 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 			// Series left out, a counter reading NaN or ±Inf or one
 			// Normalize cannot map, are told but do not fail the target:
 			// the rest is still right.
-			notFinite := c.corrector(t).Correct(families, engines.Kept(engine))
+			notFinite := c.corrector(t).Correct(families, engines.Kept(engine), engines.Replicas(engine))
 			r.samples, r.skipped = engines.Normalize(engine, families, t.Model)
 			r.skipped = errors.Join(stale, notFinite, r.skipped)
 			if t.Engine == "auto" {

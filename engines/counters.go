@@ -81,14 +81,16 @@ func NewCorrector() *Corrector {
 // monotonic, in place, and adds back the series that vanished since.
 // Gauges are left as they are. kept names, by family, the labels the
 // engine's mapping keeps apart (Kept); nil hands no vanished series'
-// count to a sibling.
+// count to a sibling. replicas names the rank labels whose series are
+// copies of one another (Replicas): a copy's count is never handed to
+// another copy.
 //
 // A series holding NaN or an infinity is taken out of families and named
 // in the error: kept as its last reading, +Inf became the offset of the
 // next reset and the counter stayed +Inf for the exporter's life, and NaN
 // handed to a sibling would do the same. Left out, it is in this scrape
 // what a vanished series is, its last finite count kept in its sum.
-func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[string][]string) error {
+func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[string][]string, replicas []string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -130,14 +132,14 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 		}
 		f.Metric = finite
 	}
-	c.addGhosts(families, kept, now)
+	c.addGhosts(families, kept, replicas, now)
 	return errors.Join(errs...)
 }
 
 // addGhosts gives each series that vanished its last corrected value, and
 // forgets those gone longer than ghostTTL, handing their count to a
 // sibling, or past maxCorrected.
-func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, kept map[string][]string, now time.Time) {
+func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, kept map[string][]string, replicas []string, now time.Time) {
 	var ghosts, expired []string
 	for key, st := range c.series {
 		switch {
@@ -148,9 +150,18 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, kept map[st
 			ghosts = append(ghosts, key)
 		}
 	}
-	slices.Sort(expired) // the same sibling for the same series every time
+	// The same sibling for the same series every time; of copies gone
+	// together, the one furthest along is handed over, and alone.
+	slices.SortFunc(expired, func(a, b string) int {
+		return cmp.Or(cmp.Compare(c.series[b].progress(), c.series[a].progress()), cmp.Compare(a, b))
+	})
+	handed := map[string]bool{}
 	for _, key := range expired {
-		c.handOver(c.series[key], families[c.series[key].family], kept)
+		st := c.series[key]
+		if group := seriesKey(st.family, without(st.labels, replicas)); !handed[group] {
+			handed[group] = true
+			c.handOver(st, families[st.family], kept, replicas)
+		}
 		delete(c.series, key)
 	}
 	if over := len(c.series) - maxCorrected; over > 0 {
@@ -201,25 +212,66 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, kept map[st
 // handOver adds what the vanished series st counted to the offset of a
 // live series of its family f that the engine's mapping adds up with it:
 // one with the same values of the labels kept apart (and, for a histogram,
-// the same buckets). The live series' value in f is raised with it, so the
-// sum it was part of carries on in this scrape.
-func (c *Corrector) handOver(st *counterState, f *dto.MetricFamily, kept map[string][]string) {
+// the same buckets), and to each live copy of that series, so that the
+// copy Normalize reads has it. The live series' value in f is raised with
+// it, so the sum it was part of carries on in this scrape. A vanished
+// series with a live copy of its own hands nothing: that copy counts what
+// it counted.
+func (c *Corrector) handOver(st *counterState, f *dto.MetricFamily, kept map[string][]string, replicas []string) {
 	if f == nil || f.GetType() != st.typ || kept == nil {
 		return
 	}
-	names := kept[st.family]
+	group := func(labels []*dto.LabelPair) string { return seriesKey(st.family, without(labels, replicas)) }
+	own := group(st.labels)
+	var live []*dto.Metric
 	for _, m := range f.Metric {
-		if !sameValues(m.Label, st.labels, names) {
+		if ls := c.series[seriesKey(st.family, m.Label)]; ls != nil && ls.gen == c.gen {
+			if group(m.Label) == own {
+				return
+			}
+			live = append(live, m)
+		}
+	}
+	names := kept[st.family]
+	for _, m := range live {
+		if !sameValues(m.Label, st.labels, names) || !slices.Equal(c.series[seriesKey(st.family, m.Label)].last.bounds, st.last.bounds) {
 			continue
 		}
-		live := c.series[seriesKey(st.family, m.Label)]
-		if live == nil || live.gen != c.gen || !slices.Equal(live.last.bounds, st.last.bounds) {
-			continue
+		to := group(m.Label)
+		for _, peer := range live {
+			ls := c.series[seriesKey(st.family, peer.Label)]
+			if group(peer.Label) != to || !slices.Equal(ls.last.bounds, st.last.bounds) {
+				continue
+			}
+			ls.offset = ls.offset.plus(st.offset.plus(st.last))
+			setCounts(peer, ls.offset.plus(ls.last))
 		}
-		live.offset = live.offset.plus(st.offset.plus(st.last))
-		setCounts(m, live.offset.plus(live.last))
 		return
 	}
+}
+
+// without is labels less those named in names.
+func without(labels []*dto.LabelPair, names []string) []*dto.LabelPair {
+	if len(names) == 0 {
+		return labels
+	}
+	var out []*dto.LabelPair
+	for _, lp := range labels {
+		if !slices.Contains(names, lp.GetName()) {
+			out = append(out, lp)
+		}
+	}
+	return out
+}
+
+// progress is how far st has counted, in all: a histogram's count, else
+// its value.
+func (st *counterState) progress() float64 {
+	total := st.offset.plus(st.last)
+	if st.typ == dto.MetricType_HISTOGRAM {
+		return total.count
+	}
+	return total.value
 }
 
 // sameValues says whether a and b give each label of names the same value

@@ -21,7 +21,7 @@ func correctedScrape(t *testing.T, k *Corrector, at time.Time, body string) []Sa
 		t.Fatal(err)
 	}
 	k.now = func() time.Time { return at }
-	if err := k.Correct(families, Kept(VLLM)); err != nil {
+	if err := k.Correct(families, Kept(VLLM), Replicas(VLLM)); err != nil {
 		t.Fatal(err)
 	}
 	samples, err := Normalize(VLLM, families, "")
@@ -295,7 +295,7 @@ func BenchmarkCorrect(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		if err := k.Correct(families, Kept(VLLM)); err != nil {
+		if err := k.Correct(families, Kept(VLLM), Replicas(VLLM)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -355,7 +355,7 @@ func TestCorrectorLeavesOutNonFiniteCounters(t *testing.T) {
 	} {
 		families := parseFixture(t, fmt.Sprintf("constructed/vllm-v1-counter-not-finite-%d.prom", i+1))
 		k.now = func() time.Time { return t0.Add(time.Duration(i) * 15 * time.Second) }
-		err := k.Correct(families, Kept(VLLM))
+		err := k.Correct(families, Kept(VLLM), Replicas(VLLM))
 		switch {
 		case step.wantErr == "" && err != nil:
 			t.Errorf("scrape %d: unexpected error %v", i+1, err)
@@ -375,5 +375,93 @@ func TestCorrectorLeavesOutNonFiniteCounters(t *testing.T) {
 		if !maps.Equal(got, step.want) {
 			t.Errorf("scrape %d: prompt tokens by model %v, want %v", i+1, got, step.want)
 		}
+	}
+}
+
+// TestCorrectorReplicasAreNotHandedOver: SGLang's TP ranks write copies of
+// one queue-time histogram, of which Normalize reads one. A rank that goes
+// away (the server restarted at TP=1) has a live copy counting the same
+// requests: handing its count over to it past the hour made the count jump
+// by all the requests it had seen. A data-parallel group that goes away
+// is handed over once, to every rank of a live group, not once per rank.
+func TestCorrectorReplicasAreNotHandedOver(t *testing.T) {
+	// body writes one queue-time series per rank, tp_rank i in dp_rank
+	// i/2, whose count is counts[i]; -1 leaves the rank out.
+	body := func(counts ...int) string {
+		var b strings.Builder
+		b.WriteString("# TYPE sglang:queue_time_seconds histogram\n")
+		for i, n := range counts {
+			if n < 0 {
+				continue
+			}
+			l := fmt.Sprintf(`dp_rank="%d",model_name="m",tp_rank="%d"`, i/2, i)
+			fmt.Fprintf(&b, "sglang:queue_time_seconds_bucket{%s,le=\"+Inf\"} %d\nsglang:queue_time_seconds_sum{%s} %d\nsglang:queue_time_seconds_count{%s} %d\n", l, n, l, n, l, n)
+		}
+		return b.String()
+	}
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		steps []struct {
+			after  time.Duration
+			counts []int
+			want   uint64
+		}
+	}{{
+		name: "a rank gone",
+		steps: []struct {
+			after  time.Duration
+			counts []int
+			want   uint64
+		}{
+			// One group, two ranks at 10: 10.
+			{0, []int{10, 10}, 10},
+			// Restarted at TP=1: rank 0 at 2 counts on from its 10, 12;
+			// rank 1 is given at its last 10 for the hour, behind 12.
+			{15 * time.Second, []int{2, -1}, 12},
+			// Past the hour rank 1 is forgotten, its count already in
+			// rank 0's: 10 + 30 = 40, not 50.
+			{2 * time.Hour, []int{30, -1}, 40},
+			{2*time.Hour + 15*time.Second, []int{31, -1}, 41},
+		},
+	}, {
+		name: "a data-parallel group gone",
+		steps: []struct {
+			after  time.Duration
+			counts []int
+			want   uint64
+		}{
+			// dp 0 (tp 0, 1) at 10, dp 1 (tp 2, 3) at 4: 10 + 4 = 14.
+			{0, []int{10, 10, 4, 4}, 14},
+			// dp 0 gone: its last 10 stays in the sum, 10 + 5 = 15.
+			{15 * time.Second, []int{-1, -1, 5, 5}, 15},
+			// Past the hour its 10 is handed to dp 1 once, to both its
+			// ranks: 10 + 6 = 16, not 10 + 10 + 6 = 26.
+			{2 * time.Hour, []int{-1, -1, 6, 6}, 16},
+			// And on: 10 + 7 = 17, though tp 2 is gone (its copy tp 3
+			// carries the 10 too).
+			{2*time.Hour + 15*time.Second, []int{-1, -1, -1, 7}, 17},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := NewCorrector()
+			for _, s := range tc.steps {
+				families, err := parse(strings.NewReader(body(s.counts...)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				k.now = func() time.Time { return t0.Add(s.after) }
+				if err := k.Correct(families, Kept(SGLang), Replicas(SGLang)); err != nil {
+					t.Fatal(err)
+				}
+				samples, err := Normalize(SGLang, families, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := value(t, samples, queueTime).Count; got != s.want {
+					t.Errorf("%v on: queue-time count %d, want %d", s.after, got, s.want)
+				}
+			}
+		})
 	}
 }

@@ -136,6 +136,11 @@ func Detect(families map[string]*dto.MetricFamily) (Engine, error) {
 // only in those feed one canonical series. The map is shared: read it only.
 func Kept(engine Engine) map[string][]string { return keptLabels[engine] }
 
+// Replicas names the rank labels of engine whose series are copies of one
+// another (see spec.replicas): Normalize reads one of them, never their
+// sum. The slice is shared: read it only.
+func Replicas(engine Engine) []string { return specs[engine].replicas }
+
 // keptLabels is Kept's answer for every engine, worked out once rather than
 // at each scrape of each target.
 var keptLabels = func() map[Engine]map[string][]string {
@@ -260,7 +265,13 @@ type spec struct {
 	model string
 	// keep renames the engine labels that tell models apart. Every other
 	// label, engine core and rank labels included, is aggregated away.
-	keep     map[string]string
+	keep map[string]string
+	// replicas are rank labels whose series hold copies of one state,
+	// each rank writing what its peers write: of series that differ only
+	// in them one is read, the one furthest along (the largest value or
+	// count; a rank caught between two writes lags), where adding them up
+	// would count the same requests once per rank.
+	replicas []string
 	mappings []mapping
 }
 
@@ -369,10 +380,7 @@ func (n *normalizer) read(f Family, m mapping, src source) (map[string]Sample, m
 	out := map[string]Sample{}
 	broken := map[string]bool{}
 	var errs []error
-	for _, metric := range n.families[src.name].GetMetric() {
-		if !src.matches(metric) {
-			continue
-		}
+	for _, metric := range n.series(src) {
 		labels := n.labels(metric, m)
 		key := labelKey(labels)
 		s, err := src.sample(f.Kind, metric)
@@ -460,10 +468,7 @@ func (n *normalizer) sums(m mapping, src source) (map[string]point, map[string]b
 	out := map[string]point{}
 	broken := map[string]bool{}
 	var errs []error
-	for _, metric := range n.families[src.name].GetMetric() {
-		if !src.matches(metric) {
-			continue
-		}
+	for _, metric := range n.series(src) {
 		labels := n.labels(metric, m)
 		key := labelKey(labels)
 		v, err := scalar(metric)
@@ -481,6 +486,48 @@ func (n *normalizer) sums(m mapping, src source) (map[string]point, map[string]b
 		delete(out, key)
 	}
 	return out, broken, errors.Join(errs...)
+}
+
+// series are the series of src to read: those it matches, one of each
+// set of replicas.
+func (n *normalizer) series(src source) []*dto.Metric {
+	var out []*dto.Metric
+	at := map[string]int{} // the labels but the replicas' → index in out
+	for _, m := range n.families[src.name].GetMetric() {
+		if !src.matches(m) {
+			continue
+		}
+		if len(n.spec.replicas) == 0 {
+			out = append(out, m)
+			continue
+		}
+		group := seriesKey(src.name, without(m.GetLabel(), n.spec.replicas))
+		i, seen := at[group]
+		switch {
+		case !seen:
+			at[group] = len(out)
+			out = append(out, m)
+		case progress(m) > progress(out[i]):
+			out[i] = m
+		}
+	}
+	return out
+}
+
+// progress is how far a series has counted: a histogram's count, else its
+// value; NaN or a series that cannot be read is behind any other.
+func progress(m *dto.Metric) float64 {
+	v, err := scalar(m)
+	if h := m.GetHistogram(); h != nil {
+		v, err = h.GetSampleCountFloat(), nil
+		if h.SampleCount != nil {
+			v = float64(h.GetSampleCount())
+		}
+	}
+	if err != nil || math.IsNaN(v) {
+		return math.Inf(-1)
+	}
+	return v
 }
 
 // labels builds the canonical labels of an engine series.

@@ -190,6 +190,21 @@ xpu_inference_requests_running{model="m"} 2
 			wantErr: "fewer observations",
 		},
 		{
+			// Each pipeline stage receives every request from the one
+			// before (SGLang scheduler.py, recv_requests) and, being its
+			// stage's attn_tp_rank 0, writes the gauges: two copies of
+			// one batch of 4, not 8 requests.
+			name:   "SGLang pipeline stages are copies of one scheduler's state",
+			engine: SGLang,
+			input: `# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m",pp_rank="0",tp_rank="0"} 4
+sglang:num_running_reqs{model_name="m",pp_rank="1",tp_rank="0"} 4
+`,
+			want: `# TYPE xpu_inference_requests_running gauge
+xpu_inference_requests_running{model="m"} 4
+`,
+		},
+		{
 			name:   "NaN and infinite readings pass through",
 			engine: SGLang,
 			input: `# TYPE sglang:token_usage gauge

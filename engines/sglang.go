@@ -3,11 +3,25 @@ package engines
 import "strings"
 
 // sglangSpec covers SGLang from the 0.4 docs example to 2026. Scheduler
-// series carry tp_rank, which is aggregated away like every rank label; the
-// tokenizer's histograms never had it.
+// series carry rank labels, the tokenizer's never had them.
 var sglangSpec = spec{
 	owns:  func(name string) bool { return strings.HasPrefix(name, "sglang:") },
 	model: "model_name",
+	// Every rank of a model-parallel group keeps the same requests: TP
+	// ranks are handed the same batch, and each pipeline stage receives
+	// every request from the one before (scheduler.py, recv_requests,
+	// point_to_point_pyobj from pp_rank - 1). A scheduler collector is
+	// made on every rank with its tp_rank, pp_rank and moe_ep_rank, and
+	// observes the queue time of every request it schedules; the gauges
+	// come from attn_tp_rank 0 only, or from every rank with
+	// --enable-metrics-for-all-schedulers (metrics_collector.py,
+	// SchedulerMetricsCollector.init_new; req_time_stats.py,
+	// set_forward_entry_time: "if self.enable_metrics:
+	// self.metrics_collector.observe_queue_time"). Data-parallel groups
+	// hold different requests and are told apart by dp_rank, which the
+	// data-parallel controller sets under DP attention too
+	// (launch_tensor_parallel_group): they are added up.
+	replicas: []string{"tp_rank", "pp_rank", "moe_ep_rank"},
 	mappings: []mapping{
 		// With --enable-priority-scheduling the scheduler writes these
 		// twice: the total under priority="" and a breakdown of the same
