@@ -503,10 +503,14 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 			notFinite := c.corrector(t).Correct(families, engines.Kept(engine), engines.Replicas(engine))
 			r.samples, r.skipped = engines.Normalize(engine, families, t.Model)
 			r.skipped = errors.Join(stale, notFinite, r.skipped)
-			if t.Engine == "auto" {
-				if others := engines.Others(engine, families); len(others) > 0 {
-					r.skipped = errors.Join(r.skipped, fmt.Errorf("the answer has %s metrics too, not read: an auto target is read as the first engine found, %s", joinEngines(others), engine))
+			if others := engines.Others(engine, families); len(others) > 0 {
+				why := "an auto target is read as the first engine found, " + string(engine)
+				if t.Engine != "auto" {
+					// Triton configured as vllm reads the vLLM backend's
+					// families without their model label.
+					why = "the target is configured as " + t.Engine
 				}
+				r.skipped = errors.Join(r.skipped, fmt.Errorf("the answer has %s metrics too, not read: %s", joinEngines(others), why))
 			}
 			if n := models(r.samples); *engineMaxModels > 0 && n > *engineMaxModels {
 				r.samples, r.skipped = nil, nil

@@ -322,6 +322,31 @@ func TestAutoTargetTellsOfOtherEngines(t *testing.T) {
 	}
 }
 
+// TestTritonVLLMBackendIsTriton: Triton's vLLM backend serves vllm:
+// families labelled model and version beside Triton's own. An auto target
+// read them as vLLM's, every model under model="" (found by probing); now
+// auto and triton targets read them per model as Triton's, with no word
+// of another engine, while a target configured as vllm is told that the
+// answer is Triton's too.
+func TestTritonVLLMBackendIsTriton(t *testing.T) {
+	srv := engineServer(t, "constructed/triton-vllm-backend-pr92-gauges.prom")
+	setEngineFlags(t, []string{"auto=" + srv.URL + "/auto", "triton=" + srv.URL + "/triton", "vllm=" + srv.URL + "/vllm"})
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
+	out := scrapeText(t, e, 5*time.Second)
+	for _, path := range []string{"/auto", "/triton"} {
+		target := `target="` + srv.URL + path + `"`
+		for model, want := range map[string]float64{"llama": 3, "mistral": 4} {
+			if v := sample(t, out, "xpu_inference_requests_running", `engine="triton"`, target, `model="`+model+`"`, `model_version=`); v != want {
+				t.Errorf("%s: %s running %v, want %v", path, model, v, want)
+			}
+		}
+	}
+	if n := strings.Count(logs.String(), "inference engine series left out"); n != 1 || !strings.Contains(logs.String(), "triton metrics too, not read: the target is configured as vllm") {
+		t.Errorf("%d warnings, want 1, for the vllm target:\n%s", n, logs.String())
+	}
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

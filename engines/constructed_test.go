@@ -1,6 +1,12 @@
 package engines
 
-import "testing"
+import (
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
 
 // TestConstructedFixtures normalises the answers in
 // fixtures/engines/constructed, written in the shape each engine's source
@@ -102,6 +108,122 @@ xpu_inference_requests_waiting{model="m"} 3
 			}
 			if got := render(samples); got != tc.want {
 				t.Errorf("got:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTritonVLLMBackend: Triton's vLLM backend serves vllm: families
+// labelled model and version, as Triton labels its own, beside Triton's
+// nv_inference_ families (vllm_backend src/utils/metrics.py, labels from
+// src/model.py _setup_metrics). Found by probing: such an endpoint was
+// detected as vLLM, whose mapping reads model_name, and every model came
+// out as model="" (running 3 + 4 = 7, prompt tokens 100 + 200); configured
+// as triton, the vllm: families were not read at all. They are Triton's,
+// per model and version.
+func TestTritonVLLMBackend(t *testing.T) {
+	type want struct {
+		name   string
+		model  string // model/version
+		labels map[string]string
+		value  float64 // a gauge's or counter's value, a histogram's sum
+		count  uint64  // a histogram's count
+		bucket [2]float64
+	}
+	for _, tc := range []struct {
+		file string
+		want []want
+	}{{
+		// The backend's families at its HEAD (8de0c148, 2026-01-09):
+		// token counters and the TTFT, per-token, e2e and token-count
+		// histograms; no gauges.
+		file: "triton-vllm-backend-two-models.prom",
+		want: []want{
+			{name: tokensTotal, model: "llama/1", labels: map[string]string{"type": "prompt"}, value: 1800},
+			{name: tokensTotal, model: "llama/1", labels: map[string]string{"type": "generation"}, value: 4800},
+			{name: tokensTotal, model: "mistral/2", labels: map[string]string{"type": "prompt"}, value: 2000},
+			{name: tokensTotal, model: "mistral/2", labels: map[string]string{"type": "generation"}, value: 3000},
+			// 60 of llama's 100 first tokens came within 40 ms.
+			{name: timeToFirstToken, model: "llama/1", value: 3.2, count: 100, bucket: [2]float64{0.04, 60}},
+			{name: timeToFirstToken, model: "mistral/2", value: 1.5, count: 10, bucket: [2]float64{0.25, 8}},
+			// time_per_output_token_seconds is one observation per token
+			// (inter_token_latencies_iter).
+			{name: interTokenLatency, model: "llama/1", value: 47, count: 4700, bucket: [2]float64{0.01, 4000}},
+			{name: interTokenLatency, model: "mistral/2", value: 59.8, count: 2990, bucket: [2]float64{0.05, 2990}},
+			// vLLM's e2e histogram, with buckets, is read rather than
+			// Triton's +Inf-only one from nv_inference_request_duration_us
+			// (60.5 s over 100): 95 of llama's 100 took 1 s or less.
+			{name: requestDuration, model: "llama/1", value: 60, count: 100, bucket: [2]float64{1, 95}},
+			{name: requestDuration, model: "mistral/2", value: 25, count: 10, bucket: [2]float64{2.5, 9}},
+			// No vLLM queue time at HEAD: Triton's, 12,000 µs = 0.012 s
+			// over the 100 successes, 3,000 µs = 0.003 s over 10.
+			{name: queueTime, model: "llama/1", value: 0.012, count: 100, bucket: [2]float64{math.Inf(1), 100}},
+			{name: queueTime, model: "mistral/2", value: 0.003, count: 10, bucket: [2]float64{math.Inf(1), 10}},
+			// Outcomes from Triton alone: REJECTED 2, CANCELED 1.
+			{name: requestsTotal, model: "llama/1", labels: map[string]string{"outcome": "success"}, value: 100},
+			{name: requestsTotal, model: "llama/1", labels: map[string]string{"outcome": "rejected"}, value: 2},
+			{name: requestsTotal, model: "llama/1", labels: map[string]string{"outcome": "aborted"}, value: 1},
+			{name: requestsTotal, model: "mistral/2", labels: map[string]string{"outcome": "error"}, value: 3},
+			{name: requestsWaiting, model: "mistral/2", value: 2},
+		},
+	}, {
+		// The gauges, preemptions and queue time the backend's pull
+		// request #92 (9b96279) adds, under the same labels.
+		file: "triton-vllm-backend-pr92-gauges.prom",
+		want: []want{
+			{name: requestsRunning, model: "llama/1", value: 3},
+			{name: requestsRunning, model: "mistral/2", value: 4},
+			// vLLM's queue, not Triton's pending count (0 for both).
+			{name: requestsWaiting, model: "llama/1", value: 1},
+			{name: requestsWaiting, model: "mistral/2", value: 6},
+			{name: kvCacheUsage, model: "llama/1", value: 0.9},
+			{name: kvCacheUsage, model: "mistral/2", value: 0.1},
+			{name: preemptionsTotal, model: "llama/1", value: 4},
+			{name: preemptionsTotal, model: "mistral/2", value: 0},
+			// vLLM's queue-time histogram, not Triton's +Inf-only one
+			// (900 µs over 5): 4 of llama's 5 waited 0.3 s or less.
+			{name: queueTime, model: "llama/1", value: 0.75, count: 5, bucket: [2]float64{0.3, 4}},
+			{name: queueTime, model: "mistral/2", value: 6.5, count: 7, bucket: [2]float64{0.8, 3}},
+		},
+	}} {
+		t.Run(tc.file, func(t *testing.T) {
+			families := parseFixture(t, "constructed/"+tc.file)
+			if e, err := Detect(families); e != Triton || err != nil {
+				t.Errorf("Detect = %q, %v; want triton", e, err)
+			}
+			if others := Others(Triton, families); len(others) != 0 {
+				t.Errorf("Others = %v: the vLLM backend's families are Triton's, and read", others)
+			}
+			samples, err := Normalize(Triton, families, "")
+			if err != nil {
+				t.Fatalf("Normalize: %v", err)
+			}
+			for _, s := range samples {
+				if s.Labels[modelLabel] == "" || s.Labels[modelVersionLabel] == "" {
+					t.Errorf("%s%s: no model or version", s.Name, labelKey(s.Labels))
+				}
+			}
+			for _, w := range tc.want {
+				model, version, _ := strings.Cut(w.model, "/")
+				labels := map[string]string{modelLabel: model, modelVersionLabel: version}
+				maps.Copy(labels, w.labels)
+				i := slices.IndexFunc(samples, func(s Sample) bool { return s.Name == w.name && maps.Equal(s.Labels, labels) })
+				if i < 0 {
+					t.Errorf("no %s%s", w.name, labelKey(labels))
+					continue
+				}
+				s := samples[i]
+				got := s.Value
+				if s.Kind == Histogram {
+					got = s.Sum
+					b := slices.IndexFunc(s.Buckets, func(b Bucket) bool { return b.UpperBound == w.bucket[0] })
+					if s.Count != w.count || b < 0 || float64(s.Buckets[b].Count) != w.bucket[1] {
+						t.Errorf("%s%s: count %d, buckets %+v; want count %d, le=%g %g", w.name, labelKey(labels), s.Count, s.Buckets, w.count, w.bucket[0], w.bucket[1])
+					}
+				}
+				if math.Abs(got-w.value) > 1e-9 {
+					t.Errorf("%s%s = %v, want %v", w.name, labelKey(labels), got, w.value)
+				}
 			}
 		})
 	}

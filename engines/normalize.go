@@ -33,9 +33,11 @@ var specs = map[Engine]spec{
 	NIM:    nimSpec,
 }
 
-// detectOrder puts NIM last: it is recognised by unprefixed vLLM-style names,
+// detectOrder puts Triton first: it hosts other engines as backends (its
+// vLLM backend serves vllm: families beside nv_inference_ ones), never the
+// reverse. NIM is last: it is recognised by unprefixed vLLM-style names,
 // which are the least specific.
-var detectOrder = []Engine{VLLM, SGLang, TGI, Triton, NIM}
+var detectOrder = []Engine{Triton, VLLM, SGLang, TGI, NIM}
 
 // ParseEngine validates an engine name taken from configuration.
 func ParseEngine(name string) (Engine, error) {
@@ -72,7 +74,20 @@ func Serves(engine Engine, families map[string]*dto.MetricFamily) bool {
 		return false
 	}
 	for name := range families {
-		if sp.owns(name) || readFamilies[engine][name] {
+		// A family another engine owns says nothing of this one: Triton
+		// reads vllm: families, which a vLLM endpoint serves alone.
+		if sp.owns(name) || readFamilies[engine][name] && !ownedByOther(engine, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownedByOther says whether name is the family of an engine other than
+// engine.
+func ownedByOther(engine Engine, name string) bool {
+	for e, sp := range specs {
+		if e != engine && sp.owns(name) {
 			return true
 		}
 	}
@@ -178,12 +193,13 @@ var keptLabels = func() map[Engine]map[string][]string {
 
 // Others lists the engines other than engine whose own families are among
 // families, in detection order: an endpoint that merges two engines'
-// metrics (Triton's vLLM backend serves vllm: beside nv_inference_) is read
-// as one of them, and the rest must not go unmentioned.
+// metrics (a gateway in front of both) is read as one of them, and the rest
+// must not go unmentioned. An engine whose families engine's mappings read
+// is its backend, not another engine (Triton's vLLM backend).
 func Others(engine Engine, families map[string]*dto.MetricFamily) []Engine {
 	var out []Engine
 	for _, e := range detectOrder {
-		if e == engine {
+		if e == engine || hosts(engine, e) {
 			continue
 		}
 		for name := range families {
@@ -194,6 +210,16 @@ func Others(engine Engine, families map[string]*dto.MetricFamily) []Engine {
 		}
 	}
 	return out
+}
+
+// hosts says whether engine's mappings read families of backend.
+func hosts(engine, backend Engine) bool {
+	for name := range readFamilies[engine] {
+		if specs[backend].owns(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Normalize maps the families scraped from engine onto the canonical

@@ -506,3 +506,17 @@ nv_inference_first_response_histogram_ms_bucket{le="+Inf",model="m"} 1
 		t.Errorf("got %v, %v; want no sample and an error", samples, err)
 	}
 }
+
+// TestServesOnlyOnItsOwnFamilies: Triton reads the vLLM backend's vllm:
+// families, but a vLLM endpoint configured as triton is not Triton's
+// answer: read so, its models would all be model="" (Triton's model label
+// is model). A Triton answer with the backend's families is.
+func TestServesOnlyOnItsOwnFamilies(t *testing.T) {
+	vllm := parseFixture(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	if Serves(Triton, vllm) || !Serves(VLLM, vllm) {
+		t.Errorf("Serves on a vLLM answer: triton %v, vllm %v; want false, true", Serves(Triton, vllm), Serves(VLLM, vllm))
+	}
+	if backend := parseFixture(t, "constructed/triton-vllm-backend-two-models.prom"); !Serves(Triton, backend) {
+		t.Error("Serves(triton) is false on Triton with its vLLM backend")
+	}
+}
