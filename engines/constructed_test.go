@@ -100,6 +100,32 @@ xpu_inference_requests_running{model="m"} 9
 xpu_inference_requests_waiting{model="m"} 3
 `,
 		},
+		{
+			// SGLang counts requests retracted from the running batch to
+			// free KV cache, on every TP rank: one rank's 7, not 7 + 7,
+			// and not the gauge of those retracted now (2). Aborted
+			// requests (3) are not read: no counter says how many of the
+			// 40 processed succeeded, and aborted alone would read as an
+			// error ratio of 100 %.
+			file:   "sglang-2026-tp2-retractions.prom",
+			engine: SGLang,
+			want: `# TYPE xpu_inference_preemptions_total counter
+xpu_inference_preemptions_total{model="m"} 7
+`,
+		},
+		{
+			// vLLM 0.32 counts requests refused at admission (HTTP 503)
+			// apart from those that finished: rejected 6 + 4 = 10 beside
+			// success 90 + 5 = 95, aborted 2, error 1.
+			file:   "vllm-0.32-admission-rejections.prom",
+			engine: VLLM,
+			want: `# TYPE xpu_inference_requests_total counter
+xpu_inference_requests_total{model="m",outcome="aborted"} 2
+xpu_inference_requests_total{model="m",outcome="error"} 1
+xpu_inference_requests_total{model="m",outcome="rejected"} 10
+xpu_inference_requests_total{model="m",outcome="success"} 95
+`,
+		},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			samples, err := Normalize(tc.engine, parseFixture(t, "constructed/"+tc.file), "")

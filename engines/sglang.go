@@ -44,5 +44,9 @@ var sglangSpec = spec{
 		{family: interTokenLatency, from: sources("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")},
 		{family: requestDuration, from: sources("sglang:e2e_request_latency_seconds")},
 		{family: queueTime, from: sources("sglang:queue_time_seconds")},
+		// Requests retracted from the running batch when the KV cache
+		// runs out (retract_decode), counted since 0.5; the older
+		// num_retracted_reqs is a gauge of those retracted now.
+		{family: preemptionsTotal, from: sources("sglang:num_retracted_requests_total")},
 	},
 }

@@ -24,6 +24,9 @@ var vllmSpec = spec{
 		{family: requestDuration, from: sources("vllm:e2e_request_latency_seconds")},
 		{family: queueTime, from: sources("vllm:request_queue_time_seconds")},
 		{family: requestsTotal, outcome: &vllmOutcomes, from: sources("vllm:request_success_total")},
+		// Refused at admission (0.32: a full queue answers 503), so never
+		// among the finished requests above.
+		{family: requestsTotal, set: label{outcomeLabel, outcomeRejected}, from: sources("vllm:admission_rejections_total")},
 		{family: preemptionsTotal, from: sources("vllm:num_preemptions_total")},
 	},
 }
