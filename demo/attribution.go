@@ -118,9 +118,9 @@ type Attribution struct {
 	HLSMISpec string
 	// Exits watches the simulated processes for their exit; nil with
 	// pidfd: false.
-	Exits *PIDWatcher
-	dir       string
-	engines   []*http.Server
+	Exits   *PIDWatcher
+	dir     string
+	engines []*http.Server
 	// stopChurn ends the churn loop and waits for it; nil without churn.
 	stopChurn func()
 	scenario  *Scenario
