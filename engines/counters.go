@@ -90,12 +90,23 @@ func NewCorrector() *Corrector {
 // next reset and the counter stayed +Inf for the exporter's life, and NaN
 // handed to a sibling would do the same. Left out, it is in this scrape
 // what a vanished series is, its last finite count kept in its sum.
+//
+// A histogram Normalize cannot read (its count is not its +Inf bucket's,
+// its buckets go down, it has no _sum) is left in families as the engine
+// gave it, for Normalize to reject, and never becomes the last reading:
+// a count one ahead of its +Inf bucket (a racing prometheus_client
+// collection) made the next good answer a reset, whose offset kept the
+// count one ahead, and the histogram unreadable, for the exporter's life.
+// Being in the answer, it is not a vanished series either: given beside
+// it, its ghost could be read in its place, and past ghostTTL its offset
+// was forgotten.
 func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[string][]string, replicas []string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
 	c.gen++
 	var errs []error
+	unreadable := map[string]bool{}
 	for name, f := range families {
 		if !counting(name, f) {
 			continue
@@ -113,6 +124,15 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 			}
 			finite = append(finite, m)
 			key := seriesKey(name, m.Label)
+			if f.GetType() == dto.MetricType_HISTOGRAM {
+				if _, err := histogram(m, 1); err != nil {
+					// Normalize must still see it, to reject and name it
+					// and not take an older name's series or a sum
+					// without it in its place.
+					unreadable[key] = true
+					continue
+				}
+			}
 			st := c.series[key]
 			switch {
 			case st == nil:
@@ -132,18 +152,19 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 		}
 		f.Metric = finite
 	}
-	c.addGhosts(families, kept, replicas, now)
+	c.addGhosts(families, kept, replicas, unreadable, now)
 	return errors.Join(errs...)
 }
 
 // addGhosts gives each series that vanished its last corrected value, and
 // forgets those gone longer than ghostTTL, handing their count to a
-// sibling, or past maxCorrected.
-func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, kept map[string][]string, replicas []string, now time.Time) {
+// sibling, or past maxCorrected. unreadable are in the scrape, though
+// Correct left them unread.
+func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, kept map[string][]string, replicas []string, unreadable map[string]bool, now time.Time) {
 	var ghosts, expired []string
 	for key, st := range c.series {
 		switch {
-		case st.gen == c.gen:
+		case st.gen == c.gen, unreadable[key]:
 		case now.Sub(st.seen) > ghostTTL:
 			expired = append(expired, key)
 		default:

@@ -465,3 +465,140 @@ func TestCorrectorReplicasAreNotHandedOver(t *testing.T) {
 		})
 	}
 }
+
+// TestCorrectorSkipsUnreadableHistograms: a histogram answer Normalize
+// rejects as unreadable is left out of its scrape only. Found by probing:
+// SGLang's inter-token histogram read once with _count one ahead of its
+// +Inf bucket (prometheus_client collecting while a token is observed)
+// became the Corrector's last reading; the next good answer, 5000 below
+// 5001, was taken for a reset, and the corrected count (5001 + 5000 =
+// 10001) never again equalled its +Inf bucket (5000 + 5000 = 10000), so
+// the family was left out until the exporter restarted.
+func TestCorrectorSkipsUnreadableHistograms(t *testing.T) {
+	// itl is one model's inter-token series as SGLang writes it: the
+	// cumulative counts of le=0.01, le=0.1 and +Inf, the sum, the count.
+	type itl struct {
+		model            string
+		le001, le01, inf int
+		sum              float64
+		count            int
+	}
+	body := func(ss ...itl) string {
+		var b strings.Builder
+		b.WriteString("# TYPE sglang:inter_token_latency_seconds histogram\n")
+		for _, s := range ss {
+			l := fmt.Sprintf("model_name=%q", s.model)
+			fmt.Fprintf(&b, "sglang:inter_token_latency_seconds_bucket{le=\"0.01\",%s} %d\n", l, s.le001)
+			fmt.Fprintf(&b, "sglang:inter_token_latency_seconds_bucket{le=\"0.1\",%s} %d\n", l, s.le01)
+			fmt.Fprintf(&b, "sglang:inter_token_latency_seconds_bucket{le=\"+Inf\",%s} %d\n", l, s.inf)
+			fmt.Fprintf(&b, "sglang:inter_token_latency_seconds_sum{%s} %v\n", l, s.sum)
+			fmt.Fprintf(&b, "sglang:inter_token_latency_seconds_count{%s} %d\n", l, s.count)
+		}
+		return b.String()
+	}
+	// The answers of the probe's SGLang stand-in, good and racy.
+	good := itl{"m", 4000, 5000, 5000, 60, 5000}
+	racy := itl{"m", 4000, 5000, 5000, 60, 5001}
+	// served is what Normalize gives for a model: le=0.01, le=0.1, +Inf
+	// (the count), and the sum.
+	type served struct {
+		buckets [3]uint64
+		sum     float64
+	}
+	type step struct {
+		after   time.Duration
+		answer  []itl
+		want    map[string]served // by model; a model absent is left out
+		wantErr string            // Normalize's reason, on a rejected answer
+	}
+	const rejected = `sglang:inter_token_latency_seconds{model_name="m"}: count 5001 differs from the +Inf bucket 5000`
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{{
+		// The probe's run: 5000, left out, then 5000 as the engine gives
+		// it at every good answer, never counted on from 5001.
+		name: "one racy answer",
+		steps: []step{
+			{0, []itl{good}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}}, ""},
+			{2 * time.Second, []itl{racy}, map[string]served{}, rejected},
+			{4 * time.Second, []itl{good}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}}, ""},
+			{6 * time.Second, []itl{good}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}}, ""},
+		},
+	}, {
+		// The engine restarts after the racy answer: it counts on from the
+		// last good reading, not from the rejected one. 8, 10, 10, 0.5
+		// after the restart: 4000 + 8 = 4008, 5000 + 10 = 5010 (twice),
+		// 60 + 0.5 = 60.5; then 16, 20, 20, 1: 4016, 5020, 5020, 61.
+		name: "a restart after it",
+		steps: []step{
+			{0, []itl{good}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}}, ""},
+			{2 * time.Second, []itl{racy}, map[string]served{}, rejected},
+			{4 * time.Second, []itl{{"m", 8, 10, 10, 0.5, 10}}, map[string]served{"m": {[3]uint64{4008, 5010, 5010}, 60.5}}, ""},
+			{6 * time.Second, []itl{{"m", 16, 20, 20, 1, 20}}, map[string]served{"m": {[3]uint64{4016, 5020, 5020}, 61}}, ""},
+		},
+	}, {
+		// Beside model n (its own 1, 2, 2, 0.25 on, then 3, 4, 4, 0.5),
+		// the racy m is still left out, not given as a vanished series
+		// at its last 5000 next to the answer that could not be read.
+		name: "beside a readable model",
+		steps: []step{
+			{0, []itl{good, {"n", 1, 2, 2, 0.25, 2}}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}, "n": {[3]uint64{1, 2, 2}, 0.25}}, ""},
+			{2 * time.Second, []itl{racy, {"n", 3, 4, 4, 0.5, 4}}, map[string]served{"n": {[3]uint64{3, 4, 4}, 0.5}}, rejected},
+			{4 * time.Second, []itl{good, {"n", 3, 4, 4, 0.5, 4}}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}, "n": {[3]uint64{3, 4, 4}, 0.5}}, ""},
+		},
+	}, {
+		// Unreadable for over an hour after a restart, m is still in the
+		// answer, not gone: its offset (4000, 5000, 5000, 60) is kept, not
+		// forgotten as a vanished series' would be, and 24, 30, 30, 1.5
+		// after it reads 4024, 5030, 5030, 61.5, not a drop to 30.
+		name: "unreadable past the hour",
+		steps: []step{
+			{0, []itl{good}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}}, ""},
+			{2 * time.Second, []itl{{"m", 8, 10, 10, 0.5, 10}}, map[string]served{"m": {[3]uint64{4008, 5010, 5010}, 60.5}}, ""},
+			{4 * time.Second, []itl{{"m", 16, 20, 20, 1, 21}}, map[string]served{}, `count 21 differs from the +Inf bucket 20`},
+			{2 * time.Hour, []itl{{"m", 16, 20, 20, 1, 21}}, map[string]served{}, `count 21 differs from the +Inf bucket 20`},
+			{2*time.Hour + 2*time.Second, []itl{{"m", 24, 30, 30, 1.5, 30}}, map[string]served{"m": {[3]uint64{4024, 5030, 5030}, 61.5}}, ""},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := NewCorrector()
+			for i, s := range tc.steps {
+				families, err := parse(strings.NewReader(body(s.answer...)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				k.now = func() time.Time { return t0.Add(s.after) }
+				if err := k.Correct(families, Kept(SGLang), Replicas(SGLang)); err != nil {
+					t.Fatalf("scrape %d: %v", i+1, err)
+				}
+				samples, err := Normalize(SGLang, families, "")
+				switch {
+				case s.wantErr == "" && err != nil:
+					t.Errorf("scrape %d: unexpected error %v", i+1, err)
+				case s.wantErr != "" && (err == nil || !strings.Contains(err.Error(), s.wantErr)):
+					t.Errorf("scrape %d: error %v, want one saying %s", i+1, err, s.wantErr)
+				}
+				got := map[string]served{}
+				for _, h := range samples {
+					if h.Name != interTokenLatency {
+						continue
+					}
+					var c served
+					if len(h.Buckets) != 3 || h.Count != h.Buckets[2].Count {
+						t.Errorf("scrape %d: model %s served as %+v, not in its three buckets", i+1, h.Labels[modelLabel], h)
+					}
+					for j := range min(len(h.Buckets), 3) {
+						c.buckets[j] = h.Buckets[j].Count
+					}
+					c.sum = h.Sum
+					got[h.Labels[modelLabel]] = c
+				}
+				if !maps.Equal(got, s.want) {
+					t.Errorf("scrape %d: inter-token latency by model %+v, want %+v", i+1, got, s.want)
+				}
+			}
+		})
+	}
+}
