@@ -592,11 +592,15 @@ func (s source) sample(kind Kind, metric *dto.Metric) (Sample, error) {
 	case kind == Histogram:
 		return histogram(metric, s.divisor())
 	case s.hsum:
-		h := metric.GetHistogram()
-		if h == nil {
-			return Sample{}, errors.New("not a histogram")
+		// A histogram the Corrector could not read (a count ahead of its
+		// +Inf bucket, a collection racing an observation) was left
+		// uncorrected: its _sum would lack the offset of an earlier
+		// restart and read as a counter reset. Left out like the
+		// histogram itself.
+		if _, err := histogram(metric, 1); err != nil {
+			return Sample{}, err
 		}
-		return Sample{Value: h.GetSampleSum() / s.divisor()}, nil
+		return Sample{Value: metric.GetHistogram().GetSampleSum() / s.divisor()}, nil
 	}
 	v, err := scalar(metric)
 	return Sample{Value: v / s.divisor()}, err

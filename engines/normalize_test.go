@@ -520,3 +520,44 @@ func TestServesOnlyOnItsOwnFamilies(t *testing.T) {
 		t.Error("Serves(triton) is false on Triton with its vLLM backend")
 	}
 }
+
+// TestTokensFromAnUnreadableHistogramAreLeftOut: TGI counts tokens only in
+// its histograms' _sum. A histogram whose count (11) is ahead of its +Inf
+// bucket (10) cannot be read, nor corrected across a restart, so its sum
+// is not served as prompt tokens; the readable generated-tokens histogram
+// still is (sum 250).
+func TestTokensFromAnUnreadableHistogramAreLeftOut(t *testing.T) {
+	families, err := parse(strings.NewReader(`# TYPE tgi_request_input_length histogram
+tgi_request_input_length_bucket{le="100"} 4
+tgi_request_input_length_bucket{le="+Inf"} 10
+tgi_request_input_length_sum 900
+tgi_request_input_length_count 11
+# TYPE tgi_request_generated_tokens histogram
+tgi_request_generated_tokens_bucket{le="100"} 9
+tgi_request_generated_tokens_bucket{le="+Inf"} 10
+tgi_request_generated_tokens_sum 250
+tgi_request_generated_tokens_count 10
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := Normalize(TGI, families, "m")
+	if err == nil {
+		t.Error("no error for the unreadable histogram")
+	}
+	var prompt, generated []float64
+	for _, s := range samples {
+		if s.Name != "xpu_inference_tokens_total" {
+			continue
+		}
+		switch s.Labels["type"] {
+		case "prompt":
+			prompt = append(prompt, s.Value)
+		case "generation":
+			generated = append(generated, s.Value)
+		}
+	}
+	if len(prompt) != 0 || len(generated) != 1 || generated[0] != 250 {
+		t.Errorf("prompt tokens %v, generated %v; want none and [250]", prompt, generated)
+	}
+}
