@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xpu-exporter/xpu_exporter/attribution/process"
 	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
 )
@@ -70,6 +71,7 @@ const (
 type amdCollector struct {
 	reader  amd.Reader
 	scanner amd.FdinfoScanner
+	procfs  process.Reader
 	logger  *slog.Logger
 	now     func() time.Time
 
@@ -138,6 +140,10 @@ type amdWindow struct {
 	// at this scan: one of them that closes before the next scan used the
 	// device for a part of that window nobody can tell.
 	busy map[amd.ClientKey]bool
+	// starts are the start times of the busy clients' processes at this
+	// scan, where stat could be read: a PID holding another start at the
+	// next scan was given to a process that never held those clients.
+	starts map[int]uint64
 	// shares and unknown are each client's gfx and compute share of the
 	// window ending at this scan, and the clients whose share it could not
 	// tell: what a scrape too soon after it serves again (amdMinWindow).
@@ -169,6 +175,7 @@ func newAMDCollector(cfg Config) (Collector, error) {
 	return &amdCollector{
 		reader:       amd.Reader{SysfsRoot: cfg.Sysfs, Files: amd.NewFiles()},
 		scanner:      amd.FdinfoScanner{ProcRoot: cfg.Procfs, Driver: "amdgpu"},
+		procfs:       process.Reader{Root: cfg.Procfs},
 		logger:       cfg.Logger,
 		now:          cfg.Now,
 		inflight:     map[string]*amdRead{},
@@ -724,16 +731,17 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 		util   float64
 		utilOK bool
 	}
-	if advance {
+	if advance && !again {
 		busy := map[amd.ClientKey]bool{}
 		for k, v := range shares {
 			if v > 0 {
 				busy[k] = true
 			}
 		}
+		starts := c.startsOf(clients, busy)
 		c.mu.Lock()
 		if c.window.at.Equal(now) {
-			c.window.busy = busy
+			c.window.busy, c.window.starts = busy, starts
 		}
 		c.mu.Unlock()
 	}
@@ -799,7 +807,14 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 	// processes' utilization is unknown, whether they still hold other
 	// clients or exited (Device.Exited), so that it is not divided among
 	// the clients still open. One idle before (a monitoring tool's) is
-	// taken to have stayed idle.
+	// taken to have stayed idle. A PID that started anew since belongs to
+	// another process, which never held the closed client: its own
+	// clients' counters are all of its usage, "time which the respective
+	// GPU engine spent busy executing workloads belonging to this client"
+	// (kernel documentation, "DRM client usage stats", drm-engine-<keystr>),
+	// one per open DRM file ("drm-client-id: Unique value relating to the
+	// open DRM file descriptor"). The exited process cannot be named by
+	// that PID any more (Device.ExitedUnnamed).
 	closed := map[*Device]map[int]bool{}
 	if !prev.at.IsZero() {
 		open := make(map[amd.ClientKey]bool, len(clients))
@@ -827,9 +842,13 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 	}
 	for d, pids := range closed {
 		for pid := range pids {
-			if u := per[d][pid]; u != nil {
+			u := per[d][pid]
+			switch {
+			case u != nil && c.startedAnew(pid, prev.starts):
+				d.ExitedUnnamed = true
+			case u != nil:
 				u.utilOK = false
-			} else {
+			default:
 				d.Exited = append(d.Exited, Process{PID: uint32(pid)})
 			}
 		}
@@ -855,6 +874,42 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 			d.Processes = append(d.Processes, p)
 		}
 	}
+}
+
+// startsOf reads the start times of the processes holding busy clients
+// (proc(5), /proc/<pid>/stat field 22, "starttime: The time the process
+// started after system boot"); idle clients' processes are not read, as a
+// closed idle client changes nothing. A process whose stat cannot be read
+// is left out: it is then taken to be the same process at the next scan.
+func (c *amdCollector) startsOf(clients []amd.Client, busy map[amd.ClientKey]bool) map[int]uint64 {
+	starts := map[int]uint64{}
+	for _, cl := range clients {
+		if !busy[cl.Key] {
+			continue
+		}
+		for _, pid := range cl.PIDs {
+			if _, ok := starts[pid]; ok {
+				continue
+			}
+			if ticks, err := c.procfs.StartTicks(pid); err == nil {
+				starts[pid] = ticks
+			}
+		}
+	}
+	return starts
+}
+
+// startedAnew says whether pid now belongs to another process than at the
+// scan that read starts: the kernel gives a PID out again once its PID
+// space wraps around. Where either start is unknown it is taken to be the
+// same process, whose utilization is then unknown rather than another's.
+func (c *amdCollector) startedAnew(pid int, starts map[int]uint64) bool {
+	was, ok := starts[pid]
+	if !ok {
+		return false
+	}
+	now, err := c.procfs.StartTicks(pid)
+	return err == nil && now != was
 }
 
 // procScan is one walk of procfs for the DRM clients of the node's GPUs.

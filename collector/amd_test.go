@@ -1245,6 +1245,115 @@ func TestAMDClientClosedMidWindow(t *testing.T) {
 	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), some(0.6)}})
 }
 
+// TestAMDClosedClientOfAReusedPID: a client busy in the previous window
+// that closed since makes its process's utilization unknown
+// (TestAMDClientClosedMidWindow), but only if that process is still the
+// one behind the PID. The kernel gives a PID out again once its PID space
+// wraps around; /proc/<pid>/stat field 22, "starttime: The time the process
+// started after system boot" (proc(5)), tells the new process from the one
+// that held the closed client. The new process opened its own client after
+// a scan that read every process, so that client counts from 0, as it does
+// under a fresh PID. The closed client's part of the window stays unknown,
+// and so does its owner, whom the PID names no more: the split is left
+// out, a sole owner's too.
+//
+// Window 1, 0 to 2 s: PID 100's client 17 gfx 0 → 0.4e9 ns, 0.4e9 / 2e9 =
+// 0.2; PID 200's client 20 gfx 0 → 1.0e9 ns, 1.0e9 / 2e9 = 0.5 (busy).
+// Window 2, 2 to 4 s: client 17 0.4e9 → 0.8e9 ns, 0.4e9 / 2e9 = 0.2; client
+// 20 has closed with its process; the new process's client 40, unseen at
+// 2 s, 0 → 0.3e9 ns: 0.3e9 / 2e9 = 0.15.
+func TestAMDClosedClientOfAReusedPID(t *testing.T) {
+	const gib, mib = 1 << 30, 1 << 20
+	for _, tc := range []struct {
+		name string
+		// pid and start are the process holding client 40, startB the
+		// start of the one that held client 20 as PID 200; 0 writes no
+		// stat file.
+		pid, start, startB int
+		util               *float64
+		exited             []uint32
+		usage, soleUsage   []usageWant
+	}{
+		{
+			name: "PID reused", pid: 200, start: 9000, startB: 1200, util: some(0.15),
+			// The new process has 512 MiB, pod a 1 GiB.
+			usage:     []usageWant{{mem: some(gib)}, {mem: some(512 * mib)}},
+			soleUsage: []usageWant{{mem: some(gib + 512*mib)}},
+		},
+		{name: "a fresh PID", pid: 400, start: 9000, startB: 1200, util: some(0.15), exited: []uint32{200}},
+		// The process that held client 20 opened client 40: what it ran on
+		// client 20 until it closed it is unknown (f61e280).
+		{name: "the same process", pid: 200, start: 1200, startB: 1200},
+		{name: "no start time to tell", pid: 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newAMDTree(t, busyMI300X())
+			stat := func(pid, start int) {
+				if start != 0 {
+					tr.write(filepath.Join(tr.procs, strconv.Itoa(pid), "stat"),
+						fmt.Sprintf("%d (python3) S 1 %d %d 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", pid, pid, pid, start))
+				}
+			}
+			clk := &fakeClock{t: testNow}
+			c := newAMDCollectorFor(t, tr, clk)
+			scrape := func(at time.Duration) *Device {
+				t.Helper()
+				clk.t = testNow.Add(at)
+				devs, err := c.readDevices(context.Background(), true)
+				if err != nil || len(devs) != 1 {
+					t.Fatalf("scrape at %v: %d devices, %v", at, len(devs), err)
+				}
+				return devs[0]
+			}
+			stat(200, tc.startB)
+			tr.fd(100, 5, amdgpuClient("17", "1024", "0"))
+			tr.fd(200, 3, amdgpuClient("20", "2048", "0"))
+			scrape(0)
+			tr.fd(100, 5, amdgpuClient("17", "1024", "400000000"))
+			tr.fd(200, 3, amdgpuClient("20", "2048", "1000000000"))
+			scrape(2 * time.Second)
+			tr.fd(100, 5, amdgpuClient("17", "1024", "800000000"))
+			if err := os.RemoveAll(filepath.Join(tr.procs, "200")); err != nil {
+				t.Fatal(err)
+			}
+			stat(tc.pid, tc.start)
+			tr.fd(tc.pid, 4, amdgpuClient("40", "512", "300000000"))
+			d := scrape(4 * time.Second)
+
+			if len(d.Processes) != 2 || d.Processes[0].PID != 100 || d.Processes[1].PID != uint32(tc.pid) {
+				t.Fatalf("processes %+v, want 100 and %d", d.Processes, tc.pid)
+			}
+			if u := d.Processes[0].Utilization; u == nil || math.Abs(*u-0.2) > 1e-12 {
+				t.Errorf("pid 100 utilization %v, want 0.2", deref(u))
+			}
+			switch u := d.Processes[1].Utilization; {
+			case (u == nil) != (tc.util == nil):
+				t.Errorf("pid %d utilization %v, want %v", tc.pid, deref(u), deref(tc.util))
+			case u != nil && math.Abs(*u-*tc.util) > 1e-12:
+				t.Errorf("pid %d utilization %v, want %v", tc.pid, *u, *tc.util)
+			}
+			var exited []uint32
+			for _, p := range d.Exited {
+				if p.Utilization != nil {
+					t.Errorf("exited pid %d with utilization %v, want unknown", p.PID, *p.Utilization)
+				}
+				exited = append(exited, p.PID)
+			}
+			if !slices.Equal(exited, tc.exited) {
+				t.Errorf("exited %v, want %v", exited, tc.exited)
+			}
+			if tc.usage == nil {
+				return
+			}
+			sharedByPods(d, []uint32{100}, []uint32{uint32(tc.pid)})
+			checkUsage(t, d.Usage(), tc.usage)
+			d.Claims, d.ProcessOwner = d.Claims[:1], map[uint32]int{100: 0, uint32(tc.pid): 0}
+			d.OwnersAllocated = true
+			checkUsage(t, d.Usage(), tc.soleUsage)
+		})
+	}
+}
+
 // TestAMDKFDWorkLeavesTheSplitOut: ROCm work runs on KFD user-mode queues,
 // which the kernel does not schedule, so a KFD process's fdinfo shows its
 // VRAM and none of that work (amdgpu_top issue #49). An MI300X 90 % busy

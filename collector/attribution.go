@@ -209,7 +209,7 @@ func (d *Device) Usage() []Usage {
 			utilKnown = false
 		}
 	}
-	exitedKnown := true
+	exitedKnown := !d.ExitedUnnamed
 	for _, p := range d.Exited {
 		i, ok := d.ProcessOwner[p.PID]
 		switch {

@@ -51,6 +51,11 @@ type Device struct {
 	// Utilization is nil where the vendor cannot tell (an AMD client that
 	// closed since the previous scrape).
 	Exited []Process
+	// ExitedUnnamed says a process left the device in the window that
+	// Exited cannot name: its PID is another process's now (an AMD client
+	// that closed since the previous scrape, whose process's PID was given
+	// out again). Its part of the utilization and its owner are unknown.
+	ExitedUnnamed bool
 	// ProcessesPartial says Processes may lack some of the device's
 	// processes: a vendor's list call failed, or procfs could not be read
 	// for every process of the node. The per-owner split is then left out,
