@@ -83,6 +83,10 @@ type amdCollector struct {
 	window   amdWindow                    // fdinfo scan at the previous scrape
 	errs     map[string]float64           // file → count
 	state    string                       // logged on change only
+	// pushed is the fdinfo scan of the last push that moved on past the
+	// previous scrape (movePush), nil when none has: the start of the
+	// pushes' window, while window stays the scrapes'.
+	pushed *amdWindow
 	// scanState is the process scan's first error, "" when it read every
 	// process; logged on change only.
 	scanState string
@@ -129,7 +133,8 @@ type amdRead struct {
 }
 
 // amdWindow is the fdinfo scan that starts the window of per-process
-// engine shares: only scrapes move it on (see Exporter.Snapshot).
+// engine shares: only scrapes move it on (see Exporter.Snapshot), and
+// pushes their own (amdCollector.pushed).
 type amdWindow struct {
 	at      time.Time
 	clients []amd.Client
@@ -192,7 +197,7 @@ func newAMDCollector(cfg Config) (Collector, error) {
 // Close closes the sysfs files held open between scrapes.
 func (c *amdCollector) Close() { c.reader.Files.Close() }
 
-func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device, error) {
+func (c *amdCollector) readDevices(ctx context.Context, m move) ([]*Device, error) {
 	cards, err := c.reader.Cards()
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		c.logState(err.Error(), "AMD collector cannot list DRM cards", "err", err)
@@ -255,8 +260,18 @@ func (c *amdCollector) readDevices(ctx context.Context, advance bool) ([]*Device
 	c.countReadErrors(perrs)
 	c.logReadErrors("partitions", perrs)
 	devs = append(devs, c.partitions(parts, byPCI)...)
-	c.attachProcesses(c.awaitScan(ctx, scan), devs, advance)
+	c.attachProcesses(c.awaitScan(ctx, scan), devs, m)
 	return devs, nil
+}
+
+// windowOf is the window a read that moves m starts from and moves on
+// (c.mu held): a push's own once one has moved on past the last scrape,
+// else the scrapes'.
+func (c *amdCollector) windowOf(m move) *amdWindow {
+	if m == movePush && c.pushed != nil {
+		return c.pushed
+	}
+	return &c.window
 }
 
 // procRead is a process scan under way.
@@ -641,7 +656,7 @@ type amdPartition struct {
 // any of the GPUs, so every device's process list is then partial and the
 // per-owner split left out: its owner would show 0 bytes and the others
 // its share of the time.
-func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bool) {
+func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 	if !scan.ok {
 		markPartial(devs)
 		return
@@ -650,11 +665,17 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 		markPartial(devs)
 	}
 	clients, now, complete := scan.clients, scan.at, scan.complete
+	advance := m != moveNone
 	c.mu.Lock()
-	prev := c.window
+	prev := *c.windowOf(m)
 	again := advance && prev.shares != nil && now.Sub(prev.at) < amdMinWindow
 	if advance && !again {
-		c.window = amdWindow{at: now, clients: amd.Baseline(prev.clients, clients), complete: complete}
+		w := amdWindow{at: now, clients: amd.Baseline(prev.clients, clients), complete: complete}
+		if m == movePush {
+			c.pushed = &w
+		} else {
+			c.window, c.pushed = w, nil
+		}
 	}
 	c.mu.Unlock()
 
@@ -689,8 +710,8 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 		}
 		if advance {
 			c.mu.Lock()
-			if c.window.at.Equal(now) {
-				c.window.shares, c.window.unknown = shares, unknown
+			if w := c.windowOf(m); w.at.Equal(now) {
+				w.shares, w.unknown = shares, unknown
 			}
 			c.mu.Unlock()
 		}
@@ -740,8 +761,8 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, advance bo
 		}
 		starts := c.startsOf(clients, busy)
 		c.mu.Lock()
-		if c.window.at.Equal(now) {
-			c.window.busy, c.window.starts = busy, starts
+		if w := c.windowOf(m); w.at.Equal(now) {
+			w.busy, w.starts = busy, starts
 		}
 		c.mu.Unlock()
 	}

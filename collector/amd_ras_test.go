@@ -97,7 +97,7 @@ func TestAMDRASEventsOracle(t *testing.T) {
 	scrape := func(claims ...attribution.Claim) {
 		t.Helper()
 		clk.t = clk.t.Add(15 * time.Second)
-		devs, err := c.readDevices(context.Background(), true)
+		devs, err := c.readDevices(context.Background(), moveScrape)
 		if err != nil || len(devs) != 1 {
 			t.Fatalf("%d devices, %v", len(devs), err)
 		}
@@ -182,16 +182,16 @@ func TestAMDRASEventsWaitForAScrape(t *testing.T) {
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
 	ctx := context.Background()
-	if _, err := c.readDevices(ctx, true); err != nil {
+	if _, err := c.readDevices(ctx, moveScrape); err != nil {
 		t.Fatal(err)
 	}
 	// 1 → 3 seen by a /devices read, then 3 → 4 by the scrape: 2 + 1 = 3.
 	tr.write(filepath.Join(dev, "ras", "umc_err_count"), "ue: 3\nce: 0\n")
-	if _, err := c.readDevices(ctx, false); err != nil {
+	if _, err := c.readDevices(ctx, moveNone); err != nil {
 		t.Fatal(err)
 	}
 	tr.write(filepath.Join(dev, "ras", "umc_err_count"), "ue: 4\nce: 0\n")
-	devs, err := c.readDevices(ctx, true)
+	devs, err := c.readDevices(ctx, moveScrape)
 	if err != nil {
 		t.Fatal(err)
 	}

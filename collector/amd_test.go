@@ -171,7 +171,7 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
 	ctx := context.Background()
-	first, err := c.readDevices(ctx, true)
+	first, err := c.readDevices(ctx, moveScrape)
 	if err != nil || len(first) != 1 {
 		t.Fatalf("first scrape: %d devices, %v", len(first), err)
 	}
@@ -185,7 +185,7 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 	tr.fd(200, 5, clientA("1600000000"))
 	tr.fd(201, 5, clientA("1600000000"))
 	tr.fd(300, 7, clientB("drm-engine-gfx:\t700000000 ns\ndrm-engine-compute:\t100000000 ns\n"))
-	devs, err := c.readDevices(ctx, true)
+	devs, err := c.readDevices(ctx, moveScrape)
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("second scrape: %d devices, %v", len(devs), err)
 	}
@@ -219,14 +219,14 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 	sharedByPods(d, []uint32{200, 201}, []uint32{300})
 	checkUsage(t, d.Usage(), []usageWant{{some(8 * gib), some(0.4)}, {some(4 * gib), some(0.2)}})
 
-	// A read for /devices (advance false) measures from the last scrape and
+	// A read for /devices (moveNone) measures from the last scrape and
 	// does not move the window: two seconds after the second scrape, PID
 	// 200's client ran 0.2e9 ns more, (1.8e9 - 1.6e9) / 2e9 = 0.1, and the
 	// next scrape still measures from the second scrape: 0.1 as well.
 	clk.t = testNow.Add(4 * time.Second)
 	tr.fd(200, 5, clientA("1800000000"))
-	peek, _ := c.readDevices(ctx, false)
-	again, _ := c.readDevices(ctx, true)
+	peek, _ := c.readDevices(ctx, moveNone)
+	again, _ := c.readDevices(ctx, moveScrape)
 	for _, devs := range [][]*Device{peek, again} {
 		if got := *devs[0].Processes[0].Utilization; math.Abs(got-0.1) > 1e-12 {
 			t.Errorf("pid 200 after the third read: %v, want 0.1", got)
@@ -243,15 +243,63 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 	cancel()
 	late := *again[0]
 	late.Processes = nil
-	c.attachProcesses(c.scanProcesses(cut), []*Device{&late}, true)
+	c.attachProcesses(c.scanProcesses(cut), []*Device{&late}, moveScrape)
 	if len(late.Processes) != 0 {
 		t.Errorf("a walk cut by the deadline attached %+v", late.Processes)
 	}
 	clk.t = testNow.Add(8 * time.Second)
 	tr.fd(200, 5, clientA("2600000000"))
-	devs, _ = c.readDevices(ctx, true)
+	devs, _ = c.readDevices(ctx, moveScrape)
 	if got := *devs[0].Processes[0].Utilization; math.Abs(got-0.2) > 1e-12 {
 		t.Errorf("pid 200 after a cut walk: %v, want 0.2", got)
+	}
+}
+
+// TestAMDPushesKeepTheirOwnWindow: a push with no scraper covers the time
+// since the previous push and leaves the scrapes' window where it was, as
+// on NVIDIA GPUs (TestFirstScrapeAfterPushes).
+func TestAMDPushesKeepTheirOwnWindow(t *testing.T) {
+	tr := newAMDTree(t, busyMI300X())
+	client := func(gfx string) string {
+		return "drm-driver:\tamdgpu\ndrm-client-id:\t17\ndrm-pdev:\t0000:0c:00.0\n" +
+			"drm-resident-vram:\t8192 MiB\ndrm-engine-gfx:\t" + gfx + " ns\n"
+	}
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	ctx := context.Background()
+	util := func(m move) float64 {
+		t.Helper()
+		devs, err := c.readDevices(ctx, m)
+		if err != nil || len(devs) != 1 || len(devs[0].Processes) != 1 || devs[0].Processes[0].Utilization == nil {
+			t.Fatalf("%v: %+v", err, devs)
+		}
+		return *devs[0].Processes[0].Utilization
+	}
+	// The warm-up at 0 s (1.0e9 ns), pushes at 2 s (1.4e9 ns) and 4 s
+	// (2.2e9 ns): the second push covers 2 … 4 s, (2.2e9 - 1.4e9) / 2e9 =
+	// 0.4. The scrape at 6 s (2.6e9 ns) covers 0 … 6 s, whatever the
+	// pushes did: (2.6e9 - 1.0e9) / 6e9 = 0.2666…; from the last push it
+	// would be (2.6e9 - 2.2e9) / 2e9 = 0.2.
+	for _, r := range []struct {
+		at   time.Duration
+		gfx  string
+		m    move
+		want float64
+	}{
+		{0, "1000000000", moveScrape, math.NaN()},
+		{2 * time.Second, "1400000000", movePush, 0.2},
+		{4 * time.Second, "2200000000", movePush, 0.4},
+		{6 * time.Second, "2600000000", moveScrape, 1.6 / 6},
+	} {
+		clk.t = testNow.Add(r.at)
+		tr.fd(200, 5, client(r.gfx))
+		if math.IsNaN(r.want) {
+			c.readDevices(ctx, r.m)
+			continue
+		}
+		if got := util(r.m); math.Abs(got-r.want) > 1e-12 {
+			t.Errorf("at %v: pid 200 %v, want %v", r.at, got, r.want)
+		}
 	}
 }
 
@@ -271,7 +319,7 @@ func TestAMDEngineCounterDipCatchesUp(t *testing.T) {
 		tr.fd(200, 5, amdgpuClient("17", "1024", gfx17))
 		tr.fd(300, 7, amdgpuClient("18", "1024", strconv.Itoa(500000000*(i+1))))
 		var err error
-		if devs, err = c.readDevices(context.Background(), true); err != nil || len(devs) != 1 {
+		if devs, err = c.readDevices(context.Background(), moveScrape); err != nil || len(devs) != 1 {
 			t.Fatalf("scrape %d: %d devices, %v", i, len(devs), err)
 		}
 		if i == 2 {
@@ -305,7 +353,7 @@ func TestAMDRemappedNodeFollowsPdev(t *testing.T) {
 	tr.gpu("card1", "0000:22:00.0", map[string]string{"unique_id": "00000000000000bb\n", "drm/renderD129/dev": "226:129\n"})
 	tr.fdOn(4242, 5, "/dev/dri/renderD128", "drm-driver:\tamdgpu\ndrm-client-id:\t7\ndrm-pdev:\t0000:22:00.0\ndrm-resident-vram:\t1024 MiB\n")
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
-	devs, err := c.readDevices(context.Background(), true)
+	devs, err := c.readDevices(context.Background(), moveScrape)
 	if err != nil || len(devs) != 2 {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
@@ -331,7 +379,7 @@ func TestAMDModelWithoutProductName(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			files["unique_id"], files["device"] = "00000000000000aa\n", "0x738C\n"
 			c := newAMDCollectorFor(t, newAMDTree(t, files), &fakeClock{t: testNow})
-			devs, err := c.readDevices(context.Background(), true)
+			devs, err := c.readDevices(context.Background(), moveScrape)
 			if err != nil || len(devs) != 1 {
 				t.Fatalf("%d devices, %v", len(devs), err)
 			}
@@ -391,7 +439,7 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 	scrape := func() *Device {
 		t.Helper()
 		clk.t = clk.t.Add(2 * time.Second)
-		devs, err := c.readDevices(ctx, true)
+		devs, err := c.readDevices(ctx, moveScrape)
 		if err != nil || len(devs) != 1 {
 			t.Fatalf("%d devices, %v", len(devs), err)
 		}
@@ -465,7 +513,7 @@ func readOneAMD(t *testing.T, c *amdCollector, budget time.Duration) *Device {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
-	devs, err := c.readDevices(ctx, true)
+	devs, err := c.readDevices(ctx, moveScrape)
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
@@ -546,7 +594,7 @@ func TestAMDHungCardKeepsOthersProcesses(t *testing.T) {
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	devs, err := c.readDevices(ctx, true)
+	devs, err := c.readDevices(ctx, moveScrape)
 	if err != nil || len(devs) != 2 {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
@@ -622,7 +670,7 @@ func TestAMDHungCardLeavesLaterCardsUp(t *testing.T) {
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	devs, err := c.readDevices(ctx, true)
+	devs, err := c.readDevices(ctx, moveScrape)
 	if err != nil || len(devs) != 9 {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
@@ -664,7 +712,7 @@ func TestAMDEnergyKeepsItsSource(t *testing.T) {
 		{"101600000000\n", amd.Opt[float64]{Value: 101600, OK: true}},
 	} {
 		tr.write(energy, step.hwmon)
-		devs, err := c.readDevices(context.Background(), true)
+		devs, err := c.readDevices(context.Background(), moveScrape)
 		if err != nil || len(devs) != 1 {
 			t.Fatalf("%d devices, %v", len(devs), err)
 		}
@@ -678,7 +726,7 @@ func TestAMDEnergyKeepsItsSource(t *testing.T) {
 	tr2 := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "10\n", "gpu_metrics": string(table)})
 	c2 := newAMDCollectorFor(t, tr2, &fakeClock{t: testNow})
 	for i := range 2 {
-		devs, err := c2.readDevices(context.Background(), true)
+		devs, err := c2.readDevices(context.Background(), moveScrape)
 		if err != nil || len(devs) != 1 {
 			t.Fatalf("%d devices, %v", len(devs), err)
 		}
@@ -894,7 +942,7 @@ func TestAMDNoDeviceLogsOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := 0; i < 3; i++ {
-				devs, err := c.(*amdCollector).readDevices(context.Background(), true)
+				devs, err := c.(*amdCollector).readDevices(context.Background(), moveScrape)
 				if err != nil || len(devs) != 0 {
 					t.Fatalf("scrape %d: %d devices, %v", i, len(devs), err)
 				}
@@ -912,7 +960,7 @@ func TestAMDNoDeviceLogsOnce(t *testing.T) {
 func TestAMDLostGPUStaysDown(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000bb\n", "product_name": "AMD Instinct MI300X OAM\n", "gpu_busy_percent": "10\n"})
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
-	devs, err := c.readDevices(context.Background(), true)
+	devs, err := c.readDevices(context.Background(), moveScrape)
 	if err != nil || len(devs) != 1 || !devs[0].Up {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
@@ -922,7 +970,7 @@ func TestAMDLostGPUStaysDown(t *testing.T) {
 	if err := os.Remove(filepath.Join(tr.sysfs, "class", "drm", "card0")); err != nil {
 		t.Fatal(err)
 	}
-	devs, err = c.readDevices(context.Background(), true)
+	devs, err = c.readDevices(context.Background(), moveScrape)
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("after the loss: %d devices, %v", len(devs), err)
 	}
@@ -950,7 +998,7 @@ func TestAMDIndicesStayWithTheirGPU(t *testing.T) {
 	}
 	check := func(step string, want map[string]string) {
 		t.Helper()
-		devs, err := c.(*amdCollector).readDevices(context.Background(), true)
+		devs, err := c.(*amdCollector).readDevices(context.Background(), moveScrape)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -992,7 +1040,7 @@ func TestAMDRASOfTwoBoardsWithOneUniqueID(t *testing.T) {
 	tr.gpu("card1", "0000:0d:00.0", gpu("100"))
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
 	for i := range 4 {
-		devs, err := c.readDevices(context.Background(), true)
+		devs, err := c.readDevices(context.Background(), moveScrape)
 		if err != nil || len(devs) != 2 {
 			t.Fatalf("read %d: %d devices, %v", i, len(devs), err)
 		}
@@ -1053,7 +1101,7 @@ func TestAMDFdinfoClientOfAPartitionedGPU(t *testing.T) {
 		{Vendor: "amd", Up: true, PCIBusID: "0000:0c:00.0", vendorData: &amdPartition{amdData: &amdData{}, renderMinor: 128}},
 		{Vendor: "amd", Up: true, PCIBusID: "0000:0c:00.0", vendorData: &amdPartition{amdData: &amdData{}, renderMinor: 129}},
 	}
-	c.attachProcesses(c.scanProcesses(context.Background()), append([]*Device{parent}, parts...), true)
+	c.attachProcesses(c.scanProcesses(context.Background()), append([]*Device{parent}, parts...), moveScrape)
 	for i, d := range parts {
 		if !d.ProcessesPartial || len(d.Processes) != 0 {
 			t.Errorf("partition %d: partial %v, processes %+v", i, d.ProcessesPartial, d.Processes)
@@ -1071,7 +1119,7 @@ func TestAMDNewClientAfterACompleteScan(t *testing.T) {
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
 	ctx := context.Background()
-	if _, err := c.readDevices(ctx, true); err != nil {
+	if _, err := c.readDevices(ctx, moveScrape); err != nil {
 		t.Fatal(err)
 	}
 	// Two seconds on, client 17 at 1.6e9 ns: (1.6e9 - 1.0e9) / 2e9 = 0.3;
@@ -1081,7 +1129,7 @@ func TestAMDNewClientAfterACompleteScan(t *testing.T) {
 	clk.t = clk.t.Add(2 * time.Second)
 	tr.fd(200, 5, amdgpuClient("17", "1024", "1600000000"))
 	tr.fd(400, 3, amdgpuClient("19", "1024", "200000000"))
-	devs, err := c.readDevices(ctx, true)
+	devs, err := c.readDevices(ctx, moveScrape)
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
@@ -1103,7 +1151,7 @@ func TestAMDPrimaryNodeAndUntrustworthyClients(t *testing.T) {
 	const gib = 1 << 30
 	scrape := func(step string, want []usageWant) {
 		t.Helper()
-		devs, err := c.readDevices(context.Background(), true)
+		devs, err := c.readDevices(context.Background(), moveScrape)
 		if err != nil || len(devs) != 1 {
 			t.Fatalf("%s: %d devices, %v", step, len(devs), err)
 		}
@@ -1151,7 +1199,7 @@ func TestAMDClientNamedByItsNodeAlone(t *testing.T) {
 	tr.fd(200, 5, noPdev("17", "1024"))
 	tr.fdOn(300, 4, "/dev/dri/card0", noPdev("13", "2048"))
 	c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
-	devs, err := c.readDevices(context.Background(), true)
+	devs, err := c.readDevices(context.Background(), moveScrape)
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
@@ -1171,7 +1219,7 @@ func TestAMDReadErrorsLoggedOnChange(t *testing.T) {
 	}
 	read := func() {
 		t.Helper()
-		if _, err := c.(*amdCollector).readDevices(context.Background(), true); err != nil {
+		if _, err := c.(*amdCollector).readDevices(context.Background(), moveScrape); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1213,7 +1261,7 @@ func TestAMDClientClosedMidWindow(t *testing.T) {
 		} else {
 			os.RemoveAll(filepath.Join(tr.procs, "400")) // a tool closed its file
 		}
-		devs, err := c.readDevices(context.Background(), true)
+		devs, err := c.readDevices(context.Background(), moveScrape)
 		if err != nil || len(devs) != 1 {
 			t.Fatalf("scrape at %v: %d devices, %v", at, len(devs), err)
 		}
@@ -1299,7 +1347,7 @@ func TestAMDClosedClientOfAReusedPID(t *testing.T) {
 			scrape := func(at time.Duration) *Device {
 				t.Helper()
 				clk.t = testNow.Add(at)
-				devs, err := c.readDevices(context.Background(), true)
+				devs, err := c.readDevices(context.Background(), moveScrape)
 				if err != nil || len(devs) != 1 {
 					t.Fatalf("scrape at %v: %d devices, %v", at, len(devs), err)
 				}
@@ -1412,12 +1460,12 @@ func TestAMDKFDWorkLeavesTheSplitOut(t *testing.T) {
 			tr.fd(300, 6, amdgpuClient("22", "256", "1000000000"))
 			clk := &fakeClock{t: testNow}
 			c := newAMDCollectorFor(t, tr, clk)
-			if _, err := c.readDevices(context.Background(), true); err != nil {
+			if _, err := c.readDevices(context.Background(), moveScrape); err != nil {
 				t.Fatal(err)
 			}
 			clk.t = testNow.Add(2 * time.Second)
 			tr.fd(300, 6, amdgpuClient("22", "256", "1100000000"))
-			devs, err := c.readDevices(context.Background(), true)
+			devs, err := c.readDevices(context.Background(), moveScrape)
 			if err != nil || len(devs) != 1 {
 				t.Fatalf("%d devices, %v", len(devs), err)
 			}
@@ -1437,11 +1485,11 @@ func TestAMDKFDSoleOwnerKeepsTheDevice(t *testing.T) {
 	tr.fd(200, 5, "drm-driver:\tamdgpu\ndrm-client-id:\t21\ndrm-pdev:\t0000:0c:00.0\ndrm-resident-vram:\t8192 MiB\n")
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
-	if _, err := c.readDevices(context.Background(), true); err != nil {
+	if _, err := c.readDevices(context.Background(), moveScrape); err != nil {
 		t.Fatal(err)
 	}
 	clk.t = testNow.Add(2 * time.Second)
-	devs, err := c.readDevices(context.Background(), true)
+	devs, err := c.readDevices(context.Background(), moveScrape)
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
@@ -1589,12 +1637,12 @@ func TestAMDProcessShareCappedAtOne(t *testing.T) {
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
 	write("0", "0", "0", "0", "0")
-	if _, err := c.readDevices(context.Background(), true); err != nil {
+	if _, err := c.readDevices(context.Background(), moveScrape); err != nil {
 		t.Fatal(err)
 	}
 	clk.t = testNow.Add(2 * time.Second)
 	write("1400000000", "1000000000", "1200000000", "1200000000", "600000000")
-	devs, err := c.readDevices(context.Background(), true)
+	devs, err := c.readDevices(context.Background(), moveScrape)
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("%d devices, %v", len(devs), err)
 	}
@@ -1635,7 +1683,7 @@ func TestAMDIdleGPUWithAnUnknownClient(t *testing.T) {
 		tr.fd(200, 5, amdgpuClient("17", "1024", gfx[0]))
 		tr.fd(300, 7, amdgpuClient("18", "1024", gfx[1]))
 		var err error
-		if devs, err = c.readDevices(context.Background(), true); err != nil || len(devs) != 1 {
+		if devs, err = c.readDevices(context.Background(), moveScrape); err != nil || len(devs) != 1 {
 			t.Fatalf("scrape %d: %d devices, %v", i, len(devs), err)
 		}
 	}
@@ -1688,7 +1736,7 @@ func TestAMDScrapeTooSoonServesThePreviousWindow(t *testing.T) {
 	} {
 		clk.t = clk.t.Add(step.after)
 		at(step.a, step.b)
-		devs, err := c.readDevices(context.Background(), true)
+		devs, err := c.readDevices(context.Background(), moveScrape)
 		if err != nil || len(devs) != 1 {
 			t.Fatalf("%d devices, %v", len(devs), err)
 		}

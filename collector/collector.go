@@ -173,7 +173,7 @@ func (e *Exporter) Start(ctx context.Context) {
 		warm, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		// The warm-up is the start of the first scrape's window.
-		e.snapshots.get(warm, true)
+		e.snapshots.get(warm, moveScrape)
 	}()
 	for _, c := range e.collectors {
 		if b, ok := c.(interface {
@@ -205,7 +205,7 @@ func (e *Exporter) Collectors() []string { return e.names }
 // averaged since the previous scrape (utilization samples, GPM) cover the
 // time since that scrape; only scrapes move that window on, so /devices and
 // event owner look-ups never shorten it.
-func (e *Exporter) Snapshot(ctx context.Context) *Snapshot { return e.snapshots.get(ctx, false) }
+func (e *Exporter) Snapshot(ctx context.Context) *Snapshot { return e.snapshots.get(ctx, moveNone) }
 
 // Bind returns a prometheus.Collector for one scrape bounded by ctx.
 func (e *Exporter) Bind(ctx context.Context) prometheus.Collector {
@@ -217,8 +217,10 @@ func (e *Exporter) Bind(ctx context.Context) prometheus.Collector {
 // scrapesActive), a push reads the time since the last scrape and leaves
 // the window where it was, as /devices does: a push moving it would
 // shorten the next scrape's window, and what Prometheus stores would
-// change with the push interval. Otherwise pushes move the window
-// themselves.
+// change with the push interval. Otherwise pushes move a window of their
+// own, from the previous push, and leave the scrapes' where it was: a
+// Prometheus's first scrape after start, or after one request alone,
+// covers the time since the warm-up or that request, as with no bridge.
 func (e *Exporter) BindPush(ctx context.Context) prometheus.Collector {
 	return scrape{e: e, ctx: ctx, push: true}
 }
@@ -229,16 +231,17 @@ type scrape struct {
 	push bool
 }
 
-// advance says whether this read moves the window on, noting a scrape's
-// time.
-func (s scrape) advance() bool {
+// move says which window this read moves on, noting a scrape's time.
+func (s scrape) move() move {
 	now := s.e.snapshots.now()
 	if !s.push {
 		s.e.prevScrape.Store(s.e.lastScrape.Swap(now.UnixNano()))
-		return true
+		return moveScrape
 	}
-	prev := s.e.prevScrape.Load()
-	return prev == 0 || now.Sub(time.Unix(0, prev)) > scrapesActive
+	if prev := s.e.prevScrape.Load(); prev == 0 || now.Sub(time.Unix(0, prev)) > scrapesActive {
+		return movePush
+	}
+	return moveNone
 }
 
 // Describe sends nothing: the exporter is an unchecked collector, because
@@ -266,7 +269,7 @@ func (s scrape) Collect(ch chan<- prometheus.Metric) {
 // collect sends the scrape's samples, many of them in batches.
 func (s scrape) collect(ch chan<- prometheus.Metric) {
 	e := s.e
-	snap := e.snapshots.get(s.ctx, s.advance())
+	snap := e.snapshots.get(s.ctx, s.move())
 	emitOne(ch, scrapesCoalesced, labels{}, float64(e.snapshots.coalesced.Load()))
 	if snap == nil {
 		for _, name := range e.names {

@@ -132,7 +132,7 @@ type gaudiRead struct {
 // starts its own, which fails as busy until the killed run has exited.
 // When the run fails, every device known from earlier runs is reported
 // down with the error.
-func (c *gaudiCollector) readDevices(ctx context.Context, _ bool) ([]*Device, error) {
+func (c *gaudiCollector) readDevices(ctx context.Context, _ move) ([]*Device, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		// The read has no deadline but its waiters': one without is
 		// bounded as the Runner bounds a run without one.

@@ -501,7 +501,7 @@ func TestGaudiConcurrentReadsShareOneRun(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = src.readDevices(ctx, i == 0)
+			results[i], errs[i] = src.readDevices(ctx, []move{moveScrape, moveNone}[i])
 		}()
 		time.Sleep(50 * time.Millisecond) // the second asks while the first runs
 	}
@@ -568,7 +568,7 @@ func TestGaudiSharedRunOutlivesTheShorterWaiter(t *testing.T) {
 				defer cancel()
 				cancels[i], results[i] = cancel, make(chan result, 1)
 				go func() {
-					devs, err := c.readDevices(ctx, true)
+					devs, err := c.readDevices(ctx, moveScrape)
 					results[i] <- result{devs, err}
 				}()
 				waitForCond(t, "the snapshot to wait for the run", func() bool { return waiters() == i+1 })
@@ -634,10 +634,10 @@ func TestGaudiLongerScrapeIsNotServedAShorterOnesSnapshot(t *testing.T) {
 	long, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	shortSnap := make(chan *Snapshot, 1)
-	go func() { shortSnap <- e.snapshots.get(short, true) }()
+	go func() { shortSnap <- e.snapshots.get(short, moveScrape) }()
 	waitForCond(t, "hl-smi to start", func() bool { return len(gaudiStarts(t, starts)) == 1 })
 	longSnap := make(chan *Snapshot, 1)
-	go func() { longSnap <- e.snapshots.get(long, true) }()
+	go func() { longSnap <- e.snapshots.get(long, moveScrape) }()
 	waitForCond(t, "the longer scrape to wait for the run", func() bool { return waiters() == 2 })
 	endShort()
 	<-shortSnap
@@ -980,7 +980,7 @@ func TestGaudiHungHLSMIMixedDeadlines(t *testing.T) {
 		defer wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
-		c.readDevices(ctx, true)
+		c.readDevices(ctx, moveScrape)
 	}
 	for range 3 {
 		var wg sync.WaitGroup

@@ -136,9 +136,15 @@ func (c *nvidiaCollector) stopping() bool {
 	return c.life != nil && c.life.Err() != nil
 }
 
-func (c *nvidiaCollector) readDevices(ctx context.Context, advance bool) ([]*Device, error) {
+func (c *nvidiaCollector) readDevices(ctx context.Context, m move) ([]*Device, error) {
 	read := c.reads.Add(1)
-	node, err := c.client.Read(ctx, advance)
+	var node nvidia.Node
+	var err error
+	if m == movePush {
+		node, err = c.client.ReadPush(ctx)
+	} else {
+		node, err = c.client.Read(ctx, m == moveScrape)
+	}
 	c.logChange(err)
 	if errors.Is(err, nvidia.ErrNoDriver) {
 		// No NVML library: a node without NVIDIA GPUs, such as the AMD or

@@ -390,7 +390,7 @@ func TestConcurrentScrapesShareOneSnapshot(t *testing.T) {
 	e.snapshots.sources["nvidia"] = sourceFunc(func(ctx context.Context) ([]*Device, error) {
 		builds.Add(1)
 		<-release
-		return orig.readDevices(ctx, true)
+		return orig.readDevices(ctx, moveScrape)
 	})
 	results := make(chan *Snapshot, 2)
 	for range 2 {
@@ -409,7 +409,7 @@ func TestConcurrentScrapesShareOneSnapshot(t *testing.T) {
 
 type sourceFunc func(context.Context) ([]*Device, error)
 
-func (f sourceFunc) readDevices(ctx context.Context, _ bool) ([]*Device, error) { return f(ctx) }
+func (f sourceFunc) readDevices(ctx context.Context, _ move) ([]*Device, error) { return f(ctx) }
 
 func TestHungSourceFailsOnlyItself(t *testing.T) {
 	e := newTestExporter(t, demo.Default(), map[string]bool{"nvidia": true})

@@ -142,6 +142,53 @@ func TestPushLeavesTheWindowToScrapes(t *testing.T) {
 	}
 }
 
+// TestFirstScrapeAfterPushes: pushes with no scraper move their own
+// window, never the scrapes': a scrape's window starts where the previous
+// scrape's ended, or at the warm-up for the first, as with the bridge off.
+// Found by probing (probe2-regr D3): with pushes every second, the first
+// scrape after start read the last second alone, 1.00 against 0.62 with
+// the bridge off.
+func TestFirstScrapeAfterPushes(t *testing.T) {
+	gpu := `uuid="GPU-5a000000-0000-4000-8000-000000000000"`
+	s := loadScenario(t, "sharing")
+	for _, first := range []string{"warm-up", "one request"} {
+		t.Run(first, func(t *testing.T) {
+			clk := &testClock{t: testNow}
+			e := newAttributedExporterFor(t, s, func(c *Config) {
+				c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now
+			})
+			// At 5400 s after boot: Start's warm-up read, or someone's
+			// curl of /metrics, which is no Prometheus scraping either.
+			if first == "warm-up" {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				e.snapshots.get(ctx, moveScrape)
+			} else {
+				scrapeText(t, e, 10*time.Second)
+			}
+			clk.set(testNow.Add(5 * time.Second))
+			pushText(t, e)
+			// The pushes still move their own window: this one covers
+			// 5405 … 5415 s, 9 × (0.6 + 0.3) + 1 × 0.3 = 8.4 over 10 s →
+			// 0.84 (ts-a busy 14 s of every 15 from boot, 5400 = 360 × 15;
+			// ts-b 0.3 throughout).
+			clk.set(testNow.Add(15 * time.Second))
+			check, _ := oracleChecks(pushText(t, e))
+			check(t, "xpu_utilization_ratio", 0.84, gpu)
+			// The scrape at 5420 s covers 5400 … 5420 s, whatever the
+			// pushes did: ts-a busy in 5400 … 5414 and 5415 … 5420, 19
+			// periods; (19 × 0.9 + 1 × 0.3) / 20 = 17.4 / 20 → 0.87, split
+			// 19 × 0.6 / 20 = 0.57 (ts-a) and 0.3 (ts-b). From the last
+			// push it would be 5 × 0.9 / 5 → 0.9.
+			clk.set(testNow.Add(20 * time.Second))
+			check, _ = oracleChecks(scrapeText(t, e, 10*time.Second))
+			check(t, "xpu_utilization_ratio", 0.87, gpu)
+			check(t, "xpu_workload_utilization_ratio", 0.57, gpu, `pod="ts-a"`)
+			check(t, "xpu_workload_utilization_ratio", 0.3, gpu, `pod="ts-b"`)
+		})
+	}
+}
+
 func TestSharingOracles(t *testing.T) {
 	out := scrapeSharing(t)
 	const gib = 1 << 30

@@ -145,12 +145,30 @@ type sourceResult struct {
 }
 
 // source reads devices into the snapshot. A collector that is also a source
-// is asked for its devices before any collector runs. advance says that the
-// snapshot is a scrape's: readings averaged since the previous scrape start
-// their next window here (see Exporter.Snapshot).
+// is asked for its devices before any collector runs. m says which window
+// of readings averaged since an earlier read the snapshot moves on (see
+// Exporter.Snapshot).
 type source interface {
-	readDevices(ctx context.Context, advance bool) ([]*Device, error)
+	readDevices(ctx context.Context, m move) ([]*Device, error)
 }
+
+// move is what a snapshot moves on of the windows that readings averaged
+// since an earlier one cover (utilization samples, GPM, AMD engine time).
+type move uint8
+
+const (
+	// moveNone: /devices, event owner look-ups, pushes while Prometheus
+	// scrapes. They cover the time since the last scrape.
+	moveNone move = iota
+	// movePush: a push with no Prometheus scraping covers the time since
+	// the previous such push (or the last scrape, if later) and moves that
+	// window alone: the next scrape's still starts at the last scrape, or
+	// at the warm-up, as with the bridge off.
+	movePush
+	// moveScrape: a scrape, or the warm-up that starts the first scrape's
+	// window. The pushes' window starts here too.
+	moveScrape
+)
 
 // snapshotter builds snapshots and coalesces concurrent scrapes (an HA pair
 // of Prometheus servers) onto one build, so hardware is queried once.
@@ -175,16 +193,17 @@ type snapshotter struct {
 	coalesced atomic.Uint64
 }
 
-// build is a snapshot being built, for a scrape (advance) or not.
+// build is a snapshot being built, and what it moves on.
 type build struct {
-	snap    *Snapshot
-	advance bool
+	snap *Snapshot
+	move move
 }
 
 // get returns a snapshot: the one being built right now if it will be done
 // by ctx's deadline, and not more than flight.ScrapeSlack sooner, else a new
-// one built under ctx. A caller whose ctx ends first gets nil. A scrape
-// (advance) shares only a scrape's build.
+// one built under ctx. A caller whose ctx ends first gets nil. A build that
+// moves a window is shared only by callers moving the same one; one that
+// moves none shares a scrape's too, whose window is the scrapes'.
 //
 // A build due later than this caller (the warm-up at start, a scrape with a
 // longer timeout) is not joined but built anew, nor is one due much sooner,
@@ -193,11 +212,11 @@ type build struct {
 // longer one). The two builds share each device's read in flight
 // (nvidia.Client, the Gaudi collector's hl-smi run), so no device is read
 // twice at once, nor reported down for the other build's deadline.
-func (s *snapshotter) get(ctx context.Context, advance bool) *Snapshot {
-	b, leader := s.builds.Join(struct{}{}, flight.Deadline(ctx), build{advance: advance},
-		func(b *build) bool { return b.advance || !advance })
+func (s *snapshotter) get(ctx context.Context, m move) *Snapshot {
+	b, leader := s.builds.Join(struct{}{}, flight.Deadline(ctx), build{move: m},
+		func(b *build) bool { return b.move == m || (m == moveNone && b.move == moveScrape) })
 	if leader {
-		b.Val.snap = s.build(ctx, advance)
+		b.Val.snap = s.build(ctx, m)
 		s.builds.Finish(struct{}{}, b)
 		return b.Val.snap
 	}
@@ -212,7 +231,7 @@ func (s *snapshotter) get(ctx context.Context, advance bool) *Snapshot {
 // ctx ends is reported failed and left to finish in the background; it is
 // not read again until it has, so a hung driver cannot pile up goroutines.
 // Sources that honour their context may be read by two builds at once.
-func (s *snapshotter) build(ctx context.Context, advance bool) *Snapshot {
+func (s *snapshotter) build(ctx context.Context, m move) *Snapshot {
 	snap := &Snapshot{Time: s.now(), sources: make(map[string]sourceResult, len(s.sources))}
 	type answer struct {
 		name string
@@ -237,7 +256,7 @@ func (s *snapshotter) build(ctx context.Context, advance bool) *Snapshot {
 		go func() {
 			defer s.finish(name, r)
 			start := time.Now()
-			devs, err := src.readDevices(srcCtx, advance)
+			devs, err := src.readDevices(srcCtx, m)
 			answers <- answer{name, devs, sourceResult{duration: time.Since(start), err: err}}
 		}()
 	}

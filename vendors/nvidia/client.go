@@ -54,6 +54,10 @@ type Client struct {
 	// read's window.
 	lastSeen map[int]uint64
 	windows  map[int]*window
+	// pushed is the window of the last push that moved on past the last
+	// scrape (ReadPush): the pushes' next window starts after it, the
+	// scrapes' still at lastSeen.
+	pushed map[int]*window
 	// gpm keeps each device's previous GPM sample. Only the goroutine that
 	// reads a device touches its entry, and never two at once (inflight).
 	gpm map[int]*gpmDevice
@@ -71,15 +75,33 @@ type deviceRead struct {
 	// started it: a scrape with a timeout of a millisecond must not make a
 	// second Prometheus's 10 s scrape report the GPU down.
 	started time.Time
-	// advance says that a scrape uses this read, so that it is committed
-	// (see pending); set under Client.mu until the read seals it.
-	advance, sealed bool
+	// push says that the read starts from the pushes' window, which no
+	// scrape may take as its own.
+	push bool
+	// commit is what the read moves on (see pending): the most any of its
+	// callers moves; set under Client.mu until the read seals it.
+	commit move
+	sealed bool
+	// after is the read this one waits for before it starts: one device
+	// is never read twice at once.
+	after <-chan struct{}
 }
+
+// move is what a read moves on of the windows that readings averaged
+// since an earlier read cover (utilization samples, GPM). Its order is
+// that of a read shared by callers asking for more.
+type move uint8
+
+const (
+	moveNone   move = iota // /devices, event owner look-ups
+	movePush               // a push with no scraper: the pushes' window alone
+	moveScrape             // a scrape: the scrapes' window, and the pushes' with it
+)
 
 // New returns a client over an NVML implementation: nvml.New() in
 // production, a simulated driver in tests and demo mode.
 func New(lib nvml.Interface) *Client {
-	return &Client{lib: lib, inflight: map[int]*deviceRead{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, noMIG: map[int]bool{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, gpm: map[int]*gpmDevice{}}
+	return &Client{lib: lib, inflight: map[int]*deviceRead{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, noMIG: map[int]bool{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, pushed: map[int]*window{}, gpm: map[int]*gpmDevice{}}
 }
 
 // Library is NVML loaded from path, a file the operator named. That it
@@ -187,6 +209,23 @@ func (c *Client) Shutdown() {
 // move on to this read. Other callers (/devices, event owner look-ups) see
 // the same averages without shortening the next scrape's window.
 func (c *Client) Read(ctx context.Context, advance bool) (Node, error) {
+	if advance {
+		return c.read(ctx, moveScrape)
+	}
+	return c.read(ctx, moveNone)
+}
+
+// ReadPush is Read for a push that moves a window on although no scrape
+// uses it (an OTLP push with no Prometheus scraping): its averages cover
+// the time since the previous such push, or the last scrape if later, and
+// the scrapes' window is left where it was, so that the next scrape
+// covers the time since the last scrape (or the warm-up) whatever the
+// pushes did.
+func (c *Client) ReadPush(ctx context.Context) (Node, error) {
+	return c.read(ctx, movePush)
+}
+
+func (c *Client) read(ctx context.Context, m move) (Node, error) {
 	if err := c.Init(); err != nil {
 		return Node{}, err
 	}
@@ -210,7 +249,7 @@ func (c *Client) Read(ctx context.Context, advance bool) (Node, error) {
 	}
 	reads := make([]*deviceRead, count)
 	for i := range count {
-		reads[i] = c.start(i, deadline, advance)
+		reads[i] = c.start(i, deadline, m)
 	}
 	// A GPU and its MIG instances come together; most GPUs have none.
 	node.Devices = make([]Device, 0, count)
@@ -221,21 +260,27 @@ func (c *Client) Read(ctx context.Context, advance bool) (Node, error) {
 }
 
 // start returns the device's read in flight, or starts one. A read stuck
-// (see deviceRead.started) is returned as nil.
-func (c *Client) start(index int, deadline time.Time, advance bool) *deviceRead {
+// (see deviceRead.started) is returned as nil. A scrape does not share a
+// push's read, whose window starts at the last push: it reads the device
+// after it.
+func (c *Client) start(index int, deadline time.Time, m move) *deviceRead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
+	var after <-chan struct{}
 	if r := c.inflight[index]; r != nil {
 		if now.Sub(r.started) > deadline.Sub(now) {
 			return nil
 		}
-		if advance && !r.sealed {
-			r.advance = true
+		if !r.push || m != moveScrape {
+			if !r.sealed && !r.push {
+				r.commit = max(r.commit, m)
+			}
+			return r
 		}
-		return r
+		after = r.done
 	}
-	r := &deviceRead{done: make(chan struct{}), started: now, advance: advance}
+	r := &deviceRead{done: make(chan struct{}), started: now, push: m == movePush, commit: m, after: after}
 	c.inflight[index] = r
 	go c.run(index, r)
 	return r
@@ -244,15 +289,27 @@ func (c *Client) start(index int, deadline time.Time, advance bool) *deviceRead 
 // run reads the device, then commits or undoes what the read took from the
 // device's windows, before anyone can start the next read of it.
 func (c *Client) run(index int, r *deviceRead) {
-	devs, p := c.readIndex(index)
+	if r.after != nil {
+		<-r.after
+	}
+	devs, p := c.readIndex(index, r.push)
 	c.mu.Lock()
 	r.sealed = true
-	commit, closed := r.advance, c.closed
+	commit, closed := r.commit, c.closed
 	c.mu.Unlock()
-	p.apply(commit && !closed)
+	if closed {
+		commit = moveNone
+	}
+	p.apply(commit)
 	c.mu.Lock()
-	if commit && !closed && p.win != nil && p.win.end > c.lastSeen[index] {
-		c.lastSeen[index], c.windows[index] = p.win.end, p.win
+	switch {
+	case commit == moveScrape:
+		if p.win != nil && p.win.end > c.lastSeen[index] {
+			c.lastSeen[index], c.windows[index] = p.win.end, p.win
+		}
+		delete(c.pushed, index)
+	case commit == movePush && p.win != nil && p.win.end > c.pushStart(index):
+		c.pushed[index] = p.win
 	}
 	if closed {
 		if g := c.gpm[index]; g != nil {
@@ -260,7 +317,9 @@ func (c *Client) run(index int, r *deviceRead) {
 			delete(c.gpm, index)
 		}
 	}
-	delete(c.inflight, index)
+	if c.inflight[index] == r {
+		delete(c.inflight, index)
+	}
 	c.mu.Unlock()
 	r.devs = devs
 	close(r.done)
@@ -320,11 +379,21 @@ func (c *Client) downLocked(index int, why string) []Device {
 	return out
 }
 
-// readIndex reads the GPU at index and its MIG instances. A panic inside the
+// pushStart is where a push's window of the device starts (c.mu held): at
+// the last push that moved on past the last scrape, or at that scrape.
+func (c *Client) pushStart(index int) uint64 {
+	if w := c.pushed[index]; w != nil {
+		return w.end
+	}
+	return c.lastSeen[index]
+}
+
+// readIndex reads the GPU at index and its MIG instances, over the pushes'
+// window (push) or the scrapes'. A panic inside the
 // driver binding or a simulated driver marks this device down and nothing
 // else. The pending changes to the device's windows are returned with the
 // readings, for run to apply.
-func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
+func (c *Client) readIndex(index int, push bool) (devs []Device, p *windowChange) {
 	p = &windowChange{}
 	gpu := &Device{Identity: Identity{Index: index}}
 	defer func() {
@@ -343,7 +412,10 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 		g = &gpmDevice{states: map[string]*gpmState{}, seen: map[string]bool{}}
 		c.gpm[index] = g
 	}
-	r := &reader{lib: c.lib, gpm: g, symbols: c.symbols, lastSeen: c.lastSeen[index], prev: c.windows[index], pending: &p.pending}
+	r := &reader{lib: c.lib, gpm: g, symbols: c.symbols, lastSeen: c.lastSeen[index], prev: c.windows[index], push: push, pending: &p.pending}
+	if w := c.pushed[index]; push && w != nil {
+		r.lastSeen, r.prev = w.end, w
+	}
 	r.identified = func(id Identity) {
 		c.mu.Lock()
 		c.identities[index] = id
@@ -351,6 +423,7 @@ func (c *Client) readIndex(index int) (devs []Device, p *windowChange) {
 	}
 	c.mu.Unlock()
 	p.commit = append(p.commit, g.sweep)
+	p.pushed = append(p.pushed, g.sweep)
 	p.discard = append(p.discard, func() { clear(g.seen) })
 	r.readGPU(h, gpu)
 	var known []Device

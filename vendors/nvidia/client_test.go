@@ -2,6 +2,7 @@ package nvidia
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -50,6 +51,54 @@ devices:
 				t.Errorf("read %d: GPU %d down (%q) though it answered", i, d.Index, d.Down)
 			}
 		}
+	}
+}
+
+// A scrape that starts while a push's read of the device is under way does
+// not share it: that read covers the time since the previous push, the
+// scrape's must cover the time since the previous scrape.
+func TestScrapeDoesNotSharePushRead(t *testing.T) {
+	s := mustScenario(t, `
+devices:
+  - model: X
+    memory_total: 1GiB
+    sample_period: 1s
+    metrics: {power: 100}
+    faults: {hang: [power], hang_for: 300ms}
+    processes:
+      - {pid: 10, memory_used: 1GiB, utilization: 1.0, duty: {period: 10s, busy: 5s}}
+`)
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	now := start.Add(100 * time.Second)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	set := func(d time.Duration) { mu.Lock(); now = start.Add(100*time.Second + d); mu.Unlock() }
+	c := New(s.NVML(start, clock))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Read(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	set(5 * time.Second)
+	if _, err := c.ReadPush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	set(8 * time.Second)
+	pushed := make(chan struct{})
+	go func() {
+		defer close(pushed)
+		c.ReadPush(ctx)
+	}()
+	time.Sleep(50 * time.Millisecond) // the push's read waits on power
+	n, err := c.Read(ctx, true)
+	<-pushed
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Busy 5 s of every 10 from the start: the scrape's window 100 … 108 s
+	// holds 5 busy periods of 8, 0.625; the push's 105 … 108 s is idle, 0.
+	if u := n.Devices[0].Utilization; !u.OK || math.Abs(u.Value-0.625) > 1e-9 {
+		t.Errorf("scrape's utilization %+v, want 0.625", u)
 	}
 }
 

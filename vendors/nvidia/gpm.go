@@ -42,13 +42,23 @@ var gpmMetrics = []struct {
 
 // gpmState is what GPM keeps between scrapes for one GPU or MIG instance.
 type gpmState struct {
-	prev nvml.GpmSample
+	// prev is the last scrape's sample; pushed the last push's that moved
+	// on past it (Client.ReadPush), nil when none has.
+	prev, pushed nvml.GpmSample
 }
 
 func (s *gpmState) free() {
 	if s.prev != nil {
 		s.prev.Free()
 		s.prev = nil
+	}
+	s.freePushed()
+}
+
+func (s *gpmState) freePushed() {
+	if s.pushed != nil {
+		s.pushed.Free()
+		s.pushed = nil
 	}
 }
 
@@ -71,7 +81,8 @@ func (r *reader) gpmSupported(h nvml.Device) bool {
 // profile takes a GPM sample with get and, if an earlier one exists, sets the
 // readings averaged between the two. The new sample replaces the previous one
 // only when the read is committed: a read no scrape used leaves the next
-// scrape's window where it was.
+// scrape's window where it was. A push that moves on (Client.ReadPush)
+// keeps its sample apart, the base of the next such push.
 func (r *reader) profile(d *Device, key string, get func(nvml.GpmSample) nvml.Return) {
 	st := r.gpm.states[key]
 	if st == nil {
@@ -91,8 +102,15 @@ func (r *reader) profile(d *Device, key string, get func(nvml.GpmSample) nvml.Re
 		st.free()
 		st.prev = sample
 	})
+	r.pending.pushed = append(r.pending.pushed, func() {
+		st.freePushed()
+		st.pushed = sample
+	})
 	r.pending.discard = append(r.pending.discard, func() { sample.Free() })
 	prev := st.prev
+	if r.push && st.pushed != nil {
+		prev = st.pushed
+	}
 	if prev == nil {
 		return
 	}

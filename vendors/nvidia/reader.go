@@ -29,6 +29,8 @@ type reader struct {
 	// driver period has ended since (two reads within one period); win is
 	// this read's, kept once it is committed.
 	prev, win *window
+	// push says that the read starts from the pushes' window (ReadPush).
+	push bool
 	// identified is told the device's identity once it is read, before
 	// the rest: a later call that hangs must not leave the device unnamed
 	// (its owners are found by its UUID).
@@ -41,15 +43,19 @@ type reader struct {
 }
 
 // pending is what a read changes in the device's window state: applied
-// (commit) when a scrape used the read, undone (discard) otherwise, so that
-// /devices, event owner look-ups and a read nobody waited for never shorten
-// a scrape's window.
-type pending struct{ commit, discard []func() }
+// (commit) when a scrape used the read, to the pushes' window alone
+// (pushed) when only a push that moves on did, undone (discard) otherwise,
+// so that /devices, event owner look-ups, pushes and a read nobody waited
+// for never shorten a scrape's window.
+type pending struct{ commit, pushed, discard []func() }
 
-func (p *pending) apply(commit bool) {
+func (p *pending) apply(m move) {
 	fns := p.discard
-	if commit {
+	switch m {
+	case moveScrape:
 		fns = p.commit
+	case movePush:
+		fns = p.pushed
 	}
 	for _, f := range fns {
 		f()
