@@ -191,6 +191,9 @@ func findEventDevice(snap *Snapshot, ev nvidia.Event) *Device {
 			continue
 		}
 		switch {
+		case ev.UUID == "":
+			// Not identified: a device never identified has no UUID
+			// either, and must not take another's event.
 		case d.MIG == nil && d.UUID == ev.UUID:
 			gpu = d
 		case d.MIG != nil && d.MIG.ParentUUID == ev.UUID && ev.GPUInstance >= 0 && d.MIG.Instance == strconv.Itoa(ev.GPUInstance):

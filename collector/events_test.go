@@ -316,3 +316,14 @@ events:
 		}
 	}
 }
+
+// TestUnnamedEventTakesNoDevice: a GPU lost before it was identified has
+// no UUID; an event NVML could not name has none either, and must not be
+// charged to that GPU and its owners (probe3 D1).
+func TestUnnamedEventTakesNoDevice(t *testing.T) {
+	lost := &Device{Vendor: "nvidia", Index: "1", Up: false}
+	snap := &Snapshot{Devices: []*Device{{Vendor: "nvidia", Index: "0", UUID: "GPU-0", Up: true}, lost}}
+	if d := findEventDevice(snap, nvidia.Event{Index: -1, Type: "xid", XID: 79, GPUInstance: -1, ComputeInstance: -1}); d != nil {
+		t.Errorf("an unnamed event was charged to GPU %s", d.Index)
+	}
+}

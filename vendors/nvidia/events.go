@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -69,9 +70,19 @@ var registerTimeout = 5 * time.Second
 
 // registration is what registering one device for events gave.
 type registration struct {
+	handle     nvml.Device
 	uuid       string
 	registered bool
 	lost       bool
+}
+
+// registered names a registered device by the handle NVML gives its
+// events: an event of a GPU falling off the bus (Xid 79) arrives when the
+// GPU can no longer tell its UUID (GetUUID answers GPU_IS_LOST), so the
+// UUID read at registration names it.
+type registered struct {
+	index int
+	uuid  string
 }
 
 // Listen registers every device for XID and ECC events and calls handle for
@@ -96,7 +107,8 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 		return fmt.Errorf("count NVIDIA devices: %s", ret.Error())
 	}
 	var status ListenStatus
-	uuids := map[string]int{} // UUID → index, to name the device of an event
+	uuids := map[string]int{}               // UUID → index, to name the device of an event
+	handles := map[nvml.Device]registered{} // handle → what it was at registration
 	for i := range count {
 		c.mu.Lock()
 		busy := c.registering[i]
@@ -120,6 +132,9 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 		case reg := <-done:
 			if reg.uuid != "" {
 				uuids[reg.uuid] = i
+				if reg.handle != nil && reflect.TypeOf(reg.handle).Comparable() {
+					handles[reg.handle] = registered{index: i, uuid: reg.uuid}
+				}
 			}
 			switch {
 			case reg.registered:
@@ -152,7 +167,7 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 		switch ret {
 		case nvml.SUCCESS:
 			failed = 0
-			if ev, ok := convertEvent(data, uuids); ok {
+			if ev, ok := convertEvent(data, uuids, handles); ok {
 				handle(ev)
 			}
 		case nvml.ERROR_TIMEOUT:
@@ -172,7 +187,7 @@ func (c *Client) Listen(ctx context.Context, ready func(ListenStatus), handle fu
 	}
 }
 
-func convertEvent(data nvml.EventData, uuids map[string]int) (Event, bool) {
+func convertEvent(data nvml.EventData, uuids map[string]int, handles map[nvml.Device]registered) (Event, bool) {
 	ev := Event{Index: -1, GPUInstance: -1, ComputeInstance: -1, Time: time.Now()}
 	for _, t := range eventTypes {
 		if data.EventType&t.bit != 0 {
@@ -187,6 +202,10 @@ func convertEvent(data nvml.EventData, uuids map[string]int) (Event, bool) {
 			ev.UUID = uuid
 			if i, ok := uuids[uuid]; ok {
 				ev.Index = i
+			}
+		} else if reflect.TypeOf(data.Device).Comparable() {
+			if reg, ok := handles[data.Device]; ok {
+				ev.UUID, ev.Index = reg.uuid, reg.index
 			}
 		}
 	}
@@ -217,6 +236,9 @@ func (c *Client) register(index int, set nvml.EventSet) registration {
 	if ret == nvml.ERROR_GPU_IS_LOST {
 		return registration{lost: true}
 	}
+	if ret != nvml.SUCCESS {
+		uuid = ""
+	}
 	supported, ret := h.GetSupportedEventTypes()
 	var mask uint64
 	for _, t := range eventTypes {
@@ -228,5 +250,5 @@ func (c *Client) register(index int, set nvml.EventSet) registration {
 	if ret := h.RegisterEvents(supported&mask, set); ret != nvml.SUCCESS {
 		return registration{uuid: uuid, lost: ret == nvml.ERROR_GPU_IS_LOST}
 	}
-	return registration{uuid: uuid, registered: true}
+	return registration{handle: h, uuid: uuid, registered: true}
 }
