@@ -180,7 +180,11 @@ type Device struct {
 	// the GPU. -1 for a GPU in MIG mode with MIG devices, which Slurm does
 	// not hand out itself.
 	GRESIndex int
-	PIDs      []uint32
+	// GRESUnplaced says Slurm numbers the device but its GRES index could
+	// not be worked out: while jobs hold GRES on the node, its owners are
+	// unknown rather than none.
+	GRESUnplaced bool
+	PIDs         []uint32
 	// ExitedPIDs used the device earlier in the current utilization window
 	// but run on it no more (the vendor's samples name them, its process
 	// list does not). Their owners come from what procfs said of them at

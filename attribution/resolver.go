@@ -175,6 +175,9 @@ func New(cfg Config) *Resolver {
 	return &Resolver{cfg: cfg, now: time.Now, procs: map[uint32]procInfo{}, badIDs: map[string]bool{}, down: map[string]bool{}}
 }
 
+// UsesSlurm says whether Slurm is asked who holds the devices.
+func (r *Resolver) UsesSlurm() bool { return r.cfg.Slurm != nil }
+
 // PodLabelNames are the label names of the allow-listed pod labels, in the
 // order of Owner.PodLabels.
 func (r *Resolver) PodLabelNames() []string {
@@ -240,7 +243,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		// may be missing, whatever else was found: its count is unknown,
 		// not the owners seen (0 for a GPU a Slurm job holds through GRES
 		// while scontrol fails would read as idle).
-		if kubeDown || (slurmDown || sl.unseenHolder(d)) && len(kube[d.UUID]) == 0 {
+		if kubeDown || (slurmDown || sl.unseenHolder(d) || d.GRESUnplaced && len(sl.gres) > 0) && len(kube[d.UUID]) == 0 {
 			own.OwnersUnknown = true
 		}
 	}

@@ -552,3 +552,64 @@ devices:
 	absent(t, "xpu_device_owners", `gpu="0"`)
 	absent(t, "xpu_workload_memory_used_bytes", `gpu="0"`)
 }
+
+// TestUnplacedGRESOwnersAreUnknown: GPU 0 was lost before it was read, on a
+// node with a MIG GPU, so whether it is in MIG mode, and so the GRES index
+// of every GPU after it, is unknown (gresIndices). Jobs 100, 101, 103 and
+// 104 hold GRES 0..3. GPUs 1 and 3 and GPU 2's instance may be any of
+// theirs: their owners are unknown (xpu_device_owners left out), not 0 as
+// for an idle GPU (probe3 D3). With no job holding GRES, they are 0.
+func TestUnplacedGRESOwnersAreUnknown(t *testing.T) {
+	scenario := func(jobs string) *demo.Scenario {
+		s, err := demo.Parse([]byte(`node: n1
+defaults: {model: NVIDIA A100-SXM4-80GB, memory_total: 80GiB, metrics: {utilization: 0.5, memory_used: 10GiB}}
+devices:
+  - {faults: {lost: true}}
+  - {}
+  - {mig: [{profile: 3g.40gb, gpu_instance: 2}]}
+  - {}
+slurm:
+  jobs:
+` + jobs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, scenario(`    - {id: "100", user: alice, gpus: [0]}
+    - {id: "101", user: bob, gpus: [1]}
+    - {id: "103", user: dave, gpus: [2]}
+    - {id: "104", user: erin, gpus: [3]}
+`)), 10*time.Second)
+	check, absent := oracleChecks(out)
+	for _, gpu := range []string{`gpu="1"`, `gpu="3"`, `mig_instance="2"`} {
+		absent(t, "xpu_device_owners", gpu)
+	}
+	out = scrapeText(t, newAttributedExporterFor(t, scenario(`    - {id: "200", user: alice}
+`)), 10*time.Second)
+	check, _ = oracleChecks(out)
+	check(t, "xpu_device_owners", 0, `gpu="1"`)
+}
+
+// TestGRESOrderWarningOnlyUnderSlurm: device files out of NVML's order are
+// worth a warning where Slurm numbers GRES, and on no other node (probe3
+// D4).
+func TestGRESOrderWarningOnlyUnderSlurm(t *testing.T) {
+	const warning = "not in NVML's order"
+	for _, tc := range []struct {
+		slurm string
+		want  int
+	}{{"", 0}, {"slurm:\n  jobs:\n    - {id: \"77\", user: carol, gpus: [0]}\n", 1}} {
+		s, err := demo.Parse([]byte("node: n\ndefaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {temperature: 50}}\ndevices:\n  - {minor_number: 1}\n  - {minor_number: 0}\n" + tc.slurm))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs lockedBuffer
+		e := newAttributedExporterFor(t, s, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+		scrapeText(t, e, 10*time.Second)
+		scrapeText(t, e, 10*time.Second)
+		if got := strings.Count(logs.String(), warning); got != tc.want {
+			t.Errorf("with Slurm %v: %d warnings, want %d:\n%s", tc.slurm != "", got, tc.want, logs.String())
+		}
+	}
+}

@@ -306,8 +306,10 @@ func (s *snapshotter) build(ctx context.Context, m move) *Snapshot {
 // attribute resolves the owners of every device that answered.
 func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	devs := make([]attribution.Device, 0, len(snap.Devices))
-	gres := gresIndices(snap.Devices, s.severalVendors(snap.Devices), s.gresByFile)
-	if !s.gresByFile && s.logger != nil && !filesInNVMLOrder(snap.Devices) && s.fileOrderTold.CompareAndSwap(false, true) {
+	several := s.severalVendors(snap.Devices)
+	gres := gresIndices(snap.Devices, several, s.gresByFile)
+	unplaced := gresUnplaced(snap.Devices, gres, several)
+	if !s.gresByFile && s.logger != nil && s.resolver.UsesSlurm() && !filesInNVMLOrder(snap.Devices) && s.fileOrderTold.CompareAndSwap(false, true) {
 		s.logger.Warn("the NVIDIA GPUs' device files (/dev/nvidiaN) are not in NVML's order; Slurm numbers GRES by device file where gres.conf lists File= without Links= or AutoDetect=nvml: set --slurm.gres-order=device-file if yours does")
 	}
 	for _, d := range snap.Devices {
@@ -319,6 +321,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		if i, ok := gres[d]; ok {
 			ad.GRESIndex = i
 		}
+		ad.GRESUnplaced = unplaced[d]
 		if d.MIG != nil {
 			ad.ParentUUID, ad.MIGIndex, ad.MIGInstance, ad.Partition = d.MIG.ParentUUID, d.MIG.Index, atoi(d.MIG.Instance), d.MIG.DevicePluginID
 		}
@@ -494,6 +497,34 @@ func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 		}
 		out[d] = next[d.Vendor]
 		next[d.Vendor]++
+	}
+	return out
+}
+
+// gresUnplaced are the devices Slurm numbers whose GRES index gresIndices
+// could not work out (a GPU before them whose MIG instances are unknown,
+// a device file not read): a job may hold them though none is seen to. A
+// GPU in MIG mode whose instances are numbered in its place is not one;
+// nor is any device of a node of several vendors, which is documented to
+// take its jobs from processes alone.
+func gresUnplaced(devs []*Device, idx map[*Device]int, several bool) map[*Device]bool {
+	if several || len(devs) == 0 {
+		return nil
+	}
+	for _, d := range devs {
+		if d.Vendor != devs[0].Vendor {
+			return nil
+		}
+	}
+	out := map[*Device]bool{}
+	for _, d := range devs {
+		if _, ok := idx[d]; ok {
+			continue
+		}
+		if d.HasMIG && slices.ContainsFunc(devs, func(m *Device) bool { return m.MIG != nil && m.Index == d.Index }) {
+			continue
+		}
+		out[d] = true
 	}
 	return out
 }
