@@ -321,17 +321,24 @@ func TestEngineHistogramReturnsAfterOneUnreadableAnswer(t *testing.T) {
 	}
 }
 
+// fixedEngineExporter is an exporter with the engines collector alone,
+// scraping one target of engine that always answers body, and its log.
+func fixedEngineExporter(t *testing.T, engine, body string) (*Exporter, *syncbuf.Buffer) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body)) }))
+	t.Cleanup(srv.Close)
+	setEngineFlags(t, []string{engine + "=" + srv.URL + "/metrics"})
+	logs := &syncbuf.Buffer{}
+	return newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(logs, nil))}, "engines"), logs
+}
+
 // TestNonFiniteCounterIsTold: a counter reading +Inf is left out of the
 // target's series (engines.Corrector) and named in one warning, while the
 // target stays up with the rest.
 func TestNonFiniteCounterIsTold(t *testing.T) {
 	const body = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 3\n" +
 		"# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"m\"} +Inf\n"
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body)) }))
-	t.Cleanup(srv.Close)
-	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
-	var logs syncbuf.Buffer
-	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
+	e, logs := fixedEngineExporter(t, "vllm", body)
 	for range 2 {
 		out := scrapeText(t, e, 5*time.Second)
 		if v := sample(t, out, "xpu_inference_requests_running", `model="m"`); v != 3 {
@@ -354,11 +361,7 @@ func TestNonFiniteCounterIsTold(t *testing.T) {
 func TestAutoTargetTellsOfOtherEngines(t *testing.T) {
 	const body = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"llama\"} 3\n" +
 		"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"qwen\"} 5\n"
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body)) }))
-	t.Cleanup(srv.Close)
-	setEngineFlags(t, []string{"auto=" + srv.URL + "/metrics"})
-	var logs syncbuf.Buffer
-	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
+	e, logs := fixedEngineExporter(t, "auto", body)
 	for range 2 {
 		out := scrapeText(t, e, 5*time.Second)
 		if v := sample(t, out, "xpu_inference_requests_running", `engine="vllm"`, `model="llama"`); v != 3 {
