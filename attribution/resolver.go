@@ -243,7 +243,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		// may be missing, whatever else was found: its count is unknown,
 		// not the owners seen (0 for a GPU a Slurm job holds through GRES
 		// while scontrol fails would read as idle).
-		if kubeDown || (slurmDown || sl.unseenHolder(d) || d.GRESUnplaced && len(sl.gres) > 0) && len(kube[d.UUID]) == 0 {
+		if kubeDown || (slurmDown || sl.unseenHolder(d) || sl.mayHoldUnplaced(d)) && len(kube[d.UUID]) == 0 {
 			own.OwnersUnknown = true
 		}
 	}
@@ -1094,6 +1094,12 @@ type slurmState struct {
 func (sl slurmState) unseenHolder(d Device) bool {
 	return sl.holdersUnseen && d.GRESIndex >= 0 &&
 		!slices.ContainsFunc(sl.gres[d.GRESIndex], func(h gresHold) bool { return h.share == 1 })
+}
+
+// mayHoldUnplaced says whether a device whose GRES index could not be
+// worked out may be a job's: jobs hold GRES on the node, seen or hidden.
+func (sl slurmState) mayHoldUnplaced(d Device) bool {
+	return d.GRESUnplaced && (len(sl.gres) > 0 || sl.holdersUnseen)
 }
 
 // gresHold is a job's hold on a GPU through GRES: the whole GPU (share 1),

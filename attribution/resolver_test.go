@@ -1259,3 +1259,28 @@ func TestScaleSharesInProportion(t *testing.T) {
 		})
 	}
 }
+
+// TestMayHoldUnplaced: a device whose GRES index is unknown may be a job's
+// while jobs are seen holding GRES on the node, or while Slurm hides jobs
+// (PrivateData=jobs: none is seen, yet any may hold it); with neither,
+// nobody holds it. A placed device is judged by its index instead.
+func TestMayHoldUnplaced(t *testing.T) {
+	held := map[int][]gresHold{0: {{job: "7", share: 1}}}
+	for _, tc := range []struct {
+		name     string
+		unplaced bool
+		gres     map[int][]gresHold
+		hidden   bool
+		want     bool
+	}{
+		{"jobs seen holding GRES", true, held, false, true},
+		{"jobs hidden, none seen", true, nil, true, true},
+		{"no job holds GRES", true, nil, false, false},
+		{"placed", false, held, true, false},
+	} {
+		sl := slurmState{gres: tc.gres, holdersUnseen: tc.hidden}
+		if got := sl.mayHoldUnplaced(Device{GRESUnplaced: tc.unplaced, GRESIndex: -1}); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

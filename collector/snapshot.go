@@ -309,7 +309,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	several := s.severalVendors(snap.Devices)
 	gres := gresIndices(snap.Devices, several, s.gresByFile)
 	unplaced := gresUnplaced(snap.Devices, gres, several)
-	if !s.gresByFile && s.logger != nil && s.resolver.UsesSlurm() && !filesInNVMLOrder(snap.Devices) && s.fileOrderTold.CompareAndSwap(false, true) {
+	if !s.gresByFile && s.logger != nil && !s.fileOrderTold.Load() && s.resolver.UsesSlurm() && !filesInNVMLOrder(snap.Devices) && s.fileOrderTold.CompareAndSwap(false, true) {
 		s.logger.Warn("the NVIDIA GPUs' device files (/dev/nvidiaN) are not in NVML's order; Slurm numbers GRES by device file where gres.conf lists File= without Links= or AutoDetect=nvml: set --slurm.gres-order=device-file if yours does")
 	}
 	for _, d := range snap.Devices {

@@ -51,6 +51,9 @@ func (w *PIDWatcher) Watch(pid uint32) bool {
 	if !pids[pid] {
 		return false
 	}
+	if _, again := w.watched[pid]; !again && w.s.PIDFDLimit > 0 && len(w.watched) >= w.s.PIDFDLimit {
+		return false // EMFILE: no descriptor left for it
+	}
 	w.watched[pid] = gen
 	return true
 }

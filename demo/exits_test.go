@@ -46,4 +46,17 @@ devices:
 	if w.Watching(100) {
 		t.Error("Retain kept what it was told to drop")
 	}
+
+	// pidfd_limit: 1 and one process watched: the other is refused, as
+	// pidfd_open is with no descriptor left, until a watch ends.
+	s.PIDFDLimit = 1
+	s.stats.gen.Store(0)
+	w = newPIDWatcher(s)
+	if !w.Watch(100) || w.Watch(200) {
+		t.Errorf("limit 1: watching 100 %v, 200 %v; want true, false", w.Watching(100), w.Watching(200))
+	}
+	w.Retain(func(pid uint32) bool { return pid != 100 })
+	if !w.Watch(200) {
+		t.Error("limit 1: 200 refused after 100's watch ended")
+	}
 }

@@ -60,6 +60,10 @@ type Scenario struct {
 	// PIDFD false simulates a kernel without pidfd_open(2) (PIDWatcher);
 	// default true.
 	PIDFD *bool `yaml:"pidfd"`
+	// PIDFDLimit bounds the processes watched at once, as the exporter
+	// bounds its pidfds by the descriptors it may hold (process.Exits);
+	// those beyond are checked by their start time. 0: no bound.
+	PIDFDLimit int `yaml:"pidfd_limit"`
 	// GaudiDriverVersion is what hl-smi prints as driver_version.
 	GaudiDriverVersion string `yaml:"gaudi_driver_version"`
 	// HLSMI injects failures into the demo's hl-smi.
@@ -564,6 +568,9 @@ func Parse(b []byte) (*Scenario, error) {
 	}
 	errs = append(errs, s.validateOwners()...)
 	errs = append(errs, s.validateChurn()...)
+	if s.PIDFDLimit < 0 {
+		errs = append(errs, fmt.Errorf("pidfd_limit: %d; 0 for no bound, or the most processes watched at once", s.PIDFDLimit))
+	}
 	for i := range s.Events {
 		if err := s.Events[i].validate(len(s.Devices)); err != nil {
 			errs = append(errs, fmt.Errorf("events[%d]: %w", i, err))

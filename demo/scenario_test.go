@@ -90,6 +90,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad fault", "devices:\n  - {model: X, memory_total: 1GiB, faults: {unsupported: [warp_drive]}}\n", `faults.unsupported: unknown call "warp_drive"`},
 		{"bad hang_for", "devices:\n  - {model: X, memory_total: 1GiB, faults: {hang: [power], hang_for: soon}}\n", `faults.hang_for: "soon"`},
 		{"bad profile", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 9g.1gb}]}\n", "mig[0].profile"},
+		{"negative pidfd limit", "pidfd_limit: -1\ndevices:\n  - {model: X, memory_total: 1GiB}\n", "pidfd_limit: -1"},
 		{"MIG slots falling", "devices:\n  - {model: X, memory_total: 80GiB, mig: [{profile: 1g.10gb, gpu_instance: 1, slot: 3}, {profile: 1g.10gb, gpu_instance: 2, slot: 2}]}\n", "mig[1].slot: 2; slots rise from entry to entry (from 4 here) and a GPU has 7 (0..6)"},
 		{"MIG slot past the last", "devices:\n  - {model: X, memory_total: 80GiB, mig: [{profile: 1g.10gb, gpu_instance: 1, slot: 6}, {profile: 1g.10gb, gpu_instance: 2}]}\n", "mig[1].slot: 7;"},
 		{"too many slices", "devices:\n  - {model: X, memory_total: 1GiB, mig: [{profile: 4g.40gb, gpu_instance: 1}, {profile: 4g.40gb, gpu_instance: 2}]}\n", "use 8 compute slices"},
