@@ -175,6 +175,10 @@ type Device struct {
 	// GPU's PCI address, which then names the partition rather than the
 	// GPU (a partitioned GPU is not advertised whole). Empty otherwise.
 	Partition string
+	// DeviceName is the name GKE's NVIDIA device plugin gives the device:
+	// "nvidia<minor>" after a GPU's /dev/nvidia<minor>, "nvidia<minor>/gi<id>"
+	// for a MIG GPU instance of it. "" when the minor is unknown.
+	DeviceName string
 	// GRESIndex is the device's index among the node's GPUs as Slurm counts
 	// them: whole GPUs and, on a GPU in MIG mode, each MIG device instead of
 	// the GPU. -1 for a GPU in MIG mode with MIG devices, which Slurm does

@@ -995,7 +995,17 @@ func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
 	byMIG := map[string]string{}
 	bySerial := map[string]string{}
 	byPartition := map[string]byVendor{}
+	byName := map[string]string{}
 	for _, d := range devices {
+		if d.DeviceName != "" {
+			// GKE names a GPU instance, not a compute instance: one of
+			// several sharing a GPU instance cannot be told by it.
+			if _, dup := byName[d.DeviceName]; dup {
+				byName[d.DeviceName] = ""
+			} else {
+				byName[d.DeviceName] = d.UUID
+			}
+		}
 		byUUID[d.UUID] = d.UUID
 		if d.Partition != "" {
 			// A PCI address in either form; an amdgpu_xcp_<n> name is
@@ -1052,6 +1062,8 @@ func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
 			uuid, ok = byIndex[ref.Vendor+"/"+ref.Index]
 		case ref.Serial != "":
 			uuid, ok = bySerial[ref.Vendor+"/"+ref.Serial]
+		case ref.DeviceName != "":
+			uuid, ok = byName[ref.DeviceName]
 		case ref.MIGParentUUID != "":
 			uuid, ok = byMIG[ref.MIGParentUUID+"/"+strconv.Itoa(ref.MIGGPUInstance)]
 		}

@@ -638,6 +638,42 @@ func TestIndexDevicesMixedNode(t *testing.T) {
 	}
 }
 
+// GKE's device plugin names a GPU by its device node and a MIG GPU
+// instance by that and its GPU instance ID. Minors need not follow NVML's
+// index (here GPU index 0 is /dev/nvidia1), so "nvidia1" is index 0's GPU.
+// The GPU in MIG mode (minor 0) has GPU instance 1 with one compute
+// instance and GPU instance 2 with two, which the name cannot tell apart.
+func TestIndexDevicesGKENames(t *testing.T) {
+	lookup := indexDevices([]Device{
+		{UUID: "GPU-a", Vendor: "nvidia", Index: 0, DeviceName: "nvidia1", MIGIndex: -1, MIGInstance: -1},
+		{UUID: "GPU-m", Vendor: "nvidia", Index: 1, DeviceName: "nvidia0", MIGIndex: -1, MIGInstance: -1},
+		{UUID: "MIG-1", Vendor: "nvidia", Index: 1, ParentUUID: "GPU-m", MIGIndex: 0, MIGInstance: 1, DeviceName: "nvidia0/gi1"},
+		{UUID: "MIG-2a", Vendor: "nvidia", Index: 1, ParentUUID: "GPU-m", MIGIndex: 1, MIGInstance: 2, DeviceName: "nvidia0/gi2"},
+		{UUID: "MIG-2b", Vendor: "nvidia", Index: 1, ParentUUID: "GPU-m", MIGIndex: 2, MIGInstance: 2, DeviceName: "nvidia0/gi2"},
+		{UUID: "GPU-c", Vendor: "nvidia", Index: 2, MIGIndex: -1, MIGInstance: -1},
+	})
+	for _, tt := range []struct{ id, want string }{
+		{"nvidia1", "GPU-a"},
+		{"nvidia1/vgpu3", "GPU-a"},
+		{"nvidia0", "GPU-m"},
+		{"nvidia0/gi1", "MIG-1"},
+		{"nvidia0/gi1/vgpu0", "MIG-1"},
+		{"nvidia0/gi2", ""},
+		{"nvidia0/gi3", ""},
+		// GPU index 2's minor was not read: no name is taken as its.
+		{"nvidia2", ""},
+	} {
+		ref, err := kubernetes.NormalizeDeviceID("nvidia.com/gpu", tt.id)
+		if err != nil {
+			t.Fatalf("NormalizeDeviceID(%q): %v", tt.id, err)
+		}
+		got, ok := lookup(ref)
+		if got != tt.want || ok != (tt.want != "") {
+			t.Errorf("%s names %q (%v), want %q", tt.id, got, ok, tt.want)
+		}
+	}
+}
+
 // TestIndexDevicesAMDPartitions: on a GPU in partition mode the ROCm device
 // plugin advertises partition 0 under the GPU's PCI address and the others
 // as amdgpu_xcp_<n>; each names its partition, not the GPU, while a GPU

@@ -406,6 +406,50 @@ func TestSlurmSharingOracles(t *testing.T) {
 	check(t, "xpu_workload_utilization_ratio", 0, `gpu="2"`, `slurm_job_id="13"`)
 }
 
+// TestGKEOracles scrapes fixtures/scenarios/gke.yaml, whose pods hold
+// devices under the names GKE's device plugin gives them ("nvidia<minor>",
+// "nvidia<minor>/gi<id>", "/vgpu<n>" replicas), with two clients per GPU.
+func TestGKEOracles(t *testing.T) {
+	s, err := demo.Load(filepath.Join("..", "fixtures", "scenarios", "gke.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := secondScrape(t, s)
+	check, absent := oracleChecks(out)
+	const gib = 1 << 30
+	// GPU 0 is /dev/nvidia1: "nvidia1/vgpu<n>" are its replicas. Device:
+	// 0.5 + 0.2 = 0.7, split 0.5 : 0.2; one of two replicas each.
+	gpu0 := `uuid="GPU-6b000000-0000-4000-8000-000000000000"`
+	check(t, "xpu_utilization_ratio", 0.7, gpu0)
+	check(t, "xpu_workload_utilization_ratio", 0.5, gpu0, `pod="ts-a"`)
+	check(t, "xpu_workload_utilization_ratio", 0.2, gpu0, `pod="ts-b"`)
+	check(t, "xpu_workload_allocated_devices", 0.5, gpu0, `pod="ts-a"`)
+	check(t, "xpu_workload_allocated_devices", 0.5, gpu0, `pod="ts-b"`)
+	check(t, "xpu_workload_memory_used_bytes", 8*gib, gpu0, `pod="ts-a"`)
+	check(t, "xpu_workload_memory_used_bytes", 4*gib, gpu0, `pod="ts-b"`)
+	// GPU 1 is /dev/nvidia0; train holds one of its two replicas: 1/2,
+	// and as its sole owner carries its labels on the device's series.
+	gpu1 := `uuid="GPU-6b000000-0000-4000-8000-000000000001"`
+	check(t, "xpu_workload_allocated_devices", 0.5, gpu1, `pod="train"`)
+	check(t, "xpu_utilization_ratio", 0.7, gpu1, `pod="train"`)
+	absent(t, "xpu_workload_allocated_devices", gpu0, `pod="train"`)
+	// GPU 2's GPU instances are 3g.40gb, 3 of 7 slices, each advertised as
+	// two replicas: 3/7 × 1/2 = 3/14 for each holder.
+	gi1 := `uuid="MIG-6b000000-0002-4000-8000-000000000001"`
+	gi2 := `uuid="MIG-6b000000-0002-4000-8000-000000000002"`
+	check(t, "xpu_workload_allocated_devices", 3.0/14, gi1, `pod="mig-a"`)
+	check(t, "xpu_workload_allocated_devices", 3.0/14, gi2, `pod="mig-b"`)
+	check(t, "xpu_workload_allocated_devices", 3.0/14, gi2, `pod="mig-c"`)
+	check(t, "xpu_workload_memory_used_bytes", 6*gib, gi1, `pod="mig-a"`)
+	check(t, "xpu_workload_memory_used_bytes", 3*gib, gi2, `pod="mig-b"`)
+	check(t, "xpu_workload_memory_used_bytes", 2*gib, gi2, `pod="mig-c"`)
+	// GPM's 0.4 of GPU instance 1 is its one holder's.
+	check(t, "xpu_utilization_ratio", 0.4, gi1, `pod="mig-a"`)
+	if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
+		t.Error("some GKE device name was not understood: xpu_attribution_unknown_device_ids is not 0")
+	}
+}
+
 // TestSlurmEdgesOracles scrapes fixtures/scenarios/slurm-edges.yaml, a
 // Slurm 24.05 node with the cases a black-box probe found mis-attributed,
 // through the production code from the scontrol and squeue stand-ins on.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -312,6 +313,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	if !s.gresByFile && s.logger != nil && !s.fileOrderTold.Load() && s.resolver.UsesSlurm() && !filesInNVMLOrder(snap.Devices) && s.fileOrderTold.CompareAndSwap(false, true) {
 		s.logger.Warn("the NVIDIA GPUs' device files (/dev/nvidiaN) are not in NVML's order; Slurm numbers GRES by device file where gres.conf lists File= without Links= or AutoDetect=nvml: set --slurm.gres-order=device-file if yours does")
 	}
+	minors := nvidiaMinors(snap.Devices)
 	for _, d := range snap.Devices {
 		key := attributionKey(d)
 		if key == "" {
@@ -322,6 +324,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 			ad.GRESIndex = i
 		}
 		ad.GRESUnplaced = unplaced[d]
+		ad.DeviceName = gkeName(d, minors)
 		if d.MIG != nil {
 			ad.ParentUUID, ad.MIGIndex, ad.MIGInstance, ad.Partition = d.MIG.ParentUUID, d.MIG.Index, atoi(d.MIG.Instance), d.MIG.DevicePluginID
 		}
@@ -355,6 +358,39 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
 	snap.endedPods = res.EndedPods
+}
+
+// nvidiaMinors maps each NVIDIA GPU's UUID to the N of its /dev/nvidiaN,
+// where read.
+func nvidiaMinors(devs []*Device) map[string]int {
+	m := map[string]int{}
+	for _, d := range devs {
+		if d.Vendor == "nvidia" && d.MIG == nil && d.UUID != "" && d.Minor.OK {
+			m[d.UUID] = d.Minor.Value
+		}
+	}
+	return m
+}
+
+// gkeName is the name GKE's device plugin gives d ("nvidia<minor>", or
+// "nvidia<minor>/gi<id>" for a MIG device): its GPU's minor number and,
+// for a MIG device, its GPU instance ID. "" when either is unknown.
+func gkeName(d *Device, minors map[string]int) string {
+	if d.Vendor != "nvidia" {
+		return ""
+	}
+	if d.MIG == nil {
+		if !d.Minor.OK {
+			return ""
+		}
+		return "nvidia" + strconv.Itoa(d.Minor.Value)
+	}
+	minor, ok := minors[d.MIG.ParentUUID]
+	gi := atoi(d.MIG.Instance)
+	if !ok || gi < 0 {
+		return ""
+	}
+	return "nvidia" + strconv.Itoa(minor) + "/gi" + strconv.Itoa(gi)
 }
 
 // attributionKey names d to the resolver: its uuid, else (a Gaudi whose

@@ -40,8 +40,8 @@ func (e *DeviceIDError) Unwrap() error { return ErrUnknownDeviceID }
 
 // DeviceRef is what a device-plugin ID says about the device it names, in
 // the terms a vendor library reports, so that an allocation can be joined to
-// a device. Exactly one of UUID, PCIBusID, Index, Serial, Partition and
-// MIGParentUUID is set.
+// a device. Exactly one of UUID, PCIBusID, Index, Serial, Partition,
+// DeviceName and MIGParentUUID is set.
 type DeviceRef struct {
 	// Vendor is VendorNVIDIA, VendorAMD or VendorHabana, taken from the
 	// resource name's domain or, for a resource matched by a custom pattern,
@@ -72,9 +72,15 @@ type DeviceRef struct {
 	// every partition of a GPU but the first (which it advertises under
 	// the GPU's PCI address).
 	Partition string
+	// DeviceName is how GKE's NVIDIA device plugin names a GPU: by its
+	// device node, "nvidia<minor>" (/dev/nvidia<minor>), and a MIG GPU
+	// instance by that and its GPU instance ID, "nvidia<minor>/gi<id>"
+	// (container-engine-accelerators, pkg/gpu/nvidia/manager.go and
+	// mig/mig.go, DiscoverAndMountMIGDevices).
+	DeviceName string
 	// Shared says the ID is one of several replicas of the device that the
 	// device plugin advertises for time-slicing or MPS: NVIDIA "<id>::<n>",
-	// AMD "<id>-slice-<n>".
+	// AMD "<id>-slice-<n>", GKE "<name>/vgpu<n>".
 	Shared bool
 	// Replica is n of a shared ID.
 	Replica int
@@ -96,6 +102,11 @@ func (d DeviceRef) Key() string { return d.Vendor + "/" + d.ID }
 //     strategy, "<gpu index>" and "<gpu index>:<mig index>" with the index
 //     strategy, and "<id>::<n>" for replica n when time-slicing or MPS
 //     sharing is configured (internal/rm AnnotatedID).
+//   - GKE's NVIDIA device plugin (GoogleCloudPlatform
+//     container-engine-accelerators): "nvidia<minor>" for a GPU,
+//     "nvidia<minor>/gi<id>" for a MIG GPU instance, and "<name>/vgpu<n>"
+//     for replica n when GPU time-sharing or MPS is configured
+//     (pkg/gpu/nvidia/gpusharing, VirtualToPhysicalDeviceID).
 //   - ROCm k8s-device-plugin: the GPU's PCI address, "amdgpu_xcp_<n>" for
 //     a compute partition after the first (internal/pkg/amdgpu/amdgpu.go,
 //     GetAMDGPUs), and "<id>-slice-<n>" for time-slicing replicas.
@@ -172,10 +183,13 @@ func resourceVendor(resource string) string {
 	return ""
 }
 
-// splitReplica removes a sharing suffix: NVIDIA's "::<n>" or the ROCm
-// plugin's "-slice-<n>".
+// splitReplica removes a sharing suffix: NVIDIA's "::<n>", the ROCm
+// plugin's "-slice-<n>" or, after a GKE device name, "/vgpu<n>".
 func splitReplica(id string) (base string, replica int, shared bool, err error) {
-	if b, n, found := strings.Cut(id, "::"); found {
+	if i := strings.LastIndex(id, "/vgpu"); i >= 0 && strings.HasPrefix(id, "nvidia") {
+		base, shared = id[:i], true
+		replica, err = parseReplica(id[i+len("/vgpu"):])
+	} else if b, n, found := strings.Cut(id, "::"); found {
 		base, shared = b, true
 		replica, err = parseReplica(n)
 	} else if i := strings.LastIndex(id, "-slice-"); i >= 0 {
@@ -184,7 +198,7 @@ func splitReplica(id string) (base string, replica int, shared bool, err error) 
 	} else {
 		return id, 0, false, nil
 	}
-	if err == nil && (strings.Contains(base, "::") || strings.Contains(base, "-slice-")) {
+	if err == nil && (strings.Contains(base, "::") || strings.Contains(base, "-slice-") || strings.Contains(base, "/vgpu")) {
 		err = errors.New("more than one replica suffix")
 	}
 	return base, replica, shared, err
@@ -199,7 +213,7 @@ func parseReplica(s string) (int, error) {
 }
 
 func parseNVIDIA(ref *DeviceRef, s string) bool {
-	if parseNVIDIAUUID(ref, s) {
+	if parseNVIDIAUUID(ref, s) || parseGKEName(ref, s) {
 		return true
 	}
 	// An index ID: "3" or, for a MIG device, "3:1".
@@ -229,6 +243,20 @@ func parseNVIDIAUUID(ref *DeviceRef, s string) bool {
 		return false
 	}
 	ref.UUID, ref.Vendor = s, VendorNVIDIA
+	return true
+}
+
+// parseGKEName accepts GKE's "nvidia<minor>" and "nvidia<minor>/gi<id>".
+func parseGKEName(ref *DeviceRef, s string) bool {
+	n, ok := strings.CutPrefix(s, "nvidia")
+	if !ok {
+		return false
+	}
+	minor, gi, isMIG := strings.Cut(n, "/gi")
+	if !isIndex(minor) || isMIG && !isIndex(gi) {
+		return false
+	}
+	ref.DeviceName, ref.Vendor = s, VendorNVIDIA
 	return true
 }
 
