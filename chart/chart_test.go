@@ -226,12 +226,14 @@ func TestProfilesRenderAndDecode(t *testing.T) {
 				t.Fatal(err)
 			}
 			objs := render(t, p.args...)
-			checkInvariants(t, objs)
+			// GKE has no NVIDIA container runtime: NVML opens the device
+			// nodes only from a privileged container (TestGKEProfile).
+			checkInvariants(t, objs, p.name == "gke")
 		})
 	}
 }
 
-func checkInvariants(t *testing.T, objs []object) {
+func checkInvariants(t *testing.T, objs []object, privilegedNVIDIA bool) {
 	t.Helper()
 	for _, o := range objs {
 		meta := reflect.ValueOf(o.obj).Elem().FieldByName("ObjectMeta").Interface().(metav1.ObjectMeta)
@@ -258,7 +260,7 @@ func checkInvariants(t *testing.T, objs []object) {
 	svc := one[corev1.Service](t, objs)
 	sas := all[corev1.ServiceAccount](objs)
 	for _, ds := range dss {
-		checkDaemonSet(t, ds)
+		checkDaemonSet(t, ds, privilegedNVIDIA && strings.HasSuffix(ds.Name, "-nvidia"))
 		pod := ds.Spec.Template
 		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
 			t.Errorf("Service selector %v does not select DaemonSet %s's pods %v", svc.Spec.Selector, ds.Name, pod.Labels)
@@ -326,7 +328,9 @@ func acceleratorResource(name corev1.ResourceName) bool {
 	return n != "cpu" && n != "memory" && n != "ephemeral-storage"
 }
 
-func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
+// checkDaemonSet checks the least privilege every DaemonSet keeps; a
+// privileged one keeps the rest.
+func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, privileged bool) {
 	t.Helper()
 	pod := ds.Spec.Template.Spec
 	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
@@ -349,6 +353,10 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 		t.Errorf("DaemonSet %s: no container securityContext", ds.Name)
 	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
 		t.Errorf("DaemonSet %s: root filesystem is writable", ds.Name)
+	case privileged:
+		if sc.Privileged == nil || !*sc.Privileged {
+			t.Errorf("DaemonSet %s: not privileged", ds.Name)
+		}
 	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
 		t.Errorf("DaemonSet %s: privilege escalation allowed", ds.Name)
 	case sc.Privileged != nil && *sc.Privileged:
@@ -1102,6 +1110,53 @@ func TestAMDOnlyProfile(t *testing.T) {
 	}
 }
 
+// TestGKEProfile: on GKE (Google's driver installer and device plugin,
+// container-engine-accelerators cmd/nvidia_gpu/device-plugin.yaml: node
+// affinity cloud.google.com/gke-accelerator Exists, the host's
+// /home/kubernetes/bin/nvidia mounted, privileged) the exporter loads NVML
+// from the host's driver directory, read-only, and asks for no NVIDIA
+// runtime.
+func TestGKEProfile(t *testing.T) {
+	ds := one[appsv1.DaemonSet](t, renderProfile(t, "gke"))
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	if ds.Name != "xpu-exporter-nvidia" || pod.RuntimeClassName != nil {
+		t.Errorf("DaemonSet %s, runtimeClassName %v", ds.Name, pod.RuntimeClassName)
+	}
+	if got := hostPaths(pod)["/home/kubernetes/bin/nvidia"]; got != "/home/kubernetes/bin/nvidia" {
+		t.Errorf("driver directory mounted at %q, want /home/kubernetes/bin/nvidia", got)
+	}
+	for _, m := range c.VolumeMounts {
+		if !m.ReadOnly {
+			t.Errorf("mount %s at %s is writable", m.Name, m.MountPath)
+		}
+	}
+	if !slices.Contains(c.Args, "--nvidia.nvml-library=/home/kubernetes/bin/nvidia/lib64/libnvidia-ml.so.1") {
+		t.Errorf("args %v do not load NVML from the driver directory", c.Args)
+	}
+	for name := range env(c) {
+		if strings.HasPrefix(name, "NVIDIA_") {
+			t.Errorf("%s set: no NVIDIA runtime reads it on GKE", name)
+		}
+	}
+	found := false
+	for _, term := range pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		e := term.MatchExpressions[0]
+		found = found || e.Key == "cloud.google.com/gke-accelerator" && e.Operator == corev1.NodeSelectorOpExists
+	}
+	if !found {
+		t.Errorf("no node term for cloud.google.com/gke-accelerator: %+v", pod.Affinity.NodeAffinity)
+	}
+	if sc := c.SecurityContext; sc.Privileged == nil || !*sc.Privileged || sc.Capabilities != nil {
+		t.Errorf("securityContext %+v, want privileged without a capability list", sc)
+	}
+	// A library path given keeps its say.
+	args := one[appsv1.DaemonSet](t, render(t, "--values", "ci/gke-values.yaml", "--set", "nvidia.nvmlLibrary=/opt/nv/libnvidia-ml.so.1")).Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(args, "--nvidia.nvml-library=/opt/nv/libnvidia-ml.so.1") {
+		t.Errorf("args %v ignore nvidia.nvmlLibrary", args)
+	}
+}
+
 func TestGaudiOnlyProfile(t *testing.T) {
 	ds := one[appsv1.DaemonSet](t, renderProfile(t, "gaudi-only"))
 	pod := ds.Spec.Template.Spec
@@ -1404,6 +1459,7 @@ func TestRefusedValues(t *testing.T) {
 		{"job the rules do not select", []string{"--set", "serviceMonitor.jobLabel=gpus"}, "jobLabel"},
 		{"basic auth without a password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u"}, "basicAuth"},
 		{"basic auth with a literal password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u,serviceMonitor.basicAuth.password=hunter2"}, "password"},
+		{"relative GKE driver directory", []string{"--set", "nvidia.gke.enabled=true,nvidia.gke.driverDir=bin/nvidia"}, "driverDir"},
 		{"relative socket directory", []string{"--set", "kubernetes.podResourcesDir=kubelet"}, "podResourcesDir"},
 		// The namespace's default account would get cluster-wide pod read.
 		{"RBAC for the default account", []string{"--set", "serviceAccount.create=false"}, `"default" ServiceAccount`},
