@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -170,7 +171,7 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	switch ev.GetType() {
 	case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
 		ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-		s.podCache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(pod.Spec.Containers, pod.Status.ContainerStatuses), ended, generation)
+		s.podCache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(&pod), ended, generation)
 	case podsv1alpha1.EventType_DELETED:
 		s.podCache.remove(string(pod.UID))
 	default:
@@ -179,16 +180,24 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	return nil
 }
 
-func containerMeta(cs []corev1.Container, statuses []corev1.ContainerStatus) []ContainerMeta {
-	ids := make(map[string]string, len(statuses))
-	for _, st := range statuses {
-		// "<runtime>://<id>" (k8s.io/api core/v1 ContainerStatus.ContainerID).
-		if _, id, ok := strings.Cut(st.ContainerID, "://"); ok {
-			ids[st.Name] = id
+// containerMeta lists the containers of pod with their runtime IDs, init
+// containers too: pod-resources lists a restartable one (a sidecar,
+// KEP-753) under its name with its devices while its status is in
+// initContainerStatuses, and a one-off init container may run on a device
+// its app containers are given after it. Names are unique across both
+// lists (core/v1 validation).
+func containerMeta(pod *corev1.Pod) []ContainerMeta {
+	ids := make(map[string]string, len(pod.Status.InitContainerStatuses)+len(pod.Status.ContainerStatuses))
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, st := range statuses {
+			// "<runtime>://<id>" (k8s.io/api core/v1 ContainerStatus.ContainerID).
+			if _, id, ok := strings.Cut(st.ContainerID, "://"); ok {
+				ids[st.Name] = id
+			}
 		}
 	}
-	out := make([]ContainerMeta, 0, len(cs))
-	for _, c := range cs {
+	out := make([]ContainerMeta, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		cm := ContainerMeta{Name: c.Name, Image: c.Image, ID: ids[c.Name]}
 		for _, p := range c.Ports {
 			cm.Ports = append(cm.Ports, p.ContainerPort)

@@ -62,6 +62,12 @@ type OwnerReference struct {
 // Container is a container of a pod and the devices allocated to it.
 type Container struct {
 	Name string `yaml:"name"`
+	// Sidecar makes it a restartable init container (KEP-753,
+	// restartPolicy: Always): the Pods API has it in spec.initContainers
+	// and its status in initContainerStatuses, and pod-resources lists it
+	// before the app containers, as the kubelet's List and Get do
+	// (pkg/kubelet/apis/podresources/server_v1.go).
+	Sidecar bool `yaml:"sidecar,omitempty"`
 	// Image defaults to registry.example/<name>:latest; Ports are the
 	// container ports it declares.
 	Image   string    `yaml:"image,omitempty"`
@@ -207,9 +213,9 @@ func (p Pod) corePod(node string) *corev1.Pod {
 		})
 	}
 	for _, c := range p.Containers {
-		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
+		status := corev1.ContainerStatus{
 			Name: c.Name, Ready: true, ContainerID: "containerd://" + ContainerID(p.UID, c.Name),
-		})
+		}
 		ctr := corev1.Container{Name: c.Name, Image: c.Image}
 		if ctr.Image == "" {
 			ctr.Image = "registry.example/" + c.Name + ":latest"
@@ -225,7 +231,15 @@ func (p Pod) corePod(node string) *corev1.Pod {
 			q.Add(*resource.NewQuantity(int64(len(d.IDs)), resource.DecimalSI))
 			ctr.Resources.Limits[corev1.ResourceName(d.Resource)] = q
 		}
+		if c.Sidecar {
+			always := corev1.ContainerRestartPolicyAlways
+			ctr.RestartPolicy = &always
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, ctr)
+			pod.Status.InitContainerStatuses = append(pod.Status.InitContainerStatuses, status)
+			continue
+		}
 		pod.Spec.Containers = append(pod.Spec.Containers, ctr)
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, status)
 	}
 	return pod
 }
@@ -246,7 +260,7 @@ func (p Pod) clone() Pod {
 	out.OwnerReferences = append([]OwnerReference(nil), p.OwnerReferences...)
 	out.Containers = nil
 	for _, c := range p.Containers {
-		out.Containers = append(out.Containers, Container{Name: c.Name, Image: c.Image, Ports: slices.Clone(c.Ports), Devices: cloneDevices(c.Devices), Claims: cloneClaims(c.Claims)})
+		out.Containers = append(out.Containers, Container{Name: c.Name, Sidecar: c.Sidecar, Image: c.Image, Ports: slices.Clone(c.Ports), Devices: cloneDevices(c.Devices), Claims: cloneClaims(c.Claims)})
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package kubelettest
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,7 +62,18 @@ func (p *podResourcesService) GetAllocatableResources(ctx context.Context, _ *po
 
 func podResources(p Pod) *podresourcesv1.PodResources {
 	out := &podresourcesv1.PodResources{Namespace: p.Namespace, Name: p.Name}
-	for _, c := range p.Containers {
+	// Sidecars first, then the app containers, as the kubelet lists them.
+	containers := slices.Clone(p.Containers)
+	slices.SortStableFunc(containers, func(a, b Container) int {
+		switch {
+		case a.Sidecar == b.Sidecar:
+			return 0
+		case a.Sidecar:
+			return -1
+		}
+		return 1
+	})
+	for _, c := range containers {
 		ctr := &podresourcesv1.ContainerResources{Name: c.Name}
 		for _, d := range c.Devices {
 			ctr.Devices = append(ctr.Devices, &podresourcesv1.ContainerDevices{
