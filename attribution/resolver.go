@@ -204,11 +204,12 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	}
 
 	var kube map[string][]Claim
+	var unplaced unplacedVendors
 	kubeDown := false
 	if r.cfg.Kubelet != nil {
 		var err error
 		var cdi *Source
-		kube, cdi, err = r.kubernetesClaims(ctx, devices, &res)
+		kube, unplaced, cdi, err = r.kubernetesClaims(ctx, devices, &res)
 		kubeDown = kube == nil
 		res.Sources = append(res.Sources, Source{Name: SourceKubelet, Err: err})
 		if cdi != nil {
@@ -232,8 +233,11 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	for _, d := range devices {
 		own := res.Devices[d.UUID]
 		partial := d.PIDsPartial || (len(hidden) > 0 && slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] }))
+		// A pod holds a device of this vendor that could not be told: any
+		// one not allocated to a known owner may be it.
+		heldUnseen := len(kube[d.UUID]) == 0 && unplaced.mayHold(d)
 		if d.ParentUUID != "" || len(d.PIDs) > 0 || len(d.ExitedPIDs) > 0 || kube[d.UUID] != nil || sl.gres[d.GRESIndex] != nil {
-			r.attribute(own, d, procs, prev, partial, kube[d.UUID], kubeDown, sl, pods)
+			r.attribute(own, d, procs, prev, partial, kube[d.UUID], kubeDown, heldUnseen, sl, pods)
 		} else {
 			// No allocation and no process seen: none, unless the list of
 			// processes is not whole.
@@ -243,7 +247,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		// may be missing, whatever else was found: its count is unknown,
 		// not the owners seen (0 for a GPU a Slurm job holds through GRES
 		// while scontrol fails would read as idle).
-		if kubeDown || (slurmDown || sl.unseenHolder(d) || sl.mayHoldUnplaced(d)) && len(kube[d.UUID]) == 0 {
+		if kubeDown || heldUnseen || (slurmDown || sl.unseenHolder(d) || sl.mayHoldUnplaced(d)) && len(kube[d.UUID]) == 0 {
 			own.OwnersUnknown = true
 		}
 	}
@@ -344,7 +348,7 @@ func (r *Resolver) logChanges(sources []Source) {
 // rather than guessed at. Nor are owners taken from a partial list of the
 // device's processes (partial): the owners seen need not be all of them,
 // and one alone would be taken for the device's sole owner.
-func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]procInfo, partial bool, kube []Claim, kubeDown bool, sl slurmState, pods podOwners) {
+func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]procInfo, partial bool, kube []Claim, kubeDown, heldUnseen bool, sl slurmState, pods podOwners) {
 	switch {
 	case len(kube) > 0:
 		own.Claims = kube
@@ -389,12 +393,14 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 			// usage handed to one container.
 		case i >= 0:
 			own.Process[pid] = i
-		case (allocated && owner.Kind != Slurm) || (owner.Kind == Kubernetes && r.cfg.Kubelet != nil):
+		case ((allocated || heldUnseen) && owner.Kind != Slurm) || (owner.Kind == Kubernetes && r.cfg.Kubelet != nil):
 			// A process outside the allocation (a host daemon, a pod that
 			// did not request the GPU) is shown apart, never added to an
-			// owner; a job's own processes make it an owner, though,
-			// whether or not Slurm gave it the device through GRES.
-			// Where the kubelet answers, only it makes pods owners.
+			// owner, also where the device may be held by an allocation
+			// that could not be told; a job's own processes make it an
+			// owner, though, whether or not Slurm gave it the device
+			// through GRES. Where the kubelet answers, only it makes pods
+			// owners.
 			own.Process[pid] = Unattributed
 			if own.Strays == nil {
 				own.Strays = map[uint32]Owner{}
@@ -798,22 +804,38 @@ func cmpErr(first, err error) error {
 	return err
 }
 
+// unplacedVendors are the vendors of which containers hold a device that
+// could not be told ("" where the vendor is unknown too): a device plugin
+// ID of a shape not understood, a DRA claim device not identified. An ID
+// understood but naming no device of this node (a GPU gone) is none of
+// these devices, and is not counted here.
+type unplacedVendors map[string]bool
+
+// mayHold says whether d may be such a device.
+func (u unplacedVendors) mayHold(d Device) bool { return u[""] || u[d.Vendor] }
+
 // kubernetesClaims maps each device to the containers the kubelet allocated
 // it to, by device plugins and by DRA claims. It counts what it could not
-// identify in res, and returns the state of the CDI specs when there were
-// DRA claims to identify and a CDI source is configured.
-func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *Result) (map[string][]Claim, *Source, error) {
+// identify in res, and returns the vendors of what it could not place, and
+// the state of the CDI specs when there were DRA claims to identify and a
+// CDI source is configured.
+func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *Result) (map[string][]Claim, unplacedVendors, *Source, error) {
 	pods, err := r.cfg.Kubelet.List(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	pods = r.withoutEnded(pods, res)
 	// Allocatable lists every replica a device plugin advertises, which is
 	// what a replica's share depends on; without it the share is unknown.
 	allocatable, allocErr := r.cfg.Kubelet.Allocatable(ctx)
 	allocs, idErrs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
+	var unplaced unplacedVendors
 	for _, e := range idErrs {
 		r.logOnce(e)
+		var de *kubernetes.DeviceIDError
+		if errors.As(e, &de) && de.Held {
+			unplaced = unplaced.add(kubernetes.ResourceVendor(de.Resource))
+		}
 	}
 	res.UnknownDeviceIDs = len(idErrs)
 	byRef := indexDevices(devices)
@@ -858,11 +880,19 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 		share, _ := a.Share()
 		add(uuid, r.podOwner(a.Namespace, a.Pod, a.Container), share)
 	}
-	cdi := r.draClaims(pods, byRef, add, res)
+	cdi := r.draClaims(pods, byRef, add, &unplaced, res)
 	if allocErr != nil {
-		return claims, cdi, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
+		return claims, unplaced, cdi, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
 	}
-	return claims, cdi, nil
+	return claims, unplaced, cdi, nil
+}
+
+func (u unplacedVendors) add(vendor string) unplacedVendors {
+	if u == nil {
+		u = unplacedVendors{}
+	}
+	u[vendor] = true
+	return u
 }
 
 // withoutEnded leaves out the pods that the metadata source says have
@@ -898,7 +928,7 @@ func (r *Resolver) withoutEnded(pods []kubernetes.PodResources, res *Result) []k
 
 // draClaims adds the devices held through DRA claims. The CDI specs are
 // read only when some container has a claim of an accelerator driver.
-func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernetes.DeviceRef) (string, bool), add func(string, Owner, float64), res *Result) *Source {
+func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernetes.DeviceRef) (string, bool), add func(string, Owner, float64), unplaced *unplacedVendors, res *Result) *Source {
 	if !slices.ContainsFunc(pods, func(p kubernetes.PodResources) bool {
 		return slices.ContainsFunc(p.Containers, func(c kubernetes.ContainerResources) bool {
 			return slices.ContainsFunc(c.Claims, func(cd kubernetes.ClaimDevice) bool { return slices.Contains(r.cfg.DRADrivers, cd.Driver) })
@@ -927,6 +957,7 @@ func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernet
 	allocs, unresolved := kubernetes.ClaimAllocations(pods, idx, r.cfg.DRADrivers, slices)
 	for _, u := range unresolved {
 		r.logOnceMsg(u.Err, "DRA claim device not identified; that device is not attributed (the container's other devices are)")
+		*unplaced = unplaced.add(kubernetes.DriverVendor(u.Claim.Driver))
 	}
 	res.UnresolvedClaimDevices = len(unresolved)
 	for _, a := range allocs {

@@ -261,6 +261,72 @@ func TestDeviceIDsNamingNoDeviceAreCounted(t *testing.T) {
 	}
 }
 
+// TestUnplacedAllocationOwnersUnknown: a pod holds an NVIDIA device by an
+// ID whose shape is not understood, so it may be any NVIDIA device no known
+// owner holds. GPU a runs the pod's process and a host daemon, GPU b is
+// idle: both have unknown owners, and the daemon is no owner of either
+// (found by probing: it was GPU a's sole owner, allocated 1, and GPU b read
+// as free, owners 0). GPU c is another pod's by a UUID; the AMD GPU cannot
+// be what an nvidia.com ID names and keeps its daemon as owner. An ID that
+// is understood but names no device here (a GPU gone) is no device of this
+// node and changes nothing.
+func TestUnplacedAllocationOwnersUnknown(t *testing.T) {
+	devices := func() []Device {
+		return []Device{
+			{UUID: gpuA, Vendor: "nvidia", MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100, 900}},
+			{UUID: gpuB, Vendor: "nvidia", MIGIndex: -1, GRESIndex: -1},
+			{UUID: gpuM, Vendor: "nvidia", MIGIndex: -1, GRESIndex: -1},
+			{UUID: "amd-0", Vendor: "amd", MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{901}},
+		}
+	}
+	procs := procfs(t, map[uint32]string{100: podCgroup(uidA), 900: "/system.slice/nvidia-dcgm.service", 901: "/system.slice/ollama.service"})
+	meta := fakeMetadata{uidA: {UID: uidA, Namespace: "ml", Name: "odd"}, uidB: {UID: uidB, Namespace: "ml", Name: "known"}}
+	for _, tc := range []struct {
+		name     string
+		oddID    string
+		unplaced bool
+	}{
+		{"ID not understood", "GPU-zzzz-not-a-uuid", true},
+		{"ID naming no device here", "GPU-00000000-0000-4000-8000-00000000dead", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(Config{
+				Kubelet: &fakeKubelet{pods: []kubernetes.PodResources{
+					pod("ml", "odd", "c", "nvidia.com/gpu", tc.oddID),
+					pod("ml", "known", "c", "nvidia.com/gpu", gpuM),
+				}},
+				Metadata: meta,
+				Procfs:   procs,
+			})
+			res := r.Resolve(context.Background(), devices())
+			a, b, m, amd := res.Devices[gpuA], res.Devices[gpuB], res.Devices[gpuM], res.Devices["amd-0"]
+			if tc.unplaced {
+				if len(a.Claims) != 0 || !a.OwnersUnknown || a.Process[900] != Unattributed || a.Process[100] != Unattributed {
+					t.Errorf("GPU a: claims %+v, unknown %v, processes %v; want no claim, owners unknown, both processes unattributed", a.Claims, a.OwnersUnknown, a.Process)
+				}
+				if len(b.Claims) != 0 || !b.OwnersUnknown {
+					t.Errorf("idle GPU b: claims %+v, unknown %v; want owners unknown", b.Claims, b.OwnersUnknown)
+				}
+			} else {
+				// The daemon owns GPU a's usage as on any GPU no pod holds:
+				// share 1 of 1; GPU b is free.
+				if len(a.Claims) != 1 || a.Claims[0].Owner.Unit != "nvidia-dcgm.service" || a.Claims[0].Share != 1 || a.OwnersUnknown {
+					t.Errorf("GPU a: claims %+v, unknown %v; want the daemon's, share 1", a.Claims, a.OwnersUnknown)
+				}
+				if len(b.Claims) != 0 || b.OwnersUnknown {
+					t.Errorf("idle GPU b: claims %+v, unknown %v; want none, known", b.Claims, b.OwnersUnknown)
+				}
+			}
+			if len(m.Claims) != 1 || m.Claims[0].Owner.Pod != "known" || m.OwnersUnknown {
+				t.Errorf("GPU c: claims %+v, unknown %v; want pod known's", m.Claims, m.OwnersUnknown)
+			}
+			if len(amd.Claims) != 1 || amd.Claims[0].Owner.Unit != "ollama.service" || amd.Claims[0].Share != 1 || amd.OwnersUnknown {
+				t.Errorf("AMD GPU: claims %+v, unknown %v; want ollama.service's, share 1", amd.Claims, amd.OwnersUnknown)
+			}
+		})
+	}
+}
+
 // TestSlurmDownOwnersUnknown: while scontrol fails, a GPU a job may hold
 // through GRES has unknown owners, not none (found by probing: an allocated
 // GPU read as idle, xpu_device_owners 0).

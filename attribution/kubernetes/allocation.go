@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -42,7 +43,8 @@ func (a Allocation) Share() (float64, bool) {
 // Replicas 0.
 //
 // IDs that cannot be normalised are left out and returned as errors (each a
-// *DeviceIDError, once per distinct resource and ID).
+// *DeviceIDError, once per distinct resource and ID, Held where a
+// container holds it).
 func Allocations(pods []PodResources, allocatable []ResourceDevices, m *ResourceMatcher) ([]Allocation, []error) {
 	replicas, errs := countReplicas(allocatable, m)
 	// Sized once: this runs at every scrape, over every pod of the node.
@@ -65,6 +67,7 @@ func Allocations(pods []PodResources, allocatable []ResourceDevices, m *Resource
 					ref, err := NormalizeDeviceID(rd.Resource, id)
 					if err != nil {
 						errs = errs.add(rd.Resource, id, err)
+						errs.held(rd.Resource, id)
 						continue
 					}
 					a := Allocation{
@@ -121,21 +124,29 @@ func countReplicas(allocatable []ResourceDevices, m *ResourceMatcher) (map[strin
 // idErrors collects normalisation errors once per resource and ID: an ID
 // that is both allocatable and allocated would otherwise be reported twice.
 type idErrors struct {
-	seen map[[2]string]bool
+	seen map[[2]string]int // index in list
 	list []error
 }
 
 func (e idErrors) add(resource, id string, err error) idErrors {
 	k := [2]string{resource, id}
-	if e.seen[k] {
+	if _, ok := e.seen[k]; ok {
 		return e
 	}
 	if e.seen == nil {
-		e.seen = map[[2]string]bool{}
+		e.seen = map[[2]string]int{}
 	}
-	e.seen[k] = true
+	e.seen[k] = len(e.list)
 	e.list = append(e.list, err)
 	return e
+}
+
+// held marks the error of an ID a container holds, which add recorded.
+func (e idErrors) held(resource, id string) {
+	var de *DeviceIDError
+	if errors.As(e.list[e.seen[[2]string{resource, id}]], &de) {
+		de.Held = true
+	}
 }
 
 // ClaimAllocation is one device held by one container through a DRA
@@ -170,6 +181,22 @@ func (a ClaimAllocation) Share() (float64, bool) {
 type UnresolvedClaimDevice struct {
 	Claim ClaimDevice
 	Err   error
+}
+
+// DriverVendor is the vendor whose devices a DRA driver hands out, "" for a
+// driver not known here.
+func DriverVendor(driver string) string {
+	switch driver {
+	case "gpu.nvidia.com":
+		return VendorNVIDIA
+	case "gpu.amd.com":
+		return VendorAMD
+	case "gaudi.intel.com":
+		return VendorHabana
+	case "gpu.intel.com":
+		return "intel" // GPUs no collector reads
+	}
+	return ""
 }
 
 // DefaultDRADrivers are the DRA drivers whose devices are accelerators:

@@ -29,6 +29,10 @@ type DeviceIDError struct {
 	Resource string
 	ID       string
 	Reason   string
+	// Held says a container holds the ID (Allocations), rather than a
+	// device plugin only advertising it: some device of the resource's
+	// vendor (ResourceVendor) is then allocated, and which is unknown.
+	Held bool
 }
 
 func (e *DeviceIDError) Error() string {
@@ -143,7 +147,7 @@ func NormalizeDeviceID(resource, id string) (DeviceRef, error) {
 	ref := DeviceRef{ID: base, Shared: shared, Replica: replica}
 
 	var ok bool
-	switch vendor := resourceVendor(resource); vendor {
+	switch vendor := ResourceVendor(resource); vendor {
 	case VendorNVIDIA:
 		ok = parseNVIDIA(&ref, base)
 	case VendorAMD:
@@ -160,7 +164,7 @@ func NormalizeDeviceID(resource, id string) (DeviceRef, error) {
 		return fail("not an ID its device plugin creates")
 	}
 	if ref.Vendor == "" {
-		ref.Vendor = resourceVendor(resource)
+		ref.Vendor = ResourceVendor(resource)
 	}
 	// PCI addresses are written in several ways; replicas must share a key.
 	if ref.PCIBusID != "" {
@@ -169,8 +173,9 @@ func NormalizeDeviceID(resource, id string) (DeviceRef, error) {
 	return ref, nil
 }
 
-// resourceVendor maps a resource name's domain to its vendor.
-func resourceVendor(resource string) string {
+// ResourceVendor maps a resource name's domain to its vendor: "" for a
+// resource of another domain (one matched by a custom pattern).
+func ResourceVendor(resource string) string {
 	domain, _, _ := strings.Cut(resource, "/")
 	switch domain {
 	case "nvidia.com":
