@@ -40,9 +40,20 @@ const (
 	modelAnnotation  = "xpu-exporter.io/model"
 )
 
-// defaultPorts are where each engine serves /metrics by default.
+// defaultPorts are where each engine serves its metrics by default.
 var defaultPorts = map[engines.Engine]string{
 	engines.VLLM: "8000", engines.SGLang: "30000", engines.TGI: "80", engines.Triton: "8002", engines.NIM: "8000",
+}
+
+// metricsPath is where engine serves its metrics by default: NIM at
+// /v1/metrics ("By default, these metrics are available at
+// http://localhost:8000/v1/metrics", NVIDIA NIM for LLMs documentation,
+// Observability, from 1.0), the others at /metrics.
+func metricsPath(engine engines.Engine) string {
+	if engine == engines.NIM {
+		return "/v1/metrics"
+	}
+	return "/metrics"
 }
 
 // engineImages recognise an engine's official images, for pods without the
@@ -234,7 +245,7 @@ func (c *enginesCollector) targets() []engineTarget {
 		}
 		path := p.Annotations[pathAnnotation]
 		if path == "" {
-			path = "/metrics"
+			path = metricsPath(e)
 		}
 		scheme := p.Annotations[schemeAnnotation]
 		if scheme != "https" {
@@ -260,7 +271,7 @@ func imageTarget(p kubernetes.PodMeta) (engineTarget, bool) {
 			port := defaultPorts[known.engine]
 			for _, declared := range ctr.Ports {
 				if strconv.Itoa(int(declared)) == port {
-					u := url.URL{Scheme: "http", Host: net.JoinHostPort(p.IP, port), Path: "/metrics"}
+					u := url.URL{Scheme: "http", Host: net.JoinHostPort(p.IP, port), Path: metricsPath(known.engine)}
 					return engineTarget{Engine: string(known.engine), URL: u.String(), Pod: p.Namespace + "/" + p.Name}, true
 				}
 			}

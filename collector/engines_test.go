@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,6 +158,9 @@ func TestEngineDiscoveryByImageAndPort(t *testing.T) {
 			Containers: []kubernetes.ContainerMeta{{Image: "docker.io/vllm/vllm-openai:v0.10.0", Ports: []int32{8000}}}}, "vllm http://10.0.0.7:8000/metrics a/p"},
 		{"Triton image, metrics port among others", kubernetes.PodMeta{Namespace: "a", Name: "t", IP: "10.0.0.8",
 			Containers: []kubernetes.ContainerMeta{{Name: "sidecar", Image: "busybox"}, {Image: "nvcr.io/nvidia/tritonserver:24.08-py3", Ports: []int32{8000, 8001, 8002}}}}, "triton http://10.0.0.8:8002/metrics a/t"},
+		// NIM serves its metrics at /v1/metrics.
+		{"NIM image", kubernetes.PodMeta{Namespace: "a", Name: "n", IP: "10.0.0.11",
+			Containers: []kubernetes.ContainerMeta{{Image: "nvcr.io/nim/meta/llama-3.1-8b-instruct:1.8.4", Ports: []int32{8000}}}}, "nim http://10.0.0.11:8000/v1/metrics a/n"},
 		{"image without the port", kubernetes.PodMeta{Namespace: "a", Name: "q", IP: "10.0.0.9",
 			Containers: []kubernetes.ContainerMeta{{Image: "lmsysorg/sglang:latest", Ports: []int32{8080}}}}, ""},
 		{"port without the image", kubernetes.PodMeta{Namespace: "a", Name: "r", IP: "10.0.0.10",
@@ -173,6 +177,27 @@ func TestEngineDiscoveryByImageAndPort(t *testing.T) {
 				t.Errorf("target %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestAnnotatedTargetPaths: an annotated pod is scraped at its engine's
+// usual path, /v1/metrics for NIM, unless xpu-exporter.io/path says.
+func TestAnnotatedTargetPaths(t *testing.T) {
+	pod := func(name string, ann map[string]string) kubernetes.PodMeta {
+		return kubernetes.PodMeta{Namespace: "a", Name: name, IP: "10.0.0.5", Annotations: ann}
+	}
+	c := &enginesCollector{metadata: enginePods{
+		pod("nim", map[string]string{engineAnnotation: "nim"}),
+		pod("nim-path", map[string]string{engineAnnotation: "nim", pathAnnotation: "/metrics"}),
+		pod("vllm", map[string]string{engineAnnotation: "vllm"}),
+	}}
+	var got []string
+	for _, tg := range c.targets() {
+		got = append(got, tg.Pod+" "+tg.URL)
+	}
+	want := []string{"a/nim http://10.0.0.5:8000/v1/metrics", "a/nim-path http://10.0.0.5:8000/metrics", "a/vllm http://10.0.0.5:8000/metrics"}
+	if !slices.Equal(got, want) {
+		t.Errorf("targets %q, want %q", got, want)
 	}
 }
 
