@@ -277,8 +277,12 @@ func (a *AMDSim) WriteAt(t time.Time) error {
 		if len(g.parts) == 0 {
 			kfd = append(kfd, fmt.Sprintf("cpu_cores_count 0\nsimd_count 1216\ndrm_render_minor %d\ndomain %d\nlocation_id %d\n", g.render, dom, loc))
 		}
-		for _, p := range g.parts {
-			kfd = append(kfd, fmt.Sprintf("cpu_cores_count 0\nsimd_count %d\ndrm_render_minor %d\ndomain %d\nlocation_id %d\n", 1216/len(g.parts), p.render, dom, loc))
+		// Each partition's node has the partition's number ORed into
+		// location_id, as the kernel writes it (kfd_topology.c,
+		// kfd_topology_add_device: location_id |= node_id when the GPU
+		// has several KFD nodes).
+		for i, p := range g.parts {
+			kfd = append(kfd, fmt.Sprintf("cpu_cores_count 0\nsimd_count %d\ndrm_render_minor %d\ndomain %d\nlocation_id %d\n", 1216/len(g.parts), p.render, dom, loc|i))
 		}
 	}
 	for i, props := range kfd {

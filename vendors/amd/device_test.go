@@ -255,7 +255,9 @@ func TestPartitions(t *testing.T) {
 	}
 	// The MI300X in DPX has two partitions: partition 0 on its own PCI
 	// function (card1) and amdgpu_xcp_0 (card2, renderD129, whose KFD node
-	// has location_id 3072 = 0x0c00: bus 0x0c, device 0, function 0).
+	// has location_id 3073 = 0x0c00 | 1: bus 0x0c, device 0, and the
+	// kernel's partition number 1 in the function bits, 0c:00.1, which is
+	// no GPU: its parent is the GPU at 0c:00).
 	// amdgpu_xcp_1 has no KFD node, so it is idle; the MI210 is in no
 	// partition mode.
 	want := []Partition{
@@ -271,6 +273,25 @@ func TestPartitions(t *testing.T) {
 	gpus[0].ComputePartition = Opt[string]{}
 	if got, _ := r.Partitions(gpus); !reflect.DeepEqual(got, want) {
 		t.Errorf("mode unknown: Partitions() =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestParentOf: a KFD node's address names its GPU exactly, or by domain,
+// bus and device where the function bits carry a partition's number; an
+// address two GPUs could have, or none, names no GPU.
+func TestParentOf(t *testing.T) {
+	gpus := []Device{{PCIBusID: "0000:0c:00.0"}, {PCIBusID: "0000:22:00.0"}, {PCIBusID: "0000:41:00.0"}, {PCIBusID: "0000:41:00.1"}}
+	for _, c := range []struct{ kfd, want string }{
+		{"0000:0c:00.0", "0000:0c:00.0"},
+		{"0000:0c:00.7", "0000:0c:00.0"},
+		{"0000:22:00.3", "0000:22:00.0"},
+		{"0000:41:00.1", "0000:41:00.1"},
+		{"0000:41:00.5", "0000:41:00.5"},
+		{"0000:5c:00.2", "0000:5c:00.2"},
+	} {
+		if got := parentOf(c.kfd, gpus); got != c.want {
+			t.Errorf("parentOf(%s) = %s, want %s", c.kfd, got, c.want)
+		}
 	}
 }
 

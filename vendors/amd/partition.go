@@ -33,7 +33,13 @@ import (
 // node_show) prints "drm_render_minor", "domain" (pci_domain_nr) and
 // "location_id" (pci_dev_id of the parent GPU: bus << 8 | devfn). The
 // render minor joins the platform device to its KFD node, and domain and
-// location_id give the parent's PCI address.
+// location_id give the parent's PCI address, but for its function bits: on
+// a GPU of several KFD nodes the kernel ORs the partition's number into
+// location_id (kfd_topology.c, kfd_topology_add_device: "if
+// (gpu->kfd->num_nodes > 1) dev->node_props.location_id |=
+// dev->gpu->node_id", "to differentiate" the nodes; before kernel 6.12 on
+// GC 9.4.3, MI300, alone), so partition 3 of a GPU at 0c:00.0 says
+// 0c:00.3. The parent is the GPU at that domain, bus and device.
 //
 // The kernel registers the platform devices for every partition a GPU
 // could have when the driver loads (amdgpu_xcp.c, amdgpu_xcp_dev_register),
@@ -120,7 +126,7 @@ func (r Reader) Partitions(gpus []Device) ([]Partition, []ReadError) {
 		if !ok {
 			continue
 		}
-		p.ParentPCIBusID = node.pciBusID
+		p.ParentPCIBusID = parentOf(node.pciBusID, gpus)
 		out = append(out, p)
 	}
 	// A GPU whose mode could not be read ("UNKNOWN" while a mode switch is
@@ -138,6 +144,33 @@ func (r Reader) Partitions(gpus []Device) ([]Partition, []ReadError) {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return partitionLess(out[i], out[j]) })
 	return out, errs
+}
+
+// parentOf is the PCI address of the GPU a KFD node's address names: the
+// GPU at that address, else the one GPU at its domain, bus and device
+// (the function bits carry the partition's number). An address no GPU, or
+// several, may have is returned as it is, and names no GPU.
+func parentOf(kfdBusID string, gpus []Device) string {
+	slot, _, ok := strings.Cut(kfdBusID, ".")
+	if !ok {
+		return kfdBusID
+	}
+	found := ""
+	for _, d := range gpus {
+		switch {
+		case d.PCIBusID == kfdBusID:
+			return kfdBusID
+		case strings.HasPrefix(d.PCIBusID, slot+"."):
+			if found != "" {
+				return kfdBusID
+			}
+			found = d.PCIBusID
+		}
+	}
+	if found == "" {
+		return kfdBusID
+	}
+	return found
 }
 
 // firstPartition is partition 0 of a partitioned GPU: the GPU's own PCI
