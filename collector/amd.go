@@ -108,6 +108,17 @@ type amdCollector struct {
 	// accumulator. The two count from different origins, so a scrape in
 	// which the chosen one fails serves no energy rather than the other.
 	energySource map[string]energySource
+	// layouts are, by PCI address, the compute partitions each GPU had at
+	// its last answer, which a GPU that stops answering keeps: the device
+	// plugin's IDs and Slurm's GRES numbering name them still.
+	layouts map[string]partLayout
+}
+
+// partLayout is a GPU's compute partitions: its mode ("dpx") and each
+// partition's device plugin ID, in partition order; none in SPX mode.
+type partLayout struct {
+	profile string
+	ids     []string
 }
 
 type energySource int
@@ -191,6 +202,7 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		down:         map[string]string{},
 		ras:          newAMDRAS(),
 		energySource: map[string]energySource{},
+		layouts:      map[string]partLayout{},
 	}, nil
 }
 
@@ -260,6 +272,7 @@ func (c *amdCollector) readDevices(ctx context.Context, m move) ([]*Device, erro
 	c.countReadErrors(perrs)
 	c.logReadErrors("partitions", perrs)
 	devs = append(devs, c.partitions(parts, byPCI)...)
+	devs = append(devs, c.downPartitions(devs)...)
 	c.attachProcesses(c.awaitScan(ctx, scan), devs, m)
 	return devs, nil
 }
@@ -385,12 +398,12 @@ func (c *amdCollector) timedOut(card string) *Device {
 // could not read.
 func (c *amdCollector) unanswered() []*Device {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	devs := make([]*Device, 0, len(c.known))
 	for _, id := range c.known {
 		devs = append(devs, &Device{Vendor: "amd", Index: id.index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, vendorData: noAMDReadings()})
 	}
-	return devs
+	c.mu.Unlock()
+	return append(devs, c.downPartitions(devs)...)
 }
 
 // noAMDReadings is the vendor data of a GPU that did not answer.
@@ -573,6 +586,16 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 	for _, p := range parts {
 		counts[p.ParentPCIBusID]++
 	}
+	c.mu.Lock()
+	if c.layouts == nil {
+		c.layouts = map[string]partLayout{}
+	}
+	for pci, d := range byPCI {
+		if d.UUID != "" {
+			c.layouts[pci] = partLayout{}
+		}
+	}
+	c.mu.Unlock()
 	var out []*Device
 	number := map[string]int{}
 	for _, p := range parts {
@@ -610,7 +633,56 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 				d.Utilization = &v
 			}
 		}
+		c.mu.Lock()
+		l := c.layouts[p.ParentPCIBusID]
+		c.layouts[p.ParentPCIBusID] = partLayout{profile: d.MIG.Profile, ids: append(l.ids, p.DevicePluginID)}
+		c.mu.Unlock()
 		out = append(out, d)
+	}
+	return out
+}
+
+// downPartitions are the partitions of the GPUs in devs that did not
+// answer, as their last answer listed them, down: the pods and jobs
+// holding them keep them, as a MIG instance's do (each keeps its 1/N, not
+// partition 0's pod the whole GPU, and Slurm's GRES indices keep their
+// places). A GPU found in SPX mode at its last answer keeps its place as
+// one GPU; one never read has no layout known.
+func (c *amdCollector) downPartitions(devs []*Device) []*Device {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*Device
+	for _, d := range devs {
+		if d.Up || d.MIG != nil || d.HasMIG || d.UUID == "" {
+			continue
+		}
+		l, known := c.layouts[d.PCIBusID]
+		if !known {
+			continue
+		}
+		d.MIGModeKnown = true
+		if len(l.ids) == 0 {
+			continue
+		}
+		d.HasMIG = true
+		for n, id := range l.ids {
+			out = append(out, &Device{
+				Vendor:   "amd",
+				Index:    d.Index,
+				UUID:     d.UUID + "-xcp" + strconv.Itoa(n),
+				Model:    d.Model,
+				PCIBusID: d.PCIBusID,
+				MIG: &MIGInstance{
+					ParentUUID:     d.UUID,
+					Profile:        l.profile,
+					Instance:       strconv.Itoa(n),
+					Index:          n,
+					Fraction:       1 / float64(len(l.ids)),
+					DevicePluginID: id,
+				},
+				vendorData: &amdPartition{amdData: &amdData{dev: &amd.Device{}, partition: n}, renderMinor: -1, card: -1},
+			})
+		}
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -914,6 +915,69 @@ func TestAMDScenarioOracles(t *testing.T) {
 		t.Error("GPU 3 shows no temp2_emergency, yet its emergency limit is served")
 	}
 	golden(t, "amd-scenario", out)
+}
+
+// TestAMDLostPartitionedGPUKeepsItsPartitions: GPU 2 of the AMD scenario
+// (DPX, partition 0 part-a's by the GPU's PCI address, partition 1
+// part-b's by amdgpu_xcp_0) falls off the bus after two scrapes: its DRM
+// nodes and KFD nodes leave sysfs. Its partitions stay, down, with their
+// pods: each still holds 1/2 of the GPU. They vanished, and part-a held
+// the whole GPU (1), part-b's ID named nothing (found by probing). On a
+// Slurm node GRES keep their places too.
+func TestAMDLostPartitionedGPUKeepsItsPartitions(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "fixtures", "scenarios", "amd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lost 5420 s after boot: after the scrape at 5415 s.
+	gpu2 := "  - pci_bus_id: \"0000:38:00.0\"\n"
+	if !bytes.Contains(b, []byte(gpu2)) {
+		t.Fatal("amd.yaml has no GPU at 0000:38:00.0")
+	}
+	s, err := demo.Parse(bytes.Replace(b, []byte(gpu2), []byte(gpu2+"    faults: {lost_after: 5420s}\n"), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e, sim := newAttributedExporterSim(t, s, func(c *Config) { c.Now = clk.now })
+	sim.AMD.Reset(testStart)
+	var out string
+	for _, after := range []time.Duration{0, 15 * time.Second, 30 * time.Second} {
+		clk.set(testNow.Add(after))
+		if err := sim.AMD.WriteAt(testNow.Add(after)); err != nil {
+			t.Fatal(err)
+		}
+		out = scrapeText(t, e, 10*time.Second)
+	}
+	check, _ := oracleChecks(out)
+	check(t, "xpu_device_up", 0, `,uuid="3f61f84fa0000002"`)
+	check(t, "xpu_device_up", 0, `,uuid="3f61f84fa0000002-xcp0"`, `pod="part-a"`)
+	check(t, "xpu_device_up", 0, `,uuid="3f61f84fa0000002-xcp1"`, `pod="part-b"`)
+	check(t, "xpu_workload_allocated_devices", 0.5, `mig_instance="0"`, `pod="part-a"`)
+	check(t, "xpu_workload_allocated_devices", 0.5, `mig_instance="1"`, `pod="part-b"`)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `pod="train"`)
+	if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
+		t.Error("a device plugin ID names no device while its GPU is down")
+	}
+	if regexp.MustCompile(`(?m)^xpu_workload_allocated_devices\{[^}]*pod="part-a"[^}]*\} 1$`).MatchString(out) {
+		t.Error("part-a holds the whole GPU")
+	}
+	// Slurm's GRES (one per ROCm SMI device, partitions being devices:
+	// Slurm gpu_rsmi.c) keep their places: GPU 0 → 0, GPU 1 → 1, GPU 2's
+	// partitions → 2 and 3, GPU 3 → 4, not 3, which made a job of GRES 3
+	// the owner of a GPU it never ran on (found by probing).
+	snap := e.Snapshot(context.Background())
+	got := map[string]int{}
+	for d, i := range gresIndices(snap.Devices, false, false) {
+		key := d.Index
+		if d.MIG != nil {
+			key += "/" + d.MIG.Instance
+		}
+		got[key] = i
+	}
+	if want := map[string]int{"0": 0, "1": 1, "2/0": 2, "2/1": 3, "3": 4}; !maps.Equal(got, want) {
+		t.Errorf("GRES indices %v, want %v", got, want)
+	}
 }
 
 // TestAMDNoDeviceLogsOnce: a node without amdgpu (no class/drm, or only

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -126,10 +127,10 @@ func (d *DeviceSpec) validateVendor() []error {
 	// The simulated amdgpu answers no NVML call; of the faults, it takes
 	// the RAS file's: unsupported (no ras/umc_err_count, as on a part or
 	// firmware without UMC RAS) and errors (the driver's "Query currently
-	// inaccessible").
+	// inaccessible"); and lost and lost_after, a GPU fallen off the bus.
 	f := d.Faults
-	if f.Lost || len(f.NoPermission)+len(f.Hang)+len(f.Panic)+len(f.FailingLinks) > 0 {
-		errs = append(errs, errors.New("faults: an AMD GPU takes only unsupported and errors, of "+strings.Join(amdRASKeys, " or ")))
+	if len(f.NoPermission)+len(f.Hang)+len(f.Panic)+len(f.FailingLinks) > 0 {
+		errs = append(errs, errors.New("faults: an AMD GPU takes only lost, lost_after, and unsupported and errors of "+strings.Join(amdRASKeys, " or ")))
 	}
 	for field, keys := range map[string][]string{"unsupported": f.Unsupported, "errors": f.Errors} {
 		for _, k := range keys {
@@ -272,6 +273,10 @@ func (a *AMDSim) WriteAt(t time.Time) error {
 	var errs []error
 	kfd := []string{"cpu_cores_count 96\nsimd_count 0\ndrm_render_minor 0\ndomain 0\nlocation_id 0\n"}
 	for _, g := range a.gpus {
+		if a.lost(g, t) {
+			errs = append(errs, a.removeGPU(g))
+			continue
+		}
 		errs = append(errs, a.writeGPU(g, t))
 		dom, loc := pciLocation(g.spec.PCIBusID)
 		if len(g.parts) == 0 {
@@ -285,11 +290,51 @@ func (a *AMDSim) WriteAt(t time.Time) error {
 			kfd = append(kfd, fmt.Sprintf("cpu_cores_count 0\nsimd_count %d\ndrm_render_minor %d\ndomain %d\nlocation_id %d\n", 1216/len(g.parts), p.render, dom, loc|i))
 		}
 	}
+	nodes := filepath.Join(a.sysfs, "class/kfd/kfd/topology/nodes")
 	for i, props := range kfd {
-		errs = append(errs, writeAtomic(filepath.Join(a.sysfs, "class/kfd/kfd/topology/nodes", fmt.Sprint(i), "properties"), props))
+		errs = append(errs, writeAtomic(filepath.Join(nodes, fmt.Sprint(i), "properties"), props))
+	}
+	// The nodes of a GPU gone are gone (the kernel renumbers the rest).
+	if entries, err := os.ReadDir(nodes); err == nil {
+		for _, e := range entries {
+			if n, err := strconv.Atoi(e.Name()); err == nil && n >= len(kfd) {
+				errs = append(errs, os.RemoveAll(filepath.Join(nodes, e.Name())))
+			}
+		}
 	}
 	errs = append(errs, a.writeKFDProcesses())
 	return errors.Join(errs...)
+}
+
+// lost says whether g has fallen off the bus at t (faults lost,
+// lost_after).
+func (a *AMDSim) lost(g amdGPU, t time.Time) bool {
+	f := g.spec.Faults
+	return f.Lost || (f.lostAfter > 0 && t.Sub(a.start) >= f.lostAfter)
+}
+
+// removeGPU takes g's DRM nodes and its partitions' out of /sys/class/drm,
+// as a GPU that fell off the bus leaves it (its KFD nodes go too, in
+// WriteAt). Its processes' fdinfo stays as last written: a client's file
+// stays open.
+func (a *AMDSim) removeGPU(g amdGPU) error {
+	var errs []error
+	for _, n := range []string{fmt.Sprintf("card%d", g.card), fmt.Sprintf("renderD%d", g.render)} {
+		errs = append(errs, removeIfPresent(filepath.Join(a.sysfs, "class", "drm", n)))
+	}
+	for _, p := range g.parts {
+		if p.xcp >= 0 {
+			errs = append(errs, removeIfPresent(filepath.Join(a.sysfs, "class", "drm", fmt.Sprintf("card%d", p.card))))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func removeIfPresent(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // pciLocation is the domain and KFD location_id (bus << 8 | devfn) of a

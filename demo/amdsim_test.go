@@ -34,7 +34,7 @@ func TestAMDParseErrors(t *testing.T) {
 		{"event on an AMD GPU", "devices:\n  - " + dev + "}\nevents:\n  - {device: 0, xid: 79}\n", "events[0].device: events are NVML's; device 0 is not an NVIDIA GPU"},
 		{"partition pid twice", "devices:\n  - " + dev + ", partitions: [{processes: [{pid: 7}]}, {processes: [{pid: 7}]}]}\n", "partitions[1].processes[0].pid: 7 listed twice"},
 		{"reloads on NVIDIA", "devices:\n  - {model: X, memory_total: 1GiB, metrics: {driver_reloads: 1}}\n", "metrics.driver_reloads: only an AMD GPU"},
-		{"NVML fault on AMD", "devices:\n  - " + dev + ", faults: {lost: true}}\n", "faults: an AMD GPU takes only unsupported and errors"},
+		{"NVML fault on AMD", "devices:\n  - " + dev + ", faults: {hang: [power]}}\n", "faults: an AMD GPU takes only lost, lost_after, and unsupported and errors"},
 		{"AMD fault off RAS", "devices:\n  - " + dev + ", faults: {unsupported: [power]}}\n", `faults.unsupported: "power"; an AMD GPU`},
 		{"emergency limit as an error", "devices:\n  - " + dev + ", faults: {errors: [temperature_emergency]}}\n", `faults.errors: "temperature_emergency"; an AMD GPU`},
 		{"two GPUs at one PCI address", "devices:\n  - " + dev + ", pci_bus_id: \"0000:0c:00.0\"}\n  - " + dev + ", pci_bus_id: \"0000:0c:00.0\"}\n", "devices[1]: pci_bus_id: 0000:0c:00.0 is already used by devices[0]"},
@@ -242,6 +242,45 @@ func TestAMDSimTreeReadsBack(t *testing.T) {
 	c := clients[0]
 	if c.Engines["gfx"] != 5e9 || c.Memory["vram"].Resident.Value != 96<<30 || c.Memory["vram"].Legacy.Value != 96<<30 || c.Memory["vram"].Total.Value != 96<<30+512<<20 || !c.RenderMinor.OK || c.RenderMinor.Value != 128 {
 		t.Errorf("client %+v", c)
+	}
+}
+
+// TestAMDSimLostGPU: GPU 2 of the AMD scenario (card3, in DPX with
+// amdgpu_xcp_0 on card5) lost 20 s after boot: at 10 s it is there, at 30 s
+// its cards and its two KFD nodes are gone, the other GPUs' stay.
+func TestAMDSimLostGPU(t *testing.T) {
+	sim, dir, start := amdScenarioSim(t)
+	sim.gpus[2].spec.Faults.lostAfter = 20 * time.Second
+	r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}
+	nodes := filepath.Join(dir, "sys", "class/kfd/kfd/topology/nodes")
+	for _, tc := range []struct {
+		at    time.Duration
+		cards string
+		gpus  string // the reader's: amdgpu PCI cards, not partitions'
+		nodes int    // the CPU's, GPUs 0, 1 and 3's, GPU 2's two partitions'
+	}{
+		{10 * time.Second, "card1 card2 card3 card4 card5", "card1 card2 card3 card4", 6},
+		{30 * time.Second, "card1 card2 card4", "card1 card2 card4", 4},
+	} {
+		if err := sim.WriteAt(start.Add(tc.at)); err != nil {
+			t.Fatal(err)
+		}
+		entries, _ := os.ReadDir(filepath.Join(dir, "sys", "class", "drm"))
+		var cards []string
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "card") {
+				cards = append(cards, e.Name())
+			}
+		}
+		if got := strings.Join(cards, " "); got != tc.cards {
+			t.Errorf("at %v: class/drm cards %q, want %q", tc.at, got, tc.cards)
+		}
+		if n, _ := os.ReadDir(nodes); len(n) != tc.nodes {
+			t.Errorf("at %v: %d KFD nodes, want %d", tc.at, len(n), tc.nodes)
+		}
+		if got, _ := r.Cards(); strings.Join(got, " ") != tc.gpus {
+			t.Errorf("at %v: the reader lists cards %v, want %s", tc.at, got, tc.gpus)
+		}
 	}
 }
 
