@@ -504,13 +504,20 @@ func (r Reader) readHwmon(dr devReader) {
 			dr.d.TempLimits[label] = lim
 		}
 	}
+	// A power or power cap of 0 is no reading: the secondary die of an
+	// MI250X shows both as 0 (aldebaran_ppt.c, aldebaran_get_power_limit:
+	// "Valid power data is available only from primary die. For secondary
+	// die show the value as 0"; the same for its socket power), and no
+	// powered GPU draws 0 W.
 	for _, src := range []string{"power1_average", "power1_input"} {
 		if v := value(dr, filepath.Join(hw, src), parseUint); v.OK {
-			dr.d.Power, dr.d.PowerSource = reading.Some(float64(v.Value)/1e6), src
+			if v.Value > 0 {
+				dr.d.Power, dr.d.PowerSource = reading.Some(float64(v.Value)/1e6), src
+			}
 			break
 		}
 	}
-	if v := value(dr, filepath.Join(hw, "power1_cap"), parseUint); v.OK {
+	if v := value(dr, filepath.Join(hw, "power1_cap"), parseUint); v.OK && v.Value > 0 {
 		dr.d.PowerCap = reading.Some(float64(v.Value) / 1e6)
 	}
 	if v := value(dr, filepath.Join(hw, "energy1_input"), parseUint); v.OK {

@@ -1,6 +1,7 @@
 package amd
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -146,6 +147,51 @@ func errorFiles(d Device) []string {
 		out = append(out, e.File)
 	}
 	return out
+}
+
+// TestSecondaryDiePowerIsNoReading: an MI250X's secondary die shows
+// power1_average 0 and power1_cap 0, which the kernel says are no data
+// (aldebaran_ppt.c, aldebaran_get_power_limit: "For secondary die show the
+// value as 0"), and so is its gpu_metrics v1.3 average_socket_power: no
+// power and no limit, not 0 W. The primary die's 380 W of 560 W are read.
+func TestSecondaryDiePowerIsNoReading(t *testing.T) {
+	table := func(watts uint16) string {
+		b := make([]byte, 120) // gpu_metrics_v1_3
+		binary.LittleEndian.PutUint16(b, 120)
+		b[2], b[3] = 1, 3
+		binary.LittleEndian.PutUint16(b[22:], watts)
+		return string(b)
+	}
+	for _, c := range []struct {
+		name         string
+		avg, cap     string
+		socket       uint16
+		power, limit float64 // 0: unset
+	}{
+		{"primary die", "380000000\n", "560000000\n", 380, 380, 560},
+		{"secondary die", "0\n", "0\n", 0, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := buildCard(t, map[string]string{
+				"vendor":                      "0x1002\n",
+				"hwmon/hwmon0/power1_average": c.avg,
+				"hwmon/hwmon0/power1_cap":     c.cap,
+				"gpu_metrics":                 table(c.socket),
+			})
+			d := Reader{SysfsRoot: root}.ReadDevice("card0")
+			for _, r := range []struct {
+				name string
+				got  Opt[float64]
+				want float64
+			}{{"power", d.Power, c.power}, {"power cap", d.PowerCap, c.limit}, {"socket power", d.Metrics.SocketPower, c.power}} {
+				if c.power == 0 {
+					wantUnset(t, r.name, r.got)
+				} else {
+					wantF(t, r.name, r.got, r.want)
+				}
+			}
+		})
+	}
 }
 
 func TestReadDeviceMissingMalformedOversized(t *testing.T) {

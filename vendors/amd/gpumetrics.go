@@ -353,7 +353,12 @@ func decodeV1_1(t table, m *GPUMetrics) {
 	m.GFXActivity = t.percent16(16)
 	m.UMCActivity = t.percent16(18)
 	m.MMActivity = t.percent16(20)
-	m.SocketPower = t.scaled16(22, 1)
+	// average_socket_power is 0 on an MI250X's secondary die, which has no
+	// power data (aldebaran_ppt.c, aldebaran_get_gpu_metrics: "Valid
+	// power data is available only from primary die"): no reading.
+	if p := t.scaled16(22, 1); p.OK && p.Value > 0 {
+		m.SocketPower = p
+	}
 	// 24: energy_accumulator, whose unit v1.1-v1.3 do not state.
 	m.SystemClockCounter = t.u64(32)
 	m.AverageGFXClock = t.scaled16(40, 1e6)
