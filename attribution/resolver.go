@@ -133,6 +133,10 @@ type slurmProc struct {
 	// the process.
 	slurmdJob   bool
 	askedSlurmd time.Time
+	// jobSeen is when job was first seen for the process, on the wall
+	// clock the Slurm client times squeue's answers with: a list of the
+	// node's running jobs from before it may predate the job.
+	jobSeen time.Time
 }
 
 // procRead is what was read of a process, once in its life.
@@ -1153,6 +1157,21 @@ type gresHold struct {
 	share float64
 }
 
+// jobsSeenSince is the latest time a process's job that list does not
+// name was first seen; zero when list names every process's job.
+func jobsSeenSince(list []slurm.RunningJob, procs map[uint32]procInfo) time.Time {
+	var since time.Time
+	for _, p := range procs {
+		if p.slurm == nil || p.slurm.job == "" || p.slurm.jobSeen.Before(since) {
+			continue
+		}
+		if !slices.ContainsFunc(list, func(j slurm.RunningJob) bool { return j.ID == p.slurm.job }) {
+			since = p.slurm.jobSeen
+		}
+	}
+	return since
+}
+
 // slurmJobs finds the Slurm job of every process and the jobs' metadata,
 // and which jobs hold which GPU of this node through GRES. Slurm's answer
 // that it knows no such job is an answer, not a failure of the source.
@@ -1220,6 +1239,9 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			}
 		}
 		if job != "" {
+			if sp.job != job {
+				sp.jobSeen = time.Now()
+			}
 			sp.job, sp.environ = job, environ
 			ids[job] = true
 		}
@@ -1235,6 +1257,12 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 	st := slurmState{jobs: map[string]slurm.Job{}, unknown: map[string]bool{}, gres: gres}
 	if r.cfg.NodeName != "" {
 		list, err := c.NodeJobs(ctx, r.cfg.NodeName)
+		if since := jobsSeenSince(list, procs); err == nil && !since.IsZero() {
+			// A process names a job the list does not, and was first seen
+			// after the list was asked for (cached for nodeJobsTTL): the
+			// job may have started since, and its GRES hold GPUs now.
+			list, err = c.NodeJobsSince(ctx, r.cfg.NodeName, since)
+		}
 		if err != nil {
 			// Which jobs run on the node now is not known: a job's record,
 			// cached from when it ran, would make an ended job the holder of

@@ -383,6 +383,58 @@ esac`)
 	}
 }
 
+// TestSlurmJobJustStartedHoldsItsGRES: squeue's list of the node's jobs is
+// reused for a while, so a job that starts after it was asked is not on
+// it; its process, first seen after that answer, has squeue asked again,
+// and the job holds its GPU through GRES at once. It held none, owning its
+// usage with share 0, until the list expired (found by probing: 8 s). A
+// process of a job that stays off the list (ended, its process lives on)
+// has squeue asked no more than once for it.
+func TestSlurmJobJustStartedHoldsItsGRES(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "running")
+	calls := filepath.Join(dir, "calls")
+	if err := os.WriteFile(state, []byte("100|100|2026-11-22T09:00:00\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	squeue := fakeBinary(t, "squeue", `echo x >> `+calls+`; cat `+state)
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+printf 'JobId=%s JobName=j\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 100))"`)
+	procs := map[uint32]string{5000: "/system.slice/slurmstepd.scope/job_100/step_0/user/task_0"}
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: procfs(t, procs)})
+	devices := func(pids1 ...uint32) []Device {
+		return []Device{
+			{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{5000}},
+			{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: pids1},
+		}
+	}
+	r.Resolve(context.Background(), devices())
+	// Job 101 starts on GPU 1 (GRES index 1): squeue lists it now, and its
+	// process runs.
+	if err := os.WriteFile(state, []byte("100|100|2026-11-22T09:00:00\n101|101|2026-11-22T09:05:00\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	procs[5100] = "/system.slice/slurmstepd.scope/job_101/step_0/user/task_0"
+	r.cfg.Procfs = procfs(t, procs)
+	own := r.Resolve(context.Background(), devices(5100)).Devices["GPU-1"]
+	if c := own.Claims; len(c) != 1 || c[0].Owner.SlurmJobID != "101" || c[0].Share != 1 || !own.Allocated {
+		t.Errorf("GPU 1 after job 101 started: claims %+v, allocated %v; want job 101 holding it (share 1)", c, own.Allocated)
+	}
+	// A process of job 102, which squeue never lists (it ended; its
+	// process lives on), appears: squeue is asked once for it, and three
+	// more scrapes within the list's life ask no more.
+	procs[5200] = "/system.slice/slurmstepd.scope/job_102/step_0/user/task_0"
+	r.cfg.Procfs = procfs(t, procs)
+	for range 4 {
+		r.Resolve(context.Background(), devices(5100, 5200))
+	}
+	b, _ := os.ReadFile(calls)
+	if n := strings.Count(string(b), "x"); n != 3 {
+		t.Errorf("squeue asked %d times, want 3 (the first scrape, once for job 101, once for job 102)", n)
+	}
+}
+
 func TestResolveKubeletDown(t *testing.T) {
 	r := New(Config{
 		Kubelet:  &fakeKubelet{err: errors.New("connection refused")},

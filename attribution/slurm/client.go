@@ -80,9 +80,11 @@ type Client struct {
 	cache    map[string]cacheEntry
 	inflight map[string]*call
 	// nodeJobs caches the jobs running on a node briefly: every scrape
-	// needs them, and squeue asks slurmctld.
+	// needs them, and squeue asks slurmctld. nodeJobsAsked is when squeue
+	// was asked for them.
 	nodeJobs        []RunningJob
 	nodeJobsNode    string
+	nodeJobsAsked   time.Time
 	nodeJobsExpires time.Time
 	// config is what `scontrol show config` said, or configErr, until
 	// configExpires (JobsHidden).
@@ -118,11 +120,17 @@ type RunningJob struct {
 // allocation (JobOf) tells which GPUs they hold even before any of their
 // processes uses one.
 func (c *Client) NodeJobs(ctx context.Context, node string) ([]RunningJob, error) {
+	return c.NodeJobsSince(ctx, node, time.Time{})
+}
+
+// NodeJobsSince is NodeJobs from an answer squeue gave no earlier than
+// since: a list asked for before it is asked for again.
+func (c *Client) NodeJobsSince(ctx context.Context, node string, since time.Time) ([]RunningJob, error) {
 	if node == "" || strings.HasPrefix(node, "-") {
 		return nil, fmt.Errorf("invalid node name %q", node)
 	}
 	c.mu.Lock()
-	if c.nodeJobsNode == node && time.Now().Before(c.nodeJobsExpires) {
+	if c.nodeJobsNode == node && time.Now().Before(c.nodeJobsExpires) && !c.nodeJobsAsked.Before(since) {
 		jobs := slices.Clone(c.nodeJobs)
 		c.mu.Unlock()
 		return jobs, nil
@@ -139,6 +147,7 @@ func (c *Client) NodeJobs(ctx context.Context, node string) ([]RunningJob, error
 	// slurm-23-11-1-1, l.9962 @ slurm-21-08-8-2), which squeue sets for
 	// -a/--all alone (src/squeue/squeue.c:186-187 @ slurm-23-11-1-1).
 	// Such a job's GPUs are as held as any.
+	asked := time.Now()
 	out, err := c.runBinary(ctx, path, "--noheader", "--all", "--nodelist", node, "--states", runningStates, "--format", nodeJobsFormat)
 	if err != nil {
 		return nil, err
@@ -148,7 +157,7 @@ func (c *Client) NodeJobs(ctx context.Context, node string) ([]RunningJob, error
 		return nil, err
 	}
 	c.mu.Lock()
-	c.nodeJobs, c.nodeJobsNode, c.nodeJobsExpires = jobs, node, time.Now().Add(nodeJobsTTL)
+	c.nodeJobs, c.nodeJobsNode, c.nodeJobsAsked, c.nodeJobsExpires = jobs, node, asked, time.Now().Add(nodeJobsTTL)
 	c.mu.Unlock()
 	return slices.Clone(jobs), nil
 }
