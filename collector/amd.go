@@ -586,16 +586,12 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 	for _, p := range parts {
 		counts[p.ParentPCIBusID]++
 	}
-	c.mu.Lock()
-	if c.layouts == nil {
-		c.layouts = map[string]partLayout{}
-	}
+	layouts := map[string]partLayout{}
 	for pci, d := range byPCI {
 		if d.UUID != "" {
-			c.layouts[pci] = partLayout{}
+			layouts[pci] = partLayout{}
 		}
 	}
-	c.mu.Unlock()
 	var out []*Device
 	number := map[string]int{}
 	for _, p := range parts {
@@ -603,8 +599,16 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 		if parent == nil || parent.UUID == "" {
 			continue
 		}
-		parent.HasMIG = true
 		pd := parent.vendorData.(*amdData).dev
+		found, want := counts[p.ParentPCIBusID], partitionCount(pd)
+		// A count other than the GPU's own says the partitions are not
+		// all listed: amdkfd adds a GPU's topology nodes one at a time as
+		// it sets each up (kfd_device.c, kfd_init_node ends with
+		// kfd_topology_add_device), so a scrape during a mode switch or a
+		// driver load sees some. Each partition's share, which partition
+		// number each one has, and Slurm's GRES places are then unknown.
+		whole := want == 0 || found == want
+		parent.HasMIG, parent.MIGListed = true, whole
 		n := number[p.ParentPCIBusID]
 		number[p.ParentPCIBusID]++
 		data := &amdData{dev: pd, partition: n}
@@ -620,7 +624,6 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 				Profile:    strings.ToLower(pd.ComputePartition.Value),
 				Instance:   strconv.Itoa(n),
 				Index:      n,
-				Fraction:   1 / float64(counts[p.ParentPCIBusID]),
 				// The ROCm device plugin's name for it: the GPU's PCI
 				// address for partition 0, else amdgpu_xcp_<n>.
 				DevicePluginID: p.DevicePluginID,
@@ -628,18 +631,47 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 			// Its DRM nodes join the partition's fdinfo clients to it.
 			vendorData: &amdPartition{amdData: data, renderMinor: p.RenderMinor, card: p.Card},
 		}
+		if !whole {
+			delete(layouts, p.ParentPCIBusID) // the last whole one stays
+			out = append(out, d)
+			continue
+		}
+		d.MIG.Fraction = 1 / float64(found)
 		if pd.Metrics != nil && n < len(pd.Metrics.Partitions) {
 			if v, ok := meanSet(pd.Metrics.Partitions[n].GFXBusy); ok {
 				d.Utilization = &v
 			}
 		}
-		c.mu.Lock()
-		l := c.layouts[p.ParentPCIBusID]
-		c.layouts[p.ParentPCIBusID] = partLayout{profile: d.MIG.Profile, ids: append(l.ids, p.DevicePluginID)}
-		c.mu.Unlock()
+		l := layouts[p.ParentPCIBusID]
+		layouts[p.ParentPCIBusID] = partLayout{profile: d.MIG.Profile, ids: append(l.ids, p.DevicePluginID)}
 		out = append(out, d)
 	}
+	c.mu.Lock()
+	if c.layouts == nil {
+		c.layouts = map[string]partLayout{}
+	}
+	maps.Copy(c.layouts, layouts)
+	c.mu.Unlock()
 	return out
+}
+
+// partitionCount is how many compute partitions the GPU says it is in:
+// gpu_metrics' num_partition (v1.6+, kgd_pp_interface.h), else what the
+// mode alone tells (DPX two, TPX three, QPX four; CPX is one per XCC, which
+// differs by model); 0 when unknown.
+func partitionCount(d *amd.Device) int {
+	if d.Metrics != nil && len(d.Metrics.Partitions) > 1 {
+		return len(d.Metrics.Partitions)
+	}
+	switch d.ComputePartition.Value {
+	case "DPX":
+		return 2
+	case "TPX":
+		return 3
+	case "QPX":
+		return 4
+	}
+	return 0
 }
 
 // downPartitions are the partitions of the GPUs in devs that did not
@@ -664,7 +696,7 @@ func (c *amdCollector) downPartitions(devs []*Device) []*Device {
 		if len(l.ids) == 0 {
 			continue
 		}
-		d.HasMIG = true
+		d.HasMIG, d.MIGListed = true, true
 		for n, id := range l.ids {
 			out = append(out, &Device{
 				Vendor:   "amd",

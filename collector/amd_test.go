@@ -980,6 +980,52 @@ func TestAMDLostPartitionedGPUKeepsItsPartitions(t *testing.T) {
 	}
 }
 
+// TestAMDPartitionsNotAllListed: GPU 2 of the AMD scenario is in DPX, and
+// gpu_metrics says 2 partitions, but the KFD topology has partition 0's
+// node alone (amdkfd adds them one at a time during a mode switch or a
+// driver load). The partition found has no share (not 1, the whole GPU:
+// found by probing), no utilization (its number is unknown), and Slurm's
+// GRES from GPU 2 on are unknown. At the next whole listing all is back.
+func TestAMDPartitionsNotAllListed(t *testing.T) {
+	s := loadScenario(t, "amd")
+	clk := &testClock{t: testNow}
+	e, sim := newAttributedExporterSim(t, s, func(c *Config) { c.Now = clk.now })
+	sim.AMD.Reset(testStart)
+	for _, after := range []time.Duration{0, 15 * time.Second} {
+		clk.set(testNow.Add(after))
+		if err := sim.AMD.WriteAt(testNow.Add(after)); err != nil {
+			t.Fatal(err)
+		}
+		scrapeText(t, e, 10*time.Second)
+	}
+	// KFD nodes: 0 the CPU, 1 and 2 GPUs 0 and 1, 3 and 4 GPU 2's
+	// partitions, 5 GPU 3. Partition 1's is not there yet.
+	if err := os.RemoveAll(filepath.Join(sim.Sysfs, "class/kfd/kfd/topology/nodes/4")); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(testNow.Add(30 * time.Second))
+	out := scrapeText(t, e, 10*time.Second)
+	_, absent := oracleChecks(out)
+	absent(t, "xpu_workload_allocated_devices", `pod="part-a"`)
+	absent(t, "xpu_partition_share_ratio", `,uuid="3f61f84fa0000002-xcp0"`)
+	absent(t, "xpu_utilization_ratio", `,uuid="3f61f84fa0000002-xcp0"`)
+	got := map[string]int{}
+	for d, i := range gresIndices(e.Snapshot(context.Background()).Devices, false, false) {
+		got[d.Index] = i
+	}
+	if want := map[string]int{"0": 0, "1": 1}; !maps.Equal(got, want) {
+		t.Errorf("GRES indices %v, want GPUs 0 and 1 alone", got)
+	}
+
+	clk.set(testNow.Add(45 * time.Second))
+	if err := sim.AMD.WriteAt(testNow.Add(45 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_workload_allocated_devices", 0.5, `pod="part-a"`)
+	check(t, "xpu_workload_allocated_devices", 0.5, `pod="part-b"`)
+}
+
 // TestAMDNoDeviceLogsOnce: a node without amdgpu (no class/drm, or only
 // other drivers' cards) serves no AMD device, succeeds, and says so once.
 func TestAMDNoDeviceLogsOnce(t *testing.T) {

@@ -134,7 +134,7 @@ func TestGRESIndices(t *testing.T) {
 	mig := func(i string, handle int) *Device {
 		return &Device{Vendor: "nvidia", Index: i, Up: true, MIG: &MIGInstance{Index: handle}}
 	}
-	gpu0, gpu1, gpu2 := whole("0", true), &Device{Vendor: "nvidia", Index: "1", Up: true, HasMIG: true}, whole("2", true)
+	gpu0, gpu1, gpu2 := whole("0", true), &Device{Vendor: "nvidia", Index: "1", Up: true, HasMIG: true, MIGListed: true}, whole("2", true)
 	h1, h0 := mig("1", 1), mig("1", 0)
 	// GPU 0 → 0; GPU 1's MIG handles 0 and 1 → 1 and 2; GPU 2 → 3. The
 	// GPU in MIG mode has none.
@@ -149,8 +149,14 @@ func TestGRESIndices(t *testing.T) {
 		}
 	}
 	// GPU 1's instances were not read: GPU 2's number cannot be known.
-	if got := gresIndices([]*Device{gpu0, gpu1, gpu2}, false, false); len(got) != 1 || got[gpu0] != 0 {
+	unlisted := &Device{Vendor: "nvidia", Index: "1", Up: true, HasMIG: true}
+	if got := gresIndices([]*Device{gpu0, unlisted, gpu2}, false, false); len(got) != 1 || got[gpu0] != 0 {
 		t.Errorf("without GPU 1's instances: %v, want only GPU 0 → 0", got)
+	}
+	// Some were read (handle 1), some not: handle 1 cannot be told to be
+	// GRES 2 rather than 1, nor GPU 2 to be 3.
+	if got := gresIndices([]*Device{gpu0, unlisted, h1, gpu2}, false, false); len(got) != 1 || got[gpu0] != 0 {
+		t.Errorf("with GPU 1's instances listed in part: %v, want only GPU 0 → 0", got)
 	}
 	// GPU 1 in MIG mode with no MIG device, all (none) listed: Slurm counts
 	// the GPU itself (gpu_nvml.c, !added_mig). GPU 0 → 0, GPU 1 → 1, GPU 2

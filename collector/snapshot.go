@@ -513,13 +513,15 @@ func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 		}
 		switch {
 		case d.HasMIG:
+			if !d.MIGListed {
+				// Some instances may be missing: those read would take
+				// the numbers of those that were not.
+				broken[d.Vendor] = true
+				continue
+			}
 			instances := i+1 < len(sorted) && sorted[i+1].MIG != nil && sorted[i+1].Index == d.Index
 			if instances {
 				continue // they are numbered in its place
-			}
-			if !d.MIGListed {
-				broken[d.Vendor] = true
-				continue
 			}
 			// In MIG mode without MIG devices: one GRES.
 		case !d.Up && d.MIG == nil && anyMIG && !d.MIGModeKnown:
