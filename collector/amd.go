@@ -894,11 +894,22 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 	per := map[*Device]map[int]*usage{}
 	for _, cl := range clients {
 		d := deviceOf(cl)
-		if d == nil && len(cl.PIDs) > 0 && (partitioned[cl.Key.PDev] || cl.Key.PDev == "") {
-			// A client of one of this GPU's partitions, which one unknown
-			// (found through fdinfo alone, amd.DRMHolders), or of a GPU its
-			// fdinfo does not name: its usage belongs to someone.
+		switch {
+		case d != nil || len(cl.PIDs) == 0:
+		case cl.Key.PDev == "":
+			// A client of a GPU its fdinfo does not name: its usage
+			// belongs to someone, on any GPU.
 			markPartial(devs)
+		case partitioned[cl.Key.PDev]:
+			// A client of one of this GPU's partitions, which one unknown
+			// (found through fdinfo alone, amd.DRMHolders; or the GPU is
+			// down and keeps its partitions without their nodes): one of
+			// them may lack a process. The other GPUs' lists are whole.
+			for _, o := range devs {
+				if o.PCIBusID == cl.Key.PDev {
+					o.ProcessesPartial = true
+				}
+			}
 		}
 		if d == nil || len(cl.PIDs) == 0 {
 			continue

@@ -959,6 +959,15 @@ func TestAMDLostPartitionedGPUKeepsItsPartitions(t *testing.T) {
 	if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
 		t.Error("a device plugin ID names no device while its GPU is down")
 	}
+	// The lost GPU's processes still hold its nodes open: which of its
+	// partitions each ran on is unknown, which is no doubt about the other
+	// GPUs (found by probing: every GPU lost its split). GPU 1 splits as in
+	// TestAMDScenarioOracles, 0.3 and 0.15, 40 and 20 GiB; idle GPU 3 has
+	// no owner.
+	check(t, "xpu_workload_utilization_ratio", 0.3, `gpu="1"`, `pod="infer-a"`)
+	check(t, "xpu_workload_utilization_ratio", 0.15, `gpu="1"`, `pod="infer-b"`)
+	check(t, "xpu_workload_memory_used_bytes", 40<<30, `gpu="1"`, `pod="infer-a"`)
+	check(t, "xpu_device_owners", 0, `gpu="3"`)
 	if regexp.MustCompile(`(?m)^xpu_workload_allocated_devices\{[^}]*pod="part-a"[^}]*\} 1$`).MatchString(out) {
 		t.Error("part-a holds the whole GPU")
 	}
