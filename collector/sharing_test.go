@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -402,6 +403,41 @@ func TestSidecarOnASharedGPU(t *testing.T) {
 	check(t, "xpu_workload_memory_used_bytes", 3<<30, gpu, `container="a"`)
 	check(t, "xpu_workload_memory_used_bytes", 1<<30, gpu, `container="b"`)
 	check(t, "xpu_process_memory_used_bytes", 3<<30, gpu, `pid="2301"`, `container="a"`, `pod="two"`)
+}
+
+// TestEphemeralContainerOnASharedGPU: a kubectl debug container of pod
+// "two" (its status in ephemeralContainerStatuses alone) runs a process
+// on GPU 3, busy 0.05 with 512 MiB. It holds no device, so its usage is
+// apart: device 0.3 + 0.1 + 0.05 = 0.45, a 0.3, b 0.1, unattributed 0.05;
+// memory 3 GiB, 1 GiB, 512 MiB. The split was left out for the whole GPU
+// (found by probing): the process was in no known container.
+func TestEphemeralContainerOnASharedGPU(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "fixtures", "scenarios", "sharing.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	for old, add := range map[string]string{
+		"      - {pid: 2302, pod: ml/two, container: b, memory_used: 1GiB, utilization: 0.1}\n":                                   "      - {pid: 2303, pod: ml/two, container: debugger, memory_used: 512MiB, utilization: 0.05}\n",
+		`        - {name: b, devices: [{resource: nvidia.com/gpu, ids: ["GPU-5a000000-0000-4000-8000-000000000003::1"]}]}` + "\n": "        - {name: debugger, ephemeral: true}\n",
+	} {
+		if !strings.Contains(text, old) {
+			t.Fatalf("sharing.yaml has no line %q", old)
+		}
+		text = strings.Replace(text, old, old+add, 1)
+	}
+	s, err := demo.Parse([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, _ := oracleChecks(secondScrape(t, s))
+	gpu := `uuid="GPU-5a000000-0000-4000-8000-000000000003"`
+	check(t, "xpu_utilization_ratio", 0.45, gpu)
+	check(t, "xpu_workload_utilization_ratio", 0.3, gpu, `container="a"`)
+	check(t, "xpu_workload_utilization_ratio", 0.1, gpu, `container="b"`)
+	check(t, "xpu_workload_utilization_ratio", 0.05, gpu, `workload_kind="unattributed"`)
+	check(t, "xpu_workload_memory_used_bytes", 3<<30, gpu, `container="a"`)
+	check(t, "xpu_workload_memory_used_bytes", 512<<20, gpu, `workload_kind="unattributed"`)
 }
 
 func TestSlurmSharingOracles(t *testing.T) {

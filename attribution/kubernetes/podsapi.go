@@ -181,14 +181,17 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 }
 
 // containerMeta lists the containers of pod with their runtime IDs, init
-// containers too: pod-resources lists a restartable one (a sidecar,
-// KEP-753) under its name with its devices while its status is in
-// initContainerStatuses, and a one-off init container may run on a device
-// its app containers are given after it. Names are unique across both
-// lists (core/v1 validation).
+// and ephemeral containers too: pod-resources lists a restartable init
+// container (a sidecar, KEP-753) under its name with its devices while its
+// status is in initContainerStatuses; a one-off init container may run on
+// a device its app containers are given after it; an ephemeral container
+// (kubectl debug), whose status is in ephemeralContainerStatuses alone,
+// holds no device but may run on its pod's, and is then no holder. Names
+// are unique across the three lists (core/v1 validation).
 func containerMeta(pod *corev1.Pod) []ContainerMeta {
-	ids := make(map[string]string, len(pod.Status.InitContainerStatuses)+len(pod.Status.ContainerStatuses))
-	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+	st := pod.Status
+	ids := make(map[string]string, len(st.InitContainerStatuses)+len(st.ContainerStatuses)+len(st.EphemeralContainerStatuses))
+	for _, statuses := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses} {
 		for _, st := range statuses {
 			// "<runtime>://<id>" (k8s.io/api core/v1 ContainerStatus.ContainerID).
 			if _, id, ok := strings.Cut(st.ContainerID, "://"); ok {
@@ -196,8 +199,12 @@ func containerMeta(pod *corev1.Pod) []ContainerMeta {
 			}
 		}
 	}
-	out := make([]ContainerMeta, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
-	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+	containers := slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers)
+	for _, e := range pod.Spec.EphemeralContainers {
+		containers = append(containers, corev1.Container(e.EphemeralContainerCommon))
+	}
+	out := make([]ContainerMeta, 0, len(containers))
+	for _, c := range containers {
 		cm := ContainerMeta{Name: c.Name, Image: c.Image, ID: ids[c.Name]}
 		for _, p := range c.Ports {
 			cm.Ports = append(cm.Ports, p.ContainerPort)

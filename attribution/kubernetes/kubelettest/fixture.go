@@ -68,6 +68,11 @@ type Container struct {
 	// before the app containers, as the kubelet's List and Get do
 	// (pkg/kubelet/apis/podresources/server_v1.go).
 	Sidecar bool `yaml:"sidecar,omitempty"`
+	// Ephemeral makes it an ephemeral container (kubectl debug): the Pods
+	// API has it in spec.ephemeralContainers and its status in
+	// ephemeralContainerStatuses alone; it holds no device, and
+	// pod-resources does not list it.
+	Ephemeral bool `yaml:"ephemeral,omitempty"`
 	// Image defaults to registry.example/<name>:latest; Ports are the
 	// container ports it declares.
 	Image   string    `yaml:"image,omitempty"`
@@ -160,6 +165,9 @@ func (p Pod) validate() error {
 		if c.Name == "" {
 			return fmt.Errorf("pod %s/%s: a container has no name", p.Namespace, p.Name)
 		}
+		if c.Ephemeral && (c.Sidecar || len(c.Devices)+len(c.Claims) > 0) {
+			return fmt.Errorf("pod %s/%s container %s: an ephemeral container is no sidecar and holds no device", p.Namespace, p.Name, c.Name)
+		}
 		for _, cl := range c.Claims {
 			if cl.Namespace == "" || cl.Name == "" {
 				return fmt.Errorf("pod %s/%s container %s: a claim needs namespace and name", p.Namespace, p.Name, c.Name)
@@ -231,6 +239,11 @@ func (p Pod) corePod(node string) *corev1.Pod {
 			q.Add(*resource.NewQuantity(int64(len(d.IDs)), resource.DecimalSI))
 			ctr.Resources.Limits[corev1.ResourceName(d.Resource)] = q
 		}
+		if c.Ephemeral {
+			pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(ctr)})
+			pod.Status.EphemeralContainerStatuses = append(pod.Status.EphemeralContainerStatuses, status)
+			continue
+		}
 		if c.Sidecar {
 			always := corev1.ContainerRestartPolicyAlways
 			ctr.RestartPolicy = &always
@@ -260,7 +273,7 @@ func (p Pod) clone() Pod {
 	out.OwnerReferences = append([]OwnerReference(nil), p.OwnerReferences...)
 	out.Containers = nil
 	for _, c := range p.Containers {
-		out.Containers = append(out.Containers, Container{Name: c.Name, Sidecar: c.Sidecar, Image: c.Image, Ports: slices.Clone(c.Ports), Devices: cloneDevices(c.Devices), Claims: cloneClaims(c.Claims)})
+		out.Containers = append(out.Containers, Container{Name: c.Name, Sidecar: c.Sidecar, Ephemeral: c.Ephemeral, Image: c.Image, Ports: slices.Clone(c.Ports), Devices: cloneDevices(c.Devices), Claims: cloneClaims(c.Claims)})
 	}
 	return out
 }

@@ -74,6 +74,9 @@ func podResources(p Pod) *podresourcesv1.PodResources {
 		return 1
 	})
 	for _, c := range containers {
+		if c.Ephemeral {
+			continue
+		}
 		ctr := &podresourcesv1.ContainerResources{Name: c.Name}
 		for _, d := range c.Devices {
 			ctr.Devices = append(ctr.Devices, &podresourcesv1.ContainerDevices{
