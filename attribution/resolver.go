@@ -1033,8 +1033,7 @@ func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
 	byName := map[string]string{}
 	for _, d := range devices {
 		if d.DeviceName != "" {
-			// GKE names a GPU instance, not a compute instance: one of
-			// several sharing a GPU instance cannot be told by it.
+			// One name on two devices (a misread) names neither.
 			if _, dup := byName[d.DeviceName]; dup {
 				byName[d.DeviceName] = ""
 			} else {

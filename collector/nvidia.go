@@ -203,7 +203,7 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 			d.MIG = &MIGInstance{
 				ParentUUID:      nd.MIG.ParentUUID,
 				Profile:         nd.MIG.Profile,
-				Instance:        strconv.Itoa(nd.MIG.GPUInstanceID),
+				Instance:        migInstance(nd.MIG.GPUInstanceID),
 				Index:           nd.MIG.Index,
 				Fraction:        nd.MIG.SliceFraction,
 				ComputeInstance: nd.MIG.ComputeInstanceID,
@@ -567,4 +567,13 @@ func optional[T int | uint64 | float64](e emitter, m metric, l labels, v reading
 	if v.OK {
 		e.emit(m, l, float64(v.Value))
 	}
+}
+
+// migInstance is the mig_instance label of a GPU instance ID, "" where it
+// could not be read.
+func migInstance(id int) string {
+	if id < 0 {
+		return ""
+	}
+	return strconv.Itoa(id)
 }

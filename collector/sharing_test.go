@@ -13,6 +13,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // Every expected value below is worked out by hand from the raw inputs of
@@ -379,6 +380,33 @@ func TestRefusedProcessListIsToldOnce(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "NVML lists all processes of an NVIDIA device again"); n != 1 {
 		t.Errorf("%d recoveries logged, want 1:\n%s", n, logs.String())
+	}
+}
+
+// TestGKEName: GKE names a GPU by its minor and a GPU instance by its
+// GPU's minor and its ID; the pod holding it gets compute instance 0
+// (mig.go mounts "ci0"), so compute instance 1 of the same GPU instance
+// has no name, nor has an instance whose GPU instance ID was not read.
+func TestGKEName(t *testing.T) {
+	gpu := &Device{Vendor: "nvidia", UUID: "GPU-a", Minor: reading.Some(3)}
+	minors := nvidiaMinors([]*Device{gpu})
+	mig := func(instance string, ci int) *Device {
+		return &Device{Vendor: "nvidia", UUID: "MIG-x", MIG: &MIGInstance{ParentUUID: "GPU-a", Instance: instance, ComputeInstance: ci}}
+	}
+	for _, tc := range []struct {
+		d    *Device
+		want string
+	}{
+		{gpu, "nvidia3"},
+		{mig("1", 0), "nvidia3/gi1"},
+		{mig("1", 1), ""},
+		{mig("", 0), ""},
+		{&Device{Vendor: "nvidia", UUID: "GPU-b"}, ""},
+		{&Device{Vendor: "amd", UUID: "aa", Minor: reading.Some(3)}, ""},
+	} {
+		if got := gkeName(tc.d, minors); got != tc.want {
+			t.Errorf("gkeName(%+v) = %q, want %q", tc.d.MIG, got, tc.want)
+		}
 	}
 }
 

@@ -374,7 +374,10 @@ func nvidiaMinors(devs []*Device) map[string]int {
 
 // gkeName is the name GKE's device plugin gives d ("nvidia<minor>", or
 // "nvidia<minor>/gi<id>" for a MIG device): its GPU's minor number and,
-// for a MIG device, its GPU instance ID. "" when either is unknown.
+// for a MIG device, its GPU instance ID. "" when either is unknown. The
+// plugin gives a pod holding a GPU instance its compute instance 0 alone
+// (pkg/gpu/nvidia/mig/mig.go, DiscoverAndMountMIGDevices: the access file
+// of "ci0"), so only that compute instance bears the name.
 func gkeName(d *Device, minors map[string]int) string {
 	if d.Vendor != "nvidia" {
 		return ""
@@ -387,7 +390,7 @@ func gkeName(d *Device, minors map[string]int) string {
 	}
 	minor, ok := minors[d.MIG.ParentUUID]
 	gi := atoi(d.MIG.Instance)
-	if !ok || gi < 0 {
+	if !ok || gi < 0 || d.MIG.ComputeInstance != 0 {
 		return ""
 	}
 	return "nvidia" + strconv.Itoa(minor) + "/gi" + strconv.Itoa(gi)

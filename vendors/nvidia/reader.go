@@ -709,7 +709,7 @@ func (r *reader) profileMIG(parent nvml.Device, devs []Device) {
 	}
 	perGI := map[int][]int{}
 	for i, d := range devs {
-		if d.Up && d.MIG != nil {
+		if d.Up && d.MIG != nil && d.MIG.GPUInstanceID >= 0 {
 			perGI[d.MIG.GPUInstanceID] = append(perGI[d.MIG.GPUInstanceID], i)
 		}
 	}
@@ -752,8 +752,9 @@ func (r *reader) readMIG(parent Device, h nvml.Device, index, parentSlices int) 
 	// that fleets aggregate by model across MIG and whole GPUs.
 	d := Device{
 		Identity: Identity{Index: parent.Index, Name: parent.Name, PCIBusID: parent.PCIBusID},
-		// A compute instance ID that cannot be read matches no event's.
-		MIG: &MIG{ParentUUID: parent.UUID, ParentIndex: parent.Index, Index: index, ComputeInstanceID: -1},
+		// An instance ID that cannot be read matches no event's, and no
+		// allocation's.
+		MIG: &MIG{ParentUUID: parent.UUID, ParentIndex: parent.Index, Index: index, GPUInstanceID: -1, ComputeInstanceID: -1},
 	}
 	if v, ret := h.GetUUID(); r.ok("GetUUID", ret) {
 		d.UUID = v
