@@ -494,15 +494,25 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 	if err == nil {
 		stale = engines.DropStale(families, time.Now())
 		engine := engines.Engine(t.Engine)
+		// read is the engine whose names the answer is read by: the
+		// engine's own, but for a NIM passing its backend's through.
+		read := engine
 		switch {
 		case len(families) == 0 && stale != nil:
 			err = fmt.Errorf("GET %s: %w: %w", redact(t.URL), errAllStale, stale)
 		case t.Engine == "auto":
 			engine, err = engines.Detect(families)
+			read = engine
 		case len(families) == 0:
 			// Only the families of known engines are parsed: an HTML page
 			// or an unrelated exporter leaves none.
 			err = fmt.Errorf("GET %s: no inference engine metrics in the response", redact(t.URL))
+		case engine == engines.NIM && !engines.Serves(engine, families):
+			// NIM for LLMs 2.x "passes through the inference backend's
+			// native Prometheus metrics without modification" (NIM
+			// documentation, Logging and Observability): vLLM's vllm:
+			// names, SGLang's sglang: ones. It is still the NIM.
+			read, err = engines.Detect(families)
 		case !engines.Serves(engine, families):
 			err = fmt.Errorf("GET %s: none of %s's metrics in the response, only another engine's", redact(t.URL), engine)
 		}
@@ -511,10 +521,10 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 			// Series left out, a counter reading NaN or ±Inf or one
 			// Normalize cannot map, are told but do not fail the target:
 			// the rest is still right.
-			notFinite := c.corrector(t).Correct(families, engines.Kept(engine), engines.Replicas(engine))
-			r.samples, r.skipped = engines.Normalize(engine, families, t.Model)
+			notFinite := c.corrector(t).Correct(families, engines.Kept(read), engines.Replicas(read))
+			r.samples, r.skipped = engines.Normalize(read, families, t.Model)
 			r.skipped = errors.Join(stale, notFinite, r.skipped)
-			if others := engines.Others(engine, families); len(others) > 0 {
+			if others := engines.Others(read, families); len(others) > 0 {
 				why := "an auto target is read as the first engine found, " + string(engine)
 				if t.Engine != "auto" {
 					// Triton configured as vllm reads the vLLM backend's

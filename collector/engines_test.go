@@ -378,6 +378,24 @@ func TestNonFiniteCounterIsTold(t *testing.T) {
 	}
 }
 
+// TestNIMPassingVLLMThrough: NIM for LLMs 2.x serves its vLLM backend's
+// own metrics, vllm: names; a nim target reads them by vLLM's names and is
+// still the NIM: up, engine="nim", 3 running, 1 waiting, KV cache 0.42. It
+// was down ("only another engine's"), and the engine-down alert fired for
+// a healthy NIM (found by probing).
+func TestNIMPassingVLLMThrough(t *testing.T) {
+	const body = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"meta/llama-3.1-8b-instruct\"} 3\n" +
+		"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"meta/llama-3.1-8b-instruct\"} 1\n" +
+		"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"meta/llama-3.1-8b-instruct\"} 0.42\n"
+	e, _ := fixedEngineExporter(t, "nim", body)
+	out := scrapeText(t, e, 5*time.Second)
+	check, _ := oracleChecks(out)
+	check(t, "xpu_inference_up", 1, `engine="nim"`)
+	check(t, "xpu_inference_requests_running", 3, `engine="nim"`, `model="meta/llama-3.1-8b-instruct"`)
+	check(t, "xpu_inference_requests_waiting", 1, `engine="nim"`)
+	check(t, "xpu_inference_kv_cache_usage_ratio", 0.42, `engine="nim"`)
+}
+
 // TestAutoTargetTellsOfOtherEngines: an auto target is read as the first
 // engine found. An answer holding another engine's metrics too (a gateway
 // merging two engines' /metrics) served one and dropped the other's models
