@@ -72,7 +72,7 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 	f.squeue = a.Flag("slurm.squeue-path", "squeue binary.").Default("squeue").IsSetByUser(&f.setSqueue).String()
 	f.slurmNode = a.Flag("slurm.node-name", "This node's name in Slurm; empty means the short host name.").Default("").IsSetByUser(&f.setSlurmNodes).String()
 	f.gresOrder = a.Flag("slurm.gres-order",
-		"How Slurm numbers this node's NVIDIA GPUs in GRES indices: nvml (NVML's order, which AutoDetect=nvml and gres.conf Links= give) or device-file (by /dev/nvidiaN, for a gres.conf listing File= without Links=).").Default("nvml").Enum("nvml", "device-file")
+		"How Slurm numbers this node's GPUs in GRES indices: vendor (the order autodetection gives: NVML's for NVIDIA, AutoDetect=nvml or gres.conf Links=; ROCm SMI's for AMD, by PCI address since ROCm 6.0, AutoDetect=rsmi) or device-file (by /dev/nvidiaN or /dev/dri/renderDN, for a gres.conf listing File= without Links=, or AutoDetect=rsmi before ROCm 6.0). nvml is vendor's former name.").Default("vendor").Enum("vendor", "nvml", "device-file")
 	return f
 }
 

@@ -131,6 +131,7 @@ const (
 
 type amdIdentity struct {
 	index, uuid, model, pci string
+	minor                   amd.Opt[int] // of its render node
 }
 
 type amdRead struct {
@@ -388,7 +389,7 @@ func (c *amdCollector) timedOut(card string) *Device {
 	id := c.known[card]
 	index := c.indexOf(card, id.pci)
 	c.mu.Unlock()
-	d := &Device{Vendor: "amd", Index: index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, vendorData: noAMDReadings()}
+	d := &Device{Vendor: "amd", Index: index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, Minor: id.minor, vendorData: noAMDReadings()}
 	c.logDown(card, d, amdTimeout)
 	return d
 }
@@ -400,7 +401,7 @@ func (c *amdCollector) unanswered() []*Device {
 	c.mu.Lock()
 	devs := make([]*Device, 0, len(c.known))
 	for _, id := range c.known {
-		devs = append(devs, &Device{Vendor: "amd", Index: id.index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, vendorData: noAMDReadings()})
+		devs = append(devs, &Device{Vendor: "amd", Index: id.index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, Minor: id.minor, vendorData: noAMDReadings()})
 	}
 	c.mu.Unlock()
 	return append(devs, c.downPartitions(devs)...)
@@ -481,6 +482,7 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 		UUID:       amdUUID(ad),
 		Model:      amdModel(ad),
 		PCIBusID:   ad.PCIBusID,
+		Minor:      ad.RenderMinor,
 		Up:         !ad.Down,
 		vendorData: &amdData{dev: ad, partition: -1, energy: c.energy(ad)},
 	}
@@ -500,10 +502,10 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 		// A GPU that stopped answering before its identity was read is
 		// named as it was at its last answer.
 		if ok && (d.UUID == "" || d.UUID == id.uuid) {
-			d.UUID, d.Model, d.PCIBusID = id.uuid, id.model, id.pci
+			d.UUID, d.Model, d.PCIBusID, d.Minor = id.uuid, id.model, id.pci, id.minor
 		}
 	case d.UUID != "":
-		c.known[card] = amdIdentity{index: index, uuid: d.UUID, model: d.Model, pci: d.PCIBusID}
+		c.known[card] = amdIdentity{index: index, uuid: d.UUID, model: d.Model, pci: d.PCIBusID, minor: d.Minor}
 	}
 	c.mu.Unlock()
 	c.logDown(card, d, why)
@@ -569,7 +571,7 @@ func (c *amdCollector) vanished(cards []string, at map[string]*Device) []*Device
 		c.mu.Lock()
 		id := c.known[card]
 		c.mu.Unlock()
-		d := &Device{Vendor: "amd", Index: id.index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, vendorData: noAMDReadings()}
+		d := &Device{Vendor: "amd", Index: id.index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, Minor: id.minor, vendorData: noAMDReadings()}
 		c.logDown(card, d, amdGone)
 		devs = append(devs, d)
 	}

@@ -390,7 +390,9 @@ func TestMixedNodeOwners(t *testing.T) {
 // answers, has not answered yet or fails again. Job 300's GRES index 0 made
 // it the owner of NVIDIA GPU 0 while hl-smi failed at start, and not once
 // hl-smi answered: the job's GPU changed with another vendor's tool (found
-// by probing). The job runs no process, so GPU 0 has no owner throughout.
+// by probing). The job runs no process; it holds some device of the node,
+// which one unknown, so every device's owners are unknown throughout (not
+// 0, which read as free: found by probing).
 func TestGRESIgnoresHLSMIHealth(t *testing.T) {
 	s, err := demo.Parse([]byte(`node: mixed-slurm
 defaults: {memory_total: 80GiB, metrics: {utilization: 0.5, memory_used: 10GiB, temperature: 50, power: 300}}
@@ -409,8 +411,8 @@ slurm:
 	for _, mode := range []string{"exit", "", "exit"} {
 		t.Setenv("HLSMI_FAKE_MODE", mode)
 		out := scrapeText(t, e, 10*time.Second)
-		if v := sample(t, out, "xpu_device_owners", `vendor="nvidia"`); v != 0 {
-			t.Errorf("hl-smi mode %q: NVIDIA GPU 0 has %v owners, want 0", mode, v)
+		if got := grepLines(out, "xpu_device_owners{"); got != "" {
+			t.Errorf("hl-smi mode %q: owners told, want unknown:\n%s", mode, got)
 		}
 		if strings.Contains(out, `slurm_job_id="300"`) {
 			t.Errorf("hl-smi mode %q: job 300 owns a device by GRES index:\n%s", mode, grepLines(out, `slurm_job_id="300"`))

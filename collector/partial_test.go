@@ -3,6 +3,7 @@ package collector
 import (
 	"fmt"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -220,11 +221,11 @@ func TestGRESByDeviceFile(t *testing.T) {
 	devs := []*Device{g0, g1, g2, g3}
 	check("NVML order", gresIndices(devs, false, false), map[*Device]int{g0: 0, g1: 1, g2: 2, g3: 3})
 	check("device-file order", gresIndices(devs, false, true), map[*Device]int{g1: 0, g2: 1, g0: 2, g3: 3})
-	if filesInNVMLOrder(devs) {
+	if filesOutOfOrder(devs) != "nvidia" {
 		t.Error("files 2, 0, 1, 3 taken for NVML's order")
 	}
-	if !filesInNVMLOrder([]*Device{gpu("0", 0), gpu("1", 4), gpu("2", 7)}) {
-		t.Error("files 0, 4, 7 not taken for NVML's order")
+	if v := filesOutOfOrder([]*Device{gpu("0", 0), gpu("1", 4), gpu("2", 7)}); v != "" {
+		t.Errorf("files 0, 4, 7 not taken for NVML's order: %q", v)
 	}
 
 	m2 := &Device{Vendor: "nvidia", Index: "2", Up: true, HasMIG: true, MIGListed: true, Minor: reading.Some(1)}
@@ -235,6 +236,46 @@ func TestGRESByDeviceFile(t *testing.T) {
 	// A GPU whose device file is unknown: the order is, and no GPU gets a
 	// number.
 	check("device file unknown", gresIndices([]*Device{g0, {Vendor: "nvidia", Index: "1", Up: true}}, false, true), map[*Device]int{})
+}
+
+// TestGRESOrderAMD: four AMD GPUs probed as cards 1..4 (gpu 0..3, render
+// nodes 128..131) at PCI c1, 11, 91 and 41. AutoDetect=rsmi numbers them in
+// ROCm SMI's order, by PCI address since ROCm 6.0: 11 (gpu 1) → 0, 41
+// (gpu 3) → 1, 91 (gpu 2) → 2, c1 (gpu 0) → 3. By render node (gres.conf
+// File= lines, or ROCm before 6.0): gpu i → i. With gpu 3 (41) in DPX, its
+// partitions take its place: gpu 1 → 0, gpu 3's partitions → 1 and 2, gpu
+// 2 → 3, gpu 0 → 4. A GPU without a PCI address leaves every GPU unnumbered.
+func TestGRESOrderAMD(t *testing.T) {
+	gpu := func(i, pci string, minor int) *Device {
+		return &Device{Vendor: "amd", Index: i, PCIBusID: pci, Up: true, Minor: reading.Some(minor)}
+	}
+	g0, g1, g2, g3 := gpu("0", "0000:c1:00.0", 128), gpu("1", "0000:11:00.0", 129), gpu("2", "0000:91:00.0", 130), gpu("3", "0000:41:00.0", 131)
+	devs := []*Device{g0, g1, g2, g3}
+	for _, tc := range []struct {
+		name string
+		got  map[*Device]int
+		want map[*Device]int
+	}{
+		{"PCI order", gresIndices(devs, false, false), map[*Device]int{g1: 0, g3: 1, g2: 2, g0: 3}},
+		{"render node order", gresIndices(devs, false, true), map[*Device]int{g0: 0, g1: 1, g2: 2, g3: 3}},
+	} {
+		if !maps.Equal(tc.got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	if v := filesOutOfOrder(devs); v != "amd" {
+		t.Errorf("render nodes out of PCI order not told: %q", v)
+	}
+	m3 := gpu("3", "0000:41:00.0", 131)
+	m3.HasMIG, m3.MIGListed = true, true
+	p0 := &Device{Vendor: "amd", Index: "3", PCIBusID: "0000:41:00.0", Up: true, MIG: &MIGInstance{Index: 0}}
+	p1 := &Device{Vendor: "amd", Index: "3", PCIBusID: "0000:41:00.0", Up: true, MIG: &MIGInstance{Index: 1}}
+	if got, want := gresIndices([]*Device{g0, g1, g2, m3, p1, p0}, false, false), (map[*Device]int{g1: 0, p0: 1, p1: 2, g2: 3, g0: 4}); !maps.Equal(got, want) {
+		t.Errorf("gpu 3 in DPX: %v, want %v", got, want)
+	}
+	if got := gresIndices([]*Device{g0, {Vendor: "amd", Index: "1", Up: true}}, false, false); len(got) != 0 {
+		t.Errorf("a GPU without a PCI address: %v, want no indices", got)
+	}
 }
 
 // A node that has shown devices of two vendors stays a node of several

@@ -30,7 +30,8 @@ type Device struct {
 	// Serial is the board's serial number, which the Intel Gaudi device
 	// plugin uses as its device IDs; "" when unknown.
 	Serial string
-	// Minor is the N of an NVIDIA GPU's /dev/nvidiaN, where read.
+	// Minor is the N of a GPU's device file, where read: an NVIDIA GPU's
+	// /dev/nvidiaN, an AMD GPU's /dev/dri/renderDN.
 	Minor reading.Opt[int]
 	MIG   *MIGInstance // nil for a whole device
 	// HasMIG is set on a GPU in MIG mode, whose instances are devices of
@@ -310,8 +311,13 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	several := s.severalVendors(snap.Devices)
 	gres := gresIndices(snap.Devices, several, s.gresByFile)
 	unplaced := gresUnplaced(snap.Devices, gres, several)
-	if !s.gresByFile && s.logger != nil && !s.fileOrderTold.Load() && s.resolver.UsesSlurm() && !filesInNVMLOrder(snap.Devices) && s.fileOrderTold.CompareAndSwap(false, true) {
-		s.logger.Warn("the NVIDIA GPUs' device files (/dev/nvidiaN) are not in NVML's order; Slurm numbers GRES by device file where gres.conf lists File= without Links= or AutoDetect=nvml: set --slurm.gres-order=device-file if yours does")
+	if !s.gresByFile && s.logger != nil && !s.fileOrderTold.Load() && s.resolver.UsesSlurm() {
+		switch v := filesOutOfOrder(snap.Devices); {
+		case v == "nvidia" && s.fileOrderTold.CompareAndSwap(false, true):
+			s.logger.Warn("the NVIDIA GPUs' device files (/dev/nvidiaN) are not in NVML's order; Slurm numbers GRES by device file where gres.conf lists File= without Links= or AutoDetect=nvml: set --slurm.gres-order=device-file if yours does")
+		case v == "amd" && s.fileOrderTold.CompareAndSwap(false, true):
+			s.logger.Warn("the AMD GPUs' render nodes (/dev/dri/renderDN) are not in PCI address order; Slurm numbers GRES by PCI address with AutoDetect=rsmi on ROCm 6.0 and later, by render node where gres.conf lists File= lines or ROCm is older: set --slurm.gres-order=device-file if yours does")
+		}
 	}
 	minors := nvidiaMinors(snap.Devices)
 	for _, d := range snap.Devices {
@@ -476,7 +482,7 @@ func (s *snapshotter) severalVendors(devs []*Device) bool {
 // every GPU without an index.
 func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 	out := map[*Device]int{}
-	if several {
+	if several || len(devs) == 0 {
 		return out
 	}
 	for _, d := range devs {
@@ -485,7 +491,8 @@ func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 		}
 	}
 	place := func(d *Device) int { return atoi(d.Index) }
-	if byFile && devs[0].Vendor == "nvidia" {
+	switch vendor := devs[0].Vendor; {
+	case byFile && (vendor == "nvidia" || vendor == "amd"):
 		minor := map[string]int{} // GPU index → its device file's minor
 		for _, d := range devs {
 			if d.MIG == nil {
@@ -496,6 +503,29 @@ func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 			}
 		}
 		place = func(d *Device) int { return minor[d.Index] }
+	case vendor == "amd":
+		// AutoDetect=rsmi numbers GPUs in ROCm SMI's order (gpu_rsmi.c,
+		// _get_system_gpu_list_rsmi: links in device index order, which
+		// gres_gpu.c sorts by), which since ROCm 6.0 is by PCI address
+		// (rocm_smi_lib, RocmSMI::Initialize: "Sort index based on the
+		// BDF"); a GPU's partitions stay in its place.
+		var pcis []string
+		for _, d := range devs {
+			if d.MIG == nil {
+				if d.PCIBusID == "" {
+					return out
+				}
+				pcis = append(pcis, d.PCIBusID)
+			}
+		}
+		slices.SortFunc(pcis, comparePCI)
+		rank := map[string]int{} // GPU index → its place by PCI address
+		for _, d := range devs {
+			if d.MIG == nil {
+				rank[d.Index], _ = slices.BinarySearchFunc(pcis, d.PCIBusID, comparePCI)
+			}
+		}
+		place = func(d *Device) int { return rank[d.Index] }
 	}
 	next := map[string]int{}
 	broken := map[string]bool{}
@@ -544,18 +574,12 @@ func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 
 // gresUnplaced are the devices Slurm numbers whose GRES index gresIndices
 // could not work out (a GPU before them whose MIG instances are unknown,
-// a device file not read): a job may hold them though none is seen to. A
-// GPU in MIG mode whose instances are numbered in its place is not one;
-// nor is any device of a node of several vendors, which is documented to
-// take its jobs from processes alone.
+// a device file not read, every device of a node of several vendors, whose
+// numbering is gres.conf's): a job may hold them though none is seen to. A
+// GPU in MIG mode whose instances are numbered in its place is not one.
 func gresUnplaced(devs []*Device, idx map[*Device]int, several bool) map[*Device]bool {
-	if several || len(devs) == 0 {
+	if len(devs) == 0 {
 		return nil
-	}
-	for _, d := range devs {
-		if d.Vendor != devs[0].Vendor {
-			return nil
-		}
 	}
 	out := map[*Device]bool{}
 	for _, d := range devs {
@@ -572,20 +596,37 @@ func gresUnplaced(devs []*Device, idx map[*Device]int, several bool) map[*Device
 
 // filesInNVMLOrder says the NVIDIA GPUs' device files whose minors are
 // known rise with NVML's index, so that both of Slurm's orders agree.
-func filesInNVMLOrder(devs []*Device) bool {
-	last, lastMinor := -1, -1
+// filesOutOfOrder names the vendor whose GPUs' device files are not in the
+// order its library numbers them, "" when none's: NVIDIA's /dev/nvidiaN
+// against NVML's index, AMD's /dev/dri/renderDN against PCI address order
+// (ROCm SMI's). Where they differ, which one Slurm numbers GRES by depends
+// on gres.conf.
+func filesOutOfOrder(devs []*Device) string {
+	gpus := map[string][]*Device{}
 	for _, d := range devs {
-		if d.Vendor != "nvidia" || d.MIG != nil || !d.Minor.OK {
-			continue
-		}
-		if i := atoi(d.Index); i > last {
-			if d.Minor.Value < lastMinor {
-				return false
-			}
-			last, lastMinor = i, d.Minor.Value
+		if d.MIG == nil && d.Minor.OK {
+			gpus[d.Vendor] = append(gpus[d.Vendor], d)
 		}
 	}
-	return true
+	byIndex := func(a, b *Device) int { return cmp.Compare(atoi(a.Index), atoi(b.Index)) }
+	byPCI := func(a, b *Device) int { return comparePCI(a.PCIBusID, b.PCIBusID) }
+	for _, v := range []struct {
+		vendor string
+		order  func(a, b *Device) int
+	}{{"nvidia", byIndex}, {"amd", byPCI}} {
+		g := slices.Clone(gpus[v.vendor])
+		slices.SortStableFunc(g, v.order)
+		if !slices.IsSortedFunc(g, func(a, b *Device) int { return cmp.Compare(a.Minor.Value, b.Minor.Value) }) {
+			return v.vendor
+		}
+	}
+	return ""
+}
+
+// comparePCI orders PCI addresses of one form (sysfs', "0000:0c:00.0") by
+// domain, bus, device and function.
+func comparePCI(a, b string) int {
+	return strings.Compare(strings.ToLower(a), strings.ToLower(b))
 }
 
 func migIndex(d *Device) int {
