@@ -310,7 +310,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	devs := make([]attribution.Device, 0, len(snap.Devices))
 	several := s.severalVendors(snap.Devices)
 	gres := gresIndices(snap.Devices, several, s.gresByFile)
-	unplaced := gresUnplaced(snap.Devices, gres, several)
+	unplaced := gresUnplaced(snap.Devices, gres)
 	if !s.gresByFile && s.logger != nil && !s.fileOrderTold.Load() && s.resolver.UsesSlurm() {
 		switch v := filesOutOfOrder(snap.Devices); {
 		case v == "nvidia" && s.fileOrderTold.CompareAndSwap(false, true):
@@ -577,7 +577,7 @@ func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 // a device file not read, every device of a node of several vendors, whose
 // numbering is gres.conf's): a job may hold them though none is seen to. A
 // GPU in MIG mode whose instances are numbered in its place is not one.
-func gresUnplaced(devs []*Device, idx map[*Device]int, several bool) map[*Device]bool {
+func gresUnplaced(devs []*Device, idx map[*Device]int) map[*Device]bool {
 	if len(devs) == 0 {
 		return nil
 	}
@@ -594,8 +594,6 @@ func gresUnplaced(devs []*Device, idx map[*Device]int, several bool) map[*Device
 	return out
 }
 
-// filesInNVMLOrder says the NVIDIA GPUs' device files whose minors are
-// known rise with NVML's index, so that both of Slurm's orders agree.
 // filesOutOfOrder names the vendor whose GPUs' device files are not in the
 // order its library numbers them, "" when none's: NVIDIA's /dev/nvidiaN
 // against NVML's index, AMD's /dev/dri/renderDN against PCI address order
