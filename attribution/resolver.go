@@ -234,12 +234,22 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	}
 
 	pods := podOwners{}
+	// GPUs whose MIG instances or compute partitions are devices: handed
+	// out by their instances, whose owners are theirs.
+	parents := map[string]bool{}
+	for _, d := range devices {
+		if d.ParentUUID != "" {
+			parents[d.ParentUUID] = true
+		}
+	}
 	for _, d := range devices {
 		own := res.Devices[d.UUID]
 		partial := d.PIDsPartial || (len(hidden) > 0 && slices.ContainsFunc(d.PIDs, func(pid uint32) bool { return hidden[pid] }))
 		// A pod holds a device of this vendor that could not be told: any
-		// one not allocated to a known owner may be it.
-		heldUnseen := len(kube[d.UUID]) == 0 && unplaced.mayHold(d)
+		// one not allocated to a known owner may be it, but for a GPU
+		// whose instances are devices, which may be held only through an
+		// instance (its owners unknown then as the instance's are).
+		heldUnseen := len(kube[d.UUID]) == 0 && !parents[d.UUID] && unplaced.mayHold(d)
 		if d.ParentUUID != "" || len(d.PIDs) > 0 || len(d.ExitedPIDs) > 0 || kube[d.UUID] != nil || sl.gres[d.GRESIndex] != nil {
 			r.attribute(own, d, procs, prev, partial, kube[d.UUID], kubeDown, heldUnseen, sl, pods)
 		} else {

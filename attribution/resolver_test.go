@@ -277,6 +277,9 @@ func TestUnplacedAllocationOwnersUnknown(t *testing.T) {
 			{UUID: gpuB, Vendor: "nvidia", MIGIndex: -1, GRESIndex: -1},
 			{UUID: gpuM, Vendor: "nvidia", MIGIndex: -1, GRESIndex: -1},
 			{UUID: "amd-0", Vendor: "amd", MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{901}},
+			{UUID: "GPU-p", Vendor: "nvidia", MIGIndex: -1, MIGInstance: -1, GRESIndex: -1},
+			{UUID: mig1, Vendor: "nvidia", ParentUUID: "GPU-p", MIGIndex: 0, MIGInstance: 1, GRESIndex: -1},
+			{UUID: mig2, Vendor: "nvidia", ParentUUID: "GPU-p", MIGIndex: 1, MIGInstance: 2, GRESIndex: -1},
 		}
 	}
 	procs := procfs(t, map[uint32]string{100: podCgroup(uidA), 900: "/system.slice/nvidia-dcgm.service", 901: "/system.slice/ollama.service"})
@@ -294,6 +297,8 @@ func TestUnplacedAllocationOwnersUnknown(t *testing.T) {
 				Kubelet: &fakeKubelet{pods: []kubernetes.PodResources{
 					pod("ml", "odd", "c", "nvidia.com/gpu", tc.oddID),
 					pod("ml", "known", "c", "nvidia.com/gpu", gpuM),
+					pod("ml", "m1", "c", "nvidia.com/mig-3g.40gb", mig1),
+					pod("ml", "m2", "c", "nvidia.com/mig-3g.40gb", mig2),
 				}},
 				Metadata: meta,
 				Procfs:   procs,
@@ -322,6 +327,11 @@ func TestUnplacedAllocationOwnersUnknown(t *testing.T) {
 			}
 			if len(amd.Claims) != 1 || amd.Claims[0].Owner.Unit != "ollama.service" || amd.Claims[0].Share != 1 || amd.OwnersUnknown {
 				t.Errorf("AMD GPU: claims %+v, unknown %v; want ollama.service's, share 1", amd.Claims, amd.OwnersUnknown)
+			}
+			// A GPU whose MIG instances are all held: nothing else can
+			// hold it (found by probing: owners unknown with the odd ID).
+			if p := res.Devices["GPU-p"]; len(p.Claims) != 2 || p.OwnersUnknown {
+				t.Errorf("MIG GPU: claims %+v, unknown %v; want its instances' two pods, known", p.Claims, p.OwnersUnknown)
 			}
 		})
 	}
