@@ -1169,12 +1169,13 @@ type gresHold struct {
 // jobsSeenSince is the latest time a process's job that list does not
 // name was first seen; zero when list names every process's job.
 func jobsSeenSince(list []slurm.RunningJob, procs map[uint32]procInfo) time.Time {
+	listed := make(map[string]bool, len(list))
+	for _, j := range list {
+		listed[j.ID] = true
+	}
 	var since time.Time
 	for _, p := range procs {
-		if p.slurm == nil || p.slurm.job == "" || p.slurm.jobSeen.Before(since) {
-			continue
-		}
-		if !slices.ContainsFunc(list, func(j slurm.RunningJob) bool { return j.ID == p.slurm.job }) {
+		if p.slurm != nil && p.slurm.job != "" && !listed[p.slurm.job] && p.slurm.jobSeen.After(since) {
 			since = p.slurm.jobSeen
 		}
 	}

@@ -600,22 +600,25 @@ func gresUnplaced(devs []*Device, idx map[*Device]int) map[*Device]bool {
 // (ROCm SMI's). Where they differ, which one Slurm numbers GRES by depends
 // on gres.conf.
 func filesOutOfOrder(devs []*Device) string {
-	gpus := map[string][]*Device{}
-	for _, d := range devs {
-		if d.MIG == nil && d.Minor.OK {
-			gpus[d.Vendor] = append(gpus[d.Vendor], d)
-		}
-	}
-	byIndex := func(a, b *Device) int { return cmp.Compare(atoi(a.Index), atoi(b.Index)) }
-	byPCI := func(a, b *Device) int { return comparePCI(a.PCIBusID, b.PCIBusID) }
-	for _, v := range []struct {
-		vendor string
-		order  func(a, b *Device) int
-	}{{"nvidia", byIndex}, {"amd", byPCI}} {
-		g := slices.Clone(gpus[v.vendor])
-		slices.SortStableFunc(g, v.order)
-		if !slices.IsSortedFunc(g, func(a, b *Device) int { return cmp.Compare(a.Minor.Value, b.Minor.Value) }) {
-			return v.vendor
+	// Pairwise, not sorted copies: it runs at every scrape until told,
+	// over a node's few GPUs.
+	for _, a := range devs {
+		for _, b := range devs {
+			if a.Vendor != b.Vendor || a.MIG != nil || b.MIG != nil || !a.Minor.OK || !b.Minor.OK {
+				continue
+			}
+			var before bool
+			switch a.Vendor {
+			case "nvidia":
+				before = atoi(a.Index) < atoi(b.Index)
+			case "amd":
+				before = comparePCI(a.PCIBusID, b.PCIBusID) < 0
+			default:
+				continue
+			}
+			if before && a.Minor.Value > b.Minor.Value {
+				return a.Vendor
+			}
 		}
 	}
 	return ""

@@ -294,7 +294,7 @@ func (a *AMDSim) WriteAt(t time.Time) error {
 	for i, props := range kfd {
 		errs = append(errs, writeAtomic(filepath.Join(nodes, fmt.Sprint(i), "properties"), props))
 	}
-	// The nodes of a GPU gone are gone (the kernel renumbers the rest).
+	// The nodes of a GPU gone are gone, and none stays past the last.
 	if entries, err := os.ReadDir(nodes); err == nil {
 		for _, e := range entries {
 			if n, err := strconv.Atoi(e.Name()); err == nil && n >= len(kfd) {
