@@ -495,7 +495,7 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 		stale = engines.DropStale(families, time.Now())
 		engine := engines.Engine(t.Engine)
 		// read is the engine whose names the answer is read by: the
-		// engine's own, but for a NIM passing its backend's through.
+		// engine's own, or its backend's where it passes them through.
 		read := engine
 		switch {
 		case len(families) == 0 && stale != nil:
@@ -507,14 +507,13 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 			// Only the families of known engines are parsed: an HTML page
 			// or an unrelated exporter leaves none.
 			err = fmt.Errorf("GET %s: no inference engine metrics in the response", redact(t.URL))
-		case engine == engines.NIM && !engines.Serves(engine, families):
-			// NIM for LLMs 2.x "passes through the inference backend's
-			// native Prometheus metrics without modification" (NIM
-			// documentation, Logging and Observability): vLLM's vllm:
-			// names, SGLang's sglang: ones. It is still the NIM.
-			read, err = engines.Detect(families)
 		case !engines.Serves(engine, families):
-			err = fmt.Errorf("GET %s: none of %s's metrics in the response, only another engine's", redact(t.URL), engine)
+			// Still the engine configured where it passes its backend's
+			// families through.
+			var ok bool
+			if read, ok = engines.PassedThrough(engine, families); !ok {
+				err = fmt.Errorf("GET %s: none of %s's metrics in the response, only another engine's", redact(t.URL), engine)
+			}
 		}
 		if err == nil {
 			r.engine = string(engine)

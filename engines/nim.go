@@ -3,8 +3,11 @@ package engines
 import "slices"
 
 // nimSpec covers NVIDIA NIM for LLMs 1.x, which exposes vLLM V0 names without
-// the vllm: prefix.
+// the vllm: prefix. NIM 2.x "passes through the inference backend's native
+// Prometheus metrics without modification" (NIM for LLMs documentation,
+// Logging and Observability): vLLM's vllm: names, SGLang's sglang: ones.
 var nimSpec = spec{
+	passesThrough: true,
 	owns: func(name string) bool {
 		return slices.Contains([]string{"num_requests_running", "num_requests_waiting", "gpu_cache_usage_perc", "num_request_max"}, name)
 	},

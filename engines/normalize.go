@@ -131,6 +131,18 @@ var mappedFamilies = func() map[string]bool {
 	return out
 }()
 
+// PassedThrough is the engine whose names an answer of engine that has none
+// of engine's own families is read by: the backend whose families an
+// engine that passes its backend's through serves (see spec.passesThrough).
+// False for any other engine, or when no backend's families are there.
+func PassedThrough(engine Engine, families map[string]*dto.MetricFamily) (Engine, bool) {
+	if !specs[engine].passesThrough {
+		return "", false
+	}
+	backend, err := Detect(families)
+	return backend, err == nil
+}
+
 // Detect guesses which engine exposed families, for targets configured
 // without one.
 func Detect(families map[string]*dto.MetricFamily) (Engine, error) {
@@ -287,6 +299,10 @@ type keyedSample struct {
 type spec struct {
 	// owns tells whether a metric family name is one this engine exposes.
 	owns func(name string) bool
+	// passesThrough says the engine may serve its backend's own families
+	// instead of its own (NIM 2.x): an answer without its own is read by
+	// the backend's names.
+	passesThrough bool
 	// model is the engine label naming the model, if the engine has one.
 	model string
 	// keep renames the engine labels that tell models apart. Every other

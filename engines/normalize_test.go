@@ -3,6 +3,8 @@ package engines
 import (
 	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 func TestNormalize(t *testing.T) {
@@ -559,5 +561,25 @@ tgi_request_generated_tokens_count 10
 	}
 	if len(prompt) != 0 || len(generated) != 1 || generated[0] != 250 {
 		t.Errorf("prompt tokens %v, generated %v; want none and [250]", prompt, generated)
+	}
+}
+
+// TestPassedThrough: only NIM passes its backend's families through; an
+// answer of vLLM's names is read by vLLM's for a nim target, for no other.
+func TestPassedThrough(t *testing.T) {
+	vllm := map[string]*dto.MetricFamily{"vllm:num_requests_running": {}}
+	for _, tc := range []struct {
+		engine Engine
+		fams   map[string]*dto.MetricFamily
+		want   Engine
+		ok     bool
+	}{
+		{NIM, vllm, VLLM, true},
+		{NIM, map[string]*dto.MetricFamily{}, "", false},
+		{SGLang, vllm, "", false},
+	} {
+		if got, ok := PassedThrough(tc.engine, tc.fams); got != tc.want || ok != tc.ok {
+			t.Errorf("PassedThrough(%s) = %q, %v; want %q, %v", tc.engine, got, ok, tc.want, tc.ok)
+		}
 	}
 }
