@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
@@ -742,5 +743,97 @@ func TestGRESOrderWarningOnlyUnderSlurm(t *testing.T) {
 		if got := strings.Count(logs.String(), warning); got != tc.want {
 			t.Errorf("with Slurm %v: %d warnings, want %d:\n%s", tc.slurm != "", got, tc.want, logs.String())
 		}
+	}
+}
+
+// TestUnidentifiedGPUKeepsItsOwners: GPU 0 answers NOT_SUPPORTED to its
+// identity calls (uuid, name, serial, PCI info, minor number; nvml.h,
+// nvmlDeviceGetUUID: "NVML_ERROR_NOT_SUPPORTED if the device does not
+// support this feature"), yet NVML lists its one process, in a.service.
+// Its processes are read from the device itself, so a.service is its sole
+// owner: allocated 1, the device's 0.3 (the process's 0.3 is all of it:
+// 0.3 × 0.3/0.3) and its 3 GiB (probe6-nvodd D1: no owner at all, and
+// /devices said "no owner" while /metrics said unknown). GPU 1 refuses
+// only nvmlDeviceGetSerial.
+func TestUnidentifiedGPUKeepsItsOwners(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: anon
+defaults: {model: NVIDIA GeForce RTX 4090, memory_total: 24GiB}
+devices:
+  - faults: {unsupported: [identity]}
+    processes: [{pid: 101, unit: a.service, user: svc, command: ta, memory_used: 3GiB, utilization: 0.3}]
+  - faults: {unsupported: [serial]}
+    processes: [{pid: 102, unit: b.service, user: svc, command: tb, memory_used: 1GiB, utilization: 0.2}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+	for i := 1; i <= 2; i++ {
+		clk.set(testNow.Add(time.Duration(i) * 15 * time.Second))
+		out := scrapeText(t, e, 10*time.Second)
+		check, _ := oracleChecks(out)
+		check(t, "xpu_device_owners", 1, `gpu="0"`)
+		check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `unit="a.service"`)
+		check(t, "xpu_workload_utilization_ratio", 0.3, `gpu="0"`, `unit="a.service"`)
+		check(t, "xpu_workload_memory_used_bytes", 3<<30, `gpu="0"`, `unit="a.service"`)
+		check(t, "xpu_workload_utilization_ratio", 0.2, `gpu="1"`, `unit="b.service"`)
+		// GPU 1 lacks only its serial, as a GeForce board does: named
+		// by its uuid, with an empty serial.
+		check(t, "xpu_device_info", 1, `gpu="1"`, `serial=""`, `uuid="GPU-`)
+	}
+	for _, d := range e.Snapshot(context.Background()).Devices {
+		if d.OwnersUnknown || len(d.Claims) != 1 {
+			t.Errorf("gpu %s: owners unknown %v, %d claims; want known, 1", d.Index, d.OwnersUnknown, len(d.Claims))
+		}
+	}
+}
+
+// A MIG instance whose uuid could not be read can be tied to no allocation
+// and no process: its owners are unknown to /devices as to /metrics (which
+// leave its owner count out), not "nobody".
+func TestUnidentifiedInstanceOwnersUnknown(t *testing.T) {
+	gpu := &Device{Vendor: "nvidia", Index: "0", UUID: "GPU-1", Up: true, HasMIG: true}
+	mig := &Device{Vendor: "nvidia", Index: "0", Up: true, MIG: &MIGInstance{ParentUUID: "GPU-1", Index: 0}}
+	snap := &Snapshot{Devices: []*Device{gpu, mig}, sources: map[string]sourceResult{}}
+	s := &snapshotter{resolver: attribution.New(attribution.Config{})}
+	s.attribute(context.Background(), snap)
+	if !mig.OwnersUnknown {
+		t.Error("the MIG instance without a uuid has known owners, want unknown")
+	}
+	if gpu.OwnersUnknown {
+		t.Error("its GPU has unknown owners, want known")
+	}
+}
+
+// TestNoDeviceSamplesNoProcessUtilization: the GPU answers
+// nvmlDeviceGetSamples NOT_SUPPORTED, nvmlDeviceGetProcessUtilization
+// works. A process without a sample in a period used 0% of it, which only
+// the device's periods can count (README "Utilization"): so no process's
+// utilization and no split, at any scrape, while the device's own reading
+// (nvmlDeviceGetUtilizationRates: the scenario's 0.4) and the memory split
+// (3 and 1 GiB) stay (probe6-nvodd D2, documented rather than guessed).
+func TestNoDeviceSamplesNoProcessUtilization(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: nosamples
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.4, memory_utilization: 0.25}}
+devices:
+  - faults: {unsupported: [samples]}
+    processes: [{pid: 301, unit: a.service, memory_used: 3GiB, utilization: 0.3}, {pid: 302, unit: b.service, memory_used: 1GiB, utilization: 0.1}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+	for i := 1; i <= 3; i++ {
+		clk.set(testNow.Add(time.Duration(i) * 15 * time.Second))
+		out := scrapeText(t, e, 10*time.Second)
+		check, absent := oracleChecks(out)
+		check(t, "xpu_utilization_ratio", 0.4, `gpu="0"`)
+		check(t, "xpu_workload_memory_used_bytes", 3<<30, `unit="a.service"`)
+		check(t, "xpu_workload_memory_used_bytes", 1<<30, `unit="b.service"`)
+		check(t, "xpu_process_memory_used_bytes", 3<<30, `pid="301"`)
+		absent(t, "xpu_process_utilization_ratio")
+		absent(t, "xpu_workload_utilization_ratio")
 	}
 }

@@ -323,7 +323,11 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	for _, d := range snap.Devices {
 		key := attributionKey(d)
 		if key == "" {
-			continue // never identified: nothing can be allocated to it
+			// Never identified: neither an allocation nor the resolver's
+			// memory of it can be tied to it, so who holds it is unknown,
+			// on /devices as on /metrics, not "nobody".
+			d.OwnersUnknown = true
+			continue
 		}
 		ad := attribution.Device{UUID: key, Vendor: d.Vendor, Index: atoi(d.Index), PCIBusID: d.PCIBusID, Serial: d.Serial, MIGIndex: -1, MIGInstance: -1, GRESIndex: -1}
 		if i, ok := gres[d]; ok {
@@ -403,10 +407,15 @@ func gkeName(d *Device, minors map[string]int) string {
 }
 
 // attributionKey names d to the resolver: its uuid, else (a Gaudi whose
-// hl-smi prints uuid N/A) its PCI address or serial, by which device
-// plugins name it and its processes are tied to it; "" when nothing
-// identifies it. Such a key never reaches a label: the device's series
-// carry no uuid.
+// hl-smi prints uuid N/A, a GPU whose identity calls NVML answers
+// NOT_SUPPORTED) its PCI address or serial, by which device plugins name
+// it, or last its node-local index: its processes are read from the device
+// itself, so they still name their owners, and an allocation naming a
+// device by an ID nothing here has is unplaced, which leaves the owners of
+// the vendor's unclaimed devices unknown (attribution.Resolve). "" for a
+// MIG device or partition without a uuid, which its parent's index does not
+// name. Such a key never reaches a label: the device's series carry no
+// uuid.
 func attributionKey(d *Device) string {
 	switch {
 	case d.UUID != "":
@@ -417,6 +426,8 @@ func attributionKey(d *Device) string {
 		return d.Vendor + "/pci/" + d.PCIBusID
 	case d.Serial != "":
 		return d.Vendor + "/serial/" + d.Serial
+	case d.Index != "":
+		return d.Vendor + "/index/" + d.Index
 	}
 	return ""
 }

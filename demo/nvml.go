@@ -355,9 +355,17 @@ func newGPU(spec *DeviceSpec, index int, start time.Time, now func() time.Time, 
 
 func (g *gpu) str(v string) (string, nvml.Return) { return v, g.gate("identity") }
 
-func (g *gpu) GetUUID() (string, nvml.Return)         { return g.str(g.spec.UUID) }
-func (g *gpu) GetName() (string, nvml.Return)         { return g.str(g.spec.Model) }
-func (g *gpu) GetSerial() (string, nvml.Return)       { return g.str(g.spec.Serial) }
+func (g *gpu) GetUUID() (string, nvml.Return) { return g.str(g.spec.UUID) }
+func (g *gpu) GetName() (string, nvml.Return) { return g.str(g.spec.Model) }
+func (g *gpu) GetSerial() (string, nvml.Return) {
+	// nvml.h, nvmlDeviceGetSerial: "For all products with an inforom",
+	// which GeForce boards lack: the one identity call they refuse.
+	v, ret := g.str(g.spec.Serial)
+	if ret == nvml.SUCCESS {
+		ret = g.fault("serial")
+	}
+	return v, ret
+}
 func (g *gpu) GetVbiosVersion() (string, nvml.Return) { return g.str(g.spec.VBIOSVersion) }
 func (g *gpu) GetMinorNumber() (int, nvml.Return)     { return g.spec.minor, g.gate("identity") }
 

@@ -431,7 +431,7 @@ func counterMax(key string) float64 {
 }
 
 // faultOnlyKeys name NVML calls that are not a single metric.
-var faultOnlyKeys = []string{"identity", "memory", "power_limit", "max_clocks", "throttle_reasons", "supported_throttle_reasons", "mig", "mig_attributes", "processes", "processes_compute", "processes_mps", "processes_graphics", "process_utilization", "samples", "retired_pages_pending", "remapped_rows", "nvlink", "gpm", "events"}
+var faultOnlyKeys = []string{"identity", "serial", "memory", "power_limit", "max_clocks", "throttle_reasons", "supported_throttle_reasons", "mig", "mig_attributes", "processes", "processes_compute", "processes_mps", "processes_graphics", "process_utilization", "samples", "retired_pages_pending", "remapped_rows", "nvlink", "gpm", "events"}
 
 var throttleNames = []string{"gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clocks_setting"}
 
