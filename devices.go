@@ -23,6 +23,10 @@ type devicesHandler struct {
 	logger   *slog.Logger
 	// metricsPath is --web.telemetry-path, which the page links.
 	metricsPath string
+	// stopping ends at shutdown once requests under way have had their
+	// grace: a request still waiting then answers with what it has, as a
+	// scrape does, rather than being cut off when the exporter exits.
+	stopping context.Context
 }
 
 type devicesPage struct {
@@ -77,6 +81,9 @@ func (h *devicesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
+	if h.stopping != nil {
+		defer context.AfterFunc(h.stopping, cancel)()
+	}
 	snap := h.exporter.Snapshot(ctx)
 	if snap == nil {
 		http.Error(w, "the node did not answer in time", http.StatusServiceUnavailable)

@@ -25,6 +25,14 @@ func TestCheckServeFlags(t *testing.T) {
 		{"max below timeout", "/metrics", 40, 30 * time.Second, 5 * time.Second, 0, []string{"--scrape.max-timeout"}},
 		{"path without slash", "metrics", 40, 10 * time.Second, 2 * time.Minute, 0, []string{"--web.telemetry-path"}},
 		{"path clashing with /devices", "/devices", 40, 10 * time.Second, 2 * time.Minute, 0, []string{"--web.telemetry-path"}},
+		// http.ServeMux pattern syntax, which panicked at start; a query
+		// and an unclean path, which no request reaches (probe6-ops D1).
+		{"path with a wildcard", "/m{", 40, 10 * time.Second, 2 * time.Minute, 0, []string{"--web.telemetry-path"}},
+		{"path with a space", "/a b", 40, 10 * time.Second, 2 * time.Minute, 0, []string{"--web.telemetry-path"}},
+		{"path with a query", "/metrics?x", 40, 10 * time.Second, 2 * time.Minute, 0, []string{"--web.telemetry-path"}},
+		{"unclean path", "/a/../metrics", 40, 10 * time.Second, 2 * time.Minute, 0, []string{"--web.telemetry-path"}},
+		{"root", "/", 40, 10 * time.Second, 2 * time.Minute, 0, nil},
+		{"subtree", "/gpu/metrics/", 40, 10 * time.Second, 2 * time.Minute, 0, nil},
 		{"negative request limit and zero timeout", "/metrics", -1, 0, 0, 0, []string{"--web.max-requests", "--scrape.timeout"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path"
 	"runtime"
 	"strconv"
 	"strings"
@@ -196,7 +197,7 @@ func run() int {
 		logger:         logger,
 		stopping:       stopping,
 	}))
-	mux.Handle("/devices", &devicesHandler{exporter: exporter, node: nodeName, demo: *demoMode, timeout: *scrapeTimeout, logger: logger, metricsPath: *metricsPath})
+	mux.Handle("/devices", &devicesHandler{exporter: exporter, node: nodeName, demo: *demoMode, timeout: *scrapeTimeout, logger: logger, metricsPath: *metricsPath, stopping: stopping})
 	if *metricsPath != "/" {
 		landing, err := landingPage(*metricsPath, *demoMode, *enablePprof)
 		if err != nil {
@@ -285,14 +286,29 @@ func run() int {
 	return 0
 }
 
+// servablePath says whether p is a path requests can reach: only
+// characters a URL path carries as they are (RFC 3986, pchar without
+// percent-encoding), so that no query ("?"), fragment, space or pattern
+// syntax of http.ServeMux ("{…}", "METHOD /path") is taken for part of it,
+// and clean, since ServeMux redirects a request for an unclean path to its
+// clean form.
+func servablePath(p string) bool {
+	if !strings.HasPrefix(p, "/") || path.Clean(p) != strings.TrimSuffix(p, "/") && p != "/" {
+		return false
+	}
+	return !strings.ContainsFunc(p, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("-._~!$&'()*+,;=:@/", r))
+	})
+}
+
 // checkServeFlags names every problem of the serving flags: a value that
 // would report every device down at every scrape (a deadline of 0, an
 // offset eating the whole timeout), answer after Prometheus has given up
 // (a negative offset), or a path that would clash at start.
 func checkServeFlags(path string, maxRequests int, timeout, maxTimeout, offset time.Duration) []error {
 	var out []error
-	if !strings.HasPrefix(path, "/") || path == "/devices" || strings.HasPrefix(path, "/debug/") {
-		out = append(out, fmt.Errorf("--web.telemetry-path=%q: want a path starting with /, other than /devices and /debug/", path))
+	if !servablePath(path) || path == "/devices" || strings.HasPrefix(path, "/debug/") {
+		out = append(out, fmt.Errorf("--web.telemetry-path=%q: want a clean path starting with /, of letters, digits and -._~!$&'()*+,;=:@/, other than /devices and /debug/", path))
 	}
 	if maxRequests < 0 {
 		out = append(out, fmt.Errorf("--web.max-requests=%d: want 0 (no limit) or more", maxRequests))

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/testenv"
+	"github.com/xpu-exporter/xpu_exporter/vendors/gaudi"
 )
 
 const (
@@ -1456,6 +1457,12 @@ func TestRefusedValues(t *testing.T) {
 		{"OTLP timeout in years", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.timeout=1y"}, "timeout"},
 		{"hl-smi host path of a type that creates it", []string{"--set", "gaudi.enabled=true", "--set-json", `gaudi.hlsmiHostPaths=[{"path":"/x","type":"DirectoryOrCreate"}]`}, "hlsmiHostPaths"},
 		{"hl-smi fields without index", []string{"--set", "nvidia.enabled=false,gaudi.enabled=true,gaudi.queryFields={uuid,name}"}, "gaudi.queryFields must include index"},
+		// probe6-ops D2, D3: values the exporter refuses, or that take the
+		// pods out of their Service, without a word.
+		{"hl-smi field the exporter does not read", []string{"--set", "nvidia.enabled=false,gaudi.enabled=true,gaudi.queryFields={index,power}"}, "queryFields"},
+		{"resource pattern without a domain", []string{"--set", "kubernetes.resources={gpu}"}, "resources"},
+		{"OTLP header name with =", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318", "--set-json", `otlp.headersFromSecrets=[{"header":"X=Y","secretName":"s","secretKey":"k"}]`}, "header"},
+		{"pod label overriding the component", []string{"--set", "podLabels.app\\.kubernetes\\.io/component=gpu-monitoring"}, "podLabels.app.kubernetes.io/component"},
 		{"job the rules do not select", []string{"--set", "serviceMonitor.jobLabel=gpus"}, "jobLabel"},
 		{"basic auth without a password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u"}, "basicAuth"},
 		{"basic auth with a literal password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u,serviceMonitor.basicAuth.password=hunter2"}, "password"},
@@ -1487,6 +1494,8 @@ func TestRefusedValues(t *testing.T) {
 		"otlp.enabled=true,otlp.endpoint=http://c:4318,otlp.insecure=true",
 		"otlp.enabled=true,otlp.endpoint=c:4318,otlp.insecure=true,otlp.interval=1h30m",
 		"nvidia.enabled=false,gaudi.enabled=true,gaudi.queryFields={uuid,index}",
+		"kubernetes.resources={example.com/npu-*}",
+		"podLabels.team=ml",
 	} {
 		if _, err := helm(t, "template", release, ".", "--set", set); err != nil {
 			t.Errorf("--set %s: %v", set, err)
@@ -1706,5 +1715,41 @@ func TestChartVersion(t *testing.T) {
 	chart := loadYAML(t, "Chart.yaml")
 	if chart["appVersion"] != version || chart["version"] != version {
 		t.Errorf("Chart.yaml version %v appVersion %v, VERSION %s: update Chart.yaml", chart["version"], chart["appVersion"], version)
+	}
+}
+
+// The schema offers as hl-smi fields exactly those the exporter reads
+// (--gaudi.query-fields refuses any other at start), so a value it would
+// refuse fails at install rather than crash-looping every Gaudi pod.
+func TestSchemaGaudiFieldsAreTheExportersFields(t *testing.T) {
+	b, err := os.ReadFile("values.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Gaudi struct {
+				Properties struct {
+					QueryFields struct {
+						Items struct {
+							Enum []string `json:"enum"`
+						} `json:"items"`
+					} `json:"queryFields"`
+				} `json:"properties"`
+			} `json:"gaudi"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(slices.Values(schema.Properties.Gaudi.Properties.QueryFields.Items.Enum))
+	want := slices.Sorted(slices.Values(gaudi.DefaultFields))
+	if !slices.Equal(got, want) {
+		t.Errorf("schema's gaudi.queryFields enum %v, want the exporter's fields %v", got, want)
+	}
+	for _, f := range want {
+		if !gaudi.KnownField(f) {
+			t.Errorf("default field %s is not one the exporter reads", f)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"flag"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -324,6 +326,60 @@ func TestScrapeTimeoutHeaderBoundsAHungGPU(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^xpu_device_up\{gpu="0",(model="NVIDIA H100 80GB HBM3",uuid="GPU-00000000-0000-4000-8000-00000000000a",)?vendor="nvidia"\} 0$`).Match(body) ||
 		!strings.Contains(string(body), `xpu_device_up{gpu="1",model="NVIDIA H100 80GB HBM3",uuid="GPU-00000000-0000-4000-8000-00000000000b",vendor="nvidia"} 1`) {
 		t.Errorf("want the hung GPU down and the other up:\n%s", body)
+	}
+}
+
+// A /devices request under way at SIGTERM, with no scrape beside it, is
+// answered once the shutdown's grace is over, as a scrape is: the hung GPU
+// down, the other up; not cut off with no reply when the exporter exits
+// (probe6-ops D4).
+func TestDevicesAnsweredAtShutdown(t *testing.T) {
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/hang.yaml", "--scrape.timeout=25s")
+	type answer struct {
+		code int
+		body []byte
+		err  error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		resp, err := http.Get("http://" + e.addr + "/devices?format=json")
+		if err != nil {
+			answers <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answers <- answer{resp.StatusCode, b, err}
+	}()
+	// The request is read and waiting on GPU 0 well before this.
+	time.Sleep(time.Second)
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var a answer
+	select {
+	case a = <-answers:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer to /devices under way at shutdown")
+	}
+	if a.err != nil || a.code != http.StatusOK {
+		t.Fatalf("/devices under way at shutdown: status %d, %v; want an answer", a.code, a.err)
+	}
+	var page struct {
+		Devices []struct {
+			GPU string `json:"gpu"`
+			Up  bool   `json:"up"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal(a.body, &page); err != nil {
+		t.Fatalf("%v:\n%s", err, a.body)
+	}
+	up := map[string]bool{}
+	for _, d := range page.Devices {
+		up[d.GPU] = d.Up
+	}
+	if len(up) != 2 || up["0"] || !up["1"] {
+		t.Errorf("devices up %v, want GPU 0 down and GPU 1 up", up)
 	}
 }
 
