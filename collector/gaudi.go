@@ -63,6 +63,8 @@ type gaudiCollector struct {
 	noBusID bool
 	// present says sysfs has shown the habanalabs driver's devices.
 	present bool
+	// life ends when the exporter stops (background).
+	life context.Context
 }
 
 func newGaudiCollector(cfg Config) (Collector, error) {
@@ -218,6 +220,22 @@ func (c *gaudiCollector) lead(ctx context.Context, r *gaudiRead) {
 	close(r.done)
 }
 
+// background keeps the exporter's life, so that a run its stop cut short
+// is not logged as hl-smi failing.
+func (c *gaudiCollector) background(ctx context.Context, _ func(context.Context) *Snapshot) {
+	c.mu.Lock()
+	c.life = ctx
+	c.mu.Unlock()
+}
+
+// stopping says that the exporter is stopping: runs under way are ended,
+// the warm-up's at once and scrapes' after their grace.
+func (c *gaudiCollector) stopping() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.life != nil && c.life.Err() != nil
+}
+
 // Close kills the hl-smi run under way, with everything it started, and
 // starts none after: for the exporter's exit.
 func (c *gaudiCollector) Close() { c.runner.Close() }
@@ -241,7 +259,12 @@ func (c *gaudiCollector) waitedOutFor(ctx context.Context) ([]*Device, error) {
 // every process.
 func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, partial bool, err error) {
 	nds, err := c.runner.Query(ctx)
-	c.logChange(err)
+	if r := gaudi.ReasonOf(err); !c.stopping() || r != gaudi.ReasonTimeout && r != gaudi.ReasonBusy {
+		// A run the stop ended says nothing of hl-smi: the devices are
+		// served down, but a log alert on "hl-smi failed" must not fire
+		// at every restart.
+		c.logChange(err)
+	}
 	if err != nil {
 		return nil, nil, false, err
 	}

@@ -100,12 +100,13 @@ var stateFlags = []string{"STOPPED", "CONFIGURING", "SIGNALING", "RESIZING"}
 // maxArrayTasks bounds the records the stand-in writes for an array.
 const maxArrayTasks = 5000
 
-// gresCount is the number of GPUs Slurm counts on the node: a GPU in MIG
-// mode without MIG devices counts as one.
+// gresCount is the number of GPUs Slurm counts on the node: each MIG
+// device and each AMD compute partition (ROCm SMI lists partitions as
+// GPUs), and a GPU in MIG mode without MIG devices as one.
 func (s *Scenario) gresCount() int {
 	n := 0
 	for _, d := range s.Devices {
-		n += max(1, len(d.MIG))
+		n += max(1, len(d.MIG), len(d.Partitions))
 	}
 	return n
 }

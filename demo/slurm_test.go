@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -286,5 +287,28 @@ func TestSlurmStandInPrivateData(t *testing.T) {
 		if listed := strings.TrimSpace(string(out)) == "501"; listed == hidden || strings.Contains(stderr, "Invalid job id") != hidden {
 			t.Errorf("private_data %q as UID %d: squeue %q, scontrol %q; want the job hidden: %v", private, os.Geteuid(), out, stderr, hidden)
 		}
+	}
+}
+
+// A partitioned AMD GPU counts a GRES index per partition, as the exporter
+// numbers them: GPU 0 in DPX is indices 0 and 1, GPUs 1 and 2 are 2 and 3;
+// so 3 is a GRES index and 4 is not (probe6-gaudi D5).
+func TestGRESIndicesCountPartitions(t *testing.T) {
+	scenario := func(gres int) string {
+		return fmt.Sprintf(`node: anode
+defaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}
+devices:
+  - {pci_bus_id: "0000:0c:00.0", partitions: [{}, {}]}
+  - {pci_bus_id: "0000:22:00.0"}
+  - {pci_bus_id: "0000:38:00.0"}
+slurm:
+  jobs: [{id: "11", user: bob, gpus: [%d]}]
+`, gres)
+	}
+	if _, err := Parse([]byte(scenario(3))); err != nil {
+		t.Errorf("GRES index 3 of 0..3: %v", err)
+	}
+	if _, err := Parse([]byte(scenario(4))); err == nil || !strings.Contains(err.Error(), "4 is not a GRES index (0..3)") {
+		t.Errorf("GRES index 4: %v, want it refused as not in 0..3", err)
 	}
 }

@@ -32,12 +32,17 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
-// DefaultFields is what a Runner asks for unless told otherwise.
+// DefaultFields is what a Runner asks for unless told otherwise: the
+// fields whose readings are served. memory.free and clocks.limit.* are
+// understood (recorded outputs carry them) but not asked for: nothing
+// serves them (memory.total and memory.used give the memory; the manual
+// does not say how a clock limit differs from clocks.max), and an hl-smi
+// that lacks one would fail every run for a reading nobody sees.
 var DefaultFields = []string{
 	"index", "module_id", "uuid", "name", "bus_id", "serial", "driver_version",
-	"utilization.aip", "memory.total", "memory.used", "memory.free",
+	"utilization.aip", "memory.total", "memory.used",
 	"temperature.aip", "power.draw", "power.max",
-	"clocks.current.soc", "clocks.max.soc", "clocks.limit.soc", "clocks.limit.tpc",
+	"clocks.current.soc", "clocks.max.soc",
 	"ecc.errors.corrected.aggregate.total", "ecc.errors.corrected.volatile.total",
 	"ecc.errors.uncorrected.aggregate.total", "ecc.errors.uncorrected.volatile.total",
 	"ecc.errors.dram-corrected.aggregate.total", "ecc.errors.dram-corrected.volatile.total",
@@ -59,11 +64,11 @@ type field struct {
 var fieldSpecs = map[string]field{
 	"index":          {"", func(d *Device, v string) bool { return setInt(&d.Index, v) }},
 	"module_id":      {"", func(d *Device, v string) bool { return setOptInt(&d.ModuleID, v) }},
-	"uuid":           {"", func(d *Device, v string) bool { d.UUID = v; return true }},
-	"name":           {"", func(d *Device, v string) bool { d.Name = v; return true }},
+	"uuid":           {"", func(d *Device, v string) bool { return setText(&d.UUID, v) }},
+	"name":           {"", func(d *Device, v string) bool { return setText(&d.Name, v) }},
 	"bus_id":         {"", func(d *Device, v string) bool { d.BusID = NormalizeBusID(v); return d.BusID != "" }},
-	"serial":         {"", func(d *Device, v string) bool { d.Serial = v; return true }},
-	"driver_version": {"", func(d *Device, v string) bool { d.DriverVersion = v; return true }},
+	"serial":         {"", func(d *Device, v string) bool { return setText(&d.Serial, v) }},
+	"driver_version": {"", func(d *Device, v string) bool { return setText(&d.DriverVersion, v) }},
 	"utilization.aip": {"%", func(d *Device, v string) bool {
 		f, ok := parseFloat(v)
 		if !ok || f < 0 || f > 100 {
@@ -132,6 +137,18 @@ func mapOf[K comparable, V any](m *map[K]V) map[K]V {
 		*m = map[K]V{}
 	}
 	return *m
+}
+
+// setText sets a text reading, refusing a bracketed placeholder such as
+// nvidia-smi's "[N/A]" or "[Not Supported]": hl-smi's manual prints "N/A"
+// for a reading it lacks (read as absent), and a tool printing another
+// form must not name a device "[N/A]", nor two devices alike by it.
+func setText(dst *string, v string) bool {
+	if strings.HasPrefix(v, "[") && strings.HasSuffix(v, "]") {
+		return false
+	}
+	*dst = v
+	return true
 }
 
 func setInt(dst *int, v string) bool {

@@ -200,7 +200,7 @@ func TestScanProcessesStuck(t *testing.T) {
 }
 
 func TestAttachProcesses(t *testing.T) {
-	devices, err := Parse(readFixture(t, "gaudi2-8x.csv"), DefaultFields, true)
+	devices, err := Parse(readFixture(t, "gaudi2-8x.csv"), tableFields, true)
 	if err != nil {
 		t.Fatal(err)
 	}

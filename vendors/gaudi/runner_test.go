@@ -378,7 +378,7 @@ func BenchmarkQuery8(b *testing.B) {
 // same devices as from the unit-less table.
 func TestUnitsAfterValuesReadTheSame(t *testing.T) {
 	fake(t, "", "gaudi3-8x.csv")
-	cmd := exec.Command(fakeHLSMI, "--query-aip="+strings.Join(DefaultFields, ","), "--format=csv")
+	cmd := exec.Command(fakeHLSMI, "--query-aip="+strings.Join(tableFields, ","), "--format=csv")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)
@@ -386,11 +386,11 @@ func TestUnitsAfterValuesReadTheSame(t *testing.T) {
 	if !strings.Contains(string(out), "120000 MiB, 11072 MiB, 71 C, 811 W") {
 		t.Fatalf("the stand-in printed no units:\n%s", out)
 	}
-	withUnits, err := Parse(out, DefaultFields, true)
+	withUnits, err := Parse(out, tableFields, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := Parse(readFixture(t, "gaudi3-8x.csv"), DefaultFields, true)
+	plain, err := Parse(readFixture(t, "gaudi3-8x.csv"), tableFields, true)
 	if err != nil {
 		t.Fatal(err)
 	}
