@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,6 +125,9 @@ type enginesCollector struct {
 	// of the series Normalize adds up (engines.Corrector), forgotten with
 	// the target.
 	counters map[string]*engines.Corrector
+	// joins are the owner and GPUs each unit target was last joined to,
+	// forgotten with the target (join).
+	joins map[string]engineJoin
 	// fetches are the fetches under way, which concurrent scrapes (an HA
 	// pair of Prometheus servers) share as they share device reads: an
 	// engine's /metrics is fetched and parsed once, not once per scraper.
@@ -153,7 +157,7 @@ func newEnginesCollector(cfg Config) (Collector, error) {
 	if err := checkEngineLimits(*engineMaxBytes, *engineParallel, *engineMaxSeries, *engineMaxModels); err != nil {
 		return nil, err
 	}
-	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, counters: map[string]*engines.Corrector{}}
+	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, counters: map[string]*engines.Corrector{}, joins: map[string]engineJoin{}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata
 	}
@@ -412,7 +416,7 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		tl := labels{names: []string{"engine", "target"}, values: []string{engine, target}}
 		e.emit(inferenceUp, tl, boolValue(r.err == nil))
 		e.emit(inferenceDuration, tl, r.duration.Seconds())
-		owner, devices := joinEngine(snap, r.target)
+		owner, devices := c.join(snap, target, r.target)
 		base := tl
 		if owner != nil {
 			base = base.withOwner(*owner)
@@ -447,6 +451,7 @@ func (c *enginesCollector) forget() {
 			delete(c.state, k)
 			delete(c.detected, k)
 			delete(c.counters, k)
+			delete(c.joins, k)
 		}
 	}
 }
@@ -573,7 +578,53 @@ func models(samples []engines.Sample) int {
 	return len(seen)
 }
 
-// joinEngine finds the owner a target runs as and the devices it holds.
+// engineJoin is an owner and the GPUs, by uuid, a target was joined to.
+type engineJoin struct {
+	owner attribution.Owner
+	uuids []string
+}
+
+// join is joinEngine, which for a unit target finds the GPUs through its
+// processes: where it finds none while every GPU the target was last
+// joined to is down (whose processes could not be read), the engine still
+// runs there as far as anyone can tell, and keeps that owner and those
+// GPUs; else its series would all start anew under other labels the moment
+// its GPU fails. A pod's GPUs come from the kubelet, which keeps them.
+func (c *enginesCollector) join(snap *Snapshot, key string, t engineTarget) (*attribution.Owner, []*Device) {
+	owner, devices := joinEngine(snap, t)
+	if t.Unit == "" {
+		return owner, devices
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(devices) > 0 {
+		j := engineJoin{owner: *owner, uuids: make([]string, len(devices))}
+		for i, d := range devices {
+			j.uuids[i] = d.UUID
+		}
+		c.joins[key] = j
+		return owner, devices
+	}
+	last, ok := c.joins[key]
+	if !ok {
+		return owner, nil
+	}
+	held := make([]*Device, 0, len(last.uuids))
+	for _, uuid := range last.uuids {
+		i := slices.IndexFunc(snap.Devices, func(d *Device) bool { return d.UUID == uuid })
+		if i < 0 || snap.Devices[i].Up {
+			// Read, and none of the unit's processes on it: it left.
+			delete(c.joins, key)
+			return owner, nil
+		}
+		held = append(held, snap.Devices[i])
+	}
+	return &last.owner, held
+}
+
+// joinEngine finds the owner a target runs as and the devices it holds;
+// the owner a target is configured with where none of its devices is
+// found.
 func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) {
 	if t.Pod == "" && t.Unit == "" {
 		return nil, nil
@@ -594,8 +645,12 @@ func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) 
 			}
 		}
 	}
-	if owner == nil && t.Pod != "" {
+	switch {
+	case owner != nil:
+	case t.Pod != "":
 		owner = &attribution.Owner{Kind: attribution.Kubernetes, Namespace: ns, Pod: pod}
+	default:
+		owner = &attribution.Owner{Kind: attribution.Process, Unit: t.Unit}
 	}
 	sort.Slice(devices, func(i, j int) bool { return devices[i].UUID < devices[j].UUID })
 	return owner, devices

@@ -573,3 +573,47 @@ func TestCheckEngineLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestUnitEngineKeepsItsOwnerWhileItsGPUIsDown: an engine configured by
+// its unit is joined to the GPUs its unit's processes run on. When that
+// GPU falls off the bus its processes can no longer be read; the engine
+// still runs there as far as anyone can tell, so its series keep the
+// owner and GPU they had rather than all start anew as other series at
+// the moment the GPU fails. An engine whose unit has no GPU process keeps
+// the unit it was configured with, as one configured by pod keeps the pod
+// (probe6-eng D1).
+func TestUnitEngineKeepsItsOwnerWhileItsGPUIsDown(t *testing.T) {
+	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	setEngineFlags(t, nil)
+	path := t.TempDir() + "/engines.yaml"
+	config := fmt.Sprintf("targets:\n  - {engine: vllm, url: %[1]s/v, unit: vllm.service}\n  - {engine: vllm, url: %[1]s/idle, unit: idle.service}\n", vllm.URL)
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := *engineConfig
+	*engineConfig = path
+	t.Cleanup(func() { *engineConfig = old })
+	s, err := demo.Parse([]byte(`node: eng
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_utilization: 0.25}}
+devices:
+  - faults: {lost_after: 60s}
+    processes: [{pid: 2000, unit: vllm.service, user: root, command: vllm, memory_used: 9GiB, utilization: 0.5}]
+  - {}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testStart.Add(15 * time.Second)}
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+	joined := []string{`target="` + vllm.URL + `/v"`, `unit="vllm.service"`, `gpu="0"`, `model="zai-org/GLM-4.5"`}
+	for i, at := range []time.Duration{30 * time.Second, 90 * time.Second} {
+		clk.set(testStart.Add(at))
+		out := scrapeText(t, e, 10*time.Second)
+		if want := float64(1 - i); sample(t, out, "xpu_device_up", `gpu="0"`) != want {
+			t.Fatalf("scrape %d: GPU 0 up is not %v", i, want)
+		}
+		sample(t, out, "xpu_inference_kv_cache_usage_ratio", joined...)
+		sample(t, out, "xpu_inference_device_info", `target="`+vllm.URL+`/v"`, `unit="vllm.service"`, `gpu="0"`)
+		sample(t, out, "xpu_inference_kv_cache_usage_ratio", `target="`+vllm.URL+`/idle"`, `unit="idle.service"`)
+	}
+}

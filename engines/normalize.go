@@ -732,6 +732,14 @@ func toCount(v float64) (uint64, error) {
 // merge adds up two series that collapsed into the same canonical labels.
 func merge(f Family, a, b Sample) (Sample, error) {
 	if f.Kind != Histogram {
+		if notFinite(a.Value) || notFinite(b.Value) {
+			// Added up or taken the largest of, a NaN makes the whole
+			// NaN: one engine core's broken gauge would hide the others'
+			// (a full KV cache among them), and the others' alone are not
+			// the model's. A series of its own passes through as the
+			// engine gave it.
+			return Sample{}, errors.New("added up with a part that is not a finite number")
+		}
 		if f.max {
 			a.Value = max(a.Value, b.Value)
 		} else {
@@ -751,6 +759,8 @@ func merge(f Family, a, b Sample) (Sample, error) {
 	a.Sum += b.Sum
 	return a, nil
 }
+
+func notFinite(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
 
 // labelKey renders labels in a stable, unambiguous order.
 func labelKey(labels map[string]string) string {

@@ -583,3 +583,43 @@ func TestPassedThrough(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalizeNonFiniteGaugePart: vLLM V1's two engine cores collapse into
+// one series per model. Core 0 reads NaN: added up (requests running) or
+// taken the largest of (the KV-cache ratio), NaN made the model's value
+// NaN, hiding core 1's 3 requests and 0.5 of cache; 3 alone is not the
+// model's count either. Each is left out and named; model m2, whose cores
+// read 1 + 2 = 3 running and max(0.25, 0.75) = 0.75, is served (probe6-eng
+// D3). A series of its own passes through as the engine gave it (m3).
+func TestNormalizeNonFiniteGaugePart(t *testing.T) {
+	families, err := parse(strings.NewReader(`# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} NaN
+vllm:num_requests_running{engine="1",model_name="m"} 3
+vllm:num_requests_running{engine="0",model_name="m2"} 1
+vllm:num_requests_running{engine="1",model_name="m2"} 2
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} NaN
+vllm:kv_cache_usage_perc{engine="0",model_name="m2"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="m2"} 0.75
+vllm:kv_cache_usage_perc{engine="0",model_name="m3"} +Inf
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := Normalize(VLLM, families, "")
+	for _, want := range []string{`vllm:num_requests_running{engine="1",model_name="m"}: added up with a part that is not a finite number`, `vllm:kv_cache_usage_perc{engine="1",model_name="m"}: added up`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+	const want = `# TYPE xpu_inference_kv_cache_usage_ratio gauge
+xpu_inference_kv_cache_usage_ratio{model="m2"} 0.75
+xpu_inference_kv_cache_usage_ratio{model="m3"} +Inf
+# TYPE xpu_inference_requests_running gauge
+xpu_inference_requests_running{model="m2"} 3
+`
+	if got := render(samples); got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+}

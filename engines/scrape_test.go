@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -360,5 +361,43 @@ func TestScrapeHugeBodyStopsAtLimit(t *testing.T) {
 	}
 	if alloc > 32<<20 {
 		t.Errorf("Scrape allocated %d MiB for a 1 MiB limit", alloc>>20)
+	}
+}
+
+// TestScrapeOpenMetricsTimestampsInSeconds: OpenMetrics 1.0 says
+// "Timestamps MUST be in seconds since epoch" (fractions allowed), the text
+// format counts milliseconds. 1795733257 s is 1795733257000 ms, and
+// 1795733082.123 s is 1795733082123 ms; read as milliseconds the first was
+// 1970-01-21 and dropped as stale (probe6-eng D2). In the text format the
+// same whole number stays milliseconds, and a fraction fails.
+func TestScrapeOpenMetricsTimestampsInSeconds(t *testing.T) {
+	const om = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+	body := "# TYPE vllm:num_requests_running gauge\n" +
+		"vllm:num_requests_running{model_name=\"a\"} 2.0 1795733257\n" +
+		"vllm:num_requests_running{model_name=\"b\"} 3.0 1795733082.123\n# EOF\n"
+	families, err := scrape(t, serve(t, om, http.StatusOK, body), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, m := range families["vllm:num_requests_running"].GetMetric() {
+		got[m.GetLabel()[0].GetValue()] = m.GetTimestampMs()
+	}
+	if want := map[string]int64{"a": 1795733257000, "b": 1795733082123}; !maps.Equal(got, want) {
+		t.Errorf("timestamps %v ms, want %v", got, want)
+	}
+	text := "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"a\"} 2 1795733257000\n"
+	families, err = scrape(t, serve(t, textContentType, http.StatusOK, text), 1<<20)
+	if err != nil || families["vllm:num_requests_running"].GetMetric()[0].GetTimestampMs() != 1795733257000 {
+		t.Errorf("text format: %v, %v", families, err)
+	}
+	for _, bad := range []struct{ contentType, body string }{
+		{textContentType, "vllm:num_requests_running 2 1795733082.123\n"},
+		{om, "vllm:num_requests_running 2 NaN\n# EOF\n"},
+		{om, "vllm:num_requests_running 2 1e300\n# EOF\n"},
+	} {
+		if _, err := scrape(t, serve(t, bad.contentType, http.StatusOK, bad.body), 1<<20); err == nil || !strings.Contains(err.Error(), "timestamp") {
+			t.Errorf("%q: %v, want a timestamp error", bad.body, err)
+		}
 	}
 }

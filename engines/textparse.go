@@ -360,6 +360,27 @@ func (p *textParser) familyOf(name []byte) (*parsedFamily, lineKind) {
 	return p.family(name), plainLine
 }
 
+// timestamp reads a sample's timestamp into milliseconds: whole
+// milliseconds in the text format ("an int64 (milliseconds since epoch)",
+// Exposition formats), seconds in OpenMetrics 1.0 ("Timestamps MUST be in
+// seconds since epoch", fractions allowed). A body cannot be both, so
+// neither is guessed from the size of the number.
+func (p *textParser) timestamp(text []byte) (int64, error) {
+	if !p.openMetrics {
+		ms, err := strconv.ParseInt(string(text), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("timestamp %q is not whole milliseconds", text)
+		}
+		return ms, nil
+	}
+	s, err := strconv.ParseFloat(string(text), 64)
+	// Within ±2^53 ms (about 285,000 years) a millisecond is exact.
+	if err != nil || math.IsNaN(s) || math.Abs(s) > 1<<53/1000 {
+		return 0, fmt.Errorf("timestamp %q is not seconds since the epoch", text)
+	}
+	return int64(math.Round(s * 1000)), nil
+}
+
 // sample reads `name[{labels}] value [timestamp]`.
 func (p *textParser) sample(b []byte) error {
 	name, b := metricName(b)
@@ -401,9 +422,9 @@ func (p *textParser) sample(b []byte) error {
 		if len(tsText) == 0 || len(rest) > 0 {
 			return fmt.Errorf("%s: blanks or text after the value", name)
 		}
-		ts, err := strconv.ParseInt(string(tsText), 10, 64)
+		ts, err := p.timestamp(tsText)
 		if err != nil {
-			return fmt.Errorf("%s: timestamp %q is not whole milliseconds", name, tsText)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 		timestamp = &ts
 	}
