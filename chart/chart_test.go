@@ -1317,11 +1317,16 @@ func TestStringValuesReachObjectsAsGiven(t *testing.T) {
 	for _, v := range hostile {
 		t.Run(v, func(t *testing.T) {
 			args := []string{"--set", "amd.enabled=true,gaudi.enabled=true,otlp.enabled=true,otlp.endpoint=http://otel:4318"}
+			// A header name is an HTTP token and a resource domain/name
+			// without blanks (the schema refuses others, as the exporter
+			// does): v with what they cannot hold taken out.
+			header := strings.NewReplacer(" ", "", ":", "").Replace(v)
+			resource := "example.com/" + strings.ReplaceAll(v, " ", "-")
 			for _, s := range []string{
 				"serviceMonitor.cluster=" + v, "otlp.headers.X-Scope-OrgID=" + v, "otlp.clusterName=" + v,
-				"otlp.urlPath=/" + v, "otlp.headersFromSecrets[0].header=" + v, "otlp.headersFromSecrets[0].secretName=s",
+				"otlp.urlPath=/" + v, "otlp.headersFromSecrets[0].header=" + header, "otlp.headersFromSecrets[0].secretName=s",
 				"otlp.headersFromSecrets[0].secretKey=k", "extraArgs[0]=" + v, "kubernetes.podLabels[0]=" + v,
-				"kubernetes.resources[0]=" + v, "kubernetes.cdiSpecDir=/" + v, "nvidia.nvmlLibrary=" + v,
+				"kubernetes.resources[0]=" + resource, "kubernetes.cdiSpecDir=/" + v, "nvidia.nvmlLibrary=" + v,
 				"nvidia.visibleDevices=" + v, "gaudi.hlsmiPath=" + v,
 			} {
 				args = append(args, "--set-string", s)
@@ -1333,8 +1338,8 @@ func TestStringValuesReachObjectsAsGiven(t *testing.T) {
 			}
 			want := map[string][]string{
 				"": {v, "--otlp.header=X-Scope-OrgID=" + v, "--otlp.k8s-cluster-name=" + v, "--otlp.url-path=/" + v,
-					"--otlp.header-from-env=" + v + "=XPU_OTLP_HEADER_0", "--kubernetes.pod-label=" + v,
-					"--kubernetes.resource=" + v, "--kubernetes.cdi-spec-dir=/" + v},
+					"--otlp.header-from-env=" + header + "=XPU_OTLP_HEADER_0", "--kubernetes.pod-label=" + v,
+					"--kubernetes.resource=" + resource, "--kubernetes.cdi-spec-dir=/" + v},
 				"nvidia": {"--nvidia.nvml-library=" + v},
 				"gaudi":  {"--gaudi.hl-smi-path=" + v},
 			}

@@ -63,10 +63,19 @@ local util = import '../lib/util.libsonnet';
           alert: 'XpuDeviceLost',
           // The exporter keeps serving xpu_device_up 0 for a device that
           // stops answering (GPU_IS_LOST, Xid 79), and every other series of
-          // that device vanishes, so no other alert can see it.
+          // that device vanishes, so no other alert can see it. Not while
+          // its vendor's collector fails: a failing hl-smi reports every
+          // Gaudi it knew down, for want of a reading, not because they
+          // fell off the bus; XpuExporterDown names the collector then.
+          // (A lost NVIDIA GPU leaves its collector succeeding.)
           expr: |||
             xpu_device_up{%(xpuSelector)s} == 0
-          ||| % fmt,
+              unless on (%(target)s, vendor)
+            label_replace(
+              label_replace(xpu_scrape_collector_success{%(xpuSelector)s, collector=~"nvidia|amd|gaudi"} == 0, "vendor", "$1", "collector", "(.+)"),
+              "vendor", "habana", "collector", "gaudi"
+            )
+          ||| % (fmt { target: util.labels(c.targetLabels) }),
           'for': c.deviceLostFor,
           labels: { severity: 'critical' },
           annotations: {

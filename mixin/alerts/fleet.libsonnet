@@ -60,8 +60,9 @@ local util = import '../lib/util.libsonnet';
           // until the lookback has passed; silence it.
           // Also an exporter that is scraped but whose device collector
           // fails (a broken driver: NVML does not initialise, so every
-          // device series of the node is gone, up stays 1), unless it
-          // reports devices down, which XpuDeviceLost pages for; and an
+          // device series of the node is gone, up stays 1; a failing
+          // hl-smi, whose Gaudis are reported down for want of a reading,
+          // which XpuDeviceLost leaves to this alert); and an
           // attribution source that is down (the kubelet, the pod metadata,
           // Slurm: devices are served without the owners it gives, so
           // their GPU-hours go to nobody). One alert for all, as the mixin
@@ -72,10 +73,7 @@ local util = import '../lib/util.libsonnet';
               group by (%(target)s) (max_over_time(xpu_device_up{%(xpuSelector)s}[%(exporterGoneLookback)s]))
                 unless on (%(target)s) up{%(xpuSelector)s}
             )
-            or (
-              max by (%(target)s, collector) (xpu_scrape_collector_success{%(xpuSelector)s}) == 0
-                unless on (%(target)s) (xpu_device_up{%(xpuSelector)s} == 0)
-            )
+            or max by (%(target)s, collector) (xpu_scrape_collector_success{%(xpuSelector)s}) == 0
             or max by (%(target)s, source) (xpu_attribution_source_up{%(xpuSelector)s}) == 0
           ||| % (c { target: target }),
           'for': c.exporterDownFor,

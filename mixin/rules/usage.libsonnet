@@ -41,6 +41,8 @@ local util = import '../lib/util.libsonnet';
   // energy series, if any, are left out so nothing counts twice.
   local onGpu(expr) = util.onGpu(expr),
   local allocationOnGpu = onGpu('xpu_workload_allocated_devices{%(xpuSelector)s}' % c),
+  // An owner's series on one physical GPU, its instances' added up.
+  local physical(expr) = 'sum without (parent_uuid, mig_instance, mig_profile) (\n%s\n)' % util.indent(onGpu(expr)),
   // The owners' utilized shares summed per physical GPU.
   local usedOnGpu = 'sum by (%(key)s, node, vendor, model) (label_replace(device_owner:xpu_utilized_devices:ratio, "uuid", "$1", "parent_uuid", "(.+)"))' % fmt,
 
@@ -155,7 +157,11 @@ local util = import '../lib/util.libsonnet';
           {
             // Per physical GPU, the owners' utilized shares, at most what
             // is allocated (a time-slice replica may use more than its
-            // 1/N); 0 for owners without a utilization reading.
+            // 1/N). Where no owner's share is known (the exporter leaves
+            // the split out: a Gaudi shared by several parties) the
+            // GPU's own utilization stands for it, at most the allocation:
+            // a 40 % busy GPU is not "allocated idle" for want of a split.
+            // 0 for a GPU without a utilization reading (down).
             record: 'device:xpu_utilized_devices:sum',
             expr: |||
               (
@@ -163,8 +169,14 @@ local util = import '../lib/util.libsonnet';
                   < device:xpu_allocated_devices:sum
               )
               or (device:xpu_allocated_devices:sum and %(used)s)
+              or (
+                device:xpu_allocated_devices:sum
+                  and on (%(key)s)
+                (%(gpu)s) >= on (%(key)s) device:xpu_allocated_devices:sum
+              )
+              or (0 * device:xpu_allocated_devices:sum + on (%(key)s) group_left () (%(gpu)s))
               or 0 * device:xpu_allocated_devices:sum
-            ||| % (fmt { used: usedOnGpu }),
+            ||| % (fmt { used: usedOnGpu, gpu: util.indent(util.indent(gpuUtilizationMean)) }),
           },
           {
             record: 'model_state:xpu_devices:sum',
@@ -202,19 +214,21 @@ local util = import '../lib/util.libsonnet';
             ||| % (fmt { price: price }),
           },
           {
-            // The part of that cost the owner leaves unused; an owner with
-            // no utilization reading counts as fully idle.
+            // The part of that cost the owner leaves unused, per owner and
+            // physical GPU: a GPU in MIG mode allocated whole (the device
+            // plugin's migStrategy none) holds its allocation on the GPU and
+            // its use on the instances, so both are taken to the GPU before
+            // they are compared. An owner whose utilization is unknown (the
+            // exporter leaves its split out: a Gaudi shared by several
+            // parties, a time-sliced MIG instance) has no idle cost, rather
+            // than all of it: unknown is not unused. So has an owner for
+            // the first evaluation after it appears, before the other group
+            // has recorded its use.
             record: 'device_owner:xpu_idle_cost_per_hour:mul',
-            expr: onGpu(|||
-              clamp_min(
-                xpu_workload_allocated_devices{%(xpuSelector)s}
-                  - (
-                    device_owner:xpu_utilized_devices:ratio
-                    or 0 * xpu_workload_allocated_devices{%(xpuSelector)s}
-                  ),
-                0
-              )
-            ||| % fmt) + |||
+            expr: 'clamp_min(\n%s\n  -\n%s,\n  0\n)\n' % [
+              util.indent(physical('xpu_workload_allocated_devices{%(xpuSelector)s}' % c)),
+              util.indent(physical('device_owner:xpu_utilized_devices:ratio')),
+            ] + |||
               * on (%(key)s) group_left (currency)
               %(price)s
             ||| % (fmt { price: price }),
