@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -96,11 +97,7 @@ func Start(cfg *Config, gather GatherFunc, reg prometheus.Registerer, logger *sl
 			return nil, fmt.Errorf("registering the OTLP bridge's metrics: %w", err)
 		}
 	}
-	secrets := make([]string, 0, len(cfg.Headers))
-	for _, v := range cfg.Headers {
-		secrets = append(secrets, v)
-	}
-	counted := &countingExporter{Exporter: exp, exports: exports, rejected: rejected, logger: logger, endpoint: cfg.URL.Redacted(), secrets: secrets}
+	counted := &countingExporter{Exporter: exp, exports: exports, rejected: rejected, logger: logger, endpoint: cfg.URL.Redacted(), secrets: secretsOf(cfg.Headers)}
 	// The SDK reports what it cannot return (a failed periodic push)
 	// through the process-wide otel error handler, which by default
 	// prints every occurrence. Failures are logged once per change by
@@ -380,6 +377,31 @@ func (e *countingExporter) logChange(from, to pushState, a answer, err error) {
 			e.logger.Info("OTLP receiver takes whole pushes without a word again", "endpoint", e.endpoint)
 		}
 	}
+}
+
+// minSecret is the shortest header value kept out of logs. A shorter one
+// (an org ID such as X-Scope-OrgID=1) is no secret, and replaced wherever
+// it occurs it garbled every address and number in the line.
+const minSecret = 8
+
+// secretsOf lists what redaction removes from logs: each header value, and
+// the credential of one that has an authentication scheme ("Bearer <token>",
+// RFC 9110 "Authorization"), which a receiver may echo alone; the longest
+// first, so a value goes whole before its credential does.
+func secretsOf(headers map[string]string) []string {
+	var out []string
+	for _, v := range headers {
+		if len(v) >= minSecret {
+			out = append(out, v)
+		}
+		if _, cred, ok := strings.Cut(v, " "); ok {
+			if cred = strings.TrimSpace(cred); len(cred) >= minSecret {
+				out = append(out, cred)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
 }
 
 // redact removes header values from err: the SDK's HTTP errors quote the

@@ -465,3 +465,19 @@ func TestOTLPSDKLogsThroughTheExporterLogger(t *testing.T) {
 		}
 	}
 }
+
+// A receiver may echo the credential of an Authorization header without its
+// scheme: that is kept out of the log too. A short header value is no
+// secret (an org ID): replaced wherever it occurred, "1" garbled every
+// address and number of a line (probe6-otlp 01, 03).
+func TestRedactCredentialsNotShortValues(t *testing.T) {
+	e := &countingExporter{secrets: secretsOf(map[string]string{"Authorization": "Bearer topsecret-token", "X-Scope-OrgID": "1"})}
+	for in, want := range map[string]string{
+		"401 from http://127.0.0.1:4318/v1/metrics: token topsecret-token expired": "401 from http://127.0.0.1:4318/v1/metrics: token <redacted> expired",
+		"echo: Bearer topsecret-token":                                              "echo: <redacted>",
+	} {
+		if got := e.redactString(in); got != want {
+			t.Errorf("redactString(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
