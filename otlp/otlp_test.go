@@ -474,7 +474,7 @@ func TestRedactCredentialsNotShortValues(t *testing.T) {
 	e := &countingExporter{secrets: secretsOf(map[string]string{"Authorization": "Bearer topsecret-token", "X-Scope-OrgID": "1"})}
 	for in, want := range map[string]string{
 		"401 from http://127.0.0.1:4318/v1/metrics: token topsecret-token expired": "401 from http://127.0.0.1:4318/v1/metrics: token <redacted> expired",
-		"echo: Bearer topsecret-token":                                              "echo: <redacted>",
+		"echo: Bearer topsecret-token":                                             "echo: <redacted>",
 	} {
 		if got := e.redactString(in); got != want {
 			t.Errorf("redactString(%q) = %q, want %q", in, got, want)
