@@ -65,7 +65,9 @@ local util = import '../lib/util.libsonnet';
           // which XpuDeviceLost leaves to this alert); and an
           // attribution source that is down (the kubelet, the pod metadata,
           // Slurm: devices are served without the owners it gives, so
-          // their GPU-hours go to nobody). One alert for all, as the mixin
+          // their GPU-hours go to nobody), or device-plugin IDs the
+          // exporter cannot place (xpu_attribution_unknown_device_ids:
+          // the devices they may name have unknown owners). One alert for all, as the mixin
           // keeps to its 17 alerts.
           expr: |||
             up{%(xpuSelector)s} == 0
@@ -75,6 +77,7 @@ local util = import '../lib/util.libsonnet';
             )
             or max by (%(target)s, collector) (xpu_scrape_collector_success{%(xpuSelector)s}) == 0
             or max by (%(target)s, source) (xpu_attribution_source_up{%(xpuSelector)s}) == 0
+            or label_replace(max by (%(target)s) (xpu_attribution_unknown_device_ids{%(xpuSelector)s}) > 0, "attribution", "unknown_device_ids", "", "")
           ||| % (c { target: target }),
           'for': c.exporterDownFor,
           labels: { severity: 'warning' },
@@ -83,6 +86,7 @@ local util = import '../lib/util.libsonnet';
             description: 'The {{ with $labels.exporter }}{{ . }} {{ end }}exporter on {{ $labels.instance }}%s ' % util.clusterText(c)
                          + '{{ if $labels.collector }}has had its {{ $labels.collector }} collector failing for %s: the devices it reads are not reported, and no alert about them can fire.' % c.exporterDownFor
                          + '{{ else if $labels.source }}has had its {{ $labels.source }} attribution source down for %s: its devices are served without the owners that source gives (no GPU-hours or cost for them, alerts name no owner).' % c.exporterDownFor
+                         + '{{ else if $labels.attribution }}has had device-plugin IDs it cannot place for %s (its log names them): the devices they may name have unknown owners (no GPU-hours or cost for them; owners_unknown in the capacity split).' % c.exporterDownFor
                          + '{{ else }}has not been scraped successfully for %s; no alert about its devices can fire.{{ end }}' % c.exporterDownFor,
           },
         }),

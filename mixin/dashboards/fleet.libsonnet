@@ -24,8 +24,9 @@ local common = import 'common.libsonnet';
     'sum(1 - device:xpu_allocated_devices:sum{%s})' % devices,
     'sum(device:xpu_allocated_devices:sum{%s} - device:xpu_utilized_devices:sum{%s})' % [devices, devices],
     'sum(device:xpu_utilized_devices:sum{%s})' % devices,
+    'sum(device:xpu_owners_unknown_devices:sum{%s})' % devices,
   ],
-  local states = ['unallocated', 'allocated_idle', 'allocated_busy'],
+  local states = ['unallocated', 'allocated_idle', 'allocated_busy', 'owners_unknown'],
 
   grafanaDashboards+:: {
     'xpu-fleet-overview.json': g.dashboard(
@@ -82,9 +83,9 @@ local common = import 'common.libsonnet';
         ], min=0),
 
         g.row('Capacity'),
-        g.timeseries('Capacity by state', 'Physical devices split into unallocated, allocated but idle (the allocated part not utilized) and allocated and busy: whether utilization is low because devices sit unallocated or because their owners leave them idle. The selected nodes and vendors, from the per-device rules model_state:xpu_devices:sum adds up.', [
+        g.timeseries('Capacity by state', 'Physical devices split into unallocated, allocated but idle (the allocated part not utilized), allocated and busy, and owners unknown (no allocation names them and the exporter cannot tell who holds them: see xpu_attribution_unknown_device_ids): whether utilization is low because devices sit unallocated or because their owners leave them idle. The selected nodes and vendors, from the per-device rules model_state:xpu_devices:sum adds up.', [
           g.target(capacity[i], states[i])
-          for i in std.range(0, 2)
+          for i in std.range(0, std.length(states) - 1)
         ], stack=true, min=0) + g.size(24),
 
         // Per-model inventory from the model rules: one series per model

@@ -142,16 +142,33 @@ local util = import '../lib/util.libsonnet';
           // The capacity split: every physical GPU is allocated (to any
           // owner) or not, and its allocated part busy or idle.
           {
+            // 1 per physical GPU that no allocation names and whose owners
+            // the exporter says it does not know (xpu_device_owners left
+            // out while attribution is on: a pod holds an ID in no known
+            // form, the process list is refused, a source is down): it
+            // may be held, so it is not counted free.
+            record: 'device:xpu_owners_unknown_devices:sum',
+            expr: |||
+              group by (%(key)s, node, vendor, model) (xpu_device_info{%(xpuSelector)s, parent_uuid=""})
+                unless on (%(key)s) xpu_device_owners{%(xpuSelector)s}
+                unless on (%(key)s) %(allocationOnGpu)s
+                and on (%(scrape)s) group by (%(scrape)s) (xpu_attribution_source_up{%(xpuSelector)s})
+            ||| % (fmt { allocationOnGpu: util.indent(allocationOnGpu), scrape: util.labels([c.clusterLabel, 'job', 'instance']) }),
+          },
+          {
             // Per physical GPU, the allocations of all its owners and MIG
-            // instances, 0 for a GPU nobody holds. Not capped: more than 1
-            // is a GPU handed out twice. The device rules keep node (a
-            // target label, one per device key, so no more series) for the
-            // dashboards' Node variable.
+            // instances, 0 for a GPU nobody holds (not one whose owners are
+            // unknown). Not capped: more than 1 is a GPU handed out twice.
+            // The device rules keep node (a target label, one per device
+            // key, so no more series) for the dashboards' Node variable.
             record: 'device:xpu_allocated_devices:sum',
             expr: |||
               sum by (%(key)s, node, vendor, model) (
               %(allocationOnGpu)s)
-              or 0 * group by (%(key)s, node, vendor, model) (xpu_device_info{%(xpuSelector)s, parent_uuid=""})
+              or 0 * (
+                group by (%(key)s, node, vendor, model) (xpu_device_info{%(xpuSelector)s, parent_uuid=""})
+                  unless on (%(key)s) device:xpu_owners_unknown_devices:sum
+              )
             ||| % (fmt { allocationOnGpu: util.indent(allocationOnGpu) }),
           },
           {
@@ -190,6 +207,13 @@ local util = import '../lib/util.libsonnet';
             labels: { state: 'allocated_idle' },
             expr: |||
               sum by (%(clusterLabel)s, vendor, model) (device:xpu_allocated_devices:sum - device:xpu_utilized_devices:sum)
+            ||| % fmt,
+          },
+          {
+            record: 'model_state:xpu_devices:sum',
+            labels: { state: 'owners_unknown' },
+            expr: |||
+              sum by (%(clusterLabel)s, vendor, model) (device:xpu_owners_unknown_devices:sum)
             ||| % fmt,
           },
           {
