@@ -191,11 +191,28 @@ func Resolve(f Flags, getenv func(string) string) (*Config, error) {
 		return nil, fmt.Errorf("OTLP endpoint %s is plain HTTP, but --otlp.tls.* files are given: use https", c.URL.Redacted())
 	}
 	if c.URL.Scheme == "https" {
-		if c.CAFile == "" {
-			c.CAFile = env("CERTIFICATE")
+		// A bad variable is logged and ignored, as the specification asks
+		// of every variable: checked here, where a bad flag fails the
+		// start, so that a missing file it names does not.
+		if v := env("CERTIFICATE"); c.CAFile == "" && v != "" {
+			if _, err := loadCA(v); err != nil {
+				c.warn("OTEL_EXPORTER_OTLP_[METRICS_]CERTIFICATE ignored, using the system's roots: %v", err)
+			} else {
+				c.CAFile = v
+			}
 		}
-		if c.CertFile == "" && c.KeyFile == "" {
-			c.CertFile, c.KeyFile = env("CLIENT_CERTIFICATE"), env("CLIENT_KEY")
+		if cert, key := env("CLIENT_CERTIFICATE"), env("CLIENT_KEY"); c.CertFile == "" && c.KeyFile == "" && (cert != "" || key != "") {
+			var err error
+			if cert == "" || key == "" {
+				err = errors.New("the certificate and the key go together: give both or neither")
+			} else {
+				_, err = loadKeyPair(cert, key)
+			}
+			if err != nil {
+				c.warn("OTEL_EXPORTER_OTLP_[METRICS_]CLIENT_CERTIFICATE and CLIENT_KEY ignored, pushing without a client certificate: %v", err)
+			} else {
+				c.CertFile, c.KeyFile = cert, key
+			}
 		}
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
@@ -331,6 +348,9 @@ func (c *Config) resolveHeaders(f Flags, env func(string) string, getenv func(st
 		if k := c.unsendable(parsed); err == nil && k != "" {
 			err = fmt.Errorf("header %s: %s", k, unsendableWhy)
 		}
+		if k := badName(parsed); err == nil && k != "" {
+			err = fmt.Errorf("header name %q: %s", k, badNameWhy)
+		}
 		if err != nil {
 			// The value is never quoted back: it holds credentials.
 			c.warn("OTEL_EXPORTER_OTLP_[METRICS_]HEADERS is ignored: %v", err)
@@ -347,6 +367,9 @@ func (c *Config) resolveHeaders(f Flags, env func(string) string, getenv func(st
 	if k := c.unsendable(fromFlags); k != "" {
 		return nil, fmt.Errorf("--otlp.header %s: %s", k, unsendableWhy)
 	}
+	if k := badName(fromFlags); k != "" {
+		return nil, fmt.Errorf("--otlp.header name %q: %s", k, badNameWhy)
+	}
 	for k, v := range fromFlags {
 		h[k] = v
 	}
@@ -355,6 +378,9 @@ func (c *Config) resolveHeaders(f Flags, env func(string) string, getenv func(st
 		k, name = strings.TrimSpace(k), strings.TrimSpace(name)
 		if !ok || k == "" || name == "" {
 			return nil, fmt.Errorf("--otlp.header-from-env=%q: want HEADER=ENV_VAR", e)
+		}
+		if badName(map[string]string{k: ""}) != "" {
+			return nil, fmt.Errorf("--otlp.header-from-env: header name %q: %s", k, badNameWhy)
 		}
 		v := getenv(name)
 		if v == "" {
@@ -391,6 +417,21 @@ const unsendableWhy = "the value holds a character no request of the protocol ca
 // characters but the tab (RFC 9110's field-value); gRPC anything outside
 // printable ASCII (its metadata's ASCII-Value). Caught at start, such a
 // value would otherwise fail every push.
+const badNameWhy = "not an HTTP header name (RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~), which every request would be refused for"
+
+// badName returns a key of h that no request can carry as a header name,
+// "" if none.
+func badName(h map[string]string) string {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		if k == "" || strings.ContainsFunc(k, func(r rune) bool {
+			return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
+		}) {
+			return k
+		}
+	}
+	return ""
+}
+
 func (c *Config) unsendable(h map[string]string) string {
 	for _, k := range slices.Sorted(maps.Keys(h)) {
 		for _, b := range []byte(h[k]) {

@@ -1,11 +1,17 @@
 package otlp
 
 import (
+	"context"
 	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -214,7 +220,9 @@ func TestOTLPResolveRefuses(t *testing.T) {
 		{"header from a variable ending in a line break", func(f *Flags) { f.HeaderEnv = []string{"Authorization=TOKEN"} },
 			map[string]string{"TOKEN": "Bearer pw\n"}, "TOKEN"},
 		{"certificate without key", func(f *Flags) { f.CertFile = "c.pem" }, nil, "both"},
-		{"client key from the environment without certificate", func(f *Flags) { f.Endpoint = "https://c:4318" }, map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_KEY": "k.pem"}, "both"},
+		// Every push failed for it (probe6-otlp 04).
+		{"header name with a blank", func(f *Flags) { f.Headers = []string{"Bad Key=v"} }, nil, "not an HTTP header name"},
+		{"header-from-env name with a colon", func(f *Flags) { f.HeaderEnv = []string{"X:Y=TOKEN"} }, map[string]string{"TOKEN": "t"}, "not an HTTP header name"},
 		{"CA for plain text", func(f *Flags) { f.Endpoint = "http://c:4318"; f.CAFile = "ca.pem" }, nil, "plain HTTP"},
 		{"key for plain text", func(f *Flags) { f.Insecure = true; f.KeyFile = "k.pem" }, nil, "plain HTTP"},
 	} {
@@ -235,19 +243,20 @@ func TestOTLPResolveRefuses(t *testing.T) {
 }
 
 func TestOTLPResolveResourceAndTLSFromEnvironment(t *testing.T) {
+	pki := newTestPKI(t)
 	cfg, err := Resolve(Flags{Interval: time.Second, ClusterName: "prod-eu"}, envOf(map[string]string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT":                   "https://c:4318",
-		"OTEL_EXPORTER_OTLP_CERTIFICATE":                "/etc/ca.pem",
-		"OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE": "/etc/c.pem",
-		"OTEL_EXPORTER_OTLP_CLIENT_KEY":                 "/etc/k.pem",
+		"OTEL_EXPORTER_OTLP_CERTIFICATE":                pki.caFile,
+		"OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE": pki.certFile,
+		"OTEL_EXPORTER_OTLP_CLIENT_KEY":                 pki.keyFile,
 		"OTEL_RESOURCE_ATTRIBUTES":                      "deployment.environment.name=prod,team=ml%20infra",
 		"OTEL_SERVICE_NAME":                             "gpu-metrics",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.CAFile != "/etc/ca.pem" || cfg.CertFile != "/etc/c.pem" || cfg.KeyFile != "/etc/k.pem" {
-		t.Errorf("TLS files %q %q %q", cfg.CAFile, cfg.CertFile, cfg.KeyFile)
+	if cfg.CAFile != pki.caFile || cfg.CertFile != pki.certFile || cfg.KeyFile != pki.keyFile || len(cfg.Warnings) != 0 {
+		t.Errorf("TLS files %q %q %q, warnings %q", cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.Warnings)
 	}
 	want := map[string]string{"deployment.environment.name": "prod", "team": "ml infra"}
 	if !reflect.DeepEqual(cfg.ResourceEnv, want) || cfg.ServiceName != "gpu-metrics" || cfg.ClusterName != "prod-eu" {
@@ -282,4 +291,40 @@ func FuzzResolve(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A TLS variable naming a file that is missing or holds no PEM, or a client
+// key without its certificate, is logged and ignored, as the
+// specification asks of a bad variable; it stopped the exporter at start
+// (probe6-otlp 02). Flags naming such files still fail it
+// (TestOTLPTLSFilesRefused).
+func TestOTLPResolveIgnoresBadTLSVariables(t *testing.T) {
+	notPEM := filepath.Join(t.TempDir(), "not.pem")
+	os.WriteFile(notPEM, []byte("hello"), 0o600)
+	for name, env := range map[string]map[string]string{
+		"missing CA":      {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent/ca.pem"},
+		"CA without PEM":  {"OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE": notPEM},
+		"key alone":       {"OTEL_EXPORTER_OTLP_CLIENT_KEY": notPEM},
+		"certificate bad": {"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": notPEM, "OTEL_EXPORTER_OTLP_CLIENT_KEY": notPEM},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for k, v := range env {
+				t.Setenv(k, v) // the SDK reads them too
+			}
+			cfg, err := Resolve(Flags{Endpoint: "https://127.0.0.1:1", Interval: time.Second}, os.Getenv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.CAFile != "" || cfg.CertFile != "" || cfg.KeyFile != "" || len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "ignored") {
+				t.Errorf("TLS files %q %q %q, warnings %q; want none, one warning", cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.Warnings)
+			}
+			p, err := Start(cfg, gatherFrom(prometheus.NewRegistry()), prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatalf("the bridge does not start: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			p.Shutdown(ctx)
+		})
+	}
 }

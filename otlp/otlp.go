@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -126,6 +127,7 @@ func Start(cfg *Config, gather GatherFunc, reg prometheus.Registerer, logger *sl
 // Shutdown pushes once more and stops. Its error is redacted as the
 // periodic pushes' are: it may quote a receiver's echo of the headers.
 func (p *Pusher) Shutdown(ctx context.Context) error {
+	p.counted.stopping.Store(true)
 	if err := p.provider.Shutdown(ctx); err != nil {
 		return errors.New(p.counted.redact(err))
 	}
@@ -204,31 +206,50 @@ func tlsConfig(cfg *Config) (*tls.Config, error) {
 	}
 	t := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.CAFile != "" {
-		pem, err := readBounded(cfg.CAFile)
+		pool, err := loadCA(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("OTLP CA file: %w", err)
+			return nil, err
 		}
-		t.RootCAs = x509.NewCertPool()
-		if !t.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("OTLP CA file %s: no PEM certificate in it", cfg.CAFile)
-		}
+		t.RootCAs = pool
 	}
 	if cfg.CertFile != "" {
-		certPEM, err := readBounded(cfg.CertFile)
+		cert, err := loadKeyPair(cfg.CertFile, cfg.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("OTLP client certificate: %w", err)
-		}
-		keyPEM, err := readBounded(cfg.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("OTLP client key: %w", err)
-		}
-		cert, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			return nil, fmt.Errorf("OTLP client certificate %s with key %s: %w", cfg.CertFile, cfg.KeyFile, err)
+			return nil, err
 		}
 		t.Certificates = []tls.Certificate{cert}
 	}
 	return t, nil
+}
+
+// loadCA reads a PEM file of CA certificates.
+func loadCA(path string) (*x509.CertPool, error) {
+	pem, err := readBounded(path)
+	if err != nil {
+		return nil, fmt.Errorf("OTLP CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("OTLP CA file %s: no PEM certificate in it", path)
+	}
+	return pool, nil
+}
+
+// loadKeyPair reads a client certificate and its key, PEM.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	certPEM, err := readBounded(certFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("OTLP client certificate: %w", err)
+	}
+	keyPEM, err := readBounded(keyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("OTLP client key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("OTLP client certificate %s with key %s: %w", certFile, keyFile, err)
+	}
+	return cert, nil
 }
 
 func readBounded(path string) ([]byte, error) {
@@ -296,6 +317,10 @@ type countingExporter struct {
 	endpoint string
 	secrets  []string
 
+	// stopping is set by Shutdown, which cancels the push under way: that
+	// push says nothing of the receiver, and is pushed again at once.
+	stopping atomic.Bool
+
 	mu    sync.Mutex
 	state pushState
 	// quietUntil is when a throttling receiver wants the next push.
@@ -347,6 +372,10 @@ func (e *countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMe
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if state == failing && e.stopping.Load() && errors.Is(err, context.Canceled) {
+		// Not an outage: no failure to log, nor a recovery after it.
+		return err
+	}
 	if state != e.state {
 		e.logChange(e.state, state, a, err)
 	}

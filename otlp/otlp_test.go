@@ -481,3 +481,35 @@ func TestRedactCredentialsNotShortValues(t *testing.T) {
 		}
 	}
 }
+
+// A push under way when the exporter stops is cut off by the stop, not by
+// the receiver: it logs no failure, and the last push that follows no
+// recovery (probe6-otlp 05: "OTLP push failed; retrying every interval"
+// at every restart during a push).
+func TestOTLPStopIsNoOutage(t *testing.T) {
+	r := newHTTPReceiver(t)
+	r.mu.Lock()
+	r.delay = time.Second
+	r.mu.Unlock()
+	var log syncbuf.Buffer
+	p := startPusher(t, r, ProtocolHTTPProtobuf, Flags{Interval: 3 * time.Second, Timeout: 3 * time.Second}, testRegistry(), prometheus.NewRegistry(), &log)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r.mu.Lock()
+		arrived := r.arrived
+		r.mu.Unlock()
+		if arrived > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no push within 20s")
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatalf("last push: %v", err)
+	}
+	if logs := log.String(); strings.Contains(logs, "OTLP push failed") || strings.Contains(logs, "works again") {
+		t.Errorf("the stop is logged as an outage:\n%s", logs)
+	}
+}

@@ -48,6 +48,7 @@ type receiver struct {
 	// retryAfter, when set, is the wait a refusal asks for: HTTP 429 with
 	// Retry-After, gRPC UNAVAILABLE with RetryInfo.
 	retryAfter  time.Duration
+	arrived     int // requests received, counted before the delay
 	inflight    int
 	maxInflight int
 	refused     int
@@ -82,6 +83,7 @@ func (e refusal) Error() string { return e.msg }
 func (r *receiver) enter(headers map[string]string) (leave func(), err error) {
 	r.mu.Lock()
 	delay := r.delay
+	r.arrived++
 	r.mu.Unlock()
 	time.Sleep(delay)
 	r.mu.Lock()
