@@ -837,3 +837,37 @@ devices:
 		absent(t, "xpu_workload_utilization_ratio")
 	}
 }
+
+// TestScrapeTakesAPushReadOverItsWindow: with no push yet past the last
+// scrape, a push's read of a device covers the scrapes' window too. A push
+// that gives up on a slow GPU (its deadline is half its interval) leaves
+// that read running; the scrape that comes next takes it, rather than
+// wait for it and read the GPU again after it, which could not end by the
+// scrape's deadline: a healthy GPU was reported down only while the OTLP
+// bridge was on (probe6-otlp 06). One read of the device serves both.
+func TestScrapeTakesAPushReadOverItsWindow(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: slow
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_utilization: 0.25, temperature: 50}}
+devices:
+  - call_latency: 50ms
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	out := gatherText(t, e.BindPush(ctx))
+	cancel()
+	if !strings.Contains(out, `xpu_device_up{gpu="0"`) || sample(t, out, "xpu_device_up", `gpu="0"`) != 0 {
+		t.Fatalf("the push did not give up on the slow GPU:\n%s", grepLines(out, "xpu_device_up"))
+	}
+	before := s.DeviceReads()
+	out = scrapeText(t, e, 30*time.Second)
+	if v := sample(t, out, "xpu_device_up", `gpu="0"`); v != 1 {
+		t.Errorf("the scrape after the push reports the GPU up %v, want 1", v)
+	}
+	if n := s.DeviceReads() - before; n != 0 {
+		t.Errorf("the scrape read the GPU %d more times, want it to take the push's read", n)
+	}
+}

@@ -76,8 +76,13 @@ type deviceRead struct {
 	// second Prometheus's 10 s scrape report the GPU down.
 	started time.Time
 	// push says that the read starts from the pushes' window, which no
-	// scrape may take as its own.
-	push bool
+	// scrape may take as its own, unless scrapes says that window is the
+	// scrapes' too: no push has moved past the last scrape, so both start
+	// where it ended. A scrape then takes the read rather than wait for it
+	// and read the device again after it, which a slow device's read (one
+	// a push gave up on at its own, shorter deadline) could not finish by
+	// the scrape's deadline.
+	push, scrapes bool
 	// commit is what the read moves on (see pending): the most any of its
 	// callers moves; set under Client.mu until the read seals it.
 	commit move
@@ -272,8 +277,9 @@ func (c *Client) start(index int, deadline time.Time, m move) *deviceRead {
 		if now.Sub(r.started) > deadline.Sub(now) {
 			return nil
 		}
-		if !r.push || m != moveScrape {
-			if !r.sealed && !r.push {
+		shared := !r.push || r.scrapes && !r.sealed
+		if shared || m != moveScrape {
+			if !r.sealed && shared {
 				r.commit = max(r.commit, m)
 			}
 			return r
@@ -281,6 +287,9 @@ func (c *Client) start(index int, deadline time.Time, m move) *deviceRead {
 		after = r.done
 	}
 	r := &deviceRead{done: make(chan struct{}), started: now, push: m == movePush, commit: m, after: after}
+	// No read of the device runs (after is only a push's, which a scrape
+	// waits for): its window state is still.
+	r.scrapes = r.push && c.pushed[index] == nil && !c.gpm[index].pushedAny()
 	c.inflight[index] = r
 	go c.run(index, r)
 	return r

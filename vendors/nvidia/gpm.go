@@ -148,6 +148,20 @@ type gpmDevice struct {
 	seen      map[string]bool      // states used in this read
 }
 
+// pushedAny says a push has moved one of the device's GPM windows past the
+// last scrape; false for a device never read (nil).
+func (g *gpmDevice) pushedAny() bool {
+	if g == nil {
+		return false
+	}
+	for _, st := range g.states {
+		if st.pushed != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // sweep frees the samples of GPU instances that no longer exist, once a
 // read is committed.
 func (g *gpmDevice) sweep() {
