@@ -213,6 +213,10 @@ type AMDSim struct {
 	// reload is, per GPU (scenario index), the driver load it is in and
 	// each RAS reading's value when that load began.
 	reload map[int]*amdLoad
+	// energy is each GPU's energy counter (J) as of energyAt, by scenario
+	// index: the integral of its power.
+	energy   map[int]float64
+	energyAt map[int]time.Time
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -241,7 +245,7 @@ type amdPart struct {
 // the further partitions follow as amdgpu_xcp_<n> with the next cards and
 // render minors, numbered across the node as the amdxcp driver does.
 func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
-	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, gen: map[uint32]uint64{}, reload: map[int]*amdLoad{}}
+	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, gen: map[uint32]uint64{}, reload: map[int]*amdLoad{}, energy: map[int]float64{}, energyAt: map[int]time.Time{}}
 	for i := range s.Devices {
 		if d := &s.Devices[i]; d.isAMD() {
 			a.gpus = append(a.gpus, amdGPU{spec: d, index: i})
@@ -361,6 +365,23 @@ func seeded(v Value, key string, index int) Value {
 
 func clamp01(v float64) float64 { return math.Max(0, math.Min(1, v)) }
 
+// energyJ advances GPU index's energy counter to t at power, the watts it
+// draws now, from the previous write (from boot at the first): the counter
+// grows as the power the GPU reads, which an idle GPU's did not (it grew at
+// the mean of its power range whatever its load). Writes are a fraction of
+// a second apart while the demo animates them.
+func (a *AMDSim) energyJ(index int, power float64, t time.Time) float64 {
+	last, ok := a.energyAt[index]
+	if !ok {
+		last = a.start
+	}
+	if t.After(last) {
+		a.energy[index] += power * t.Sub(last).Seconds()
+		a.energyAt[index] = t
+	}
+	return a.energy[index]
+}
+
 // engineNS advances the busy-time counter of the process's instance pid in
 // churn generation gen to t, in steps of at most a second, each at the
 // utilization of its start. The scenario's own processes run from boot; a
@@ -443,9 +464,7 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	memTotal := d.MemoryTotal.Mean()
 	memUsed = math.Min(m("memory_used", memUsed), memTotal)
 	power := m("power", 140+util*(d.PowerLimitWatts.Mean()-140))
-	// A counter: the mean of the power curve times the time since boot,
-	// so that it only grows.
-	energy := m("energy", (140+0.5*(d.PowerLimitWatts.Mean()-140))*t.Sub(a.start).Seconds())
+	energy := m("energy", a.energyJ(g.index, power, t))
 
 	files["vendor"] = "0x1002\n"
 	files["device"] = "0x74a1\n"

@@ -527,3 +527,33 @@ func TestIdleAMDNodeHasProcfs(t *testing.T) {
 		t.Errorf("scan of the idle node's procfs: %d holders, errors %v, %v; want none", len(holders), errs, err)
 	}
 }
+
+// TestAMDSimEnergyFollowsPower: an idle MI300X (power limit 750 W) draws
+// 140 W, so its energy counter reads 140 × 10 = 1,400 J at 10 s and 2,800 J
+// at 20 s; it grew at 445 W (the middle of 140..750) whatever the load,
+// billing an idle GPU's owner 3.2 times its energy (probe6-rules R6).
+func TestAMDSimEnergyFollowsPower(t *testing.T) {
+	s, err := Parse([]byte(`node: idle
+defaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, metrics: {utilization: 0}}
+devices:
+  - pci_bus_id: "0000:0c:00.0"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	sim := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start)
+	for _, tc := range []struct {
+		at   time.Duration
+		want float64
+	}{{10 * time.Second, 1400}, {20 * time.Second, 2800}} {
+		if err := sim.WriteAt(start.Add(tc.at)); err != nil {
+			t.Fatal(err)
+		}
+		d := amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}.ReadDevice("card1")
+		if d.Metrics == nil || !d.Metrics.Energy.OK || math.Abs(d.Metrics.Energy.Value-tc.want) > 0.01 || d.Power.Value != 140 {
+			t.Errorf("at %v: power %+v, metrics %+v; want 140 W and %v J", tc.at, d.Power, d.Metrics, tc.want)
+		}
+	}
+}
