@@ -217,8 +217,8 @@ type AMDSim struct {
 	// index: the integral of its power.
 	energy   map[int]float64
 	energyAt map[int]time.Time
-	stop   chan struct{}
-	done   chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 type amdLoad struct {
