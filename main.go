@@ -54,6 +54,9 @@ func main() {
 // clean-ups have run, so that a failure at start leaves nothing behind
 // (the demo's generated tree, the attribution sources).
 func run() int {
+	// hlsmiPathSet says --gaudi.hl-smi-path was given: in demo mode it
+	// replaces the simulated hl-smi, as the other source flags do.
+	var hlsmiPathSet bool
 	var (
 		metricsPath = kingpin.Flag("web.telemetry-path",
 			"Path under which to expose metrics.").Default("/metrics").String()
@@ -70,7 +73,7 @@ func run() int {
 		nvmlLibrary = kingpin.Flag("nvidia.nvml-library",
 			"Path of libnvidia-ml.so; empty finds the driver's library the usual way. A path given that cannot be loaded fails the nvidia collector (xpu_scrape_collector_success 0, an error naming it) until it can, unlike a node without the library.").Default("").String()
 		hlsmiPath = kingpin.Flag("gaudi.hl-smi-path",
-			"hl-smi binary, run once per scrape for every Gaudi device (never through a shell).").Default(gaudi.DefaultPath).String()
+			"hl-smi binary, run once per scrape for every Gaudi device (never through a shell).").Default(gaudi.DefaultPath).IsSetByUser(&hlsmiPathSet).String()
 		hlsmiFields = kingpin.Flag("gaudi.query-fields",
 			"Comma-separated hl-smi --query-aip fields to ask for. If your hl-smi version refuses one (every run then fails, xpu_hlsmi_errors_total{reason=\"exit_status\"}), leave it out; index is required, and only fields the exporter reads are accepted.").Default(strings.Join(gaudi.DefaultFields, ",")).String()
 		demoMode = kingpin.Flag("demo",
@@ -134,7 +137,11 @@ func run() int {
 		}
 		attrFlags.useDemo(sim)
 		nodeName = scenario.Node
-		if sim.HLSMISpec != "" {
+		switch {
+		case hlsmiPathSet:
+			// The hl-smi given replaces the scenario's, like every source
+			// flag given explicitly in demo mode (README "Demo scenarios").
+		case sim.HLSMISpec != "":
 			self, err := os.Executable()
 			if err != nil {
 				logger.Error("cannot find this binary to serve as the demo's hl-smi", "err", err)
@@ -145,10 +152,12 @@ func run() int {
 				logger.Error("cannot set up the demo's hl-smi", "err", err)
 				return 1
 			}
-		} else if err := collector.Enable(map[string]bool{"gaudi": false}); err != nil {
+		default:
 			// No Gaudi in the scenario: the host's hl-smi must not mix in.
-			logger.Error("cannot switch off the Gaudi collector", "err", err)
-			return 1
+			if err := collector.Enable(map[string]bool{"gaudi": false}); err != nil {
+				logger.Error("cannot switch off the Gaudi collector", "err", err)
+				return 1
+			}
 		}
 	} else if *nvmlLibrary != "" {
 		cfg.NVML = nvidia.Library(*nvmlLibrary)

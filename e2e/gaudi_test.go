@@ -270,3 +270,28 @@ func exited(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
 }
+
+// An hl-smi given by flag replaces the demo's simulated one, as every
+// source flag given explicitly does (README "Demo scenarios"), in a
+// scenario with Gaudi devices or without: it was replaced by the demo's
+// own, or switched off (found by probe6-rules).
+func TestDemoTakesTheHLSMIGiven(t *testing.T) {
+	dir := t.TempDir()
+	hlsmi := filepath.Join(dir, "hl-smi")
+	if err := os.WriteFile(hlsmi, []byte("#!/bin/sh\necho \"index, uuid\"\necho \"0, GIVEN-HLSMI\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, scenario := range []string{"gaudi", "mig"} {
+		e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/"+scenario+".yaml", "--gaudi.hl-smi-path="+hlsmi, "--gaudi.query-fields=index,uuid")
+		code, body := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+		var gaudis []string
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "xpu_device_up{") && strings.Contains(line, `vendor="habana"`) {
+				gaudis = append(gaudis, line)
+			}
+		}
+		if code != http.StatusOK || len(gaudis) != 1 || !strings.Contains(gaudis[0], `uuid="GIVEN-HLSMI"`) || !strings.HasSuffix(gaudis[0], " 1") {
+			t.Errorf("%s: status %d, Gaudi devices %q; want the given hl-smi's one, up", scenario, code, gaudis)
+		}
+	}
+}
