@@ -703,7 +703,7 @@ var notDeviceFamily = regexp.MustCompile(`^xpu_(inference_|workload_info$|scrape
 
 // Recording rules that keep the vendor label: per device and owner, per
 // device, and per model.
-var vendorRule = regexp.MustCompile(`^(device_owner:|device:xpu_health_score:|device:xpu_(allocated|utilized|owners_unknown)_devices:|model:|model_state:)`)
+var vendorRule = regexp.MustCompile(`^(device_owner:|device:xpu_health_score:|device:xpu_(allocated|utilized|owners_unknown)_devices:|engine:xpu_(idle_)?allocated_devices:|model:|model_state:)`)
 
 // A mixed fleet: every dashboard query of device series filters them by
 // the vendor variable, and no query of other series does (they have no

@@ -62,7 +62,7 @@ local common = import 'common.libsonnet';
 
         g.row('Cost and idle engines'),
         g.table('Idle engines', 'Engines holding devices (in whole GPUs) that served fewer than %g requests per second over the last %s: GPUs burning without serving.' % [c.inferenceIdleRequestsPerSecond, c.inferenceRateWindow], [
-          g.target('engine:xpu_idle_allocated_devices:sum{%s}' % rules, instant=true),
+          g.target('engine:xpu_idle_allocated_devices:sum{%s, %s}' % [rules, d.vendor], instant=true),
         ], [{ name: 'Allocated GPUs', unit: 'short' }], hidden=['target']) + g.size(24, 6),
         g.table('Cost per million generated tokens', 'Cluster-wide: ignores the Node variable (a model is served across nodes). What the devices of the engines serving each model cost per hour, idle replicas included, over the tokens they generate, per million tokens. Cost comes from the prices configured in the exporter (xpu_device_hourly_cost); without one this panel says "%s".' % noPrice, [
           g.target('engine_model:xpu_cost_per_million_tokens:ratio{%s, engine=~"$engine"}' % d.cluster, instant=true),

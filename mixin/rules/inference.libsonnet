@@ -26,11 +26,12 @@ local util = import '../lib/util.libsonnet';
   },
 
   // One series per engine and device, worth the engine owner's allocation
-  // on it, with the device's parent_uuid (MIG instances).
+  // on it, with the device's parent_uuid (MIG instances) and vendor (the
+  // dashboards' Vendor variable).
   local engineDevices = |||
     xpu_inference_device_info{%(xpuSelector)s}
-      * on (%(ownerOnDevice)s) group_left (parent_uuid)
-      sum by (%(ownerOnDevice)s, parent_uuid) (xpu_workload_allocated_devices{%(xpuSelector)s})
+      * on (%(ownerOnDevice)s) group_left (parent_uuid, vendor)
+      sum by (%(ownerOnDevice)s, parent_uuid, vendor) (xpu_workload_allocated_devices{%(xpuSelector)s})
   ||| % fmt,
 
   // Priced per physical GPU: gpu_uuid is the device's own uuid, or its
@@ -60,9 +61,10 @@ local util = import '../lib/util.libsonnet';
         interval: c.usageRulesInterval,
         rules: [
           {
-            // Devices each engine instance holds, in whole GPUs.
+            // Devices each engine instance holds, in whole GPUs, by vendor
+            // (an engine's devices are all one vendor's).
             record: 'engine:xpu_allocated_devices:sum',
-            expr: 'sum by (%s) (\n%s\n)\n' % [fmt.engine, util.indent(engineDevices)],
+            expr: 'sum by (%s, vendor) (\n%s\n)\n' % [fmt.engine, util.indent(engineDevices)],
           },
           {
             // What those devices cost per hour.
