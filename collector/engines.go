@@ -179,18 +179,21 @@ func newEnginesCollector(cfg Config) (Collector, error) {
 		}
 		c.static = append(c.static, targets...)
 	}
-	engineOf := map[string]string{}
+	first := map[string]engineTarget{}
 	for i, t := range c.static {
 		if err := t.validate(); err != nil {
 			return nil, fmt.Errorf("engine target %d: %w", i, err)
 		}
-		// One endpoint is served once, as one engine: which of two would
-		// win is up to the order of the flags.
+		// One endpoint is served once, as one engine of one owner: which
+		// of two would win is up to the order of the flags, and the other
+		// went unseen.
 		u := redact(t.URL)
-		if e, dup := engineOf[u]; dup && e != t.Engine {
-			return nil, fmt.Errorf("engine target %d: %s is configured as %s and as %s; an endpoint serves one engine", i, u, e, t.Engine)
+		if was, dup := first[u]; dup && was.Engine != t.Engine {
+			return nil, fmt.Errorf("engine target %d: %s is configured as %s and as %s; an endpoint serves one engine", i, u, was.Engine, t.Engine)
+		} else if dup && was != t {
+			return nil, fmt.Errorf("engine target %d: %s is configured twice, with another pod, unit, model or credentials; an endpoint is one engine's", i, u)
 		}
-		engineOf[u] = t.Engine
+		first[u] = t
 	}
 	return c, nil
 }
@@ -246,6 +249,11 @@ func (c *enginesCollector) targets() []engineTarget {
 		port := p.Annotations[portAnnotation]
 		if port == "" {
 			port = defaultPorts[e]
+		}
+		if port == "" {
+			// auto has no usual port: port 80 would be a guess.
+			c.logChange(p.Namespace+"/"+p.Name, fmt.Errorf("pod annotation %s: auto needs %s", engineAnnotation, portAnnotation))
+			continue
 		}
 		path := p.Annotations[pathAnnotation]
 		if path == "" {

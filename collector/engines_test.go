@@ -132,6 +132,8 @@ func TestEnginesConfigFile(t *testing.T) {
 		// Found by probing: the second was dropped unseen, which one
 		// depending on the order.
 		"targets:\n  - {engine: vllm, url: http://x/metrics}\n  - {engine: sglang, url: http://x/metrics}\n": "is configured as vllm and as sglang",
+		// The second pod's went unseen (probe6-eng).
+		"targets:\n  - {engine: vllm, url: http://x/metrics, pod: a/p}\n  - {engine: vllm, url: http://x/metrics, pod: a/q}\n": "configured twice",
 	} {
 		path := dir + "/engines.yaml"
 		os.WriteFile(path, []byte(body), 0o644)
@@ -186,18 +188,26 @@ func TestAnnotatedTargetPaths(t *testing.T) {
 	pod := func(name string, ann map[string]string) kubernetes.PodMeta {
 		return kubernetes.PodMeta{Namespace: "a", Name: name, IP: "10.0.0.5", Annotations: ann}
 	}
-	c := &enginesCollector{metadata: enginePods{
+	var log syncbuf.Buffer
+	c := &enginesCollector{state: map[string]targetState{}, logger: slog.New(slog.NewTextHandler(&log, nil)), metadata: enginePods{
 		pod("nim", map[string]string{engineAnnotation: "nim"}),
 		pod("nim-path", map[string]string{engineAnnotation: "nim", pathAnnotation: "/metrics"}),
 		pod("vllm", map[string]string{engineAnnotation: "vllm"}),
+		// auto has no usual port: not scraped on port 80 by guess, and
+		// told (probe6-eng).
+		pod("auto", map[string]string{engineAnnotation: "auto"}),
+		pod("auto-port", map[string]string{engineAnnotation: "auto", portAnnotation: "9400"}),
 	}}
 	var got []string
 	for _, tg := range c.targets() {
 		got = append(got, tg.Pod+" "+tg.URL)
 	}
-	want := []string{"a/nim http://10.0.0.5:8000/v1/metrics", "a/nim-path http://10.0.0.5:8000/metrics", "a/vllm http://10.0.0.5:8000/metrics"}
+	want := []string{"a/nim http://10.0.0.5:8000/v1/metrics", "a/nim-path http://10.0.0.5:8000/metrics", "a/vllm http://10.0.0.5:8000/metrics", "a/auto-port http://10.0.0.5:9400/metrics"}
 	if !slices.Equal(got, want) {
 		t.Errorf("targets %q, want %q", got, want)
+	}
+	if !strings.Contains(log.String(), "auto needs "+portAnnotation) {
+		t.Errorf("the auto pod without a port is not told:\n%s", log.String())
 	}
 }
 
