@@ -71,11 +71,8 @@ local util = import '../lib/util.libsonnet';
           expr: |||
             xpu_device_up{%(xpuSelector)s} == 0
               unless on (%(target)s, vendor)
-            label_replace(
-              label_replace(xpu_scrape_collector_success{%(xpuSelector)s, collector=~"nvidia|amd|gaudi"} == 0, "vendor", "$1", "collector", "(.+)"),
-              "vendor", "habana", "collector", "gaudi"
-            )
-          ||| % (fmt { target: util.labels(c.targetLabels) }),
+            %(failing)s
+          ||| % (fmt { target: util.labels(c.targetLabels), failing: util.collectorFailing(c) }),
           'for': c.deviceLostFor,
           labels: { severity: 'critical' },
           annotations: {
