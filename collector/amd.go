@@ -90,6 +90,9 @@ type amdCollector struct {
 	// scanState is the process scan's first error, "" when it read every
 	// process; logged on change only.
 	scanState string
+	// opaque says processes held AMD GPUs through files whose fdinfo shows
+	// no usage stats at the last scan; logged on change only.
+	opaque bool
 	// scanning is the process scan under way, shared by the reads that
 	// meet it; nil when none is. A scan stuck in a read (a process's
 	// fdinfo, which may block on a GPU wedged in the driver) is not
@@ -872,6 +875,26 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 		}
 		c.mu.Unlock()
 	}
+	// A process holding an AMD GPU's node whose fdinfo shows no usage
+	// stats (amdgpu's own format before Linux 5.19) is one of that GPU's
+	// owners, whose usage cannot be read: its owners are unknown, not
+	// none.
+	opaque := 0
+	for _, o := range scan.opaque {
+		var d *Device
+		if o.RenderMinor.OK {
+			d = byMinor[o.RenderMinor.Value]
+		}
+		if d == nil && o.CardMinor.OK {
+			d = byCard[o.CardMinor.Value]
+		}
+		if d != nil {
+			d.ProcessesPartial = true
+			opaque++
+			c.countFile("fdinfo")
+		}
+	}
+	c.logOpaque(opaque)
 	// deviceOf is the device a client's file is open on.
 	deviceOf := func(cl amd.Client) *Device {
 		d := byPCI[cl.Key.PDev]
@@ -1053,6 +1076,8 @@ func (c *amdCollector) startedAnew(pid int, starts map[int]uint64) bool {
 // procScan is one walk of procfs for the DRM clients of the node's GPUs.
 type procScan struct {
 	clients []amd.Client
+	// opaque are the DRM files whose fdinfo shows no usage stats.
+	opaque []amd.Opaque
 	// kfd are the processes whose ROCm work the clients do not show.
 	kfd amd.KFDProcesses
 	at  time.Time
@@ -1075,7 +1100,7 @@ func (c *amdCollector) scanProcesses(ctx context.Context) procScan {
 		c.logScan(herrs)
 		return procScan{}
 	}
-	clients, serrs := c.scanner.ScanHolders(holders)
+	clients, opaque, serrs := c.scanner.ScanHolders(holders)
 	for _, e := range serrs {
 		c.countFile(scanFile(e.File))
 	}
@@ -1084,7 +1109,7 @@ func (c *amdCollector) scanProcesses(ctx context.Context) procScan {
 	// listed rather than missed.
 	kfd := c.reader.KFDProcesses()
 	c.noteKFD(kfd)
-	return procScan{clients: clients, kfd: kfd, at: c.now(), ok: true, complete: len(herrs)+len(serrs) == 0}
+	return procScan{clients: clients, opaque: opaque, kfd: kfd, at: c.now(), ok: true, complete: len(herrs)+len(serrs) == 0}
 }
 
 // noteKFD counts a KFD process listing that failed, and logs when it
@@ -1109,6 +1134,23 @@ func (c *amdCollector) noteKFD(k amd.KFDProcesses) {
 			"reason", state)
 	default:
 		c.logger.Info("KFD processes are listed again")
+	}
+}
+
+// logOpaque logs when processes start holding AMD GPUs through files whose
+// fdinfo shows no usage stats, and when none does any more.
+func (c *amdCollector) logOpaque(n int) {
+	c.mu.Lock()
+	changed := (n > 0) != c.opaque
+	c.opaque = n > 0
+	c.mu.Unlock()
+	switch {
+	case !changed:
+	case n > 0:
+		c.logger.Warn("processes hold AMD GPUs through DRM files whose fdinfo shows no DRM usage stats (drm-driver, drm-client-id: amdgpu prints them since Linux 5.19); those GPUs' owners are unknown until they do",
+			"files", n)
+	default:
+		c.logger.Info("every DRM file on AMD GPUs shows its usage stats again")
 	}
 }
 

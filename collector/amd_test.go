@@ -1899,3 +1899,40 @@ func scrapeAMDPair(t *testing.T, option string, n int) []string {
 	}
 	return outs
 }
+
+// TestAMDOpaqueFdinfoOwnersUnknown: PID 500 holds the GPU's render node,
+// and its fdinfo is in amdgpu's own format of before Linux 5.19 ("pdev:",
+// "vram mem:", "gfx0: 45.0%"), which has no DRM usage stats: it is one of
+// the GPU's owners, whose usage cannot be read, so the GPU's owners are
+// unknown, not none (probe7-amd D1: 0 owners, nothing logged). A file of
+// another driver's node (i915's card1) says nothing of the AMD GPU.
+func TestAMDOpaqueFdinfoOwnersUnknown(t *testing.T) {
+	tr := newAMDTree(t, busyMI300X())
+	tr.fd(500, 5, "pdev:\t0000:0c:00.0\npasid:\t32771\nvram mem:\t4194304 kB\ngtt mem:\t2048 kB\ncpu mem:\t0 kB\ngfx0:\t45.0%\n")
+	var log bytes.Buffer
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	c.logger = slog.New(slog.NewTextHandler(&log, nil))
+	for i := range 2 {
+		clk.t = testNow.Add(time.Duration(i) * 2 * time.Second)
+		devs, err := c.readDevices(context.Background(), moveScrape)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("%d devices, %v", len(devs), err)
+		}
+		if !devs[0].ProcessesPartial {
+			t.Errorf("read %d: the GPU's process list is whole, though PID 500's usage cannot be read", i)
+		}
+	}
+	if n := strings.Count(log.String(), "no DRM usage stats"); n != 1 {
+		t.Errorf("%d log lines for the opaque file, want 1:\n%s", n, log.String())
+	}
+	// The same process on another driver's node only: the AMD GPU's list
+	// is whole.
+	tr2 := newAMDTree(t, busyMI300X())
+	tr2.fdOn(501, 5, "/dev/dri/card1", "drm-driver:\ti915\ndrm-client-id:\t3\n")
+	tr2.fdOn(502, 5, "/dev/dri/card7", "pdev:\t0000:00:02.0\n")
+	devs, err := newAMDCollectorFor(t, tr2, clk).readDevices(context.Background(), moveScrape)
+	if err != nil || len(devs) != 1 || devs[0].ProcessesPartial {
+		t.Errorf("another driver's files: %d devices, partial %v, %v", len(devs), len(devs) == 1 && devs[0].ProcessesPartial, err)
+	}
+}

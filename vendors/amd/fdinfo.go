@@ -260,18 +260,28 @@ func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
 			holders = append(holders, procfd.Holder{PID: pid, FDs: fds})
 		}
 	}
-	clients, ferrs := s.ScanHolders(holders)
+	clients, _, ferrs := s.ScanHolders(holders)
 	return clients, append(errs, ferrs...)
+}
+
+// Opaque is a file open on a DRM node whose fdinfo gives no usage stats
+// this scanner can read: no drm-driver key (amdgpu printed its own format,
+// "pdev:", "vram mem:", "gfx0: 45.0%", before it adopted the DRM usage
+// stats keys), or no drm-client-id. Which device it is open on is known
+// only from its node; the caller tells whether that is one of s.Driver's.
+type Opaque struct {
+	PID                    int
+	RenderMinor, CardMinor Opt[int]
 }
 
 // ScanHolders reads /proc/<pid>/fdinfo/<fd> of the fds of each holder (as
 // DRMHolders lists them) and returns the DRM clients of s.Driver,
 // de-duplicated by (drm-pdev, drm-client-id): a client whose file was
 // dup()ed or inherited appears once, with every PID holding it. An fd
-// whose fdinfo has no drm-client-id cannot be de-duplicated and is
-// skipped. A process or fd gone before its fdinfo is read is not an
-// error.
-func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) ([]Client, []ScanError) {
+// whose fdinfo has no drm-client-id cannot be de-duplicated: it is listed
+// in opaque, with the fds that show no DRM usage stats at all. A process
+// or fd gone before its fdinfo is read is not an error.
+func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) (_ []Client, opaque []Opaque, _ []ScanError) {
 	root := s.ProcRoot
 	if root == "" {
 		root = "/proc"
@@ -292,7 +302,13 @@ func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) ([]Client, []ScanErr
 				}
 				continue
 			}
-			if !ok || f.Driver != s.Driver || !f.ClientID.OK {
+			if ok && f.Driver != s.Driver {
+				continue // another driver's device (i915, simpledrm)
+			}
+			if !ok || !f.ClientID.OK {
+				o := Opaque{PID: pid}
+				o.RenderMinor, o.CardMinor = nodeMinorOf(fd.Target)
+				opaque = append(opaque, o)
 				continue
 			}
 			key := ClientKey{PDev: f.PDev, ClientID: f.ClientID.Value}
@@ -320,7 +336,7 @@ func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) ([]Client, []ScanErr
 		}
 		return out[i].Key.ClientID < out[j].Key.ClientID
 	})
-	return out, errs
+	return out, opaque, errs
 }
 
 // nodeMinorOf is the minor of the DRM node an fd's link target names:
