@@ -270,6 +270,25 @@ func (s *snapshotter) build(ctx context.Context, m move) *Snapshot {
 			snap.Devices = append(snap.Devices, a.devs...)
 			snap.sources[a.name] = a.res
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				// Cancelled (the exporter stopping, the caller gone), the
+				// sources' context ended at the same instant, not ahead as
+				// at a deadline (sourceContext): each reports what it has
+				// not read down at once, given a moment to say so, or a
+				// device that had answered would be served down with them.
+				grace := time.NewTimer(cancelGrace)
+			wait:
+				for ; waiting > 0; waiting-- {
+					select {
+					case a := <-answers:
+						snap.Devices = append(snap.Devices, a.devs...)
+						snap.sources[a.name] = a.res
+					case <-grace.C:
+						break wait
+					}
+				}
+				grace.Stop()
+			}
 			// select picks among ready cases at random: answers already
 			// in as the deadline passed still count.
 			for more := true; more; {
@@ -667,6 +686,10 @@ func (s *snapshotter) finish(name string, r *read) {
 // left, up to 250 ms: a source waiting on a device read in flight uses its
 // whole deadline, and what it does after (building the devices) must fit
 // in the rest even on a loaded machine.
+// cancelGrace is how long a cancelled build waits for its sources, whose
+// context ended with its own, to report what they did not read.
+const cancelGrace = 250 * time.Millisecond
+
 func sourceContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
 	if !ok {

@@ -63,11 +63,10 @@ local util = import '../lib/util.libsonnet';
           alert: 'XpuDeviceLost',
           // The exporter keeps serving xpu_device_up 0 for a device that
           // stops answering (GPU_IS_LOST, Xid 79), and every other series of
-          // that device vanishes, so no other alert can see it. Not while
-          // its vendor's collector fails: a failing hl-smi reports every
-          // Gaudi it knew down, for want of a reading, not because they
-          // fell off the bus; XpuExporterDown names the collector then.
-          // (A lost NVIDIA GPU leaves its collector succeeding.)
+          // that device vanishes, so no other alert can see it. Not for a
+          // Gaudi while the Gaudi collector fails: a failing hl-smi reports
+          // every Gaudi it knew down, for want of a reading, not because
+          // they fell off the bus; XpuExporterDown names the collector.
           expr: |||
             xpu_device_up{%(xpuSelector)s} == 0
               unless on (%(target)s, vendor)

@@ -211,12 +211,14 @@
   // Indents every line of a multi-line expression by two spaces, to nest it.
   indent(expr):: std.join('\n', ['  ' + line for line in std.split(std.rstripChars(expr, '\n'), '\n')]),
 
-  // The scrape targets and vendors whose device collector fails, one
-  // series each with a vendor label (the gaudi collector's devices are
-  // habana's): a failing hl-smi reports every Gaudi it knew down for want
-  // of a reading, which says nothing of the devices. Not parenthesized.
+  // The scrape targets whose Gaudi collector fails, one series each with
+  // vendor="habana": a failing hl-smi reports every Gaudi it knew down for
+  // want of a reading, which says nothing of the devices. (An NVIDIA GPU
+  // that falls off the bus leaves its collector succeeding; NVML failing
+  // whole, init or device count, is left to page as the devices' loss.)
+  // Not parenthesized.
   collectorFailing(c)::
-    'label_replace(\n  label_replace(xpu_scrape_collector_success{%s, collector=~"nvidia|amd|gaudi"} == 0, "vendor", "$1", "collector", "(.+)"),\n  "vendor", "habana", "collector", "gaudi"\n)' % c.xpuSelector,
+    'label_replace(xpu_scrape_collector_success{%s, collector="gaudi"} == 0, "vendor", "habana", "", "")' % c.xpuSelector,
 
   // 'a|b|c' for a regex matcher.
   regex(list):: std.join('|', list),

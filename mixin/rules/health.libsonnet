@@ -73,9 +73,9 @@ local util = import '../lib/util.libsonnet';
           record: 'device:xpu_health_score:clamp_min',
           // Keeps the labels of xpu_device_up (device and owner labels);
           // devices with no active input score their up value. None for
-          // the devices of a failing collector (a failing hl-smi reports
-          // its Gaudis down): their health is unknown, and XpuExporterDown
-          // names the collector.
+          // the Gaudis of a failing Gaudi collector (a failing hl-smi
+          // reports them down): their health is unknown, and
+          // XpuExporterDown names the collector.
           expr: |||
             clamp_min(
               xpu_device_up{%(xpuSelector)s}

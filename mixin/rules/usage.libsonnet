@@ -249,8 +249,14 @@ local util = import '../lib/util.libsonnet';
             // the first evaluation after it appears, before the other group
             // has recorded its use.
             record: 'device_owner:xpu_idle_cost_per_hour:mul',
+            // An allocation on a MIG instance or partition counts where
+            // its own use is known; one on a whole GPU always, weighed
+            // against the GPU's use or its instances'.
             expr: 'clamp_min(\n%s\n  -\n%s,\n  0\n)\n' % [
-              util.indent(physical('xpu_workload_allocated_devices{%(xpuSelector)s}' % c)),
+              util.indent(physical(|||
+                xpu_workload_allocated_devices{%(xpuSelector)s, parent_uuid!=""} and device_owner:xpu_utilized_devices:ratio
+                or xpu_workload_allocated_devices{%(xpuSelector)s, parent_uuid=""}
+              ||| % c)),
               util.indent(physical('device_owner:xpu_utilized_devices:ratio')),
             ] + |||
               * on (%(key)s) group_left (currency)
