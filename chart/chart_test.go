@@ -1467,6 +1467,7 @@ func TestRefusedValues(t *testing.T) {
 		{"hl-smi field the exporter does not read", []string{"--set", "nvidia.enabled=false,gaudi.enabled=true,gaudi.queryFields={index,power}"}, "queryFields"},
 		{"resource pattern without a domain", []string{"--set", "kubernetes.resources={gpu}"}, "resources"},
 		{"OTLP header name with =", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318", "--set-json", `otlp.headersFromSecrets=[{"header":"X=Y","secretName":"s","secretKey":"k"}]`}, "header"},
+		{"OTLP gRPC header name with !", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4317,otlp.protocol=grpc", "--set-json", `otlp.headersFromSecrets=[{"header":"X!Org","secretName":"s","secretKey":"k"}]`}, "gRPC metadata key"},
 		{"pod label overriding the component", []string{"--set", "podLabels.app\\.kubernetes\\.io/component=gpu-monitoring"}, "podLabels.app.kubernetes.io/component"},
 		{"job the rules do not select", []string{"--set", "serviceMonitor.jobLabel=gpus"}, "jobLabel"},
 		{"basic auth without a password", []string{"--set", "serviceMonitor.basicAuth.username.name=s,serviceMonitor.basicAuth.username.key=u"}, "basicAuth"},

@@ -593,8 +593,8 @@ type engineJoin struct {
 }
 
 // join is joinEngine, which for a unit target finds the GPUs through its
-// processes: where it finds none while every GPU the target was last
-// joined to is down (whose processes could not be read), the engine still
+// processes: where it finds none while no GPU the target was last joined
+// to had its processes read whole (down, or a list refused), the engine still
 // runs there as far as anyone can tell, and keeps that owner and those
 // GPUs; else its series would all start anew under other labels the moment
 // its GPU fails. A pod's GPUs come from the kubelet, which keeps them.
@@ -620,8 +620,9 @@ func (c *enginesCollector) join(snap *Snapshot, key string, t engineTarget) (*at
 	held := make([]*Device, 0, len(last.uuids))
 	for _, uuid := range last.uuids {
 		i := slices.IndexFunc(snap.Devices, func(d *Device) bool { return d.UUID == uuid })
-		if i < 0 || snap.Devices[i].Up {
-			// Read, and none of the unit's processes on it: it left.
+		if i < 0 || snap.Devices[i].Up && !snap.Devices[i].ProcessesPartial && !snap.Devices[i].OwnersUnknown {
+			// Gone, or read whole and none of the unit's processes on it:
+			// it left.
 			delete(c.joins, key)
 			return owner, nil
 		}

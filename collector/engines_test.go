@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/engines"
@@ -625,5 +626,29 @@ devices:
 		sample(t, out, "xpu_inference_kv_cache_usage_ratio", joined...)
 		sample(t, out, "xpu_inference_device_info", `target="`+vllm.URL+`/v"`, `unit="vllm.service"`, `gpu="0"`)
 		sample(t, out, "xpu_inference_kv_cache_usage_ratio", `target="`+vllm.URL+`/idle"`, `unit="idle.service"`)
+	}
+}
+
+// A GPU that answers but whose process list could not be read whole (NVML
+// refused a list: its owners are unknown) leaves the unit's processes as
+// unread as a GPU that is down: the engine keeps the owner and GPU it had
+// (found in review).
+func TestUnitEngineKeepsItsOwnerWhileItsProcessesAreUnread(t *testing.T) {
+	c := &enginesCollector{joins: map[string]engineJoin{}}
+	target := engineTarget{Engine: "vllm", URL: "http://127.0.0.1:8000/metrics", Unit: "vllm.service"}
+	owner := attribution.Owner{Kind: attribution.Process, Unit: "vllm.service", User: "root", Command: "vllm"}
+	read := &Snapshot{Devices: []*Device{{Vendor: "nvidia", Index: "0", UUID: "GPU-0", Up: true,
+		Claims: []attribution.Claim{{Owner: owner}}}}}
+	if _, devs := c.join(read, target.URL, target); len(devs) != 1 {
+		t.Fatalf("first scrape: joined to %d GPUs, want 1", len(devs))
+	}
+	unread := &Snapshot{Devices: []*Device{{Vendor: "nvidia", Index: "0", UUID: "GPU-0", Up: true, ProcessesPartial: true, OwnersUnknown: true}}}
+	if o, devs := c.join(unread, target.URL, target); len(devs) != 1 || o == nil || o.User != "root" {
+		t.Errorf("GPU up, process list unread: joined to %d GPUs as %+v; want GPU-0 and the owner it had", len(devs), o)
+	}
+	// Read whole, without the unit's process: the engine left the GPU.
+	whole := &Snapshot{Devices: []*Device{{Vendor: "nvidia", Index: "0", UUID: "GPU-0", Up: true}}}
+	if o, devs := c.join(whole, target.URL, target); len(devs) != 0 || o == nil || o.Unit != "vllm.service" || o.User != "" {
+		t.Errorf("GPU read whole without the unit: joined to %d GPUs as %+v; want none, the configured unit", len(devs), o)
 	}
 }

@@ -384,6 +384,19 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 			d.ProcessStrays = own.Strays
 		}
 	}
+	// An instance nothing can be tied to may be held: so may its GPU, as
+	// the resolver has it for the instances it sees (an instance's unknown
+	// owners are its GPU's).
+	for _, d := range snap.Devices {
+		if d.MIG == nil || attributionKey(d) != "" {
+			continue
+		}
+		for _, p := range snap.Devices {
+			if p.MIG == nil && p.UUID != "" && p.UUID == d.MIG.ParentUUID {
+				p.OwnersUnknown = true
+			}
+		}
+	}
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
 	snap.endedPods = res.EndedPods

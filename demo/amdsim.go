@@ -803,6 +803,8 @@ func (a *AMDSim) Reset(start time.Time) {
 	clear(a.writes)
 	clear(a.gen)
 	clear(a.reload)
+	clear(a.energy)
+	clear(a.energyAt)
 }
 
 // Animate rewrites the files every interval, as the driver's values move,

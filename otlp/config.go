@@ -348,7 +348,7 @@ func (c *Config) resolveHeaders(f Flags, env func(string) string, getenv func(st
 		if k := c.unsendable(parsed); err == nil && k != "" {
 			err = fmt.Errorf("header %s: %s", k, unsendableWhy)
 		}
-		if k := badName(parsed); err == nil && k != "" {
+		if k := c.badName(parsed); err == nil && k != "" {
 			err = fmt.Errorf("header name %q: %s", k, badNameWhy)
 		}
 		if err != nil {
@@ -367,7 +367,7 @@ func (c *Config) resolveHeaders(f Flags, env func(string) string, getenv func(st
 	if k := c.unsendable(fromFlags); k != "" {
 		return nil, fmt.Errorf("--otlp.header %s: %s", k, unsendableWhy)
 	}
-	if k := badName(fromFlags); k != "" {
+	if k := c.badName(fromFlags); k != "" {
 		return nil, fmt.Errorf("--otlp.header name %q: %s", k, badNameWhy)
 	}
 	for k, v := range fromFlags {
@@ -379,7 +379,7 @@ func (c *Config) resolveHeaders(f Flags, env func(string) string, getenv func(st
 		if !ok || k == "" || name == "" {
 			return nil, fmt.Errorf("--otlp.header-from-env=%q: want HEADER=ENV_VAR", e)
 		}
-		if badName(map[string]string{k: ""}) != "" {
+		if c.badName(map[string]string{k: ""}) != "" {
 			return nil, fmt.Errorf("--otlp.header-from-env: header name %q: %s", k, badNameWhy)
 		}
 		v := getenv(name)
@@ -412,19 +412,19 @@ func ParseHeaders(flags []string) (map[string]string, error) {
 // a credential.
 const unsendableWhy = "the value holds a character no request of the protocol can carry, such as CR or LF"
 
-// unsendable names the first header of h, in name order, whose value no
-// push could carry, or returns "". Go's HTTP client refuses control
-// characters but the tab (RFC 9110's field-value); gRPC anything outside
-// printable ASCII (its metadata's ASCII-Value). Caught at start, such a
-// value would otherwise fail every push.
-const badNameWhy = "not an HTTP header name (RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~), which every request would be refused for"
+const badNameWhy = "not a header name the protocol carries (HTTP: an RFC 9110 token, letters, digits and !#$%&'*+-.^_`|~; gRPC metadata: letters, digits and -_.), which every request would be refused for"
 
-// badName returns a key of h that no request can carry as a header name,
-// "" if none.
-func badName(h map[string]string) string {
+// badName returns a key of h that no request of the protocol can carry as
+// a header name, "" if none. gRPC metadata keys are lower-cased and then
+// may hold only [0-9a-z-_.] (grpc-go, metadata.ValidateKey).
+func (c *Config) badName(h map[string]string) string {
 	for _, k := range slices.Sorted(maps.Keys(h)) {
 		if k == "" || strings.ContainsFunc(k, func(r rune) bool {
-			return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
+			alnum := 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
+			if c.Protocol == ProtocolGRPC {
+				return !alnum && !strings.ContainsRune("-_.", r)
+			}
+			return !alnum && !strings.ContainsRune("!#$%&'*+-.^_`|~", r)
 		}) {
 			return k
 		}
@@ -432,6 +432,11 @@ func badName(h map[string]string) string {
 	return ""
 }
 
+// unsendable names the first header of h, in name order, whose value no
+// push could carry, or returns "". Go's HTTP client refuses control
+// characters but the tab (RFC 9110's field-value); gRPC anything outside
+// printable ASCII (its metadata's ASCII-Value). Caught at start, such a
+// value would otherwise fail every push.
 func (c *Config) unsendable(h map[string]string) string {
 	for _, k := range slices.Sorted(maps.Keys(h)) {
 		for _, b := range []byte(h[k]) {

@@ -221,8 +221,10 @@ func TestOTLPResolveRefuses(t *testing.T) {
 			map[string]string{"TOKEN": "Bearer pw\n"}, "TOKEN"},
 		{"certificate without key", func(f *Flags) { f.CertFile = "c.pem" }, nil, "both"},
 		// Every push failed for it (probe6-otlp 04).
-		{"header name with a blank", func(f *Flags) { f.Headers = []string{"Bad Key=v"} }, nil, "not an HTTP header name"},
-		{"header-from-env name with a colon", func(f *Flags) { f.HeaderEnv = []string{"X:Y=TOKEN"} }, map[string]string{"TOKEN": "t"}, "not an HTTP header name"},
+		{"header name with a blank", func(f *Flags) { f.Headers = []string{"Bad Key=v"} }, nil, "not a header name"},
+		{"header-from-env name with a colon", func(f *Flags) { f.HeaderEnv = []string{"X:Y=TOKEN"} }, map[string]string{"TOKEN": "t"}, "not a header name"},
+		// An HTTP token, but no gRPC metadata key (found in review).
+		{"gRPC header name with !", func(f *Flags) { f.Protocol = ProtocolGRPC; f.Headers = []string{"X!Org=v"} }, nil, "not a header name"},
 		{"CA for plain text", func(f *Flags) { f.Endpoint = "http://c:4318"; f.CAFile = "ca.pem" }, nil, "plain HTTP"},
 		{"key for plain text", func(f *Flags) { f.Insecure = true; f.KeyFile = "k.pem" }, nil, "plain HTTP"},
 	} {
