@@ -207,6 +207,21 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		res.Sources = append(res.Sources, Source{Name: SourceProcfs, Err: procErr})
 	}
 
+	// Slurm is asked beside the kubelet, not after it: each has the
+	// scrape's whole deadline, and a kubelet that stalls does not leave
+	// squeue no time, failing a source that answers (probe7-faults D1).
+	var sl slurmState
+	var slurmErr error
+	slurmDone := make(chan struct{})
+	if r.cfg.Slurm != nil {
+		go func() {
+			defer close(slurmDone)
+			sl, slurmErr = r.slurmJobs(ctx, procs)
+		}()
+	} else {
+		close(slurmDone)
+	}
+
 	var kube map[string][]Claim
 	var unplaced unplacedVendors
 	kubeDown := false
@@ -224,13 +239,11 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 		}
 	}
 	inheritWholeAllocations(devices, kube)
-	var sl slurmState
+	<-slurmDone
 	slurmDown := false
 	if r.cfg.Slurm != nil {
-		var err error
-		sl, err = r.slurmJobs(ctx, procs)
-		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: err})
-		slurmDown = err != nil
+		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: slurmErr})
+		slurmDown = slurmErr != nil
 	}
 
 	pods := podOwners{}

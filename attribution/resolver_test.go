@@ -1448,3 +1448,38 @@ func TestMayHoldUnplaced(t *testing.T) {
 		}
 	}
 }
+
+// stallingKubelet answers nothing until the scrape's deadline, as a hung
+// kubelet does.
+type stallingKubelet struct{}
+
+func (stallingKubelet) List(ctx context.Context) ([]kubernetes.PodResources, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (stallingKubelet) Allocatable(ctx context.Context) ([]kubernetes.ResourceDevices, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestKubeletStallLeavesSlurmItsTime: the kubelet stalls to the deadline;
+// Slurm, which answers at once, is asked beside it, not after it with no
+// time left: it is up, not reported failing (probe7-faults D1).
+func TestKubeletStallLeavesSlurmItsTime(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1`)
+	squeue := fakeBinary(t, "squeue", `exit 0`)
+	r := New(Config{Kubelet: stallingKubelet{}, Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	res := r.Resolve(ctx, []Device{{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0}})
+	up := map[string]error{}
+	for _, s := range res.Sources {
+		up[s.Name] = s.Err
+	}
+	if up[SourceKubelet] == nil {
+		t.Error("the stalled kubelet is up")
+	}
+	if err, ok := up[SourceSlurm]; !ok || err != nil {
+		t.Errorf("Slurm, which answered, is reported %v (listed %v)", err, ok)
+	}
+}
