@@ -1147,7 +1147,7 @@ func (c *amdCollector) logOpaque(n int) {
 	switch {
 	case !changed:
 	case n > 0:
-		c.logger.Warn("processes hold AMD GPUs through DRM files whose fdinfo shows no DRM usage stats (drm-driver, drm-client-id: amdgpu prints them since Linux 5.19); those GPUs' owners are unknown until they do",
+		c.logger.Warn("processes hold AMD GPUs through DRM files whose fdinfo shows no DRM usage stats (amdgpu's own fdinfo format before Linux 5.19, or no drm-client-id); those GPUs' owners are unknown until they do",
 			"files", n)
 	default:
 		c.logger.Info("every DRM file on AMD GPUs shows its usage stats again")
