@@ -693,16 +693,16 @@ func (s *snapshotter) finish(name string, r *read) {
 	}
 }
 
+// cancelGrace is how long a cancelled build waits for its sources, whose
+// context ended with its own, to report what they did not read.
+const cancelGrace = 250 * time.Millisecond
+
 // sourceContext gives sources a deadline a little before the scrape's, so
 // that a source that honours its context (reporting late devices down)
 // answers before the snapshot stops waiting for it. A quarter of the time
 // left, up to 250 ms: a source waiting on a device read in flight uses its
 // whole deadline, and what it does after (building the devices) must fit
 // in the rest even on a loaded machine.
-// cancelGrace is how long a cancelled build waits for its sources, whose
-// context ended with its own, to report what they did not read.
-const cancelGrace = 250 * time.Millisecond
-
 func sourceContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
