@@ -413,7 +413,13 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	for _, r := range results {
 		target := redact(r.target.URL)
 		if seen[target] {
-			continue // the same endpoint configured twice
+			// The same endpoint configured and found on a pod (two
+			// configured targets are refused at start): scraped once, as
+			// the configured one, which the pod's owner is told of.
+			if r.target.Pod != "" {
+				c.logChange(r.target.Pod, fmt.Errorf("its endpoint %s is a configured target's too; scraped once, as that one", target))
+			}
+			continue
 		}
 		seen[target] = true
 		c.logChange(target, r.err)

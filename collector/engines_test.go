@@ -652,3 +652,27 @@ func TestUnitEngineKeepsItsOwnerWhileItsProcessesAreUnread(t *testing.T) {
 		t.Errorf("GPU read whole without the unit: joined to %d GPUs as %+v; want none, the configured unit", len(devs), o)
 	}
 }
+
+// A pod annotated for an endpoint that is also a configured target is
+// scraped once, as configured, and that is told once, not dropped unseen
+// (found in review).
+func TestDiscoveredDuplicateOfAConfiguredTargetIsTold(t *testing.T) {
+	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
+	setEngineFlags(t, []string{"vllm=" + vllm.URL + "/metrics"})
+	pods := enginePods{{Namespace: "inference", Name: "llm-0", IP: host, Annotations: map[string]string{engineAnnotation: "vllm", portAnnotation: port}}}
+	var log syncbuf.Buffer
+	e := newAttributedExporterFor(t, demo.Default(), func(c *Config) {
+		c.PodMetadata = pods
+		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	})
+	for range 2 {
+		out := scrapeText(t, e, 10*time.Second)
+		if n := strings.Count(out, "xpu_inference_up{"); n != 1 {
+			t.Errorf("%d xpu_inference_up series, want the endpoint once", n)
+		}
+	}
+	if n := strings.Count(log.String(), "is a configured target's too"); n != 1 {
+		t.Errorf("%d log lines for the duplicate, want 1:\n%s", n, log.String())
+	}
+}
