@@ -148,7 +148,7 @@ func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver,
 			cfg.Kubelet = client
 			// The NVIDIA driver's procfs tables turn the device minors of
 			// a CDI spec into GPUs, so they are read from --path.procfs.
-			cfg.CDI = &kubernetes.CDISpecs{Dir: *f.cdiSpecDir, ProcRoot: *f.procfs}
+			cfg.CDI = &kubernetes.CDISpecs{Dir: *f.cdiSpecDir, ProcRoot: *f.procfs, SysRoot: *f.sysfs}
 			cfg.DRADrivers = append(append([]string{}, kubernetes.DefaultDRADrivers...), *f.draDrivers...)
 			if *f.resourceSlices {
 				slices, err := kubernetes.NewResourceSliceSource(*f.kubeconfig, *f.nodeName, logger)

@@ -74,6 +74,9 @@ type CDISpecs struct {
 	// ProcRoot is the procfs mountpoint, where the NVIDIA driver's tables
 	// map device minor numbers to GPUs; empty means /proc.
 	ProcRoot string
+	// SysRoot is the sysfs mountpoint, where a DRM render node's device
+	// link names its PCI device; empty means /sys.
+	SysRoot string
 
 	mu    sync.Mutex
 	files map[string]cdiFile
@@ -170,12 +173,59 @@ func (s *CDISpecs) Load() (idx CDIIndex, problems []error, err error) {
 		}
 		ref, why := nv.identify(d)
 		if why != "" {
-			idx.known[name] = why
-			continue
+			var drm bool
+			ref, drm = s.identifyDRM(d)
+			if !drm {
+				idx.known[name] = why
+				continue
+			}
 		}
 		idx.devices[name] = ref
 	}
 	return idx, problems, nil
+}
+
+// identifyDRM tells the device a CDI device stands for by its one DRM
+// render node, where it names no NVIDIA GPU: AMD's DRA driver gives each
+// GPU device /dev/kfd, /dev/dri/card<N> and /dev/dri/renderD<M> and no PCI
+// address (ROCm k8s-gpu-dra-driver, cmd/gpu-kubeletplugin/state.go), and
+// sysfs links each render node to its PCI device
+// (/sys/class/drm/renderD<M>/device). A device with no render node, such
+// as the driver's "common" device of /dev/kfd alone, or several, is none.
+func (s *CDISpecs) identifyDRM(d cdiDevice) (DeviceRef, bool) {
+	var render string
+	for _, n := range d.ContainerEdits.DeviceNodes {
+		p := n.Path
+		if n.HostPath != "" {
+			p = n.HostPath
+		}
+		if m, ok := strings.CutPrefix(p, "/dev/dri/renderD"); ok && isDigits(m) {
+			if render != "" && render != m {
+				return DeviceRef{}, false
+			}
+			render = m
+		}
+	}
+	if render == "" {
+		return DeviceRef{}, false
+	}
+	root := s.SysRoot
+	if root == "" {
+		root = "/sys"
+	}
+	// The node's device link, or the node's own directory, which sysfs
+	// keeps under its PCI device's drm/ (…/0000:0c:00.0/drm/renderD128).
+	node := filepath.Join(root, "class", "drm", "renderD"+render)
+	var ref DeviceRef
+	dev, err := filepath.EvalSymlinks(filepath.Join(node, "device"))
+	if err != nil || !parsePCI(&ref, filepath.Base(dev)) {
+		dir, err := filepath.EvalSymlinks(node)
+		if err != nil || !parsePCI(&ref, filepath.Base(filepath.Dir(filepath.Dir(dir)))) {
+			return DeviceRef{}, false
+		}
+	}
+	ref.ID = ref.PCIBusID
+	return ref, true
 }
 
 func (s *CDISpecs) procRoot() string {

@@ -203,3 +203,68 @@ func FuzzReadCDISpec(f *testing.F) {
 		}
 	})
 }
+
+// AMD's DRA driver writes a "common" device of /dev/kfd alone and one
+// device per GPU of /dev/kfd, /dev/dri/card<N> and /dev/dri/renderD<M>, no
+// PCI address (ROCm k8s-gpu-dra-driver, gpu-kubeletplugin state.go): the
+// GPU device is told by its render node's PCI device in sysfs (found by
+// probe8-k8s: every AMD claim unresolved); the common device names none.
+func TestCDIAMDDeviceByRenderNode(t *testing.T) {
+	// sysfs as the kernel lays it out: the node under its PCI device's
+	// drm/, linked from class/drm, with a device link back to the PCI
+	// device.
+	dir, sys := t.TempDir(), t.TempDir()
+	node := filepath.Join(sys, "devices", "pci0000:00", "0000:00:01.1", "0000:0c:00.0", "drm", "renderD128")
+	if err := os.MkdirAll(node, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(sys, "class", "drm"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		filepath.Join(node, "device"):                    "../../../0000:0c:00.0",
+		filepath.Join(sys, "class", "drm", "renderD128"): "../../devices/pci0000:00/0000:00:01.1/0000:0c:00.0/drm/renderD128",
+	} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := `cdiVersion: 0.6.0
+kind: k8s.gpu.amd.com/gpu
+devices:
+  - name: common
+    containerEdits:
+      deviceNodes: [{path: /dev/kfd}]
+  - name: 5b1f2c3d-0000-4000-8000-000000000001-gpu-1-128
+    containerEdits:
+      deviceNodes: [{path: /dev/kfd}, {path: /dev/dri/card1}, {path: /dev/dri/renderD128}]
+  - name: 5b1f2c3d-0000-4000-8000-000000000001-gpu-2-129
+    containerEdits:
+      deviceNodes: [{path: /dev/dri/renderD129}]
+`
+	if err := os.WriteFile(filepath.Join(dir, "amd.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	idx, problems, err := (&CDISpecs{Dir: dir, ProcRoot: t.TempDir(), SysRoot: sys}).Load()
+	if err != nil || len(problems) != 0 {
+		t.Fatal(err, problems)
+	}
+	ref, err := idx.Lookup("k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-1-128")
+	if err != nil || ref.PCIBusID != "0000:0c:00.0" || ref.ID != "0000:0c:00.0" {
+		t.Errorf("GPU device: %+v, %v; want PCI 0000:0c:00.0", ref, err)
+	}
+	for _, name := range []string{"k8s.gpu.amd.com/gpu=common", "k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-2-129"} {
+		if ref, err := idx.Lookup(name); err == nil {
+			t.Errorf("%s is told as %+v; it names no GPU here", name, ref)
+		}
+	}
+	// Without the device link (as the demo's tree has it), the node's own
+	// place under its PCI device tells the same.
+	if err := os.Remove(filepath.Join(node, "device")); err != nil {
+		t.Fatal(err)
+	}
+	idx, _, _ = (&CDISpecs{Dir: dir, ProcRoot: t.TempDir(), SysRoot: sys}).Load()
+	if ref, err := idx.Lookup("k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-1-128"); err != nil || ref.PCIBusID != "0000:0c:00.0" {
+		t.Errorf("GPU device without a device link: %+v, %v; want PCI 0000:0c:00.0", ref, err)
+	}
+}

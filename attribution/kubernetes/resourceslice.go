@@ -45,7 +45,8 @@ func sliceKey(driver, pool, device string) string { return driver + "/" + pool +
 // their attributes: a GPU or MIG UUID in the attribute "uuid" (the driver's
 // own domain, written bare or "<driver>/uuid"; NVIDIA's driver sets it on
 // GPUs and MIG devices, k8s-dra-driver-gpu cmd/gpu-kubelet-plugin
-// deviceinfo.go), else the standard PCI address. Only the pool generation
+// deviceinfo.go), else the standard PCI address, or AMD's driver's
+// "pciAddr". Only the pool generation
 // that is highest counts: resource.k8s.io/v1 ResourcePool.Generation says
 // "Consumers of ResourceSlices should only consider resources from the pool
 // with the highest generation number".
@@ -88,9 +89,15 @@ func sliceDeviceRef(driver string, d resourcev1.Device) (DeviceRef, bool) {
 			return ref, true
 		}
 	}
-	if parsePCI(&ref, str(pciBusIDAttribute)) {
-		ref.ID = ref.PCIBusID
-		return ref, true
+	// AMD's DRA driver publishes a whole GPU's address as "pciAddr" (and a
+	// partition only its parent's, "parentPciAddr", which names no one
+	// partition): ROCm/k8s-gpu-dra-driver, cmd/gpu-kubeletplugin/deviceinfo.go,
+	// AmdGpuInfo.GetDevice.
+	for _, name := range []string{pciBusIDAttribute, "pciAddr"} {
+		if parsePCI(&ref, str(name)) {
+			ref.ID = ref.PCIBusID
+			return ref, true
+		}
 	}
 	return DeviceRef{}, false
 }

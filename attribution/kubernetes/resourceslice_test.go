@@ -132,3 +132,27 @@ func TestResourceSliceSource(t *testing.T) {
 		t.Errorf("gpu-1 = %+v", idx["gpu.nvidia.com/a100-dra-node/gpu-1"])
 	}
 }
+
+// AMD's DRA driver (gpu.amd.com) names a whole GPU's PCI address
+// "pciAddr" and a partition's parent's "parentPciAddr" (ROCm
+// k8s-gpu-dra-driver, deviceinfo.go): the GPU is told by its address (found
+// by probe8-k8s: never identified); a partition, which its parent's address
+// does not single out, is not.
+func TestResourceSliceIndexAMD(t *testing.T) {
+	node := "mi300x-node"
+	str := func(v string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{StringValue: &v} }
+	slice := &resourcev1.ResourceSlice{Spec: resourcev1.ResourceSliceSpec{
+		Driver: "gpu.amd.com", NodeName: &node, Pool: resourcev1.ResourcePool{Name: node, Generation: 1},
+		Devices: []resourcev1.Device{
+			{Name: "gpu-1-128", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				"uuid": str("6f1b0e46-3c5e-5d8a-9f3c-2b7e9d1a4c21"), "pciAddr": str("0000:0c:00.0")}},
+			{Name: "gpu-9-136", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				"uuid": str("0d2c9a7e-1b4f-5e3a-8c6d-4f2a1b9e7c53"), "parentPciAddr": str("0000:22:00.0")}},
+		},
+	}}
+	got := NewResourceSliceIndex([]*resourcev1.ResourceSlice{slice}, node)
+	want := ResourceSliceIndex{"gpu.amd.com/mi300x-node/gpu-1-128": {ID: "0000:0c:00.0", PCIBusID: "0000:0c:00.0"}}
+	if len(got) != len(want) || got["gpu.amd.com/mi300x-node/gpu-1-128"] != want["gpu.amd.com/mi300x-node/gpu-1-128"] {
+		t.Errorf("index %+v, want %+v", got, want)
+	}
+}
