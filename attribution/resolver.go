@@ -1349,6 +1349,22 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			// now, whatever its record says.
 			continue
 		}
+		switch {
+		case !j.NamesNode(r.cfg.NodeName):
+			// squeue -w lists it here (squeue maps a host name to its
+			// node), yet its record names other nodes only: Slurm's name
+			// for this node is not ours (NodeName set apart from
+			// NodeHostname), so which GPUs any job holds here is unknown.
+			st.holdersUnseen = true
+			r.logOnceMsg(fmt.Errorf("job %s runs on node %q by squeue, but its record's nodes are %s", id, r.cfg.NodeName, j.NodeList),
+				"Slurm knows this node by another name: set --slurm.node-name to its NodeName; GPUs no job is seen to hold have unknown owners meanwhile")
+		case j.Unplaced[r.cfg.NodeName]:
+			// GPUs held by a count alone (gres.conf without File=): any
+			// GPU no job is seen to hold may be one of them.
+			st.holdersUnseen = true
+			r.logOnceMsg(fmt.Errorf("job %s holds GPUs on node %q by a count, without indices", id, r.cfg.NodeName),
+				"Slurm gives a job's GPUs on this node by count alone (gres.conf without File=): which GPUs it holds is unknown, and GPUs no job is seen to hold have unknown owners")
+		}
 		for _, idx := range j.GPUs[r.cfg.NodeName] {
 			gres[idx] = append(gres[idx], gresHold{job: id, share: 1})
 		}

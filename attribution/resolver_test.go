@@ -1483,3 +1483,34 @@ func TestKubeletStallLeavesSlurmItsTime(t *testing.T) {
 		t.Errorf("Slurm, which answered, is reported %v (listed %v)", err, ok)
 	}
 }
+
+// TestSlurmUnplacedJobsMakeOwnersUnknown: squeue lists a running job on
+// this node, but Slurm does not say which GPUs it holds here: its record
+// names the node by another name (NodeName set apart from NodeHostname,
+// which squeue -w maps), or gives its GPUs by a count alone (gres.conf
+// without File=: "gpu(CNT:1)"). A GPU no job is seen to hold may be its:
+// owners unknown, not 0 (probe8-slurm D1, D2: every GPU read unowned).
+func TestSlurmUnplacedJobsMakeOwnersUnknown(t *testing.T) {
+	record := func(node, gres string) string {
+		return `printf 'JobId=9001 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=` + node + `:1\n   NodeList=` + node + `\n   JOB_GRES=gpu:1\n     Nodes=` + node + ` CPU_IDs=0-3 Mem=0 GRES=` + gres + `\n'`
+	}
+	squeue := fakeBinary(t, "squeue", `printf '9001|9001|2026-11-22T09:00:00\n'`)
+	for name, tc := range map[string]struct {
+		node, gres string
+		unknown    bool
+	}{
+		"another node name": {"gpu-node-07", "gpu:1(IDX:0)", true},
+		"a count alone":     {"host07", "gpu(CNT:1)", true},
+		"indices here":      {"host07", "gpu:1(IDX:0)", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			scontrol := fakeBinary(t, "scontrol", `case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+`+record(tc.node, tc.gres))
+			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "host07"})
+			res := r.Resolve(context.Background(), []Device{{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0}, {UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1}})
+			if own := res.Devices["GPU-1"]; own.OwnersUnknown != tc.unknown || len(own.Claims) != 0 {
+				t.Errorf("GPU 1, held by no job seen: owners unknown %v, claims %+v; want unknown %v, none", own.OwnersUnknown, own.Claims, tc.unknown)
+			}
+		})
+	}
+}

@@ -58,7 +58,15 @@ func (b *budget) expand(hostlist string) ([]string, error) {
 // twice. An allocation that does not parse or does not fit the budget is
 // left out.
 func (b *budget) addGPUs(job *Job, nodes []string, gres string) {
-	whole, shared, err := parseGRES(gres)
+	whole, shared, counted, err := parseGRES(gres)
+	if err == nil && counted {
+		if job.Unplaced == nil {
+			job.Unplaced = map[string]bool{}
+		}
+		for _, node := range nodes {
+			job.Unplaced[node] = true
+		}
+	}
 	n := len(whole) + len(shared)
 	if err != nil || n == 0 || len(nodes)*n > b.gpuEntries {
 		return
@@ -145,7 +153,11 @@ func (s *indexSet) sorted() []int {
 // An empty string or "(null)" has no GPUs. Counts without indices
 // (JOB_GRES=gpu:2, TresPerNode=gres:gpu:2, "gpu(CNT:2)") say nothing about
 // which GPUs and are not accepted here.
-func parseGRES(gres string) (whole []int, shared []SharedGPU, err error) {
+//
+// counted says a GPU GRES was given by a count alone ("gpu(CNT:1)", what
+// Slurm prints where gres.conf gives no File=): the job holds GPUs on the
+// node, which ones unknown.
+func parseGRES(gres string) (whole []int, shared []SharedGPU, counted bool, err error) {
 	var set indexSet
 	parts := map[int]SharedGPU{}
 	addPart := func(g SharedGPU) {
@@ -169,23 +181,27 @@ func parseGRES(gres string) (whole []int, shared []SharedGPU, err error) {
 		detail := item[open+1:]
 		end := strings.IndexByte(detail, ')')
 		if end < 0 {
-			return nil, nil, fmt.Errorf("GRES %q: unterminated detail", gres)
+			return nil, nil, false, fmt.Errorf("GRES %q: unterminated detail", gres)
 		}
 		detail = detail[:end]
 		list, isIDX := strings.CutPrefix(detail, "IDX:")
 		switch {
-		case strings.HasPrefix(detail, "CNT:"), strings.HasPrefix(detail, "(null"), isIDX && (list == "" || list == "N/A"):
+		case strings.HasPrefix(detail, "CNT:"):
+			if n, err := strconv.Atoi(detail[len("CNT:"):]); err == nil && n > 0 {
+				counted = true
+			}
+		case strings.HasPrefix(detail, "(null"), isIDX && (list == "" || list == "N/A"):
 			// No indices; "(null)" is what C prints for the shared
 			// details Slurm could not build (no record of the node).
 		case name == "gpu" && isIDX:
 			if err := set.addList(list); err != nil {
-				return nil, nil, fmt.Errorf("GRES %q: %w", gres, err)
+				return nil, nil, false, fmt.Errorf("GRES %q: %w", gres, err)
 			}
 		case name == "gpu":
 		case isIDX:
 			idx, err := parseIndexList(list)
 			if err != nil {
-				return nil, nil, fmt.Errorf("GRES %q: %w", gres, err)
+				return nil, nil, false, fmt.Errorf("GRES %q: %w", gres, err)
 			}
 			for _, i := range idx {
 				addPart(SharedGPU{Index: i})
@@ -193,7 +209,7 @@ func parseGRES(gres string) (whole []int, shared []SharedGPU, err error) {
 		default:
 			counts, err := parseSharedCounts(detail)
 			if err != nil {
-				return nil, nil, fmt.Errorf("GRES %q: %w", gres, err)
+				return nil, nil, false, fmt.Errorf("GRES %q: %w", gres, err)
 			}
 			for _, g := range counts {
 				addPart(g)
@@ -207,7 +223,7 @@ func parseGRES(gres string) (whole []int, shared []SharedGPU, err error) {
 		}
 	}
 	slices.SortFunc(shared, func(a, b SharedGPU) int { return a.Index - b.Index })
-	return whole, shared, nil
+	return whole, shared, counted, nil
 }
 
 // parseSharedCounts parses _build_shared_gres_details' "0/4,2/4,0/4": the

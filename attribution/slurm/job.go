@@ -42,6 +42,20 @@ type Job struct {
 	// through a shared GRES (gres/shard, gres/mps), sorted by index: GRES
 	// indices like GPUs', none of them in GPUs.
 	Shared map[string][]SharedGPU
+	// Unplaced holds the nodes where the job holds GPUs Slurm gives by a
+	// count alone ("gpu(CNT:1)": gres.conf without File=), which ones not
+	// known.
+	Unplaced map[string]bool
+}
+
+// NamesNode says whether the job's node list names node; true where the
+// list cannot be read, so that only a list naming other nodes says no.
+func (j Job) NamesNode(node string) bool {
+	hosts, err := expandHostlist(j.NodeList, maxHosts)
+	if err != nil || len(hosts) == 0 {
+		return true
+	}
+	return slices.Contains(hosts, node)
 }
 
 // SharedGPU is a GPU a job holds a part of through a shared GRES.

@@ -422,6 +422,7 @@ func TestParseGRES(t *testing.T) {
 		gres    string
 		whole   []int
 		shared  []SharedGPU
+		counted bool
 		wantErr bool
 	}{
 		{gres: "gpu:2(IDX:0-1)", whole: []int{0, 1}},
@@ -443,7 +444,12 @@ func TestParseGRES(t *testing.T) {
 		{gres: "gpu:1(IDX:0),shard:1(1/4,0/4)", whole: []int{0}},
 		{gres: "shard:0(0/4,0/4)"},
 		{gres: "shard:2((null))"},
-		{gres: "shard(CNT:2)"},
+		// A count alone (gres.conf without File=): GPUs held, which ones
+		// unknown.
+		{gres: "shard(CNT:2)", counted: true},
+		{gres: "gpu(CNT:1)", counted: true},
+		{gres: "gpu:a100:1(IDX:0),mps(CNT:50)", whole: []int{0}, counted: true},
+		{gres: "gpu(CNT:0)"},
 		{gres: "shard:0(IDX:N/A)"},
 		{gres: "nic:1(IDX:0)"},
 		{gres: "gpu:2"},
@@ -462,13 +468,13 @@ func TestParseGRES(t *testing.T) {
 		{gres: "shard:1(" + strings.Repeat("0/1,", maxGPUIndex+1) + "1/1)", wantErr: true},
 	}
 	for _, tc := range tests {
-		whole, shared, err := parseGRES(tc.gres)
+		whole, shared, counted, err := parseGRES(tc.gres)
 		if (err != nil) != tc.wantErr {
 			t.Errorf("parseGRES(%q) error = %v, wantErr %v", tc.gres, err, tc.wantErr)
 			continue
 		}
-		if !reflect.DeepEqual(whole, tc.whole) || !reflect.DeepEqual(shared, tc.shared) {
-			t.Errorf("parseGRES(%q) = %v, %+v; want %v, %+v", tc.gres, whole, shared, tc.whole, tc.shared)
+		if !reflect.DeepEqual(whole, tc.whole) || !reflect.DeepEqual(shared, tc.shared) || counted != tc.counted {
+			t.Errorf("parseGRES(%q) = %v, %+v, counted %v; want %v, %+v, %v", tc.gres, whole, shared, counted, tc.whole, tc.shared, tc.counted)
 		}
 	}
 }
