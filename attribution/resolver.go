@@ -895,6 +895,16 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 		at[k] = len(claims[uuid])
 		claims[uuid] = append(claims[uuid], Claim{Owner: owner, Share: share})
 	}
+	// One replica of a shared device listed in several containers (as the
+	// kubelet reuses an init container's device) is one replica: its
+	// holders split its 1/N, as holders of one whole device split it
+	// (scaleShares), rather than each being billed 1/N.
+	holders := map[string]int{}
+	for i, a := range allocs {
+		if share, _ := a.Share(); uuids[i] != "" && share < 1 {
+			holders[uuids[i]+"\xff"+a.DeviceID]++
+		}
+	}
 	for i, a := range allocs {
 		uuid := uuids[i]
 		if uuid == "" {
@@ -905,6 +915,9 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 			continue
 		}
 		share, _ := a.Share()
+		if n := holders[uuid+"\xff"+a.DeviceID]; n > 1 {
+			share /= float64(n)
+		}
 		add(uuid, r.podOwner(a.Namespace, a.Pod, a.Container), share)
 	}
 	cdi := r.draClaims(pods, byRef, add, &unplaced, res)
@@ -1028,11 +1041,20 @@ func (r *Resolver) logOnce(err error) {
 
 // logOnceMsg logs each distinct error once, up to a bound that keeps a
 // hostile kubelet from growing the set without end.
+// maxLoggedOnce bounds the messages logOnceMsg remembers as told.
+const maxLoggedOnce = 1000
+
 func (r *Resolver) logOnceMsg(err error, msg string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.badIDs[err.Error()] || len(r.badIDs) > 1000 {
+	if r.badIDs[err.Error()] {
 		return
+	}
+	if len(r.badIDs) >= maxLoggedOnce {
+		// Forgotten all at once rather than kept full: a full set silenced
+		// every later message of every kind (churning DRA claims name a
+		// new claim in each), while a forgotten one is at worst told again.
+		clear(r.badIDs)
 	}
 	r.badIDs[err.Error()] = true
 	r.cfg.Logger.Warn(msg, "err", err)

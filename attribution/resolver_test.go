@@ -17,6 +17,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
 	"github.com/xpu-exporter/xpu_exporter/attribution/slurm"
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 type fakeKubelet struct {
@@ -196,14 +197,25 @@ func TestHoldersOfOneDeviceSplitIt(t *testing.T) {
 		{Name: "a", Devices: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuB + "::0", gpuB + "::1"}}}},
 		{Name: "b", Devices: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuB + "::2"}}}},
 	}}
+	// One replica of GPU-c (four) listed in two containers of a pod: one
+	// replica, 1/4, split 1/8 each, not 1/4 each (probe8-k8s D3).
+	oneReplica := kubernetes.PodResources{Namespace: "ml", Name: "rep", Containers: []kubernetes.ContainerResources{
+		{Name: "init", Devices: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuIdle + "::0"}}}},
+		{Name: "main", Devices: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuIdle + "::0"}}}},
+	}}
 	r := New(Config{Kubelet: &fakeKubelet{
-		pods:        []kubernetes.PodResources{twice, replicas},
-		allocatable: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuA, gpuB + "::0", gpuB + "::1", gpuB + "::2"}}},
+		pods: []kubernetes.PodResources{twice, replicas, oneReplica},
+		allocatable: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuA, gpuB + "::0", gpuB + "::1", gpuB + "::2",
+			gpuIdle + "::0", gpuIdle + "::1", gpuIdle + "::2", gpuIdle + "::3"}}},
 	}})
 	res := r.Resolve(context.Background(), []Device{
 		{UUID: gpuA, MIGIndex: -1, GRESIndex: -1},
 		{UUID: gpuB, MIGIndex: -1, GRESIndex: -1},
+		{UUID: gpuIdle, MIGIndex: -1, GRESIndex: -1},
 	})
+	if c := res.Devices[gpuIdle].Claims; len(c) != 2 || c[0].Share != 0.125 || c[1].Share != 0.125 {
+		t.Errorf("GPU-c claims %+v, want init and main with 1/8 each", c)
+	}
 	// GPU-a: 1 + 1 listed → 1/2 each.
 	if c := res.Devices[gpuA].Claims; len(c) != 2 || c[0].Share != 0.5 || c[1].Share != 0.5 {
 		t.Errorf("GPU-a claims %+v, want init and main with 1/2 each", c)
@@ -1512,5 +1524,24 @@ func TestSlurmUnplacedJobsMakeOwnersUnknown(t *testing.T) {
 				t.Errorf("GPU 1, held by no job seen: owners unknown %v, claims %+v; want unknown %v, none", own.OwnersUnknown, own.Claims, tc.unknown)
 			}
 		})
+	}
+}
+
+// Once maxLoggedOnce distinct messages have been told, a new one is still
+// told (the set is forgotten, not kept full), and a repeat right after is
+// not (probe8-k8s D2: every later once-message was silent for good).
+func TestLogOnceAfterManyMessages(t *testing.T) {
+	var log syncbuf.Buffer
+	r := New(Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	for i := range maxLoggedOnce + 5 {
+		r.logOnceMsg(fmt.Errorf("claim %d", i), "m")
+	}
+	r.logOnceMsg(errors.New("the new one"), "m")
+	r.logOnceMsg(errors.New("the new one"), "m")
+	if n := strings.Count(log.String(), "the new one"); n != 1 {
+		t.Errorf("the message after %d others told %d times, want 1", maxLoggedOnce+5, n)
+	}
+	if n := strings.Count(log.String(), "msg=m"); n != maxLoggedOnce+6 {
+		t.Errorf("%d messages told, want %d, each distinct once", n, maxLoggedOnce+6)
 	}
 }
