@@ -22,7 +22,7 @@ const nvidiaDRADriver = "gpu.nvidia.com"
 func (s *Scenario) draDevice(name string) (kubelettest.ClaimSpecDevice, error) {
 	rest, ok := strings.CutPrefix(name, "gpu-")
 	if !ok {
-		return kubelettest.ClaimSpecDevice{}, fmt.Errorf("device %q: want gpu-<index> or gpu-<index>-mig-<profile>-<id>-<start>", name)
+		return kubelettest.ClaimSpecDevice{}, fmt.Errorf("device %q: want gpu-<minor> or gpu-<minor>-mig-<profile>-<id>-<start>", name)
 	}
 	idx, mig, isMIG := strings.Cut(rest, "-mig-")
 	minor, err := strconv.Atoi(idx)

@@ -50,7 +50,7 @@ func TestDRAScenarioRejectsBadClaims(t *testing.T) {
 		"kubernetes:\n  pods:\n    - {namespace: a, name: p, uid: u, containers: [{name: c, claims: [{namespace: a, name: cl, devices: [{driver: gpu.nvidia.com, pool: n, device: %s}]}]}]}\n"
 	for dev, want := range map[string]string{
 		"gpu-4":                 `"4" is no NVIDIA GPU's minor number`,
-		"tpu-0":                 "want gpu-<index>",
+		"tpu-0":                 "want gpu-<minor>",
 		"gpu-0-mig-1g10gb-19-0": "2 MIG instances of profile",
 	} {
 		_, err := Parse([]byte(strings.Replace(base, "%s", dev, 1)))
