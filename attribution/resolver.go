@@ -99,6 +99,9 @@ type Resolver struct {
 	// badIDs remembers the device-plugin IDs already logged as not
 	// understood, so that each is logged once.
 	badIDs map[string]bool
+	// unresolvedClaims are the DRA claim devices not identified at the
+	// last scrape, whose messages are forgotten once they are.
+	unresolvedClaims map[string]bool
 	// cdiState is the CDI specs' problems in the previous scrape, so that
 	// each change is logged once.
 	cdiState string
@@ -974,6 +977,7 @@ func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernet
 			return slices.ContainsFunc(c.Claims, func(cd kubernetes.ClaimDevice) bool { return slices.Contains(r.cfg.DRADrivers, cd.Driver) })
 		})
 	}) {
+		r.noteUnresolvedClaims(nil)
 		return nil
 	}
 	var idx kubernetes.CDIIndex
@@ -995,6 +999,11 @@ func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernet
 		res.Sources = append(res.Sources, Source{Name: kubernetes.SourceResourceSlices, Err: err})
 	}
 	allocs, unresolved := kubernetes.ClaimAllocations(pods, idx, r.cfg.DRADrivers, slices)
+	now := make(map[string]bool, len(unresolved))
+	for _, u := range unresolved {
+		now[u.Err.Error()] = true
+	}
+	r.noteUnresolvedClaims(now)
 	for _, u := range unresolved {
 		r.logOnceMsg(u.Err, "DRA claim device not identified; that device is not attributed (the container's other devices are)")
 		*unplaced = unplaced.add(kubernetes.DriverVendor(u.Claim.Driver))
@@ -1041,6 +1050,26 @@ func (r *Resolver) logOnce(err error) {
 
 // logOnceMsg logs each distinct error once, up to a bound that keeps a
 // hostile kubelet from growing the set without end.
+// noteUnresolvedClaims forgets, as told, the claim devices that were not
+// identified at the previous scrape and are now (or are gone), so that
+// failing again is told again; now holds this scrape's failures.
+func (r *Resolver) noteUnresolvedClaims(now map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.unresolvedClaims {
+		if !now[k] {
+			delete(r.badIDs, k)
+			delete(r.unresolvedClaims, k)
+		}
+	}
+	for k := range now {
+		if r.unresolvedClaims == nil {
+			r.unresolvedClaims = map[string]bool{}
+		}
+		r.unresolvedClaims[k] = true
+	}
+}
+
 // maxLoggedOnce bounds the messages logOnceMsg remembers as told.
 const maxLoggedOnce = 1000
 

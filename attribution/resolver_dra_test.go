@@ -175,6 +175,12 @@ func TestResolveDRAWithoutCDISpecs(t *testing.T) {
 	if res.UnresolvedClaimDevices != 2 || len(res.Devices[draGPUs[2].UUID].Claims) != 0 || len(res.Devices[draGPUs[1].UUID].Claims) != 1 {
 		t.Errorf("stale spec: unresolved %d, GPU 2 owners %q", res.UnresolvedClaimDevices, owners(res.Devices[draGPUs[2].UUID]))
 	}
+	// Identified in between, its failing again is told again, once
+	// (probe8-k8s D2: told once for the exporter's life).
+	r.Resolve(context.Background(), draDevices())
+	if n := strings.Count(logs.String(), "DRA claim device not identified"); n != 4 {
+		t.Errorf("devices logged %d times, want 4 (the shared claim's again):\n%s", n, logs)
+	}
 }
 
 // A malformed spec costs only the devices it describes.
