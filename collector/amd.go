@@ -93,6 +93,9 @@ type amdCollector struct {
 	// opaque says processes held AMD GPUs through files whose fdinfo shows
 	// no usage stats at the last scan; logged on change only.
 	opaque bool
+	// unlisted are the amdgpu devices DRM clients named at the last scan
+	// that no device lists; logged on change only.
+	unlisted string
 	// scanning is the process scan under way, shared by the reads that
 	// meet it; nil when none is. A scan stuck in a read (a process's
 	// fdinfo, which may block on a GPU wedged in the driver) is not
@@ -917,10 +920,17 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 		return d
 	}
 	per := map[*Device]map[int]*usage{}
+	var unlisted []string // GPUs named by clients, listed by no device
 	for _, cl := range clients {
 		d := deviceOf(cl)
 		switch {
 		case d != nil || len(cl.PIDs) == 0:
+		case cl.Key.PDev != "" && !slices.ContainsFunc(devs, func(o *Device) bool { return o.PCIBusID == cl.Key.PDev }):
+			// An amdgpu device no card in class/drm names (a render node
+			// alone): its processes have no device to be listed on.
+			if !slices.Contains(unlisted, cl.Key.PDev) {
+				unlisted = append(unlisted, cl.Key.PDev)
+			}
 		case cl.Key.PDev == "":
 			// A client of a GPU its fdinfo does not name: its usage
 			// belongs to someone, on any GPU.
@@ -963,6 +973,7 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 			}
 		}
 	}
+	c.logUnlisted(unlisted)
 	// A client busy in the previous window that has closed since: fdinfo
 	// ends with the file, so its time in this window is unknown. Its
 	// processes' utilization is unknown, whether they still hold other
@@ -1134,6 +1145,24 @@ func (c *amdCollector) noteKFD(k amd.KFDProcesses) {
 			"reason", state)
 	default:
 		c.logger.Info("KFD processes are listed again")
+	}
+}
+
+// logUnlisted logs when DRM clients name amdgpu devices that no card in
+// class/drm lists (so no device of the exporter's), and when none does.
+func (c *amdCollector) logUnlisted(pdevs []string) {
+	slices.Sort(pdevs)
+	state := strings.Join(pdevs, ",")
+	c.mu.Lock()
+	changed := state != c.unlisted
+	c.unlisted = state
+	c.mu.Unlock()
+	switch {
+	case !changed:
+	case state != "":
+		c.logger.Warn("processes hold amdgpu devices that no card in class/drm lists (a render node alone?): those devices and their processes are not served", "devices", state)
+	default:
+		c.logger.Info("every amdgpu device processes hold is listed again")
 	}
 }
 

@@ -1936,3 +1936,33 @@ func TestAMDOpaqueFdinfoOwnersUnknown(t *testing.T) {
 		t.Errorf("another driver's files: %d devices, partial %v, %v", len(devs), len(devs) == 1 && devs[0].ProcessesPartial, err)
 	}
 }
+
+// TestAMDClientOfAnUnlistedGPU: PID 402's client names an amdgpu device,
+// 0000:85:00.0, that no card in class/drm lists (a render node alone): it
+// cannot be served, and that is told once, and once more when it ends,
+// rather than the device and its 5 GiB going unseen (probe7-amd D3).
+func TestAMDClientOfAnUnlistedGPU(t *testing.T) {
+	tr := newAMDTree(t, busyMI300X())
+	tr.fdOn(402, 5, "/dev/dri/renderD129", "drm-driver:\tamdgpu\ndrm-client-id:\t9\ndrm-pdev:\t0000:85:00.0\ndrm-resident-vram:\t5120 MiB\ndrm-engine-gfx:\t0 ns\n")
+	var log bytes.Buffer
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	c.logger = slog.New(slog.NewTextHandler(&log, nil))
+	for i := range 2 {
+		clk.t = testNow.Add(time.Duration(i) * 2 * time.Second)
+		if devs, err := c.readDevices(context.Background(), moveScrape); err != nil || len(devs) != 1 {
+			t.Fatalf("%d devices, %v", len(devs), err)
+		}
+	}
+	if n := strings.Count(log.String(), "devices=0000:85:00.0"); n != 1 {
+		t.Errorf("%d log lines naming the unlisted device, want 1:\n%s", n, log.String())
+	}
+	if err := os.RemoveAll(filepath.Join(tr.procs, "402")); err != nil {
+		t.Fatal(err)
+	}
+	clk.t = testNow.Add(4 * time.Second)
+	c.readDevices(context.Background(), moveScrape)
+	if !strings.Contains(log.String(), "listed again") {
+		t.Errorf("no line when the client is gone:\n%s", log.String())
+	}
+}
