@@ -90,9 +90,9 @@ type amdCollector struct {
 	// scanState is the process scan's first error, "" when it read every
 	// process; logged on change only.
 	scanState string
-	// opaque says processes held AMD GPUs through files whose fdinfo shows
-	// no usage stats at the last scan; logged on change only.
-	opaque bool
+	// opaque is "held" while processes hold AMD GPUs through files whose
+	// fdinfo shows no usage stats, "" otherwise; logged on change only.
+	opaque string
 	// unlisted are the amdgpu devices DRM clients named at the last scan
 	// that no device lists; logged on change only.
 	unlisted string
@@ -1134,12 +1134,8 @@ func (c *amdCollector) noteKFD(k amd.KFDProcesses) {
 	case !k.Known:
 		state = "no class/kfd/kfd/proc"
 	}
-	c.mu.Lock()
-	changed := state != c.kfdState
-	c.kfdState = state
-	c.mu.Unlock()
 	switch {
-	case !changed:
+	case !c.swapState(&c.kfdState, state):
 	case state != "":
 		c.logger.Warn("cannot tell which processes run ROCm (KFD) work, which DRM fdinfo does not count; per-owner utilization of shared AMD GPUs is left out until it can",
 			"reason", state)
@@ -1153,12 +1149,8 @@ func (c *amdCollector) noteKFD(k amd.KFDProcesses) {
 func (c *amdCollector) logUnlisted(pdevs []string) {
 	slices.Sort(pdevs)
 	state := strings.Join(pdevs, ",")
-	c.mu.Lock()
-	changed := state != c.unlisted
-	c.unlisted = state
-	c.mu.Unlock()
 	switch {
-	case !changed:
+	case !c.swapState(&c.unlisted, state):
 	case state != "":
 		c.logger.Warn("processes hold amdgpu devices that no card in class/drm lists (a render node alone?): those devices and their processes are not served", "devices", state)
 	default:
@@ -1169,18 +1161,29 @@ func (c *amdCollector) logUnlisted(pdevs []string) {
 // logOpaque logs when processes start holding AMD GPUs through files whose
 // fdinfo shows no usage stats, and when none does any more.
 func (c *amdCollector) logOpaque(n int) {
-	c.mu.Lock()
-	changed := (n > 0) != c.opaque
-	c.opaque = n > 0
-	c.mu.Unlock()
+	state := ""
+	if n > 0 {
+		state = "held"
+	}
 	switch {
-	case !changed:
+	case !c.swapState(&c.opaque, state):
 	case n > 0:
 		c.logger.Warn("processes hold AMD GPUs through DRM files whose fdinfo shows no DRM usage stats (amdgpu's own fdinfo format before Linux 5.19, or no drm-client-id); those GPUs' owners are unknown until they do",
 			"files", n)
 	default:
 		c.logger.Info("every DRM file on AMD GPUs shows its usage stats again")
 	}
+}
+
+// swapState sets one of the collector's logged states (kfdState,
+// scanState, opaque, unlisted) and says whether it changed: each is logged
+// once per change, never once per scrape.
+func (c *amdCollector) swapState(field *string, state string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed := state != *field
+	*field = state
+	return changed
 }
 
 func markPartial(devs []*Device) {
@@ -1202,12 +1205,8 @@ func (c *amdCollector) logScan(errs []amd.ScanError) {
 		}
 		state = fmt.Sprintf("%s: %v", errs[0].File, cause)
 	}
-	c.mu.Lock()
-	changed := state != c.scanState
-	c.scanState = state
-	c.mu.Unlock()
 	switch {
-	case !changed:
+	case !c.swapState(&c.scanState, state):
 	case state != "":
 		c.logger.Warn("AMD process scan cannot read every process; per-owner memory and utilization are left out until it can",
 			"unreadable", len(errs), "reason", state, "first", errs[0].Error(), "hint", scanHint(errs[0]))
