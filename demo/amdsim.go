@@ -328,7 +328,9 @@ func (a *AMDSim) removeGPU(g amdGPU) error {
 	}
 	for _, p := range g.parts {
 		if p.xcp >= 0 {
-			errs = append(errs, removeIfPresent(filepath.Join(a.sysfs, "class", "drm", fmt.Sprintf("card%d", p.card))))
+			for _, n := range []string{fmt.Sprintf("card%d", p.card), fmt.Sprintf("renderD%d", p.render)} {
+				errs = append(errs, removeIfPresent(filepath.Join(a.sysfs, "class", "drm", n)))
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -529,7 +531,11 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 		writeAtomic(filepath.Join(pciDir, "drm", fmt.Sprintf("card%d", g.card), "dev"), fmt.Sprintf("226:%d\n", g.card)),
 		writeAtomic(filepath.Join(pciDir, "drm", fmt.Sprintf("renderD%d", g.render), "dev"), fmt.Sprintf("226:%d\n", g.render)),
 		symlink("../../../../bus/pci/drivers/amdgpu", filepath.Join(pciDir, "driver")),
+		// Every DRM minor, card and render node alike, links back to its
+		// device, as the DRM core registers it with its parent
+		// (drm_sysfs.c, drm_sysfs_minor_alloc: kdev->parent).
 		symlink("../../../"+d.PCIBusID, filepath.Join(pciDir, "drm", fmt.Sprintf("card%d", g.card), "device")),
+		symlink("../../../"+d.PCIBusID, filepath.Join(pciDir, "drm", fmt.Sprintf("renderD%d", g.render), "device")),
 		symlink(filepath.Join("..", "..", "devices", "pci0000:00", "0000:00:01.1", d.PCIBusID, "drm", fmt.Sprintf("card%d", g.card)),
 			filepath.Join(a.sysfs, "class", "drm", fmt.Sprintf("card%d", g.card))),
 		symlink(filepath.Join("..", "..", "devices", "pci0000:00", "0000:00:01.1", d.PCIBusID, "drm", fmt.Sprintf("renderD%d", g.render)),
@@ -544,8 +550,11 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 			writeAtomic(filepath.Join(plat, "drm", fmt.Sprintf("card%d", p.card), "dev"), fmt.Sprintf("226:%d\n", p.card)),
 			writeAtomic(filepath.Join(plat, "drm", fmt.Sprintf("renderD%d", p.render), "dev"), fmt.Sprintf("226:%d\n", p.render)),
 			symlink("../../../amdgpu_xcp_"+fmt.Sprint(p.xcp), filepath.Join(plat, "drm", fmt.Sprintf("card%d", p.card), "device")),
+			symlink("../../../amdgpu_xcp_"+fmt.Sprint(p.xcp), filepath.Join(plat, "drm", fmt.Sprintf("renderD%d", p.render), "device")),
 			symlink(filepath.Join("..", "..", "devices", "platform", fmt.Sprintf("amdgpu_xcp_%d", p.xcp), "drm", fmt.Sprintf("card%d", p.card)),
 				filepath.Join(a.sysfs, "class", "drm", fmt.Sprintf("card%d", p.card))),
+			symlink(filepath.Join("..", "..", "devices", "platform", fmt.Sprintf("amdgpu_xcp_%d", p.xcp), "drm", fmt.Sprintf("renderD%d", p.render)),
+				filepath.Join(a.sysfs, "class", "drm", fmt.Sprintf("renderD%d", p.render))),
 		)
 	}
 	return errors.Join(errs...)

@@ -557,3 +557,20 @@ devices:
 		}
 	}
 }
+
+// Every DRM minor links back to its device, render nodes too, as the DRM
+// core registers them: GPU 0's renderD128 to its PCI device, a partition's
+// render node to its amdgpu_xcp platform device (which names no PCI
+// address of its own).
+func TestAMDSimRenderNodesLinkTheirDevice(t *testing.T) {
+	sim, dir, start := amdScenarioSim(t)
+	if err := sim.WriteAt(start.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for node, want := range map[string]string{"renderD128": "0000:0c:00.0", "renderD132": "amdgpu_xcp_0"} {
+		got, err := filepath.EvalSymlinks(filepath.Join(dir, "sys", "class", "drm", node, "device"))
+		if err != nil || filepath.Base(got) != want {
+			t.Errorf("%s's device: %q, %v; want %s", node, got, err, want)
+		}
+	}
+}
