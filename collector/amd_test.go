@@ -1909,10 +1909,7 @@ func scrapeAMDPair(t *testing.T, option string, n int) []string {
 func TestAMDOpaqueFdinfoOwnersUnknown(t *testing.T) {
 	tr := newAMDTree(t, busyMI300X())
 	tr.fd(500, 5, "pdev:\t0000:0c:00.0\npasid:\t32771\nvram mem:\t4194304 kB\ngtt mem:\t2048 kB\ncpu mem:\t0 kB\ngfx0:\t45.0%\n")
-	var log bytes.Buffer
-	clk := &fakeClock{t: testNow}
-	c := newAMDCollectorFor(t, tr, clk)
-	c.logger = slog.New(slog.NewTextHandler(&log, nil))
+	c, clk, log := loggedAMDCollector(t, tr)
 	for i := range 2 {
 		clk.t = testNow.Add(time.Duration(i) * 2 * time.Second)
 		devs, err := c.readDevices(context.Background(), moveScrape)
@@ -1944,10 +1941,7 @@ func TestAMDOpaqueFdinfoOwnersUnknown(t *testing.T) {
 func TestAMDClientOfAnUnlistedGPU(t *testing.T) {
 	tr := newAMDTree(t, busyMI300X())
 	tr.fdOn(402, 5, "/dev/dri/renderD129", "drm-driver:\tamdgpu\ndrm-client-id:\t9\ndrm-pdev:\t0000:85:00.0\ndrm-resident-vram:\t5120 MiB\ndrm-engine-gfx:\t0 ns\n")
-	var log bytes.Buffer
-	clk := &fakeClock{t: testNow}
-	c := newAMDCollectorFor(t, tr, clk)
-	c.logger = slog.New(slog.NewTextHandler(&log, nil))
+	c, clk, log := loggedAMDCollector(t, tr)
 	for i := range 2 {
 		clk.t = testNow.Add(time.Duration(i) * 2 * time.Second)
 		if devs, err := c.readDevices(context.Background(), moveScrape); err != nil || len(devs) != 1 {
@@ -1965,4 +1959,15 @@ func TestAMDClientOfAnUnlistedGPU(t *testing.T) {
 	if !strings.Contains(log.String(), "listed again") {
 		t.Errorf("no line when the client is gone:\n%s", log.String())
 	}
+}
+
+// loggedAMDCollector is newAMDCollectorFor at testNow, logging to the
+// returned buffer.
+func loggedAMDCollector(t *testing.T, tr *amdTree) (*amdCollector, *fakeClock, *bytes.Buffer) {
+	t.Helper()
+	var log bytes.Buffer
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	c.logger = slog.New(slog.NewTextHandler(&log, nil))
+	return c, clk, &log
 }

@@ -597,17 +597,12 @@ func TestSlurmEdgesOracles(t *testing.T) {
 // and b.service's 0.2 (the device 0.4 + 0.2 = 0.6), split 0.6 × 0.4/0.6 =
 // 0.4 and 0.6 × 0.2/0.6 = 0.2, and no error is counted.
 func TestInsufficientSizeIsAskedAgain(t *testing.T) {
-	s, err := demo.Parse([]byte(`node: grow
+	e, clk, _ := clockedExporter(t, `node: grow
 defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
 devices:
   - insufficient_size: true
     processes: [{pid: 5001, unit: a.service, memory_used: 8GiB, utilization: 0.4}, {pid: 5002, unit: b.service, memory_used: 4GiB, utilization: 0.2}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{t: testNow}
-	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+`)
 	for i := 1; i <= 3; i++ {
 		clk.set(testNow.Add(time.Duration(i) * 15 * time.Second))
 		out := scrapeText(t, e, 10*time.Second)
@@ -756,19 +751,14 @@ func TestGRESOrderWarningOnlyUnderSlurm(t *testing.T) {
 // /devices said "no owner" while /metrics said unknown). GPU 1 refuses
 // only nvmlDeviceGetSerial.
 func TestUnidentifiedGPUKeepsItsOwners(t *testing.T) {
-	s, err := demo.Parse([]byte(`node: anon
+	e, clk, _ := clockedExporter(t, `node: anon
 defaults: {model: NVIDIA GeForce RTX 4090, memory_total: 24GiB}
 devices:
   - faults: {unsupported: [identity]}
     processes: [{pid: 101, unit: a.service, user: svc, command: ta, memory_used: 3GiB, utilization: 0.3}]
   - faults: {unsupported: [serial]}
     processes: [{pid: 102, unit: b.service, user: svc, command: tb, memory_used: 1GiB, utilization: 0.2}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{t: testNow}
-	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+`)
 	for i := 1; i <= 2; i++ {
 		clk.set(testNow.Add(time.Duration(i) * 15 * time.Second))
 		out := scrapeText(t, e, 10*time.Second)
@@ -816,17 +806,12 @@ func TestUnidentifiedInstanceOwnersUnknown(t *testing.T) {
 // (nvmlDeviceGetUtilizationRates: the scenario's 0.4) and the memory split
 // (3 and 1 GiB) stay (probe6-nvodd D2, documented rather than guessed).
 func TestNoDeviceSamplesNoProcessUtilization(t *testing.T) {
-	s, err := demo.Parse([]byte(`node: nosamples
+	e, clk, _ := clockedExporter(t, `node: nosamples
 defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.4, memory_utilization: 0.25}}
 devices:
   - faults: {unsupported: [samples]}
     processes: [{pid: 301, unit: a.service, memory_used: 3GiB, utilization: 0.3}, {pid: 302, unit: b.service, memory_used: 1GiB, utilization: 0.1}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{t: testNow}
-	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+`)
 	for i := 1; i <= 3; i++ {
 		clk.set(testNow.Add(time.Duration(i) * 15 * time.Second))
 		out := scrapeText(t, e, 10*time.Second)
@@ -848,16 +833,11 @@ devices:
 // scrape's deadline: a healthy GPU was reported down only while the OTLP
 // bridge was on (probe6-otlp 06). One read of the device serves both.
 func TestScrapeTakesAPushReadOverItsWindow(t *testing.T) {
-	s, err := demo.Parse([]byte(`node: slow
+	e, _, s := clockedExporter(t, `node: slow
 defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_utilization: 0.25, temperature: 50}}
 devices:
   - call_latency: 50ms
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{t: testNow}
-	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	out := gatherText(t, e.BindPush(ctx))
 	cancel()
@@ -872,4 +852,16 @@ devices:
 	if n := s.DeviceReads() - before; n != 0 {
 		t.Errorf("the scrape read the GPU %d more times, want it to take the push's read", n)
 	}
+}
+
+// clockedExporter is an attributed exporter over the scenario in yaml whose
+// simulated NVML and exporter read the returned clock, set at testNow.
+func clockedExporter(t *testing.T, yaml string) (*Exporter, *testClock, *demo.Scenario) {
+	t.Helper()
+	s, err := demo.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	return newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now }), clk, s
 }
