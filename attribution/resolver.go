@@ -902,10 +902,14 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 	// kubelet reuses an init container's device) is one replica: its
 	// holders split its 1/N, as holders of one whole device split it
 	// (scaleShares), rather than each being billed 1/N.
-	holders := map[string]int{}
+	type replica struct{ uuid, id string }
+	var holders map[replica]int
 	for i, a := range allocs {
 		if share, _ := a.Share(); uuids[i] != "" && share < 1 {
-			holders[uuids[i]+"\xff"+a.DeviceID]++
+			if holders == nil {
+				holders = map[replica]int{}
+			}
+			holders[replica{uuids[i], a.DeviceID}]++
 		}
 	}
 	for i, a := range allocs {
@@ -918,7 +922,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 			continue
 		}
 		share, _ := a.Share()
-		if n := holders[uuid+"\xff"+a.DeviceID]; n > 1 {
+		if n := holders[replica{uuid, a.DeviceID}]; n > 1 {
 			share /= float64(n)
 		}
 		add(uuid, r.podOwner(a.Namespace, a.Pod, a.Container), share)
