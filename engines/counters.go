@@ -399,8 +399,7 @@ func countsOf(typ dto.MetricType, m *dto.Metric) (counts, bool) {
 
 // finite says every number of c is finite.
 func (c counts) finite() bool {
-	ok := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-	return ok(c.value) && ok(c.count) && ok(c.sum) && !slices.ContainsFunc(c.buckets, func(v float64) bool { return !ok(v) })
+	return !notFinite(c.value) && !notFinite(c.count) && !notFinite(c.sum) && !slices.ContainsFunc(c.buckets, notFinite)
 }
 
 // zero says c counts nothing: a series that never restarted is left as the
