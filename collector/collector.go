@@ -184,6 +184,27 @@ func (e *Exporter) Start(ctx context.Context) {
 	}
 }
 
+// lifetime is the exporter's run as a collector learns it in background:
+// whether the exporter is stopping, so that what the stop cuts short (reads
+// under way: the warm-up's at once, scrapes' after their grace) is not
+// logged as the source failing.
+type lifetime struct {
+	lifeMu sync.Mutex
+	life   context.Context // nil before the exporter starts
+}
+
+func (l *lifetime) begin(ctx context.Context) {
+	l.lifeMu.Lock()
+	defer l.lifeMu.Unlock()
+	l.life = ctx
+}
+
+func (l *lifetime) stopping() bool {
+	l.lifeMu.Lock()
+	defer l.lifeMu.Unlock()
+	return l.life != nil && l.life.Err() != nil
+}
+
 // Close releases what collectors hold, such as the NVML library.
 func (e *Exporter) Close() {
 	for _, c := range e.collectors {

@@ -63,8 +63,8 @@ type gaudiCollector struct {
 	noBusID bool
 	// present says sysfs has shown the habanalabs driver's devices.
 	present bool
-	// life ends when the exporter stops (background).
-	life context.Context
+	// lifetime is the exporter's run, from background.
+	lifetime
 }
 
 func newGaudiCollector(cfg Config) (Collector, error) {
@@ -223,17 +223,7 @@ func (c *gaudiCollector) lead(ctx context.Context, r *gaudiRead) {
 // background keeps the exporter's life, so that a run its stop cut short
 // is not logged as hl-smi failing.
 func (c *gaudiCollector) background(ctx context.Context, _ func(context.Context) *Snapshot) {
-	c.mu.Lock()
-	c.life = ctx
-	c.mu.Unlock()
-}
-
-// stopping says that the exporter is stopping: runs under way are ended,
-// the warm-up's at once and scrapes' after their grace.
-func (c *gaudiCollector) stopping() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.life != nil && c.life.Err() != nil
+	c.begin(ctx)
 }
 
 // Close kills the hl-smi run under way, with everything it started, and

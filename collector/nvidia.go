@@ -95,9 +95,8 @@ type nvidiaCollector struct {
 	// mu) is the read each device's logged state comes from (logState).
 	reads  atomic.Uint64
 	logged map[string]uint64
-	// life is the exporter's run (background's context), nil before it
-	// starts; under mu.
-	life context.Context
+	// lifetime is the exporter's run, from background.
+	lifetime
 }
 
 // peers learns which other collectors are on: with the dcgm collector, the
@@ -122,18 +121,8 @@ func (c *nvidiaCollector) Close() { c.client.Shutdown() }
 // background listens for driver events (Xid errors): they happen between
 // scrapes and would be lost otherwise.
 func (c *nvidiaCollector) background(ctx context.Context, snapshot func(context.Context) *Snapshot) {
-	c.mu.Lock()
-	c.life = ctx
-	c.mu.Unlock()
+	c.begin(ctx)
 	c.events.listen(ctx, c.client, snapshot)
-}
-
-// stopping says that the exporter is stopping: reads under way are cut,
-// the warm-up's at once and scrapes' after their grace.
-func (c *nvidiaCollector) stopping() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.life != nil && c.life.Err() != nil
 }
 
 func (c *nvidiaCollector) readDevices(ctx context.Context, m move) ([]*Device, error) {
