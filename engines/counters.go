@@ -111,15 +111,22 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 		if !counting(name, f) {
 			continue
 		}
+		// restarted says a series of the family went down (or changed
+		// buckets), continued that one counted on from a count of its
+		// own: only a family where the first holds and the second does
+		// not was restarted whole.
+		restarted, continued := false, false
 		finite := f.Metric[:0]
 		for _, m := range f.Metric {
 			got, ok := countsOf(f.GetType(), m)
 			if !ok {
 				finite = append(finite, m)
+				continued = true
 				continue
 			}
 			if !got.finite() {
 				errs = append(errs, fmt.Errorf("%s: a reading that is not a finite number is left out, not counted on from", seriesName(name, m)))
+				continued = true
 				continue
 			}
 			finite = append(finite, m)
@@ -130,6 +137,7 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 					// and not take an older name's series or a sum
 					// without it in its place.
 					unreadable[key] = true
+					continued = true
 					continue
 				}
 			}
@@ -142,8 +150,12 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 				// Other buckets than before (an engine upgrade): what was
 				// counted in the old ones cannot be carried into these.
 				st.offset = counts{}
+				restarted = true
 			case got.value < st.last.value || got.count < st.last.count || got.sum < st.last.sum:
 				st.offset = st.offset.plus(st.last)
+				restarted = true
+			case !st.last.zero() || !st.offset.zero():
+				continued = true
 			}
 			st.last, st.seen, st.gen = got, now, c.gen
 			if !st.offset.zero() {
@@ -151,9 +163,34 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 			}
 		}
 		f.Metric = finite
+		if restarted && !continued {
+			c.restartWhole(name, f)
+		}
 	}
 	c.addGhosts(families, kept, replicas, unreadable, now)
 	return errors.Join(errs...)
+}
+
+// restartWhole serves the family f as the engine gives it, every series of
+// which went down or is new in this scrape: the engine process restarted.
+// The counts it made before were served, and Prometheus reads the fall as
+// the reset it is, counting what was made since. An offset kept past such a
+// restart lived only in this process's memory: the exporter restarting
+// served the engine's own count, a fall worth the engine's whole count
+// since its restart to increase(). The family's vanished series were the
+// old process's, and go too.
+func (c *Corrector) restartWhole(name string, f *dto.MetricFamily) {
+	for _, m := range f.Metric {
+		if st := c.series[seriesKey(name, m.Label)]; st != nil {
+			st.offset = counts{}
+			setCounts(m, st.last)
+		}
+	}
+	for key, st := range c.series {
+		if st.family == name && st.gen != c.gen {
+			delete(c.series, key)
+		}
+	}
 }
 
 // addGhosts gives each series that vanished its last corrected value, and

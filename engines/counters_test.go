@@ -416,13 +416,13 @@ func TestCorrectorReplicasAreNotHandedOver(t *testing.T) {
 		}{
 			// One group, two ranks at 10: 10.
 			{0, []int{10, 10}, 10},
-			// Restarted at TP=1: rank 0 at 2 counts on from its 10, 12;
-			// rank 1 is given at its last 10 for the hour, behind 12.
-			{15 * time.Second, []int{2, -1}, 12},
+			// Rank 1 gone, rank 0 counting on at 12: rank 1 is given at
+			// its last 10 for the hour, behind 12.
+			{15 * time.Second, []int{12, -1}, 12},
 			// Past the hour rank 1 is forgotten, its count already in
-			// rank 0's: 10 + 30 = 40, not 50.
-			{2 * time.Hour, []int{30, -1}, 40},
-			{2*time.Hour + 15*time.Second, []int{31, -1}, 41},
+			// rank 0's, its copy: 30, not 10 + 30 = 40.
+			{2 * time.Hour, []int{30, -1}, 30},
+			{2*time.Hour + 15*time.Second, []int{31, -1}, 31},
 		},
 	}, {
 		name: "a data-parallel group gone",
@@ -527,16 +527,17 @@ func TestCorrectorSkipsUnreadableHistograms(t *testing.T) {
 			{6 * time.Second, []itl{good}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}}, ""},
 		},
 	}, {
-		// The engine restarts after the racy answer: it counts on from the
-		// last good reading, not from the rejected one. 8, 10, 10, 0.5
-		// after the restart: 4000 + 8 = 4008, 5000 + 10 = 5010 (twice),
-		// 60 + 0.5 = 60.5; then 16, 20, 20, 1: 4016, 5020, 5020, 61.
+		// Model m restarts after its racy answer while model n counts
+		// on: m counts on from its last good reading, not from the
+		// rejected one. 8, 10, 10, 0.5 after the restart: 4000 + 8 =
+		// 4008, 5000 + 10 = 5010 (twice), 60 + 0.5 = 60.5; then 16, 20,
+		// 20, 1: 4016, 5020, 5020, 61.
 		name: "a restart after it",
 		steps: []step{
-			{0, []itl{good}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}}, ""},
-			{2 * time.Second, []itl{racy}, map[string]served{}, rejected},
-			{4 * time.Second, []itl{{"m", 8, 10, 10, 0.5, 10}}, map[string]served{"m": {[3]uint64{4008, 5010, 5010}, 60.5}}, ""},
-			{6 * time.Second, []itl{{"m", 16, 20, 20, 1, 20}}, map[string]served{"m": {[3]uint64{4016, 5020, 5020}, 61}}, ""},
+			{0, []itl{good, {"n", 1, 2, 2, 0.25, 2}}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}, "n": {[3]uint64{1, 2, 2}, 0.25}}, ""},
+			{2 * time.Second, []itl{racy, {"n", 3, 4, 4, 0.5, 4}}, map[string]served{"n": {[3]uint64{3, 4, 4}, 0.5}}, rejected},
+			{4 * time.Second, []itl{{"m", 8, 10, 10, 0.5, 10}, {"n", 5, 6, 6, 0.75, 6}}, map[string]served{"m": {[3]uint64{4008, 5010, 5010}, 60.5}, "n": {[3]uint64{5, 6, 6}, 0.75}}, ""},
+			{6 * time.Second, []itl{{"m", 16, 20, 20, 1, 20}, {"n", 5, 6, 6, 0.75, 6}}, map[string]served{"m": {[3]uint64{4016, 5020, 5020}, 61}, "n": {[3]uint64{5, 6, 6}, 0.75}}, ""},
 		},
 	}, {
 		// Beside model n (its own 1, 2, 2, 0.25 on, then 3, 4, 4, 0.5),
@@ -549,17 +550,18 @@ func TestCorrectorSkipsUnreadableHistograms(t *testing.T) {
 			{4 * time.Second, []itl{good, {"n", 3, 4, 4, 0.5, 4}}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}, "n": {[3]uint64{3, 4, 4}, 0.5}}, ""},
 		},
 	}, {
-		// Unreadable for over an hour after a restart, m is still in the
-		// answer, not gone: its offset (4000, 5000, 5000, 60) is kept, not
-		// forgotten as a vanished series' would be, and 24, 30, 30, 1.5
-		// after it reads 4024, 5030, 5030, 61.5, not a drop to 30.
+		// Unreadable for over an hour after a restart of its own (model
+		// n counting on beside it), m is still in the answer, not gone:
+		// its offset (4000, 5000, 5000, 60) is kept, not forgotten as a
+		// vanished series' would be, and 24, 30, 30, 1.5 after it reads
+		// 4024, 5030, 5030, 61.5, not a drop to 30.
 		name: "unreadable past the hour",
 		steps: []step{
-			{0, []itl{good}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}}, ""},
-			{2 * time.Second, []itl{{"m", 8, 10, 10, 0.5, 10}}, map[string]served{"m": {[3]uint64{4008, 5010, 5010}, 60.5}}, ""},
-			{4 * time.Second, []itl{{"m", 16, 20, 20, 1, 21}}, map[string]served{}, `count 21 differs from the +Inf bucket 20`},
-			{2 * time.Hour, []itl{{"m", 16, 20, 20, 1, 21}}, map[string]served{}, `count 21 differs from the +Inf bucket 20`},
-			{2*time.Hour + 2*time.Second, []itl{{"m", 24, 30, 30, 1.5, 30}}, map[string]served{"m": {[3]uint64{4024, 5030, 5030}, 61.5}}, ""},
+			{0, []itl{good, {"n", 1, 2, 2, 0.25, 2}}, map[string]served{"m": {[3]uint64{4000, 5000, 5000}, 60}, "n": {[3]uint64{1, 2, 2}, 0.25}}, ""},
+			{2 * time.Second, []itl{{"m", 8, 10, 10, 0.5, 10}, {"n", 3, 4, 4, 0.5, 4}}, map[string]served{"m": {[3]uint64{4008, 5010, 5010}, 60.5}, "n": {[3]uint64{3, 4, 4}, 0.5}}, ""},
+			{4 * time.Second, []itl{{"m", 16, 20, 20, 1, 21}, {"n", 3, 4, 4, 0.5, 4}}, map[string]served{"n": {[3]uint64{3, 4, 4}, 0.5}}, `count 21 differs from the +Inf bucket 20`},
+			{2 * time.Hour, []itl{{"m", 16, 20, 20, 1, 21}, {"n", 3, 4, 4, 0.5, 4}}, map[string]served{"n": {[3]uint64{3, 4, 4}, 0.5}}, `count 21 differs from the +Inf bucket 20`},
+			{2*time.Hour + 2*time.Second, []itl{{"m", 24, 30, 30, 1.5, 30}, {"n", 3, 4, 4, 0.5, 4}}, map[string]served{"m": {[3]uint64{4024, 5030, 5030}, 61.5}, "n": {[3]uint64{3, 4, 4}, 0.5}}, ""},
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -600,5 +602,100 @@ func TestCorrectorSkipsUnreadableHistograms(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCorrectorWholeRestartServesRawCounts: once every live series of a
+// family has restarted together (the engine process restarted), its counts
+// are the engine's own again, offsets and vanished series dropped. A count
+// kept on past the restart lived only in the exporter's memory: the
+// exporter restarting served the engine's own count, a fall Prometheus
+// read as a reset, and increase() gained the engine's whole count since its
+// restart (found by probing: 320 tokens counted where 260 were made). Each
+// step's want is what a fresh Corrector (the exporter restarted) serves too.
+func TestCorrectorWholeRestartServesRawCounts(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	success := func(stop, length int) string {
+		out := "# TYPE vllm:request_success counter\n" + fmt.Sprintf("vllm:request_success_total{engine=\"0\",finished_reason=\"stop\",model_name=\"m\"} %d\n", stop)
+		if length >= 0 {
+			out += fmt.Sprintf("vllm:request_success_total{engine=\"0\",finished_reason=\"length\",model_name=\"m\"} %d\n", length)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name  string
+		steps []string
+		want  []float64
+		fresh bool // the last step's value is what a fresh Corrector serves
+	}{
+		{
+			// 1000, 1200; the engine restarts and counts 30: served 30,
+			// which Prometheus reads as a reset worth 30; then 60.
+			// increase = 200 + 30 + 30 = 260, the tokens made.
+			name:  "one series",
+			steps: []string{tokens(1000), tokens(1200), tokens(30), tokens(60)},
+			want:  []float64{1000, 1200, 30, 60},
+			fresh: true,
+		},
+		{
+			// Core 1 restarts alone: its 1,000 is kept, 1,010 + 1,000 + 5
+			// = 2,015. Then both restart, at 3 and 4: 7, their own.
+			name:  "partial then whole",
+			steps: []string{tokens(1000, 1000), tokens(1010, 5), tokens(3, 4)},
+			want:  []float64{2000, 2015, 7},
+			fresh: true,
+		},
+		{
+			// Core 1 restarts while core 0 counts on: the offset stays
+			// (1,010 + 1,000 + 5); a fresh Corrector would serve 1,015.
+			name:  "partial only",
+			steps: []string{tokens(1000, 1000), tokens(1010, 5)},
+			want:  []float64{2000, 2015},
+		},
+		{
+			// Core 1 restarted alone (offset 1,000), then core 0 counts
+			// nothing while core 1 restarts again: core 0 unchanged at
+			// 1,010 is not a restart, so the offsets stay: 1,010 + 1,005
+			// + 2 = 2,017.
+			name:  "unchanged part is no restart",
+			steps: []string{tokens(1000, 1000), tokens(1010, 5), tokens(1010, 2)},
+			want:  []float64{2000, 2015, 2017},
+		},
+	} {
+		k := NewCorrector()
+		var last []Sample
+		for i, body := range c.steps {
+			last = correctedScrape(t, k, t0.Add(time.Duration(i)*15*time.Second), body)
+			if got := value(t, last, "xpu_inference_tokens_total").Value; got != c.want[i] {
+				t.Errorf("%s, step %d: %v tokens, want %v", c.name, i, got, c.want[i])
+			}
+		}
+		if c.fresh {
+			fresh := correctedScrape(t, NewCorrector(), t0, c.steps[len(c.steps)-1])
+			if got, want := value(t, fresh, "xpu_inference_tokens_total").Value, c.want[len(c.want)-1]; got != want {
+				t.Errorf("%s: a fresh Corrector serves %v, the running one %v", c.name, got, want)
+			}
+		}
+	}
+
+	// stop 10 and length 2 add up to outcome success, 12. The engine
+	// restarts: stop at 1, length not yet made again. Its 2 was the old
+	// process's and goes: 1, read as a reset worth 1. length back at 1:
+	// 2. increase = 1 + 1 = 2, the requests finished since the restart.
+	k := NewCorrector()
+	for i, s := range []struct {
+		stop, length int
+		want         float64
+	}{{10, 2, 12}, {1, -1, 1}, {1, 1, 2}} {
+		got := correctedScrape(t, k, t0.Add(time.Duration(i)*15*time.Second), success(s.stop, s.length))
+		var n float64
+		for _, x := range got {
+			if x.Name == "xpu_inference_requests_total" && x.Labels["outcome"] == "success" {
+				n += x.Value
+			}
+		}
+		if n != s.want {
+			t.Errorf("success step %d: %v requests, want %v", i, n, s.want)
+		}
 	}
 }
