@@ -176,16 +176,41 @@ func systemdOrder(lines []cgroupLine) []cgroupLine {
 //
 //	systemd driver:  …/kubepods-burstable-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope
 //	cgroupfs driver: …/kubepods/burstable/pod<uid>/<id>
+//
+// A reader in a cgroup namespace of its own (an unprivileged container on
+// a cgroup v2 node: containerd's CRI, Docker and Podman give each one)
+// reads the path relative to its own cgroup, with one ".." per level up
+// (cgroup_namespaces(7): the path "is relative to the cgroup namespace root
+// of the reading process"). From the exporter's pod the levels up are
+// kubepods' own, so a pod there is named first, or after its QoS class:
+//
+//	/../../kubepods-burstable-pod<uid_>.slice/cri-containerd-<id>.scope
+//	/../../../kubepods-besteffort.slice/kubepods-besteffort-pod<uid_>.slice/…
+//	/../../pod<uid>/<id>, /../../besteffort/pod<uid>/<id>
+//
+// No pod is taken from below a user's service manager (user@<uid>.service):
+// systemd delegates that subtree to the user (user@.service: Delegate=),
+// who may make any directory there and move their own processes into it,
+// a pod's or job's name included.
 func matchKubernetes(path string) (podUID, containerID string, ok bool) {
 	parts := strings.Split(path, "/")
+	named := 1 // the first component below the ".." of a namespaced path
+	for named < len(parts) && parts[named] == ".." {
+		named++
+	}
+	namespaced := named > 1
 	seenKubepods := false
 	for i, part := range parts {
-		if !seenKubepods {
+		if _, delegated := userManagerUID(part); delegated {
+			return "", "", false
+		}
+		if !seenKubepods && !(namespaced && i >= named && !slices.ContainsFunc(parts[named:i], notQoS)) {
 			seenKubepods = strings.Contains(part, "kubepods")
 			continue
 		}
 		uid, isPod := podUIDFromComponent(part)
 		if !isPod {
+			seenKubepods = seenKubepods || strings.Contains(part, "kubepods")
 			continue
 		}
 		if i+1 < len(parts) {
@@ -194,6 +219,17 @@ func matchKubernetes(path string) (podUID, containerID string, ok bool) {
 		return uid, containerID, true
 	}
 	return "", "", false
+}
+
+// notQoS says part is not the cgroup of a pod QoS class, which holds the
+// Burstable and BestEffort pods (cgroupfs: burstable, besteffort; systemd:
+// kubepods-burstable.slice, kubepods-besteffort.slice).
+func notQoS(part string) bool {
+	switch strings.TrimPrefix(strings.TrimSuffix(part, ".slice"), "kubepods-") {
+	case "burstable", "besteffort":
+		return false
+	}
+	return true
 }
 
 // podUIDFromComponent accepts "pod<uid>" (cgroupfs) and
@@ -256,9 +292,15 @@ func containerIDFromComponent(part string) string {
 //
 // The job directory must follow the Slurm root directly (after uid_<uid> on
 // v1), so that a job_ directory elsewhere in a path is not taken for a job.
+//
+// As for pods, no job is taken from below a user's service manager, where
+// the user names the cgroups.
 func matchSlurm(path string) (jobID, sluid, step string, ok bool) {
 	parts := strings.Split(path, "/")
 	for i, part := range parts {
+		if _, delegated := userManagerUID(part); delegated {
+			return "", "", "", false
+		}
 		if !isSlurmRoot(part) {
 			continue
 		}
@@ -356,7 +398,9 @@ func isDigits(s string) bool {
 //     started in: the root cgroup under an init script. Such a cgroup names
 //     no systemd unit or slice.
 func (c Cgroup) SlurmdCgroup() bool {
-	if c.PodUID != "" || c.SlurmJobID != "" || c.SlurmSLUID != "" {
+	// A user's service manager's subtree is the user's to name: no
+	// slurmd runs there (see matchSlurm).
+	if c.PodUID != "" || c.SlurmJobID != "" || c.SlurmSLUID != "" || userManagerInPath(c.Path) {
 		return false
 	}
 	if c.Unit == "" {
@@ -417,8 +461,13 @@ func (c Cgroup) OwnerUnit() string {
 	if c.Unit == "" {
 		return c.Slice
 	}
-	if runtime := containerRuntime(c.Unit); runtime != "" {
-		return runtime
+	// The units of a container that runs its own service manager (systemd
+	// as a container's init) are the container's: its runtime owns them,
+	// as it owns the container's scope.
+	for part := range strings.SplitSeq(c.Path, "/") {
+		if runtime := containerRuntime(part); runtime != "" {
+			return runtime
+		}
 	}
 	if uid, ok := userManagerUID(c.Unit); ok {
 		return "user-" + uid + ".slice"
@@ -493,10 +542,14 @@ func isUUID(s string) bool {
 }
 
 // isSystemdRunID accepts the names systemd-run generates after "run-":
-// u<n>, r<hex> and p<pid>-i<n>.
+// u<n>, r<hex> and p<pid>-i<n>, and before systemd v230 its own PID
+// (src/run/run.c of v219, RHEL 7's: "run-"PID_FMT".scope", ".service").
 func isSystemdRunID(s string) bool {
 	if s == "" {
 		return false
+	}
+	if isDigits(s) {
+		return true
 	}
 	switch rest := s[1:]; s[0] {
 	case 'u':

@@ -370,9 +370,19 @@ func TestOwnerUnit(t *testing.T) {
 		{"/system.slice/run-u89.service", "system.slice"},
 		{"/system.slice/run-p4242-i4243.scope", "system.slice"},
 		{"/system.slice/run-rABC.scope", "run-rABC.scope"},
+		// systemd-run before v230 named its units after its own PID
+		// (src/run/run.c: "run-"PID_FMT".scope", and .service).
+		{"/system.slice/run-24311.scope", "system.slice"},
+		{"/system.slice/run-24400.service", "system.slice"},
 		{"/system.slice/run-jupyter.service", "run-jupyter.service"},
 		{"/system.slice/runner.service", "runner.service"},
 		{"/system.slice/getty@tty1.service", "getty@tty1.service"},
+		// A container that runs its own service manager: its units are
+		// the container's, whose owner is the runtime, not a host unit
+		// of the same name.
+		{"/system.slice/docker-" + ctrStandalone + ".scope/system.slice/jupyter.service", "docker"},
+		{"/machine.slice/libpod-" + ctrPodman + ".scope/container/system.slice/jupyter.service", "podman"},
+		{"/system.slice/jupyter.service", "jupyter.service"},
 		// A login scope outside any slice has nothing more stable.
 		{"/session-3.scope", "session-3.scope"},
 		{"/session-.scope", "session-.scope"},
@@ -584,4 +594,93 @@ func FuzzParseCgroup(f *testing.F) {
 			t.Errorf("owner unit %q of %+v comes from nowhere", u, cg)
 		}
 	})
+}
+
+// TestParseCgroupNamespacedAndDelegated: what the kernel prints for another
+// process's cgroup depends on the reader, and what part of the tree its
+// owner may name. An exporter in a cgroup namespace of its own (every
+// unprivileged container on a cgroup v2 node under containerd, Docker or
+// Podman) reads paths relative to its own cgroup, one "/.." per level above
+// it (cgroup_namespaces(7): "the pathname ... is relative to the cgroup
+// namespace root of the reading process"); under a user's service manager
+// (user@<uid>.service, which systemd delegates to the user) the user names
+// the cgroups, so a pod or Slurm job there is forged (found by probing:
+// every pod's usage unattributed in the chart's pods; a login user's usage
+// billed to another pod or job).
+func TestParseCgroupNamespacedAndDelegated(t *testing.T) {
+	podU := strings.ReplaceAll(podCgroupfs, "-", "_")
+	for _, tc := range []struct {
+		name, content string
+		want          Cgroup
+	}{
+		{
+			// The exporter, Burstable, reads a Guaranteed pod three
+			// levels up: kubepods.slice is their common ancestor.
+			name:    "namespaced guaranteed pod",
+			content: "0::/../../../kubepods-pod" + podU + ".slice/cri-containerd-" + ctrCgroupfs + ".scope\n",
+			want:    Cgroup{Path: "/../../../kubepods-pod" + podU + ".slice/cri-containerd-" + ctrCgroupfs + ".scope", PodUID: podCgroupfs, ContainerID: ctrCgroupfs},
+		},
+		{
+			name:    "namespaced burstable pod",
+			content: "0::/../../kubepods-burstable-pod" + podU + ".slice/cri-containerd-" + ctrCgroupfs + ".scope\n",
+			want:    Cgroup{Path: "/../../kubepods-burstable-pod" + podU + ".slice/cri-containerd-" + ctrCgroupfs + ".scope", PodUID: podCgroupfs, ContainerID: ctrCgroupfs},
+		},
+		{
+			name:    "namespaced besteffort pod",
+			content: "0::/../../../kubepods-besteffort.slice/kubepods-besteffort-pod" + podU + ".slice/crio-" + ctrCgroupfs + ".scope\n",
+			want:    Cgroup{Path: "/../../../kubepods-besteffort.slice/kubepods-besteffort-pod" + podU + ".slice/crio-" + ctrCgroupfs + ".scope", PodUID: podCgroupfs, ContainerID: ctrCgroupfs},
+		},
+		{
+			// cgroupfs driver: the exporter in kubepods/burstable/pod<E>/<X>.
+			name:    "namespaced cgroupfs pod",
+			content: "0::/../../pod" + podCgroupfs + "/" + ctrCgroupfs + "\n",
+			want:    Cgroup{Path: "/../../pod" + podCgroupfs + "/" + ctrCgroupfs, PodUID: podCgroupfs, ContainerID: ctrCgroupfs},
+		},
+		{
+			name:    "namespaced cgroupfs besteffort pod",
+			content: "0::/../../besteffort/pod" + podCgroupfs + "/" + ctrCgroupfs + "\n",
+			want:    Cgroup{Path: "/../../besteffort/pod" + podCgroupfs + "/" + ctrCgroupfs, PodUID: podCgroupfs, ContainerID: ctrCgroupfs},
+		},
+		{
+			name:    "namespaced host service",
+			content: "0::/../../../../system.slice/trainer.service\n",
+			want:    Cgroup{Path: "/../../../../system.slice/trainer.service", Unit: "trainer.service", Slice: "system.slice"},
+		},
+		{
+			// Up to the root and down a user's delegated tree: forged.
+			name:    "namespaced forged pod",
+			content: "0::/../../../../user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs + "\n",
+			want:    Cgroup{Path: "/../../../../user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice"},
+		},
+		{
+			name:    "forged pod",
+			content: "0::/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs + "\n",
+			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice"},
+		},
+		{
+			name:    "forged systemd pod slice",
+			content: "0::/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods-burstable-pod" + podU + ".slice/x.scope\n",
+			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods-burstable-pod" + podU + ".slice/x.scope", Unit: "x.scope", Slice: "kubepods-burstable-pod" + podU + ".slice"},
+		},
+		{
+			name:    "forged Slurm job",
+			content: "0::/user.slice/user-1001.slice/user@1001.service/app.slice/slurmstepd.scope/job_10/step_0/user/task_0\n",
+			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/app.slice/slurmstepd.scope/job_10/step_0/user/task_0", Unit: "slurmstepd.scope", Slice: "app.slice"},
+		},
+		{
+			name:    "forged Slurm v1 job",
+			content: "4:memory:/user.slice/user-1001.slice/user@1001.service/slurm/uid_0/job_13/step_0\n",
+			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/slurm/uid_0/job_13/step_0", Unit: "user@1001.service", Slice: "user-1001.slice"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ParseCgroup([]byte(tc.content))
+			if got != tc.want {
+				t.Errorf("ParseCgroup(%q) =\n%+v\nwant\n%+v", tc.content, got, tc.want)
+			}
+			if tc.want.PodUID == "" && got.SlurmdCgroup() {
+				t.Errorf("%s: taken for slurmd's cgroup, whose tasks' environment names their job", tc.name)
+			}
+		})
+	}
 }
