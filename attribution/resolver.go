@@ -392,12 +392,29 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 	scaleShares(own.Claims)
 	own.OwnersUnknown = partial && !allocated
 	idx := newClaims(own.Claims)
-	// Only while the kubelet is down does it matter whether pods' processes
-	// run on the device: a lookup per process saved at every other scrape.
-	podOnDevice := kubeDown && slices.ContainsFunc(d.PIDs, func(pid uint32) bool {
+	// Only while the kubelet is down, or not asked, does it matter whether
+	// pods' processes run on the device: a lookup per process saved at
+	// every other scrape. Not asked (Kubernetes attribution off, or no
+	// socket where the exporter looks), a pod's process whose pod no
+	// metadata names has an owner nobody can tell.
+	podOnDevice := (kubeDown || r.cfg.Kubelet == nil) && slices.ContainsFunc(d.PIDs, func(pid uint32) bool {
 		p, ok := procs[pid]
-		return ok && p.info.Cgroup.PodUID != ""
+		if !ok || p.info.Cgroup.PodUID == "" {
+			return false
+		}
+		if kubeDown {
+			return true
+		}
+		_, known := r.processOwner(p, sl, pods)
+		return !known
 	})
+	if podOnDevice && r.cfg.Kubelet == nil {
+		r.logOnceMsg(errors.New("processes of Kubernetes pods use GPUs, and Kubernetes attribution is off"),
+			"the owners of GPUs that pods use are unknown: enable --attribution.kubernetes, with --kubernetes.pod-resources-socket where the kubelet's socket is (microk8s: /var/snap/microk8s/common/var/lib/kubelet/pod-resources/kubelet.sock)")
+	}
+	if podOnDevice && !allocated {
+		own.OwnersUnknown = true
+	}
 	for _, pid := range d.PIDs {
 		p, ok := procs[pid]
 		if !ok {

@@ -77,6 +77,7 @@ func podCgroup(uid string) string {
 const (
 	gpuA    = "GPU-a0000000-0000-4000-8000-000000000000"
 	gpuB    = "GPU-b0000000-0000-4000-8000-000000000000"
+	gpuC    = "GPU-c0000000-0000-4000-8000-000000000000"
 	gpuM    = "GPU-c0000000-0000-4000-8000-000000000000"
 	gpuIdle = "GPU-d0000000-0000-4000-8000-000000000000"
 	mig1    = "MIG-e0000000-0000-4000-8000-000000000001"
@@ -1543,5 +1544,42 @@ func TestLogOnceAfterManyMessages(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "msg=m"); n != maxLoggedOnce+6 {
 		t.Errorf("%d messages told, want %d, each distinct once", n, maxLoggedOnce+6)
+	}
+}
+
+// TestResolvePodProcessesWithoutKubelet: with Kubernetes attribution off
+// (by flag, or no kubelet socket where the exporter looks, as on microk8s),
+// a process whose cgroup is a pod's has an owner nobody can tell. Its GPU's
+// owners are unknown, not none (found by probing: a pod-only GPU 50% busy
+// read xpu_device_owners 0, as if idle), and a host unit beside it is not
+// made the GPU's sole owner with the pod's usage (0.4 = pod 0.3 + unit
+// 0.1 billed to the unit). A GPU only units use is theirs as ever. It is
+// said once, with what to do.
+func TestResolvePodProcessesWithoutKubelet(t *testing.T) {
+	var logs bytes.Buffer
+	r := New(Config{
+		Procfs: procfs(t, map[uint32]string{100: podCgroup(uidA), 101: podCgroup(uidA),
+			900: "/system.slice/trainer.service", 901: "/system.slice/ollama.service"}),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	devices := []Device{
+		{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100}},
+		{UUID: gpuB, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{101, 900}},
+		{UUID: gpuC, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{901}},
+	}
+	for range 2 {
+		res := r.Resolve(context.Background(), devices)
+		for _, uuid := range []string{gpuA, gpuB} {
+			own := res.Devices[uuid]
+			if !own.OwnersUnknown || len(own.Claims) != 0 {
+				t.Errorf("%s: owners unknown %v, claims %+v; want unknown and none", uuid, own.OwnersUnknown, own.Claims)
+			}
+		}
+		if own := res.Devices[gpuC]; own.OwnersUnknown || len(own.Claims) != 1 || own.Claims[0].Owner.Unit != "ollama.service" || own.Claims[0].Share != 1 {
+			t.Errorf("GPU-c: owners unknown %v, claims %+v; want ollama.service's", own.OwnersUnknown, own.Claims)
+		}
+	}
+	if n := strings.Count(logs.String(), "Kubernetes pods"); n != 1 {
+		t.Errorf("told %d times, want once:\n%s", n, logs.String())
 	}
 }
