@@ -241,7 +241,11 @@ func (d *Device) Usage() []Usage {
 		case sole:
 			parties[i].Utilization = d.Utilization
 		case resolved && utilKnown && exitedKnown && utilTotal > 0:
-			v := *d.Utilization * util[i] / utilTotal
+			// The factor first: where the processes' samples add up to
+			// the device's reading, as they do when nothing else ran,
+			// it is exactly 1 and each part is its samples' sum (0.4, not
+			// 0.7 × 0.4 / 0.7 = 0.39999999999999997).
+			v := util[i] * (*d.Utilization / utilTotal)
 			parties[i].Utilization = &v
 		case resolved && exitedKnown && *d.Utilization == 0:
 			// Every part of an idle device is 0, whatever its processes'

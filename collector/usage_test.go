@@ -184,3 +184,21 @@ func deref(v *float64) any {
 	}
 	return *v
 }
+
+// TestUsageExactWhereSamplesAddUp: where the processes' samples add up to
+// the device's reading, each owner's part is exactly its samples' sum,
+// not a float a hair off it (0.7 × 0.4 / 0.7 = 0.39999999999999997 was
+// served for a job whose one process read 0.4).
+func TestUsageExactWhereSamplesAddUp(t *testing.T) {
+	a := attribution.Owner{Kind: attribution.Slurm, SlurmJobID: "10"}
+	d := Device{
+		Utilization:  some(0.7),
+		Claims:       []attribution.Claim{{Owner: a, Share: 1}},
+		ProcessOwner: map[uint32]int{1: 0, 2: attribution.Unattributed},
+		Processes:    []Process{{PID: 1, Utilization: some(0.4)}, {PID: 2, Utilization: some(0.3)}},
+	}
+	got := d.Usage()
+	if len(got) != 2 || got[0].Utilization == nil || *got[0].Utilization != 0.4 || got[1].Utilization == nil || *got[1].Utilization != 0.3 {
+		t.Fatalf("parts %+v, want exactly 0.4 (job 10) and 0.3 (unattributed)", got)
+	}
+}
