@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -84,6 +85,9 @@ type Config struct {
 type Resolver struct {
 	cfg Config
 	now func() time.Time
+	// served are the vendors whose devices the exporter reads, nil for
+	// every vendor (ServeVendors). Set before the first Resolve.
+	served atomic.Pointer[map[string]bool]
 
 	mu sync.Mutex
 	// procs caches what procfs said of the PIDs seen in the previous
@@ -169,6 +173,25 @@ func (p procInfo) job() string {
 const slurmdRecheck = time.Minute
 
 // New returns a resolver over the configured sources.
+// ServeVendors names the vendors whose devices the exporter reads
+// (kubernetes.VendorNVIDIA, VendorAMD, VendorHabana). A device-plugin ID
+// or DRA claim of another vendor is another exporter's to place (the chart
+// runs one per vendor on a node of two), not an ID naming no device here.
+// Without it every vendor is the exporter's.
+func (r *Resolver) ServeVendors(vendors []string) {
+	served := make(map[string]bool, len(vendors))
+	for _, v := range vendors {
+		served[v] = true
+	}
+	r.served.Store(&served)
+}
+
+// othersVendor says vendor is known and not one the exporter serves.
+func (r *Resolver) othersVendor(vendor string) bool {
+	served := r.served.Load()
+	return served != nil && vendor != "" && !(*served)[vendor]
+}
+
 func New(cfg Config) *Resolver {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -878,13 +901,17 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 	allocs, idErrs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
 	var unplaced unplacedVendors
 	for _, e := range idErrs {
-		r.logOnce(e)
 		var de *kubernetes.DeviceIDError
-		if errors.As(e, &de) && de.Held {
+		isID := errors.As(e, &de)
+		if isID && r.othersVendor(kubernetes.ResourceVendor(de.Resource)) {
+			continue
+		}
+		r.logOnce(e)
+		res.UnknownDeviceIDs++
+		if isID && de.Held {
 			unplaced = unplaced.add(kubernetes.ResourceVendor(de.Resource))
 		}
 	}
-	res.UnknownDeviceIDs = len(idErrs)
 	byRef := indexDevices(devices)
 	// Each device's claims are sized before they are filled: a GPU shared
 	// by hundreds of pods would otherwise grow its list of large Claims
@@ -931,9 +958,13 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 	}
 	for i, a := range allocs {
 		uuid := uuids[i]
+		if uuid == "" && r.othersVendor(kubernetes.ResourceVendor(a.Resource)) {
+			continue
+		}
 		if uuid == "" {
 			// Well formed, but no device of this node: a GPU that is gone
-			// or was never identified, a collector turned off.
+			// or was never identified, the NVIDIA collector finding no
+			// driver.
 			res.UnknownDeviceIDs++
 			r.logOnceMsg(fmt.Errorf("%s %q (pod %s/%s)", a.Resource, a.DeviceID, a.Namespace, a.Pod), "device plugin ID names no device of this node; that ID is not attributed (the container's other devices are)")
 			continue
@@ -1013,13 +1044,16 @@ func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernet
 		r.logCDIState(err)
 		src = &Source{Name: SourceCDI, Err: err}
 	}
-	var slices kubernetes.ResourceSliceIndex
+	var sliceIdx kubernetes.ResourceSliceIndex
 	if r.cfg.ResourceSlices != nil {
 		var err error
-		slices, err = r.cfg.ResourceSlices.Index()
+		sliceIdx, err = r.cfg.ResourceSlices.Index()
 		res.Sources = append(res.Sources, Source{Name: kubernetes.SourceResourceSlices, Err: err})
 	}
-	allocs, unresolved := kubernetes.ClaimAllocations(pods, idx, r.cfg.DRADrivers, slices)
+	allocs, unresolved := kubernetes.ClaimAllocations(pods, idx, r.cfg.DRADrivers, sliceIdx)
+	unresolved = slices.DeleteFunc(unresolved, func(u kubernetes.UnresolvedClaimDevice) bool {
+		return r.othersVendor(kubernetes.DriverVendor(u.Claim.Driver))
+	})
 	now := make(map[string]bool, len(unresolved))
 	for _, u := range unresolved {
 		now[u.Err.Error()] = true
@@ -1032,6 +1066,9 @@ func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernet
 	res.UnresolvedClaimDevices = len(unresolved)
 	for _, a := range allocs {
 		uuid, ok := byRef(a.Device)
+		if !ok && r.othersVendor(kubernetes.DriverVendor(a.Claim.Driver)) {
+			continue
+		}
 		if !ok {
 			res.UnresolvedClaimDevices++
 			r.logOnceMsg(fmt.Errorf("claim %s/%s device %s: its CDI spec names %s, which is no device of this node",

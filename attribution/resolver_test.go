@@ -1583,3 +1583,44 @@ func TestResolvePodProcessesWithoutKubelet(t *testing.T) {
 		t.Errorf("told %d times, want once:\n%s", n, logs.String())
 	}
 }
+
+// TestResolveOtherVendorsIDs: the chart runs one exporter per vendor on a
+// node of two vendors, each serving its own devices. The other vendor's
+// device-plugin IDs, well formed or not, and its DRA claims are the other
+// exporter's to place: not counted as IDs that name no device here (found
+// by probing: each exporter counted the other's 2 allocations, and
+// XpuExporterDown fired on every mixed node). The exporter's own vendor's
+// ID that names no device here is counted as ever.
+func TestResolveOtherVendorsIDs(t *testing.T) {
+	kubelet := &fakeKubelet{pods: []kubernetes.PodResources{
+		pod("ml", "nv", "main", "nvidia.com/gpu", gpuA),
+		pod("ml", "nv-gone", "main", "nvidia.com/gpu", gpuB),
+		pod("ml", "gaudi", "main", "habana.ai/gaudi", "hl1"),
+		pod("ml", "gaudi-odd", "main", "habana.ai/gaudi", "not a gaudi!"),
+		pod("ml", "amd", "main", "amd.com/gpu", "0000:c1:00.0"),
+	}}
+	devices := []Device{{UUID: gpuA, Vendor: "nvidia", Index: 0, MIGIndex: -1, GRESIndex: -1}}
+	for _, c := range []struct {
+		name    string
+		vendors []string
+		want    int
+	}{
+		// gpuB (nvidia, no such GPU here), hl1, the odd Gaudi ID, the AMD
+		// PCI address: 4.
+		{"every vendor", nil, 4},
+		// gpuB alone: 1.
+		{"NVIDIA alone", []string{kubernetes.VendorNVIDIA}, 1},
+	} {
+		r := New(Config{Kubelet: kubelet, Metadata: fakeMetadata{}})
+		if c.vendors != nil {
+			r.ServeVendors(c.vendors)
+		}
+		res := r.Resolve(context.Background(), devices)
+		if res.UnknownDeviceIDs != c.want {
+			t.Errorf("%s: %d unknown device IDs, want %d", c.name, res.UnknownDeviceIDs, c.want)
+		}
+		if cl := res.Devices[gpuA].Claims; len(cl) != 1 || cl[0].Owner.Pod != "nv" {
+			t.Errorf("%s: GPU-a claims %+v, want pod nv's", c.name, cl)
+		}
+	}
+}

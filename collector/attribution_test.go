@@ -641,3 +641,27 @@ kubernetes:
 		t.Error("the two ended pods are not counted in xpu_attribution_ended_pods")
 	}
 }
+
+// TestPerVendorExporterLeavesOthersIDs: the chart runs one exporter per
+// vendor on a node of two. On the mixed node (2 H100s, 2 Gaudi 2s, a pod
+// on each device), the NVIDIA exporter places its two pods and leaves the
+// Gaudi pods' IDs to the Gaudi exporter, and the reverse: 0 unknown IDs
+// each, not 2 (found by probing: XpuExporterDown fired on every mixed
+// node). Each still counts an ID of its own vendor that names no device.
+func TestPerVendorExporterLeavesOthersIDs(t *testing.T) {
+	for _, c := range []struct {
+		collector, vendor string
+	}{{"nvidia", "nvidia"}, {"gaudi", "habana"}} {
+		s := loadScenario(t, "mixed")
+		gaudiTable(t, s)
+		e := newAttributedExporterWith(t, s, map[string]bool{c.collector: true, "attribution": true}, func() time.Time { return testNow },
+			func(cfg *Config) { cfg.HLSMIPath = selfPath(t) })
+		out := scrapeText(t, e, 10*time.Second)
+		if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
+			t.Errorf("%s exporter: %s, want 0", c.collector, grepLines(out, "xpu_attribution_unknown_device_ids"))
+		}
+		check, _ := oracleChecks(out)
+		check(t, "xpu_device_owners", 1, `gpu="0"`, `vendor="`+c.vendor+`"`)
+		check(t, "xpu_device_owners", 1, `gpu="1"`, `vendor="`+c.vendor+`"`)
+	}
+}

@@ -154,6 +154,18 @@ func New(cfg Config) (*Exporter, error) {
 		}
 	}
 	sort.Strings(e.names)
+	if cfg.Attribution != nil {
+		// Allocations of the vendors no collector reads here are another
+		// exporter's (the chart's per-vendor DaemonSets), not IDs that
+		// name no device.
+		var vendors []string
+		for name, vendor := range sourceVendors {
+			if _, ok := e.snapshots.sources[name]; ok {
+				vendors = append(vendors, vendor)
+			}
+		}
+		cfg.Attribution.ServeVendors(vendors)
+	}
 	// A family that two collectors can fill is emitted by one of them,
 	// which each learns once all are built.
 	for _, c := range e.collectors {
@@ -182,6 +194,14 @@ func (e *Exporter) Start(ctx context.Context) {
 			go b.background(ctx, e.Snapshot)
 		}
 	}
+}
+
+// sourceVendors are the vendors of the collectors that read devices, as the
+// kubelet's resource names and DRA drivers tell them.
+var sourceVendors = map[string]string{
+	"nvidia": kubernetes.VendorNVIDIA,
+	"amd":    kubernetes.VendorAMD,
+	"gaudi":  kubernetes.VendorHabana,
 }
 
 // lifetime is the exporter's run as a collector learns it in background:
