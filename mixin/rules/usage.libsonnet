@@ -223,20 +223,6 @@ local util = import '../lib/util.libsonnet';
               sum by (%(clusterLabel)s, vendor, model) (device:xpu_utilized_devices:sum)
             ||| % fmt,
           },
-        ],
-      },
-      {
-        name: 'xpu-chargeback.rules',
-        interval: c.usageRulesInterval,
-        rules: [
-          {
-            // Chargeback: each owner pays for its allocation, used or not.
-            record: 'device_owner:xpu_cost_per_hour:mul',
-            expr: allocationOnGpu + |||
-              * on (%(key)s) group_left (currency)
-              %(price)s
-            ||| % (fmt { price: price }),
-          },
           {
             // The part of that cost the owner leaves unused, per owner and
             // physical GPU: a GPU in MIG mode allocated whole (the device
@@ -245,9 +231,14 @@ local util = import '../lib/util.libsonnet';
             // they are compared. An owner whose utilization is unknown (the
             // exporter leaves its split out: a Gaudi shared by several
             // parties, a time-sliced MIG instance) has no idle cost, rather
-            // than all of it: unknown is not unused. So has an owner for
-            // the first evaluation after it appears, before the other group
-            // has recorded its use.
+            // than all of it: unknown is not unused.
+            // In this group, after the use it reads: Prometheus runs one
+            // group's rules in order at one evaluation time and orders
+            // nothing between groups. Read from another group, the use
+            // was that group's previous evaluation's, none for an owner
+            // that had just appeared, whose idle cost was lost for an
+            // interval at every pod start or move (found by probing;
+            // TestRecordingRulesReadTheirOwnGroup).
             record: 'device_owner:xpu_idle_cost_per_hour:mul',
             // An allocation on a MIG instance or partition counts where
             // its own use is known; one on a whole GPU always, weighed
@@ -259,6 +250,26 @@ local util = import '../lib/util.libsonnet';
               ||| % c)),
               util.indent(physical('device_owner:xpu_utilized_devices:ratio')),
             ] + |||
+              * on (%(key)s) group_left (currency)
+              %(price)s
+            ||| % (fmt { price: price }),
+          },
+        ] + [
+          {
+            record: '%s:xpu_idle_cost_per_hour:sum' % level.name,
+            expr: sumBy(level, ['currency'], 'device_owner:xpu_idle_cost_per_hour:mul'),
+          }
+          for level in chargebackLevels
+        ],
+      },
+      {
+        name: 'xpu-chargeback.rules',
+        interval: c.usageRulesInterval,
+        rules: [
+          {
+            // Chargeback: each owner pays for its allocation, used or not.
+            record: 'device_owner:xpu_cost_per_hour:mul',
+            expr: allocationOnGpu + |||
               * on (%(key)s) group_left (currency)
               %(price)s
             ||| % (fmt { price: price }),
@@ -302,10 +313,6 @@ local util = import '../lib/util.libsonnet';
             {
               record: '%s:xpu_cost_per_hour:sum' % level.name,
               expr: sumBy(level, ['currency'], 'device_owner:xpu_cost_per_hour:mul'),
-            },
-            {
-              record: '%s:xpu_idle_cost_per_hour:sum' % level.name,
-              expr: sumBy(level, ['currency'], 'device_owner:xpu_idle_cost_per_hour:mul'),
             },
             {
               record: '%s:xpu_energy_kwh_per_hour:sum' % level.name,
