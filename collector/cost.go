@@ -59,15 +59,13 @@ func newCostCollector(cfg Config) (Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--cost.file %s: %w", *costFile, err)
 	}
-	c.currency, c.prices = t.Currency, t.Models
+	// A table is given: prices is never nil, even without a models:
+	// section (per-node prices alone), so that a node it does not list
+	// counts its devices unpriced rather than serving no cost at all.
+	c.currency, c.prices = t.Currency, map[string]float64{}
+	maps.Copy(c.prices, t.Models)
 	if override, ok := t.Nodes[cfg.NodeName]; ok {
-		c.prices = map[string]float64{}
-		for m, p := range t.Models {
-			c.prices[m] = p
-		}
-		for m, p := range override {
-			c.prices[m] = p
-		}
+		maps.Copy(c.prices, override)
 	}
 	return c, nil
 }

@@ -99,3 +99,29 @@ devices:
 		t.Errorf("%d log lines for the unpriced model over two scrapes, want 1:\n%s", n, logs.String())
 	}
 }
+
+// TestCostNodesOnlyTable: a table of per-node prices alone (one cluster
+// ConfigMap, a section per node pool) on a node it does not list prices
+// none of its devices, and counts them as unpriced, as with an empty
+// models: section; they dropped out of every cost sum unseen (found by
+// probing). On a listed node its prices hold.
+func TestCostNodesOnlyTable(t *testing.T) {
+	usePrices(t, "currency: EUR\nnodes:\n  other-node: {NVIDIA H100 80GB HBM3: 1.8}\n")
+	s, err := demo.Parse([]byte(`node: bill-node
+devices:
+  - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
+  - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for node, want := range map[string]string{
+		"bill-node":  `xpu_cost_unpriced_devices{model="NVIDIA H100 80GB HBM3"} 2`,
+		"other-node": `xpu_device_hourly_cost{currency="EUR",gpu="0",`,
+	} {
+		e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow }, NodeName: node}, "nvidia", "cost")
+		if out := scrapeText(t, e, 5*time.Second); !strings.Contains(out, want) {
+			t.Errorf("node %s: no %s in\n%s", node, want, grepLines(out, "cost"))
+		}
+	}
+}
