@@ -122,6 +122,15 @@ func run() int {
 			return 2
 		}
 		logger.Warn("DEMO MODE: serving a simulated node, no real hardware is read", "scenario", source, "node", scenario.Node, "devices", len(scenario.Devices))
+		// The simulated driver was loaded when the host booted, so that its
+		// counters (energy, ECC, NVLink) stay where they were when the
+		// exporter restarts, as NVML's do ("since the driver was last
+		// reloaded"); without the boot time they count from now.
+		if boot, err := procself.BootTime("/proc"); err == nil {
+			scenario.DriverLoaded = boot
+		} else {
+			logger.Info("demo counters count from the exporter's start: no host boot time", "err", err)
+		}
 		cfg.NVML, demoScenario = scenario.NVML(time.Now(), time.Now), scenario
 		sim, err := scenario.StartAttribution()
 		if err != nil {

@@ -32,6 +32,10 @@ func (s *Scenario) NVML(start time.Time, now func() time.Time) nvml.Interface {
 			continue // served through the demo's hl-smi or sysfs
 		}
 		g := newGPU(&s.Devices[i], len(lib.devices), start, now, s.stats)
+		g.loaded = start
+		if !s.DriverLoaded.IsZero() {
+			g.loaded = s.DriverLoaded
+		}
 		lib.devices = append(lib.devices, g)
 		lib.byScenario[i] = g
 	}
@@ -126,9 +130,19 @@ func (s *Scenario) Calls() uint64 { return s.stats.calls.Load() }
 type sim struct {
 	spec  *DeviceSpec
 	index int
-	start time.Time
-	now   func() time.Time
-	stats *simStats
+	// start is when the simulation started, the origin of its timelines
+	// (faults, ramps); loaded is when the driver was loaded, the origin
+	// of its counters (Scenario.DriverLoaded).
+	start, loaded time.Time
+	now           func() time.Time
+	stats         *simStats
+}
+
+// driverCounters are the metrics NVML counts since the driver was loaded.
+var driverCounters = map[string]bool{
+	"energy": true, "pcie_replays": true, "ecc_corrected": true, "ecc_uncorrected": true,
+	"retired_pages_single_bit": true, "retired_pages_double_bit": true,
+	"nvlink_replay_errors": true, "nvlink_recovery_errors": true, "nvlink_crc_flit_errors": true, "nvlink_crc_data_errors": true,
 }
 
 // gate applies the device's modelled latency and faults to one call, named
@@ -181,7 +195,11 @@ func (s *sim) valueAt(key string, t time.Time) (float64, bool) {
 	v.seed = uint64(hashString(key))<<8 | uint64(s.index)
 	// Spread the devices over the period so that they do not move in lockstep.
 	v.Phase += float64(s.index) * 0.137
-	return math.Max(0, v.At(s.start, t)), true
+	origin := s.start
+	if driverCounters[key] {
+		origin = s.loaded
+	}
+	return math.Max(0, v.At(origin, t)), true
 }
 
 func (s *sim) value(key string) (float64, nvml.Return) {
@@ -279,7 +297,7 @@ func (s *sim) linkCounterKiB(key string, link int) (uint64, bool) {
 		slices.Contains(s.spec.Faults.FailingLinks, link) {
 		return 0, false
 	}
-	bytes := v.Mean() * s.now().Sub(s.start).Seconds() / float64(*s.spec.NVLinks)
+	bytes := v.Mean() * s.now().Sub(s.loaded).Seconds() / float64(*s.spec.NVLinks)
 	return uint64(math.Max(0, bytes) / 1024), true
 }
 

@@ -51,6 +51,13 @@ func Load(path string) (*Scenario, error) {
 
 // Scenario describes a simulated node.
 type Scenario struct {
+	// DriverLoaded is when the simulated driver was loaded, the origin of
+	// its counters (energy, ECC, PCIe replays, NVLink): NVML counts them
+	// "since the driver was last reloaded" (nvml.h), which an exporter
+	// restart does not do. Zero: the start the NVML is made with. Set by
+	// the program, not the scenario file.
+	DriverLoaded time.Time `yaml:"-"`
+
 	Node          string `yaml:"node"`
 	DriverVersion string `yaml:"driver_version"`
 	CUDAVersion   string `yaml:"cuda_version"`

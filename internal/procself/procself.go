@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -219,6 +220,19 @@ func StatStartTicks(stat []byte) (uint64, error) {
 		}
 		rest = rest[end:]
 	}
+}
+
+// BootTime is when the host booted, from the btime line of procRoot/stat.
+func BootTime(procRoot string) (time.Time, error) {
+	stat, err := os.ReadFile(filepath.Join(procRoot, "stat"))
+	if err != nil {
+		return time.Time{}, err
+	}
+	btime, err := bootTime(stat)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(int64(btime), 0), nil
 }
 
 // bootTime reads the btime line of /proc/stat.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -196,5 +197,18 @@ func TestStatStartTicks(t *testing.T) {
 		if (err != nil) != tc.err || got != tc.want {
 			t.Errorf("%s: %d, %v; want %d, error %v", tc.name, got, err, tc.want, tc.err)
 		}
+	}
+}
+
+// TestBootTime: btime, "boot time, in seconds since the Epoch" (proc(5)):
+// 1,700,000,000 s is 2023-11-14T22:13:20Z.
+func TestBootTime(t *testing.T) {
+	root := fixtureProc(t, procStat, "1 (x) S 0\n", "1 2\n")
+	got, err := BootTime(root)
+	if err != nil || !got.Equal(time.Date(2023, 11, 14, 22, 13, 20, 0, time.UTC)) {
+		t.Errorf("BootTime = %v, %v; want 2023-11-14T22:13:20Z", got, err)
+	}
+	if _, err := BootTime(t.TempDir()); err == nil {
+		t.Error("no /proc/stat: no error")
 	}
 }
