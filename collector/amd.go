@@ -29,7 +29,7 @@ func init() {
 
 var (
 	amdReadErrors = counter("amd_read_errors_total", "amdgpu sysfs and procfs files that exist but could not be read or parsed, by file (not counting readings a model lacks).")
-	amdXGMIData   = counter("amd_xgmi_data_bytes_total", "Data the GPU's XGMI links carried since the driver was loaded, summed over the links the firmware reports, by direction (read, write), from gpu_metrics.")
+	amdXGMIData   = counter("amd_xgmi_data_bytes_total", "Data the GPU's XGMI links carried since the driver was loaded, summed over its links (one the firmware leaves out of a read counts at its last value, one that appears later from then on), by direction (read, write), from gpu_metrics.")
 	amdRASErrors  = counter("amd_ras_errors_total", "Errors the amdgpu RAS block counted since the driver was loaded, by block (umc, gfx, sdma, xgmi_wafl, …) and type (corrected, uncorrected, deferred).")
 )
 
@@ -114,6 +114,9 @@ type amdCollector struct {
 	// accumulator. The two count from different origins, so a scrape in
 	// which the chosen one fails serves no energy rather than the other.
 	energySource map[string]energySource
+	// xgmi is, by PCI address, each GPU's XGMI data links across reads,
+	// read and write.
+	xgmi map[string]*[2]xgmiLinks
 	// layouts are, by PCI address, the compute partitions each GPU had at
 	// its last answer, which a GPU that stops answering keeps: the device
 	// plugin's IDs and Slurm's GRES numbering name them still.
@@ -192,6 +195,8 @@ type amdData struct {
 	partition int         // -1 for a whole GPU
 	// energy is the GPU's energy counter from its source (energySource).
 	energy amd.Opt[float64]
+	// xgmiRead and xgmiWrite are its XGMI data counters (xgmiLinks).
+	xgmiRead, xgmiWrite amd.Opt[float64]
 }
 
 func newAMDCollector(cfg Config) (Collector, error) {
@@ -209,6 +214,7 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		down:         map[string]string{},
 		ras:          newAMDRAS(),
 		energySource: map[string]energySource{},
+		xgmi:         map[string]*[2]xgmiLinks{},
 		layouts:      map[string]partLayout{},
 	}, nil
 }
@@ -490,7 +496,7 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 		PCIBusID:   ad.PCIBusID,
 		Minor:      ad.RenderMinor,
 		Up:         !ad.Down,
-		vendorData: &amdData{dev: ad, partition: -1, energy: c.energy(ad)},
+		vendorData: c.gpuData(ad),
 	}
 	if ad.PCIBusID == "" {
 		d.UUID = ""
@@ -516,6 +522,23 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 	c.mu.Unlock()
 	c.logDown(card, d, why)
 	return d
+}
+
+// gpuData is a whole GPU's readings with its counters kept across reads.
+func (c *amdCollector) gpuData(ad *amd.Device) *amdData {
+	data := &amdData{dev: ad, partition: -1, energy: c.energy(ad)}
+	if m := ad.Metrics; m != nil && ad.PCIBusID != "" {
+		c.mu.Lock()
+		links := c.xgmi[ad.PCIBusID]
+		if links == nil {
+			links = &[2]xgmiLinks{}
+			c.xgmi[ad.PCIBusID] = links
+		}
+		data.xgmiRead.Value, data.xgmiRead.OK = links[0].sum(m.XGMIReadBytes)
+		data.xgmiWrite.Value, data.xgmiWrite.OK = links[1].sum(m.XGMIWriteBytes)
+		c.mu.Unlock()
+	}
+	return data
 }
 
 // energy is the GPU's energy counter from the source it was first read
@@ -1457,26 +1480,10 @@ func emitAMDReadings(e emitter, l labels, d *Device, data *amdData) {
 	amdOpt(e, energy, l, data.energy)
 	amdOpt(e, clock, l.with("clock", "graphics"), ad.SClock)
 	amdOpt(e, clock, l.with("clock", "memory"), ad.MClock)
-	if m != nil {
-		// gpu_metrics v1.4+: xgmi_read_data_acc[] and xgmi_write_data_acc[],
-		// "XGMI accumulated data transfer size (KiloBytes)" per link. A link
-		// the firmware does not report is all-ones, here unset, and stays so,
-		// so the sum over the set links does not jump.
-		for _, dir := range []struct {
-			name  string
-			links []amd.Opt[uint64]
-		}{{"read", m.XGMIReadBytes}, {"write", m.XGMIWriteBytes}} {
-			sum, seen := 0.0, false
-			for _, v := range dir.links {
-				if v.OK {
-					sum, seen = sum+float64(v.Value), true
-				}
-			}
-			if seen {
-				e.emit(amdXGMIData, l.with("direction", dir.name), sum)
-			}
-		}
-	}
+	// gpu_metrics v1.4+: xgmi_read_data_acc[] and xgmi_write_data_acc[],
+	// summed over the links with what each carried kept (xgmiLinks).
+	amdOpt(e, amdXGMIData, l.with("direction", "read"), data.xgmiRead)
+	amdOpt(e, amdXGMIData, l.with("direction", "write"), data.xgmiWrite)
 	if m != nil && m.PCIeReplayCount.OK {
 		e.emit(pcieReplays, l, float64(m.PCIeReplayCount.Value))
 	}

@@ -1,0 +1,57 @@
+package collector
+
+import (
+	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
+)
+
+// TestXGMILinksSum: the probe's sequence (links in KB × 1000 = bytes). The
+// served counter must grow by what the links carried, never fall but at a
+// driver reload.
+func TestXGMILinksSum(t *testing.T) {
+	link := func(kb ...int64) []amd.Opt[uint64] {
+		out := make([]amd.Opt[uint64], len(kb))
+		for i, v := range kb {
+			if v >= 0 {
+				out[i] = amd.Opt[uint64]{Value: uint64(v) * 1000, OK: true}
+			}
+		}
+		return out
+	}
+	var x xgmiLinks
+	for _, step := range []struct {
+		name  string
+		links []amd.Opt[uint64]
+		want  float64
+	}{
+		// 1,000,000 + 2,000,000 + 3,000,000 KB = 6e9 bytes; slot 3 never
+		// reported (a link the GPU does not have).
+		{"first read", link(1_000_000, 2_000_000, 3_000_000, -1), 6e9},
+		// Each link +100 KB: 6e9 + 300,000 = 6,000,300,000.
+		{"all links", link(1_000_100, 2_000_100, 3_000_100, -1), 6_000_300_000},
+		// Links 0 and 1 +100 KB, link 2 unreported: its last 3,000,100 KB
+		// stays in the sum, 6,000,300,000 + 200,000 = 6,000,500,000.
+		{"link 2 unreported", link(1_000_200, 2_000_200, -1, -1), 6_000_500_000},
+		// All three back at 300 KB past their first read: 1,000,300 +
+		// 2,000,300 + 3,000,300 KB = 6,000,900,000 bytes.
+		{"link 2 back", link(1_000_300, 2_000_300, 3_000_300, -1), 6_000_900_000},
+		// Slot 3 appears at 500 KB: only what it carries from now on
+		// counts, 6,000,900,000 + 0.
+		{"new link", link(1_000_300, 2_000_300, 3_000_300, 500), 6_000_900_000},
+		// It carries 50 KB: 6,000,950,000.
+		{"new link counts", link(1_000_300, 2_000_300, 3_000_300, 550), 6_000_950_000},
+		// Driver reloaded: the accumulators start again at 10, 20, 30 KB;
+		// the counter starts again from them, 60,000 bytes.
+		{"driver reload", link(10, 20, 30, -1), 60_000},
+	} {
+		got, ok := x.sum(step.links)
+		if !ok || got != step.want {
+			t.Errorf("%s: %v (ok %v), want %v", step.name, got, ok, step.want)
+		}
+	}
+	var none xgmiLinks
+	if _, ok := none.sum(link(-1, -1)); ok {
+		t.Error("no link ever reported: a counter served")
+	}
+}
