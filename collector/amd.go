@@ -184,9 +184,9 @@ type amdWindow struct {
 // documentation, "DRM client usage stats"): over a few milliseconds a busy
 // client may show none of its time, or a dip. A scrape sooner than this
 // after the previous one (two Prometheus servers, a gzip and a plain
-// scrape that missed each other) serves the previous window again, split
-// and all, as an NVIDIA GPU's does when the driver has ended no sample
-// period since.
+// scrape that missed each other), or a /devices read, serves the previous
+// window again, split and all, as an NVIDIA GPU's does when the driver has
+// ended no sample period since.
 const amdMinWindow = time.Second
 
 // amdData is what Update needs of an AMD device beyond Device.
@@ -803,7 +803,10 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 	advance := m != moveNone
 	c.mu.Lock()
 	prev := *c.windowOf(m)
-	again := advance && prev.shares != nil && now.Sub(prev.at) < amdMinWindow
+	// A read that moves no window (/devices) that soon after the last
+	// scrape serves that scrape's window too, rather than divide by a few
+	// milliseconds.
+	again := prev.shares != nil && now.Sub(prev.at) < amdMinWindow
 	if advance && !again {
 		w := amdWindow{at: now, clients: amd.Baseline(prev.clients, clients), complete: complete}
 		if m == movePush {

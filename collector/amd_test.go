@@ -1827,7 +1827,9 @@ func TestAMDIdleGPUWithAnUnknownClient(t *testing.T) {
 // scan a's gfx time grows 1,000,000,000 → 1,600,000,000 ns (0.6 s / 2 s =
 // 0.3) and b's 1,000,000,000 → 1,300,000,000 (0.15): a 0.45 × 0.3/0.45 =
 // 0.3, b 0.15. A scrape 5 ms later sees no counter move: it serves that
-// window again, not 0 for both.
+// window again, not 0 for both; so does a /devices read 3 ms after that
+// scrape, which moves no window (found by probing: both owners' parts
+// unknown on /devices just after a scrape).
 // The next scrape, 1.5 s after the second, measures from the second: a's
 // process 1,600,000,000 → 2,050,000,000 (0.45 s / 1.5 s = 0.3), b's
 // 1,300,000,000 → 1,525,000,000 (0.15); from the 5 ms scrape a's would be
@@ -1845,17 +1847,19 @@ func TestAMDScrapeTooSoonServesThePreviousWindow(t *testing.T) {
 	c := newAMDCollectorFor(t, tr, clk)
 	for _, step := range []struct {
 		after time.Duration
+		m     move
 		a, b  string
 		want  []usageWant
 	}{
-		{0, "1000000000", "1000000000", nil},
-		{2 * time.Second, "1600000000", "1300000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
-		{5 * time.Millisecond, "1600000000", "1300000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
-		{1495 * time.Millisecond, "2050000000", "1525000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
+		{0, moveScrape, "1000000000", "1000000000", nil},
+		{2 * time.Second, moveScrape, "1600000000", "1300000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
+		{3 * time.Millisecond, moveNone, "1600000000", "1300000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
+		{2 * time.Millisecond, moveScrape, "1600000000", "1300000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
+		{1495 * time.Millisecond, moveScrape, "2050000000", "1525000000", []usageWant{{some(1024 * mib), some(0.3)}, {some(512 * mib), some(0.15)}}},
 	} {
 		clk.t = clk.t.Add(step.after)
 		at(step.a, step.b)
-		devs, err := c.readDevices(context.Background(), moveScrape)
+		devs, err := c.readDevices(context.Background(), step.m)
 		if err != nil || len(devs) != 1 {
 			t.Fatalf("%d devices, %v", len(devs), err)
 		}
