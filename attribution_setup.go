@@ -70,7 +70,7 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 		"Attribute devices to Slurm jobs (scontrol, squeue). Off when scontrol is not found.").Default("true").IsSetByUser(&f.setSlurm).Bool()
 	f.scontrol = a.Flag("slurm.scontrol-path", "scontrol binary.").Default("scontrol").IsSetByUser(&f.setScontrol).String()
 	f.squeue = a.Flag("slurm.squeue-path", "squeue binary.").Default("squeue").IsSetByUser(&f.setSqueue).String()
-	f.slurmNode = a.Flag("slurm.node-name", "This node's name in Slurm; empty means the short host name.").Default("").IsSetByUser(&f.setSlurmNodes).String()
+	f.slurmNode = a.Flag("slurm.node-name", "This node's name in Slurm; empty means the short host name, or the name the node's one-node jobs give it.").Default("").IsSetByUser(&f.setSlurmNodes).String()
 	f.gresOrder = a.Flag("slurm.gres-order",
 		"How Slurm numbers this node's GPUs in GRES indices: vendor (the order autodetection gives: NVML's for NVIDIA, AutoDetect=nvml or gres.conf Links=; ROCm SMI's for AMD, by PCI address since ROCm 6.0, AutoDetect=rsmi) or device-file (by /dev/nvidiaN or /dev/dri/renderDN, for a gres.conf listing File= without Links=, or AutoDetect=rsmi before ROCm 6.0). nvml is vendor's former name.").Default("vendor").Enum("vendor", "nvml", "device-file")
 	return f
@@ -207,6 +207,7 @@ func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver,
 					return nil, nil, closeAll, fmt.Errorf("slurm node name: %w", err)
 				}
 				cfg.NodeName, _, _ = strings.Cut(host, ".")
+				cfg.LearnNodeName = true
 			}
 			logger.Info("Slurm attribution on", "scontrol", *f.scontrol, "node", cfg.NodeName)
 		}

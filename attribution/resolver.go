@@ -78,7 +78,12 @@ type Config struct {
 	Slurm *slurm.Client
 	// NodeName is this node's name in Slurm, to read the jobs' GRES.
 	NodeName string
-	Logger   *slog.Logger
+	// LearnNodeName says NodeName is the host's name, not one given: where
+	// Slurm knows the node by another (NodeName apart from NodeHostname,
+	// as cloud clusters name their nodes), the name is learnt from the
+	// running jobs squeue lists here (Resolver.slurmNodeName).
+	LearnNodeName bool
+	Logger        *slog.Logger
 }
 
 // Resolver attributes devices to owners. It is safe for concurrent use.
@@ -116,6 +121,9 @@ type Resolver struct {
 	// slurmHidden says Slurm hid other users' jobs in the previous scrape
 	// (slurm.Client.JobsHidden), so that a change is logged once.
 	slurmHidden bool
+	// slurmNode is this node's Slurm name learnt from its jobs, "" while
+	// none is (Config.LearnNodeName).
+	slurmNode string
 }
 
 // procInfo is who a process runs for, as far as procfs tells. It is two
@@ -361,6 +369,56 @@ func inheritWholeAllocations(devices []Device, kube map[string][]Claim) {
 		}
 		kube[d.UUID] = inherited
 	}
+}
+
+// runningRecord is a job squeue lists as running on this node, with its
+// record.
+type runningRecord struct {
+	id  string
+	job slurm.Job
+}
+
+// slurmNodeName is this node's name in Slurm: the one configured, or where
+// it was not given and no running job's record names the host's name, the
+// one node of the jobs squeue lists here that run on one node alone. squeue
+// -w maps a host name to its node (NodeHostname), and a job that runs on
+// one node and is listed on this one runs here; their records name the
+// node as Slurm does, which is how its GRES are keyed. Jobs that disagree,
+// or only jobs of several nodes, teach nothing: the host's name stays, and
+// the GPUs no job is seen to hold have unknown owners. What is learnt is
+// kept, and said once.
+func (r *Resolver) slurmNodeName(here []runningRecord) string {
+	node := r.cfg.NodeName
+	if !r.cfg.LearnNodeName {
+		return node
+	}
+	r.mu.Lock()
+	if r.slurmNode != "" {
+		node = r.slurmNode
+	}
+	r.mu.Unlock()
+	if len(here) == 0 || slices.ContainsFunc(here, func(rr runningRecord) bool { return rr.job.NamesNode(node) }) {
+		return node
+	}
+	learnt := ""
+	for _, rr := range here {
+		one, ok := rr.job.OneNode()
+		if !ok {
+			continue
+		}
+		if learnt != "" && one != learnt {
+			return node
+		}
+		learnt = one
+	}
+	if learnt == "" {
+		return node
+	}
+	r.mu.Lock()
+	r.slurmNode = learnt
+	r.mu.Unlock()
+	r.cfg.Logger.Info("Slurm knows this node by another name than its host's, learnt from the jobs running here; --slurm.node-name gives it", "host", r.cfg.NodeName, "node", learnt)
+	return learnt
 }
 
 // logHidden logs once that Slurm starts, or stops, hiding jobs.
@@ -1415,6 +1473,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 		st.holdersUnseen = hidden
 		r.logHidden(hidden)
 	}
+	var here []runningRecord // the running jobs' records, for their GRES
 	for id := range ids {
 		var j slurm.Job
 		var err error
@@ -1452,32 +1511,36 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			continue
 		}
 		st.jobs[id] = j
-		if _, ok := running[id]; !ok {
+		if _, ok := running[id]; ok {
 			// Not among the node's running jobs (it ended, or runs
-			// elsewhere; its process lives on): its GRES hold no GPU here
-			// now, whatever its record says.
-			continue
+			// elsewhere; its process lives on), a job's GRES hold no GPU
+			// here now, whatever its record says.
+			here = append(here, runningRecord{id, j})
 		}
+	}
+	node := r.slurmNodeName(here)
+	for _, rr := range here {
+		id, j := rr.id, rr.job
 		switch {
-		case !j.NamesNode(r.cfg.NodeName):
+		case !j.NamesNode(node):
 			// squeue -w lists it here (squeue maps a host name to its
 			// node), yet its record names other nodes only: Slurm's name
 			// for this node is not ours (NodeName set apart from
 			// NodeHostname), so which GPUs any job holds here is unknown.
 			st.holdersUnseen = true
-			r.logOnceMsg(fmt.Errorf("job %s runs on node %q by squeue, but its record's nodes are %s", id, r.cfg.NodeName, j.NodeList),
+			r.logOnceMsg(fmt.Errorf("job %s runs on node %q by squeue, but its record's nodes are %s", id, node, j.NodeList),
 				"Slurm knows this node by another name: set --slurm.node-name to its NodeName; GPUs no job is seen to hold have unknown owners meanwhile")
-		case j.Unplaced[r.cfg.NodeName]:
+		case j.Unplaced[node]:
 			// GPUs held by a count alone (gres.conf without File=): any
 			// GPU no job is seen to hold may be one of them.
 			st.holdersUnseen = true
-			r.logOnceMsg(fmt.Errorf("job %s holds GPUs on node %q by a count, without indices", id, r.cfg.NodeName),
+			r.logOnceMsg(fmt.Errorf("job %s holds GPUs on node %q by a count, without indices", id, node),
 				"Slurm gives a job's GPUs on this node by count alone (gres.conf without File=): which GPUs it holds is unknown, and GPUs no job is seen to hold have unknown owners")
 		}
-		for _, idx := range j.GPUs[r.cfg.NodeName] {
+		for _, idx := range j.GPUs[node] {
 			gres[idx] = append(gres[idx], gresHold{job: id, share: 1})
 		}
-		for _, g := range j.Shared[r.cfg.NodeName] {
+		for _, g := range j.Shared[node] {
 			gres[g.Index] = append(gres[g.Index], gresHold{job: id, share: g.Share()})
 		}
 	}

@@ -58,6 +58,15 @@ func (j Job) NamesNode(node string) bool {
 	return slices.Contains(hosts, node)
 }
 
+// OneNode is the node of a job whose node list names one node alone.
+func (j Job) OneNode() (string, bool) {
+	hosts, err := expandHostlist(j.NodeList, 2)
+	if err != nil || len(hosts) != 1 {
+		return "", false
+	}
+	return hosts[0], true
+}
+
 // SharedGPU is a GPU a job holds a part of through a shared GRES.
 type SharedGPU struct {
 	Index int
