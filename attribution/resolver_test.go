@@ -1599,23 +1599,31 @@ func TestLogOnceAfterManyMessages(t *testing.T) {
 // owners are unknown, not none (found by probing: a pod-only GPU 50% busy
 // read xpu_device_owners 0, as if idle), and a host unit beside it is not
 // made the GPU's sole owner with the pod's usage (0.4 = pod 0.3 + unit
-// 0.1 billed to the unit). A GPU only units use is theirs as ever. It is
-// said once, with what to do.
+// 0.1 billed to the unit). The same for a rootless Kubernetes' pod, whose
+// cgroup is below its user's service manager (user@<uid>.service): not the
+// pod's surely (the user names that subtree), nor the runtime's scope
+// above it. A GPU only units use is theirs as ever. It is said once, with
+// what to do.
 func TestResolvePodProcessesWithoutKubelet(t *testing.T) {
 	var logs bytes.Buffer
 	r := New(Config{
 		Procfs: procfs(t, map[uint32]string{100: podCgroup(uidA), 101: podCgroup(uidA),
-			900: "/system.slice/trainer.service", 901: "/system.slice/ollama.service"}),
+			900: "/system.slice/trainer.service", 901: "/system.slice/ollama.service",
+			// A rootless kind node's pod, below its user's service manager.
+			102: "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + strings.Repeat("ab", 32) + ".scope/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod" + strings.ReplaceAll(uidB, "-", "_") + ".slice/cri-containerd-" + strings.Repeat("cd", 32) + ".scope",
+			903: "/system.slice/sidecar.service"}),
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
+	gpuD := "GPU-d0000000-0000-4000-8000-000000000000"
 	devices := []Device{
 		{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100}},
 		{UUID: gpuB, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{101, 900}},
 		{UUID: gpuC, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{901}},
+		{UUID: gpuD, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{102, 903}},
 	}
 	for range 2 {
 		res := r.Resolve(context.Background(), devices)
-		for _, uuid := range []string{gpuA, gpuB} {
+		for _, uuid := range []string{gpuA, gpuB, gpuD} {
 			own := res.Devices[uuid]
 			if !own.OwnersUnknown || len(own.Claims) != 0 {
 				t.Errorf("%s: owners unknown %v, claims %+v; want unknown and none", uuid, own.OwnersUnknown, own.Claims)

@@ -47,6 +47,14 @@ type Cgroup struct {
 	// slurmstepd.scope), not the owner.
 	Unit  string
 	Slice string
+
+	// UserPod says a pod's cgroup is below a user's service manager
+	// (user@<uid>.service), a subtree systemd delegates to the user: the
+	// pods of a rootless Kubernetes (kind or minikube on rootless Podman,
+	// usernetes), or a path the user made up. Neither the pod nor the
+	// user's unit can be taken for its owner, which is unknown. PodUID is
+	// not set; Unit and Slice are, for diagnostics.
+	UserPod bool
 }
 
 // cgroupLine is one hierarchy of /proc/<pid>/cgroup: "ID:controllers:path".
@@ -79,7 +87,12 @@ func ParseCgroup(content []byte) Cgroup {
 	var cg Cgroup
 
 	for _, l := range lines {
-		if pod, container, ok := matchKubernetes(l.path); ok {
+		pod, container, delegated, ok := matchKubernetes(l.path)
+		if ok && delegated {
+			cg.UserPod = true
+			continue
+		}
+		if ok {
 			cg.Path, cg.PodUID, cg.ContainerID = l.path, pod, container
 			break
 		}
@@ -188,11 +201,11 @@ func systemdOrder(lines []cgroupLine) []cgroupLine {
 //	/../../../kubepods-besteffort.slice/kubepods-besteffort-pod<uid_>.slice/…
 //	/../../pod<uid>/<id>, /../../besteffort/pod<uid>/<id>
 //
-// No pod is taken from below a user's service manager (user@<uid>.service):
-// systemd delegates that subtree to the user (user@.service: Delegate=),
-// who may make any directory there and move their own processes into it,
-// a pod's or job's name included.
-func matchKubernetes(path string) (podUID, containerID string, ok bool) {
+// A pod below a user's service manager (user@<uid>.service) is delegated:
+// systemd hands that subtree to the user (user@.service: Delegate=), who
+// may make any directory there and move their own processes into it, a
+// pod's name included; rootless Kubernetes keeps its real pods there.
+func matchKubernetes(path string) (podUID, containerID string, delegated, ok bool) {
 	parts := strings.Split(path, "/")
 	named := 1 // the first component below the ".." of a namespaced path
 	for named < len(parts) && parts[named] == ".." {
@@ -201,8 +214,8 @@ func matchKubernetes(path string) (podUID, containerID string, ok bool) {
 	namespaced := named > 1
 	seenKubepods := false
 	for i, part := range parts {
-		if _, delegated := userManagerUID(part); delegated {
-			return "", "", false
+		if _, user := userManagerUID(part); user {
+			delegated = true
 		}
 		if !seenKubepods && !(namespaced && i >= named && !slices.ContainsFunc(parts[named:i], notQoS)) {
 			seenKubepods = strings.Contains(part, "kubepods")
@@ -216,9 +229,9 @@ func matchKubernetes(path string) (podUID, containerID string, ok bool) {
 		if i+1 < len(parts) {
 			containerID = containerIDFromComponent(parts[i+1])
 		}
-		return uid, containerID, true
+		return uid, containerID, delegated, true
 	}
-	return "", "", false
+	return "", "", false, false
 }
 
 // notQoS says part is not the cgroup of a pod QoS class, which holds the

@@ -647,15 +647,16 @@ func TestParseCgroupNamespacedAndDelegated(t *testing.T) {
 			want:    Cgroup{Path: "/../../../../system.slice/trainer.service", Unit: "trainer.service", Slice: "system.slice"},
 		},
 		{
-			// Up to the root and down a user's delegated tree: forged.
+			// Up to the root and down a user's delegated tree: a rootless
+			// Kubernetes' pod, or forged; its owner is unknown either way.
 			name:    "namespaced forged pod",
 			content: "0::/../../../../user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs + "\n",
-			want:    Cgroup{Path: "/../../../../user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice"},
+			want:    Cgroup{Path: "/../../../../user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice", UserPod: true},
 		},
 		{
 			name:    "forged pod",
 			content: "0::/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs + "\n",
-			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice"},
+			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice", UserPod: true},
 		},
 		{
 			name:    "forged systemd pod slice",
