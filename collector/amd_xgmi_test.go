@@ -1,7 +1,14 @@
 package collector
 
 import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
 )
@@ -53,5 +60,46 @@ func TestXGMILinksSum(t *testing.T) {
 	var none xgmiLinks
 	if _, ok := none.sum(link(-1, -1)); ok {
 		t.Error("no link ever reported: a counter served")
+	}
+}
+
+// TestAMDXGMILinkLeftOutKeepsTheSum runs the served series through a read
+// whose gpu_metrics leaves the fixture MI300X's one XGMI link out (all-ones,
+// as the SMU code leaves a link it did not map): the counter stays at its
+// 2,048 KB × 1000 = 2,048,000 bytes rather than going (a fall to a sum
+// without it), and counts on when the link is back at 3,072 KB:
+// 3,072,000.
+func TestAMDXGMILinkLeftOutKeepsTheSum(t *testing.T) {
+	sys := filepath.Join(t.TempDir(), "sys")
+	if out, err := exec.Command("cp", "-a", filepath.Join("..", "fixtures", "amd", "sys"), sys).CombinedOutput(); err != nil {
+		t.Fatalf("copy the fixture tree: %v\n%s", err, out)
+	}
+	file := filepath.Join(sys, "devices", "pci0000:00", "0000:00:01.1", "0000:0c:00.0", "gpu_metrics")
+	table, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// xgmi_read_data_acc[0] is 2048 KB, [1] all-ones: the one place the
+	// two are side by side.
+	link0 := binary.LittleEndian.AppendUint64(nil, 2048)
+	at := bytes.Index(table, append(slices.Clone(link0), bytes.Repeat([]byte{0xff}, 8)...))
+	if at < 0 || bytes.Count(table, append(slices.Clone(link0), bytes.Repeat([]byte{0xff}, 8)...)) != 1 {
+		t.Fatalf("link 0's read counter not found once in %s", file)
+	}
+	setLink0 := func(v uint64) {
+		binary.LittleEndian.PutUint64(table[at:], v)
+		if err := os.WriteFile(file, table, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newAMDTestExporter(t, sys, filepath.Join("..", "fixtures", "amd", "proc"), func() time.Time { return testNow })
+	for _, step := range []struct {
+		link0 uint64
+		want  float64
+	}{{2048, 2_048_000}, {^uint64(0), 2_048_000}, {3072, 3_072_000}} {
+		setLink0(step.link0)
+		out := scrapeText(t, e, 5*time.Second)
+		check, _ := oracleChecks(out)
+		check(t, "xpu_amd_xgmi_data_bytes_total", step.want, `gpu="0"`, `direction="read"`)
 	}
 }

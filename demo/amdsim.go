@@ -428,7 +428,7 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 		if !ok {
 			return def
 		}
-		return seeded(v, key, g.index).At(a.start, t)
+		return seeded(v, key, g.index).At(a.s.origin(key, a.start), t)
 	}
 	pciDir := filepath.Join(a.sysfs, "devices", "pci0000:00", "0000:00:01.1", d.PCIBusID)
 	files := map[string]string{}

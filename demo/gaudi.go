@@ -131,7 +131,7 @@ func (s *Scenario) HLSMITable(start, now time.Time) []byte {
 			if !ok {
 				return 0, false
 			}
-			return v.At(start, now), true
+			return v.At(s.origin(key, start), now), true
 		}
 		whole := func(key string, scale float64) string {
 			v, ok := at(key)
@@ -180,8 +180,9 @@ func (s *Scenario) HLSMITable(start, now time.Time) []byte {
 
 // hlsmiSpec is what the demo's hl-smi needs to print the node as it is now.
 type hlsmiSpec struct {
-	Scenario string    `json:"scenario"` // the scenario's text, in a file
-	Start    time.Time `json:"start"`    // when the simulated node booted
+	Scenario string    `json:"scenario"`        // the scenario's text, in a file
+	Start    time.Time `json:"start"`           // when the simulation started
+	Loaded   time.Time `json:"loaded,omitzero"` // Scenario.DriverLoaded
 }
 
 // ServeHLSMI is the demo's hl-smi: it answers args as hl-smi would for the
@@ -203,6 +204,7 @@ func ServeHLSMI(spec string, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	s.DriverLoaded = sp.Loaded
 	switch s.HLSMI.Mode {
 	case "hang":
 		for {
@@ -301,7 +303,7 @@ func (s *Scenario) writeGaudi(dir, procfs string, start time.Time) (sysfs, spec 
 	if err := os.WriteFile(scenario, s.raw, 0o644); err != nil {
 		return "", "", err
 	}
-	b, err := json.Marshal(hlsmiSpec{Scenario: scenario, Start: start})
+	b, err := json.Marshal(hlsmiSpec{Scenario: scenario, Start: start, Loaded: s.DriverLoaded})
 	if err != nil {
 		return "", "", err
 	}

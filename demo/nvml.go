@@ -138,9 +138,11 @@ type sim struct {
 	stats         *simStats
 }
 
-// driverCounters are the metrics NVML counts since the driver was loaded.
+// driverCounters are the metrics a driver counts since it was loaded
+// (NVML's, amdgpu's energy and RAS counts, hl-smi's volatile ECC).
 var driverCounters = map[string]bool{
 	"energy": true, "pcie_replays": true, "ecc_corrected": true, "ecc_uncorrected": true,
+	"dram_ecc_corrected": true, "dram_ecc_uncorrected": true,
 	"retired_pages_single_bit": true, "retired_pages_double_bit": true,
 	"nvlink_replay_errors": true, "nvlink_recovery_errors": true, "nvlink_crc_flit_errors": true, "nvlink_crc_data_errors": true,
 }
@@ -183,6 +185,15 @@ func (s *sim) fault(key string) nvml.Return {
 		return nvml.ERROR_NO_PERMISSION
 	}
 	return nvml.SUCCESS
+}
+
+// origin is where the scenario's value of key starts: the driver's load for
+// the driver's counters, the simulation's start for everything else.
+func (s *Scenario) origin(key string, start time.Time) time.Time {
+	if driverCounters[key] && !s.DriverLoaded.IsZero() {
+		return s.DriverLoaded
+	}
+	return start
 }
 
 // valueAt evaluates a metric at t; a metric the scenario leaves out is not

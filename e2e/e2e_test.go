@@ -564,3 +564,25 @@ func TestFailedStartLogsOnlyItsError(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoCountersSurviveARestart: the demo's simulated driver was loaded
+// when the host booted, so a restarted demo exporter serves its energy
+// counter on from where the stopped one left it, as a real exporter does
+// with NVML's ("since the driver was last reloaded"), not again from the
+// scenario's start: a fall Prometheus read as a reset worth 3.6e9 J.
+func TestDemoCountersSurviveARestart(t *testing.T) {
+	gpu0 := `uuid="GPU-2b149611-0000-4000-8000-000000000000"`
+	e := start(t, "--demo")
+	// Long enough that the counter, 510 W from its start, is ahead of
+	// where a restart counting from its own start would be (≈ 765 J).
+	time.Sleep(1500 * time.Millisecond)
+	_, before := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+	e.cmd.Process.Signal(os.Interrupt)
+	e.cmd.Process.Wait()
+	time.Sleep(100 * time.Millisecond)
+	e2 := start(t, "--demo")
+	_, after := get(t, http.DefaultClient, "http://"+e2.addr+"/metrics")
+	if b, a := value(t, before, "xpu_energy_joules_total", gpu0), value(t, after, "xpu_energy_joules_total", gpu0); a < b {
+		t.Errorf("energy %v J before the restart, %v after: a fall read as a reset", b, a)
+	}
+}
