@@ -56,6 +56,15 @@ func NewLabelAllowList(keys ...string) (*LabelAllowList, error) {
 		}
 		l.names = append(l.names, name)
 	}
+	// A conflict's suffix may make the name another key has (team and
+	// Team are label_team_conflict1 and _conflict2, and so is the key
+	// team_conflict1): one name twice on a sample makes the whole
+	// exposition unparseable.
+	for i, name := range l.names {
+		if j := slices.Index(l.names[i+1:], name); j >= 0 {
+			return nil, fmt.Errorf("pod label keys %q and %q both become the label name %s: leave one out of the allow-list", l.keys[i], l.keys[i+1+j], name)
+		}
+	}
 	return l, nil
 }
 

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -58,5 +59,17 @@ func TestLabelAllowListEmpty(t *testing.T) {
 	}
 	if _, err := NewLabelAllowList("team", " "); err == nil {
 		t.Error("a blank key was accepted")
+	}
+}
+
+// TestLabelAllowListNameTaken: team and Team become label_team_conflict1
+// and _conflict2; a third key team_conflict1 is label_team_conflict1 as
+// well. Two labels of one name make the whole exposition unparseable
+// (found by probing: Prometheus failed every scrape of the node), so the
+// allow-list is refused, naming the keys.
+func TestLabelAllowListNameTaken(t *testing.T) {
+	_, err := NewLabelAllowList("team", "Team", "team_conflict1")
+	if err == nil || !strings.Contains(err.Error(), "label_team_conflict1") || !strings.Contains(err.Error(), `"Team"`) || !strings.Contains(err.Error(), `"team_conflict1"`) {
+		t.Errorf("error %v, want one naming label_team_conflict1, Team and team_conflict1", err)
 	}
 }
