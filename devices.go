@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/collector"
+	"github.com/xpu-exporter/xpu_exporter/internal/validutf8"
 )
 
 // devicesHandler serves /devices: every device of the node with its owners,
@@ -148,8 +149,12 @@ func (h *devicesHandler) view(snap *collector.Snapshot) devicesPage {
 }
 
 // devicesTemplate is html/template: owner names come from pods and jobs,
-// outside input, and are escaped.
+// outside input, and are escaped. Each is also made valid UTF-8 as it is
+// served everywhere ("text"), and isolated in <bdi>: a right-to-left
+// override in a process name reversed the rest of its row, the exporter's
+// figures included ("util 30.0%" read "%0.03 litu").
 var devicesTemplate = template.Must(template.New("devices").Funcs(template.FuncMap{
+	"text": validutf8.String,
 	"pct": func(v *float64) string {
 		if v == nil {
 			return "–"
@@ -183,19 +188,19 @@ code{font-size:11px;word-break:break-all}
 <tbody>
 {{range .Devices}}<tr>
 <td>{{.Vendor}} {{.GPU}}{{with .MIG}}<br><span class="kind">MIG {{.Profile}} #{{.Instance}}</span>{{end}}</td>
-<td>{{.Model}}</td>
+<td><bdi>{{text .Model}}</bdi></td>
 <td><code>{{.UUID}}</code></td>
 <td>{{if .Up}}up{{else}}<span class="down">DOWN</span>{{end}}</td>
 <td>{{pct .Utilization}}</td>
 <td>{{gib .MemoryUsed}} / {{gib .MemoryTotal}}</td>
 <td>{{range .Owners}}<div class="owner"><span class="kind">{{.Kind}}</span>
-{{- range $k, $v := .Labels}} {{$k}}=<b>{{$v}}</b>{{end}}
+{{- range $k, $v := .Labels}} {{$k}}=<b><bdi>{{text $v}}</bdi></b>{{end}}
 {{- with .Share}} · share {{pct .}}{{end}} · util {{pct .Utilization}} · mem {{gib .MemoryUsed}}</div>
 {{else}}<span class="kind">{{if .OwnersUnknown}}owners unknown (README: xpu_device_owners){{else}}no owner{{end}}</span>{{end}}</td>
 </tr>
 {{end}}</tbody></table>
 {{with .Sources}}<h2>Attribution sources</h2><ul>
-{{range .}}<li>{{.Name}}: {{if .Up}}up{{else}}<span class="down">down</span> — {{.Error}}{{end}}</li>
+{{range .}}<li>{{.Name}}: {{if .Up}}up{{else}}<span class="down">down</span> — <bdi>{{text .Error}}</bdi>{{end}}</li>
 {{end}}</ul>{{end}}
 </body></html>
 `))

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/collector"
@@ -34,9 +35,39 @@ func TestDevicesPageEscapesOwners(t *testing.T) {
 			t.Errorf("page contains unescaped %q", raw)
 		}
 	}
-	for _, escaped := range []string{"&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;", "slurm_job_id=<b>7</b>", "50.0%"} {
+	for _, escaped := range []string{"&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;", "slurm_job_id=<b><bdi>7</bdi></b>", "50.0%"} {
 		if !strings.Contains(page, escaped) {
 			t.Errorf("page lacks %q:\n%s", escaped, page)
+		}
+	}
+}
+
+// TestDevicesPageIsolatesOwnerText: a right-to-left override in a process
+// name reversed the rest of its row in a browser, the exporter's figures
+// included, and invalid bytes went out raw in a page declared UTF-8 (found
+// by probing). Each value is isolated in <bdi> and valid UTF-8, its
+// invalid bytes U+FFFD as everywhere else.
+func TestDevicesPageIsolatesOwnerText(t *testing.T) {
+	util := 0.3
+	snap := &collector.Snapshot{
+		Devices: []*collector.Device{{
+			Vendor: "nvidia", Index: "0", UUID: "GPU-1", Model: "H100\xff", Up: true, Utilization: &util,
+			Claims: []attribution.Claim{{Share: 1, Owner: attribution.Owner{
+				Kind: attribution.Process, Unit: "y.service", User: "carol", Command: "\u202Egnp.exe\xfe",
+			}}},
+		}},
+	}
+	var buf bytes.Buffer
+	if err := devicesTemplate.Execute(&buf, (&devicesHandler{}).view(snap)); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	if !utf8.ValidString(page) {
+		t.Error("the page is not valid UTF-8")
+	}
+	for _, want := range []string{"command=<b><bdi>\u202Egnp.exe\uFFFD</bdi></b>", "<bdi>H100\uFFFD</bdi>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q:\n%s", want, page)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
 	"github.com/xpu-exporter/xpu_exporter/attribution/slurm"
+	"github.com/xpu-exporter/xpu_exporter/internal/validutf8"
 )
 
 // Source names, the values of the exporter's source label.
@@ -774,8 +775,8 @@ func (r *Resolver) podProcessOwner(p podProcess) (Owner, bool) {
 func slurmOwner(id string, jobs map[string]slurm.Job) Owner {
 	j := jobs[id]
 	return Owner{
-		Kind: Slurm, SlurmJobID: id, SlurmJobName: j.Name, SlurmUser: j.User,
-		SlurmAccount: j.Account, SlurmPartition: j.Partition, SlurmQOS: j.QOS,
+		Kind: Slurm, SlurmJobID: id, SlurmJobName: validutf8.String(j.Name), SlurmUser: validutf8.String(j.User),
+		SlurmAccount: validutf8.String(j.Account), SlurmPartition: validutf8.String(j.Partition), SlurmQOS: validutf8.String(j.QOS),
 	}
 }
 

@@ -1678,3 +1678,26 @@ func TestResolveOtherVendorsIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveNamesThatDifferInInvalidBytes: two processes of bob's
+// a.service named job\xff and job\xfe (prctl takes any bytes) are served
+// alike, as job\uFFFD: one owner, holding the GPU whole with both, not two
+// owners of 1/2 whose series carry the same labels, of which Prometheus
+// keeps one (found by probing: 0.6 of the GPU's 0.8 billed, and a heavy
+// process hidden behind a light one's name).
+func TestResolveNamesThatDifferInInvalidBytes(t *testing.T) {
+	fs := procfs(t, map[uint32]string{6001: "/system.slice/a.service", 6002: "/system.slice/a.service"})
+	for pid, comm := range map[string]string{"6001": "job\xff\n", "6002": "job\xfe\n"} {
+		if err := os.WriteFile(filepath.Join(fs.Root, pid, "comm"), []byte(comm), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := New(Config{Procfs: fs})
+	own := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{6001, 6002}}}).Devices[gpuA]
+	if len(own.Claims) != 1 || own.Claims[0].Owner.Command != "job\uFFFD" || own.Claims[0].Share != 1 {
+		t.Fatalf("claims %+v, want one owner job\\uFFFD holding the GPU whole", own.Claims)
+	}
+	if own.Process[6001] != 0 || own.Process[6002] != 0 {
+		t.Errorf("processes %v, want both the one owner's", own.Process)
+	}
+}

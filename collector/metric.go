@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/internal/validutf8"
 )
 
 // metric is one family: its name, help and type are fixed; its label names
@@ -291,30 +292,11 @@ func validUTF8(values []string) []string {
 		}
 		fixed := append([]string(nil), values...)
 		for j := i; j < len(fixed); j++ {
-			fixed[j] = replaceInvalid(fixed[j])
+			fixed[j] = validutf8.String(fixed[j])
 		}
 		return fixed
 	}
 	return values
-}
-
-// replaceInvalid replaces each invalid byte of s with U+FFFD, one for one,
-// as encoding/json does (strings.ToValidUTF8 would fold a run into one).
-func replaceInvalid(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			b.WriteRune(utf8.RuneError)
-		} else {
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
 }
 
 // sweepSeries ends a scrape generation and forgets the series no scrape of

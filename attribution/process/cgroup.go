@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/internal/slurmid"
+	"github.com/xpu-exporter/xpu_exporter/internal/validutf8"
 )
 
 // Cgroup is what a process's /proc/<pid>/cgroup says about its owner. Every
@@ -142,7 +143,7 @@ func parseCgroupLines(content []byte) []cgroupLine {
 		}
 		// The kernel marks the cgroup of an exited process whose cgroup was
 		// removed; the path before the mark is still its owner's.
-		path := strings.TrimSuffix(fields[2], " (deleted)")
+		path := validutf8.String(strings.TrimSuffix(fields[2], " (deleted)"))
 		if !strings.HasPrefix(path, "/") {
 			continue
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/internal/procself"
 	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
+	"github.com/xpu-exporter/xpu_exporter/internal/validutf8"
 )
 
 // Read limits. A cgroup file is a dozen short lines and status a few KiB.
@@ -104,13 +105,16 @@ func (r *Reader) Process(pid int) (Info, error) {
 		return Info{}, fmt.Errorf("read /proc/%d/status: no Uid line", pid)
 	}
 	info.UID = uid
-	info.User = r.userName(uid)
+	// Names are any bytes their owner chose; made valid UTF-8 here, as
+	// they are served, so that two that differ only in invalid bytes are
+	// one owner, not two whose labels are the same (validutf8).
+	info.User = validutf8.String(r.userName(uid))
 
 	comm, err := r.readProcFile(pid, "comm", maxCommSize, true)
 	if err != nil {
 		return Info{}, err
 	}
-	info.Comm = trimCutCharacter(string(bytes.TrimSuffix(comm, []byte("\n"))))
+	info.Comm = validutf8.String(trimCutCharacter(string(bytes.TrimSuffix(comm, []byte("\n")))))
 
 	// Without it the process is still known, only not told apart from a
 	// later one with its PID (StartTicks).
@@ -160,7 +164,7 @@ const commLen = 15
 // trimCutCharacter drops the incomplete character the kernel's cut left at
 // the end of a name of commLen bytes: the part of the name that is there is
 // then served as it is, rather than with replacement characters. Other
-// invalid bytes are the process's own doing and are left to the exposition.
+// invalid bytes are the process's own doing, each replaced by U+FFFD (Process).
 func trimCutCharacter(name string) string {
 	if len(name) != commLen {
 		return name

@@ -339,10 +339,10 @@ func TestReaderProcessCutName(t *testing.T) {
 		{"15 whole bytes", "a日本語日bc", "a日本語日bc"},
 		{"15 ASCII bytes", "abcdefghijklmno", "abcdefghijklmno"},
 		// Not the kernel's cut: a process may name itself with any bytes;
-		// the exposition repairs them.
-		{"shorter, invalid", "py\xffthon", "py\xffthon"},
-		{"15 bytes, invalid in the middle", "py\xffthon_abcdefg", "py\xffthon_abcdefg"},
-		{"15 bytes ending in a stray continuation byte", "abcdefghijklmn\x9c", "abcdefghijklmn\x9c"},
+		// each invalid one is U+FFFD, as it is served everywhere.
+		{"shorter, invalid", "py\xffthon", "py\uFFFDthon"},
+		{"15 bytes, invalid in the middle", "py\xffthon_abcdefg", "py\uFFFDthon_abcdefg"},
+		{"15 bytes ending in a stray continuation byte", "abcdefghijklmn\x9c", "abcdefghijklmn\uFFFD"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
