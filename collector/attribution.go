@@ -242,9 +242,10 @@ func (d *Device) Usage() []Usage {
 			parties[i].Utilization = d.Utilization
 		case resolved && utilKnown && exitedKnown && utilTotal > 0:
 			// The factor first: where the processes' samples add up to
-			// the device's reading, as they do when nothing else ran,
-			// it is exactly 1 and each part is its samples' sum (0.4, not
-			// 0.7 × 0.4 / 0.7 = 0.39999999999999997).
+			// the device's reading to the last bit (as one process's
+			// does, or 0.4 + 0.3 = 0.7), it is exactly 1 and each part is
+			// its samples' sum (0.4, not 0.7 × 0.4 / 0.7 =
+			// 0.39999999999999997); elsewhere it is as near as before.
 			v := util[i] * (*d.Utilization / utilTotal)
 			parties[i].Utilization = &v
 		case resolved && exitedKnown && *d.Utilization == 0:
