@@ -933,27 +933,20 @@ func TestAlertTuning(t *testing.T) {
 	}
 }
 
-// A rollout starts the new pod on a node before it stops the old one, so
-// no node goes without an exporter; that needs no hostPort.
-func TestRolloutKeepsAnExporterOnEveryNode(t *testing.T) {
+// A rollout stops a node's old exporter pod before it starts the new one.
+// Both serve the same target labels (instance is the node, exporter the
+// vendor): started side by side (maxSurge 1), every series had two writers,
+// and the counters each process keeps (Xids, AMD RAS events, its own)
+// alternated between their two values, each fall a reset to increase()
+// (found by probing: 91.4 Xids where 3 happened). A node is without its
+// exporter for the seconds the new pod takes to start; the alerts' for:
+// clauses outlast that.
+func TestRolloutHasOneExporterPerNode(t *testing.T) {
 	for _, ds := range all[appsv1.DaemonSet](render(t)) {
 		ru := ds.Spec.UpdateStrategy.RollingUpdate
 		if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil ||
-			ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 {
-			t.Errorf("%s: update strategy %+v, want RollingUpdate with maxUnavailable 0, maxSurge 1", ds.Name, ds.Spec.UpdateStrategy)
-		}
-		for _, c := range ds.Spec.Template.Spec.Containers {
-			for _, p := range c.Ports {
-				if p.HostPort != 0 {
-					t.Errorf("%s: container %s has hostPort %d: a surge pod could not start next to the old one", ds.Name, c.Name, p.HostPort)
-				}
-			}
-		}
-		// In the host's network namespace the surge pod's port would be
-		// taken by the old pod (and README.md says the pods have their
-		// own network namespace).
-		if ds.Spec.Template.Spec.HostNetwork {
-			t.Errorf("%s: hostNetwork: a surge pod could not listen next to the old one", ds.Name)
+			ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 1 || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 {
+			t.Errorf("%s: update strategy %+v, want RollingUpdate with maxUnavailable 1, maxSurge 0", ds.Name, ds.Spec.UpdateStrategy)
 		}
 	}
 }
