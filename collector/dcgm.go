@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 
@@ -96,6 +97,21 @@ var dcgmMetrics = func() map[string]metric {
 	return m
 }()
 
+// namesAGPUOf says some reading names a GPU of snap, or snap has no NVIDIA
+// GPU to name (a node whose NVML failed tells nothing of dcgm-exporter's).
+func namesAGPUOf(readings []engines.DCGMReading, snap *Snapshot) bool {
+	gpus := map[string]bool{}
+	for _, d := range snap.Devices {
+		if _, ok := d.vendorData.(*nvidia.Device); ok && d.UUID != "" && d.MIG == nil {
+			gpus[strings.ToLower(d.UUID)] = true
+		}
+	}
+	if len(gpus) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(readings, func(r engines.DCGMReading) bool { return gpus[strings.ToLower(r.UUID)] })
+}
+
 func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
 	type key struct{ uuid, gi string }
 	byDevice := map[key]map[string]float64{}
@@ -116,6 +132,11 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 			// profiling fields none of which can be joined are not its
 			// output as documented.
 			err = fmt.Errorf("none of the %d DCGM_FI_PROF_* series names its GPU (a UUID label) with a valid value", skipped)
+		case len(readings) > 0 && !namesAGPUOf(readings, snap):
+			// Another node's dcgm-exporter (its pod's address, or a
+			// Service in front of all of them): a good answer that joins
+			// nothing here, which a success would hide.
+			err = fmt.Errorf("it names none of this node's GPUs (%s among them): another node's dcgm-exporter?", readings[0].UUID)
 		}
 	}
 	c.logChange(err)

@@ -91,6 +91,10 @@ func TestDCGMBridgeFailures(t *testing.T) {
 		{"a login page", "<html><body>Sign in</body></html>\n", 0},
 		// Profiling fields none of which names its GPU.
 		{"no UUID label", "# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\nDCGM_FI_PROF_SM_ACTIVE{gpu=\"0\",pci_bus_id=\"00000000:3B:00.0\"} 0.5\n", 0},
+		// Another node's dcgm-exporter (its pod, or a Service in front of
+		// all of them): a good answer that names none of this node's GPUs,
+		// which a success hid (found by probing).
+		{"another node's GPUs", strings.ReplaceAll(strings.ReplaceAll(t4Profiling, "GPU-7e47e47e", "GPU-0ddba11a"), "GPU-2b149611", "GPU-0ddba11b"), 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dcgmEndpoint(t, tc.body, tc.delay)
@@ -196,9 +200,10 @@ func TestDCGMBridgePCIeBeforeNVML(t *testing.T) {
 	}
 }
 
-// The real dcgm-exporter sample's GR_ENGINE_ACTIVE and PCIe lines name no
-// GPU: they must neither replace NVML's readings nor be invented onto a
-// device.
+// The real dcgm-exporter sample's lines name GPUs of the node it was taken
+// on, none of this scenario's: they must neither replace NVML's readings
+// nor be invented onto a device, and the collector says the answer is not
+// this node's.
 func TestDCGMBridgeRealSample(t *testing.T) {
 	withExtendedReadings(t) // NVML's PCIe sample is served only with it
 	b, err := os.ReadFile("../fixtures/engines/dcgm-exporter-t4-a10g-datadog-fixture.prom")
@@ -220,8 +225,8 @@ func TestDCGMBridgeRealSample(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", c.family, c.matcher, got, c.want)
 		}
 	}
-	if !strings.Contains(out, `xpu_scrape_collector_success{collector="dcgm"} 1`) {
-		t.Error("the real sample failed the dcgm collector")
+	if !strings.Contains(out, `xpu_scrape_collector_success{collector="dcgm"} 0`) {
+		t.Error("another node's sample passed for this node's")
 	}
 }
 

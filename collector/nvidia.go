@@ -24,7 +24,7 @@ var (
 	deviceInfo   = gauge("device_info", "Static facts of a device; always 1.")
 	partShare    = gauge("partition_share_ratio", "Share of its physical GPU a partition holds: a MIG instance's compute slices over the GPU's (1/4 for 1g on a 4-slice GPU, 3/7 for 3g on a 7-slice one), 1/N for one of an AMD GPU's N compute partitions; absent where the GPU's slice count could not be read.")
 	deviceUp     = gauge("device_up", "1 if the device answered in this scrape, 0 if it is lost or did not answer in time.")
-	utilization  = gauge("utilization_ratio", "Fraction of time a kernel ran on the device: averaged over the driver's samples since the previous scrape, else its last sample period; GPM graphics activity for a MIG instance.")
+	utilization  = gauge("utilization_ratio", "Fraction of time a kernel ran on the device: averaged over the driver's samples since the previous scrape, else its last sample period; GPM graphics activity for a MIG instance (dcgm-exporter's, with --collector.dcgm, where there is no GPM).")
 	memUtil      = gauge("memory_utilization_ratio", "Fraction of the last sample period during which device memory was read or written.")
 	encoderUtil  = gauge("encoder_utilization_ratio", "Utilization of the video encoder.")
 	decoderUtil  = gauge("decoder_utilization_ratio", "Utilization of the video decoder.")
@@ -58,7 +58,7 @@ var (
 	nvlinkUp     = gauge("nvlink_up", "1 if the NVLink is up (--nvidia.nvlink-per-link).")
 	nvlinkLinks  = gauge("nvlink_links", "The GPU's NVLinks by state (up, down), counting those whose state NVML gave; per link with --nvidia.nvlink-per-link.")
 	nvlinkErrors = counter("nvlink_errors_total", "NVLink data-link errors by type (replay, recovery, crc_flit, crc_data), summed over the GPU's links unless --nvidia.nvlink-per-link.")
-	nvlinkBytes  = gauge("nvlink_throughput_bytes_per_second", "NVLink throughput over all links, averaged since the previous scrape (GPM).")
+	nvlinkBytes  = gauge("nvlink_throughput_bytes_per_second", "NVLink throughput over all links, averaged since the previous scrape (GPM), or dcgm-exporter's rate with --collector.dcgm where there is no GPM.")
 	nvlinkData   = counter("nvlink_data_bytes_total", "Data bytes the GPU's NVLinks carried since the driver was loaded, by direction; per link with --nvidia.nvlink-per-link.")
 )
 
