@@ -481,7 +481,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 	// metadata names has an owner nobody can tell.
 	podOnDevice := (kubeDown || r.cfg.Kubelet == nil) && slices.ContainsFunc(d.PIDs, func(pid uint32) bool {
 		p, ok := procs[pid]
-		if !ok || p.info.Cgroup.PodUID == "" && !p.info.Cgroup.UserPod {
+		if !ok || p.info.Cgroup.PodUID == "" {
 			return false
 		}
 		if kubeDown {
@@ -698,11 +698,6 @@ func (c *claims) of(proc Owner) (index int, ambiguous bool) {
 // labelled with its ID alone, when the process's cgroup or slurmd names
 // it; named only by the process's environment, it is no owner.
 func (r *Resolver) processOwner(p procInfo, sl slurmState, pods podOwners) (Owner, bool) {
-	if p.info.Cgroup.UserPod {
-		// A rootless Kubernetes' pod or a path its user made up: neither
-		// the pod nor the user's unit is surely its owner.
-		return Owner{}, false
-	}
 	if p.info.Cgroup.PodUID != "" {
 		a, ok := pods[p.info.pod]
 		if !ok {

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -1599,11 +1600,11 @@ func TestLogOnceAfterManyMessages(t *testing.T) {
 // owners are unknown, not none (found by probing: a pod-only GPU 50% busy
 // read xpu_device_owners 0, as if idle), and a host unit beside it is not
 // made the GPU's sole owner with the pod's usage (0.4 = pod 0.3 + unit
-// 0.1 billed to the unit). The same for a rootless Kubernetes' pod, whose
-// cgroup is below its user's service manager (user@<uid>.service): not the
-// pod's surely (the user names that subtree), nor the runtime's scope
-// above it. A GPU only units use is theirs as ever. It is said once, with
-// what to do.
+// 0.1 billed to the unit). A rootless Kubernetes' pod, whose cgroup is
+// below its user's service manager (user@<uid>.service), is its user's:
+// the user names that subtree, so a pod there may be made up, and the
+// user runs that cluster either way. A GPU only units use is theirs as
+// ever. It is said once, with what to do.
 func TestResolvePodProcessesWithoutKubelet(t *testing.T) {
 	var logs bytes.Buffer
 	r := New(Config{
@@ -1623,7 +1624,13 @@ func TestResolvePodProcessesWithoutKubelet(t *testing.T) {
 	}
 	for range 2 {
 		res := r.Resolve(context.Background(), devices)
-		for _, uuid := range []string{gpuA, gpuB, gpuD} {
+		// The rootless pod's process is its user's (user-1000.slice), who
+		// runs that cluster: GPU-d's two owners share it, 1/2 each.
+		if own := res.Devices[gpuD]; own.OwnersUnknown || len(own.Claims) != 2 || own.Claims[0].Share != 0.5 ||
+			!slices.ContainsFunc(own.Claims, func(c Claim) bool { return c.Owner.Unit == "user-1000.slice" }) {
+			t.Errorf("GPU-d: owners unknown %v, claims %+v; want user-1000.slice and sidecar.service, 1/2 each", own.OwnersUnknown, own.Claims)
+		}
+		for _, uuid := range []string{gpuA, gpuB} {
 			own := res.Devices[uuid]
 			if !own.OwnersUnknown || len(own.Claims) != 0 {
 				t.Errorf("%s: owners unknown %v, claims %+v; want unknown and none", uuid, own.OwnersUnknown, own.Claims)

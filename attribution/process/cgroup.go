@@ -49,13 +49,14 @@ type Cgroup struct {
 	Unit  string
 	Slice string
 
-	// UserPod says a pod's cgroup is below a user's service manager
-	// (user@<uid>.service), a subtree systemd delegates to the user: the
-	// pods of a rootless Kubernetes (kind or minikube on rootless Podman,
-	// usernetes), or a path the user made up. Neither the pod nor the
-	// user's unit can be taken for its owner, which is unknown. PodUID is
-	// not set; Unit and Slice are, for diagnostics.
-	UserPod bool
+	// Delegated says a pod's or Slurm job's cgroup is below a user's
+	// service manager (user@<uid>.service), a subtree systemd delegates to
+	// the user: the pods of a rootless Kubernetes (kind or minikube on
+	// rootless Podman, usernetes), or a path the user made up. Either way
+	// the process is the user's (OwnerUnit: user-<uid>.slice), who runs
+	// that cluster or made the path up: never billed to a pod or job, and
+	// never to nobody. PodUID and the Slurm fields are not set.
+	Delegated bool
 }
 
 // cgroupLine is one hierarchy of /proc/<pid>/cgroup: "ID:controllers:path".
@@ -90,7 +91,7 @@ func ParseCgroup(content []byte) Cgroup {
 	for _, l := range lines {
 		pod, container, delegated, ok := matchKubernetes(l.path)
 		if ok && delegated {
-			cg.UserPod = true
+			cg.Delegated = true
 			continue
 		}
 		if ok {
@@ -101,6 +102,8 @@ func ParseCgroup(content []byte) Cgroup {
 	for _, l := range lines {
 		job, sluid, step, ok := matchSlurm(l.path)
 		switch {
+		case ok && userManagerInPath(l.path):
+			cg.Delegated = true
 		case !ok:
 		case cg.SlurmJobID == "" && cg.SlurmSLUID == "":
 			cg.Path, cg.SlurmJobID, cg.SlurmSLUID, cg.SlurmStep = l.path, job, sluid, step
@@ -306,15 +309,9 @@ func containerIDFromComponent(part string) string {
 //
 // The job directory must follow the Slurm root directly (after uid_<uid> on
 // v1), so that a job_ directory elsewhere in a path is not taken for a job.
-//
-// As for pods, no job is taken from below a user's service manager, where
-// the user names the cgroups.
 func matchSlurm(path string) (jobID, sluid, step string, ok bool) {
 	parts := strings.Split(path, "/")
 	for i, part := range parts {
-		if _, delegated := userManagerUID(part); delegated {
-			return "", "", "", false
-		}
 		if !isSlurmRoot(part) {
 			continue
 		}
@@ -472,6 +469,9 @@ var runtimeScopes = []struct{ prefix, runtime string }{
 // programmatically", but a program that gives its scope a fixed name
 // (slurmstepd.scope, init.scope) makes a stable owner of it.
 func (c Cgroup) OwnerUnit() string {
+	if slice := userSlice(c.Path); c.Delegated && slice != "" {
+		return slice
+	}
 	if c.Unit == "" {
 		return c.Slice
 	}

@@ -648,15 +648,15 @@ func TestParseCgroupNamespacedAndDelegated(t *testing.T) {
 		},
 		{
 			// Up to the root and down a user's delegated tree: a rootless
-			// Kubernetes' pod, or forged; its owner is unknown either way.
+			// Kubernetes' pod, or forged; its user's either way.
 			name:    "namespaced forged pod",
 			content: "0::/../../../../user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs + "\n",
-			want:    Cgroup{Path: "/../../../../user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice", UserPod: true},
+			want:    Cgroup{Path: "/../../../../user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice", Delegated: true},
 		},
 		{
 			name:    "forged pod",
 			content: "0::/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs + "\n",
-			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice", UserPod: true},
+			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/app.slice/kubepods/pod" + podCgroupfs, Unit: "user@1001.service", Slice: "user-1001.slice", Delegated: true},
 		},
 		{
 			name:    "forged systemd pod slice",
@@ -666,12 +666,12 @@ func TestParseCgroupNamespacedAndDelegated(t *testing.T) {
 		{
 			name:    "forged Slurm job",
 			content: "0::/user.slice/user-1001.slice/user@1001.service/app.slice/slurmstepd.scope/job_10/step_0/user/task_0\n",
-			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/app.slice/slurmstepd.scope/job_10/step_0/user/task_0", Unit: "slurmstepd.scope", Slice: "app.slice"},
+			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/app.slice/slurmstepd.scope/job_10/step_0/user/task_0", Unit: "slurmstepd.scope", Slice: "app.slice", Delegated: true},
 		},
 		{
 			name:    "forged Slurm v1 job",
 			content: "4:memory:/user.slice/user-1001.slice/user@1001.service/slurm/uid_0/job_13/step_0\n",
-			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/slurm/uid_0/job_13/step_0", Unit: "user@1001.service", Slice: "user-1001.slice"},
+			want:    Cgroup{Path: "/user.slice/user-1001.slice/user@1001.service/slurm/uid_0/job_13/step_0", Unit: "user@1001.service", Slice: "user-1001.slice", Delegated: true},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -681,6 +681,10 @@ func TestParseCgroupNamespacedAndDelegated(t *testing.T) {
 			}
 			if tc.want.PodUID == "" && got.SlurmdCgroup() {
 				t.Errorf("%s: taken for slurmd's cgroup, whose tasks' environment names their job", tc.name)
+			}
+			// A pod or job below a user's service manager is the user's.
+			if unit := got.OwnerUnit(); tc.want.Delegated && unit != "user-1001.slice" {
+				t.Errorf("%s: OwnerUnit() = %q, want the user's user-1001.slice", tc.name, unit)
 			}
 		})
 	}
