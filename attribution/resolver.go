@@ -123,8 +123,11 @@ type Resolver struct {
 	// (slurm.Client.JobsHidden), so that a change is logged once.
 	slurmHidden bool
 	// slurmNode is this node's Slurm name learnt from its jobs, "" while
-	// none is (Config.LearnNodeName).
-	slurmNode string
+	// none is (Config.LearnNodeName); nodeCandidate the name the jobs tell
+	// since nodeCandidateSince, not yet confirmed.
+	slurmNode          string
+	nodeCandidate      string
+	nodeCandidateSince time.Time
 }
 
 // procInfo is who a process runs for, as far as procfs tells. It is two
@@ -412,15 +415,29 @@ func (r *Resolver) slurmNodeName(here []runningRecord) string {
 		}
 		learnt = one
 	}
-	if learnt == "" {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if learnt == "" || learnt != r.nodeCandidate {
+		// A name is taken only once the jobs have told it for longer
+		// than squeue's list is reused: a job requeued or resized off
+		// this node is listed here until the list is asked again, and
+		// its fresh record names the node it went to.
+		r.nodeCandidate, r.nodeCandidateSince = learnt, now
 		return node
 	}
-	r.mu.Lock()
+	if now.Sub(r.nodeCandidateSince) < nodeNameConfirm {
+		return node
+	}
 	r.slurmNode = learnt
-	r.mu.Unlock()
-	r.cfg.Logger.Info("Slurm knows this node by another name than its host's, learnt from the jobs running here; --slurm.node-name gives it", "host", r.cfg.NodeName, "node", learnt)
+	r.cfg.Logger.Info("Slurm knows this node by another name than its host's, learnt from the one-node jobs running here; --slurm.node-name gives it", "host", r.cfg.NodeName, "node", learnt)
 	return learnt
 }
+
+// nodeNameConfirm is how long running jobs must tell one node name before
+// it is taken: longer than the slurm client reuses squeue's list of the
+// node's jobs (10 s).
+const nodeNameConfirm = 30 * time.Second
 
 // logHidden logs once that Slurm starts, or stops, hiding jobs.
 func (r *Resolver) logHidden(hidden bool) {
@@ -1512,10 +1529,10 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			continue
 		}
 		st.jobs[id] = j
+		// Only the node's running jobs' GRES hold its GPUs: a job not
+		// among them (it ended, or runs elsewhere; its process lives on)
+		// holds none here now, whatever its record says.
 		if _, ok := running[id]; ok {
-			// Not among the node's running jobs (it ended, or runs
-			// elsewhere; its process lives on), a job's GRES hold no GPU
-			// here now, whatever its record says.
 			here = append(here, runningRecord{id, j})
 		}
 	}

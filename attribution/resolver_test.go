@@ -1533,24 +1533,28 @@ func TestSlurmUnplacedJobsMakeOwnersUnknown(t *testing.T) {
 // taken, and where Slurm knows the node by another (NodeName apart from
 // NodeHostname, as AWS ParallelCluster names its nodes queue-dy-gpu-1 on
 // host ip-10-0-0-7), the name is learnt from a job squeue lists here that
-// runs on one node alone: job 9001's GPU 0 is its, GPU 1 nobody's (known).
-// A job of two nodes does not tell which is this one: the owners of GPUs
-// no job is seen to hold stay unknown. A name given is never replaced.
+// runs on one node alone, once the jobs have told it for 30 s (a job
+// requeued off this node is listed here until squeue is asked again, 10 s,
+// and its fresh record names the node it went to): job 9001's GPU 0 is
+// its, GPU 1 nobody's (known), from then on; until then owners unknown.
+// A job of two nodes does not tell which is this one. A name given is
+// never replaced.
 func TestSlurmNodeNameLearnt(t *testing.T) {
 	record := func(nodes, gres string) string {
 		return `printf 'JobId=9001 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=login:1\n   NodeList=` + nodes + `\n   JOB_GRES=gpu:1\n` + gres + `'`
 	}
 	squeue := fakeBinary(t, "squeue", `printf '9001|9001|2026-11-22T09:00:00\n'`)
+	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	steps := []time.Duration{0, 15 * time.Second, 45 * time.Second}
 	for name, tc := range map[string]struct {
-		record  string
-		learn   bool
-		owner   bool // GPU 0 is job 9001's
-		unknown bool // GPU 1's owners
+		record string
+		learn  bool
+		learnt int // the step from which GPU 0 is job 9001's; -1 never
 	}{
-		"one node":       {record("queue-dy-gpu-1", `     Nodes=queue-dy-gpu-1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n`), true, true, false},
-		"name given":     {record("queue-dy-gpu-1", `     Nodes=queue-dy-gpu-1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n`), false, false, true},
-		"two nodes":      {record("queue-dy-gpu-[1-2]", `     Nodes=queue-dy-gpu-[1-2] CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n`), true, false, true},
-		"the host's own": {record("ip-10-0-0-7", `     Nodes=ip-10-0-0-7 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n`), true, true, false},
+		"one node":       {record("queue-dy-gpu-1", `     Nodes=queue-dy-gpu-1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n`), true, 2},
+		"name given":     {record("queue-dy-gpu-1", `     Nodes=queue-dy-gpu-1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n`), false, -1},
+		"two nodes":      {record("queue-dy-gpu-[1-2]", `     Nodes=queue-dy-gpu-[1-2] CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n`), true, -1},
+		"the host's own": {record("ip-10-0-0-7", `     Nodes=ip-10-0-0-7 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n`), true, 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var logs syncbuf.Buffer
@@ -1558,17 +1562,19 @@ func TestSlurmNodeNameLearnt(t *testing.T) {
 `+tc.record)
 			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "ip-10-0-0-7", LearnNodeName: tc.learn,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			for range 2 {
+			for i, after := range append(steps, steps[2]+15*time.Second) {
+				r.now = func() time.Time { return t0.Add(after) }
 				res := r.Resolve(context.Background(), []Device{{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0}, {UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1}})
+				placed := tc.learnt >= 0 && i >= tc.learnt
 				c := res.Devices["GPU-0"].Claims
-				if got := len(c) == 1 && c[0].Owner.SlurmJobID == "9001" && c[0].Share == 1; got != tc.owner {
-					t.Errorf("GPU 0 claims %+v; job 9001's whole: %v, want %v", c, got, tc.owner)
+				if got := len(c) == 1 && c[0].Owner.SlurmJobID == "9001" && c[0].Share == 1; got != placed {
+					t.Errorf("%v on: GPU 0 claims %+v; job 9001's whole: %v, want %v", after, c, got, placed)
 				}
-				if own := res.Devices["GPU-1"]; own.OwnersUnknown != tc.unknown || len(own.Claims) != 0 {
-					t.Errorf("GPU 1: owners unknown %v, claims %+v; want unknown %v, none", own.OwnersUnknown, own.Claims, tc.unknown)
+				if own := res.Devices["GPU-1"]; own.OwnersUnknown == placed || len(own.Claims) != 0 {
+					t.Errorf("%v on: GPU 1 owners unknown %v, claims %+v; want unknown %v, none", after, own.OwnersUnknown, own.Claims, !placed)
 				}
 			}
-			if learnt := strings.Count(logs.String(), "learnt from the jobs"); learnt != map[bool]int{true: 1}[name == "one node"] {
+			if learnt := strings.Count(logs.String(), "learnt from the one-node jobs"); learnt != map[bool]int{true: 1}[name == "one node"] {
 				t.Errorf("told %d times that the name was learnt:\n%s", learnt, logs.String())
 			}
 		})
