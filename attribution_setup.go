@@ -60,7 +60,7 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 	f.resources = a.Flag("kubernetes.resource",
 		"Extra device-plugin resource name pattern whose devices are accelerators, e.g. example.com/npu-*. Repeatable; added to "+strings.Join(kubernetes.DefaultResourcePatterns, ", ")+".").Strings()
 	f.podLabels = a.Flag("kubernetes.pod-label",
-		"Kubernetes pod label key (e.g. team, app.kubernetes.io/name) copied onto xpu_workload_info as label_<key>, sanitised as kube-state-metrics names it (label_team, label_app_kubernetes_io_name). Unlike kube-state-metrics, keys given here that sanitise alike (team, Team) are label_team_conflict1 and label_team_conflict2 on every pod, also on one that has only one of them. Repeatable.").Strings()
+		"Kubernetes pod label key (e.g. team, app.kubernetes.io/name) copied onto xpu_workload_info as label_<key>, sanitised as kube-state-metrics names it (label_team, label_app_kubernetes_io_name). Unlike kube-state-metrics, keys given here that sanitise alike (team, Team) are label_team_conflict1 and label_team_conflict2 on every pod, also on one that has only one of them; a list where a suffix makes another key's name is refused. Repeatable.").Strings()
 	f.processes = a.Flag("attribution.processes",
 		"Attribute GPU processes to pods, Slurm jobs or systemd units through procfs (needs the host's PID namespace).").Default("true").Bool()
 	f.procfs = a.Flag("path.procfs", "procfs mountpoint.").Default("/proc").IsSetByUser(&f.setProcfs).String()

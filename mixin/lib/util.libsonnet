@@ -44,9 +44,9 @@
   //    event). Range functions skip stale markers, so a failed scrape or a
   //    gap shorter than the lookback never makes an old series look new.
   //    Without process_start_time_seconds only the lookback counts. The
-  //    start time is the earliest of the last 2m: during a rollout
-  //    (maxSurge) the new pod runs beside the old one for a few scrapes
-  //    with the same target labels, so the new start time sits next to the
+  //    start time is the earliest of the last 2m: where a rollout runs a
+  //    new pod beside the old one (maxSurge; the chart's no longer does)
+  //    for a few scrapes with the same target labels, so the new start time sits next to the
   //    old pod's Xid series, which must not look new. After a real restart
   //    a series re-counted with old labels is seen as new 2m later.
   // `* 1` drops the metric name so the arms share label sets.
