@@ -1714,3 +1714,13 @@ func TestResolveNamesThatDifferInInvalidBytes(t *testing.T) {
 		t.Errorf("processes %v, want both the one owner's", own.Process)
 	}
 }
+
+// TestSlurmOwnerNamesAreValidUTF8: a job's name, user, account, partition
+// and QOS come from its record, any bytes its submitter chose: the owner
+// carries them valid UTF-8, each invalid byte U+FFFD, as served.
+func TestSlurmOwnerNamesAreValidUTF8(t *testing.T) {
+	o := slurmOwner("7", map[string]slurm.Job{"7": {Name: "tr\xffain", User: "a\xfe", Account: "phy\xff", Partition: "g\xffpu", QOS: "n\xff"}})
+	if o.SlurmJobName != "tr\uFFFDain" || o.SlurmUser != "a\uFFFD" || o.SlurmAccount != "phy\uFFFD" || o.SlurmPartition != "g\uFFFDpu" || o.SlurmQOS != "n\uFFFD" {
+		t.Errorf("owner %+v, want each invalid byte U+FFFD", o)
+	}
+}

@@ -453,3 +453,34 @@ func BenchmarkStartTicks(b *testing.B) {
 		}
 	}
 }
+
+// TestReaderNamesAreValidUTF8: every name a process's owner is made of
+// (its command, its user from passwd, its cgroup path and the unit in it)
+// comes out valid UTF-8, each invalid byte U+FFFD, as it is served: two
+// names apart only in such bytes are one owner, not two owners whose
+// series carry one label set.
+func TestReaderNamesAreValidUTF8(t *testing.T) {
+	root := writeProc(t, "7", map[string][]byte{
+		"cgroup": []byte("0::/system.slice/tr\xffain.service\n"),
+		"status": []byte("Name:\tx\nUid:\t1000\t1000\t1000\t1000\n"),
+		"comm":   []byte("job\xfe\n"),
+	})
+	passwd := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(passwd, []byte("b\xffob:x:1000:1000::/home/bob:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := (&Reader{Root: root, PasswdPath: passwd}).Process(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, c := range map[string][2]string{
+		"command": {got.Comm, "job\uFFFD"},
+		"user":    {got.User, "b\uFFFDob"},
+		"path":    {got.Cgroup.Path, "/system.slice/tr\uFFFDain.service"},
+		"unit":    {got.Cgroup.OwnerUnit(), "tr\uFFFDain.service"},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("%s %q, want %q", what, c[0], c[1])
+		}
+	}
+}
