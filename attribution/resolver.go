@@ -184,7 +184,6 @@ func (p procInfo) job() string {
 // one at every scrape.
 const slurmdRecheck = time.Minute
 
-// New returns a resolver over the configured sources.
 // ServeVendors names the vendors whose devices the exporter reads
 // (kubernetes.VendorNVIDIA, VendorAMD, VendorHabana). A device-plugin ID
 // or DRA claim of another vendor is another exporter's to place (the chart
@@ -204,6 +203,7 @@ func (r *Resolver) othersVendor(vendor string) bool {
 	return served != nil && vendor != "" && !(*served)[vendor]
 }
 
+// New returns a resolver over the configured sources.
 func New(cfg Config) *Resolver {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

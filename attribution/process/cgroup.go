@@ -410,7 +410,7 @@ func isDigits(s string) bool {
 //     no systemd unit or slice.
 func (c Cgroup) SlurmdCgroup() bool {
 	// A user's service manager's subtree is the user's to name: no
-	// slurmd runs there (see matchSlurm).
+	// slurmd runs there (Cgroup.Delegated).
 	if c.PodUID != "" || c.SlurmJobID != "" || c.SlurmSLUID != "" || userManagerInPath(c.Path) {
 		return false
 	}
