@@ -240,7 +240,7 @@ func TestMIGMemoryDefaultsToItsProcesses(t *testing.T) {
 // value, a fall Prometheus read as a reset worth 1e6 J (found by probing:
 // 111 kWh/h for a 300 W GPU). With the driver loaded at a time of its own,
 // both answer alike at one instant: 1e6 J + 300 W × 100 s = 1,030,000 J =
-// 1,030,000,000 mJ, an hour after the load or not.
+// 1,030,000,000 mJ, whether the exporter started 10 s or 90 s after it.
 func TestCountersKeepTheirOriginAcrossRestarts(t *testing.T) {
 	s, err := Parse([]byte(`node: n
 devices:
