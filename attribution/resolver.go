@@ -396,41 +396,42 @@ func (r *Resolver) slurmNodeName(here []runningRecord) string {
 	if !r.cfg.LearnNodeName {
 		return node
 	}
-	r.mu.Lock()
-	if r.slurmNode != "" {
-		node = r.slurmNode
-	}
-	r.mu.Unlock()
-	if len(here) == 0 || slices.ContainsFunc(here, func(rr runningRecord) bool { return rr.job.NamesNode(node) }) {
-		return node
-	}
-	learnt := ""
-	for _, rr := range here {
-		one, ok := rr.job.OneNode()
-		if !ok {
-			continue
-		}
-		if learnt != "" && one != learnt {
-			return node
-		}
-		learnt = one
-	}
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.slurmNode != "" {
+		node = r.slurmNode
+	}
+	learnt := ""
+	if !slices.ContainsFunc(here, func(rr runningRecord) bool { return rr.job.NamesNode(node) }) {
+		for _, rr := range here {
+			one, ok := rr.job.OneNode()
+			if !ok {
+				continue
+			}
+			if learnt != "" && one != learnt {
+				learnt = ""
+				break
+			}
+			learnt = one
+		}
+	}
+	// A name is taken only once the jobs have told it, and nothing else,
+	// at every scrape for longer than squeue's list is reused: a job
+	// requeued or resized off this node is listed here until the list is
+	// asked again, and its fresh record names the node it went to. A
+	// scrape that does not tell it starts the wait again.
 	if learnt == "" || learnt != r.nodeCandidate {
-		// A name is taken only once the jobs have told it for longer
-		// than squeue's list is reused: a job requeued or resized off
-		// this node is listed here until the list is asked again, and
-		// its fresh record names the node it went to.
 		r.nodeCandidate, r.nodeCandidateSince = learnt, now
 		return node
 	}
 	if now.Sub(r.nodeCandidateSince) < nodeNameConfirm {
 		return node
 	}
-	r.slurmNode = learnt
-	r.cfg.Logger.Info("Slurm knows this node by another name than its host's, learnt from the one-node jobs running here; --slurm.node-name gives it", "host", r.cfg.NodeName, "node", learnt)
+	r.slurmNode, r.nodeCandidate = learnt, ""
+	if learnt != r.cfg.NodeName {
+		r.cfg.Logger.Info("Slurm knows this node by another name than its host's, learnt from the one-node jobs running here; --slurm.node-name gives it", "host", r.cfg.NodeName, "node", learnt)
+	}
 	return learnt
 }
 

@@ -1724,3 +1724,40 @@ func TestSlurmOwnerNamesAreValidUTF8(t *testing.T) {
 		t.Errorf("owner %+v, want each invalid byte U+FFFD", o)
 	}
 }
+
+// TestSlurmNodeNameWaitsForAgreement: the learnt name must be told by the
+// one-node jobs, and by nothing else, at every scrape for 30 s. Two stale
+// records naming one other node, with scrapes between them that tell
+// nothing (no job, or a job naming the host), are no agreement: each
+// starts the wait again (review12 F1). Learning the host's own name back
+// says nothing.
+func TestSlurmNodeNameWaitsForAgreement(t *testing.T) {
+	on := func(nodes string) []runningRecord {
+		return []runningRecord{{"9001", slurm.Job{NodeList: nodes}}}
+	}
+	var logs syncbuf.Buffer
+	r := New(Config{NodeName: "host7", LearnNodeName: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	for _, step := range []struct {
+		after time.Duration
+		here  []runningRecord
+		want  string
+	}{
+		{0, on("gpu-1"), "host7"},                // gpu-1 told: the wait starts
+		{15 * time.Second, nil, "host7"},         // nothing told: it starts again
+		{45 * time.Second, on("gpu-1"), "host7"}, // told again: 0 s of 30
+		{60 * time.Second, on("host7"), "host7"}, // the host's own: again
+		{70 * time.Second, on("gpu-1"), "host7"},
+		{85 * time.Second, on("gpu-1"), "host7"},  // 15 s of 30
+		{100 * time.Second, on("gpu-1"), "gpu-1"}, // 30 s: taken
+		{200 * time.Second, nil, "gpu-1"},         // and kept
+	} {
+		r.now = func() time.Time { return t0.Add(step.after) }
+		if got := r.slurmNodeName(step.here); got != step.want {
+			t.Errorf("%v on: node %q, want %q", step.after, got, step.want)
+		}
+	}
+	if n := strings.Count(logs.String(), "learnt from the one-node jobs"); n != 1 {
+		t.Errorf("told %d times that a name was learnt, want once:\n%s", n, logs.String())
+	}
+}

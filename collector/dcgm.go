@@ -136,7 +136,7 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 			// Another node's dcgm-exporter (its pod's address, or a
 			// Service in front of all of them): a good answer that joins
 			// nothing here, which a success would hide.
-			err = fmt.Errorf("it names none of this node's GPUs (%s among them): another node's dcgm-exporter?", readings[0].UUID)
+			err = errors.New("it names none of this node's GPUs: another node's dcgm-exporter, or a Service in front of several?")
 		}
 	}
 	c.logChange(err)

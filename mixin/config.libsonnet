@@ -141,7 +141,9 @@
     // fixed interval so that sum_over_time(rule[30d]) * interval / 1h turns
     // their per-hour values into totals.
     usageRulesInterval: '1m',
-    // The window of the energy counter's rate in the energy rules.
+    // The window of the energy counter's rate in the energy rules, and of
+    // the mean power that stands for it where a device has no counter or
+    // its counter changed label sets (owners) within the window.
     energyRateWindow: '5m',
     // The window of the request and token rates the inference cost rules
     // record (cost per million tokens, idle engines).
