@@ -1439,6 +1439,10 @@ func TestRefusedValues(t *testing.T) {
 		{"bad metadata source", []string{"--set", "kubernetes.metadata.source=apiserver"}, "source"},
 		{"bad log level", []string{"--set", "log.level=trace"}, "level"},
 		{"no vendor", []string{"--set", "nvidia.enabled=false"}, "enable at least one"},
+		// A values file kept from the old default (maxUnavailable 0 beside
+		// maxSurge 1) merges with the new one into 0 and 0, which the API
+		// server refuses at the upgrade.
+		{"rollout that can replace no pod", []string{"--set", "updateStrategy.rollingUpdate.maxUnavailable=0"}, "maxUnavailable and maxSurge are both 0"},
 		{"OTLP without endpoint", []string{"--set", "otlp.enabled=true"}, "endpoint"},
 		{"OTLP endpoint with a query", []string{"--set", "otlp.enabled=true,otlp.endpoint=https://c:4318/?token=x"}, "endpoint"},
 		{"OTLP resource attribute key with a comma", []string{"--set", "otlp.enabled=true,otlp.endpoint=c:4318,otlp.resourceAttributes.a\\,b=c"}, "resourceAttributes"},
