@@ -574,36 +574,3 @@ func TestAMDSimRenderNodesLinkTheirDevice(t *testing.T) {
 		}
 	}
 }
-
-// TestAMDSimCountersCountFromTheDriverLoad: a scenario's AMD energy
-// counter counts from Scenario.DriverLoaded, not from the simulation's
-// start, so that an exporter restart does not serve it smaller. Loaded
-// 100 s before the write at 1e6 J + 300 W: 1,030,000 J, whether the
-// simulation started at the load or 90 s after it.
-func TestAMDSimCountersCountFromTheDriverLoad(t *testing.T) {
-	s, err := Parse([]byte(`node: n
-devices:
-  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, metrics: {energy: {start: 1e6, rate: 300}}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	loaded := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	now := loaded.Add(100 * time.Second)
-	s.DriverLoaded = loaded
-	for _, started := range []time.Time{loaded, loaded.Add(90 * time.Second)} {
-		dir := t.TempDir()
-		sim := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), started)
-		if err := sim.WriteAt(now); err != nil {
-			t.Fatal(err)
-		}
-		cards, err := (amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}).Cards()
-		if err != nil || len(cards) != 1 {
-			t.Fatalf("cards %v %v", cards, err)
-		}
-		d := (amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}).ReadDevice(cards[0])
-		if d.Metrics == nil || !d.Metrics.Energy.OK || math.Abs(d.Metrics.Energy.Value-1_030_000) > 1e-3 {
-			t.Errorf("started %v after the load: energy %+v, want 1030000 J", started.Sub(loaded), d.Metrics)
-		}
-	}
-}
