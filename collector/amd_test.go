@@ -877,6 +877,13 @@ func TestAMDScenarioOracles(t *testing.T) {
 	check("xpu_workload_memory_used_bytes", 40*gib, `gpu="1"`, `pod="infer-a"`)
 	check("xpu_workload_memory_used_bytes", 20*gib, `gpu="1"`, `pod="infer-b"`)
 	check("xpu_ecc_errors_total", 3, `gpu="1"`, `type="corrected"`)
+	// Its XGMI links, 100 KB a second each read and 50 written since boot:
+	// at 5,400 s all 7 at 540,000 KB (read); at 5,415 s the firmware left
+	// link 2 out (every other table), kept at 540,000: 6 × 541,500 +
+	// 540,000 = 3,789,000 KB = 3.789e9 bytes; written, 6 × 270,750 +
+	// 270,000 = 1,894,500 KB = 1.8945e9 bytes.
+	check("xpu_amd_xgmi_data_bytes_total", 3.789e9, `gpu="1"`, `direction="read"`)
+	check("xpu_amd_xgmi_data_bytes_total", 1.8945e9, `gpu="1"`, `direction="write"`)
 	// GPU 2 in DPX: partition 0's four XCCs at 80 %, partition 1's at
 	// 20 % (gpu_metrics xcp_stats); the GPU's busy is their mean, 0.5.
 	check("xpu_utilization_ratio", 0.8, `gpu="2"`, `mig_profile="dpx"`, `mig_instance="0"`)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/demo"
+
 	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
 )
 
@@ -101,5 +103,39 @@ func TestAMDXGMILinkLeftOutKeepsTheSum(t *testing.T) {
 		out := scrapeText(t, e, 5*time.Second)
 		check, _ := oracleChecks(out)
 		check(t, "xpu_amd_xgmi_data_bytes_total", step.want, `gpu="0"`, `direction="read"`)
+	}
+}
+
+// TestAMDDemoXGMIGapsKeepTheSum runs the served XGMI counter on the demo's
+// simulated MI300X, whose firmware leaves link 2 out of every other
+// gpu_metrics table (faults.xgmi_gaps), from the file boundary on. It
+// reads 7e5 bytes a second over its 7 links: 100 KB a second each, from
+// the driver's load 5,400 s before testNow.
+//
+//	5,400 s  all links at 540,000 KB: 7 × 540,000 = 3,780,000 KB
+//	5,410 s  link 2 left out, kept at 540,000 KB: 6 × 541,000 +
+//	         540,000 = 3,786,000 KB
+//	5,420 s  all links at 542,000 KB: 3,794,000 KB
+//
+// in bytes (KB × 1000): 3.78e9, 3.786e9, 3.794e9, never falling.
+func TestAMDDemoXGMIGapsKeepTheSum(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: hive
+devices:
+  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, metrics: {xgmi_read: {start: 0, rate: 7e5}}, faults: {xgmi_gaps: [2]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	e, sim := newAttributedExporterSim(t, s, func(c *Config) { c.Now = clk.now })
+	sim.AMD.Reset(testNow.Add(-5400 * time.Second))
+	for i, want := range []float64{3.78e9, 3.786e9, 3.794e9} {
+		at := testNow.Add(time.Duration(i) * 10 * time.Second)
+		clk.set(at)
+		if err := sim.AMD.WriteAt(at); err != nil {
+			t.Fatal(err)
+		}
+		check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
+		check(t, "xpu_amd_xgmi_data_bytes_total", want, `gpu="0"`, `direction="read"`)
 	}
 }

@@ -45,7 +45,16 @@ var amdOnlyKeys = map[string]string{
 	// passes a whole number, the driver is reloaded and its RAS counts
 	// start again from 0, as they live in the driver's RAS objects.
 	"driver_reloads": "count (counter)",
+	// xgmi_read and xgmi_write are the bytes the GPU's XGMI links carried
+	// since the driver was loaded, spread evenly over its amdXGMILinks
+	// links (gpu_metrics' per-link xgmi_read/write_data_acc, in KB).
+	"xgmi_read":  "bytes over the XGMI links (counter)",
+	"xgmi_write": "bytes over the XGMI links (counter)",
 }
+
+// amdXGMILinks are the XGMI links of an MI300X in an 8-GPU hive, one to
+// each peer: gpu_metrics has 8 slots (NUM_XGMI_LINKS), the last all-ones.
+const amdXGMILinks = 7
 
 // amdKeys are the readings an AMD GPU takes: those writeGPU and rasFile
 // write into the tree. The others are NVML's or hl-smi's, which amdgpu has
@@ -54,6 +63,7 @@ var amdKeys = []string{
 	"utilization", "memory_utilization", "memory_used", "temperature", "memory_temperature",
 	"power", "energy", "clock_graphics", "clock_memory", "pcie_generation", "pcie_max_generation",
 	"pcie_width", "pcie_max_width", "pcie_replays", "ecc_corrected", "ecc_uncorrected", "driver_reloads",
+	"xgmi_read", "xgmi_write",
 }
 
 // amdRASKeys are the readings that fill ras/umc_err_count.
@@ -217,8 +227,11 @@ type AMDSim struct {
 	// index: the integral of its power.
 	energy   map[int]float64
 	energyAt map[int]time.Time
-	stop     chan struct{}
-	done     chan struct{}
+	// tables counts each GPU's gpu_metrics writes, for Faults.XGMIGaps;
+	// under mu, which WriteAt holds.
+	tables map[int]int
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 type amdLoad struct {
@@ -245,7 +258,7 @@ type amdPart struct {
 // the further partitions follow as amdgpu_xcp_<n> with the next cards and
 // render minors, numbered across the node as the amdxcp driver does.
 func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
-	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, gen: map[uint32]uint64{}, reload: map[int]*amdLoad{}, energy: map[int]float64{}, energyAt: map[int]time.Time{}}
+	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, gen: map[uint32]uint64{}, reload: map[int]*amdLoad{}, energy: map[int]float64{}, energyAt: map[int]time.Time{}, tables: map[int]int{}}
 	for i := range s.Devices {
 		if d := &s.Devices[i]; d.isAMD() {
 			a.gpus = append(a.gpus, amdGPU{spec: d, index: i})
@@ -517,7 +530,9 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 		junction: junction, mem: m("memory_temperature", junction-6), power: power, energy: energy,
 		gfx: util, umc: clamp01(m("memory_utilization", util/3)), pcieGen: gen, pcieWidth: int(m("pcie_width", 16)),
 		replays: uint64(m("pcie_replays", 0)), sclk: sclk, mclk: mclk, partitions: partUtil,
+		xgmiRead: a.xgmiLinks(g, "xgmi_read", m), xgmiWrite: a.xgmiLinks(g, "xgmi_write", m),
 	}))
+	a.tables[g.index]++
 	var errs []error
 	for name, content := range files {
 		errs = append(errs, writeInPlace(filepath.Join(pciDir, name), content))
@@ -706,6 +721,34 @@ type gpuMetricsValues struct {
 	replays                                uint64
 	sclk, mclk                             int
 	partitions                             []float64
+	// xgmiRead and xgmiWrite are the links' accumulators in KB, nil
+	// where the scenario gives none (every slot all-ones).
+	xgmiRead, xgmiWrite []amdLink
+}
+
+// amdLink is one XGMI link's accumulator; a link the firmware does not
+// report in a table is left all-ones.
+type amdLink struct {
+	kb     uint64
+	absent bool
+}
+
+// xgmiLinks spreads the GPU's XGMI counter key (bytes) over its links, in
+// whole KB, as the firmware accumulates them. A link of Faults.XGMIGaps is
+// left out of every other table, as smu_v13_0_6_ppt.c leaves a link it
+// could not map (amdgpu_xgmi_get_ext_link) at the all-ones
+// smu_cmn_init_soft_gpu_metrics filled the table with.
+func (a *AMDSim) xgmiLinks(g amdGPU, key string, m func(string, float64) float64) []amdLink {
+	if _, ok := g.spec.Metrics[key]; !ok {
+		return nil
+	}
+	odd := a.tables[g.index]%2 == 1
+	perLink := uint64(math.Max(0, m(key, 0)) / amdXGMILinks / 1000)
+	links := make([]amdLink, amdXGMILinks)
+	for i := range links {
+		links[i] = amdLink{kb: perLink, absent: odd && slices.Contains(g.spec.Faults.XGMIGaps, i)}
+	}
+	return links
 }
 
 // gpuMetricsV1_6 builds struct gpu_metrics_v1_6 (kgd_pp_interface.h), 1664
@@ -729,6 +772,16 @@ func gpuMetricsV1_6(v gpuMetricsValues) []byte {
 	le.PutUint16(b[60:], uint16(v.pcieWidth))                                                       // pcie_link_width
 	le.PutUint16(b[62:], uint16(10*[]float64{0, 2.5, 5, 8, 16, 32, 64}[min(max(v.pcieGen, 0), 6)])) // 0.1 GT/s
 	le.PutUint64(b[104:], v.replays)                                                                // pcie_replay_count_acc
+	for i, l := range v.xgmiRead {
+		if !l.absent {
+			le.PutUint64(b[128+8*i:], l.kb) // xgmi_read_data_acc[], KB
+		}
+	}
+	for i, l := range v.xgmiWrite {
+		if !l.absent {
+			le.PutUint64(b[192+8*i:], l.kb) // xgmi_write_data_acc[], KB
+		}
+	}
 	for i := 0; i < amdXCCs; i++ {
 		le.PutUint16(b[264+2*i:], uint16(v.sclk)) // current_gfxclk[], MHz
 	}
@@ -814,6 +867,7 @@ func (a *AMDSim) Reset(start time.Time) {
 	clear(a.reload)
 	clear(a.energy)
 	clear(a.energyAt)
+	clear(a.tables)
 }
 
 // Animate rewrites the files every interval, as the driver's values move,

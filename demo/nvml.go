@@ -142,7 +142,7 @@ type sim struct {
 // (NVML's, amdgpu's energy and RAS counts, hl-smi's volatile ECC).
 var driverCounters = map[string]bool{
 	"energy": true, "pcie_replays": true, "ecc_corrected": true, "ecc_uncorrected": true,
-	"dram_ecc_corrected": true, "dram_ecc_uncorrected": true,
+	"dram_ecc_corrected": true, "dram_ecc_uncorrected": true, "xgmi_read": true, "xgmi_write": true,
 	"retired_pages_single_bit": true, "retired_pages_double_bit": true,
 	"nvlink_replay_errors": true, "nvlink_recovery_errors": true, "nvlink_crc_flit_errors": true, "nvlink_crc_data_errors": true,
 }

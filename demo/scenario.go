@@ -322,6 +322,9 @@ type Faults struct {
 	// FailingLinks are NVLinks whose state and counters fail to read
 	// (ERROR_UNKNOWN) while the other links answer.
 	FailingLinks []int `yaml:"failing_links"`
+	// XGMIGaps are an AMD GPU's XGMI links (0..6) the firmware leaves out
+	// of every other gpu_metrics table (AMDSim.xgmiLinks).
+	XGMIGaps []int `yaml:"xgmi_gaps"`
 
 	hangFor, lostAfter time.Duration
 }
@@ -843,6 +846,11 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 	for _, l := range f.FailingLinks {
 		if d.NVLinks == nil || l < 0 || l >= *d.NVLinks {
 			bad("faults.failing_links: link %d does not exist", l)
+		}
+	}
+	for _, l := range f.XGMIGaps {
+		if !d.isAMD() || l < 0 || l >= amdXGMILinks {
+			bad("faults.xgmi_gaps: link %d: an AMD GPU's XGMI links are 0..%d", l, amdXGMILinks-1)
 		}
 	}
 	pids := map[uint32]bool{}
