@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -241,7 +242,9 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	prev := r.procs // the previous scrape's, for exited processes
 	r.mu.Unlock()
 	procs, hidden, procErr := r.processes(devices)
+	procSource := -1
 	if r.cfg.Procfs != nil {
+		procSource = len(res.Sources)
 		res.Sources = append(res.Sources, Source{Name: SourceProcfs, Err: procErr})
 	}
 
@@ -282,6 +285,14 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	if r.cfg.Slurm != nil {
 		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: slurmErr})
 		slurmDown = slurmErr != nil
+	}
+	if len(sl.environUnread) > 0 {
+		// A file of procfs that could not be read, as a hidden process's.
+		if hidden == nil {
+			hidden = map[uint32]bool{}
+		}
+		maps.Copy(hidden, sl.environUnread)
+		res.Sources[procSource].Err = cmpErr(res.Sources[procSource].Err, sl.environErr)
 	}
 
 	pods := podOwners{}
@@ -1340,6 +1351,11 @@ type slurmState struct {
 	// not show: the record of a job squeue lists here could not be read.
 	// A GPU no job is seen to hold whole then has unknown owners.
 	holdersUnseen bool
+	// environUnread are the processes whose job only their environment
+	// could tell, which could not be read; environErr says why. Their
+	// jobs are unknown, not none.
+	environUnread map[uint32]bool
+	environErr    error
 }
 
 // unseenHolder says whether a device may be held by a job the state does
@@ -1389,6 +1405,8 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 	var errs []error
 	var listed map[int]string // PID → job, from slurmd, asked only if needed
 	listFailed := false
+	var environUnread map[uint32]bool
+	var environErr error
 	now := r.now()
 	ids := map[string]bool{}
 	for pid, p := range procs {
@@ -1443,7 +1461,20 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 				}
 			}
 			if job == "" && r.cfg.Procfs != nil {
-				job, _ = r.cfg.Procfs.SlurmJobFromEnviron(int(pid))
+				var err error
+				job, err = r.cfg.Procfs.SlurmJobFromEnviron(int(pid))
+				if err != nil && !errors.Is(err, fs.ErrNotExist) {
+					// environ is its owner's alone (fs/proc/base.c:
+					// REG("environ", S_IRUSR, ...)) and read through
+					// mm_access's PTRACE_MODE_READ_FSCREDS: another
+					// user's takes both capabilities. An exited process
+					// (not found) has no job to tell.
+					if environUnread == nil {
+						environUnread = map[uint32]bool{}
+					}
+					environUnread[pid] = true
+					environErr = cmpErr(environErr, fmt.Errorf("a GPU process's Slurm job is in its environment, which cannot be read (another user's needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH): %w", err))
+				}
 				environ = job != ""
 			}
 		}
@@ -1463,7 +1494,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 	}
 	gres := map[int][]gresHold{}
 	running := map[string]slurm.RunningJob{}
-	st := slurmState{jobs: map[string]slurm.Job{}, unknown: map[string]bool{}, gres: gres}
+	st := slurmState{jobs: map[string]slurm.Job{}, unknown: map[string]bool{}, gres: gres, environUnread: environUnread, environErr: environErr}
 	if r.cfg.NodeName != "" {
 		list, err := c.NodeJobs(ctx, r.cfg.NodeName)
 		if since := jobsSeenSince(list, procs); err == nil && !since.IsZero() {

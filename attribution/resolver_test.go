@@ -1008,6 +1008,65 @@ esac`)
 	}
 }
 
+// TestSlurmEnvironUnreadableOwnersUnknown: a process in slurmd's cgroup
+// that slurmd does not list is tied to its job only by its environment,
+// which the kernel shows its owner alone (fs/proc/base.c: REG("environ",
+// S_IRUSR, ...), and mm_access's PTRACE_MODE_READ_FSCREDS): an exporter
+// without CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE cannot read another
+// user's. Its job is then unknown, not none: the procfs source is down,
+// naming the file and the capabilities; on a GPU a job holds by GRES the
+// process is unattributed beside the job, as any process not seen to be
+// the job's; on a GPU no job holds, the owners are unknown. The GPU of a
+// process whose environment was read keeps its count (found by probing:
+// probe12-install 01, the job served 0 bytes of its GPU with every
+// source up and nothing logged). A directory stands for the unreadable
+// file: the tests run as root, which reads any file.
+func TestSlurmEnvironUnreadableOwnersUnknown(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+listpids) printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n'; exit 0 ;; esac
+case "$last" in
+123|124) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 123))" ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '123|123|2026-11-22T09:00:00\n124|124|2026-11-22T09:00:00\n'`)
+	fs := procfs(t, map[uint32]string{
+		4001: "/system.slice/slurmd.service",
+		4002: "/system.slice/slurmd.service",
+		4003: "/system.slice/slurmd.service",
+	})
+	writeEnviron(t, fs, 4001, "SLURM_JOB_ID=123\x00")
+	for _, pid := range []string{"4002", "4003"} {
+		if err := os.Mkdir(filepath.Join(fs.Root, pid, "environ"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{4001}},
+		{UUID: gpuB, Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{4002}},
+		{UUID: gpuM, Index: 2, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{4003}},
+	})
+	if a := res.Devices[gpuA]; a.OwnersUnknown || len(a.Claims) != 1 || a.Claims[a.Process[4001]].Owner.SlurmJobID != "123" {
+		t.Errorf("GPU 0: claims %+v, processes %v, unknown %v; want job 123 by its task's environment, owners known", a.Claims, a.Process, a.OwnersUnknown)
+	}
+	if b := res.Devices[gpuB]; b.OwnersUnknown || len(b.Claims) != 1 || b.Claims[0].Owner.SlurmJobID != "124" || b.Process[4002] != Unattributed {
+		t.Errorf("GPU 1: claims %+v, processes %v, unknown %v; want job 124 by its GRES, the process unattributed", b.Claims, b.Process, b.OwnersUnknown)
+	}
+	if m := res.Devices[gpuM]; !m.OwnersUnknown || len(m.Claims) != 0 {
+		t.Errorf("GPU 2: claims %+v, processes %v, unknown %v; want owners unknown", m.Claims, m.Process, m.OwnersUnknown)
+	}
+	var procErr error
+	for _, s := range res.Sources {
+		if s.Name == SourceProcfs {
+			procErr = s.Err
+		}
+	}
+	if procErr == nil || !strings.Contains(procErr.Error(), "environ") || !strings.Contains(procErr.Error(), "CAP_DAC_READ_SEARCH") {
+		t.Errorf("procfs source error %v; want one naming environ and the capabilities", procErr)
+	}
+}
+
 // TestSlurmJobOffItsGRESHoldsNoShare: a job whose processes run on a GPU
 // that no job's GRES holds owns its usage there but holds no share of it,
 // as on a GPU another job holds: its GRES GPU is the one it was allocated

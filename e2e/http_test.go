@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +155,40 @@ func TestHTTPServerErrorsKeepTheLogFormat(t *testing.T) {
 	}
 	if handshake["level"] != "DEBUG" {
 		t.Errorf("TLS handshake error logged at %v, want DEBUG: %v", handshake["level"], handshake)
+	}
+}
+
+// TestReadmeFlagsListsEveryFlag: README's Flags section says `--help`
+// prints them all; every flag --help prints is in it, so that one added to
+// the binary is not left out of the documentation (found by probing:
+// probe12-install 03, --web.systemd-socket and --gaudi.query-fields).
+func TestReadmeFlagsListsEveryFlag(t *testing.T) {
+	help, err := exec.Command(binary, "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--help: %v\n%s", err, help)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Flags\n")
+	if !ok {
+		t.Fatal("README has no Flags section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	flagName := regexp.MustCompile(`^ {2,8}(?:-\w, )?--(?:\[no-\])?([a-z][a-z0-9.-]*[a-z0-9])`)
+	n := 0
+	for line := range strings.SplitSeq(string(help), "\n") {
+		m := flagName.FindStringSubmatch(line)
+		if m == nil || m[1] == "help" {
+			continue
+		}
+		n++
+		if !regexp.MustCompile(`(?m)--(\[no-\])?` + regexp.QuoteMeta(m[1]) + "([=` ]|$)").MatchString(section) {
+			t.Errorf("--%s is printed by --help but not in README's Flags section", m[1])
+		}
+	}
+	if n < 40 {
+		t.Fatalf("read %d flags from --help, want the 40 and more it prints:\n%s", n, help)
 	}
 }
