@@ -439,6 +439,9 @@ func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, af
 	}
 	for _, c := range after {
 		p, known := prev[c.Key]
+		if known && reused(p, c) {
+			known, p = false, Client{}
+		}
 		if !known && !complete {
 			unknown = append(unknown, c.Key)
 			continue
@@ -480,13 +483,17 @@ func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, af
 // drm-engine-<keystr>). Measured from the lower value, the next window
 // would count again time already counted.
 func Baseline(before, after []Client) []Client {
-	prev := make(map[ClientKey]map[string]uint64, len(before))
+	prev := make(map[ClientKey]Client, len(before))
 	for _, c := range before {
-		prev[c.Key] = c.Engines
+		prev[c.Key] = c
 	}
 	out, copied := after, false
 	for i, c := range after {
-		was := prev[c.Key]
+		p := prev[c.Key]
+		if reused(p, c) {
+			continue
+		}
+		was := p.Engines
 		var raised map[string]uint64
 		for name, now := range c.Engines {
 			if v, ok := was[name]; ok && now < v {
@@ -505,6 +512,38 @@ func Baseline(before, after []Client) []Client {
 		out[i].Engines = raised
 	}
 	return out
+}
+
+// reused says whether after is another DRM file than before, which had
+// its client ID: a counter went backwards, and none of the processes that
+// hold it held before. The kernel documentation asks the ID to be unique
+// among open files ("should map 1:1 to the in kernel representation of
+// struct drm_file instances"), not never to be given again once its file
+// is closed. Taken for the same client, the new file's counts, below the
+// closed one's, would leave the device's split unknown until they caught
+// up with them (probe12-time D1), hours for a long job's. A file that
+// stays open across the window keeps a holder, and one handed to another
+// process (SCM_RIGHTS) keeps its counts, which do not fall.
+func reused(before, after Client) bool {
+	if len(before.PIDs) == 0 || len(after.PIDs) == 0 {
+		return false
+	}
+	fell := false
+	for name, now := range after.Engines {
+		if was, ok := before.Engines[name]; ok && now < was {
+			fell = true
+			break
+		}
+	}
+	if !fell {
+		return false
+	}
+	for _, pid := range after.PIDs {
+		if _, held := slices.BinarySearch(before.PIDs, pid); held {
+			return false
+		}
+	}
+	return true
 }
 
 // maxShareJitter is how far beyond 1 the scans' timing may push a new

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -217,6 +218,48 @@ func FuzzParseFdinfo(f *testing.F) {
 
 // Baseline raises only the counters that fell, and leaves the scan it was
 // given as read.
+// TestEngineSharesReusedClientID: a DRM file closed with its process and
+// a new one given its client ID by another process (the kernel promises
+// the ID unique among open files only) is a new client, whose counts
+// start at 0: not the old client's counter gone backwards, which left the
+// device's split unknown until the new counts caught up (probe12-time
+// D1). The same process's counter going backwards is the documented
+// non-monotonic value: unknown for the window, the larger value kept.
+func TestEngineSharesReusedClientID(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	t1 := t0.Add(2 * time.Second) // window: 2 000 000 000 ns
+	k := ClientKey{"0000:0c:00.0", 3001}
+	old := Client{Key: k, PIDs: []int{3001}, Engines: map[string]uint64{"gfx": 17000000000}}
+	for _, tc := range []struct {
+		name         string
+		pids         []int
+		complete     bool
+		want         []EngineShare
+		wantUnknown  bool
+		wantBaseline uint64
+	}{
+		// Another process, the scan at t0 whole: 5e8 / 2e9 = 0.25, and
+		// the next window measures from 5e8.
+		{"new holder", []int{3005}, true, []EngineShare{{k, "gfx", 0.25}}, false, 500000000},
+		// Its file may have been open at t0 out of the scan's sight.
+		{"new holder, scan at t0 partial", []int{3005}, false, nil, true, 500000000},
+		// A holder kept: the same file, whose count fell for a while.
+		{"same holder", []int{3001}, true, nil, true, 17000000000},
+		{"holder kept beside a new one", []int{3001, 3005}, true, nil, true, 17000000000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			after := []Client{{Key: k, PIDs: tc.pids, Engines: map[string]uint64{"gfx": 500000000}}}
+			got, unknown := EngineShares(t0, []Client{old}, tc.complete, t1, after)
+			if !slices.Equal(got, tc.want) || (len(unknown) == 1) != tc.wantUnknown {
+				t.Errorf("shares %v, unknown %v; want %v, unknown %v", got, unknown, tc.want, tc.wantUnknown)
+			}
+			if b := Baseline([]Client{old}, after); b[0].Engines["gfx"] != tc.wantBaseline {
+				t.Errorf("baseline %d, want %d", b[0].Engines["gfx"], tc.wantBaseline)
+			}
+		})
+	}
+}
+
 func TestBaseline(t *testing.T) {
 	k17, k18 := ClientKey{PDev: "0000:0c:00.0", ClientID: 17}, ClientKey{PDev: "0000:0c:00.0", ClientID: 18}
 	before := []Client{
