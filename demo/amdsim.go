@@ -220,9 +220,6 @@ type AMDSim struct {
 	// that comes back in a later generation is a new process, whose
 	// client starts from nothing.
 	gen map[uint32]uint64
-	// reload is, per GPU (scenario index), the driver load it is in and
-	// each RAS reading's value when that load began.
-	reload map[int]*amdLoad
 	// energy is each GPU's energy counter (J) as of energyAt, by scenario
 	// index: the integral of its power.
 	energy   map[int]float64
@@ -232,11 +229,6 @@ type AMDSim struct {
 	tables map[int]int
 	stop   chan struct{}
 	done   chan struct{}
-}
-
-type amdLoad struct {
-	n    int
-	base map[string]float64
 }
 
 type amdGPU struct {
@@ -258,7 +250,7 @@ type amdPart struct {
 // the further partitions follow as amdgpu_xcp_<n> with the next cards and
 // render minors, numbered across the node as the amdxcp driver does.
 func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
-	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, gen: map[uint32]uint64{}, reload: map[int]*amdLoad{}, energy: map[int]float64{}, energyAt: map[int]time.Time{}, tables: map[int]int{}}
+	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, gen: map[uint32]uint64{}, energy: map[int]float64{}, energyAt: map[int]time.Time{}, tables: map[int]int{}}
 	for i := range s.Devices {
 		if d := &s.Devices[i]; d.isAMD() {
 			a.gpus = append(a.gpus, amdGPU{spec: d, index: i})
@@ -501,7 +493,7 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	files["pp_dpm_sclk"] = fmt.Sprintf("0: 500Mhz\n1: %dMhz *\n2: 2100Mhz\n", sclk)
 	files["pp_dpm_mclk"] = fmt.Sprintf("0: 900Mhz\n1: %dMhz *\n", mclk)
 	files["ras/features"] = "feature mask: 0x00003fff\n"
-	umc, umcFile := a.rasFile(g, m)
+	umc, umcFile := a.rasFile(g, m, t)
 	if umc != "" {
 		files[umcFile] = umc
 	}
@@ -576,13 +568,17 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 }
 
 // rasFile is the content of ras/umc_err_count ("" when the file is
-// absent) and its name. The file prints the counts of the driver's UMC RAS
-// object (amdgpu_ras.c, amdgpu_ras_sysfs_read: "ue: %lu\nce: %lu\nde:
-// %lu\n" for UMC on kernels with deferred errors), which start at 0 when
-// the driver loads: after a reload (driver_reloads passing a whole number)
-// they count from the readings' values at that moment. While the driver
-// cannot query the block, it prints "Query currently inaccessible".
-func (a *AMDSim) rasFile(g amdGPU, m func(string, float64) float64) (content, name string) {
+// absent) and its name at t. The file prints the counts of the driver's
+// UMC RAS object (amdgpu_ras.c, amdgpu_ras_sysfs_read: "ue: %lu\nce:
+// %lu\nde: %lu\n" for UMC on kernels with deferred errors), which start at
+// 0 when the driver loads: after a reload (driver_reloads passing a whole
+// number) they count from the readings' values at that moment. The moment
+// is worked out from the timeline, not remembered by this process: a
+// reload happened when it happened, however often the exporter restarts
+// (review11 R8: the counts jumped up by their value at the reload after an
+// exporter restart). While the driver cannot query the block, it prints
+// "Query currently inaccessible".
+func (a *AMDSim) rasFile(g amdGPU, m func(string, float64) float64, t time.Time) (content, name string) {
 	name = "ras/umc_err_count"
 	f := g.spec.Faults
 	if slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Unsupported, k) }) {
@@ -591,23 +587,34 @@ func (a *AMDSim) rasFile(g amdGPU, m func(string, float64) float64) (content, na
 	if slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Errors, k) }) {
 		return "Query currently inaccessible\n", name
 	}
-	raw := map[string]float64{}
-	for _, k := range amdRASKeys {
-		raw[k] = m(k, 0)
+	var reloaded time.Time
+	if v, ok := g.spec.Metrics["driver_reloads"]; ok {
+		reloaded = lastReload(v, a.s.origin("ecc_corrected", a.start), t)
 	}
-	n := int(m("driver_reloads", 0))
-	load := a.reload[g.index]
-	if load == nil || load.n != n {
-		base := map[string]float64{}
-		if load != nil {
-			// Reloaded since the last write: the counts restart here.
-			base = raw
+	count := func(k string) uint64 {
+		c := m(k, 0)
+		if v, ok := g.spec.Metrics[k]; ok && !reloaded.IsZero() {
+			c -= seeded(v, k, g.index).At(a.s.origin(k, a.start), reloaded)
 		}
-		load = &amdLoad{n: n, base: base}
-		a.reload[g.index] = load
+		return uint64(max(0, c))
 	}
-	count := func(k string) uint64 { return uint64(max(0, raw[k]-load.base[k])) }
 	return fmt.Sprintf("ue: %d\nce: %d\nde: 0\n", count("ecc_uncorrected"), count("ecc_corrected")), name
+}
+
+// lastReload is when the driver was last reloaded by t, a counter of
+// reloads from origin (the driver's first load) passing its last whole
+// number; zero when it has not passed one since origin. A fixed count
+// reloaded before the simulation, at a moment it does not tell: the RAS
+// counts run from origin.
+func lastReload(reloads Value, origin, t time.Time) time.Time {
+	if reloads.Fixed != nil || reloads.Rate <= 0 {
+		return time.Time{}
+	}
+	n := math.Floor(reloads.At(origin, t))
+	if n <= math.Floor(reloads.Start) {
+		return time.Time{}
+	}
+	return origin.Add(time.Duration((n - reloads.Start) / reloads.Rate * float64(time.Second)))
 }
 
 // amdNodes are the DRM nodes of a GPU or partition: card<card>,
@@ -864,7 +871,6 @@ func (a *AMDSim) Reset(start time.Time) {
 	clear(a.printed)
 	clear(a.writes)
 	clear(a.gen)
-	clear(a.reload)
 	clear(a.energy)
 	clear(a.energyAt)
 	clear(a.tables)

@@ -311,8 +311,8 @@ func TestMixedNodeNVMLSkipsAMD(t *testing.T) {
 //	t      raw ce  reloads  file says
 //	5 s    2.5     0.08     ce 2 (int of 2.5)
 //	35 s   5.5     0.58     ce 5: jumped by 3
-//	65 s   8.5     1.08     ce 0: reloaded, counts from 8.5
-//	95 s   11.5    1.58     ce 3: 11.5 - 8.5
+//	65 s   8.5     1.08     ce 0: reloaded at 60 s, counts from 8.0
+//	95 s   11.5    1.58     ce 3: int of 11.5 - 8.0
 //	then unsupported: no file; errors: "Query currently inaccessible".
 func TestAMDSimRASCounts(t *testing.T) {
 	s, err := Parse([]byte("devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, metrics: {ecc_corrected: {start: 2, rate: 0.1}, driver_reloads: {start: 0, rate: 0.016666666666666666}}}\n"))
@@ -343,6 +343,18 @@ func TestAMDSimRASCounts(t *testing.T) {
 			t.Errorf("at %v: umc %+v (present %v), want ce %d", c.at, umc, ok, c.ce)
 		}
 	}
+	// An exporter started at 70 s on a host whose driver loaded at 0 s
+	// (the reload at 60 s before it): the same file at 95 s, 3, not the
+	// 11 counted since the first load (review11 R8).
+	s.DriverLoaded = start
+	restarted := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start.Add(70*time.Second))
+	if err := restarted.WriteAt(start.Add(95 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if umc := r.ReadDevice("card1").RAS["umc"]; umc.Correctable.Value != 3 {
+		t.Errorf("after an exporter restart at 70 s: umc %+v at 95 s, want ce 3", umc)
+	}
+	s.DriverLoaded = time.Time{}
 	s.Devices[0].Faults.Unsupported = []string{"ecc_corrected"}
 	if d := read(100 * time.Second); len(d.RAS) != 1 || d.RAS["gfx"].Correctable.Value != 0 {
 		t.Errorf("umc unsupported: RAS %+v, want the gfx block alone", d.RAS)
