@@ -965,9 +965,11 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 			// A client of one of this GPU's partitions, which one unknown
 			// (found through fdinfo alone, amd.DRMHolders; or the GPU is
 			// down and keeps its partitions without their nodes): one of
-			// them may lack a process. The other GPUs' lists are whole.
+			// them may lack a process. The other GPUs' lists are whole, and
+			// so is the GPU's, which has no processes of its own: its
+			// owners are its partitions'.
 			for _, o := range devs {
-				if o.PCIBusID == cl.Key.PDev {
+				if _, part := o.vendorData.(*amdPartition); part && o.PCIBusID == cl.Key.PDev {
 					o.ProcessesPartial = true
 				}
 			}

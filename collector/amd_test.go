@@ -928,8 +928,9 @@ func TestAMDScenarioOracles(t *testing.T) {
 // (DPX, partition 0 part-a's by the GPU's PCI address, partition 1
 // part-b's by amdgpu_xcp_0) falls off the bus after two scrapes: its DRM
 // nodes and KFD nodes leave sysfs. Its partitions stay, down, with their
-// pods: each still holds 1/2 of the GPU. They vanished, and part-a held
-// the whole GPU (1), part-b's ID named nothing (found by probing). On a
+// pods: each still holds 1/2 of the GPU, and the GPU has their 2 owners.
+// They vanished, and part-a held the whole GPU (1), part-b's ID named
+// nothing (found by probing). On a
 // Slurm node GRES keep their places too.
 func TestAMDLostPartitionedGPUKeepsItsPartitions(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "fixtures", "scenarios", "amd.yaml"))
@@ -963,6 +964,11 @@ func TestAMDLostPartitionedGPUKeepsItsPartitions(t *testing.T) {
 	check(t, "xpu_workload_allocated_devices", 0.5, `mig_instance="0"`, `pod="part-a"`)
 	check(t, "xpu_workload_allocated_devices", 0.5, `mig_instance="1"`, `pod="part-b"`)
 	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `pod="train"`)
+	// The GPU's owners are its partitions' pods, known from the kubelet
+	// whatever its processes: 2, as an NVIDIA GPU in MIG mode that is lost
+	// keeps its instances' (it had none, found by probing: probe13-reconf
+	// D2).
+	check(t, "xpu_device_owners", 2, `,uuid="3f61f84fa0000002"`)
 	if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
 		t.Error("a device plugin ID names no device while its GPU is down")
 	}
@@ -1232,6 +1238,11 @@ func TestAMDFdinfoClientOfAPartitionedGPU(t *testing.T) {
 		if !d.ProcessesPartial || len(d.Processes) != 0 {
 			t.Errorf("partition %d: partial %v, processes %+v", i, d.ProcessesPartial, d.Processes)
 		}
+	}
+	// The GPU has no processes of its own: its owners are its
+	// partitions', unknown through them.
+	if parent.ProcessesPartial {
+		t.Error("the partitioned GPU's own process list is partial")
 	}
 }
 
