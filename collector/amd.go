@@ -517,11 +517,30 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 			d.UUID, d.Model, d.PCIBusID, d.Minor = id.uuid, id.model, id.pci, id.minor
 		}
 	case d.UUID != "":
+		if ok && id.pci != "" && id.pci != d.PCIBusID {
+			c.retire(card, id)
+		}
 		c.known[card] = amdIdentity{index: index, uuid: d.UUID, model: d.Model, pci: d.PCIBusID, minor: d.Minor}
 	}
 	c.mu.Unlock()
 	c.logDown(card, d, why)
 	return d
+}
+
+// retire keeps the GPU known as card, whose number another GPU now has,
+// under a name no card has (c.mu held), with its down state: DRM gives a
+// GPU that registers the lowest minor free (drm_minor_alloc), which is
+// often that of a GPU that fell off the bus. Keyed by the card alone, the
+// lost GPU vanished from every family, and its down state was taken for
+// the other GPU's (probe13-reconf D1). vanished reports it down until it
+// answers again under any card.
+func (c *amdCollector) retire(card string, id amdIdentity) {
+	key := card + "@" + id.pci
+	c.known[key] = id
+	if why, ok := c.down[card]; ok {
+		c.down[key] = why
+		delete(c.down, card)
+	}
 }
 
 // gpuData is a whole GPU's readings with its counters kept across reads.

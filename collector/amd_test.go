@@ -1158,6 +1158,23 @@ func TestAMDIndicesStayWithTheirGPU(t *testing.T) {
 	tr.unregister("card0")
 	tr.gpu("card6", "0000:0f:00.0", gpu("00000000000000dd"))
 	check("card0 gone, a new GPU", map[string]string{"00000000000000aa": "0 down", "00000000000000bb": "1 up", "00000000000000cc": "2 up", "00000000000000dd": "3 up"})
+	// DRM gives a re-registered GPU the lowest minor free (drm_minor_alloc,
+	// xa_alloc): card2's GPU reset comes back as card0, the number of the
+	// GPU that fell off the bus, which stays down under its index (it was
+	// left out, its down state taken for card2's GPU's: probe13-reconf D1).
+	logs.Reset()
+	tr.unregister("card2")
+	tr.gpu("card0", "0000:0e:00.0", gpu("00000000000000cc"))
+	check("card2's GPU back as card0", map[string]string{"00000000000000aa": "0 down", "00000000000000bb": "1 up", "00000000000000cc": "2 up", "00000000000000dd": "3 up"})
+	check("card2's GPU back as card0 again", map[string]string{"00000000000000aa": "0 down", "00000000000000bb": "1 up", "00000000000000cc": "2 up", "00000000000000dd": "3 up"})
+	// Neither GPU changed state: card2's was never seen down, card0's
+	// stays down (its down state was taken for card2's GPU coming back).
+	if strings.Contains(logs.String(), `msg="AMD device is back"`) || strings.Contains(logs.String(), `msg="AMD device down"`) {
+		t.Errorf("a GPU is logged back or down:\n%s", logs.String())
+	}
+	// The GPU that fell off comes back, as another card again.
+	tr.gpu("card7", "0000:0c:00.0", gpu("00000000000000aa"))
+	check("card0's GPU back as card7", map[string]string{"00000000000000aa": "0 up", "00000000000000bb": "1 up", "00000000000000cc": "2 up", "00000000000000dd": "3 up"})
 }
 
 // TestAMDRASOfTwoBoardsWithOneUniqueID: unique_id is the board firmware's;
