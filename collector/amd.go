@@ -121,6 +121,9 @@ type amdCollector struct {
 	// its last answer, which a GPU that stops answering keeps: the device
 	// plugin's IDs and Slurm's GRES numbering name them still.
 	layouts map[string]partLayout
+	// partlyListed are, by PCI address, the GPUs whose partitions were
+	// listed in part at the last answer; logged on change.
+	partlyListed map[string]bool
 }
 
 // partLayout is a GPU's compute partitions: its mode ("dpx") and each
@@ -216,6 +219,7 @@ func newAMDCollector(cfg Config) (Collector, error) {
 		energySource: map[string]energySource{},
 		xgmi:         map[string]*[2]xgmiLinks{},
 		layouts:      map[string]partLayout{},
+		partlyListed: map[string]bool{},
 	}, nil
 }
 
@@ -700,9 +704,44 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 	if c.layouts == nil {
 		c.layouts = map[string]partLayout{}
 	}
+	c.logPartitions(byPCI, layouts)
 	maps.Copy(c.layouts, layouts)
 	c.mu.Unlock()
 	return out
+}
+
+// logPartitions logs (c.mu held) a GPU's change of compute partition mode,
+// and when its partitions are listed in part and whole again: a mode
+// switch changes which devices there are and what share each pod holds,
+// and while the listing is partial their shares and GRES places are left
+// out.
+func (c *amdCollector) logPartitions(byPCI map[string]*Device, whole map[string]partLayout) {
+	for pci, d := range byPCI {
+		l, listed := whole[pci]
+		if !listed {
+			if d.UUID != "" && !c.partlyListed[pci] {
+				c.partlyListed[pci] = true
+				c.logger.Warn("AMD GPU's compute partitions are not all listed (a partition mode switch or a driver load under way): their shares, utilization and Slurm GRES places are left out until they are", "gpu", d.Index, "uuid", d.UUID)
+			}
+			continue
+		}
+		if c.partlyListed[pci] {
+			delete(c.partlyListed, pci)
+			c.logger.Info("AMD GPU's compute partitions all listed again", "gpu", d.Index, "uuid", d.UUID, "partitions", len(l.ids))
+		}
+		if was, ok := c.layouts[pci]; ok && (was.profile != l.profile || len(was.ids) != len(l.ids)) {
+			c.logger.Info("AMD GPU's compute partition mode changed", "gpu", d.Index, "uuid", d.UUID, "mode", l.mode(), "was", was.mode(), "partitions", len(l.ids))
+		}
+	}
+}
+
+// mode is the partition mode's name: none in SPX mode, where the GPU is
+// one device.
+func (l partLayout) mode() string {
+	if l.profile == "" {
+		return "spx"
+	}
+	return l.profile
 }
 
 // partitionCount is how many compute partitions the GPU says it is in:

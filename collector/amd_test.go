@@ -20,6 +20,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
 )
 
@@ -1011,7 +1012,11 @@ func TestAMDLostPartitionedGPUKeepsItsPartitions(t *testing.T) {
 func TestAMDPartitionsNotAllListed(t *testing.T) {
 	s := loadScenario(t, "amd")
 	clk := &testClock{t: testNow}
-	e, sim := newAttributedExporterSim(t, s, func(c *Config) { c.Now = clk.now })
+	var logs syncbuf.Buffer
+	e, sim := newAttributedExporterSim(t, s, func(c *Config) {
+		c.Now = clk.now
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	sim.AMD.Reset(testStart)
 	for _, after := range []time.Duration{0, 15 * time.Second} {
 		clk.set(testNow.Add(after))
@@ -1046,6 +1051,47 @@ func TestAMDPartitionsNotAllListed(t *testing.T) {
 	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
 	check(t, "xpu_workload_allocated_devices", 0.5, `pod="part-a"`)
 	check(t, "xpu_workload_allocated_devices", 0.5, `pod="part-b"`)
+	// Said once each way (found by probing: probe13-reconf D3, nothing
+	// logged while shares were left out).
+	for msg, want := range map[string]int{
+		`msg="AMD GPU's compute partitions are not all listed`:                                         1,
+		`msg="AMD GPU's compute partitions all listed again" gpu=2 uuid=3f61f84fa0000002 partitions=2`: 1,
+		`msg="AMD GPU's compute partition mode changed"`:                                               0,
+	} {
+		if n := strings.Count(logs.String(), msg); n != want {
+			t.Errorf("%d lines %s, want %d:\n%s", n, msg, want, logs.String())
+		}
+	}
+}
+
+// TestAMDPartitionModeChangeLogged: a GPU switched from DPX to CPX, and
+// back to SPX, is logged once at each switch, when its partitions are all
+// listed; an unchanged GPU is not.
+func TestAMDPartitionModeChangeLogged(t *testing.T) {
+	var logs strings.Builder
+	c := &amdCollector{logger: slog.New(slog.NewTextHandler(&logs, nil)), layouts: map[string]partLayout{}, partlyListed: map[string]bool{}}
+	gpu := &Device{Index: "2", UUID: "3f61f84fa0000002"}
+	byPCI := map[string]*Device{"0000:38:00.0": gpu}
+	for _, l := range []partLayout{
+		{profile: "dpx", ids: []string{"0000:38:00.0", "amdgpu_xcp_0"}},
+		{profile: "dpx", ids: []string{"0000:38:00.0", "amdgpu_xcp_0"}},
+		{profile: "cpx", ids: []string{"0000:38:00.0", "amdgpu_xcp_0", "amdgpu_xcp_1", "amdgpu_xcp_2", "amdgpu_xcp_3", "amdgpu_xcp_4", "amdgpu_xcp_5", "amdgpu_xcp_6"}},
+		{},
+	} {
+		whole := map[string]partLayout{"0000:38:00.0": l}
+		c.logPartitions(byPCI, whole)
+		maps.Copy(c.layouts, whole)
+	}
+	want := `msg="AMD GPU's compute partition mode changed" gpu=2 uuid=3f61f84fa0000002 mode=cpx was=dpx partitions=8` + "\n" +
+		`msg="AMD GPU's compute partition mode changed" gpu=2 uuid=3f61f84fa0000002 mode=spx was=cpx partitions=0`
+	var got []string
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		_, msg, _ := strings.Cut(line, " level=INFO ")
+		got = append(got, msg)
+	}
+	if strings.Join(got, "\n") != want {
+		t.Errorf("logged:\n%s\nwant:\n%s", logs.String(), want)
+	}
 }
 
 // TestAMDNoDeviceLogsOnce: a node without amdgpu (no class/drm, or only
