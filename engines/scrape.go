@@ -17,10 +17,12 @@ import (
 	"github.com/prometheus/common/expfmt"
 )
 
-// acceptHeader asks for the classic text format first: engines built on
-// Python's prometheus_client (vLLM, SGLang, NIM) then expose Info metrics as
-// gauges instead of the OpenMetrics info type, which the parser cannot read.
-const acceptHeader = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+// acceptHeader asks for the classic text format, and names no other:
+// Python's prometheus_client (vLLM, SGLang, NIM) answers OpenMetrics to any
+// Accept header that names it, whatever its q (exposition.py,
+// choose_encoder), where its Info and Enum metrics are of types no mapping
+// reads. An engine that sends OpenMetrics anyway is read as well.
+const acceptHeader = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 
 // ErrTooLarge reports a response body over the size limit given to Scrape.
 var ErrTooLarge = errors.New("response body exceeds the size limit")

@@ -31,7 +31,9 @@ import (
 //
 //   - a metric name inside the braces or quoted, or a quoted label name
 //     (the UTF-8 names of format 1.0.0; engines' names are all legacy ones);
-//   - a metric type written other than in lower case, or gaugehistogram;
+//   - a metric type written other than in lower case, or one of
+//     OpenMetrics' in a text body (OpenMetrics bodies' info, stateset and
+//     gaugehistogram families are left out, unknown is untyped);
 //   - a histogram or summary line that is not what its name says: a bucket
 //     without `le`, `le` or `quantile` on a _sum or _count line, a summary's
 //     own name without `quantile`, a histogram's own name (expfmt dropped
@@ -55,6 +57,9 @@ type textParser struct {
 	// openMetrics says the body is OpenMetrics, whose sample lines may end
 	// in an exemplar.
 	openMetrics bool
+	// skip are the sample names of the OpenMetrics families of types no
+	// mapping reads (info, stateset, gaugehistogram), left out.
+	skip map[string]bool
 	// strings interns names and label values: a model name is on every
 	// line of an engine's exposition.
 	strings map[string]*string
@@ -288,6 +293,33 @@ func (p *textParser) comment(b []byte) error {
 	if f.mf.Type != nil {
 		return fmt.Errorf("a TYPE line for %s after its first TYPE line or sample", name)
 	}
+	if p.openMetrics {
+		// OpenMetrics 1.0's types beyond the text format's: unknown is
+		// untyped; info, stateset and gaugehistogram no mapping reads,
+		// so their samples (named as "Metric types" gives them) are left
+		// out rather than the body failed.
+		var samples []string
+		switch string(text) {
+		case "unknown":
+			text = []byte("untyped")
+		case "info":
+			samples = []string{"_info"}
+		case "stateset":
+			samples = []string{""}
+		case "gaugehistogram":
+			samples = []string{"_bucket", "_gcount", "_gsum"}
+		}
+		if samples != nil {
+			if p.skip == nil {
+				p.skip = map[string]bool{}
+			}
+			for _, suffix := range samples {
+				p.skip[string(name)+suffix] = true
+			}
+			f.mf.Type = dto.MetricType_UNTYPED.Enum() // a second TYPE line is still an error
+			return nil
+		}
+	}
 	var t dto.MetricType
 	switch string(text) {
 	case "counter":
@@ -429,6 +461,9 @@ func (p *textParser) sample(b []byte) error {
 		timestamp = &ts
 	}
 
+	if p.skip[string(name)] {
+		return nil
+	}
 	f, kind := p.familyOf(name)
 	if f.mf.Type == nil {
 		f.mf.Type = dto.MetricType_UNTYPED.Enum()
