@@ -493,14 +493,18 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 	index := c.indexOf(card, pci)
 	c.mu.Unlock()
 	d := &Device{
-		Vendor:     "amd",
-		Index:      index,
-		UUID:       amdUUID(ad),
-		Model:      amdModel(ad),
-		PCIBusID:   ad.PCIBusID,
-		Minor:      ad.RenderMinor,
-		Up:         !ad.Down,
-		vendorData: c.gpuData(ad),
+		Vendor:   "amd",
+		Index:    index,
+		UUID:     amdUUID(ad),
+		Model:    amdModel(ad),
+		PCIBusID: ad.PCIBusID,
+		Minor:    ad.RenderMinor,
+		Up:       !ad.Down,
+		// gpu_busy_percent, and gpu_metrics' activity, are the firmware's
+		// latest sample, not a mean since the previous scrape as the
+		// processes' fdinfo engine time is.
+		UtilizationOfTheMoment: true,
+		vendorData:             c.gpuData(ad),
 	}
 	if ad.PCIBusID == "" {
 		d.UUID = ""
@@ -667,12 +671,13 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 		number[p.ParentPCIBusID]++
 		data := &amdData{dev: pd, partition: n}
 		d := &Device{
-			Vendor:   "amd",
-			Index:    parent.Index,
-			UUID:     parent.UUID + "-xcp" + strconv.Itoa(n),
-			Model:    parent.Model,
-			PCIBusID: parent.PCIBusID,
-			Up:       parent.Up,
+			Vendor:                 "amd",
+			Index:                  parent.Index,
+			UUID:                   parent.UUID + "-xcp" + strconv.Itoa(n),
+			Model:                  parent.Model,
+			PCIBusID:               parent.PCIBusID,
+			Up:                     parent.Up,
+			UtilizationOfTheMoment: true,
 			MIG: &MIGInstance{
 				ParentUUID: parent.UUID,
 				Profile:    strings.ToLower(pd.ComputePartition.Value),

@@ -215,11 +215,12 @@ func TestAMDFdinfoSplitOracle(t *testing.T) {
 		}
 	}
 
-	// Pod A owns 200 and 201, pod B 300: the device's 0.6 (gpu_busy_percent
-	// 60) is split 0.3 : 0.15, that is 0.6 × 0.3/0.45 = 0.4 and
-	// 0.6 × 0.15/0.45 = 0.2; memory is each pod's processes' VRAM.
+	// Pod A owns 200 and 201, pod B 300: 0.3 + 0 and 0.15 of the window,
+	// 0.45 in all, within the device: A 0.3, B 0.15 (gpu_busy_percent's 60
+	// is of the moment, not the window's); memory is each pod's
+	// processes' VRAM.
 	sharedByPods(d, []uint32{200, 201}, []uint32{300})
-	checkUsage(t, d.Usage(), []usageWant{{some(8 * gib), some(0.4)}, {some(4 * gib), some(0.2)}})
+	checkUsage(t, d.Usage(), []usageWant{{some(8 * gib), some(0.3)}, {some(4 * gib), some(0.15)}})
 
 	// A read for /devices (moveNone) measures from the last scrape and
 	// does not move the window: two seconds after the second scrape, PID
@@ -482,11 +483,10 @@ func TestAMDUnreadableProcessLeavesSplitOut(t *testing.T) {
 		t.Errorf("no log line when the scan recovered:\n%s", logs.String())
 	}
 	// Two seconds on: client 17 ran (2.6e9 - 2.2e9) / 2e9 = 0.2 of the
-	// window, client 18 (0.6e9 - 0.2e9) / 2e9 = 0.2; the device's 0.6 is
-	// split 0.6 × 0.2/0.4 = 0.3 each.
+	// window, client 18 (0.6e9 - 0.2e9) / 2e9 = 0.2: 0.2 each.
 	a17("2600000000")
 	b18("600000000")
-	checkUsage(t, scrape().Usage(), []usageWant{{some(1 * gib), some(0.3)}, {some(2 * gib), some(0.3)}})
+	checkUsage(t, scrape().Usage(), []usageWant{{some(1 * gib), some(0.2)}, {some(2 * gib), some(0.2)}})
 }
 
 // hungFile makes path a FIFO, a file whose read blocks as one of a GPU
@@ -813,7 +813,8 @@ func newAMDTestExporter(t testing.TB, sysfs, procfs string, now func() time.Time
 // Scrape 3: PID 3001 unknown, so the device's split is left out.
 // Scrape 4 measures from the larger 2,164e9: (2,172e9 − 2,164e9) / 10e9 =
 // 0.8, the window of the dip's time included, counted once; PID 3002 0.2.
-// The device's 0.6 splits 0.6 × 0.8/1.0 = 0.48 and 0.6 × 0.2/1.0 = 0.12.
+// 1.0 in all, within the device: a 0.8, b 0.2 (the device's 0.6 is of
+// the moment).
 func TestAMDScenarioEngineDip(t *testing.T) {
 	for i, out := range scrapeAMDPair(t, "engine_dip: true", 4) {
 		check, absent := oracleChecks(out)
@@ -829,8 +830,8 @@ func TestAMDScenarioEngineDip(t *testing.T) {
 			check(t, "xpu_utilization_ratio", 0.6, `gpu="0"`)
 			check(t, "xpu_process_utilization_ratio", 0.8, `pid="3001"`)
 			check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
-			check(t, "xpu_workload_utilization_ratio", 0.48, `unit="a.service"`)
-			check(t, "xpu_workload_utilization_ratio", 0.12, `unit="b.service"`)
+			check(t, "xpu_workload_utilization_ratio", 0.8, `unit="a.service"`)
+			check(t, "xpu_workload_utilization_ratio", 0.2, `unit="b.service"`)
 		}
 	}
 }
@@ -1323,9 +1324,9 @@ func TestAMDNewClientAfterACompleteScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two seconds on, client 17 at 1.6e9 ns: (1.6e9 - 1.0e9) / 2e9 = 0.3;
-	// client 19, new, at 0.2e9 ns: 0.2e9 / 2e9 = 0.1. The device's 0.6
-	// splits 0.6 × 0.3/0.4 = 0.45 and 0.6 × 0.1/0.4 = 0.15; each client
-	// has 1024 MiB = 1 GiB.
+	// client 19, new, at 0.2e9 ns: 0.2e9 / 2e9 = 0.1. gpu_busy_percent's
+	// 60 is of the moment: the parts are the window's, 0.3 and 0.1 (0.4 in
+	// all, within the device); each client has 1024 MiB = 1 GiB.
 	clk.t = clk.t.Add(2 * time.Second)
 	tr.fd(200, 5, amdgpuClient("17", "1024", "1600000000"))
 	tr.fd(400, 3, amdgpuClient("19", "1024", "200000000"))
@@ -1336,7 +1337,7 @@ func TestAMDNewClientAfterACompleteScan(t *testing.T) {
 	d := devs[0]
 	sharedByPods(d, []uint32{200}, []uint32{400})
 	const gib = 1 << 30
-	checkUsage(t, d.Usage(), []usageWant{{some(1 * gib), some(0.45)}, {some(1 * gib), some(0.15)}})
+	checkUsage(t, d.Usage(), []usageWant{{some(1 * gib), some(0.3)}, {some(1 * gib), some(0.1)}})
 }
 
 // TestAMDPrimaryNodeAndUntrustworthyClients: a client on the primary node
@@ -1363,11 +1364,11 @@ func TestAMDPrimaryNodeAndUntrustworthyClients(t *testing.T) {
 	tr.fdOn(300, 4, "/dev/dri/card0", amdgpuClient("13", "1024", "2000000000"))
 	scrape("first scan", []usageWant{{some(gib), nil}, {some(gib), nil}})
 	// 2 s on: 17 (1.6e9 - 1.0e9) / 2e9 = 0.3, 13 on card0 (2.4e9 - 2.0e9) /
-	// 2e9 = 0.2; the device's 0.6 splits 0.6 × 0.3/0.5 = 0.36 and
-	// 0.6 × 0.2/0.5 = 0.24.
+	// 2e9 = 0.2; 0.5 in all, within the device: the parts are 0.3 and 0.2
+	// (the device's 60 % is of the moment).
 	tr.fd(200, 5, amdgpuClient("17", "1024", "1600000000"))
 	tr.fdOn(300, 4, "/dev/dri/card0", amdgpuClient("13", "1024", "2400000000"))
-	scrape("a primary-node client", []usageWant{{some(gib), some(0.36)}, {some(gib), some(0.24)}})
+	scrape("a primary-node client", []usageWant{{some(gib), some(0.3)}, {some(gib), some(0.2)}})
 	// Client 21 appears after a complete scan with 1e11 ns, 50 times the
 	// 2e9 ns window: it ran before out of sight (it would have taken the
 	// whole 0.6). Memory stands: b holds 13's and 21's, 2 GiB.
@@ -1376,11 +1377,11 @@ func TestAMDPrimaryNodeAndUntrustworthyClients(t *testing.T) {
 	tr.fd(400, 3, amdgpuClient("21", "1024", "100000000000"))
 	scrape("a new client busier than the window", []usageWant{{some(gib), nil}, {some(2 * gib), nil}})
 	// Now 21 has a baseline: 17 0.2e9 / 2e9 = 0.1, 13 0.2e9 / 2e9 = 0.1,
-	// 21 0.4e9 / 2e9 = 0.2; a 0.6 × 0.1/0.4 = 0.15, b 0.6 × 0.3/0.4 = 0.45.
+	// 21 0.4e9 / 2e9 = 0.2; a 0.1, b 0.1 + 0.2 = 0.3.
 	tr.fd(200, 5, amdgpuClient("17", "1024", "2200000000"))
 	tr.fdOn(300, 4, "/dev/dri/card0", amdgpuClient("13", "1024", "2800000000"))
 	tr.fd(400, 3, amdgpuClient("21", "1024", "100400000000"))
-	scrape("the new client's next window", []usageWant{{some(gib), some(0.15)}, {some(2 * gib), some(0.45)}})
+	scrape("the new client's next window", []usageWant{{some(gib), some(0.1)}, {some(2 * gib), some(0.3)}})
 	// 13 goes back to 1e9: its share is unknown, not 0.
 	tr.fd(200, 5, amdgpuClient("17", "1024", "2400000000"))
 	tr.fdOn(300, 4, "/dev/dri/card0", amdgpuClient("13", "1024", "1000000000"))
@@ -1619,10 +1620,12 @@ func TestAMDKFDWorkLeavesTheSplitOut(t *testing.T) {
 	}{
 		{
 			// No KFD driver: PID 200 submits nothing, so it is idle, and
-			// pod b's 0.05 is all the work fdinfo can see: 0.9 to b.
+			// pod b's (1.1e9 - 1.0e9) / 2e9 = 0.05 is all the work fdinfo
+			// saw in the window: a 0, b 0.05 (the device's 90 % is of
+			// the moment, not the window's).
 			name: "no amdkfd",
 			kfd:  func(*amdTree) {},
-			want: []usageWant{{some(8 * gib), some(0)}, {some(256 * mib), some(0.9)}},
+			want: []usageWant{{some(8 * gib), some(0)}, {some(256 * mib), some(0.05)}},
 		},
 		{
 			name: "PID 200 is a KFD process",
@@ -1641,12 +1644,12 @@ func TestAMDKFDWorkLeavesTheSplitOut(t *testing.T) {
 			want: []usageWant{{some(8 * gib), nil}, {some(256 * mib), nil}},
 		},
 		{
-			// Another process's KFD work is not these two's.
+			// Another process's KFD work is not these two's: a 0, b 0.05.
 			name: "another KFD process",
 			kfd: func(tr *amdTree) {
 				tr.write(filepath.Join(tr.sysfs, "class/kfd/kfd/proc/4242/pasid"), "32770\n")
 			},
-			want: []usageWant{{some(8 * gib), some(0)}, {some(256 * mib), some(0.9)}},
+			want: []usageWant{{some(8 * gib), some(0)}, {some(256 * mib), some(0.05)}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1819,9 +1822,10 @@ func TestAMDPartitionShareAndUtilization(t *testing.T) {
 //	PID 201, clients 18 and 19: gfx 1.2e9 / 2e9 = 0.6 each: 1.2 → 1.
 //	PID 300, client 20: gfx 0.6e9 / 2e9 = 0.3.
 //
-// Pod a runs 200 and 201, pod b 300: the device's 0.6 splits 1 + 1 = 2
-// against 0.3, a 0.6 × 2/2.3 = 0.521739…, b 0.6 × 0.3/2.3 = 0.078260…
-// (uncapped: 0.6 × 2.4/2.7 = 0.5333… and 0.6 × 0.3/2.7 = 0.0666…).
+// Pod a runs 200 and 201, pod b 300: 1 + 1 = 2 against 0.3, 2.3 in all,
+// more than the whole device, which the parts divide: a 2/2.3 = 0.869565…,
+// b 0.3/2.3 = 0.130434… (uncapped: 2.4/2.7 = 0.888… and 0.3/2.7 =
+// 0.111…). The device's 60 % is of the moment, not the window's.
 func TestAMDProcessShareCappedAtOne(t *testing.T) {
 	tr := newAMDTree(t, busyMI300X())
 	client := func(id, engines string) string {
@@ -1858,21 +1862,21 @@ func TestAMDProcessShareCappedAtOne(t *testing.T) {
 	}
 	// Memory: 1 GiB each for 200 and 300; 2 GiB for 201's two clients.
 	sharedByPods(d, []uint32{200, 201}, []uint32{300})
-	checkUsage(t, d.Usage(), []usageWant{{some(3 << 30), some(0.6 * 2 / 2.3)}, {some(1 << 30), some(0.6 * 0.3 / 2.3)}})
+	checkUsage(t, d.Usage(), []usageWant{{some(3 << 30), some(2 / 2.3)}, {some(1 << 30), some(0.3 / 2.3)}})
 }
 
 // TestAMDIdleGPUWithAnUnknownClient: an AMD GPU's utilization is
 // gpu_busy_percent, read at the scrape, while its clients' shares cover
 // the window since the previous scrape. A GPU idle at the scrape (0) whose
-// clients were busy earlier in the window has nothing to split: every
-// owner's part of 0 is 0. With one client's share unknown (its counter
-// went back: TestAMDEngineCounterDipCatchesUp), pod b was served its
-// process's own 0.3 as its part of a device at 0, more than the whole
-// device; with the client known, the same pod gets 0.
+// clients were busy earlier in the window is split by the window, as any
+// other: with one client's share unknown (its counter went back:
+// TestAMDEngineCounterDipCatchesUp) there is no split, neither pod b's
+// own 0.3 beside an unknown a (served once, found by probing) nor 0 for
+// both because the GPU reads 0 now.
 //
 // Window 2 s = 2e9 ns. Client 17 (PID 200, pod a): gfx 10.0e9 then 9.9e9
 // ns, a dip: unknown. Client 18 (PID 300, pod b): gfx 0.5e9 then 1.1e9:
-// (1.1e9 - 0.5e9) / 2e9 = 0.3. gpu_busy_percent 0 → device 0: a 0, b 0.
+// (1.1e9 - 0.5e9) / 2e9 = 0.3. gpu_busy_percent 0: no split.
 func TestAMDIdleGPUWithAnUnknownClient(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "0\n"})
 	clk := &fakeClock{t: testNow}
@@ -1900,7 +1904,7 @@ func TestAMDIdleGPUWithAnUnknownClient(t *testing.T) {
 		}
 	}
 	sharedByPods(d, []uint32{200}, []uint32{300})
-	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), some(0)}, {some(1 << 30), some(0)}})
+	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), nil}, {some(1 << 30), nil}})
 }
 
 // TestAMDScrapeTooSoonServesThePreviousWindow: pods a (client 21) and b

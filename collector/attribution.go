@@ -230,6 +230,16 @@ func (d *Device) Usage() []Usage {
 	// window. Owners found from processes, one of which could not be
 	// resolved (it exited, or hides), may be missing one.
 	sole := len(d.Claims) == 1 && !unattributed && (d.OwnersAllocated || resolved) && exitedKnown
+	// The whole the parts divide: the device's over the window, or, where
+	// the device's reading is of the moment (AMD), its processes' over the
+	// window, no more than the whole device: a moment's reading times the
+	// window's shares is neither (a pod steady at 0.5 was 0.85 when
+	// another had just started, probe13-otlpscrape D1).
+	whole := d.Utilization
+	if d.UtilizationOfTheMoment {
+		v := min(1, utilTotal)
+		whole = &v
+	}
 	for i := range parties {
 		if resolved && memKnown {
 			parties[i].MemoryUsed = &mem[i]
@@ -246,9 +256,9 @@ func (d *Device) Usage() []Usage {
 			// does, or 0.4 + 0.3 = 0.7), it is exactly 1 and each part is
 			// its samples' sum (0.4, not 0.7 × 0.4 / 0.7 =
 			// 0.39999999999999997); elsewhere it is as near as before.
-			v := util[i] * (*d.Utilization / utilTotal)
+			v := util[i] * (*whole / utilTotal)
 			parties[i].Utilization = &v
-		case resolved && exitedKnown && *d.Utilization == 0:
+		case resolved && exitedKnown && *d.Utilization == 0 && !d.UtilizationOfTheMoment:
 			// Every part of an idle device is 0, whatever its processes'
 			// samples say; not their sum, which a process of unknown
 			// utilization (a KFD one, a dipped counter) leaves above the

@@ -77,6 +77,10 @@ type Device struct {
 	MemoryUsed  *float64
 	MemoryTotal *float64
 	Utilization *float64
+	// UtilizationOfTheMoment says Utilization is a reading of the moment
+	// (AMD's gpu_busy_percent), not a mean over the window the processes'
+	// utilization covers: the split takes the processes' own (Usage).
+	UtilizationOfTheMoment bool
 
 	// Claims are the device's owners and ProcessOwner says which process
 	// runs for which of them (see attribution.Ownership).

@@ -202,3 +202,55 @@ func TestUsageExactWhereSamplesAddUp(t *testing.T) {
 		t.Fatalf("parts %+v, want exactly 0.4 (job 10) and 0.3 (unattributed)", got)
 	}
 }
+
+// TestUsageOfAMomentsReading: where the device's utilization is a reading
+// of the moment (AMD's gpu_busy_percent) and its processes' are over the
+// window (fdinfo engine time between scrapes), the parts are the
+// processes' own window values, scaled down only where they add up to
+// more than the whole device; the moment's reading, multiplied by the
+// window's shares, gave a pod steady at 0.5 0.85 when a second pod had
+// just started (found by probing: probe13-otlpscrape D1, D2).
+func TestUsageOfAMomentsReading(t *testing.T) {
+	a := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}
+	b := attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "b", Container: "main"}
+	two := []attribution.Claim{{Owner: a, Share: 0.5}, {Owner: b, Share: 0.5}}
+	owners := map[uint32]int{10: 0, 20: 1}
+	for _, tc := range []struct {
+		name     string
+		now      float64
+		u10, u20 *float64
+		want     [2]*float64
+	}{
+		// The probe's window: a 0.5 all along, b 0.4 for its last 0.5 s
+		// of 5.2 s (0.4 × 0.5 / 5.2 = 0.038461538461538464); the GPU
+		// reads 0.9 now. 0.5 + 0.0385 <= 1: each its own.
+		{"parts within the device", 0.9, some(0.5), some(0.038461538461538464), [2]*float64{some(0.5), some(0.038461538461538464)}},
+		// Rings busy at once: 0.8 + 0.6 = 1.4 of a device that cannot be
+		// more than 1: a 0.8/1.4 = 0.5714285714285714, b 0.6/1.4 =
+		// 0.4285714285714286.
+		{"parts beyond the device", 0.5, some(0.8), some(0.6), [2]*float64{some(0.8 / 1.4), some(0.6 / 1.4)}},
+		// Idle now, busy in the window: the window's parts.
+		{"idle now", 0, some(0.3), some(0.2), [2]*float64{some(0.3), some(0.2)}},
+		// A process of unknown utilization (a KFD one): no split, not 0
+		// for every part because the moment's reading is 0.
+		{"a process unknown, idle now", 0, some(0.3), nil, [2]*float64{nil, nil}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Device{Utilization: some(tc.now), UtilizationOfTheMoment: true, Claims: two, ProcessOwner: owners,
+				Processes: []Process{{PID: 10, Utilization: tc.u10}, {PID: 20, Utilization: tc.u20}}}
+			got := d.Usage()
+			for i, w := range tc.want {
+				g := got[i].Utilization
+				if (g == nil) != (w == nil) || (g != nil && math.Abs(*g-*w) > 1e-15) {
+					t.Errorf("part %d: %v, want %v", i, deref(g), deref(w))
+				}
+			}
+		})
+	}
+	// A sole owner has the device's value, as its device series say.
+	d := Device{Utilization: some(0.9), UtilizationOfTheMoment: true, Claims: two[:1], ProcessOwner: map[uint32]int{10: 0}, OwnersAllocated: true,
+		Processes: []Process{{PID: 10, Utilization: some(0.5)}}}
+	if got := d.Usage(); *got[0].Utilization != 0.9 {
+		t.Errorf("sole owner %v, want the device's 0.9", *got[0].Utilization)
+	}
+}
