@@ -108,6 +108,11 @@
     // lookback and is gone, hides every device alert of its node.
     exporterDownFor: '5m',
     exporterGoneLookback: '1h',
+    // How long an alert keeps firing once its condition stops holding:
+    // longer than the gap of an exporter rollout (a missed scrape or two),
+    // so that a rollout does not resolve every alert of the node and start
+    // each one's `for` again.
+    keepFiringFor: '2m',
 
     // Device health score (see README.md): how far back an event still
     // lowers the score, and how much each input takes off a score of 1.

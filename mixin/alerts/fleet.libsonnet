@@ -48,7 +48,7 @@ local util = import '../lib/util.libsonnet';
           labels: { severity: 'warning' },
           annotations: {
             summary: 'A device health score is low.',
-            description: '%s (owner: %s) has a health score of {{ $value }}; the active inputs are in device:xpu_health_penalty:group.' % [device, owner],
+            description: '%s (owner: %s) has a health score of {{ printf "%%.2g" $value }}; the active inputs are in device:xpu_health_penalty:group.' % [device, owner],
           },
         }),
         util.alert(c, {
@@ -69,10 +69,16 @@ local util = import '../lib/util.libsonnet';
           // exporter cannot place (xpu_attribution_unknown_device_ids:
           // the devices they may name have unknown owners). One alert for all, as the mixin
           // keeps to its 17 alerts.
+          // The first two arms keep the same labels, the target's and
+          // node (which the chart sets on every series of a target): an
+          // exporter that stops answering and whose pod is then deleted
+          // (evicted, the node drained) is one alert that goes on firing,
+          // not one resolved and another pending for the whole `for`
+          // (probe14-alerts D1).
           expr: |||
-            up{%(xpuSelector)s} == 0
+            max by (%(target)s, node) (up{%(xpuSelector)s} == 0)
             or (
-              group by (%(target)s) (max_over_time(xpu_device_up{%(xpuSelector)s}[%(exporterGoneLookback)s]))
+              group by (%(target)s, node) (max_over_time(xpu_device_up{%(xpuSelector)s}[%(exporterGoneLookback)s]))
                 unless on (%(target)s) up{%(xpuSelector)s}
             )
             or max by (%(target)s, collector) (xpu_scrape_collector_success{%(xpuSelector)s}) == 0
