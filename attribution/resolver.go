@@ -234,6 +234,14 @@ func (r *Resolver) PodLabelNames() []string {
 // reported in Result.Sources and the devices it would have attributed are
 // returned with the owners the other sources found, or none.
 func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
+	return r.ResolveRead(ctx, devices, nil)
+}
+
+// ResolveRead is Resolve where the devices of the vendors in unread could
+// not be read at all this time (their collector failed): an ID of theirs
+// that names no device served names none for that reason, which the
+// collector's failure tells once, and is not counted in UnknownDeviceIDs.
+func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map[string]bool) Result {
 	res := Result{Devices: make(map[string]*Ownership, len(devices))}
 	for _, d := range devices {
 		res.Devices[d.UUID] = &Ownership{Process: make(map[uint32]int, len(d.PIDs))}
@@ -269,7 +277,7 @@ func (r *Resolver) Resolve(ctx context.Context, devices []Device) Result {
 	if r.cfg.Kubelet != nil {
 		var err error
 		var cdi *Source
-		kube, unplaced, cdi, err = r.kubernetesClaims(ctx, devices, &res)
+		kube, unplaced, cdi, err = r.kubernetesClaims(ctx, devices, unread, &res)
 		kubeDown = kube == nil
 		res.Sources = append(res.Sources, Source{Name: SourceKubelet, Err: err})
 		if cdi != nil {
@@ -977,7 +985,7 @@ func (u unplacedVendors) mayHold(d Device) bool { return u[""] || u[d.Vendor] }
 // identify in res, and returns the vendors of what it could not place, and
 // the state of the CDI specs when there were DRA claims to identify and a
 // CDI source is configured.
-func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *Result) (map[string][]Claim, unplacedVendors, *Source, error) {
+func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unread map[string]bool, res *Result) (map[string][]Claim, unplacedVendors, *Source, error) {
 	pods, err := r.cfg.Kubelet.List(ctx)
 	if err != nil {
 		return nil, nil, nil, err
@@ -1046,7 +1054,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, res *
 	}
 	for i, a := range allocs {
 		uuid := uuids[i]
-		if uuid == "" && r.othersVendor(kubernetes.ResourceVendor(a.Resource)) {
+		if v := kubernetes.ResourceVendor(a.Resource); uuid == "" && (r.othersVendor(v) || unread[v]) {
 			continue
 		}
 		if uuid == "" {

@@ -275,6 +275,35 @@ func TestDeviceIDsNamingNoDeviceAreCounted(t *testing.T) {
 	}
 }
 
+// TestDeviceIDsOfAVendorNotReadAreNotUnknown: while a vendor's devices
+// cannot be read (hl-smi fails from the start, the NVIDIA collector
+// fails), its pods' IDs name no device served, for that reason alone: the
+// collector's failure says so, once; they are not counted as IDs of an
+// unknown form or of a GPU gone, which raised a second alert and a log
+// line pointing at device plugin ID schemes (found by probing:
+// probe14-alerts D2). The other vendors' IDs count as ever.
+func TestDeviceIDsOfAVendorNotReadAreNotUnknown(t *testing.T) {
+	var logs bytes.Buffer
+	r := New(Config{
+		Kubelet: &fakeKubelet{pods: []kubernetes.PodResources{
+			pod("ml", "gaudi", "c", "habana.ai/gaudi", "hl0"),
+			pod("ml", "gone", "c", "nvidia.com/gpu", "GPU-00000000-0000-4000-8000-00000000dead"),
+		}},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	res := r.ResolveRead(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1}}, map[string]bool{"habana": true})
+	if res.UnknownDeviceIDs != 1 {
+		t.Errorf("%d unknown device IDs, want 1 (the gone GPU's, not the Gaudi's)", res.UnknownDeviceIDs)
+	}
+	if strings.Contains(logs.String(), "hl0") {
+		t.Errorf("the Gaudi's ID is logged as naming no device:\n%s", logs.String())
+	}
+	// Read again, the Gaudi is not there: its ID names no device.
+	if res := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1}}); res.UnknownDeviceIDs != 2 {
+		t.Errorf("%d unknown device IDs with the Gaudis read, want 2", res.UnknownDeviceIDs)
+	}
+}
+
 // TestUnplacedAllocationOwnersUnknown: a pod holds an NVIDIA device by an
 // ID whose shape is not understood, so it may be any NVIDIA device no known
 // owner holds. GPU a runs the pod's process and a host daemon, GPU b is

@@ -377,8 +377,19 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		ad.PIDsPartial = d.ProcessesPartial
 		devs = append(devs, ad)
 	}
+	// The vendors whose collector failed: their pods' IDs name no device
+	// served for that reason, which the collector's failure tells.
+	var unread map[string]bool
+	for name, vendor := range sourceVendors {
+		if r, ok := snap.sources[name]; ok && r.err != nil {
+			if unread == nil {
+				unread = map[string]bool{}
+			}
+			unread[vendor] = true
+		}
+	}
 	start := time.Now()
-	res := s.resolver.Resolve(ctx, devs)
+	res := s.resolver.ResolveRead(ctx, devs, unread)
 	// Counted as the attribution collector's time; a failing source shows in
 	// xpu_attribution_source_up, not as a failed collector.
 	snap.sources["attribution"] = sourceResult{duration: time.Since(start)}
