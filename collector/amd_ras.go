@@ -113,7 +113,7 @@ func (r *amdRAS) serve(d *Device, now time.Time) {
 		key := sl.key()
 		s := r.series[key]
 		if s == nil {
-			s = &xidSeries{labels: sl}
+			s = &xidSeries{labels: sl, created: now}
 			r.series[key] = s
 		}
 		s.count += n
@@ -148,6 +148,6 @@ func (r *amdRAS) trim(now time.Time) {
 
 func (r *amdRAS) emit(e emitter) {
 	for _, s := range r.series {
-		e.emit(amdRASEvents, s.labels, s.count)
+		e.emitCreated(amdRASEvents, s.labels, s.count, s.created)
 	}
 }

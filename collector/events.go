@@ -57,6 +57,8 @@ type xidSeries struct {
 	labels labels
 	count  float64
 	last   time.Time
+	// created is when the series was made, at 0: the start of its count.
+	created time.Time
 }
 
 type eventStamp struct {
@@ -168,7 +170,7 @@ func (r *eventRecorder) record(ctx context.Context, ev nvidia.Event, snapshot fu
 	xl := l.with("xid", strconv.FormatUint(ev.XID, 10))
 	s := r.xids[xl.key()]
 	if s == nil {
-		s = &xidSeries{labels: xl}
+		s = &xidSeries{labels: xl, created: now}
 		r.xids[xl.key()] = s
 	}
 	s.count++
@@ -243,7 +245,7 @@ func (r *eventRecorder) collect(e emitter) {
 	defer r.mu.Unlock()
 	e.emit(eventsEnabled, labels{}, boolValue(r.listening))
 	for _, s := range r.xids {
-		e.emit(xidErrors, s.labels, s.count)
+		e.emitCreated(xidErrors, s.labels, s.count, s.created)
 	}
 	for _, s := range r.last {
 		e.emit(lastEvent, s.labels, float64(s.at.UnixNano())/1e9)

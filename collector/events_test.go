@@ -67,6 +67,39 @@ func TestXidKeepsTheOwnerAtEventTime(t *testing.T) {
 	xidCounts(t, out, map[string]int{"train-0": 2, "train-1": 1})
 }
 
+// TestXidCountersCarryTheirStart: the exporter counts Xids itself, from 0
+// when a series is made, so each series says when: its created timestamp,
+// which the OTLP bridge makes its points' start. Without one a series was
+// pushed as a stream of unknown start, its first point zero-duration, and
+// a cumulative consumer saw no increase for the Xid that made it (found
+// by probing: probe13-otlpscrape D3).
+func TestXidCountersCarryTheirStart(t *testing.T) {
+	made := time.Unix(1_700_000_000, 0)
+	now := made
+	r := newEventRecorder(nil, func() time.Time { return now })
+	snapshot := func(context.Context) *Snapshot { return podSnapshot(now, "train-0") }
+	r.record(context.Background(), nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 79, GPUInstance: -1}, snapshot)
+	now = now.Add(time.Minute)
+	r.record(context.Background(), nvidia.Event{Index: 3, UUID: "GPU-3", Type: "xid", XID: 79, GPUInstance: -1}, snapshot)
+	n := 0
+	for _, m := range emitted(r.collect) {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		if pb.Counter == nil {
+			continue
+		}
+		n++
+		if got := pb.GetCounter().GetCreatedTimestamp(); got == nil || !got.AsTime().Equal(made) || pb.GetCounter().GetValue() != 2 {
+			t.Errorf("xid counter %v, created %v; want 2, created at the first event, %v", pb.GetCounter().GetValue(), got, made)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d counters, want the one Xid series", n)
+	}
+}
+
 // xidCounts checks xpu_xid_errors_total for Xid 79 on GPU 3 by pod.
 func xidCounts(t *testing.T, out string, want map[string]int) {
 	t.Helper()

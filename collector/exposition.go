@@ -367,6 +367,11 @@ func (e *Exporter) writeText(ch <-chan prometheus.Metric, out *bytes.Buffer, bas
 			if fs := t.accept(m.series, id, false); fs != nil {
 				fs.samples = append(fs.samples, textSample{m.series, m.value})
 			}
+		case *createdMetric:
+			// The text format has no created timestamp.
+			if fs := t.accept(m.series, id, false); fs != nil {
+				fs.samples = append(fs.samples, textSample{m.series, m.value})
+			}
 		case histMetric:
 			if fs := t.accept(m.series, id, true); fs != nil {
 				fs.hists = append(fs.hists, m)

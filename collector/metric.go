@@ -9,11 +9,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/internal/validutf8"
@@ -159,6 +161,30 @@ func (e emitter) flush() {
 		e.ch <- batch(s)
 		*e.buf = nil
 	}
+}
+
+// emitCreated sends a counter the exporter counts itself from 0, with the
+// moment its series was made: the start of its count (a created
+// timestamp), which the OTLP bridge needs to push its first point as an
+// increase from 0 rather than a baseline of unknown start.
+func (e emitter) emitCreated(m metric, l labels, v float64, created time.Time) {
+	e.ch <- &createdMetric{cachedMetric: cachedMetric{series: seriesOf(m, l), value: v}, created: timestamppb.New(created)}
+}
+
+// createdMetric is a cachedMetric counter with its created timestamp.
+type createdMetric struct {
+	cachedMetric
+	created *timestamppb.Timestamp
+}
+
+func (c *createdMetric) Write(out *dto.Metric) error {
+	if err := c.cachedMetric.Write(out); err != nil {
+		return err
+	}
+	if out.Counter != nil {
+		out.Counter.CreatedTimestamp = c.created
+	}
+	return nil
 }
 
 // emitOne sends one sample on its own, for the few sent outside a
