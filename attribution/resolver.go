@@ -110,6 +110,10 @@ type Resolver struct {
 	// badIDs remembers the device-plugin IDs already logged as not
 	// understood, so that each is logged once.
 	badIDs map[string]bool
+	// replicas is, by device (kubernetes.DeviceRef.Key), how many
+	// time-slicing replicas its device plugin advertised when the kubelet
+	// last listed them, for the devices whose replicas are held.
+	replicas map[string]int
 	// unresolvedClaims are the DRA claim devices not identified at the
 	// last scrape, whose messages are forgotten once they are.
 	unresolvedClaims map[string]bool
@@ -273,11 +277,12 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 
 	var kube map[string][]Claim
 	var unplaced unplacedVendors
+	var shareUnknown map[string]bool
 	kubeDown := false
 	if r.cfg.Kubelet != nil {
 		var err error
 		var cdi *Source
-		kube, unplaced, cdi, err = r.kubernetesClaims(ctx, devices, unread, &res)
+		kube, unplaced, shareUnknown, cdi, err = r.kubernetesClaims(ctx, devices, unread, &res)
 		kubeDown = kube == nil
 		res.Sources = append(res.Sources, Source{Name: SourceKubelet, Err: err})
 		if cdi != nil {
@@ -331,7 +336,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		// may be missing, whatever else was found: its count is unknown,
 		// not the owners seen (0 for a GPU a Slurm job holds through GRES
 		// while scontrol fails would read as idle).
-		if kubeDown || heldUnseen || (slurmDown || sl.unseenHolder(d) || sl.mayHoldUnplaced(d)) && len(kube[d.UUID]) == 0 {
+		if kubeDown || heldUnseen || shareUnknown[d.UUID] || (slurmDown || sl.unseenHolder(d) || sl.mayHoldUnplaced(d)) && len(kube[d.UUID]) == 0 {
 			own.OwnersUnknown = true
 		}
 	}
@@ -977,6 +982,32 @@ func cmpErr(first, err error) error {
 // these devices, and is not counted here.
 type unplacedVendors map[string]bool
 
+// keepReplicas gives a held time-slicing replica whose device the kubelet
+// no longer lists replicas of the count it listed before, and remembers
+// the counts of the devices held now. The device plugin stops advertising
+// replicas when its sharing is reconfigured or the device turns unhealthy,
+// while the pods keep the replicas they were allocated, and with them the
+// share of the device they were given: 1/N of the N then advertised.
+func (r *Resolver) keepReplicas(allocs []kubernetes.Allocation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held := map[string]int{}
+	for i := range allocs {
+		a := &allocs[i]
+		if !a.Device.Shared {
+			continue
+		}
+		k := a.Device.Key()
+		if a.Replicas <= 0 {
+			a.Replicas = r.replicas[k]
+		}
+		if a.Replicas > 0 {
+			held[k] = a.Replicas
+		}
+	}
+	r.replicas = held
+}
+
 // mayHold says whether d may be such a device.
 func (u unplacedVendors) mayHold(d Device) bool { return u[""] || u[d.Vendor] }
 
@@ -985,16 +1016,18 @@ func (u unplacedVendors) mayHold(d Device) bool { return u[""] || u[d.Vendor] }
 // identify in res, and returns the vendors of what it could not place, and
 // the state of the CDI specs when there were DRA claims to identify and a
 // CDI source is configured.
-func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unread map[string]bool, res *Result) (map[string][]Claim, unplacedVendors, *Source, error) {
+func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unread map[string]bool, res *Result) (map[string][]Claim, unplacedVendors, map[string]bool, *Source, error) {
 	pods, err := r.cfg.Kubelet.List(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	pods = r.withoutEnded(pods, res)
 	// Allocatable lists every replica a device plugin advertises, which is
 	// what a replica's share depends on; without it the share is unknown.
 	allocatable, allocErr := r.cfg.Kubelet.Allocatable(ctx)
 	allocs, idErrs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
+	r.keepReplicas(allocs)
+	var shareUnknown map[string]bool // by device UUID
 	var unplaced unplacedVendors
 	for _, e := range idErrs {
 		var de *kubernetes.DeviceIDError
@@ -1065,7 +1098,16 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 			r.logOnceMsg(fmt.Errorf("%s %q (pod %s/%s)", a.Resource, a.DeviceID, a.Namespace, a.Pod), "device plugin ID names no device of this node; that ID is not attributed (the container's other devices are)")
 			continue
 		}
-		share, _ := a.Share()
+		share, known := a.Share()
+		if !known {
+			// Its holders' shares, and so who holds how much of it, are
+			// unknown: its owners are unknown.
+			if shareUnknown == nil {
+				shareUnknown = map[string]bool{}
+			}
+			shareUnknown[uuid] = true
+			r.logOnceMsg(fmt.Errorf("%s %q", a.Resource, a.Device.Key()), "a time-slicing replica is held of a device whose replicas the device plugin does not advertise (sharing reconfigured since before this exporter started, or the device unhealthy): its holders' shares are unknown, and so are the device's owners")
+		}
 		if n := holders[replica{uuid, a.DeviceID}]; n > 1 {
 			share /= float64(n)
 		}
@@ -1073,9 +1115,9 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 	}
 	cdi := r.draClaims(pods, byRef, add, &unplaced, res)
 	if allocErr != nil {
-		return claims, unplaced, cdi, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
+		return claims, unplaced, shareUnknown, cdi, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
 	}
-	return claims, unplaced, cdi, nil
+	return claims, unplaced, shareUnknown, cdi, nil
 }
 
 func (u unplacedVendors) add(vendor string) unplacedVendors {

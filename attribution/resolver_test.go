@@ -304,6 +304,49 @@ func TestDeviceIDsOfAVendorNotReadAreNotUnknown(t *testing.T) {
 	}
 }
 
+// TestReplicaShareKeptWhenNoLongerAdvertised: two pods hold time-slicing
+// replicas ::0 and ::1 of GPU b, of 4 advertised, 1/4 each. The device
+// plugin is then reconfigured without sharing (or reports the GPU
+// unhealthy): the kubelet lists GPU b whole, or not at all, while the
+// pods keep their replicas. Their shares are those they were allocated,
+// 1/4 each, not unknown and left out while the GPU counted as held by two
+// owners, which the capacity split took for an unallocated GPU (found by
+// probing: probe14-k8s D2). A resolver that never saw the replicas
+// advertised cannot tell the share: the GPU's owners are then unknown,
+// logged once.
+func TestReplicaShareKeptWhenNoLongerAdvertised(t *testing.T) {
+	held := []kubernetes.PodResources{
+		pod("ml", "ts-a", "c", "nvidia.com/gpu", gpuB+"::0"),
+		pod("ml", "ts-b", "c", "nvidia.com/gpu", gpuB+"::1"),
+	}
+	shared := []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuB + "::0", gpuB + "::1", gpuB + "::2", gpuB + "::3"}}}
+	whole := []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpuB}}}
+	devices := []Device{{UUID: gpuB, Vendor: "nvidia", Index: 1, MIGIndex: -1, GRESIndex: -1}}
+	check := func(step string, res Result, want float64, unknown bool) {
+		t.Helper()
+		b := res.Devices[gpuB]
+		if len(b.Claims) != 2 || b.Claims[0].Share != want || b.Claims[1].Share != want || b.OwnersUnknown != unknown {
+			t.Errorf("%s: claims %+v, owners unknown %v; want two of share %v, unknown %v", step, b.Claims, b.OwnersUnknown, want, unknown)
+		}
+	}
+	kubelet := &fakeKubelet{pods: held, allocatable: shared}
+	r := New(Config{Kubelet: kubelet})
+	check("advertised", r.Resolve(context.Background(), devices), 0.25, false)
+	kubelet.allocatable = whole
+	check("advertised whole since", r.Resolve(context.Background(), devices), 0.25, false)
+	kubelet.allocatable = nil
+	check("not advertised", r.Resolve(context.Background(), devices), 0.25, false)
+
+	var logs bytes.Buffer
+	fresh := New(Config{Kubelet: &fakeKubelet{pods: held, allocatable: whole}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 2 {
+		check("never advertised", fresh.Resolve(context.Background(), devices), 0, true)
+	}
+	if n := strings.Count(logs.String(), "replicas"); n != 1 {
+		t.Errorf("%d log lines, want 1:\n%s", n, logs.String())
+	}
+}
+
 // TestUnplacedAllocationOwnersUnknown: a pod holds an NVIDIA device by an
 // ID whose shape is not understood, so it may be any NVIDIA device no known
 // owner holds. GPU a runs the pod's process and a host daemon, GPU b is
