@@ -173,7 +173,10 @@ func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver,
 				return nil, nil, closeAll, fmt.Errorf("pod metadata: %w", err)
 			}
 			closers = append(closers, func() { meta.Close() })
-			if meta.Name() != kubernetes.SourceNone {
+			// A Pods API socket that is not there yet is looked for
+			// again (NewMetadataSource): the source serves no pod until
+			// then, as none.
+			if meta.Name() != kubernetes.SourceNone || *f.podsAPISocket != "" {
 				cfg.Metadata = meta
 			}
 		}

@@ -288,7 +288,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		if cdi != nil {
 			res.Sources = append(res.Sources, *cdi)
 		}
-		if r.cfg.Metadata != nil {
+		if r.cfg.Metadata != nil && r.cfg.Metadata.Name() != kubernetes.SourceNone {
 			res.Sources = append(res.Sources, Source{Name: r.cfg.Metadata.Name(), Err: r.cfg.Metadata.Healthy()})
 		}
 	}
@@ -771,7 +771,7 @@ func (r *Resolver) podOfNoClaim(uid string, claims []Claim) bool {
 	if uid == "" {
 		return false
 	}
-	current := r.cfg.Metadata != nil && r.cfg.Metadata.Healthy() == nil
+	current := r.cfg.Metadata != nil && r.cfg.Metadata.Name() != kubernetes.SourceNone && r.cfg.Metadata.Healthy() == nil
 	return !slices.ContainsFunc(claims, func(c Claim) bool {
 		return c.Owner.Kind == Kubernetes && (!current || c.Owner.PodUID == "" || strings.EqualFold(c.Owner.PodUID, uid))
 	})

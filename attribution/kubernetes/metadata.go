@@ -100,6 +100,9 @@ type MetadataConfig struct {
 	// not used: the exporter never watches every pod of a cluster.
 	NodeName string
 	Logger   *slog.Logger
+	// PodsAPIRecheck is how often a Pods API socket that is not there is
+	// looked for again; 0 is every 10 s.
+	PodsAPIRecheck time.Duration
 }
 
 // NewMetadataSource starts the first source that the configuration and the
@@ -111,7 +114,11 @@ type MetadataConfig struct {
 //     in a cluster;
 //  3. none: namespace, pod and container still come from pod-resources.
 //
-// The choice is made once. A kubeconfig that is given but cannot be loaded
+// Where the Pods API socket is configured but not there, it is looked for
+// again every PodsAPIRecheck, and used from when it appears: a kubelet
+// upgraded under a running exporter (the node drained with
+// --ignore-daemonsets) starts serving it, which the chart's empty socket
+// directory is there for. A kubeconfig that is given but cannot be loaded
 // is an error rather than a silent fall-through to no metadata.
 func NewMetadataSource(cfg MetadataConfig) (MetadataSource, error) {
 	logger := cfg.Logger
@@ -125,9 +132,20 @@ func NewMetadataSource(cfg MetadataConfig) (MetadataSource, error) {
 			logger.Info("Pod metadata from the kubelet Pods API", "socket", cfg.PodsAPISocket)
 			return StartPodsAPISource(cfg.PodsAPISocket, logger)
 		case err != nil:
-			logger.Info("Kubelet Pods API not available", "socket", cfg.PodsAPISocket, "err", err)
+			logger.Info("Kubelet Pods API not available; looked for again until it is", "socket", cfg.PodsAPISocket, "err", err)
 		}
+		fallback, err := newFallbackMetadata(cfg, logger)
+		if err != nil {
+			return nil, err
+		}
+		return awaitPodsAPI(cfg, fallback, logger), nil
 	}
+	return newFallbackMetadata(cfg, logger)
+}
+
+// newFallbackMetadata is the source without the kubelet Pods API: the API
+// server's, or none.
+func newFallbackMetadata(cfg MetadataConfig, logger *slog.Logger) (MetadataSource, error) {
 	if cfg.NodeName == "" {
 		logger.Info("No pod metadata: no kubelet Pods API, and no node name to scope an API server watch to")
 		return NoMetadata{}, nil
@@ -142,6 +160,82 @@ func NewMetadataSource(cfg MetadataConfig) (MetadataSource, error) {
 	}
 	logger.Info("Pod metadata from the API server", "host", restCfg.Host, "node", cfg.NodeName)
 	return StartAPIServerSource(restCfg, cfg.NodeName, logger)
+}
+
+// laterPodsAPI is the metadata of another source until the kubelet Pods
+// API socket appears, then the Pods API's.
+type laterPodsAPI struct {
+	mu   sync.Mutex
+	cur  MetadataSource
+	stop chan struct{}
+	done chan struct{}
+}
+
+func awaitPodsAPI(cfg MetadataConfig, fallback MetadataSource, logger *slog.Logger) *laterPodsAPI {
+	every := cfg.PodsAPIRecheck
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	l := &laterPodsAPI{cur: fallback, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-t.C:
+			}
+			if ok, _ := isSocket(cfg.PodsAPISocket); !ok {
+				continue
+			}
+			s, err := StartPodsAPISource(cfg.PodsAPISocket, logger)
+			if err != nil {
+				logger.Warn("Kubelet Pods API socket appeared but cannot be used; looked at again", "socket", cfg.PodsAPISocket, "err", err)
+				continue
+			}
+			l.mu.Lock()
+			old := l.cur
+			l.cur = s
+			l.mu.Unlock()
+			logger.Info("Kubelet Pods API appeared: pod metadata from it now", "socket", cfg.PodsAPISocket, "was", old.Name())
+			_ = old.Close()
+			return
+		}
+	}()
+	return l
+}
+
+func (l *laterPodsAPI) current() MetadataSource {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur
+}
+
+// Name implements MetadataSource: the source in use.
+func (l *laterPodsAPI) Name() string { return l.current().Name() }
+
+// Pod implements MetadataSource.
+func (l *laterPodsAPI) Pod(namespace, name string) (PodMeta, bool) {
+	return l.current().Pod(namespace, name)
+}
+
+// PodByUID implements MetadataSource.
+func (l *laterPodsAPI) PodByUID(uid string) (PodMeta, bool) { return l.current().PodByUID(uid) }
+
+// Pods implements MetadataSource.
+func (l *laterPodsAPI) Pods() []PodMeta { return l.current().Pods() }
+
+// Healthy implements MetadataSource.
+func (l *laterPodsAPI) Healthy() error { return l.current().Healthy() }
+
+// Close implements MetadataSource: it stops looking for the socket, and
+// the source in use.
+func (l *laterPodsAPI) Close() error {
+	close(l.stop)
+	<-l.done
+	return l.current().Close()
 }
 
 // restConfig loads kubeconfig, or the in-cluster configuration when it is

@@ -103,6 +103,31 @@ func TestNewMetadataSourceOrder(t *testing.T) {
 	}
 }
 
+// TestPodsAPIThatAppearsLaterIsUsed: a kubelet upgraded under a running
+// exporter starts serving the Pods API where there was none: the exporter
+// uses it from then on, where the choice made at start held for the
+// exporter's life (found by probing: probe14-k8s D3, no workload labels
+// and no ended pods until a restart).
+func TestPodsAPIThatAppearsLaterIsUsed(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	socket := filepath.Join(t.TempDir(), "pods-api.sock")
+	s := startMetadata(t, MetadataConfig{PodsAPISocket: socket, PodsAPIRecheck: 20 * time.Millisecond})
+	if s.Name() != SourceNone {
+		t.Fatalf("source %q before the socket, want %q", s.Name(), SourceNone)
+	}
+	kubelet := kubelettest.Start(t, &kubelettest.Fixture{Node: "node1", Pods: []kubelettest.Pod{
+		{Namespace: "a", Name: "from-kubelet", UID: "00000000-0000-4000-8000-0000000000b1"},
+	}})
+	if err := os.Symlink(kubelet.PodsAPISocket(), socket); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Pods API in use", func() bool {
+		_, ok := s.Pod("a", "from-kubelet")
+		return s.Name() == SourcePodsAPI && ok && s.Healthy() == nil
+	})
+}
+
 func TestNewMetadataSourceBadKubeconfig(t *testing.T) {
 	_, err := NewMetadataSource(MetadataConfig{Kubeconfig: filepath.Join(t.TempDir(), "missing"), NodeName: "node1"})
 	if err == nil {
