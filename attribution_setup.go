@@ -54,7 +54,7 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 	f.cdiSpecDir = a.Flag("kubernetes.cdi-spec-dir",
 		"Directory of the CDI specs DRA drivers write on the node, which tell the GPU behind each device of a DRA ResourceClaim. Read only while some container holds a claim; each spec is parsed again only when it changes.").Default(kubernetes.DefaultCDISpecDir).IsSetByUser(&f.setCDISpecDir).String()
 	f.resourceSlices = a.Flag("kubernetes.resourceslices",
-		"Identify DRA-allocated devices that the CDI specs do not from this node's ResourceSlices, watched through the API server (RBAC: resourceslices list and watch, cluster-wide; needs --kubernetes.node-name).").Default("false").Bool()
+		"Identify DRA-allocated devices that the CDI specs do not from this node's ResourceSlices, watched through the API server, and leave out the devices of claims allocated with admin access, read from their ResourceClaims (RBAC: resourceslices list and watch, cluster-wide, and resourceclaims get; needs --kubernetes.node-name).").Default("false").Bool()
 	f.draDrivers = a.Flag("kubernetes.dra-driver",
 		"Extra DRA driver whose claims hold accelerators. Repeatable; added to "+strings.Join(kubernetes.DefaultDRADrivers, ", ")+". Claims of other drivers (IMEX channels, NICs) are ignored.").Strings()
 	f.resources = a.Flag("kubernetes.resource",
@@ -156,7 +156,7 @@ func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver,
 					return nil, nil, closeAll, fmt.Errorf("--kubernetes.resourceslices: %w", err)
 				}
 				closers = append(closers, func() { slices.Close() })
-				cfg.ResourceSlices = slices
+				cfg.ResourceSlices, cfg.ClaimAccess = slices, slices
 				logger.Info("DRA devices also identified from ResourceSlices", "node", *f.nodeName)
 			}
 			patterns := append(append([]string{}, kubernetes.DefaultResourcePatterns...), *f.resources...)

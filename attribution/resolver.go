@@ -56,6 +56,13 @@ type ResourceSlices interface {
 	Index() (kubernetes.ResourceSliceIndex, error)
 }
 
+// ClaimAccess tells the devices of a ResourceClaim allocated with admin
+// access (kubernetes.ResourceSliceSource.AdminDevices), by
+// kubernetes.AdminKey.
+type ClaimAccess interface {
+	AdminDevices(ctx context.Context, namespace, name string) (map[string]bool, error)
+}
+
 // Config says which sources the resolver asks. A nil source is not used.
 type Config struct {
 	Kubelet   Kubelet
@@ -70,8 +77,12 @@ type Config struct {
 	// ResourceSlices identifies, from this node's ResourceSlices, the DRA
 	// devices the CDI specs do not; nil without API access.
 	ResourceSlices ResourceSlices
-	PodLabels      *kubernetes.LabelAllowList
-	Procfs         *process.Reader
+	// ClaimAccess tells which DRA claim devices were allocated with admin
+	// access (a monitoring service's, no allocation); nil without API
+	// access, and such claims then count as any other.
+	ClaimAccess ClaimAccess
+	PodLabels   *kubernetes.LabelAllowList
+	Procfs      *process.Reader
 	// Exits tells which cached processes exited (process.Exits), so that
 	// a PID given to a new process is read anew at the next scrape; nil
 	// where pidfds cannot be had, and then the start times of a few
@@ -1113,7 +1124,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 		}
 		add(uuid, r.podOwner(a.Namespace, a.Pod, a.Container), share)
 	}
-	cdi := r.draClaims(pods, byRef, add, &unplaced, res)
+	cdi := r.draClaims(ctx, pods, byRef, add, &unplaced, res)
 	if allocErr != nil {
 		return claims, unplaced, shareUnknown, cdi, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
 	}
@@ -1161,7 +1172,7 @@ func (r *Resolver) withoutEnded(pods []kubernetes.PodResources, res *Result) []k
 
 // draClaims adds the devices held through DRA claims. The CDI specs are
 // read only when some container has a claim of an accelerator driver.
-func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernetes.DeviceRef) (string, bool), add func(string, Owner, float64), unplaced *unplacedVendors, res *Result) *Source {
+func (r *Resolver) draClaims(ctx context.Context, pods []kubernetes.PodResources, byRef func(kubernetes.DeviceRef) (string, bool), add func(string, Owner, float64), unplaced *unplacedVendors, res *Result) *Source {
 	if !slices.ContainsFunc(pods, func(p kubernetes.PodResources) bool {
 		return slices.ContainsFunc(p.Containers, func(c kubernetes.ContainerResources) bool {
 			return slices.ContainsFunc(c.Claims, func(cd kubernetes.ClaimDevice) bool { return slices.Contains(r.cfg.DRADrivers, cd.Driver) })
@@ -1187,6 +1198,13 @@ func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernet
 		var err error
 		sliceIdx, err = r.cfg.ResourceSlices.Index()
 		res.Sources = append(res.Sources, Source{Name: kubernetes.SourceResourceSlices, Err: err})
+	}
+	if r.cfg.ClaimAccess != nil {
+		var err error
+		pods, err = r.withoutAdminAccess(ctx, pods)
+		if err != nil {
+			r.logOnceMsg(err, "cannot tell whether a DRA claim has admin access (RBAC: get resourceclaims); its devices are taken for allocations")
+		}
 	}
 	allocs, unresolved := kubernetes.ClaimAllocations(pods, idx, r.cfg.DRADrivers, sliceIdx)
 	unresolved = slices.DeleteFunc(unresolved, func(u kubernetes.UnresolvedClaimDevice) bool {
@@ -1219,6 +1237,53 @@ func (r *Resolver) draClaims(pods []kubernetes.PodResources, byRef func(kubernet
 		add(uuid, owner, share)
 	}
 	return src
+}
+
+// withoutAdminAccess leaves out of pods the DRA claim devices allocated
+// with admin access (a monitoring DaemonSet's, KEP-5018): they are no
+// allocation, and counted as one they billed the monitor for every GPU no
+// one else held and, as a second claim on a held one, hid its owner's
+// allocation (probe14-k8s D1). pods is not modified; the first error is
+// returned, and that claim's devices kept.
+func (r *Resolver) withoutAdminAccess(ctx context.Context, pods []kubernetes.PodResources) ([]kubernetes.PodResources, error) {
+	var firstErr error
+	asked := map[string]map[string]bool{}
+	admin := func(cd kubernetes.ClaimDevice) bool {
+		if !slices.Contains(r.cfg.DRADrivers, cd.Driver) {
+			return false
+		}
+		key := cd.ClaimNamespace + "/" + cd.ClaimName
+		devs, ok := asked[key]
+		if !ok {
+			var err error
+			devs, err = r.cfg.ClaimAccess.AdminDevices(ctx, cd.ClaimNamespace, cd.ClaimName)
+			if err != nil {
+				firstErr, devs = cmpErr(firstErr, err), nil
+			}
+			asked[key] = devs
+		}
+		return devs[kubernetes.AdminKey(cd)]
+	}
+	var out []kubernetes.PodResources // made at the first admin claim
+	for i, p := range pods {
+		cloned := false
+		for j, c := range p.Containers {
+			if !slices.ContainsFunc(c.Claims, admin) {
+				continue
+			}
+			if out == nil {
+				out = slices.Clone(pods)
+			}
+			if !cloned {
+				out[i].Containers, cloned = slices.Clone(p.Containers), true
+			}
+			out[i].Containers[j].Claims = slices.DeleteFunc(slices.Clone(c.Claims), admin)
+		}
+	}
+	if out == nil {
+		return pods, firstErr
+	}
+	return out, firstErr
 }
 
 // logCDIState logs the CDI specs' problems once per change.

@@ -3,6 +3,7 @@ package attribution
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -238,5 +239,67 @@ func TestResolveDRAResourceSliceFallback(t *testing.T) {
 	}
 	if cdiErr(res) == nil || !hasSource(res, kubernetes.SourceResourceSlices) {
 		t.Errorf("sources %+v: want cdi down and resourceslices reported", res.Sources)
+	}
+}
+
+type fakeClaimAccess struct {
+	admin map[string]map[string]bool // namespace/name → admin devices
+	err   error
+	asked int
+}
+
+func (f *fakeClaimAccess) AdminDevices(_ context.Context, ns, name string) (map[string]bool, error) {
+	f.asked++
+	return f.admin[ns+"/"+name], f.err
+}
+
+// TestDRAAdminAccessIsNoAllocation: a monitoring DaemonSet's claim with
+// admin access (KEP-5018) lists GPU 1, which pod dra-single's ordinary
+// claim holds, and GPU 2, which no one holds. The kubelet reports it as
+// any claim; the claim's allocation says adminAccess. It is no allocation:
+// dra-single keeps GPU 1 whole (1), GPU 2 has no owner, the monitor none
+// (found by probing: probe14-k8s D1, dra-single's series gone as one of
+// two claims of unknown shares, and the monitor billed GPU 2). Where the
+// claim cannot be read its devices count as before, with one log line.
+func TestDRAAdminAccessIsNoAllocation(t *testing.T) {
+	claim := func(ns, name, device string) kubernetes.ClaimDevice {
+		return kubernetes.ClaimDevice{ClaimNamespace: ns, ClaimName: name, Driver: "gpu.nvidia.com", Pool: "node1", Device: device}
+	}
+	pods := []kubernetes.PodResources{
+		{Namespace: "ml", Name: "dra-single", Containers: []kubernetes.ContainerResources{{Name: "main", Claims: []kubernetes.ClaimDevice{claim("ml", "single", "gpu-1")}}}},
+		{Namespace: "monitoring", Name: "dcgm-x9z8y", Containers: []kubernetes.ContainerResources{{Name: "dcgm", Claims: []kubernetes.ClaimDevice{
+			claim("monitoring", "admin", "gpu-1"), claim("monitoring", "admin", "gpu-2"),
+		}}}},
+	}
+	slices := fakeSlices{idx: kubernetes.ResourceSliceIndex{
+		"gpu.nvidia.com/node1/gpu-1": {Vendor: "nvidia", ID: draGPUs[1].UUID, UUID: draGPUs[1].UUID},
+		"gpu.nvidia.com/node1/gpu-2": {Vendor: "nvidia", ID: draGPUs[2].UUID, UUID: draGPUs[2].UUID},
+	}}
+	access := &fakeClaimAccess{admin: map[string]map[string]bool{
+		"monitoring/admin": {"gpu.nvidia.com/node1/gpu-1": true, "gpu.nvidia.com/node1/gpu-2": true},
+	}}
+	var logs bytes.Buffer
+	r := New(Config{Kubelet: &fakeKubelet{pods: pods}, ResourceSlices: slices, ClaimAccess: access, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	res := r.Resolve(context.Background(), draDevices())
+	if got := owners(res.Devices[draGPUs[1].UUID]); strings.Join(got, ";") != "ml/dra-single/main claim=ml/single 1" {
+		t.Errorf("GPU 1 owners %q, want dra-single's whole", got)
+	}
+	if got := owners(res.Devices[draGPUs[2].UUID]); len(got) != 0 {
+		t.Errorf("GPU 2 owners %q, want none", got)
+	}
+	if access.asked != 2 {
+		t.Errorf("claims asked %d times, want once each of 2", access.asked)
+	}
+	if pods[1].Containers[0].Claims[0].ClaimName != "admin" || len(pods[1].Containers[0].Claims) != 2 {
+		t.Errorf("the kubelet's answer was changed: %+v", pods[1])
+	}
+
+	access.err = errors.New("resourceclaims.resource.k8s.io \"admin\" is forbidden")
+	res = r.Resolve(context.Background(), draDevices())
+	if got := owners(res.Devices[draGPUs[2].UUID]); strings.Join(got, ";") != "monitoring/dcgm-x9z8y/dcgm claim=monitoring/admin 1" {
+		t.Errorf("claim unreadable: GPU 2 owners %q, want the monitor's as before", got)
+	}
+	if !strings.Contains(logs.String(), "admin access") {
+		t.Errorf("no log line for the unreadable claim:\n%s", logs.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -33,7 +34,15 @@ const pciBusIDAttribute = "resource.kubernetes.io/pciBusID"
 
 var errSlicesNotListed = errors.New("ResourceSlice list has not completed yet")
 
-var resourceSlicesResource = schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}
+var (
+	resourceSlicesResource = schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}
+	resourceClaimsResource = schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}
+)
+
+// claimAccessTTL is how long a claim's allocation, as read, is taken for
+// its own: an allocated claim's results do not change while pods use it,
+// but a claim deleted and made again under its name is another.
+const claimAccessTTL = time.Minute
 
 // ResourceSliceIndex maps a DRA device, "<driver>/<pool>/<device>", to the
 // device it is, as the driver published it in this node's ResourceSlices.
@@ -112,9 +121,18 @@ type ResourceSliceSource struct {
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
 	done     chan struct{}
+	claims   dynamic.NamespaceableResourceInterface
 
 	mu      sync.Mutex
 	lastErr error
+	// access is, by claim (namespace/name), its devices allocated with
+	// admin access, as last read.
+	access map[string]claimAccess
+}
+
+type claimAccess struct {
+	admin map[string]bool // sliceKey
+	read  time.Time
 }
 
 // StartResourceSliceSource starts the watch of node's ResourceSlices. It
@@ -136,7 +154,8 @@ func StartResourceSliceSource(cfg *rest.Config, node string, logger *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("API server client for %s: %w", cfg.Host, err)
 	}
-	s := &ResourceSliceSource{node: node, done: make(chan struct{}), lastErr: errSlicesNotListed}
+	s := &ResourceSliceSource{node: node, done: make(chan struct{}), lastErr: errSlicesNotListed,
+		claims: client.Resource(resourceClaimsResource), access: map[string]claimAccess{}}
 	slices := client.Resource(resourceSlicesResource)
 	selector := fields.OneTermEqualSelector("spec.nodeName", node).String()
 	lw := &cache.ListWatch{
@@ -198,6 +217,55 @@ func (s *ResourceSliceSource) Index() (ResourceSliceIndex, error) {
 	}
 	return NewResourceSliceIndex(slices, s.node), err
 }
+
+// AdminDevices are the devices of the ResourceClaim namespace/name
+// allocated with admin access, by "<driver>/<pool>/<device>": the claim's
+// status.allocation.devices.results[].adminAccess (resource.k8s.io/v1
+// DeviceRequestAllocationResult: "AdminAccess indicates that this device
+// was allocated for administrative access"). Such a device is a monitoring
+// or management service's, and "ignore[s] all ordinary claims to the
+// device with respect to access modes and any resource allocations"
+// (DeviceRequest.adminAccess): it is no allocation. The kubelet's
+// pod-resources API does not say, so each claim is read from the API
+// server (RBAC: get resourceclaims), once a minute at most.
+func (s *ResourceSliceSource) AdminDevices(ctx context.Context, namespace, name string) (map[string]bool, error) {
+	key := namespace + "/" + name
+	now := time.Now()
+	s.mu.Lock()
+	a, ok := s.access[key]
+	s.mu.Unlock()
+	if ok && now.Sub(a.read) < claimAccessTTL {
+		return a.admin, nil
+	}
+	u, err := s.claims.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("ResourceClaim %s: %w", key, err)
+	}
+	claim := &resourcev1.ResourceClaim{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, claim); err != nil {
+		return nil, fmt.Errorf("ResourceClaim %s: not decodable as resource.k8s.io/v1: %w", key, err)
+	}
+	admin := map[string]bool{}
+	if al := claim.Status.Allocation; al != nil {
+		for _, r := range al.Devices.Results {
+			if r.AdminAccess != nil && *r.AdminAccess {
+				admin[sliceKey(r.Driver, r.Pool, r.Device)] = true
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range s.access {
+		if now.Sub(v.read) > 10*claimAccessTTL {
+			delete(s.access, k) // claims no pod has used for long
+		}
+	}
+	s.access[key] = claimAccess{admin: admin, read: now}
+	return admin, nil
+}
+
+// AdminKey is how AdminDevices names a claim's device.
+func AdminKey(cd ClaimDevice) string { return sliceKey(cd.Driver, cd.Pool, cd.Device) }
 
 // Close stops the watch and waits for it to end.
 func (s *ResourceSliceSource) Close() error {

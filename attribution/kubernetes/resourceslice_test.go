@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -154,5 +155,51 @@ func TestResourceSliceIndexAMD(t *testing.T) {
 	want := ResourceSliceIndex{"gpu.amd.com/mi300x-node/gpu-1-128": {ID: "0000:0c:00.0", PCIBusID: "0000:0c:00.0"}}
 	if len(got) != len(want) || got["gpu.amd.com/mi300x-node/gpu-1-128"] != want["gpu.amd.com/mi300x-node/gpu-1-128"] {
 		t.Errorf("index %+v, want %+v", got, want)
+	}
+}
+
+// TestAdminDevices reads a ResourceClaim as the API server returns it
+// (resource.k8s.io/v1; status.allocation.devices.results[].adminAccess)
+// and names its admin-access devices; an ordinary result is not one. A
+// claim is read once within claimAccessTTL; a forbidden read is an error.
+func TestAdminDevices(t *testing.T) {
+	var mu sync.Mutex
+	gets := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/apis/resource.k8s.io/v1/namespaces/monitoring/resourceclaims/admin":
+			mu.Lock()
+			gets++
+			mu.Unlock()
+			w.Write([]byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"admin","namespace":"monitoring"},
+"spec":{"devices":{"requests":[{"name":"gpus","exactly":{"deviceClassName":"gpu.nvidia.com","allocationMode":"All","adminAccess":true}}]}},
+"status":{"allocation":{"devices":{"results":[
+ {"request":"gpus","driver":"gpu.nvidia.com","pool":"node1","device":"gpu-1","adminAccess":true},
+ {"request":"gpus","driver":"gpu.nvidia.com","pool":"node1","device":"gpu-2","adminAccess":false}]}}}}`))
+		default:
+			w.WriteHeader(http.StatusForbidden)
+			w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"forbidden"}`))
+		}
+	}))
+	defer srv.Close()
+	s, err := StartResourceSliceSource(&rest.Config{Host: srv.URL}, "node1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 2 {
+		admin, err := s.AdminDevices(context.Background(), "monitoring", "admin")
+		if err != nil || len(admin) != 1 || !admin[AdminKey(ClaimDevice{Driver: "gpu.nvidia.com", Pool: "node1", Device: "gpu-1"})] {
+			t.Fatalf("admin devices %v, %v; want gpu-1 alone", admin, err)
+		}
+	}
+	mu.Lock()
+	if gets != 1 {
+		t.Errorf("claim read %d times, want once", gets)
+	}
+	mu.Unlock()
+	if _, err := s.AdminDevices(context.Background(), "ml", "other"); err == nil {
+		t.Error("a forbidden claim read no error")
 	}
 }
