@@ -86,7 +86,11 @@ func StartAPIServerSource(cfg *rest.Config, node string, logger *slog.Logger) (*
 		&metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
 	if err := s.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		s.record(err)
-		logger.Warn("Pod metadata watch failed, retrying", "err", err)
+		// At every retry of client-go's backoff: the resolver logs the
+		// source's failure and its recovery once each (Healthy), where
+		// this logged two lines a minute for as long as RBAC was missing
+		// (probe14-k8s D4).
+		logger.Debug("Pod metadata watch failed, retrying", "err", err)
 	}); err != nil {
 		return nil, fmt.Errorf("API server pod watch: %w", err)
 	}

@@ -2,9 +2,11 @@ package kubernetes
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -256,6 +258,47 @@ func TestAPIServerSourceFailure(t *testing.T) {
 	}
 	f.setFailing(false)
 	eventually(t, "recovery", func() bool { _, ok := s.Pod("a", "p"); return s.Healthy() == nil && ok })
+}
+
+// TestAPIServerSourceFailureLoggedByTheResolver: a failing watch is
+// retried with backoff; the retries are not logged as warnings, one a
+// retry for as long as RBAC was missing (probe14-k8s D4), since the
+// resolver logs the source's failure and recovery once each.
+func TestAPIServerSourceFailureLoggedByTheResolver(t *testing.T) {
+	f := newFakeAPIServer(t, "node1")
+	f.setFailing(true)
+	var logs syncLog
+	s, err := StartAPIServerSource(f.config(), "node1", slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	eventually(t, "two failed requests", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.requests > 1
+	})
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("retries logged as warnings:\n%s", logs.String())
+	}
+}
+
+// syncLog is a log buffer written by the informer's goroutines.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestStartAPIServerSourceNeedsNode(t *testing.T) {

@@ -175,7 +175,9 @@ func StartResourceSliceSource(cfg *rest.Config, node string, logger *slog.Logger
 	s.informer = cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
 	if err := s.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		s.record(err)
-		logger.Warn("ResourceSlice watch failed, retrying", "err", err)
+		// At every retry: the resolver logs the source's failure and
+		// recovery once each.
+		logger.Debug("ResourceSlice watch failed, retrying", "err", err)
 	}); err != nil {
 		return nil, fmt.Errorf("ResourceSlice watch: %w", err)
 	}
