@@ -293,7 +293,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	if r.cfg.Kubelet != nil {
 		var err error
 		var cdi *Source
-		kube, unplaced, shareUnknown, cdi, err = r.kubernetesClaims(ctx, devices, unread, &res)
+		kube, unplaced, shareUnknown, cdi, err = r.kubernetesClaims(ctx, devices, unread, podProcesses(procs), &res)
 		kubeDown = kube == nil
 		res.Sources = append(res.Sources, Source{Name: SourceKubelet, Err: err})
 		if cdi != nil {
@@ -993,6 +993,20 @@ func cmpErr(first, err error) error {
 // these devices, and is not counted here.
 type unplacedVendors map[string]bool
 
+// errKubeletEmpty is a kubelet's answer that lists no pod while pods'
+// processes use the devices.
+var errKubeletEmpty = errors.New("the kubelet lists no pod while GPU processes run in pods (restarting, its pods not listed yet)")
+
+// podProcesses says whether a process of procs runs in a pod's cgroup.
+func podProcesses(procs map[uint32]procInfo) bool {
+	for _, p := range procs {
+		if p.info.Cgroup.PodUID != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // keepReplicas gives a held time-slicing replica whose device the kubelet
 // no longer lists replicas of the count it listed before, and remembers
 // the counts of the devices held now. The device plugin stops advertising
@@ -1027,8 +1041,16 @@ func (u unplacedVendors) mayHold(d Device) bool { return u[""] || u[d.Vendor] }
 // identify in res, and returns the vendors of what it could not place, and
 // the state of the CDI specs when there were DRA claims to identify and a
 // CDI source is configured.
-func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unread map[string]bool, res *Result) (map[string][]Claim, unplacedVendors, map[string]bool, *Source, error) {
+func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unread map[string]bool, podProcs bool, res *Result) (map[string][]Claim, unplacedVendors, map[string]bool, *Source, error) {
 	pods, err := r.cfg.Kubelet.List(ctx)
+	if err == nil && len(pods) == 0 && podProcs {
+		// A kubelet that lists no pod at all while GPU processes run in
+		// pods' cgroups has not listed them yet (restarted, its pod
+		// manager not yet filled), rather than every pod having gone:
+		// the devices' owners are unknown, not none (found by probing:
+		// probe14-k8s D5).
+		err = errKubeletEmpty
+	}
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}

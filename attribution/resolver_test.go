@@ -1892,3 +1892,37 @@ func TestSlurmNodeNameWaitsForAgreement(t *testing.T) {
 		t.Errorf("told %d times that a name was learnt, want once:\n%s", n, logs.String())
 	}
 }
+
+// TestKubeletListingNoPodWhilePodsRun: a kubelet just restarted lists no
+// pod for a moment, while pod ss-0's process runs on GPU a: the owners are
+// unknown (the kubelet source down for that scrape), not none with the
+// usage unattributed (found by probing: probe14-k8s D5). Listed again,
+// the pod is the owner; a node with no pod process and no pod listed is a
+// node with no pod.
+func TestKubeletListingNoPodWhilePodsRun(t *testing.T) {
+	kubelet := &fakeKubelet{}
+	r := New(Config{Kubelet: kubelet, Procfs: procfs(t, map[uint32]string{100: podCgroup(uidA)})})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Vendor: "nvidia", MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100}}})
+	if a := res.Devices[gpuA]; !a.OwnersUnknown || len(a.Claims) != 0 {
+		t.Errorf("empty list: claims %+v, unknown %v; want owners unknown", a.Claims, a.OwnersUnknown)
+	}
+	var kubeErr error
+	for _, s := range res.Sources {
+		if s.Name == SourceKubelet {
+			kubeErr = s.Err
+		}
+	}
+	if kubeErr == nil {
+		t.Error("the kubelet source is up while it lists no pod")
+	}
+	kubelet.pods = []kubernetes.PodResources{pod("ml", "ss-0", "c", "nvidia.com/gpu", gpuA)}
+	res = r.Resolve(context.Background(), []Device{{UUID: gpuA, Vendor: "nvidia", MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100}}})
+	if a := res.Devices[gpuA]; a.OwnersUnknown || len(a.Claims) != 1 || a.Claims[0].Owner.Pod != "ss-0" {
+		t.Errorf("listed again: claims %+v, unknown %v; want ss-0", a.Claims, a.OwnersUnknown)
+	}
+	idle := New(Config{Kubelet: &fakeKubelet{}, Procfs: procfs(t, map[uint32]string{200: "/system.slice/ollama.service"})})
+	res = idle.Resolve(context.Background(), []Device{{UUID: gpuB, Vendor: "nvidia", MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{200}}})
+	if b := res.Devices[gpuB]; b.OwnersUnknown {
+		t.Errorf("no pod, no pod process: owners unknown, claims %+v", b.Claims)
+	}
+}
