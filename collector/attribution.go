@@ -17,7 +17,7 @@ var (
 	workloadInfo      = gauge("workload_info", "An owner of a device on this node, with its descriptive labels; always 1.")
 	workloadAllocated = gauge("workload_allocated_devices", "Devices allocated to the owner: 1 for a whole device, 1/N for one of N time-slicing replicas, the slice fraction of a MIG instance.")
 	workloadMemory    = gauge("workload_memory_used_bytes", "Device memory used by the owner's processes (0 for an owner without processes).")
-	workloadUtil      = gauge("workload_utilization_ratio", "The owner's part of the device's utilization since the previous scrape, split in proportion to per-process samples of the same window; the parts of a device add up to xpu_utilization_ratio.")
+	workloadUtil      = gauge("workload_utilization_ratio", "The owner's part of the device's utilization since the previous scrape, split in proportion to per-process samples of the same window; the parts of a device add up to xpu_utilization_ratio, but on AMD, whose device reading is of the moment: there each part is its processes' busy time over the window.")
 	sourceUp          = gauge("attribution_source_up", "1 if the attribution source answered in this scrape, 0 if not (owner labels from it are missing).")
 	unknownIDs        = gauge("attribution_unknown_device_ids", "Device-plugin IDs in this scrape that name no device of this node (in no known form, or no such device); such an ID is not attributed, the other devices of its container are.")
 	unresolvedClaims  = gauge("attribution_unresolved_claim_devices", "DRA claim devices in this scrape that match no device of the node (CDI spec missing, malformed, oversized or stale); such a device is not attributed, the other devices of its container are.")
@@ -258,6 +258,11 @@ func (d *Device) Usage() []Usage {
 			// 0.39999999999999997); elsewhere it is as near as before.
 			v := util[i] * (*whole / utilTotal)
 			parties[i].Utilization = &v
+		case resolved && utilKnown && exitedKnown && utilTotal == 0 && d.UtilizationOfTheMoment:
+			// Every process idle over the window, or none: every part is
+			// 0, whatever the moment's reading.
+			zero := 0.0
+			parties[i].Utilization = &zero
 		case resolved && exitedKnown && *d.Utilization == 0 && !d.UtilizationOfTheMoment:
 			// Every part of an idle device is 0, whatever its processes'
 			// samples say; not their sum, which a process of unknown

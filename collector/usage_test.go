@@ -253,4 +253,21 @@ func TestUsageOfAMomentsReading(t *testing.T) {
 	if got := d.Usage(); *got[0].Utilization != 0.9 {
 		t.Errorf("sole owner %v, want the device's 0.9", *got[0].Utilization)
 	}
+	// Idle all window, each process known at 0 (or none at all on an
+	// allocated GPU): each part is 0, whatever the moment's reading, not
+	// left out, which took the owners' series and their idle cost away
+	// (review13 R13-1).
+	for _, now := range []float64{0, 0.4} {
+		for name, d := range map[string]Device{
+			"idle processes": {Utilization: some(now), UtilizationOfTheMoment: true, Claims: two, ProcessOwner: owners,
+				Processes: []Process{{PID: 10, Utilization: some(0)}, {PID: 20, Utilization: some(0)}}},
+			"no process": {Utilization: some(now), UtilizationOfTheMoment: true, Claims: two, OwnersAllocated: true},
+		} {
+			for i, u := range d.Usage() {
+				if u.Utilization == nil || *u.Utilization != 0 {
+					t.Errorf("%s, the device at %v now: part %d %v, want 0", name, now, i, deref(u.Utilization))
+				}
+			}
+		}
+	}
 }
