@@ -1438,6 +1438,46 @@ func TestAMDReadErrorsLoggedOnChange(t *testing.T) {
 	}
 }
 
+// TestAMDClosedClientIDReused: TestAMDClientClosedMidWindow where the
+// closed client's ID is given to a new file of another process. Pod b's
+// busy client 18 (PID 300) closes with its process between 2 s and 4 s;
+// PID 400 opens a file that gets ID 18 again, 0.1e9 ns by 4 s. The new
+// file is a new client (amd.Reused), and the old one closed: PID 300
+// exited with its utilization unknown, and the split is left out, not
+// served as b's 0.1e9 / 2e9 = 0.05 alone for a window in which 300 ran
+// until it closed (review13 R13-2).
+func TestAMDClosedClientIDReused(t *testing.T) {
+	tr := newAMDTree(t, busyMI300X())
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	scrape := func(at time.Duration) *Device {
+		t.Helper()
+		clk.t = testNow.Add(at)
+		devs, err := c.readDevices(context.Background(), moveScrape)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("scrape at %v: %d devices, %v", at, len(devs), err)
+		}
+		return devs[0]
+	}
+	tr.fd(200, 5, amdgpuClient("17", "1024", "0"))
+	tr.fd(300, 5, amdgpuClient("18", "2048", "0"))
+	scrape(0)
+	tr.fd(200, 5, amdgpuClient("17", "1024", "400000000"))
+	tr.fd(300, 5, amdgpuClient("18", "2048", "600000000"))
+	scrape(2 * time.Second)
+	tr.fd(200, 5, amdgpuClient("17", "1024", "800000000"))
+	if err := os.RemoveAll(filepath.Join(tr.procs, "300")); err != nil {
+		t.Fatal(err)
+	}
+	tr.fd(400, 5, amdgpuClient("18", "16", "100000000"))
+	d := scrape(4 * time.Second)
+	if len(d.Exited) != 1 || d.Exited[0].PID != 300 || d.Exited[0].Utilization != nil {
+		t.Errorf("exited %+v; want PID 300, its utilization unknown", d.Exited)
+	}
+	sharedByPods(d, []uint32{200}, []uint32{300, 400})
+	checkUsage(t, d.Usage(), []usageWant{{some(1 << 30), nil}, {some(16 << 20), nil}})
+}
+
 // TestAMDClientClosedMidWindow: fdinfo ends with its file, so a client that
 // closes between two scrapes leaves its last part of the window unknown.
 // One busy in the previous window makes its process's utilization unknown

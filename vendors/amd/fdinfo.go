@@ -439,7 +439,7 @@ func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, af
 	}
 	for _, c := range after {
 		p, known := prev[c.Key]
-		if known && reused(p, c) {
+		if known && Reused(p, c) {
 			known, p = false, Client{}
 		}
 		if !known && !complete {
@@ -490,7 +490,7 @@ func Baseline(before, after []Client) []Client {
 	out, copied := after, false
 	for i, c := range after {
 		p := prev[c.Key]
-		if reused(p, c) {
+		if Reused(p, c) {
 			continue
 		}
 		was := p.Engines
@@ -514,7 +514,7 @@ func Baseline(before, after []Client) []Client {
 	return out
 }
 
-// reused says whether after is another DRM file than before, which had
+// Reused says whether after is another DRM file than before, which had
 // its client ID: a counter went backwards, and none of the processes that
 // hold it held before. The kernel documentation asks the ID to be unique
 // among open files ("should map 1:1 to the in kernel representation of
@@ -524,7 +524,7 @@ func Baseline(before, after []Client) []Client {
 // up with them (probe12-time D1), hours for a long job's. A file that
 // stays open across the window keeps a holder, and one handed to another
 // process (SCM_RIGHTS) keeps its counts, which do not fall.
-func reused(before, after Client) bool {
+func Reused(before, after Client) bool {
 	if len(before.PIDs) == 0 || len(after.PIDs) == 0 {
 		return false
 	}
