@@ -1139,14 +1139,16 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 				shareUnknown = map[string]bool{}
 			}
 			shareUnknown[uuid] = true
-			r.logOnceMsg(fmt.Errorf("%s %q", a.Resource, a.Device.Key()), "a time-slicing replica is held of a device whose replicas the device plugin does not advertise (sharing reconfigured since before this exporter started, or the device unhealthy): its holders' shares are unknown, and so are the device's owners")
+			if allocErr == nil {
+				r.logOnceMsg(fmt.Errorf("%s %q", a.Resource, a.Device.Key()), "a time-slicing replica is held of a device whose replicas the device plugin does not advertise (sharing reconfigured since before this exporter started, or the device unhealthy): its holders' shares are unknown, and so are the device's owners")
+			}
 		}
 		if n := holders[replica{uuid, a.DeviceID}]; n > 1 {
 			share /= float64(n)
 		}
 		add(uuid, r.podOwner(a.Namespace, a.Pod, a.Container), share)
 	}
-	cdi := r.draClaims(ctx, pods, byRef, add, &unplaced, res)
+	cdi := r.draClaims(ctx, pods, byRef, add, &unplaced, unread, res)
 	if allocErr != nil {
 		return claims, unplaced, shareUnknown, cdi, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
 	}
@@ -1194,7 +1196,7 @@ func (r *Resolver) withoutEnded(pods []kubernetes.PodResources, res *Result) []k
 
 // draClaims adds the devices held through DRA claims. The CDI specs are
 // read only when some container has a claim of an accelerator driver.
-func (r *Resolver) draClaims(ctx context.Context, pods []kubernetes.PodResources, byRef func(kubernetes.DeviceRef) (string, bool), add func(string, Owner, float64), unplaced *unplacedVendors, res *Result) *Source {
+func (r *Resolver) draClaims(ctx context.Context, pods []kubernetes.PodResources, byRef func(kubernetes.DeviceRef) (string, bool), add func(string, Owner, float64), unplaced *unplacedVendors, unread map[string]bool, res *Result) *Source {
 	if !slices.ContainsFunc(pods, func(p kubernetes.PodResources) bool {
 		return slices.ContainsFunc(p.Containers, func(c kubernetes.ContainerResources) bool {
 			return slices.ContainsFunc(c.Claims, func(cd kubernetes.ClaimDevice) bool { return slices.Contains(r.cfg.DRADrivers, cd.Driver) })
@@ -1244,7 +1246,10 @@ func (r *Resolver) draClaims(ctx context.Context, pods []kubernetes.PodResources
 	res.UnresolvedClaimDevices = len(unresolved)
 	for _, a := range allocs {
 		uuid, ok := byRef(a.Device)
-		if !ok && r.othersVendor(kubernetes.DriverVendor(a.Claim.Driver)) {
+		if v := kubernetes.DriverVendor(a.Claim.Driver); !ok && (r.othersVendor(v) || unread[v]) {
+			// Another exporter's, or a vendor whose collector failed:
+			// its failure says why no device is served (as for device
+			// plugin IDs, review13 R13-3).
 			continue
 		}
 		if !ok {

@@ -303,3 +303,22 @@ func TestDRAAdminAccessIsNoAllocation(t *testing.T) {
 		t.Errorf("no log line for the unreadable claim:\n%s", logs.String())
 	}
 }
+
+// TestDRAClaimsOfAVendorNotRead: while the NVIDIA collector fails, a DRA
+// claim's GPU is served by no device for that reason alone: it is not
+// counted in UnresolvedClaimDevices nor logged as not identified, as a
+// device plugin ID is not (review13 R13-3).
+func TestDRAClaimsOfAVendorNotRead(t *testing.T) {
+	pods := []kubernetes.PodResources{{Namespace: "ml", Name: "dra-single", Containers: []kubernetes.ContainerResources{{Name: "main", Claims: []kubernetes.ClaimDevice{
+		{ClaimNamespace: "ml", ClaimName: "single", Driver: "gpu.nvidia.com", Pool: "node1", Device: "gpu-1"},
+	}}}}}
+	slices := fakeSlices{idx: kubernetes.ResourceSliceIndex{"gpu.nvidia.com/node1/gpu-1": {Vendor: "nvidia", ID: draGPUs[1].UUID, UUID: draGPUs[1].UUID}}}
+	var logs bytes.Buffer
+	r := New(Config{Kubelet: &fakeKubelet{pods: pods}, ResourceSlices: slices, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if res := r.ResolveRead(context.Background(), nil, map[string]bool{"nvidia": true}); res.UnresolvedClaimDevices != 0 || logs.Len() > 0 {
+		t.Errorf("NVIDIA not read: %d unresolved claim devices, logs %q; want 0, none", res.UnresolvedClaimDevices, logs.String())
+	}
+	if res := r.Resolve(context.Background(), nil); res.UnresolvedClaimDevices != 1 {
+		t.Errorf("NVIDIA read, the GPU not there: %d unresolved claim devices, want 1", res.UnresolvedClaimDevices)
+	}
+}

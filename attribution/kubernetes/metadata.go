@@ -165,10 +165,11 @@ func newFallbackMetadata(cfg MetadataConfig, logger *slog.Logger) (MetadataSourc
 // laterPodsAPI is the metadata of another source until the kubelet Pods
 // API socket appears, then the Pods API's.
 type laterPodsAPI struct {
-	mu   sync.Mutex
-	cur  MetadataSource
-	stop chan struct{}
-	done chan struct{}
+	mu    sync.Mutex
+	cur   MetadataSource
+	stop  chan struct{}
+	done  chan struct{}
+	close sync.Once
 }
 
 func awaitPodsAPI(cfg MetadataConfig, fallback MetadataSource, logger *slog.Logger) *laterPodsAPI {
@@ -195,6 +196,15 @@ func awaitPodsAPI(cfg MetadataConfig, fallback MetadataSource, logger *slog.Logg
 				logger.Warn("Kubelet Pods API socket appeared but cannot be used; looked at again", "socket", cfg.PodsAPISocket, "err", err)
 				continue
 			}
+			// The old source serves until the new one has listed the
+			// pods: swapped at once, a scrape between lost the pods'
+			// metadata (review13 R13-4). A socket no kubelet answers
+			// on (left by one restarting) is given up on, and looked
+			// at again.
+			if !l.synced(s, every) {
+				_ = s.Close()
+				continue
+			}
 			l.mu.Lock()
 			old := l.cur
 			l.cur = s
@@ -205,6 +215,24 @@ func awaitPodsAPI(cfg MetadataConfig, fallback MetadataSource, logger *slog.Logg
 		}
 	}()
 	return l
+}
+
+// synced waits up to every for s to have listed the pods; false when it
+// has not, or the source is being closed.
+func (l *laterPodsAPI) synced(s MetadataSource, every time.Duration) bool {
+	deadline := time.After(every)
+	poll := time.NewTicker(every / 20)
+	defer poll.Stop()
+	for s.Healthy() != nil {
+		select {
+		case <-l.stop:
+			return false
+		case <-deadline:
+			return false
+		case <-poll.C:
+		}
+	}
+	return true
 }
 
 func (l *laterPodsAPI) current() MetadataSource {
@@ -233,9 +261,13 @@ func (l *laterPodsAPI) Healthy() error { return l.current().Healthy() }
 // Close implements MetadataSource: it stops looking for the socket, and
 // the source in use.
 func (l *laterPodsAPI) Close() error {
-	close(l.stop)
-	<-l.done
-	return l.current().Close()
+	var err error
+	l.close.Do(func() {
+		close(l.stop)
+		<-l.done
+		err = l.current().Close()
+	})
+	return err
 }
 
 // restConfig loads kubeconfig, or the in-cluster configuration when it is

@@ -216,8 +216,6 @@ func FuzzParseFdinfo(f *testing.F) {
 	})
 }
 
-// Baseline raises only the counters that fell, and leaves the scan it was
-// given as read.
 // TestEngineSharesReusedClientID: a DRM file closed with its process and
 // a new one given its client ID by another process (the kernel promises
 // the ID unique among open files only) is a new client, whose counts
@@ -260,6 +258,8 @@ func TestEngineSharesReusedClientID(t *testing.T) {
 	}
 }
 
+// Baseline raises only the counters that fell, and leaves the scan it was
+// given as read.
 func TestBaseline(t *testing.T) {
 	k17, k18 := ClientKey{PDev: "0000:0c:00.0", ClientID: 17}, ClientKey{PDev: "0000:0c:00.0", ClientID: 18}
 	before := []Client{
