@@ -35,6 +35,10 @@ type Client struct {
 	// once, and a device is down only when its own read fails or misses the
 	// waiting scrape's deadline.
 	inflight map[int]*deviceRead
+	// took is how long each device's last read took, which tells a scrape
+	// whether it can wait for a push's read and then read the device
+	// itself within its deadline.
+	took map[int]time.Duration
 	// registering are the devices whose registration for events has not
 	// returned: a later Listen does not pile another one up behind it.
 	registering map[int]bool
@@ -106,7 +110,7 @@ const (
 // New returns a client over an NVML implementation: nvml.New() in
 // production, a simulated driver in tests and demo mode.
 func New(lib nvml.Interface) *Client {
-	return &Client{lib: lib, inflight: map[int]*deviceRead{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, noMIG: map[int]bool{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, pushed: map[int]*window{}, gpm: map[int]*gpmDevice{}}
+	return &Client{lib: lib, inflight: map[int]*deviceRead{}, took: map[int]time.Duration{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, noMIG: map[int]bool{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, pushed: map[int]*window{}, gpm: map[int]*gpmDevice{}}
 }
 
 // Library is NVML loaded from path, a file the operator named. That it
@@ -267,7 +271,7 @@ func (c *Client) read(ctx context.Context, m move) (Node, error) {
 // start returns the device's read in flight, or starts one. A read stuck
 // (see deviceRead.started) is returned as nil. A scrape does not share a
 // push's read, whose window starts at the last push: it reads the device
-// after it.
+// after it, unless the two reads would not end by its deadline.
 func (c *Client) start(index int, deadline time.Time, m move) *deviceRead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -278,6 +282,16 @@ func (c *Client) start(index int, deadline time.Time, m move) *deviceRead {
 			return nil
 		}
 		shared := !r.push || r.scrapes && !r.sealed
+		if !shared && m == moveScrape && !r.sealed {
+			// A scrape waits for a push's read and then reads the device
+			// over its own window; where the two reads, each as long as
+			// the last one, would not end by its deadline, it shares the
+			// push's read, and serves the push's window, rather than
+			// report a slow GPU down (found by probing:
+			// probe13-otlpscrape D4).
+			took := c.took[index]
+			shared = took > 0 && now.Add(took-now.Sub(r.started)+took).After(deadline)
+		}
 		if shared || m != moveScrape {
 			if !r.sealed && shared {
 				r.commit = max(r.commit, m)
@@ -301,8 +315,10 @@ func (c *Client) run(index int, r *deviceRead) {
 	if r.after != nil {
 		<-r.after
 	}
+	began := time.Now()
 	devs, p := c.readIndex(index, r.push)
 	c.mu.Lock()
+	c.took[index] = time.Since(began)
 	r.sealed = true
 	commit, closed := r.commit, c.closed
 	c.mu.Unlock()
