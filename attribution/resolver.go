@@ -271,6 +271,8 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		res.Sources = append(res.Sources, Source{Name: SourceProcfs, Err: procErr})
 	}
 
+	// Before slurmJobs, which writes procs from its goroutine.
+	podProcs := podProcesses(procs)
 	// Slurm is asked beside the kubelet, not after it: each has the
 	// scrape's whole deadline, and a kubelet that stalls does not leave
 	// squeue no time, failing a source that answers (probe7-faults D1).
@@ -293,7 +295,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	if r.cfg.Kubelet != nil {
 		var err error
 		var cdi *Source
-		kube, unplaced, shareUnknown, cdi, err = r.kubernetesClaims(ctx, devices, unread, podProcesses(procs), &res)
+		kube, unplaced, shareUnknown, cdi, err = r.kubernetesClaims(ctx, devices, unread, podProcs, &res)
 		kubeDown = kube == nil
 		res.Sources = append(res.Sources, Source{Name: SourceKubelet, Err: err})
 		if cdi != nil {
