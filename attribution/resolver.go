@@ -1140,10 +1140,11 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 			if shareUnknown == nil {
 				shareUnknown = map[string]bool{}
 			}
-			shareUnknown[uuid] = true
-			if allocErr == nil {
+			// Logged once per device, made once per scrape at most.
+			if !shareUnknown[uuid] && allocErr == nil {
 				r.logOnceMsg(fmt.Errorf("%s %q", a.Resource, a.Device.Key()), "a time-slicing replica is held of a device whose replicas the device plugin does not advertise (sharing reconfigured since before this exporter started, or the device unhealthy): its holders' shares are unknown, and so are the device's owners")
 			}
+			shareUnknown[uuid] = true
 		}
 		if n := holders[replica{uuid, a.DeviceID}]; n > 1 {
 			share /= float64(n)

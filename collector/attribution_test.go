@@ -407,6 +407,14 @@ func sharedScenario(tb testing.TB) *demo.Scenario {
 				gpu, p, gpu*8+p, gpu*8+p, hashNode("bench-node"), gpu, p)
 		}
 	}
+	// The device plugin advertises the 8 replicas of each GPU, as a
+	// time-slicing configuration of 8 does: each pod holds 1/8.
+	y.WriteString("  allocatable:\n    - resource: nvidia.com/gpu\n      ids:\n")
+	for gpu := range 8 {
+		for p := range 8 {
+			fmt.Fprintf(&y, "        - \"GPU-%08x-0000-4000-8000-%012x::%d\"\n", hashNode("bench-node"), gpu, p)
+		}
+	}
 	s, err := demo.Parse([]byte(y.String()))
 	if err != nil {
 		tb.Fatal(err)
@@ -446,6 +454,15 @@ func TestSharedScenarioAttributesEveryProcess(t *testing.T) {
 	for _, d := range snap.Devices {
 		if len(d.Claims) != 8 {
 			t.Errorf("GPU %s: %d owners, want 8", d.Index, len(d.Claims))
+		}
+		// One of the 8 replicas advertised: 1/8 = 0.125 each.
+		for _, c := range d.Claims {
+			if c.Share != 0.125 {
+				t.Errorf("GPU %s: %s holds %v, want 1/8", d.Index, c.Owner.Pod, c.Share)
+			}
+		}
+		if d.OwnersUnknown {
+			t.Errorf("GPU %s: owners unknown", d.Index)
 		}
 		for _, i := range d.ProcessOwner {
 			if i < 0 {

@@ -100,6 +100,12 @@ func matrixScenario(tb testing.TB, devices, procs, pods int) *demo.Scenario {
 			fmt.Fprintf(&y, "    - {namespace: bench, name: pod-%d, uid: %08d-0000-4000-8000-%012d, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [\"GPU-%08x-0000-4000-8000-%012x::%d\"]}]}]}\n",
 				j, j, j, hashNode(node), j%devices, j/devices)
 		}
+		// The device plugin advertises as many replicas of each GPU as
+		// pods hold it: each holds 1/N of it.
+		y.WriteString("  allocatable:\n    - resource: nvidia.com/gpu\n      ids:\n")
+		for j := range pods {
+			fmt.Fprintf(&y, "        - \"GPU-%08x-0000-4000-8000-%012x::%d\"\n", hashNode(node), j%devices, j/devices)
+		}
 	}
 	s, err := demo.Parse([]byte(y.String()))
 	if err != nil {
