@@ -132,6 +132,7 @@ type ResourceSliceSource struct {
 
 type claimAccess struct {
 	admin map[string]bool // sliceKey
+	err   error           // why the claim could not be read
 	read  time.Time
 }
 
@@ -237,8 +238,24 @@ func (s *ResourceSliceSource) AdminDevices(ctx context.Context, namespace, name 
 	a, ok := s.access[key]
 	s.mu.Unlock()
 	if ok && now.Sub(a.read) < claimAccessTTL {
-		return a.admin, nil
+		// A failure too: a claim RBAC forbids is not asked for again at
+		// every scrape.
+		return a.admin, a.err
 	}
+	admin, err := s.readAdminDevices(ctx, namespace, name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range s.access {
+		if now.Sub(v.read) > 10*claimAccessTTL {
+			delete(s.access, k) // claims no pod has used for long
+		}
+	}
+	s.access[key] = claimAccess{admin: admin, err: err, read: now}
+	return admin, err
+}
+
+func (s *ResourceSliceSource) readAdminDevices(ctx context.Context, namespace, name string) (map[string]bool, error) {
+	key := namespace + "/" + name
 	u, err := s.claims.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("ResourceClaim %s: %w", key, err)
@@ -255,14 +272,6 @@ func (s *ResourceSliceSource) AdminDevices(ctx context.Context, namespace, name 
 			}
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, v := range s.access {
-		if now.Sub(v.read) > 10*claimAccessTTL {
-			delete(s.access, k) // claims no pod has used for long
-		}
-	}
-	s.access[key] = claimAccess{admin: admin, read: now}
 	return admin, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -164,7 +165,7 @@ func TestResourceSliceIndexAMD(t *testing.T) {
 // claim is read once within claimAccessTTL; a forbidden read is an error.
 func TestAdminDevices(t *testing.T) {
 	var mu sync.Mutex
-	gets := 0
+	gets, forbidden := 0, 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
@@ -178,6 +179,11 @@ func TestAdminDevices(t *testing.T) {
  {"request":"gpus","driver":"gpu.nvidia.com","pool":"node1","device":"gpu-1","adminAccess":true},
  {"request":"gpus","driver":"gpu.nvidia.com","pool":"node1","device":"gpu-2","adminAccess":false}]}}}}`))
 		default:
+			if strings.Contains(r.URL.Path, "resourceclaims") {
+				mu.Lock()
+				forbidden++
+				mu.Unlock()
+			}
 			w.WriteHeader(http.StatusForbidden)
 			w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"forbidden"}`))
 		}
@@ -199,7 +205,14 @@ func TestAdminDevices(t *testing.T) {
 		t.Errorf("claim read %d times, want once", gets)
 	}
 	mu.Unlock()
-	if _, err := s.AdminDevices(context.Background(), "ml", "other"); err == nil {
-		t.Error("a forbidden claim read no error")
+	for range 2 {
+		if _, err := s.AdminDevices(context.Background(), "ml", "other"); err == nil {
+			t.Error("a forbidden claim read no error")
+		}
 	}
+	mu.Lock()
+	if forbidden != 1 {
+		t.Errorf("forbidden claim asked %d times, want once within a minute", forbidden)
+	}
+	mu.Unlock()
 }
