@@ -1080,21 +1080,15 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 	// that PID any more (Device.ExitedUnnamed).
 	closed := map[*Device]map[int]bool{}
 	if !prev.at.IsZero() {
-		before := make(map[amd.ClientKey]amd.Client, len(prev.clients))
-		for _, cl := range prev.clients {
-			before[cl.Key] = cl
+		open := make(map[amd.ClientKey]int, len(clients))
+		for i, cl := range clients {
+			open[cl.Key] = i
 		}
-		open := make(map[amd.ClientKey]bool, len(clients))
-		for _, cl := range clients {
+		for _, cl := range prev.clients {
 			// A client ID given to another file since (amd.Reused) is
 			// the old file closed, not the same one open (review13
 			// R13-2).
-			if p, ok := before[cl.Key]; !ok || !amd.Reused(p, cl) {
-				open[cl.Key] = true
-			}
-		}
-		for _, cl := range prev.clients {
-			if open[cl.Key] || !prev.busy[cl.Key] {
+			if i, ok := open[cl.Key]; ok && !amd.Reused(cl, clients[i]) || !prev.busy[cl.Key] {
 				continue
 			}
 			d := deviceOf(cl)

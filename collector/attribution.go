@@ -235,10 +235,12 @@ func (d *Device) Usage() []Usage {
 	// window, no more than the whole device: a moment's reading times the
 	// window's shares is neither (a pod steady at 0.5 was 0.85 when
 	// another had just started, probe13-otlpscrape D1).
-	whole := d.Utilization
-	if d.UtilizationOfTheMoment {
-		v := min(1, utilTotal)
-		whole = &v
+	var whole float64
+	switch {
+	case d.UtilizationOfTheMoment:
+		whole = min(1, utilTotal)
+	case d.Utilization != nil:
+		whole = *d.Utilization
 	}
 	for i := range parties {
 		if resolved && memKnown {
@@ -256,7 +258,7 @@ func (d *Device) Usage() []Usage {
 			// does, or 0.4 + 0.3 = 0.7), it is exactly 1 and each part is
 			// its samples' sum (0.4, not 0.7 × 0.4 / 0.7 =
 			// 0.39999999999999997); elsewhere it is as near as before.
-			v := util[i] * (*whole / utilTotal)
+			v := util[i] * (whole / utilTotal)
 			parties[i].Utilization = &v
 		case resolved && utilKnown && exitedKnown && utilTotal == 0 && d.UtilizationOfTheMoment:
 			// Every process idle over the window, or none: every part is
