@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 	"github.com/xpu-exporter/xpu_exporter/vendors/nvidia"
 )
 
@@ -281,25 +280,6 @@ func scrapeUntilXid(t *testing.T, e *Exporter) string {
 	return out
 }
 
-// lockedBuffer is a log sink the listener's goroutine writes while the
-// test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestEventsOfOtherGPUsAfterOneIsLost: GPU 1 falls off the bus 1 s in.
 // nvmlEventSetWait then fails with GPU_IS_LOST while GPU 1 is in the set
 // (nvml.h, nvmlEventSetWait_v2), so the Xids GPU 0 raises every second
@@ -320,7 +300,7 @@ events:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	start := time.Now()
 	e := newExporterOf(t, Config{NVML: s.NVML(start, time.Now), Now: time.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
 	ctx, cancel := context.WithCancel(context.Background())

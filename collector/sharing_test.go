@@ -731,7 +731,7 @@ func TestGRESOrderWarningOnlyUnderSlurm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		e := newAttributedExporterFor(t, s, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 		scrapeText(t, e, 10*time.Second)
 		scrapeText(t, e, 10*time.Second)

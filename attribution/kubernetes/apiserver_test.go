@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 // fakeAPIServer speaks just enough of the API server's pod list and watch,
@@ -267,7 +269,7 @@ func TestAPIServerSourceFailure(t *testing.T) {
 func TestAPIServerSourceFailureLoggedByTheResolver(t *testing.T) {
 	f := newFakeAPIServer(t, "node1")
 	f.setFailing(true)
-	var logs syncLog
+	var logs syncbuf.Buffer
 	s, err := StartAPIServerSource(f.config(), "node1", slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if err != nil {
 		t.Fatal(err)
@@ -281,24 +283,6 @@ func TestAPIServerSourceFailureLoggedByTheResolver(t *testing.T) {
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Errorf("retries logged as warnings:\n%s", logs.String())
 	}
-}
-
-// syncLog is a log buffer written by the informer's goroutines.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestStartAPIServerSourceNeedsNode(t *testing.T) {
