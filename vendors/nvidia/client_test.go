@@ -54,11 +54,27 @@ devices:
 	}
 }
 
-// A scrape that starts while a push's read of the device is under way does
-// not share it: that read covers the time since the previous push, the
-// scrape's must cover the time since the previous scrape.
-func TestScrapeDoesNotSharePushRead(t *testing.T) {
-	s := mustScenario(t, `
+// A scrape that starts while a push's read of the device is under way (a
+// slow device: 300 ms a read) does not share it: that read covers the time
+// since the previous push, the scrape's must cover the time since the
+// previous scrape. Busy 5 s of every 10 from the start: the scrape's window
+// 100 … 108 s holds 5 busy periods of 8, 0.625; the push's 105 … 108 s is
+// idle, 0. Unless its deadline leaves too little to wait for the push's
+// read and then read the device itself (450 ms: 250 ms more of the push's
+// read, then 300 ms of its own): it then shares the push's read and serves
+// the push's window, the GPU up at 0, where it was reported down for want
+// of time (found by probing: probe13-otlpscrape D4).
+func TestScrapeDuringPushRead(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration
+		want     float64
+	}{
+		{"time to read after the push", 10 * time.Second, 0.625},
+		{"no time to read after the push", 450 * time.Millisecond, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustScenario(t, `
 devices:
   - model: X
     memory_total: 1GiB
@@ -68,89 +84,40 @@ devices:
     processes:
       - {pid: 10, memory_used: 1GiB, utilization: 1.0, duty: {period: 10s, busy: 5s}}
 `)
-	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	var mu sync.Mutex
-	now := start.Add(100 * time.Second)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	set := func(d time.Duration) { mu.Lock(); now = start.Add(100*time.Second + d); mu.Unlock() }
-	c := New(s.NVML(start, clock))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Read(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	set(5 * time.Second)
-	if _, err := c.ReadPush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	set(8 * time.Second)
-	pushed := make(chan struct{})
-	go func() {
-		defer close(pushed)
-		c.ReadPush(ctx)
-	}()
-	time.Sleep(50 * time.Millisecond) // the push's read waits on power
-	n, err := c.Read(ctx, true)
-	<-pushed
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Busy 5 s of every 10 from the start: the scrape's window 100 … 108 s
-	// holds 5 busy periods of 8, 0.625; the push's 105 … 108 s is idle, 0.
-	if u := n.Devices[0].Utilization; !u.OK || math.Abs(u.Value-0.625) > 1e-9 {
-		t.Errorf("scrape's utilization %+v, want 0.625", u)
-	}
-}
-
-// A scrape that meets a push's read of a slow device (300 ms a read) with
-// too little of its deadline left to wait for it and then read the device
-// itself (450 ms: 250 ms more of the push's read, then 300 ms of its own)
-// shares the push's read and serves the push's window, idle from 105 to
-// 108 s: the GPU up at 0, where it was reported down for want of time
-// (found by probing: probe13-otlpscrape D4).
-func TestScrapeSharesPushReadItCannotWaitFor(t *testing.T) {
-	s := mustScenario(t, `
-devices:
-  - model: X
-    memory_total: 1GiB
-    sample_period: 1s
-    metrics: {power: 100}
-    faults: {hang: [power], hang_for: 300ms}
-    processes:
-      - {pid: 10, memory_used: 1GiB, utilization: 1.0, duty: {period: 10s, busy: 5s}}
-`)
-	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	var mu sync.Mutex
-	now := start.Add(100 * time.Second)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	set := func(d time.Duration) { mu.Lock(); now = start.Add(100*time.Second + d); mu.Unlock() }
-	c := New(s.NVML(start, clock))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Read(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	set(5 * time.Second)
-	if _, err := c.ReadPush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	set(8 * time.Second)
-	pushed := make(chan struct{})
-	go func() {
-		defer close(pushed)
-		c.ReadPush(ctx)
-	}()
-	time.Sleep(50 * time.Millisecond) // the push's read waits on power
-	short, cancelShort := context.WithTimeout(context.Background(), 450*time.Millisecond)
-	defer cancelShort()
-	n, err := c.Read(short, true)
-	<-pushed
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := n.Devices[0]
-	if u := d.Utilization; !d.Up || !u.OK || u.Value != 0 {
-		t.Errorf("scrape: up %v (%q), utilization %+v; want up, the push's window's 0", d.Up, d.Down, u)
+			start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+			var mu sync.Mutex
+			now := start.Add(100 * time.Second)
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			set := func(d time.Duration) { mu.Lock(); now = start.Add(100*time.Second + d); mu.Unlock() }
+			c := New(s.NVML(start, clock))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := c.Read(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+			set(5 * time.Second)
+			if _, err := c.ReadPush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			set(8 * time.Second)
+			pushed := make(chan struct{})
+			go func() {
+				defer close(pushed)
+				c.ReadPush(ctx)
+			}()
+			time.Sleep(50 * time.Millisecond) // the push's read waits on power
+			scrape, cancelScrape := context.WithTimeout(context.Background(), tc.deadline)
+			defer cancelScrape()
+			n, err := c.Read(scrape, true)
+			<-pushed
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := n.Devices[0]
+			if u := d.Utilization; !d.Up || !u.OK || math.Abs(u.Value-tc.want) > 1e-9 {
+				t.Errorf("scrape: up %v (%q), utilization %+v; want up, %v", d.Up, d.Down, u, tc.want)
+			}
+		})
 	}
 }
 
