@@ -272,7 +272,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	}
 
 	// Before slurmJobs, which writes procs from its goroutine.
-	podProcs := podProcesses(procs)
+	podProcs := r.cfg.Kubelet != nil && podProcesses(procs)
 	// Slurm is asked beside the kubelet, not after it: each has the
 	// scrape's whole deadline, and a kubelet that stalls does not leave
 	// squeue no time, failing a source that answers (probe7-faults D1).

@@ -1438,6 +1438,20 @@ func TestAMDReadErrorsLoggedOnChange(t *testing.T) {
 	}
 }
 
+// scrapeOneAMD reads a one-GPU tree at testNow + at, as a scrape moving
+// the window does.
+func scrapeOneAMD(t *testing.T, c *amdCollector, clk *fakeClock) func(at time.Duration) *Device {
+	return func(at time.Duration) *Device {
+		t.Helper()
+		clk.t = testNow.Add(at)
+		devs, err := c.readDevices(context.Background(), moveScrape)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("scrape at %v: %d devices, %v", at, len(devs), err)
+		}
+		return devs[0]
+	}
+}
+
 // TestAMDClosedClientIDReused: TestAMDClientClosedMidWindow where the
 // closed client's ID is given to a new file of another process. Pod b's
 // busy client 18 (PID 300) closes with its process between 2 s and 4 s;
@@ -1450,15 +1464,7 @@ func TestAMDClosedClientIDReused(t *testing.T) {
 	tr := newAMDTree(t, busyMI300X())
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
-	scrape := func(at time.Duration) *Device {
-		t.Helper()
-		clk.t = testNow.Add(at)
-		devs, err := c.readDevices(context.Background(), moveScrape)
-		if err != nil || len(devs) != 1 {
-			t.Fatalf("scrape at %v: %d devices, %v", at, len(devs), err)
-		}
-		return devs[0]
-	}
+	scrape := scrapeOneAMD(t, c, clk)
 	tr.fd(200, 5, amdgpuClient("17", "1024", "0"))
 	tr.fd(300, 5, amdgpuClient("18", "2048", "0"))
 	scrape(0)
@@ -1585,15 +1591,7 @@ func TestAMDClosedClientOfAReusedPID(t *testing.T) {
 			}
 			clk := &fakeClock{t: testNow}
 			c := newAMDCollectorFor(t, tr, clk)
-			scrape := func(at time.Duration) *Device {
-				t.Helper()
-				clk.t = testNow.Add(at)
-				devs, err := c.readDevices(context.Background(), moveScrape)
-				if err != nil || len(devs) != 1 {
-					t.Fatalf("scrape at %v: %d devices, %v", at, len(devs), err)
-				}
-				return devs[0]
-			}
+			scrape := scrapeOneAMD(t, c, clk)
 			stat(200, tc.startB)
 			tr.fd(100, 5, amdgpuClient("17", "1024", "0"))
 			tr.fd(200, 3, amdgpuClient("20", "2048", "0"))
