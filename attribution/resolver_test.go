@@ -1033,6 +1033,21 @@ func writeEnviron(t *testing.T, fs *process.Reader, pid uint32, environ string) 
 	}
 }
 
+// slurmJobs123And124 are a scontrol and a squeue of node1 running jobs 123
+// and 124 of alice, holding GRES GPUs 0 and 1; listpids prints the rows
+// given (PID JOBID STEPID LOCALID GLOBALID lines, each ending in \n).
+func slurmJobs123And124(t *testing.T, listpids string) (scontrol, squeue string) {
+	scontrol = fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+listpids) printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n`+listpids+`'; exit 0 ;; esac
+case "$last" in
+123|124) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 123))" ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue = fakeBinary(t, "squeue", `printf '123|123|2026-11-22T09:00:00\n124|124|2026-11-22T09:00:00\n'`)
+	return scontrol, squeue
+}
+
 // TestSlurmJobOnlyFromSlurmdCgroup: slurmd (scontrol listpids) and the
 // environment name the job only of a process in the cgroup where
 // proctrack/linuxproc leaves tasks (here slurmd.service). A process in a
@@ -1042,14 +1057,7 @@ func writeEnviron(t *testing.T, fs *process.Reader, pid uint32, environ string) 
 // by probing: its usage was added to job 123's, and GPU 1 labelled as the
 // job's).
 func TestSlurmJobOnlyFromSlurmdCgroup(t *testing.T) {
-	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
-case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
-listpids) printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n4002     123      0        0       0\n'; exit 0 ;; esac
-case "$last" in
-123|124) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 123))" ;;
-*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
-esac`)
-	squeue := fakeBinary(t, "squeue", `printf '123|123|2026-11-22T09:00:00\n124|124|2026-11-22T09:00:00\n'`)
+	scontrol, squeue := slurmJobs123And124(t, "4002     123      0        0       0\\n")
 	fs := procfs(t, map[uint32]string{
 		4001: "/system.slice/slurmstepd.scope/job_123/step_0/user/task_0",
 		4002: "/user.slice/user-1000.slice/session-3.scope",
@@ -1094,14 +1102,7 @@ esac`)
 // source up and nothing logged). A directory stands for the unreadable
 // file: the tests run as root, which reads any file.
 func TestSlurmEnvironUnreadableOwnersUnknown(t *testing.T) {
-	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
-case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
-listpids) printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n'; exit 0 ;; esac
-case "$last" in
-123|124) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 123))" ;;
-*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
-esac`)
-	squeue := fakeBinary(t, "squeue", `printf '123|123|2026-11-22T09:00:00\n124|124|2026-11-22T09:00:00\n'`)
+	scontrol, squeue := slurmJobs123And124(t, "")
 	fs := procfs(t, map[uint32]string{
 		4001: "/system.slice/slurmd.service",
 		4002: "/system.slice/slurmd.service",
