@@ -90,14 +90,13 @@ type Process struct {
 	// UsedMemory is unset when NVML reports NVML_VALUE_NOT_AVAILABLE, as it
 	// does without the permission to see other users' processes.
 	UsedMemory Opt[uint64]
-	// Utilization of the device's engines by this process over the read's
-	// window (see window.go): the time-weighted mean of NVML's per-process
-	// samples, 0 for the periods it has none (ratios 0..1). Unset when the
-	// driver gave no window or cannot sample per process (MIG).
-	SMUtilization      Opt[float64]
-	MemoryUtilization  Opt[float64]
-	EncoderUtilization Opt[float64]
-	DecoderUtilization Opt[float64]
+	// SMUtilization is this process's use of the device's SMs over the
+	// read's window (see window.go): the time-weighted mean of NVML's
+	// per-process samples, 0 for the periods it has none (ratio 0..1). Unset
+	// when the driver gave no window or cannot sample per process (MIG).
+	// The samples' memory, encoder and decoder values are not kept: no
+	// series splits them between owners.
+	SMUtilization Opt[float64]
 }
 
 // CallError is an unexpected NVML failure: one that is not the GPU model

@@ -545,9 +545,6 @@ func setProcessUtilization(d *Device, w window) {
 			u, running[row] = w.procs[row], true
 		}
 		p.SMUtilization = reading.Some(u.sm)
-		p.MemoryUtilization = reading.Some(u.mem)
-		p.EncoderUtilization = reading.Some(u.enc)
-		p.DecoderUtilization = reading.Some(u.dec)
 	}
 	if d.ProcessesPartial || !w.buffered {
 		// A PID no list names may be one a failed list hides; and from a

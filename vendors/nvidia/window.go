@@ -72,9 +72,12 @@ type window struct {
 	buffered bool
 }
 
+// procWindow is a process's SM utilization over the window: what splits a
+// shared GPU between its owners. The entries' memory, encoder and decoder
+// values have no per-owner series, so they are not kept.
 type procWindow struct {
-	pid               uint32
-	sm, mem, enc, dec float64
+	pid uint32
+	sm  float64
 }
 
 // proc is the window of one process, zero when it had no entry.
@@ -94,8 +97,8 @@ func (w *window) row(pid uint32) int {
 	return i
 }
 
-// peak is a process's largest entry in one period, in percent.
-type peak struct{ sm, mem, enc, dec uint8 }
+// peak is a process's largest SM entry in one period, in percent.
+type peak uint8
 
 // period is one driver sample period: its end and length in µs, and the
 // device's utilization in percent. Busy time is summed as percent × µs in
@@ -244,36 +247,20 @@ func newWindow(periods []period, entries []nvml.ProcessUtilizationSample, buffer
 			newest[row] = max(newest[row], k)
 		}
 		p := &peaks[row*n+k]
-		p.sm = max(p.sm, uint8(e.SmUtil))
-		p.mem = max(p.mem, uint8(e.MemUtil))
-		p.enc = max(p.enc, uint8(e.EncUtil))
-		p.dec = max(p.dec, uint8(e.DecUtil))
+		*p = max(*p, peak(e.SmUtil))
 	}
 	sc.pids, sc.peaks, sc.newest = pids, peaks, newest
 	w.procs = make([]procWindow, 0, len(pids))
 	for row, pid := range pids {
 		if !w.buffered {
-			p := peaks[row*n+newest[row]]
-			w.procs = append(w.procs, procWindow{
-				pid: pid,
-				sm:  float64(p.sm) / 100, mem: float64(p.mem) / 100,
-				enc: float64(p.enc) / 100, dec: float64(p.dec) / 100,
-			})
+			w.procs = append(w.procs, procWindow{pid: pid, sm: float64(peaks[row*n+newest[row]]) / 100})
 			continue
 		}
-		var sm, mem, enc, dec uint64
+		var sm uint64
 		for k, p := range peaks[row*n : (row+1)*n] {
-			l := periods[k].length
-			sm += uint64(p.sm) * l
-			mem += uint64(p.mem) * l
-			enc += uint64(p.enc) * l
-			dec += uint64(p.dec) * l
+			sm += uint64(p) * periods[k].length
 		}
-		w.procs = append(w.procs, procWindow{
-			pid: pid,
-			sm:  float64(sm) / whole, mem: float64(mem) / whole,
-			enc: float64(enc) / whole, dec: float64(dec) / whole,
-		})
+		w.procs = append(w.procs, procWindow{pid: pid, sm: float64(sm) / whole})
 	}
 	slices.SortFunc(w.procs, func(a, b procWindow) int { return cmp.Compare(a.pid, b.pid) })
 	return w

@@ -107,9 +107,9 @@ func TestWindowSplitByTime(t *testing.T) {
 		t.Errorf("pid 10 sm %v, want 1.2/3.5", got)
 	}
 	// PID 11: 0.3 in each of three 1 s periods (the duplicate adds nothing)
-	// → 0.9 / 3.5; its memory samples are half: 0.45 / 3.5.
-	if got := w.proc(11); !near(got.sm, 0.9/3.5) || !near(got.mem, 0.45/3.5) {
-		t.Errorf("pid 11 %+v, want sm 0.9/3.5 and mem 0.45/3.5", got)
+	// → 0.9 / 3.5.
+	if got := w.proc(11); !near(got.sm, 0.9/3.5) {
+		t.Errorf("pid 11 %+v, want sm 0.9/3.5", got)
 	}
 	for _, pid := range []uint32{12, 13} {
 		if slices.ContainsFunc(w.procs, func(p procWindow) bool { return p.pid == pid }) {
@@ -157,11 +157,11 @@ func TestWindowAnyEntryOrder(t *testing.T) {
 	}
 	for name, entries := range orders {
 		w := newWindow(periods, entries, false)
-		// As in TestWindowSplitByTime: PID 10 1.2/3.5, PID 11 0.9/3.5
-		// (mem 0.45/3.5), PIDs 12 and 13 outside the window. PID 14:
+		// As in TestWindowSplitByTime: PID 10 1.2/3.5, PID 11 0.9/3.5,
+		// PIDs 12 and 13 outside the window. PID 14:
 		// 0.2·1 s + 0.4·0.5 s = 0.4 busy seconds of 3.5.
 		if len(w.procs) != 3 || !near(w.proc(10).sm, 1.2/3.5) || !near(w.proc(11).sm, 0.9/3.5) ||
-			!near(w.proc(11).mem, 0.45/3.5) || !near(w.proc(14).sm, 0.4/3.5) {
+			!near(w.proc(14).sm, 0.4/3.5) {
 			t.Errorf("%s: %+v", name, w.procs)
 		}
 	}
