@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -52,6 +53,10 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 	// family's order from one scrape to the next (family.order).
 	var owners []*attribution.Owner // into the snapshot's claims, not copies
 	seen := map[string]bool{}
+	// Each owner's labels are built once for its three families: on a GPU
+	// shared by hundreds of pods they were most of this work. One slice
+	// for every device's: emit keeps no labels.
+	var claimLabels []labels
 	for _, d := range snap.Devices {
 		if attributionKey(d) == "" {
 			continue
@@ -60,9 +65,7 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 		if !d.OwnersUnknown {
 			e.emit(deviceOwners, id, float64(len(d.Claims)))
 		}
-		// Each owner's labels are built once for its three families: on a
-		// GPU shared by hundreds of pods they were most of this work.
-		claimLabels := make([]labels, len(d.Claims))
+		claimLabels = slices.Grow(claimLabels[:0], len(d.Claims))[:len(d.Claims)]
 		for i, cl := range d.Claims {
 			claimLabels[i] = id.withOwner(cl.Owner)
 			// One series of xpu_workload_info per owner and DRA claim: a

@@ -390,6 +390,15 @@ func BenchmarkScrapeAttributed(b *testing.B) {
 // sharedScenario is 8 GPUs, each time-sliced between 8 pods, running 1,000
 // processes in all.
 func sharedScenario(tb testing.TB) *demo.Scenario {
+	s, err := demo.Parse([]byte(sharedScenarioYAML()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// sharedScenarioYAML is sharedScenario's scenario file.
+func sharedScenarioYAML() string {
 	var y strings.Builder
 	y.WriteString("node: bench-node\ndefaults:\n  model: NVIDIA H100 80GB HBM3\n  memory_total: 80GiB\n  metrics: {utilization: 0.9, memory_utilization: 0.5, memory_used: 70GiB, temperature: 60, power: 500}\ndevices:\n")
 	pid := 10000
@@ -415,11 +424,7 @@ func sharedScenario(tb testing.TB) *demo.Scenario {
 			fmt.Fprintf(&y, "        - \"GPU-%08x-0000-4000-8000-%012x::%d\"\n", hashNode("bench-node"), gpu, p)
 		}
 	}
-	s, err := demo.Parse([]byte(y.String()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return s
+	return y.String()
 }
 
 // hashNode is how the demo derives GPU UUIDs from the node name.
@@ -432,17 +437,33 @@ func hashNode(s string) uint32 {
 }
 
 // BenchmarkScrapeShared is one scrape of 8 GPUs shared by 64 pods with
-// 1,000 processes: the attribution path at its busiest.
+// 1,000 processes: the attribution path at its busiest. The kubelet answers
+// from a process of its own (bench_kubelet_test.go).
 func BenchmarkScrapeShared(b *testing.B) {
-	benchmarkScrape(b, newAttributedExporterFor(b, sharedScenario(b)))
+	benchmarkSharedScrape(b, nil)
 }
 
 // BenchmarkScrapeSharedDefault is BenchmarkScrapeShared with the default
 // collectors: without --collector.process, whose two series per process
 // are most of that node's series.
 func BenchmarkScrapeSharedDefault(b *testing.B) {
-	defaults := map[string]bool{"nvidia": true, "attribution": true, "engines": true, "cost": true}
-	benchmarkScrape(b, newAttributedExporterWith(b, sharedScenario(b), defaults, func() time.Time { return testNow }))
+	benchmarkSharedScrape(b, map[string]bool{"nvidia": true, "attribution": true, "engines": true, "cost": true})
+}
+
+// benchmarkSharedScrape scrapes sharedScenario's node with the collectors
+// (nil: newExporterWith's set), its pods served by a child kubelet whose
+// CPU is reported apart.
+func benchmarkSharedScrape(b *testing.B, collectors map[string]bool) {
+	y := sharedScenarioYAML()
+	s, err := demo.Parse([]byte(y))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, sim := simulatedAttribution(b, s)
+	k := startChildKubelet(b, y)
+	k.attributeFrom(b, &cfg)
+	e := newExporterWith(b, s, sim, attribution.New(cfg), collectors, func() time.Time { return testNow })
+	benchmarkScrape(b, e, k)
 }
 
 func TestSharedScenarioAttributesEveryProcess(t *testing.T) {

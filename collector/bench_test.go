@@ -64,11 +64,16 @@ func unitScenario(b *testing.B, defaults string) *demo.Scenario {
 // this process (cpu-ns/op: the exporter, and the simulated sources it
 // serves in-process) apart from that of its children (child-cpu-ns/op: the
 // hl-smi stand-in), since the wall time of a Gaudi scrape is mostly the
-// child's start-up.
-func benchmarkScrape(b *testing.B, e *Exporter) {
+// child's start-up; and, given a child kubelet, that kubelet's CPU
+// (kubelet-cpu-ns/op).
+func benchmarkScrape(b *testing.B, e *Exporter, kubelet ...*childKubelet) {
 	var body bytes.Buffer
 	b.ReportAllocs()
 	cpu0, child0, n := cpuTime(), childCPUTime(), 0
+	var kubelet0 time.Duration
+	if len(kubelet) > 0 {
+		kubelet0 = kubelet[0].cpu(b)
+	}
 	for b.Loop() {
 		n++
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -78,4 +83,7 @@ func benchmarkScrape(b *testing.B, e *Exporter) {
 	}
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(n), "cpu-ns/op")
 	b.ReportMetric(float64(childCPUTime()-child0)/float64(n), "child-cpu-ns/op")
+	if len(kubelet) > 0 {
+		b.ReportMetric(float64(kubelet[0].cpu(b)-kubelet0)/float64(n), "kubelet-cpu-ns/op")
+	}
 }

@@ -24,11 +24,15 @@ import (
 
 // TestMain lets this test binary be the hl-smi stand-in (demo/hlsmisim):
 // the Gaudi collector runs it like a real hl-smi, from the process boundary
-// on, and no binary has to be built. The collectors' flags take their
+// on, and no binary has to be built; and a benchmark's fake kubelet
+// (bench_kubelet_test.go). The collectors' flags take their
 // defaults, as in the exporter.
 func TestMain(m *testing.M) {
 	if os.Getenv("HLSMI_FAKE_TABLE") != "" || os.Getenv("HLSMI_FAKE_MODE") != "" {
 		os.Exit(hlsmisim.Main(os.Args[1:]))
+	}
+	if dir := os.Getenv(fakeKubeletDirEnv); dir != "" {
+		os.Exit(serveFakeKubelet(dir, os.Getenv(fakeKubeletScenarioEnv)))
 	}
 	if _, err := kingpin.CommandLine.Parse(nil); err != nil {
 		fmt.Fprintln(os.Stderr, "flag defaults:", err)

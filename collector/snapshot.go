@@ -361,6 +361,9 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		if d.MIG != nil {
 			ad.ParentUUID, ad.MIGIndex, ad.MIGInstance, ad.Partition = d.MIG.ParentUUID, d.MIG.Index, atoi(d.MIG.Instance), d.MIG.DevicePluginID
 		}
+		if len(d.Processes) > 0 {
+			ad.PIDs = make([]uint32, 0, len(d.Processes))
+		}
 		for _, p := range d.Processes {
 			ad.PIDs = append(ad.PIDs, p.PID)
 		}
