@@ -451,8 +451,8 @@ func BenchmarkScrapeSharedDefault(b *testing.B) {
 }
 
 // benchmarkSharedScrape scrapes sharedScenario's node with the collectors
-// (nil: newExporterWith's set), its pods served by a child kubelet whose
-// CPU is reported apart.
+// (nil: newExporterWith's set), its pods served by a child kubelet and the
+// simulated NVML's answers timed apart: own-cpu-ns/op is the exporter's.
 func benchmarkSharedScrape(b *testing.B, collectors map[string]bool) {
 	y := sharedScenarioYAML()
 	s, err := demo.Parse([]byte(y))
@@ -462,8 +462,10 @@ func benchmarkSharedScrape(b *testing.B, collectors map[string]bool) {
 	cfg, sim := simulatedAttribution(b, s)
 	k := startChildKubelet(b, y)
 	k.attributeFrom(b, &cfg)
-	e := newExporterWith(b, s, sim, attribution.New(cfg), collectors, func() time.Time { return testNow })
-	benchmarkScrape(b, e, k)
+	var meter simMeter
+	e := newExporterWith(b, s, sim, attribution.New(cfg), collectors, func() time.Time { return testNow },
+		func(c *Config) { c.NVML = meter.wrap(c.NVML) })
+	benchmarkScrapeOf(b, e, benchApart{kubelet: k, sim: &meter})
 }
 
 func TestSharedScenarioAttributesEveryProcess(t *testing.T) {

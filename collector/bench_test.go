@@ -64,15 +64,29 @@ func unitScenario(b *testing.B, defaults string) *demo.Scenario {
 // this process (cpu-ns/op: the exporter, and the simulated sources it
 // serves in-process) apart from that of its children (child-cpu-ns/op: the
 // hl-smi stand-in), since the wall time of a Gaudi scrape is mostly the
-// child's start-up; and, given a child kubelet, that kubelet's CPU
-// (kubelet-cpu-ns/op).
-func benchmarkScrape(b *testing.B, e *Exporter, kubelet ...*childKubelet) {
+// child's start-up.
+func benchmarkScrape(b *testing.B, e *Exporter) { benchmarkScrapeOf(b, e, benchApart{}) }
+
+// benchApart is what a benchmark times apart from the exporter's own work.
+type benchApart struct {
+	// kubelet is a child kubelet: its CPU is kubelet-cpu-ns/op.
+	kubelet *childKubelet
+	// sim times the simulated NVML's answers (sim-cpu-ns/op); own-cpu-ns/op
+	// is then cpu-ns/op without them.
+	sim *simMeter
+}
+
+func benchmarkScrapeOf(b *testing.B, e *Exporter, apart benchApart) {
 	var body bytes.Buffer
 	b.ReportAllocs()
 	cpu0, child0, n := cpuTime(), childCPUTime(), 0
 	var kubelet0 time.Duration
-	if len(kubelet) > 0 {
-		kubelet0 = kubelet[0].cpu(b)
+	var sim0 int64
+	if apart.kubelet != nil {
+		kubelet0 = apart.kubelet.cpu(b)
+	}
+	if apart.sim != nil {
+		sim0 = apart.sim.ns.Load()
 	}
 	for b.Loop() {
 		n++
@@ -81,9 +95,15 @@ func benchmarkScrape(b *testing.B, e *Exporter, kubelet ...*childKubelet) {
 		e.WriteText(ctx, &body, nil)
 		cancel()
 	}
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(n), "cpu-ns/op")
+	cpu := float64(cpuTime()-cpu0) / float64(n)
+	b.ReportMetric(cpu, "cpu-ns/op")
 	b.ReportMetric(float64(childCPUTime()-child0)/float64(n), "child-cpu-ns/op")
-	if len(kubelet) > 0 {
-		b.ReportMetric(float64(kubelet[0].cpu(b)-kubelet0)/float64(n), "kubelet-cpu-ns/op")
+	if apart.kubelet != nil {
+		b.ReportMetric(float64(apart.kubelet.cpu(b)-kubelet0)/float64(n), "kubelet-cpu-ns/op")
+	}
+	if apart.sim != nil {
+		sim := float64(apart.sim.ns.Load()-sim0) / float64(n)
+		b.ReportMetric(sim, "sim-cpu-ns/op")
+		b.ReportMetric(cpu-sim, "own-cpu-ns/op")
 	}
 }
