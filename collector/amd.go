@@ -251,6 +251,9 @@ func (c *amdCollector) readDevices(ctx context.Context, m move) ([]*Device, erro
 	if !ok {
 		deadline = time.Now().Add(time.Hour)
 	}
+	// The RAS counts read now are as of after readAt: errors counted from
+	// them on happened after it.
+	readAt := c.now()
 	reads := make([]*amdRead, len(cards))
 	for i, card := range cards {
 		reads[i] = c.start(card, deadline)
@@ -276,7 +279,7 @@ func (c *amdCollector) readDevices(ctx context.Context, m move) ([]*Device, erro
 		devs = append(devs, d)
 		if d.UUID != "" {
 			c.mu.Lock()
-			c.ras.observe(d.PCIBusID, ad.RAS)
+			c.ras.observe(d.PCIBusID, ad.RAS, readAt)
 			c.mu.Unlock()
 		}
 		if !ad.Down {

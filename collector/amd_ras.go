@@ -55,21 +55,35 @@ type rasKey struct{ block, typ string }
 // board's firmware, and two boards reporting one would alternate their
 // counts in one baseline, every step read as new errors.
 type amdRAS struct {
-	base    map[string]map[rasKey]uint64  // GPU PCI address → last count seen
-	pending map[string]map[rasKey]float64 // GPU PCI address → increases not yet served
+	base    map[string]map[rasKey]rasSeen // GPU PCI address → last count seen
+	pending map[string]*rasPending        // GPU PCI address → increases not yet served
 	series  map[string]*xidSeries
 	trimmed time.Time
 }
 
-func newAMDRAS() amdRAS {
-	return amdRAS{base: map[string]map[rasKey]uint64{}, pending: map[string]map[rasKey]float64{}, series: map[string]*xidSeries{}}
+// rasSeen is a count and the time of the read that saw it.
+type rasSeen struct {
+	count uint64
+	at    time.Time
 }
 
-// observe takes the counts of the GPU at PCI address pci from one read.
-func (r *amdRAS) observe(pci string, counts map[string]amd.RASCount) {
+// rasPending are increases of one GPU's counts not yet served, and since
+// when: the earliest of the reads before them, after which they happened.
+type rasPending struct {
+	counts map[rasKey]float64
+	since  time.Time
+}
+
+func newAMDRAS() amdRAS {
+	return amdRAS{base: map[string]map[rasKey]rasSeen{}, pending: map[string]*rasPending{}, series: map[string]*xidSeries{}}
+}
+
+// observe takes the counts of the GPU at PCI address pci from a read at
+// time at.
+func (r *amdRAS) observe(pci string, counts map[string]amd.RASCount, at time.Time) {
 	base := r.base[pci]
 	if base == nil {
-		base = map[rasKey]uint64{}
+		base = map[rasKey]rasSeen{}
 		r.base[pci] = base
 	}
 	for block, c := range counts {
@@ -79,41 +93,47 @@ func (r *amdRAS) observe(pci string, counts map[string]amd.RASCount) {
 			}
 			k := rasKey{block, amdRASTypes[i]}
 			prev, seen := base[k]
-			base[k] = v.Value
+			base[k] = rasSeen{v.Value, at}
 			var n uint64
 			switch {
 			case !seen:
-			case v.Value >= prev:
-				n = v.Value - prev
+			case v.Value >= prev.count:
+				n = v.Value - prev.count
 			default:
 				n = v.Value
 			}
 			if n == 0 {
 				continue
 			}
-			if r.pending[pci] == nil {
-				r.pending[pci] = map[rasKey]float64{}
+			p := r.pending[pci]
+			if p == nil {
+				p = &rasPending{counts: map[rasKey]float64{}, since: prev.at}
+				r.pending[pci] = p
 			}
-			r.pending[pci][k] += float64(n)
+			p.counts[k] += float64(n)
+			if prev.at.Before(p.since) {
+				p.since = prev.at
+			}
 		}
 	}
 }
 
 // serve credits the pending increases of d, a whole GPU of a scrape's
-// snapshot, to its owner in that snapshot.
+// snapshot, to its owner in that snapshot. A series it makes starts (its
+// created timestamp) at the read before the errors, not at now.
 func (r *amdRAS) serve(d *Device, now time.Time) {
 	p := r.pending[d.PCIBusID]
-	if len(p) == 0 {
+	if p == nil {
 		return
 	}
 	delete(r.pending, d.PCIBusID)
 	l := deviceLabels(d)
-	for k, n := range p {
+	for k, n := range p.counts {
 		sl := l.with("block", k.block).with("type", k.typ)
 		key := sl.key()
 		s := r.series[key]
 		if s == nil {
-			s = &xidSeries{labels: sl, created: now}
+			s = &xidSeries{labels: sl, created: p.since}
 			r.series[key] = s
 		}
 		s.count += n

@@ -200,3 +200,50 @@ func TestAMDRASEventsWaitForAScrape(t *testing.T) {
 		t.Errorf("want 3 uncorrected umc events:\n%s", out)
 	}
 }
+
+// TestAMDRASCountersStartAtTheirBaseline: an AMD RAS counter is made when
+// the first increase is served, but the errors it counts happened after
+// the read that set the baseline, not at the serve. Its created timestamp
+// (the OTLP bridge's start) is that read's time: otherwise a first point
+// spanned only the milliseconds between the serve and its push, with the
+// whole count as its increase (review13 R13-7).
+func TestAMDRASCountersStartAtTheirBaseline(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "ras/umc_err_count": "ue: 1\nce: 0\n"})
+	dev := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0")
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	ctx := context.Background()
+	if _, err := c.readDevices(ctx, moveScrape); err != nil {
+		t.Fatal(err)
+	}
+	baseline := clk.t
+	// 30 s later: 1 → 4, three errors since the baseline read.
+	clk.t = clk.t.Add(30 * time.Second)
+	tr.write(filepath.Join(dev, "ras", "umc_err_count"), "ue: 4\nce: 0\n")
+	devs, err := c.readDevices(ctx, moveScrape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan prometheus.Metric, 1000)
+	if err := c.Update(ctx, &Snapshot{Devices: devs}, ch); err != nil {
+		t.Fatal(err)
+	}
+	close(ch)
+	n := 0
+	for _, m := range unbatched(ch) {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(m.Desc().String(), "amd_ras_events_total") {
+			continue
+		}
+		n++
+		if got := pb.GetCounter().GetCreatedTimestamp(); pb.GetCounter().GetValue() != 3 || got == nil || !got.AsTime().Equal(baseline) {
+			t.Errorf("RAS counter %v created %v; want 3 created at the baseline read, %v", pb.GetCounter().GetValue(), got.AsTime(), baseline)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d RAS counters, want 1", n)
+	}
+}
