@@ -107,6 +107,10 @@ type Resolver struct {
 	// every vendor (ServeVendors). Set before the first Resolve.
 	served atomic.Pointer[map[string]bool]
 
+	// initOnce reads once whether the node's init is systemd (initSystemd).
+	initOnce    sync.Once
+	initSystemd bool
+
 	mu sync.Mutex
 	// procs caches what procfs said of the PIDs seen in the previous
 	// scrape: a GPU process lives for many scrapes. A PID is given to a new
@@ -1542,6 +1546,30 @@ func jobsSeenSince(list []slurm.RunningJob, procs map[uint32]procInfo) time.Time
 	return since
 }
 
+// outsideSystemd says a process in no unit, on a cgroup v2 node, is where
+// systemd would not have put it on a node systemd runs, where slurmd runs
+// in a unit: a container runtime's cgroup with the cgroupfs driver
+// (/docker/<id>), or someone's own, in which whoever may start one can set
+// SLURM_JOB_ID. (A v1 or hybrid file tells it itself: Cgroup.SlurmdCgroup.)
+// The root cgroup is not: processes started outside any unit on a node
+// without systemd are there.
+func (r *Resolver) outsideSystemd(cg process.Cgroup) bool {
+	return cg.Unit == "" && cg.SystemdPath == "" && cg.Path != "/" && r.nodeRunsSystemd()
+}
+
+// nodeRunsSystemd says the node's init, PID 1 in procfs, is systemd. It is
+// read once: init does not change. Where PID 1 cannot be read (procfs not
+// the host's) it says false, and the process's own cgroup file is the only
+// evidence.
+func (r *Resolver) nodeRunsSystemd() bool {
+	r.initOnce.Do(func() {
+		if info, err := r.cfg.Procfs.Process(1); err == nil {
+			r.initSystemd = info.Comm == "systemd"
+		}
+	})
+	return r.initSystemd
+}
+
 // slurmJobs finds the Slurm job of every process and the jobs' metadata,
 // and which jobs hold which GPU of this node through GRES. Slurm's answer
 // that it knows no such job is an answer, not a failure of the source.
@@ -1570,7 +1598,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			job = id
 		}
 		environ := false
-		if job == "" && cg.SlurmdCgroup() {
+		if job == "" && cg.SlurmdCgroup() && !r.outsideSystemd(cg) {
 			// The process is where proctrack/linuxproc leaves a job's
 			// tasks, whose cgroups name no job: ask slurmd, whose answer
 			// the job cannot forge, then the environment. Elsewhere (a

@@ -49,6 +49,14 @@ type Cgroup struct {
 	Unit  string
 	Slice string
 
+	// SystemdPath is, for a process in no pod, job or systemd unit, its
+	// path in systemd's own hierarchy (name=systemd) on a cgroup v1 or
+	// hybrid node; "" on a v2 node, or for a process with an owner. On a
+	// node systemd runs, systemd places every process it starts in a unit
+	// there: a path that names none is a container runtime's with the
+	// cgroupfs driver (Docker's /docker/<id>), or someone's own.
+	SystemdPath string
+
 	// Delegated says a pod's or Slurm job's cgroup is below a user's
 	// service manager (user@<uid>.service), a subtree systemd delegates to
 	// the user: the pods of a rootless Kubernetes (kind or minikube on
@@ -122,6 +130,9 @@ func ParseCgroup(content []byte) Cgroup {
 			cg.Path, cg.Unit, cg.Slice = l.path, unit, slice
 			return cg
 		}
+	}
+	if i := slices.IndexFunc(lines, func(l cgroupLine) bool { return l.controllers == "name=systemd" }); i >= 0 {
+		cg.SystemdPath = lines[i].path
 	}
 	for _, l := range lines {
 		if l.path != "/" {
@@ -408,6 +419,12 @@ func isDigits(s string) bool {
 //   - on a node (or container) without systemd, the cgroup slurmd was
 //     started in: the root cgroup under an init script. Such a cgroup names
 //     no systemd unit or slice.
+//
+// On a cgroup v1 or hybrid node systemd's own hierarchy tells a node that
+// systemd runs, where slurmd runs in its unit: a path there that names no
+// unit (SystemdPath) is a container runtime's with the cgroupfs driver, or
+// someone's own, whose processes could carry any SLURM_JOB_ID. A v2 file
+// cannot tell; the resolver asks whether PID 1 is systemd.
 func (c Cgroup) SlurmdCgroup() bool {
 	// A user's service manager's subtree is the user's to name: no
 	// slurmd runs there (Cgroup.Delegated).
@@ -417,7 +434,8 @@ func (c Cgroup) SlurmdCgroup() bool {
 	if c.Unit == "" {
 		// Path is then the most specific path of the file: a slice in it
 		// (a v1 controller at /user.slice) is systemd's.
-		return !slices.ContainsFunc(strings.Split(c.Path, "/"), func(part string) bool { return strings.HasSuffix(part, ".slice") })
+		return (c.SystemdPath == "" || c.SystemdPath == "/") &&
+			!slices.ContainsFunc(strings.Split(c.Path, "/"), func(part string) bool { return strings.HasSuffix(part, ".slice") })
 	}
 	return c.Unit == "slurmd.service" || c.Unit == "slurmstepd.scope" || strings.HasSuffix(c.Unit, "_slurmstepd.scope")
 }

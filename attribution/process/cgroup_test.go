@@ -155,7 +155,7 @@ var cgroupCases = []struct {
 	},
 	{
 		file: "slurm/22.05/linuxproc/proc-cgroup-job7-gpu-sleep.txt",
-		want: Cgroup{Path: "/process_api/69b7b31eddf8ad9eb29e3a41c82a9024"},
+		want: Cgroup{Path: "/process_api/69b7b31eddf8ad9eb29e3a41c82a9024", SystemdPath: "/"},
 	},
 	// Slurm, cgroup v1: the same, in process trees, and constructed ones.
 	{
@@ -187,7 +187,7 @@ var cgroupCases = []struct {
 	{
 		// Real capture: proctrack/linuxproc leaves no trace in cgroups.
 		file: "procfs/slurm-linuxproc/17668/cgroup",
-		want: Cgroup{Path: "/process_api/69b7b31eddf8ad9eb29e3a41c82a9024"},
+		want: Cgroup{Path: "/process_api/69b7b31eddf8ad9eb29e3a41c82a9024", SystemdPath: "/"},
 	},
 	// Slurm, cgroup v2.
 	{
@@ -292,7 +292,14 @@ var cgroupCases = []struct {
 	},
 	{
 		file: "cgroup/bare-metal-v1-unmanaged.cgroup",
-		want: Cgroup{Path: "/"},
+		want: Cgroup{Path: "/", SystemdPath: "/"},
+	},
+	{
+		// Docker's cgroupfs driver (its default on cgroup v1) on a node
+		// systemd runs: /docker/<id> in every hierarchy, systemd's own
+		// included, outside any unit.
+		file: "cgroup/docker-cgroupfs-v1.cgroup",
+		want: Cgroup{Path: "/docker/cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc", SystemdPath: "/docker/cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"},
 	},
 }
 

@@ -71,7 +71,7 @@ func TestReaderProcess(t *testing.T) {
 		},
 		{
 			dir: "slurm-linuxproc", pid: 17668,
-			want: Info{PID: 17668, Comm: "sleep", UID: 0, User: "root", Cgroup: Cgroup{}},
+			want: Info{PID: 17668, Comm: "sleep", UID: 0, User: "root", Cgroup: Cgroup{SystemdPath: "/"}},
 		},
 		{
 			dir: "systemd-service-v2", pid: 1432,
