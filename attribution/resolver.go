@@ -293,7 +293,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	}
 
 	var kube map[string][]Claim
-	var unplaced unplacedVendors
+	var unplaced unplacedHolds
 	var shareUnknown map[string]bool
 	kubeDown := false
 	if r.cfg.Kubelet != nil {
@@ -992,12 +992,17 @@ func cmpErr(first, err error) error {
 	return err
 }
 
-// unplacedVendors are the vendors of which containers hold a device that
-// could not be told ("" where the vendor is unknown too): a device plugin
-// ID of a shape not understood, a DRA claim device not identified. An ID
-// understood but naming no device of this node (a GPU gone) is none of
-// these devices, and is not counted here.
-type unplacedVendors map[string]bool
+// unplacedHolds are the devices containers may hold that could not be
+// told. vendors are the vendors of a device plugin ID of a shape not
+// understood, or of a DRA claim device not identified ("" where the vendor
+// is unknown too): any of their devices may be it. devices are those an ID
+// naming no device of this node may name all the same, since they lack
+// what it names a device by (a Gaudi whose serial hl-smi prints N/A). An
+// ID naming no device otherwise (a GPU gone) is none of these devices.
+type unplacedHolds struct {
+	vendors map[string]bool
+	devices map[string]bool
+}
 
 // errKubeletEmpty is a kubelet's answer that lists no pod while pods'
 // processes use the devices.
@@ -1040,14 +1045,32 @@ func (r *Resolver) keepReplicas(allocs []kubernetes.Allocation) {
 }
 
 // mayHold says whether d may be such a device.
-func (u unplacedVendors) mayHold(d Device) bool { return u[""] || u[d.Vendor] }
+func (u unplacedHolds) mayHold(d Device) bool {
+	return u.vendors[""] || u.vendors[d.Vendor] || u.devices[d.UUID]
+}
+
+func (u *unplacedHolds) addVendor(vendor string) {
+	if u.vendors == nil {
+		u.vendors = map[string]bool{}
+	}
+	u.vendors[vendor] = true
+}
+
+func (u *unplacedHolds) addDevices(uuids []string) {
+	for _, uuid := range uuids {
+		if u.devices == nil {
+			u.devices = map[string]bool{}
+		}
+		u.devices[uuid] = true
+	}
+}
 
 // kubernetesClaims maps each device to the containers the kubelet allocated
 // it to, by device plugins and by DRA claims. It counts what it could not
 // identify in res, and returns the vendors of what it could not place, and
 // the state of the CDI specs when there were DRA claims to identify and a
 // CDI source is configured.
-func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unread map[string]bool, podProcs bool, res *Result) (map[string][]Claim, unplacedVendors, map[string]bool, *Source, error) {
+func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unread map[string]bool, podProcs bool, res *Result) (map[string][]Claim, unplacedHolds, map[string]bool, *Source, error) {
 	pods, err := r.cfg.Kubelet.List(ctx)
 	if err == nil && len(pods) == 0 && podProcs {
 		// A kubelet that lists no pod at all while GPU processes run in
@@ -1058,7 +1081,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 		err = errKubeletEmpty
 	}
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, unplacedHolds{}, nil, nil, err
 	}
 	pods = r.withoutEnded(pods, res)
 	// Allocatable lists every replica a device plugin advertises, which is
@@ -1067,7 +1090,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 	allocs, idErrs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
 	r.keepReplicas(allocs)
 	var shareUnknown map[string]bool // by device UUID
-	var unplaced unplacedVendors
+	var unplaced unplacedHolds
 	for _, e := range idErrs {
 		var de *kubernetes.DeviceIDError
 		isID := errors.As(e, &de)
@@ -1077,10 +1100,10 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 		r.logOnce(e)
 		res.UnknownDeviceIDs++
 		if isID && de.Held {
-			unplaced = unplaced.add(kubernetes.ResourceVendor(de.Resource))
+			unplaced.addVendor(kubernetes.ResourceVendor(de.Resource))
 		}
 	}
-	byRef := indexDevices(devices)
+	byRef, unnamed := indexDevices(devices)
 	// Each device's claims are sized before they are filled: a GPU shared
 	// by hundreds of pods would otherwise grow its list of large Claims
 	// many times over at every scrape.
@@ -1132,7 +1155,8 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 		if uuid == "" {
 			// Well formed, but no device of this node: a GPU that is gone
 			// or was never identified, the NVIDIA collector finding no
-			// driver.
+			// driver; or one of those that lack what it names a device by.
+			unplaced.addDevices(unnamed(a.Device))
 			res.UnknownDeviceIDs++
 			r.logOnceMsg(fmt.Errorf("%s %q (pod %s/%s)", a.Resource, a.DeviceID, a.Namespace, a.Pod), "device plugin ID names no device of this node; that ID is not attributed (the container's other devices are)")
 			continue
@@ -1155,19 +1179,11 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 		}
 		add(uuid, r.podOwner(a.Namespace, a.Pod, a.Container), share)
 	}
-	cdi := r.draClaims(ctx, pods, byRef, add, &unplaced, unread, res)
+	cdi := r.draClaims(ctx, pods, byRef, unnamed, add, &unplaced, unread, res)
 	if allocErr != nil {
 		return claims, unplaced, shareUnknown, cdi, fmt.Errorf("allocatable devices (shares of shared GPUs unknown): %w", allocErr)
 	}
 	return claims, unplaced, shareUnknown, cdi, nil
-}
-
-func (u unplacedVendors) add(vendor string) unplacedVendors {
-	if u == nil {
-		u = unplacedVendors{}
-	}
-	u[vendor] = true
-	return u
 }
 
 // withoutEnded leaves out the pods that the metadata source says have
@@ -1203,7 +1219,7 @@ func (r *Resolver) withoutEnded(pods []kubernetes.PodResources, res *Result) []k
 
 // draClaims adds the devices held through DRA claims. The CDI specs are
 // read only when some container has a claim of an accelerator driver.
-func (r *Resolver) draClaims(ctx context.Context, pods []kubernetes.PodResources, byRef func(kubernetes.DeviceRef) (string, bool), add func(string, Owner, float64), unplaced *unplacedVendors, unread map[string]bool, res *Result) *Source {
+func (r *Resolver) draClaims(ctx context.Context, pods []kubernetes.PodResources, byRef func(kubernetes.DeviceRef) (string, bool), unnamed func(kubernetes.DeviceRef) []string, add func(string, Owner, float64), unplaced *unplacedHolds, unread map[string]bool, res *Result) *Source {
 	if !slices.ContainsFunc(pods, func(p kubernetes.PodResources) bool {
 		return slices.ContainsFunc(p.Containers, func(c kubernetes.ContainerResources) bool {
 			return slices.ContainsFunc(c.Claims, func(cd kubernetes.ClaimDevice) bool { return slices.Contains(r.cfg.DRADrivers, cd.Driver) })
@@ -1248,7 +1264,7 @@ func (r *Resolver) draClaims(ctx context.Context, pods []kubernetes.PodResources
 	r.noteUnresolvedClaims(now)
 	for _, u := range unresolved {
 		r.logOnceMsg(u.Err, "DRA claim device not identified; that device is not attributed (the container's other devices are)")
-		*unplaced = unplaced.add(kubernetes.DriverVendor(u.Claim.Driver))
+		unplaced.addVendor(kubernetes.DriverVendor(u.Claim.Driver))
 	}
 	res.UnresolvedClaimDevices = len(unresolved)
 	for _, a := range allocs {
@@ -1260,6 +1276,7 @@ func (r *Resolver) draClaims(ctx context.Context, pods []kubernetes.PodResources
 			continue
 		}
 		if !ok {
+			unplaced.addDevices(unnamed(a.Device))
 			res.UnresolvedClaimDevices++
 			r.logOnceMsg(fmt.Errorf("claim %s/%s device %s: its CDI spec names %s, which is no device of this node",
 				a.Claim.ClaimNamespace, a.Claim.ClaimName, a.Claim.Device, a.Device.ID), "DRA claim device not identified; that device is not attributed (the container's other devices are)")
@@ -1391,7 +1408,12 @@ func (r *Resolver) logOnceMsg(err error, msg string) {
 // whatever the vendor, but only a device of the resource's vendor: an
 // amd.com/gpu ID holding an NVIDIA GPU's address is a plugin's mistake,
 // not an allocation of that GPU.
-func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
+//
+// unnamed lists, for a reference that names no device, the devices it may
+// name all the same: those of its vendor (any, where it has none) that
+// lack what it names a device by, a serial number or PCI address the
+// vendor's tool did not give, or a GKE device name whose minor is unknown.
+func indexDevices(devices []Device) (byRef func(kubernetes.DeviceRef) (string, bool), unnamed func(kubernetes.DeviceRef) []string) {
 	type byVendor struct{ uuid, vendor string }
 	byUUID := map[string]string{}
 	byBus := map[string]byVendor{}
@@ -1445,7 +1467,27 @@ func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
 		}
 		return e.uuid, true
 	}
-	return func(ref kubernetes.DeviceRef) (string, bool) {
+	unnamed = func(ref kubernetes.DeviceRef) []string {
+		var lacks func(Device) bool
+		switch {
+		case ref.Serial != "":
+			lacks = func(d Device) bool { return d.Serial == "" }
+		case ref.PCIBusID != "":
+			lacks = func(d Device) bool { return d.PCIBusID == "" }
+		case ref.DeviceName != "":
+			lacks = func(d Device) bool { return d.DeviceName == "" }
+		default:
+			return nil
+		}
+		var out []string
+		for _, d := range devices {
+			if d.ParentUUID == "" && (ref.Vendor == "" || d.Vendor == ref.Vendor) && lacks(d) {
+				out = append(out, d.UUID)
+			}
+		}
+		return out
+	}
+	byRef = func(ref kubernetes.DeviceRef) (string, bool) {
 		var uuid string
 		var ok bool
 		switch {
@@ -1472,6 +1514,7 @@ func indexDevices(devices []Device) func(kubernetes.DeviceRef) (string, bool) {
 		}
 		return uuid, ok && uuid != ""
 	}
+	return byRef, unnamed
 }
 
 // normalizeBusID turns NVML's "00000000:3B:00.0" and sysfs' "0000:3b:00.0"

@@ -304,6 +304,46 @@ func TestDeviceIDsOfAVendorNotReadAreNotUnknown(t *testing.T) {
 	}
 }
 
+// TestIDMayNameADeviceWithoutThatIdentity: the Intel Gaudi device plugin
+// names devices by serial number, which hl-smi prints N/A on some boards
+// (fixtures/gaudi/gaudi3-8x.csv). A serial ID then matches no device, yet
+// it may name any device of its vendor whose serial is unknown: those
+// devices' owners are unknown (xpu_device_owners left out), not none. A
+// device whose serial is known, and is another, is not that device; nor
+// is another vendor's device (found by probing: probe15-gaudi D1, a Gaudi
+// 94 % busy with an allocated pod's process served as owned by nobody).
+// Likewise a PCI address ID and devices whose PCI address is unknown.
+func TestIDMayNameADeviceWithoutThatIdentity(t *testing.T) {
+	const (
+		hl0 = "hl-uuid-0"
+		hl1 = "hl-uuid-1"
+		hl2 = "hl-uuid-2"
+		amd = "amd-uuid-0"
+	)
+	r := New(Config{Kubelet: &fakeKubelet{pods: []kubernetes.PodResources{
+		pod("ml", "tgi", "c", "habana.ai/gaudi", "AN15000000"),
+		pod("ml", "rocm", "c", "amd.com/gpu", "0000:c1:00.0"),
+	}}})
+	res := r.Resolve(context.Background(), []Device{
+		// Serials unknown.
+		{UUID: hl0, Vendor: "habana", Index: 0, PCIBusID: "0000:19:00.0", MIGIndex: -1, GRESIndex: -1},
+		{UUID: hl1, Vendor: "habana", Index: 1, PCIBusID: "0000:1a:00.0", MIGIndex: -1, GRESIndex: -1},
+		// Serial known, and not the ID's.
+		{UUID: hl2, Vendor: "habana", Index: 2, Serial: "AN15000002", PCIBusID: "0000:1b:00.0", MIGIndex: -1, GRESIndex: -1},
+		// An AMD GPU whose PCI address is unknown.
+		{UUID: amd, Vendor: "amd", Index: 0, MIGIndex: -1, GRESIndex: -1},
+		{UUID: gpuA, Vendor: "nvidia", Index: 0, PCIBusID: "0000:3b:00.0", MIGIndex: -1, GRESIndex: -1},
+	})
+	for uuid, unknown := range map[string]bool{hl0: true, hl1: true, hl2: false, amd: true, gpuA: false} {
+		if d := res.Devices[uuid]; d.OwnersUnknown != unknown || len(d.Claims) != 0 {
+			t.Errorf("%s: claims %+v, owners unknown %v; want none, unknown %v", uuid, d.Claims, d.OwnersUnknown, unknown)
+		}
+	}
+	if res.UnknownDeviceIDs != 2 {
+		t.Errorf("%d unknown device IDs, want the 2 matching no device", res.UnknownDeviceIDs)
+	}
+}
+
 // TestReplicaShareKeptWhenNoLongerAdvertised: two pods hold time-slicing
 // replicas ::0 and ::1 of GPU b, of 4 advertised, 1/4 each. The device
 // plugin is then reconfigured without sharing (or reports the GPU
@@ -818,7 +858,7 @@ func TestNormalizeBusID(t *testing.T) {
 // names a device of its own vendor: NVIDIA's index "1" and Gaudi's "hl1"
 // are different devices, and a Gaudi serial matches only the Gaudi with it.
 func TestIndexDevicesMixedNode(t *testing.T) {
-	lookup := indexDevices([]Device{
+	lookup, _ := indexDevices([]Device{
 		{UUID: "GPU-a", Vendor: "nvidia", Index: 0, PCIBusID: "00000000:18:00.0", Serial: "1652000000", MIGIndex: -1},
 		{UUID: "GPU-b", Vendor: "nvidia", Index: 1, PCIBusID: "00000000:28:00.0", MIGIndex: -1},
 		{UUID: "hl-uuid-0", Vendor: "habana", Index: 0, PCIBusID: "0000:19:00.0", Serial: "AN15000023", MIGIndex: -1},
@@ -858,7 +898,7 @@ func TestIndexDevicesMixedNode(t *testing.T) {
 // The GPU in MIG mode (minor 0) has GPU instance 1 with one compute
 // instance and GPU instance 2 with two, which the name cannot tell apart.
 func TestIndexDevicesGKENames(t *testing.T) {
-	lookup := indexDevices([]Device{
+	lookup, _ := indexDevices([]Device{
 		{UUID: "GPU-a", Vendor: "nvidia", Index: 0, DeviceName: "nvidia1", MIGIndex: -1, MIGInstance: -1},
 		{UUID: "GPU-m", Vendor: "nvidia", Index: 1, DeviceName: "nvidia0", MIGIndex: -1, MIGInstance: -1},
 		{UUID: "MIG-1", Vendor: "nvidia", Index: 1, ParentUUID: "GPU-m", MIGIndex: 0, MIGInstance: 1, DeviceName: "nvidia0/gi1"},
@@ -893,7 +933,7 @@ func TestIndexDevicesGKENames(t *testing.T) {
 // as amdgpu_xcp_<n>; each names its partition, not the GPU, while a GPU
 // that is not partitioned is still found by its address.
 func TestIndexDevicesAMDPartitions(t *testing.T) {
-	lookup := indexDevices([]Device{
+	lookup, _ := indexDevices([]Device{
 		{UUID: "aa", Vendor: "amd", PCIBusID: "0000:38:00.0", MIGIndex: -1},
 		{UUID: "aa-xcp0", Vendor: "amd", PCIBusID: "0000:38:00.0", ParentUUID: "aa", MIGIndex: 0, Partition: "0000:38:00.0"},
 		{UUID: "aa-xcp1", Vendor: "amd", PCIBusID: "0000:38:00.0", ParentUUID: "aa", MIGIndex: 1, Partition: "amdgpu_xcp_0"},
