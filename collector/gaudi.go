@@ -365,7 +365,8 @@ func (c *gaudiCollector) logBadFields(nds []gaudi.Device) {
 // a row the identity cells it printed N/A from that device: a device stays
 // one device, with the uuid that names its series, the bus_id that ties
 // its processes to it and the serial the device plugin advertises it by,
-// whichever cell a run could not read. c.mu must be held.
+// whichever cell a run could not read; and the driver and module its
+// xpu_device_info names, so that the series stays one. c.mu must be held.
 func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 	keys := make([]string, len(nds))
 	seen := make(map[string]bool, len(nds))
@@ -379,10 +380,14 @@ func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 		}
 		for _, cell := range []struct{ now, known *string }{
 			{&nd.UUID, &kd.UUID}, {&nd.BusID, &kd.BusID}, {&nd.Serial, &kd.Serial}, {&nd.Name, &kd.Name},
+			{&nd.DriverVersion, &kd.DriverVersion},
 		} {
 			if *cell.now == "" {
 				*cell.now = *cell.known
 			}
+		}
+		if !nd.ModuleID.OK {
+			nd.ModuleID = kd.ModuleID
 		}
 	}
 	return keys

@@ -764,6 +764,35 @@ func TestGaudiIdentityCellGoesNA(t *testing.T) {
 	}
 }
 
+// TestGaudiInfoKeepsItsCellsThroughNA: a known device that prints N/A in
+// every cell for a run (in reset, say) keeps the static facts it printed
+// before: xpu_device_info is the same series, driver and module included,
+// not a new one without them that a join on driver_version misses (found
+// by probing: probe15-gaudi D2).
+func TestGaudiInfoKeepsItsCellsThroughNA(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	path := gaudiTable(t, s)
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	info := regexp.MustCompile(`(?m)^xpu_device_info\{[^}]*gpu="0"[^}]*\} 1$`)
+	before := info.FindString(scrapeText(t, e, 10*time.Second))
+	if !strings.Contains(before, `driver_version="1.`) || !strings.Contains(before, `module_id="`) {
+		t.Fatalf("device 0's first info has no driver or module: %q", before)
+	}
+	full := string(s.HLSMITable(testStart, testNow))
+	cells := map[string]string{}
+	for _, name := range strings.Split(strings.SplitN(full, "\n", 2)[0], ", ") {
+		if name != "index" {
+			cells[name] = "N/A"
+		}
+	}
+	if err := os.WriteFile(path, []byte(setCells(t, full, 0, cells)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if after := info.FindString(scrapeText(t, e, 10*time.Second)); after != before {
+		t.Errorf("with every cell N/A, device 0's info is\n%q\nwas\n%q", after, before)
+	}
+}
+
 // TestGaudiPricedWithoutIdentity: a device whose uuid, bus_id and serial
 // hl-smi all prints N/A is still a device of its model, priced by it, so
 // that chargeback does not miss it (found by probing: no cost, and not
