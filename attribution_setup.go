@@ -52,7 +52,7 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 	f.nodeName = a.Flag("kubernetes.node-name",
 		"This node's name, scoping the API server watch to its pods (the chart sets NODE_NAME from the downward API).").Envar("NODE_NAME").Default("").String()
 	f.cdiSpecDir = a.Flag("kubernetes.cdi-spec-dir",
-		"Directory of the CDI specs DRA drivers write on the node, which tell the GPU behind each device of a DRA ResourceClaim. Read only while some container holds a claim; each spec is parsed again only when it changes.").Default(kubernetes.DefaultCDISpecDir).IsSetByUser(&f.setCDISpecDir).String()
+		"Directory of the CDI specs DRA drivers write on the node, which tell the GPU behind each device of a DRA ResourceClaim. Read only while some container holds a claim; each spec is parsed again only when it changes. Empty: not read, and DRA-allocated devices are not attributed (counted in xpu_attribution_unresolved_claim_devices).").Default(kubernetes.DefaultCDISpecDir).IsSetByUser(&f.setCDISpecDir).String()
 	f.resourceSlices = a.Flag("kubernetes.resourceslices",
 		"Identify DRA-allocated devices that the CDI specs do not from this node's ResourceSlices, watched through the API server, and leave out the devices of claims allocated with admin access, read from their ResourceClaims (RBAC: resourceslices list and watch, cluster-wide, and resourceclaims get; needs --kubernetes.node-name).").Default("false").Bool()
 	f.draDrivers = a.Flag("kubernetes.dra-driver",
@@ -148,7 +148,9 @@ func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver,
 			cfg.Kubelet = client
 			// The NVIDIA driver's procfs tables turn the device minors of
 			// a CDI spec into GPUs, so they are read from --path.procfs.
-			cfg.CDI = &kubernetes.CDISpecs{Dir: *f.cdiSpecDir, ProcRoot: *f.procfs, SysRoot: *f.sysfs}
+			if *f.cdiSpecDir != "" {
+				cfg.CDI = &kubernetes.CDISpecs{Dir: *f.cdiSpecDir, ProcRoot: *f.procfs, SysRoot: *f.sysfs}
+			}
 			cfg.DRADrivers = append(append([]string{}, kubernetes.DefaultDRADrivers...), *f.draDrivers...)
 			if *f.resourceSlices {
 				slices, err := kubernetes.NewResourceSliceSource(*f.kubeconfig, *f.nodeName, logger)

@@ -1004,6 +1004,10 @@ type unplacedHolds struct {
 	devices map[string]bool
 }
 
+// errCDIOff is why DRA claim devices go unidentified when no CDI spec
+// directory is configured.
+var errCDIOff = errors.New("CDI specs are not read (--kubernetes.cdi-spec-dir is empty)")
+
 // errKubeletEmpty is a kubelet's answer that lists no pod while pods'
 // processes use the devices.
 var errKubeletEmpty = errors.New("the kubelet lists no pod while GPU processes run in pods (restarting, its pods not listed yet)")
@@ -1263,7 +1267,13 @@ func (r *Resolver) draClaims(ctx context.Context, pods []kubernetes.PodResources
 	}
 	r.noteUnresolvedClaims(now)
 	for _, u := range unresolved {
-		r.logOnceMsg(u.Err, "DRA claim device not identified; that device is not attributed (the container's other devices are)")
+		if r.cfg.CDI == nil {
+			// Off by choice: one line says so, rather than one per
+			// device blaming specs that were never to be read.
+			r.logOnceMsg(errCDIOff, "DRA claim devices not identified; they are not attributed (the containers' other devices are)")
+		} else {
+			r.logOnceMsg(u.Err, "DRA claim device not identified; that device is not attributed (the container's other devices are)")
+		}
 		unplaced.addVendor(kubernetes.DriverVendor(u.Claim.Driver))
 	}
 	res.UnresolvedClaimDevices = len(unresolved)

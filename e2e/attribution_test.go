@@ -323,6 +323,33 @@ func TestAttributionDRAWithoutCDISpecs(t *testing.T) {
 	}
 }
 
+// TestAttributionDRACDIOff: --kubernetes.cdi-spec-dir= (empty, as the
+// chart passes for kubernetes.cdiSpecDir: "") turns the CDI source off:
+// the claims' devices are counted unresolved, no cdi source is served or
+// logged down, rather than the default directory read and reported down
+// at every scrape, which fired XpuExporterDown for a choice the user made
+// (found by probing: probe15-chart D2).
+func TestAttributionDRACDIOff(t *testing.T) {
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/dra.yaml", "--kubernetes.cdi-spec-dir=")
+	var out string
+	for range 2 {
+		out = scrapeXPU(t, e)
+	}
+	if v := value(t, out, "xpu_attribution_unresolved_claim_devices"); v != 4 {
+		t.Errorf("unresolved claim devices = %v, want 4", v)
+	}
+	if s := series(out, "xpu_attribution_source_up"); strings.Contains(strings.Join(s, "\n"), `source="cdi"`) {
+		t.Errorf("a cdi source is served with CDI off: %v", s)
+	}
+	if strings.Contains(e.Logs(), "CDI spec directory") || strings.Contains(e.Logs(), "no readable CDI spec") {
+		t.Errorf("CDI specs read with CDI off:\n%s", e.Logs())
+	}
+	if n := strings.Count(e.Logs(), "--kubernetes.cdi-spec-dir is empty"); n != 1 {
+		t.Errorf("CDI off told %d times over 2 scrapes of 4 claim devices, want once:\n%s", n, e.Logs())
+	}
+	value(t, out, "xpu_utilization_ratio", `gpu="0"`, `pod="trainer-0"`)
+}
+
 // TestAttributionSlurmEdges runs the binary on the Slurm 24.05 scenario of
 // the cases a black-box probe found mis-attributed (its scontrol and squeue
 // stand-ins answer --json, shards per GPU, a 1200-task array, a forgotten
