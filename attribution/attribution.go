@@ -219,6 +219,11 @@ type Result struct {
 	// they have ended (Resolver.withoutEnded); their devices are not
 	// attributed to them.
 	EndedPods int
+	// EnginePods says, by "namespace/name" of the pods the kubelet lists,
+	// whether this exporter serves a pod's inference engine (see
+	// Resolver.enginePods); nil where every pod's is (one exporter serves
+	// every vendor, or the kubelet could not be asked).
+	EnginePods map[string]bool
 	// UnresolvedClaimDevices counts the DRA claim devices in this scrape
 	// that could not be matched to a device (their CDI spec is missing,
 	// unreadable or stale); such a device is not attributed, the other

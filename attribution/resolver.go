@@ -1069,6 +1069,59 @@ func (u *unplacedHolds) addDevices(uuids []string) {
 	}
 }
 
+// vendorOrder is the order in which the vendors' exporters of one node
+// take the engines of pods that hold no accelerator (enginePods).
+var vendorOrder = []string{kubernetes.VendorNVIDIA, kubernetes.VendorAMD, kubernetes.VendorHabana}
+
+// enginePods says which pods' inference engines this exporter serves where
+// it serves some vendors only (ServeVendors: the chart's DaemonSet per
+// vendor, two of which run on a node labelled for two vendors, both
+// discovering every pod's engine). A pod holding accelerators is served by
+// the exporters of their vendors; one holding none by the exporter of the
+// first vendor, in vendorOrder, that the kubelet lists allocatable devices
+// of, so that each engine is served once on the node. A pod holding a
+// device of no known vendor, or on a node whose vendors the kubelet does
+// not tell, is served. Nil when every vendor is served, or none (an
+// exporter reading no devices is not one of several per vendor).
+func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kubernetes.ResourceDevices) map[string]bool {
+	served := r.served.Load()
+	if served == nil || len(*served) == 0 || !slices.ContainsFunc(vendorOrder, func(v string) bool { return !(*served)[v] }) {
+		return nil
+	}
+	first := ""
+	for _, v := range vendorOrder {
+		if slices.ContainsFunc(allocatable, func(rd kubernetes.ResourceDevices) bool {
+			return len(rd.IDs) > 0 && r.cfg.Resources.Match(rd.Resource) && kubernetes.ResourceVendor(rd.Resource) == v
+		}) {
+			first = v
+			break
+		}
+	}
+	out := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		holds, mine := false, false
+		for _, c := range p.Containers {
+			for _, rd := range c.Devices {
+				if len(rd.IDs) > 0 && r.cfg.Resources.Match(rd.Resource) {
+					v := kubernetes.ResourceVendor(rd.Resource)
+					holds, mine = true, mine || v == "" || (*served)[v]
+				}
+			}
+			for _, cd := range c.Claims {
+				if slices.Contains(r.cfg.DRADrivers, cd.Driver) {
+					v := kubernetes.DriverVendor(cd.Driver)
+					holds, mine = true, mine || v == "" || (*served)[v]
+				}
+			}
+		}
+		if !holds {
+			mine = first == "" || (*served)[first]
+		}
+		out[p.Namespace+"/"+p.Name] = mine
+	}
+	return out
+}
+
 // kubernetesClaims maps each device to the containers the kubelet allocated
 // it to, by device plugins and by DRA claims. It counts what it could not
 // identify in res, and returns the vendors of what it could not place, and
@@ -1093,6 +1146,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 	allocatable, allocErr := r.cfg.Kubelet.Allocatable(ctx)
 	allocs, idErrs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
 	r.keepReplicas(allocs)
+	res.EnginePods = r.enginePods(pods, allocatable)
 	var shareUnknown map[string]bool // by device UUID
 	var unplaced unplacedHolds
 	for _, e := range idErrs {

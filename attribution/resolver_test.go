@@ -344,6 +344,53 @@ func TestIDMayNameADeviceWithoutThatIdentity(t *testing.T) {
 	}
 }
 
+// TestEnginePodsOfOneVendorsExporter: on a node labelled for two vendors
+// the chart runs one exporter per vendor, each discovering every pod's
+// engine. Each serves the engines of pods holding its vendor's devices,
+// and the engines of pods holding none are served by the first vendor's
+// exporter (NVIDIA, AMD, Gaudi) that the node has allocatable devices of:
+// one exporter per engine, where both served every engine, doubling token
+// rates and halving cost per token (found by probing: probe15-chart D1).
+func TestEnginePodsOfOneVendorsExporter(t *testing.T) {
+	kubelet := &fakeKubelet{
+		pods: []kubernetes.PodResources{
+			pod("ml", "on-nvidia", "c", "nvidia.com/gpu", gpuA),
+			pod("ml", "on-amd", "c", "amd.com/gpu", "0000:c1:00.0"),
+			{Namespace: "ml", Name: "cpu-only", Containers: []kubernetes.ContainerResources{{Name: "c"}}},
+		},
+		allocatable: []kubernetes.ResourceDevices{
+			{Resource: "amd.com/gpu", IDs: []string{"0000:c1:00.0"}},
+			{Resource: "nvidia.com/gpu", IDs: []string{gpuA}},
+		},
+	}
+	for _, tc := range []struct {
+		serves []string
+		want   map[string]bool
+	}{
+		{[]string{"nvidia"}, map[string]bool{"ml/on-nvidia": true, "ml/on-amd": false, "ml/cpu-only": true}},
+		{[]string{"amd"}, map[string]bool{"ml/on-nvidia": false, "ml/on-amd": true, "ml/cpu-only": false}},
+		// Every vendor served, or none (no device collector): every
+		// engine, no map.
+		{[]string{"nvidia", "amd", "habana"}, nil},
+		{nil, nil},
+	} {
+		r := New(Config{Kubelet: kubelet})
+		r.ServeVendors(tc.serves)
+		res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Vendor: "nvidia", Index: 0, MIGIndex: -1, GRESIndex: -1}})
+		if !maps.Equal(res.EnginePods, tc.want) {
+			t.Errorf("serving %v: engine pods %v, want %v", tc.serves, res.EnginePods, tc.want)
+		}
+	}
+	// A node whose only vendor here is AMD: the device-less pod's engine
+	// is the AMD exporter's.
+	kubelet.allocatable = kubelet.allocatable[:1]
+	r := New(Config{Kubelet: kubelet})
+	r.ServeVendors([]string{"amd"})
+	if res := r.Resolve(context.Background(), nil); !res.EnginePods["ml/cpu-only"] {
+		t.Errorf("AMD-only node: engine pods %v, want the device-less pod's", res.EnginePods)
+	}
+}
+
 // TestReplicaShareKeptWhenNoLongerAdvertised: two pods hold time-slicing
 // replicas ::0 and ::1 of GPU b, of 4 advertised, 1/4 each. The device
 // plugin is then reconfigured without sharing (or reports the GPU

@@ -392,7 +392,12 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	c.gen++
 	c.mu.Unlock()
 	defer c.forget()
-	targets := c.targets()
+	// Another exporter of this node (the chart's DaemonSet of another
+	// vendor) serves the engines of the pods that hold its devices.
+	targets := slices.DeleteFunc(c.targets(), func(t engineTarget) bool {
+		mine, listed := snap.enginePods[t.Pod]
+		return t.Pod != "" && listed && !mine
+	})
 	results := make([]engineResult, len(targets))
 	sem := make(chan struct{}, max(1, *engineParallel))
 	var wg sync.WaitGroup

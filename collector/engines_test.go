@@ -112,6 +112,26 @@ func TestEnginesDiscoveredAndJoinedToPodGPUs(t *testing.T) {
 	}
 }
 
+// TestEnginesOfAnotherVendorsPodLeftToItsExporter: the AMD DaemonSet's
+// exporter on a node labelled for NVIDIA too discovers the vLLM pod that
+// holds NVIDIA GPUs, and leaves its engine to the NVIDIA exporter, which
+// serves it (TestEnginesDiscoveredAndJoinedToPodGPUs): served by both, its
+// token rates were doubled in the recording rules (probe15-chart D1).
+func TestEnginesOfAnotherVendorsPodLeftToItsExporter(t *testing.T) {
+	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
+	setEngineFlags(t, nil)
+	pods := enginePods{{
+		Namespace: "inference", Name: "llm-serve-7d9f8b6c5d-x2k4q", IP: host,
+		Annotations: map[string]string{engineAnnotation: "vllm", portAnnotation: port},
+	}}
+	e := newAttributedExporterWith(t, demo.Default(), map[string]bool{"amd": true, "attribution": true, "engines": true},
+		func() time.Time { return testNow }, func(c *Config) { c.PodMetadata = pods })
+	if out := scrapeText(t, e, 10*time.Second); strings.Contains(out, "xpu_inference_") {
+		t.Errorf("the AMD exporter serves the NVIDIA pod's engine:\n%s", grepLines(out, "xpu_inference_"))
+	}
+}
+
 func grepLines(text, prefix string) string {
 	var out []string
 	for _, l := range strings.Split(text, "\n") {

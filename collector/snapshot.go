@@ -141,6 +141,9 @@ type Snapshot struct {
 	// unresolvedClaimDevices counts the DRA claim devices not matched to
 	// a device.
 	unresolvedClaimDevices int
+	// enginePods says which pods' inference engines this exporter serves
+	// (attribution.Result.EnginePods); nil for every pod's.
+	enginePods map[string]bool
 	// endedPods counts the ended pods the kubelet listed with devices.
 	endedPods int
 }
@@ -418,6 +421,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
 	snap.endedPods = res.EndedPods
+	snap.enginePods = res.EnginePods
 }
 
 // nvidiaMinors maps each NVIDIA GPU's UUID to the N of its /dev/nvidiaN,
