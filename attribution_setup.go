@@ -24,7 +24,7 @@ type attributionFlags struct {
 	kubernetes, processes, slurm                        *bool
 	resourceSlices                                      *bool
 	podResourcesSocket, podsAPISocket                   *string
-	kubeconfig, nodeName                                *string
+	kubeconfig, nodeName, hostNode                      *string
 	cdiSpecDir                                          *string
 	resources, podLabels, draDrivers                    *[]string
 	procfs, rootfs, sysfs                               *string
@@ -51,6 +51,8 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 		"Kubeconfig for the API server pod-metadata watch when there is no Pods API; empty uses the in-cluster configuration.").Default("").String()
 	f.nodeName = a.Flag("kubernetes.node-name",
 		"This node's name, scoping the API server watch to its pods (the chart sets NODE_NAME from the downward API).").Envar("NODE_NAME").Default("").String()
+	f.hostNode = a.Flag("node-name",
+		"This node's name, where --kubernetes.node-name is not given (it also scopes an API server watch): in /devices, OTLP's host, and the node of --cost.file's per-node prices. Default: the Slurm node name, else the host name (a pod's is its own name: the chart sets XPU_NODE_NAME from the downward API).").Envar("XPU_NODE_NAME").Default("").String()
 	f.cdiSpecDir = a.Flag("kubernetes.cdi-spec-dir",
 		"Directory of the CDI specs DRA drivers write on the node, which tell the GPU behind each device of a DRA ResourceClaim. Read only while some container holds a claim; each spec is parsed again only when it changes. Empty: not read, and DRA-allocated devices are not attributed (counted in xpu_attribution_unresolved_claim_devices).").Default(kubernetes.DefaultCDISpecDir).IsSetByUser(&f.setCDISpecDir).String()
 	f.resourceSlices = a.Flag("kubernetes.resourceslices",
@@ -225,7 +227,7 @@ func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver,
 
 // node is this node's name, for /devices.
 func (f *attributionFlags) node() string {
-	for _, n := range []string{*f.nodeName, *f.slurmNode} {
+	for _, n := range []string{*f.nodeName, *f.hostNode, *f.slurmNode} {
 		if n != "" {
 			return n
 		}

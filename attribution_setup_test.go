@@ -127,3 +127,31 @@ func TestDemoSysfs(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeName: the node's name, which /devices, OTLP and --cost.file's
+// per-node prices use, is --kubernetes.node-name, else --node-name
+// ($XPU_NODE_NAME, which the chart sets in every metadata mode and which
+// starts no API server watch), else the Slurm node name.
+func TestNodeName(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"--kubernetes.node-name=k", "--node-name=n", "--slurm.node-name=s"}, "", "k"},
+		{[]string{"--node-name=n", "--slurm.node-name=s"}, "", "n"},
+		{[]string{"--slurm.node-name=s"}, "e", "e"},
+		{[]string{"--slurm.node-name=s"}, "", "s"},
+	} {
+		t.Setenv("XPU_NODE_NAME", tc.env)
+		t.Setenv("NODE_NAME", "")
+		app := kingpin.New("test", "")
+		f := addAttributionFlags(app)
+		if _, err := app.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.node(); got != tc.want {
+			t.Errorf("%v with XPU_NODE_NAME=%q: node %q, want %q", tc.args, tc.env, got, tc.want)
+		}
+	}
+}

@@ -1024,6 +1024,12 @@ func TestPodsAPIOnlyAndNoHostPID(t *testing.T) {
 		if _, ok := env(c)["NODE_NAME"]; ok {
 			t.Errorf("%s: NODE_NAME set: without a token the API-server fallback would fail", ds.Name)
 		}
+		// The node's name all the same, without a watch: --cost.file's
+		// per-node prices are keyed by it, and a pod's host name is the
+		// pod's (found by probing: probe15-chart).
+		if n := env(c)["XPU_NODE_NAME"]; n.ValueFrom == nil || n.ValueFrom.FieldRef == nil || n.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+			t.Errorf("%s: XPU_NODE_NAME %+v, want spec.nodeName", ds.Name, n)
+		}
 		if pod.HostPID || !slices.Contains(c.Args, "--no-attribution.processes") {
 			t.Errorf("%s: hostPID %v with args %v", ds.Name, pod.HostPID, c.Args)
 		}
