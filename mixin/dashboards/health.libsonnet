@@ -18,6 +18,16 @@ local common = import 'common.libsonnet';
   // clocks set on purpose and a busy GPU at its power cap are normal.
   local throttle = util.regex(c.throttleReasons),
   local hardwareXids = util.regex(c.xidHardware),
+  // A device's labels for a per-device value computed on its key alone.
+  local onDevice(expr) = |||
+    %(expr)s
+      * on (%(key)s) group_left (node, gpu, vendor)
+      group by (%(key)s, node, gpu, vendor) (xpu_device_up{%(dev)s})
+  ||| % { expr: expr, key: key, dev: dev },
+  // A device counter's per-second rate across its owner changes: the
+  // error that ends the owner's job is counted on a series born with the
+  // change, which a rate of each series alone never sees (util.deviceIncrease).
+  local deviceRate(x, by=[]) = 'rate((max by (%s) (%s))[$__rate_interval:$__interval])' % [util.labels(c.deviceKeyLabels + by), x],
 
   grafanaDashboards+:: {
     'xpu-health.json': g.dashboard(
@@ -59,7 +69,20 @@ local common = import 'common.libsonnet';
           g.target('max_over_time(xpu_xid_errors_total{%s, xid!~"%s"}[$__range])' % [s, hardwareXids], instant=true),
         ], [{ name: 'Events', unit: 'short' }]),
         g.table('ECC errors in the time range', 'Memory errors per device and the workload that owned it; uncorrected errors may have corrupted its results.', [
-          g.target('max without (scope) (increase(xpu_ecc_errors_total{%s}[$__range])) > 0' % s, instant=true),
+          // First arm: each series that grew, with the owner that held
+          // the device when it counted. Second: a device whose count grew
+          // across an owner change (the error killed the job, its count
+          // moved to a series born with the change), as the device's
+          // series are labelled now; as the alert reads it.
+          g.target(|||
+            max without (scope) (increase(%(ecc)s[$__range])) > 0
+            or on (%(key)s, type)
+            (
+              max without (scope) (%(ecc)s) * 0
+                + on (%(key)s, type) group_left ()
+                (max by (%(key)s, type) (%(increase)s) > 0)
+            )
+          ||| % { ecc: 'xpu_ecc_errors_total{%s}' % s, key: key, increase: util.deviceIncrease(c, 'xpu_ecc_errors_total{%s}' % s, '$__range', ['scope', 'type']) }, instant=true),
         ], [{ name: 'Errors', unit: 'short' }]),
         g.table('Memory repairs', 'Retired pages and remapped rows per device; pending repairs take effect at the next GPU reset, a failed remap means the device needs replacing.', [
           g.target('sum by (%s) (xpu_retired_pages_total{%s})' % [device, dev], instant=true),
@@ -74,8 +97,8 @@ local common = import 'common.libsonnet';
           { name: 'Remaps pending', unit: 'short' },
           { name: 'Remap failed', unit: 'short' },
         ]),
-        g.timeseries('ECC errors per second', 'Corrected and uncorrected memory errors per second.', [
-          g.target('max without (scope) (rate(xpu_ecc_errors_total{%s}[$__rate_interval]))' % s, '%s {{type}}' % d.deviceLegend),
+        g.timeseries('ECC errors per second', 'Corrected and uncorrected memory errors per second per device, counted across owner changes.', [
+          g.target(onDevice(deviceRate('xpu_ecc_errors_total{%s}' % s, ['type'])), '{{node}} {{vendor}} gpu{{gpu}} {{type}}'),
         ], min=0) + g.size(24),
 
         g.row('Throttling and temperature'),
@@ -96,7 +119,7 @@ local common = import 'common.libsonnet';
 
         g.row('PCIe'),
         g.timeseries('PCIe replays per minute', 'Retried PCIe transfers; a steady rate points at a bad link, riser or slot.', [
-          g.target('rate(xpu_pcie_replays_total{%s}[$__rate_interval]) * 60' % s, d.deviceLegend),
+          g.target(onDevice(deviceRate('xpu_pcie_replays_total{%s}' % s) + ' * 60'), '{{node}} {{vendor}} gpu{{gpu}}'),
         ], min=0),
         g.table('PCIe links', 'Current and maximum link generation and width per device: a narrower link than the maximum is a fault; a slower generation is normal while the device idles.', [
           g.target('max by (%s) (xpu_pcie_link_generation{%s})' % [device, dev], instant=true),

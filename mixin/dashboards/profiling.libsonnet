@@ -39,7 +39,7 @@ local common = import 'common.libsonnet';
           g.target('sum by (node, gpu, direction) (xpu_nvlink_throughput_bytes_per_second{%s})' % s, '{{node}} gpu{{gpu}} {{direction}}'),
         ], unit='Bps', min=0),
         g.timeseries('NVLink errors', 'NVLink errors per second by link and type; any steady rate points at a bad link or bridge.', [
-          g.target('sum by (node, gpu, link, type) (rate(xpu_nvlink_errors_total{%s}[$__rate_interval]))' % s, '{{node}} gpu{{gpu}} link {{link}} {{type}}'),
+          g.target('sum by (node, gpu, link, type) (rate(xpu_nvlink_errors_total{%s}[$__rate_interval]))' % s, '{{node}} gpu{{gpu}} {{type}} {{link}}'),
         ], min=0),
 
         g.row('Workloads'),
