@@ -103,12 +103,23 @@ local util = import '../lib/util.libsonnet';
           {
             // The cost of the engines serving a model (idle replicas
             // included) over the tokens they generate: per million tokens.
-            // An engine serving several models is charged to each in full.
+            // An engine serving several models (Triton) is charged to each
+            // by its share of the engine's generated tokens, an idle one
+            // in equal parts: the models together cost what the engine
+            // does, never once per model.
             record: 'engine_model:xpu_cost_per_million_tokens:ratio',
             expr: |||
               sum by (%(clusterLabel)s, engine, model, currency) (
-                engine:xpu_inference_generation_tokens:rate * 0
-                  + on (%(target)s) group_left (currency)
+                (
+                  engine:xpu_inference_generation_tokens:rate
+                    / on (%(target)s) group_left ()
+                    (sum by (%(target)s) (engine:xpu_inference_generation_tokens:rate) > 0)
+                  or
+                  engine:xpu_inference_generation_tokens:rate * 0
+                    + on (%(target)s) group_left ()
+                    (1 / count by (%(target)s) (engine:xpu_inference_generation_tokens:rate))
+                )
+                  * on (%(target)s) group_left (currency)
                   engine:xpu_cost_per_hour:sum
               )
                 / on (%(clusterLabel)s, engine, model) group_left ()
