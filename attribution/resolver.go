@@ -172,6 +172,10 @@ type slurmProc struct {
 	// the process.
 	slurmdJob   bool
 	askedSlurmd time.Time
+	// stepdChecked says whether the process descends from slurmstepd
+	// (underStepd) was read: asked of a process in a container's cgroup
+	// before its environment is believed (Resolver.outsideSystemd).
+	stepdChecked, underStepd bool
 	// jobSeen is when job was first seen for the process, on the wall
 	// clock the Slurm client times squeue's answers with: a list of the
 	// node's running jobs from before it may predate the job.
@@ -1653,15 +1657,23 @@ func jobsSeenSince(list []slurm.RunningJob, procs map[uint32]procInfo) time.Time
 	return since
 }
 
-// outsideSystemd says a process in no unit, on a cgroup v2 node, is where
-// systemd would not have put it on a node systemd runs, where slurmd runs
-// in a unit: a container runtime's cgroup with the cgroupfs driver
-// (/docker/<id>), or someone's own, in which whoever may start one can set
-// SLURM_JOB_ID. (A v1 or hybrid file tells it itself: Cgroup.SlurmdCgroup.)
-// The root cgroup is not: processes started outside any unit on a node
-// without systemd are there.
+// outsideSystemd says a process in no unit is where systemd would not have
+// put it on a node systemd runs, where slurmd runs in a unit: a container
+// runtime's cgroup with the cgroupfs driver (/docker/<id>), or someone's
+// own. On a v1 or hybrid node systemd's own hierarchy says so (a path
+// there other than its root); on a v2 node the unified path does, where
+// PID 1 is systemd. A root cgroup is not: processes started outside any
+// unit on a node without systemd are there (fixtures/slurm/22.05/linuxproc,
+// name=systemd at "/").
 func (r *Resolver) outsideSystemd(cg process.Cgroup) bool {
-	return cg.Unit == "" && cg.SystemdPath == "" && cg.Path != "/" && r.nodeRunsSystemd()
+	switch {
+	case cg.Unit != "":
+		return false
+	case cg.SystemdPath != "":
+		return cg.SystemdPath != "/"
+	default:
+		return cg.Path != "/" && r.nodeRunsSystemd()
+	}
 }
 
 // nodeRunsSystemd says the node's init, PID 1 in procfs, is systemd. It is
@@ -1705,7 +1717,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			job = id
 		}
 		environ := false
-		if job == "" && cg.SlurmdCgroup() && !r.outsideSystemd(cg) {
+		if job == "" && cg.SlurmdCgroup() {
 			// The process is where proctrack/linuxproc leaves a job's
 			// tasks, whose cgroups name no job: ask slurmd, whose answer
 			// the job cannot forge, then the environment. Elsewhere (a
@@ -1740,7 +1752,18 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 					sp.askedSlurmd = now
 				}
 			}
-			if job == "" && r.cfg.Procfs != nil {
+			if job == "" && r.cfg.Procfs != nil && r.outsideSystemd(cg) && !sp.stepdChecked {
+				// A container's cgroup, where anyone who may start one
+				// can set SLURM_JOB_ID: its environment is believed only
+				// of a task of slurmstepd, as linuxproc tells its tasks
+				// (Slurm running in that container). Asked once: a
+				// process keeps its ancestors.
+				under, err := r.cfg.Procfs.DescendsFrom(int(pid), "slurmstepd")
+				if err == nil {
+					sp.stepdChecked, sp.underStepd = true, under
+				}
+			}
+			if job == "" && r.cfg.Procfs != nil && (!r.outsideSystemd(cg) || sp.underStepd) {
 				var err error
 				job, err = r.cfg.Procfs.SlurmJobFromEnviron(int(pid))
 				if err != nil && !errors.Is(err, fs.ErrNotExist) {

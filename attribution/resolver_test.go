@@ -1177,51 +1177,65 @@ func TestSlurmJobOnlyFromSlurmdCgroup(t *testing.T) {
 
 // TestSlurmEnvironNotTrustedInContainersOnSystemdNodes: on a node systemd
 // runs, slurmd runs in a unit, so a cgroup that names none is a container
-// runtime's (Docker's cgroupfs driver: /docker/<id>) and not where
-// proctrack/linuxproc leaves a job's tasks. Anyone who may start a
-// container could set SLURM_JOB_ID there: neither slurmd nor the
-// environment is asked, whether the cgroup file shows systemd's own
-// hierarchy outside any unit (name=systemd:/docker/<id>, a hybrid v1 node)
-// or PID 1 is systemd (a v2 node). On a node whose init is not systemd,
-// slurmd's cgroup may name nothing, and the environment is read there as
-// before (found by probing: probe9-cgroup D3, a container
-// with SLURM_JOB_ID=10 billed its usage to job 10).
+// runtime's (Docker's cgroupfs driver: /docker/<id>). Anyone who may start
+// a container could set SLURM_JOB_ID there: the environment names the job
+// only of a process that descends from slurmstepd, as proctrack/linuxproc
+// tells its tasks (Slurm running in that container), whether the cgroup
+// file shows systemd's own hierarchy outside any unit (a hybrid v1 node)
+// or PID 1 is systemd (a v2 node). slurmd's answer (listpids), which a job
+// cannot forge, still names its tasks there. On a node whose init is not
+// systemd, slurmd's cgroup may name nothing, and the environment is read
+// as before (found by probing: probe9-cgroup D3, a container with
+// SLURM_JOB_ID=10 billed its usage to job 10; review15 R15-1, Slurm in a
+// container lost every job to a first fix).
 func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 	const docker = "/docker/cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+	hybrid := "12:memory:" + docker + "\n11:freezer:" + docker + "\n1:name=systemd:" + docker + "\n0::/\n"
 	for _, init := range []string{"systemd", "init"} {
 		t.Run(init, func(t *testing.T) {
-			scontrol, squeue := slurmJobs123And124(t, "")
-			fs := procfs(t, map[uint32]string{1: "/", 4001: docker, 4002: docker})
-			if err := os.WriteFile(filepath.Join(fs.Root, "1", "comm"), []byte(init+"\n"), 0o644); err != nil {
-				t.Fatal(err)
+			scontrol, squeue := slurmJobs123And124(t, "4005     123      0        0       0\n")
+			fs := procfs(t, map[uint32]string{1: "/", 4000: docker, 4001: docker, 4002: docker, 4003: docker, 4005: docker})
+			write := func(pid, file, content string) {
+				t.Helper()
+				if err := os.WriteFile(filepath.Join(fs.Root, pid, file), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
-			// 4001 on a hybrid v1 node: systemd's hierarchy is in the file.
-			hybrid := "12:memory:" + docker + "\n11:freezer:" + docker + "\n1:name=systemd:" + docker + "\n0::/\n"
-			if err := os.WriteFile(filepath.Join(fs.Root, "4001", "cgroup"), []byte(hybrid), 0o644); err != nil {
-				t.Fatal(err)
+			write("1", "comm", init+"\n")
+			// On a hybrid v1 node: systemd's hierarchy is in the files.
+			for _, pid := range []string{"4000", "4001", "4003", "4005"} {
+				write(pid, "cgroup", hybrid)
 			}
+			// 4003 is a task of the container's slurmstepd, 4000.
+			write("4000", "status", "Name:\tslurmstepd\nPPid:\t1\nUid:\t0\t0\t0\t0\n")
+			write("4003", "status", "Name:\tpython3\nPPid:\t4000\nUid:\t1000\t1000\t1000\t1000\n")
 			writeEnviron(t, fs, 4001, "SLURM_JOB_ID=123\x00")
 			writeEnviron(t, fs, 4002, "SLURM_JOB_ID=124\x00")
+			writeEnviron(t, fs, 4003, "SLURM_JOB_ID=124\x00")
 			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
 			res := r.Resolve(context.Background(), []Device{
 				{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{4001}},
 				{UUID: gpuM, Index: 2, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{4002}},
+				{UUID: gpuC + "3", Index: 3, MIGIndex: -1, GRESIndex: 3, PIDs: []uint32{4003}},
+				{UUID: gpuC + "5", Index: 5, MIGIndex: -1, GRESIndex: 5, PIDs: []uint32{4005}},
 			})
-			// GPU 0 is job 123's by GRES; the container's process is not the
-			// job's on either node (systemd's hierarchy is in its file).
+			// GPU 0 is job 123's by GRES; the container's process, no
+			// task of slurmstepd, is not the job's on either node
+			// (systemd's hierarchy is in its file).
 			if a := res.Devices[gpuA]; len(a.Claims) != 1 || a.Claims[0].Owner.SlurmJobID != "123" || a.Process[4001] != Unattributed {
 				t.Errorf("GPU 0: claims %+v, processes %v; want job 123 by GRES, the container's process unattributed", a.Claims, a.Process)
 			}
-			m := res.Devices[gpuM]
-			if len(m.Claims) != 1 {
-				t.Fatalf("GPU 2: claims %+v, want one owner", m.Claims)
-			}
-			want := ""
+			// A v2 container's process: its environment counts only where
+			// PID 1 is not systemd.
+			want := map[string]string{gpuM: "", gpuC + "3": "124", gpuC + "5": "123"}
 			if init != "systemd" {
-				want = "124"
+				want[gpuM] = "124"
 			}
-			if got := m.Claims[0].Owner.SlurmJobID; got != want {
-				t.Errorf("GPU 2 under %s: owner %+v; want job %q", init, m.Claims[0].Owner, want)
+			for uuid, job := range want {
+				d := res.Devices[uuid]
+				if len(d.Claims) != 1 || d.Claims[0].Owner.SlurmJobID != job {
+					t.Errorf("%s under %s: claims %+v; want one owner, job %q", uuid, init, d.Claims, job)
+				}
 			}
 		})
 	}

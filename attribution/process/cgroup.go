@@ -420,11 +420,11 @@ func isDigits(s string) bool {
 //     started in: the root cgroup under an init script. Such a cgroup names
 //     no systemd unit or slice.
 //
-// On a cgroup v1 or hybrid node systemd's own hierarchy tells a node that
-// systemd runs, where slurmd runs in its unit: a path there that names no
-// unit (SystemdPath) is a container runtime's with the cgroupfs driver, or
-// someone's own, whose processes could carry any SLURM_JOB_ID. A v2 file
-// cannot tell; the resolver asks whether PID 1 is systemd.
+// A cgroup that names no unit may also be a container runtime's with the
+// cgroupfs driver (/docker/<id>), slurmd's if Slurm runs in that container
+// and anyone's who may start one otherwise; SystemdPath tells it from a
+// root cgroup on a v1 node, and the resolver asks more of such a process
+// before believing its environment.
 func (c Cgroup) SlurmdCgroup() bool {
 	// A user's service manager's subtree is the user's to name: no
 	// slurmd runs there (Cgroup.Delegated).
@@ -434,8 +434,7 @@ func (c Cgroup) SlurmdCgroup() bool {
 	if c.Unit == "" {
 		// Path is then the most specific path of the file: a slice in it
 		// (a v1 controller at /user.slice) is systemd's.
-		return (c.SystemdPath == "" || c.SystemdPath == "/") &&
-			!slices.ContainsFunc(strings.Split(c.Path, "/"), func(part string) bool { return strings.HasSuffix(part, ".slice") })
+		return !slices.ContainsFunc(strings.Split(c.Path, "/"), func(part string) bool { return strings.HasSuffix(part, ".slice") })
 	}
 	return c.Unit == "slurmd.service" || c.Unit == "slurmstepd.scope" || strings.HasSuffix(c.Unit, "_slurmstepd.scope")
 }

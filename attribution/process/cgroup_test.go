@@ -416,8 +416,11 @@ var slurmdCgroups = map[string]bool{
 	"procfs/slurm-linuxproc/17668/cgroup":                  true,
 	"cgroup/root-only-v2.cgroup":                           true,
 	"cgroup/bare-metal-v1-unmanaged.cgroup":                true,
-	"cgroup/slurmd-service-v2.cgroup":                      true,
-	"cgroup/slurmd-service-v1.cgroup":                      true,
+	// A container's, which is slurmd's where Slurm runs in it: the
+	// resolver asks for a slurmstepd ancestor before the environment.
+	"cgroup/docker-cgroupfs-v1.cgroup": true,
+	"cgroup/slurmd-service-v2.cgroup":  true,
+	"cgroup/slurmd-service-v1.cgroup":  true,
 	// cgroup/v2's waiting area, where tasks stay when no plugin makes job
 	// directories.
 	"cgroup/slurmstepd-parking-v2.cgroup": true,

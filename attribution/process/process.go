@@ -297,6 +297,58 @@ func fill(fd int, buf []byte) (int, error) {
 	return n, nil
 }
 
+// maxAncestors bounds DescendsFrom's walk: slurmstepd forks a task
+// directly, and a task's own children are a few levels below it.
+const maxAncestors = 16
+
+// DescendsFrom says whether an ancestor of pid is named comm (its status
+// Name, the kernel's comm), up to maxAncestors levels. proctrack/linuxproc
+// finds a job's processes the same way, as descendants of the job step's
+// slurmstepd (proctrack_linuxproc.c). It stops at PID 1 and at a process
+// that is gone or whose status cannot be read (false, with the error of
+// the first unreadable one other than gone).
+func (r *Reader) DescendsFrom(pid int, comm string) (bool, error) {
+	status, err := r.readProcFile(pid, "status", maxStatusSize, true)
+	for range maxAncestors {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return false, nil
+			}
+			return false, err
+		}
+		ppid, ok := parseStatusPPid(status)
+		if !ok || ppid <= 1 {
+			return false, nil
+		}
+		if status, err = r.readProcFile(ppid, "status", maxStatusSize, true); err == nil {
+			if name, ok := statusField(status, "Name:"); ok && name == comm {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// parseStatusPPid returns the PPid line's parent PID.
+func parseStatusPPid(status []byte) (int, bool) {
+	v, ok := statusField(status, "PPid:")
+	if !ok {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(v)
+	return ppid, err == nil
+}
+
+// statusField returns the value of the status line starting with key.
+func statusField(status []byte, key string) (string, bool) {
+	for line := range bytes.SplitSeq(status, []byte("\n")) {
+		if rest, ok := bytes.CutPrefix(line, []byte(key)); ok {
+			return string(bytes.TrimSpace(rest)), true
+		}
+	}
+	return "", false
+}
+
 // parseStatusUID returns the real UID, the first of the four on the Uid
 // line ("Uid:\t<real>\t<effective>\t<saved>\t<fs>").
 func parseStatusUID(status []byte) (int, bool) {
