@@ -26,7 +26,7 @@ type attributionFlags struct {
 	podResourcesSocket, podsAPISocket                   *string
 	kubeconfig, nodeName, hostNode                      *string
 	cdiSpecDir                                          *string
-	resources, podLabels, draDrivers                    *[]string
+	resources, podLabels, draDrivers, exporterVendors   *[]string
 	procfs, rootfs, sysfs                               *string
 	scontrol, squeue, slurmNode, gresOrder              *string
 	setPodResources, setProcfs, setSlurm                bool
@@ -59,6 +59,8 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 		"Identify DRA-allocated devices that the CDI specs do not from this node's ResourceSlices, watched through the API server, and leave out the devices of claims allocated with admin access, read from their ResourceClaims (RBAC: resourceslices list and watch, cluster-wide, and resourceclaims get; needs --kubernetes.node-name).").Default("false").Bool()
 	f.draDrivers = a.Flag("kubernetes.dra-driver",
 		"Extra DRA driver whose claims hold accelerators. Repeatable; added to "+strings.Join(kubernetes.DefaultDRADrivers, ", ")+". Claims of other drivers (IMEX channels, NICs) are ignored.").Strings()
+	f.exporterVendors = a.Flag("kubernetes.exporter-vendor",
+		"A vendor (nvidia, amd, habana) whose devices an exporter of this node serves, where several split them (the chart's DaemonSet per vendor gives each all of its enabled ones). Repeatable. Each pod's inference engine is then served by one exporter: that of the first vendor, in this order, whose devices the pod holds, else of the first with allocatable devices on the node. Unset: this exporter is the node's only one, and serves every engine.").Enums(kubernetes.VendorNVIDIA, kubernetes.VendorAMD, kubernetes.VendorHabana)
 	f.resources = a.Flag("kubernetes.resource",
 		"Extra device-plugin resource name pattern whose devices are accelerators, e.g. example.com/npu-*. Repeatable; added to "+strings.Join(kubernetes.DefaultResourcePatterns, ", ")+".").Strings()
 	f.podLabels = a.Flag("kubernetes.pod-label",
@@ -154,6 +156,7 @@ func (f *attributionFlags) resolver(logger *slog.Logger) (*attribution.Resolver,
 				cfg.CDI = &kubernetes.CDISpecs{Dir: *f.cdiSpecDir, ProcRoot: *f.procfs, SysRoot: *f.sysfs}
 			}
 			cfg.DRADrivers = append(append([]string{}, kubernetes.DefaultDRADrivers...), *f.draDrivers...)
+			cfg.VendorExporters = *f.exporterVendors
 			if *f.resourceSlices {
 				slices, err := kubernetes.NewResourceSliceSource(*f.kubeconfig, *f.nodeName, logger)
 				if err != nil {

@@ -81,8 +81,13 @@ type Config struct {
 	// access (a monitoring service's, no allocation); nil without API
 	// access, and such claims then count as any other.
 	ClaimAccess ClaimAccess
-	PodLabels   *kubernetes.LabelAllowList
-	Procfs      *process.Reader
+	// VendorExporters are the vendors whose devices exporters of this
+	// node serve, where several split them (the chart's DaemonSet per
+	// vendor): an inference engine is then served by one of them
+	// (Result.EnginePods). Empty: this exporter is the node's only one.
+	VendorExporters []string
+	PodLabels       *kubernetes.LabelAllowList
+	Procfs          *process.Reader
 	// Exits tells which cached processes exited (process.Exits), so that
 	// a PID given to a new process is read anew at the next scrape; nil
 	// where pidfds cannot be had, and then the start times of a few
@@ -1074,54 +1079,58 @@ func (u *unplacedHolds) addDevices(uuids []string) {
 }
 
 // vendorOrder is the order in which the vendors' exporters of one node
-// take the engines of pods that hold no accelerator (enginePods).
+// take the engines that several of them could (enginePods).
 var vendorOrder = []string{kubernetes.VendorNVIDIA, kubernetes.VendorAMD, kubernetes.VendorHabana}
 
 // enginePods says which pods' inference engines this exporter serves where
-// it serves some vendors only (ServeVendors: the chart's DaemonSet per
-// vendor, two of which run on a node labelled for two vendors, both
-// discovering every pod's engine). A pod holding accelerators is served by
-// the exporters of their vendors; one holding none by the exporter of the
-// first vendor, in vendorOrder, that the kubelet lists allocatable devices
-// of, so that each engine is served once on the node. A pod holding a
-// device of no known vendor, or on a node whose vendors the kubelet does
-// not tell, is served. Nil when every vendor is served, or none (an
-// exporter reading no devices is not one of several per vendor).
+// the node's devices are split between exporters (Config.VendorExporters:
+// the chart's DaemonSet per vendor, two of which run on a node labelled
+// for two vendors, both discovering every pod's engine), so that each
+// engine is served once. A pod's engine is served by the exporter of the
+// first vendor, in vendorOrder, whose devices it holds and which has an
+// exporter here; a pod holding none of those (no accelerator, or another
+// vendor's) by the exporter of the first vendor with an exporter that the
+// kubelet lists allocatable devices of on the node; where none is, by
+// every exporter, rather than by none. Nil when this exporter is the
+// node's only one.
 func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kubernetes.ResourceDevices) map[string]bool {
 	served := r.served.Load()
-	if served == nil || len(*served) == 0 || !slices.ContainsFunc(vendorOrder, func(v string) bool { return !(*served)[v] }) {
+	if served == nil || !slices.ContainsFunc(r.cfg.VendorExporters, func(v string) bool { return !(*served)[v] }) {
 		return nil
 	}
-	first := ""
+	hasExporter := func(v string) bool { return slices.Contains(r.cfg.VendorExporters, v) }
+	onNode := ""
 	for _, v := range vendorOrder {
-		if slices.ContainsFunc(allocatable, func(rd kubernetes.ResourceDevices) bool {
+		if hasExporter(v) && slices.ContainsFunc(allocatable, func(rd kubernetes.ResourceDevices) bool {
 			return len(rd.IDs) > 0 && r.cfg.Resources.Match(rd.Resource) && kubernetes.ResourceVendor(rd.Resource) == v
 		}) {
-			first = v
+			onNode = v
 			break
 		}
 	}
 	out := make(map[string]bool, len(pods))
 	for _, p := range pods {
-		holds, mine := false, false
+		var holds []string
 		for _, c := range p.Containers {
 			for _, rd := range c.Devices {
 				if len(rd.IDs) > 0 && r.cfg.Resources.Match(rd.Resource) {
-					v := kubernetes.ResourceVendor(rd.Resource)
-					holds, mine = true, mine || v == "" || (*served)[v]
+					holds = append(holds, kubernetes.ResourceVendor(rd.Resource))
 				}
 			}
 			for _, cd := range c.Claims {
 				if slices.Contains(r.cfg.DRADrivers, cd.Driver) {
-					v := kubernetes.DriverVendor(cd.Driver)
-					holds, mine = true, mine || v == "" || (*served)[v]
+					holds = append(holds, kubernetes.DriverVendor(cd.Driver))
 				}
 			}
 		}
-		if !holds {
-			mine = first == "" || (*served)[first]
+		lead := onNode
+		for _, v := range vendorOrder {
+			if hasExporter(v) && slices.Contains(holds, v) {
+				lead = v
+				break
+			}
 		}
-		out[p.Namespace+"/"+p.Name] = mine
+		out[p.Namespace+"/"+p.Name] = lead == "" || (*served)[lead]
 	}
 	return out
 }

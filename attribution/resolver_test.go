@@ -346,17 +346,24 @@ func TestIDMayNameADeviceWithoutThatIdentity(t *testing.T) {
 
 // TestEnginePodsOfOneVendorsExporter: on a node labelled for two vendors
 // the chart runs one exporter per vendor, each discovering every pod's
-// engine. Each serves the engines of pods holding its vendor's devices,
-// and the engines of pods holding none are served by the first vendor's
+// engine. Each serves the engines of pods holding its vendor's devices;
+// the engines of pods holding no device of a vendor with an exporter here
+// (none, or an Intel GPU's through DRA) are served by the first vendor's
 // exporter (NVIDIA, AMD, Gaudi) that the node has allocatable devices of:
 // one exporter per engine, where both served every engine, doubling token
-// rates and halving cost per token (found by probing: probe15-chart D1).
+// rates and halving cost per token (found by probing: probe15-chart D1). A
+// vendor with no exporter here takes nothing, so that no engine is left
+// unserved (review15 R15-3).
 func TestEnginePodsOfOneVendorsExporter(t *testing.T) {
+	intel := kubernetes.PodResources{Namespace: "ml", Name: "on-intel", Containers: []kubernetes.ContainerResources{{Name: "c", Claims: []kubernetes.ClaimDevice{
+		{ClaimNamespace: "ml", ClaimName: "xpu", Driver: "gpu.intel.com", Pool: "node1", Device: "card0", CDIDevices: []string{"intel.com/gpu=card0"}},
+	}}}}
 	kubelet := &fakeKubelet{
 		pods: []kubernetes.PodResources{
 			pod("ml", "on-nvidia", "c", "nvidia.com/gpu", gpuA),
 			pod("ml", "on-amd", "c", "amd.com/gpu", "0000:c1:00.0"),
 			{Namespace: "ml", Name: "cpu-only", Containers: []kubernetes.ContainerResources{{Name: "c"}}},
+			intel,
 		},
 		allocatable: []kubernetes.ResourceDevices{
 			{Resource: "amd.com/gpu", IDs: []string{"0000:c1:00.0"}},
@@ -364,27 +371,28 @@ func TestEnginePodsOfOneVendorsExporter(t *testing.T) {
 		},
 	}
 	for _, tc := range []struct {
-		serves []string
-		want   map[string]bool
+		exporters, serves []string
+		want              map[string]bool
 	}{
-		{[]string{"nvidia"}, map[string]bool{"ml/on-nvidia": true, "ml/on-amd": false, "ml/cpu-only": true}},
-		{[]string{"amd"}, map[string]bool{"ml/on-nvidia": false, "ml/on-amd": true, "ml/cpu-only": false}},
-		// Every vendor served, or none (no device collector): every
-		// engine, no map.
-		{[]string{"nvidia", "amd", "habana"}, nil},
-		{nil, nil},
+		{[]string{"nvidia", "amd"}, []string{"nvidia"}, map[string]bool{"ml/on-nvidia": true, "ml/on-amd": false, "ml/cpu-only": true, "ml/on-intel": true}},
+		{[]string{"nvidia", "amd"}, []string{"amd"}, map[string]bool{"ml/on-nvidia": false, "ml/on-amd": true, "ml/cpu-only": false, "ml/on-intel": false}},
+		// The node's only exporter, or the only one with a vendor here
+		// (the chart's NVIDIA DaemonSet alone): every engine, no map.
+		{nil, []string{"nvidia"}, nil},
+		{[]string{"nvidia"}, []string{"nvidia"}, nil},
+		{[]string{"nvidia", "amd", "habana"}, []string{"nvidia", "amd", "habana"}, nil},
 	} {
-		r := New(Config{Kubelet: kubelet})
+		r := New(Config{Kubelet: kubelet, VendorExporters: tc.exporters})
 		r.ServeVendors(tc.serves)
 		res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Vendor: "nvidia", Index: 0, MIGIndex: -1, GRESIndex: -1}})
 		if !maps.Equal(res.EnginePods, tc.want) {
-			t.Errorf("serving %v: engine pods %v, want %v", tc.serves, res.EnginePods, tc.want)
+			t.Errorf("exporters %v, serving %v: engine pods %v, want %v", tc.exporters, tc.serves, res.EnginePods, tc.want)
 		}
 	}
 	// A node whose only vendor here is AMD: the device-less pod's engine
 	// is the AMD exporter's.
 	kubelet.allocatable = kubelet.allocatable[:1]
-	r := New(Config{Kubelet: kubelet})
+	r := New(Config{Kubelet: kubelet, VendorExporters: []string{"nvidia", "amd"}})
 	r.ServeVendors([]string{"amd"})
 	if res := r.Resolve(context.Background(), nil); !res.EnginePods["ml/cpu-only"] {
 		t.Errorf("AMD-only node: engine pods %v, want the device-less pod's", res.EnginePods)

@@ -1030,6 +1030,12 @@ func TestPodsAPIOnlyAndNoHostPID(t *testing.T) {
 		if n := env(c)["XPU_NODE_NAME"]; n.ValueFrom == nil || n.ValueFrom.FieldRef == nil || n.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 			t.Errorf("%s: XPU_NODE_NAME %+v, want spec.nodeName", ds.Name, n)
 		}
+		// Each exporter knows the others, so that an engine is served once.
+		for _, v := range []string{"nvidia", "amd", "habana"} {
+			if !slices.Contains(c.Args, "--kubernetes.exporter-vendor="+v) {
+				t.Errorf("%s: args %v lack --kubernetes.exporter-vendor=%s", ds.Name, c.Args, v)
+			}
+		}
 		if pod.HostPID || !slices.Contains(c.Args, "--no-attribution.processes") {
 			t.Errorf("%s: hostPID %v with args %v", ds.Name, pod.HostPID, c.Args)
 		}

@@ -113,7 +113,8 @@ func TestEnginesDiscoveredAndJoinedToPodGPUs(t *testing.T) {
 }
 
 // TestEnginesOfAnotherVendorsPodLeftToItsExporter: the AMD DaemonSet's
-// exporter on a node labelled for NVIDIA too discovers the vLLM pod that
+// exporter on a node labelled for NVIDIA too (both DaemonSets enabled:
+// --kubernetes.exporter-vendor=nvidia,amd) discovers the vLLM pod that
 // holds NVIDIA GPUs, and leaves its engine to the NVIDIA exporter, which
 // serves it (TestEnginesDiscoveredAndJoinedToPodGPUs): served by both, its
 // token rates were doubled in the recording rules (probe15-chart D1).
@@ -125,7 +126,10 @@ func TestEnginesOfAnotherVendorsPodLeftToItsExporter(t *testing.T) {
 		Namespace: "inference", Name: "llm-serve-7d9f8b6c5d-x2k4q", IP: host,
 		Annotations: map[string]string{engineAnnotation: "vllm", portAnnotation: port},
 	}}
-	e := newAttributedExporterWith(t, demo.Default(), map[string]bool{"amd": true, "attribution": true, "engines": true},
+	s := demo.Default()
+	cfg, sim := simulatedAttribution(t, s)
+	cfg.VendorExporters = []string{"nvidia", "amd"} // as the chart passes both DaemonSets
+	e := newExporterWith(t, s, sim, attribution.New(cfg), map[string]bool{"amd": true, "attribution": true, "engines": true},
 		func() time.Time { return testNow }, func(c *Config) { c.PodMetadata = pods })
 	if out := scrapeText(t, e, 10*time.Second); strings.Contains(out, "xpu_inference_") {
 		t.Errorf("the AMD exporter serves the NVIDIA pod's engine:\n%s", grepLines(out, "xpu_inference_"))
