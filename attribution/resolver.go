@@ -1552,13 +1552,16 @@ func indexDevices(devices []Device) (byRef func(kubernetes.DeviceRef) (string, b
 		case ref.PCIBusID != "":
 			lacks = func(d Device) bool { return d.PCIBusID == "" }
 		case ref.DeviceName != "":
-			lacks = func(d Device) bool { return d.DeviceName == "" }
+			// "nvidia<minor>/gi<id>" names a MIG instance, of a GPU whose
+			// minor may be the unknown one.
+			instance := strings.Contains(ref.DeviceName, "/")
+			lacks = func(d Device) bool { return d.DeviceName == "" && (d.ParentUUID != "") == instance }
 		default:
 			return nil
 		}
 		var out []string
 		for _, d := range devices {
-			if d.ParentUUID == "" && (ref.Vendor == "" || d.Vendor == ref.Vendor) && lacks(d) {
+			if (ref.DeviceName != "" || d.ParentUUID == "") && (ref.Vendor == "" || d.Vendor == ref.Vendor) && lacks(d) {
 				out = append(out, d.UUID)
 			}
 		}

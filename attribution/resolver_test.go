@@ -344,6 +344,26 @@ func TestIDMayNameADeviceWithoutThatIdentity(t *testing.T) {
 	}
 }
 
+// TestGKEMIGNameWithUnknownMinor: GKE's device plugin names a MIG GPU
+// instance "nvidia<minor>/gi<id>". Where the parent GPU's minor is
+// unknown, the name matches no device, yet may name that GPU's instance:
+// the instance's owners, and so its GPU's, are unknown, not none (review15
+// R15-2).
+func TestGKEMIGNameWithUnknownMinor(t *testing.T) {
+	r := New(Config{Kubelet: &fakeKubelet{pods: []kubernetes.PodResources{
+		pod("ml", "trainer", "c", "nvidia.com/gpu", "nvidia0/gi1"),
+	}}})
+	res := r.Resolve(context.Background(), []Device{
+		{UUID: gpuM, Vendor: "nvidia", Index: 0, MIGIndex: -1, MIGInstance: -1, GRESIndex: -1},
+		{UUID: mig1, Vendor: "nvidia", Index: 0, ParentUUID: gpuM, MIGIndex: 0, MIGInstance: 1, GRESIndex: -1},
+	})
+	for _, uuid := range []string{mig1, gpuM} {
+		if d := res.Devices[uuid]; !d.OwnersUnknown || len(d.Claims) != 0 {
+			t.Errorf("%s: claims %+v, owners unknown %v; want none, unknown", uuid, d.Claims, d.OwnersUnknown)
+		}
+	}
+}
+
 // TestEnginePodsOfOneVendorsExporter: on a node labelled for two vendors
 // the chart runs one exporter per vendor, each discovering every pod's
 // engine. Each serves the engines of pods holding its vendor's devices;

@@ -153,7 +153,10 @@ type amdRead struct {
 	// driver) to that scrape, whatever the deadline of the scrape that
 	// started it, as for NVIDIA (nvidia.Client).
 	started time.Time
-	dev     amd.Device
+	// at is when the read began on the collector's clock: the RAS counts
+	// it returns are of after then (amdRAS.observe).
+	at  time.Time
+	dev amd.Device
 }
 
 // amdWindow is the fdinfo scan that starts the window of per-process
@@ -251,9 +254,6 @@ func (c *amdCollector) readDevices(ctx context.Context, m move) ([]*Device, erro
 	if !ok {
 		deadline = time.Now().Add(time.Hour)
 	}
-	// The RAS counts read now are as of after readAt: errors counted from
-	// them on happened after it.
-	readAt := c.now()
 	reads := make([]*amdRead, len(cards))
 	for i, card := range cards {
 		reads[i] = c.start(card, deadline)
@@ -279,7 +279,7 @@ func (c *amdCollector) readDevices(ctx context.Context, m move) ([]*Device, erro
 		devs = append(devs, d)
 		if d.UUID != "" {
 			c.mu.Lock()
-			c.ras.observe(d.PCIBusID, ad.RAS, readAt)
+			c.ras.observe(d.PCIBusID, ad.RAS, reads[i].at)
 			c.mu.Unlock()
 		}
 		if !ad.Down {
@@ -377,7 +377,7 @@ func (c *amdCollector) start(card string, deadline time.Time) *amdRead {
 		}
 		return r
 	}
-	r := &amdRead{done: make(chan struct{}), started: now}
+	r := &amdRead{done: make(chan struct{}), started: now, at: c.now()}
 	c.inflight[card] = r
 	go func() {
 		r.dev = c.reader.ReadDevice(card)
