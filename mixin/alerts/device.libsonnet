@@ -132,20 +132,25 @@ local util = import '../lib/util.libsonnet';
           // count grew across an owner change (the error killed the job and
           // the count moved to a new series, born with it; see
           // util.deviceIncrease), labelled as the device's series are now.
-          expr: |||
-            max without (scope) (
-              increase(%(ecc)s[%(eccUncorrectableWindow)s])
-            ) > 0
-            or on (%(deviceKey)s)
+          // A Gaudi's HBM errors are a family of their own (hl-smi does
+          // not say whether its device totals include them), read alike
+          // where the device totals show none.
+          local uncorrected(ecc) = |||
             (
-              max without (scope) (%(ecc)s) * 0
-                + on (%(deviceKey)s) group_left ()
-                (max by (%(deviceKey)s) (%(deviceIncrease)s) > 0)
+              max without (scope) (
+                increase(%(ecc)s[%(eccUncorrectableWindow)s])
+              ) > 0
+              or on (%(deviceKey)s)
+              (
+                max without (scope) (%(ecc)s) * 0
+                  + on (%(deviceKey)s) group_left ()
+                  (max by (%(deviceKey)s) (%(deviceIncrease)s) > 0)
+              )
             )
-          ||| % (fmt {
-                   ecc: 'xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % c,
-                   deviceIncrease: util.deviceIncrease(c, self.ecc, c.eccUncorrectableWindow, ['scope']),
-                 }),
+          ||| % (fmt { ecc: ecc, deviceIncrease: util.deviceIncrease(c, ecc, c.eccUncorrectableWindow, ['scope']) }),
+          expr: uncorrected('xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % c)
+                + 'or on (%s)\n' % fmt.deviceKey
+                + uncorrected('xpu_gaudi_dram_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % c),
           'for': c.eccUncorrectableFor,
           labels: { severity: 'critical' },
           annotations: {

@@ -27,6 +27,20 @@ local common = import 'common.libsonnet';
   // A device counter's per-second rate across its owner changes: the
   // error that ends the owner's job is counted on a series born with the
   // change, which a rate of each series alone never sees (util.deviceIncrease).
+  // A device counter's increase over the time range: each series that
+  // grew, with the owner that held the device when it counted; and a
+  // device whose count grew across an owner change (the error killed the
+  // job, its count moved to a series born with the change), as the
+  // device's series are labelled now; as XpuEccUncorrectableErrors reads it.
+  local eccInRange(x) = |||
+    max without (scope) (increase(%(x)s[$__range])) > 0
+    or on (%(key)s, type)
+    (
+      max without (scope) (%(x)s) * 0
+        + on (%(key)s, type) group_left ()
+        (max by (%(key)s, type) (%(increase)s) > 0)
+    )
+  ||| % { x: x, key: key, increase: util.deviceIncrease(c, x, '$__range', ['scope', 'type']) },
   local deviceRate(x, by=[]) = 'rate((max by (%s) (%s))[$__rate_interval:$__interval])' % [util.labels(c.deviceKeyLabels + by), x],
 
   grafanaDashboards+:: {
@@ -69,20 +83,10 @@ local common = import 'common.libsonnet';
           g.target('max_over_time(xpu_xid_errors_total{%s, xid!~"%s"}[$__range])' % [s, hardwareXids], instant=true),
         ], [{ name: 'Events', unit: 'short' }]),
         g.table('ECC errors in the time range', 'Memory errors per device and the workload that owned it; uncorrected errors may have corrupted its results.', [
-          // First arm: each series that grew, with the owner that held
-          // the device when it counted. Second: a device whose count grew
-          // across an owner change (the error killed the job, its count
-          // moved to a series born with the change), as the device's
-          // series are labelled now; as the alert reads it.
-          g.target(|||
-            max without (scope) (increase(%(ecc)s[$__range])) > 0
-            or on (%(key)s, type)
-            (
-              max without (scope) (%(ecc)s) * 0
-                + on (%(key)s, type) group_left ()
-                (max by (%(key)s, type) (%(increase)s) > 0)
-            )
-          ||| % { ecc: 'xpu_ecc_errors_total{%s}' % s, key: key, increase: util.deviceIncrease(c, 'xpu_ecc_errors_total{%s}' % s, '$__range', ['scope', 'type']) }, instant=true),
+          g.target(eccInRange('xpu_ecc_errors_total{%s}' % s), instant=true),
+        ], [{ name: 'Errors', unit: 'short' }]),
+        g.table('Gaudi HBM ECC errors in the time range', "An Intel Gaudi's HBM memory errors, a family of their own (hl-smi does not say whether its device totals include them), per device and the workload that owned it.", [
+          g.target(eccInRange('xpu_gaudi_dram_ecc_errors_total{%s}' % s), instant=true),
         ], [{ name: 'Errors', unit: 'short' }]),
         g.table('Memory repairs', 'Retired pages and remapped rows per device; pending repairs take effect at the next GPU reset, a failed remap means the device needs replacing.', [
           g.target('sum by (%s) (xpu_retired_pages_total{%s})' % [device, dev], instant=true),

@@ -25,7 +25,9 @@ local util = import '../lib/util.libsonnet';
       rules: [
         // Counted per device (util.deviceIncrease), so that an error whose
         // count moved to a new owner's series still counts.
-        penalty('ecc', util.deviceIncrease(c, 'xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % fmt, c.healthWindow, ['scope']) + ' > 0\n'),
+        // A Gaudi's HBM errors are a family of their own.
+        penalty('ecc', util.deviceIncrease(c, 'xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % fmt, c.healthWindow, ['scope']) + ' > 0\nor\n'
+                       + util.deviceIncrease(c, 'xpu_gaudi_dram_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % fmt, c.healthWindow, ['scope']) + ' > 0\n'),
         // Rows or pages waiting for a GPU reset to be retired, or a remap
         // that failed (the device needs replacing).
         penalty('remap', |||
