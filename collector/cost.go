@@ -2,6 +2,7 @@ package collector
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -112,7 +113,10 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 	}
 	e := newEmitter(ch)
 	defer e.flush()
-	var missing map[string]int // models without a price: none on a priced node
+	// Models without a price, with their vendor (so that the dashboards'
+	// Vendor variable filters the count): none on a priced node.
+	type model struct{ vendor, name string }
+	var missing map[model]int
 	for _, d := range snap.Devices {
 		// A device is priced by its model, whatever names it (a Gaudi
 		// whose identity cells all print N/A too); one lost before its
@@ -124,21 +128,21 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 			e.emit(hourlyCost, identityLabels(d).with("currency", c.currency), p)
 		} else {
 			if missing == nil {
-				missing = map[string]int{}
+				missing = map[model]int{}
 			}
-			missing[d.Model]++
+			missing[model{d.Vendor, d.Model}]++
 		}
 	}
 	// A device without a price would drop out of every cost sum without a
 	// word: it is counted, and its model logged once.
-	for _, m := range slices.Sorted(maps.Keys(missing)) {
-		e.emit(unpriced, labels{names: []string{"model"}, values: []string{m}}, float64(missing[m]))
+	for _, m := range slices.SortedFunc(maps.Keys(missing), func(a, b model) int { return cmp.Or(cmp.Compare(a.vendor, b.vendor), cmp.Compare(a.name, b.name)) }) {
+		e.emit(unpriced, labels{names: []string{"model", "vendor"}, values: []string{m.name, m.vendor}}, float64(missing[m]))
 		c.mu.Lock()
-		first := !c.warned[m]
-		c.warned[m] = true
+		first := !c.warned[m.name]
+		c.warned[m.name] = true
 		c.mu.Unlock()
 		if first {
-			c.logger.Warn("no price for this device model in --cost.file: its devices have no xpu_device_hourly_cost and are left out of cost", "model", m, "file", *costFile)
+			c.logger.Warn("no price for this device model in --cost.file: its devices have no xpu_device_hourly_cost and are left out of cost", "model", m.name, "file", *costFile)
 		}
 	}
 	return nil

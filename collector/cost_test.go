@@ -88,7 +88,7 @@ devices:
 		if n := seriesCount(out, "xpu_device_hourly_cost"); n != 1 {
 			t.Errorf("%d cost series, want the H100's alone", n)
 		}
-		if v := sample(t, out, "xpu_cost_unpriced_devices", `model="Tesla T4"`); v != 2 {
+		if v := sample(t, out, "xpu_cost_unpriced_devices", `model="Tesla T4"`, `vendor="nvidia"`); v != 2 {
 			t.Errorf("unpriced T4s: %v, want 2", v)
 		}
 		if strings.Contains(out, `xpu_cost_unpriced_devices{model="NVIDIA H100`) {
@@ -116,7 +116,7 @@ devices:
 		t.Fatal(err)
 	}
 	for node, want := range map[string]string{
-		"bill-node":  `xpu_cost_unpriced_devices{model="NVIDIA H100 80GB HBM3"} 2`,
+		"bill-node":  `xpu_cost_unpriced_devices{model="NVIDIA H100 80GB HBM3",vendor="nvidia"} 2`,
 		"other-node": `xpu_device_hourly_cost{currency="EUR",gpu="0",`,
 	} {
 		e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow }, NodeName: node}, "nvidia", "cost")
