@@ -82,6 +82,9 @@ local common = import 'common.libsonnet';
         g.table('Application XID errors', 'Other XID events, raised when a user job crashes (bad memory access, stopped or preempted work): tell the owner, the device is fine.', [
           g.target('max_over_time(xpu_xid_errors_total{%s, xid!~"%s"}[$__range])' % [s, hardwareXids], instant=true),
         ], [{ name: 'Events', unit: 'short' }]),
+        g.table('AMD RAS errors', "AMD's counterpart of XID events: the RAS errors the exporter saw an AMD GPU's driver count since it started, per block (umc is the memory), type and the workload that owned the device at the time. Uncorrected ones lower the health score as hardware XIDs do; deferred ones are poisoned data not yet consumed.", [
+          g.target('max_over_time(xpu_amd_ras_events_total{%s}[$__range])' % s, instant=true),
+        ], [{ name: 'Events', unit: 'short' }]),
         g.table('ECC errors in the time range', 'Memory errors per device and the workload that owned it; uncorrected errors may have corrupted its results.', [
           g.target(eccInRange('xpu_ecc_errors_total{%s}' % s), instant=true),
         ], [{ name: 'Errors', unit: 'short' }]),
