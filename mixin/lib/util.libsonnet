@@ -132,13 +132,25 @@
 
   // The utilization of each GPU that has none of its own (a GPU in MIG
   // mode), by the device key: its partitions' scaled by their share
-  // (partitionFraction). sel selects the exporter's series; mean averages
-  // the utilization over the usage rules' interval (meanOverInterval).
+  // (partitionFraction). A GPU one of whose partitions has no reading (the
+  // exporter leaves out those of compute instances sharing a GPU
+  // instance; an instance that did not answer) is left out: its unread
+  // part is unknown, not idle. sel selects the exporter's series; mean
+  // averages the utilization over the usage rules' interval
+  // (meanOverInterval).
   partitionsOnGpu(c, sel, mean=false)::
     local u = 'xpu_utilization_ratio{%s, parent_uuid!=""}' % sel;
-    'sum by (%s) (\n' % self.labels(c.deviceKeyLabels)
+    local key = self.labels(c.deviceKeyLabels);
+    'sum by (%s) (\n' % key
     + self.indent(self.onGpu(self.partitionFraction(c, sel, if mean then self.meanOverInterval(c, u) else u)))
-    + '\n)',
+    + '\n)\nunless on (%s)\n' % key
+    + self.unreadPartitionGpus(c, sel),
+
+  // The GPUs (by the device key, labelled as the partition that has none)
+  // one of whose partitions has no utilization reading: their own
+  // utilization is unknown. Not parenthesized.
+  unreadPartitionGpus(c, sel)::
+    self.onGpu('xpu_device_info{%s, parent_uuid!=""}\n  unless on (%s)\n  xpu_utilization_ratio{%s, parent_uuid!=""}' % [sel, self.labels(c.deviceKeyLabels), sel]),
 
   // Each physical GPU's utilization, by the device key: its own, or for a
   // GPU that has none (a GPU in MIG mode) its partitions' (partitionsOnGpu).

@@ -187,7 +187,9 @@ local util = import '../lib/util.libsonnet';
             // the split out: a Gaudi shared by several parties) the
             // GPU's own utilization stands for it, at most the allocation:
             // a 40 % busy GPU is not "allocated idle" for want of a split.
-            // 0 for a GPU without a utilization reading (down).
+            // 0 for a GPU without a utilization reading (down); none for a
+            // GPU in MIG mode one of whose instances has none, whose use
+            // is unknown (in neither allocated state).
             record: 'device:xpu_utilized_devices:sum',
             expr: |||
               (
@@ -201,8 +203,12 @@ local util = import '../lib/util.libsonnet';
                 (%(gpu)s) >= on (%(key)s) device:xpu_allocated_devices:sum
               )
               or (0 * device:xpu_allocated_devices:sum + on (%(key)s) group_left () (%(gpu)s))
-              or 0 * device:xpu_allocated_devices:sum
-            ||| % (fmt { used: usedOnGpu, gpu: util.indent(util.indent(gpuUtilizationMean)) }),
+              or (
+                0 * device:xpu_allocated_devices:sum
+                  unless on (%(key)s)
+                %(unread)s
+              )
+            ||| % (fmt { used: usedOnGpu, gpu: util.indent(util.indent(gpuUtilizationMean)), unread: util.indent(util.indent(util.unreadPartitionGpus(c, c.xpuSelector))) }),
           },
           {
             record: 'model_state:xpu_devices:sum',
@@ -307,8 +313,11 @@ local util = import '../lib/util.libsonnet';
                   * on (%(key)s) group_left ()
                   clamp_min(1 - (
             ||| % (fmt { price: price }) + util.indent(util.indent(util.indent(
-              // A device that is down or has no reading is wholly idle.
-              gpuUtilizationMean + '\nor 0 * max by (%(key)s) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})' % fmt
+              // A device that is down or has no reading is wholly idle; a
+              // GPU in MIG mode one of whose instances has none is left
+              // out: its use is unknown, not none.
+              gpuUtilizationMean + '\nor 0 * max by (%(key)s) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})\n  unless on (%(key)s)\n' % fmt
+              + util.indent(util.unreadPartitionGpus(c, c.xpuSelector))
             ))) + '\n    ), 0)\n)\n',
           },
           {
