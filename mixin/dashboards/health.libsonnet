@@ -64,8 +64,8 @@ local common = import 'common.libsonnet';
         g.stat('Attribution sources down', 'Sources of owner information (kubelet, Slurm, procfs) the exporter cannot read: devices lose their owner labels.', [
           g.target('count(xpu_attribution_source_up{%s} == 0) or vector(0)' % d.nodeSelector, instant=true),
         ]) + g.size(6, 4),
-        g.table('Lowest health scores', 'The ten devices with the lowest health score (1 is healthy, 0 is down); README.md explains the formula.', [
-          g.target('bottomk(10, device:xpu_health_score:clamp_min{%s})' % dev, instant=true),
+        g.table('Lowest health scores', 'The ten devices with the lowest health score (1 is healthy, 0 is down), with the workload each serves; README.md explains the formula.', [
+          g.target('bottomk(10, device:xpu_health_score:clamp_min{%s})' % s, instant=true),
         ], [{ name: 'Health score', unit: 'percentunit' }]),
         g.table('Active health inputs', 'What lowers each score, and by how much.', [
           g.target(|||

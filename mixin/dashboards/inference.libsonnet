@@ -64,10 +64,10 @@ local common = import 'common.libsonnet';
         g.table('Idle engines', 'Engines holding devices (in whole GPUs) that served fewer than %g requests per second over the last %s: GPUs burning without serving.' % [c.inferenceIdleRequestsPerSecond, c.inferenceRateWindow], [
           g.target('engine:xpu_idle_allocated_devices:sum{%s, %s}' % [rules, d.vendor], instant=true),
         ], [{ name: 'Allocated GPUs', unit: 'short' }], hidden=['target']) + g.size(24, 6),
-        g.table('Cost per million generated tokens', 'Cluster-wide: ignores the Node variable (a model is served across nodes). What the devices of the engines serving each model cost per hour, idle replicas included, over the tokens they generate, per million tokens. Cost comes from the prices configured in the exporter (xpu_device_hourly_cost); without one this panel says "%s".' % noPrice, [
+        g.table('Cost per million generated tokens', 'Cluster-wide: ignores the Node and Vendor variables (a model is served across nodes). What the devices of the engines serving each model cost per hour, idle replicas included, over the tokens they generate, per million tokens. Cost comes from the prices configured in the exporter (xpu_device_hourly_cost); without one this panel says "%s".' % noPrice, [
           g.target('engine_model:xpu_cost_per_million_tokens:ratio{%s, engine=~"$engine"}' % d.cluster, instant=true),
         ], [{ name: 'Cost per million tokens', unit: 'short' }], noValue=noPrice),
-        g.table('Cost per million generated tokens by namespace', 'Cluster-wide: ignores the Node variable. The same over the engines of each namespace that generate tokens. Cost comes from the prices configured in the exporter (xpu_device_hourly_cost); without one this panel says "%s".' % noPrice, [
+        g.table('Cost per million generated tokens by namespace', 'Cluster-wide: ignores the Node and Vendor variables. The same over the engines of each namespace that generate tokens. Cost comes from the prices configured in the exporter (xpu_device_hourly_cost); without one this panel says "%s".' % noPrice, [
           g.target('namespace:xpu_cost_per_million_tokens:ratio{%s, namespace=~"$namespace"}' % d.cluster, instant=true),
         ], [{ name: 'Cost per million tokens', unit: 'short' }], noValue=noPrice),
 
