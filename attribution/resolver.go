@@ -1764,18 +1764,23 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 					sp.askedSlurmd = now
 				}
 			}
-			if job == "" && r.cfg.Procfs != nil && r.outsideSystemd(cg) && !sp.stepdChecked {
-				// A container's cgroup, where anyone who may start one
-				// can set SLURM_JOB_ID: its environment is believed only
-				// of a task of slurmstepd, as linuxproc tells its tasks
-				// (Slurm running in that container). Asked once: a
-				// process keeps its ancestors.
+			// A container's cgroup, where anyone who may start one can
+			// set SLURM_JOB_ID and name a process slurmstepd: its
+			// environment is believed only where slurmd could not be
+			// asked (Slurm running in that container), and of a process
+			// that descends from a slurmstepd, as linuxproc tells its
+			// tasks. Asked once: a process keeps its ancestors.
+			container := r.outsideSystemd(cg)
+			slurmdSaidNo := !sp.askedSlurmd.IsZero() && now.Sub(sp.askedSlurmd) < slurmdRecheck
+			if job == "" && r.cfg.Procfs != nil && container && !slurmdSaidNo && !sp.stepdChecked {
 				under, err := r.cfg.Procfs.DescendsFrom(int(pid), "slurmstepd")
-				if err == nil {
+				if err != nil {
+					r.logOnceMsg(err, "cannot tell whether a GPU process in a container's cgroup is a Slurm task; its environment is not read")
+				} else {
 					sp.stepdChecked, sp.underStepd = true, under
 				}
 			}
-			if job == "" && r.cfg.Procfs != nil && (!r.outsideSystemd(cg) || sp.underStepd) {
+			if job == "" && r.cfg.Procfs != nil && (!container || (sp.underStepd && !slurmdSaidNo)) {
 				var err error
 				job, err = r.cfg.Procfs.SlurmJobFromEnviron(int(pid))
 				if err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -1152,9 +1152,15 @@ func writeEnviron(t *testing.T, fs *process.Reader, pid uint32, environ string) 
 // and 124 of alice, holding GRES GPUs 0 and 1; listpids prints the rows
 // given (PID JOBID STEPID LOCALID GLOBALID lines, each ending in \n).
 func slurmJobs123And124(t *testing.T, listpids string) (scontrol, squeue string) {
+	return slurmJobs123And124Listing(t, `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n`+listpids+`'; exit 0`)
+}
+
+// slurmJobs123And124Listing is slurmJobs123And124 whose listpids runs the
+// shell commands given.
+func slurmJobs123And124Listing(t *testing.T, listpids string) (scontrol, squeue string) {
 	scontrol = fakeBinary(t, "scontrol", `for last; do :; done
 case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
-listpids) printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n`+listpids+`'; exit 0 ;; esac
+listpids) `+listpids+` ;; esac
 case "$last" in
 123|124) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 123))" ;;
 *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
@@ -1206,22 +1212,39 @@ func TestSlurmJobOnlyFromSlurmdCgroup(t *testing.T) {
 // TestSlurmEnvironNotTrustedInContainersOnSystemdNodes: on a node systemd
 // runs, slurmd runs in a unit, so a cgroup that names none is a container
 // runtime's (Docker's cgroupfs driver: /docker/<id>). Anyone who may start
-// a container could set SLURM_JOB_ID there: the environment names the job
-// only of a process that descends from slurmstepd, as proctrack/linuxproc
-// tells its tasks (Slurm running in that container), whether the cgroup
-// file shows systemd's own hierarchy outside any unit (a hybrid v1 node)
-// or PID 1 is systemd (a v2 node). slurmd's answer (listpids), which a job
-// cannot forge, still names its tasks there. On a node whose init is not
+// a container could set SLURM_JOB_ID there, and name a process
+// slurmstepd: slurmd's answer (listpids), which a job cannot forge, names
+// the job; the environment is believed only where slurmd cannot be asked
+// (Slurm running in that container) and of a process that descends from a
+// slurmstepd, as proctrack/linuxproc tells its tasks. This holds whether
+// the cgroup file shows systemd's own hierarchy outside any unit (a hybrid
+// v1 node) or PID 1 is systemd (a v2 node). On a node whose init is not
 // systemd, slurmd's cgroup may name nothing, and the environment is read
 // as before (found by probing: probe9-cgroup D3, a container with
 // SLURM_JOB_ID=10 billed its usage to job 10; review15 R15-1, Slurm in a
-// container lost every job to a first fix).
+// container lost every job to a first fix; review16b R16b-3, a process
+// named slurmstepd in the container made its child's SLURM_JOB_ID count).
 func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 	const docker = "/docker/cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
 	hybrid := "12:memory:" + docker + "\n11:freezer:" + docker + "\n1:name=systemd:" + docker + "\n0::/\n"
-	for _, init := range []string{"systemd", "init"} {
-		t.Run(init, func(t *testing.T) {
-			scontrol, squeue := slurmJobs123And124(t, "4005     123      0        0       0\n")
+	for _, tc := range []struct {
+		init, listpids string
+		want           map[string]string // GPU → job of its one owner
+	}{
+		// slurmd answers, and lists 4005 alone: 4003's environment,
+		// though under a "slurmstepd", is not believed.
+		{"systemd", `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n4005     123      0        0       0\n'; exit 0`,
+			map[string]string{gpuM: "", gpuC + "3": "", gpuC + "5": "123"}},
+		// slurmd cannot be reached (it runs in the container): the
+		// environment of slurmstepd's descendant names its job.
+		{"systemd", `echo "Unable to connect to slurmd" >&2; exit 1`,
+			map[string]string{gpuM: "", gpuC + "3": "124", gpuC + "5": ""}},
+		// No systemd: the v2 container's process's environment counts.
+		{"init", `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n4005     123      0        0       0\n'; exit 0`,
+			map[string]string{gpuM: "124", gpuC + "3": "", gpuC + "5": "123"}},
+	} {
+		t.Run(tc.init, func(t *testing.T) {
+			scontrol, squeue := slurmJobs123And124Listing(t, tc.listpids)
 			fs := procfs(t, map[uint32]string{1: "/", 4000: docker, 4001: docker, 4002: docker, 4003: docker, 4005: docker})
 			write := func(pid, file, content string) {
 				t.Helper()
@@ -1229,12 +1252,12 @@ func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			write("1", "comm", init+"\n")
+			write("1", "comm", tc.init+"\n")
 			// On a hybrid v1 node: systemd's hierarchy is in the files.
 			for _, pid := range []string{"4000", "4001", "4003", "4005"} {
 				write(pid, "cgroup", hybrid)
 			}
-			// 4003 is a task of the container's slurmstepd, 4000.
+			// 4003 is a child of the container's "slurmstepd", 4000.
 			write("4000", "status", "Name:\tslurmstepd\nPPid:\t1\nUid:\t0\t0\t0\t0\n")
 			write("4003", "status", "Name:\tpython3\nPPid:\t4000\nUid:\t1000\t1000\t1000\t1000\n")
 			writeEnviron(t, fs, 4001, "SLURM_JOB_ID=123\x00")
@@ -1248,21 +1271,14 @@ func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 				{UUID: gpuC + "5", Index: 5, MIGIndex: -1, GRESIndex: 5, PIDs: []uint32{4005}},
 			})
 			// GPU 0 is job 123's by GRES; the container's process, no
-			// task of slurmstepd, is not the job's on either node
-			// (systemd's hierarchy is in its file).
+			// task of slurmstepd, is not the job's on either node.
 			if a := res.Devices[gpuA]; len(a.Claims) != 1 || a.Claims[0].Owner.SlurmJobID != "123" || a.Process[4001] != Unattributed {
 				t.Errorf("GPU 0: claims %+v, processes %v; want job 123 by GRES, the container's process unattributed", a.Claims, a.Process)
 			}
-			// A v2 container's process: its environment counts only where
-			// PID 1 is not systemd.
-			want := map[string]string{gpuM: "", gpuC + "3": "124", gpuC + "5": "123"}
-			if init != "systemd" {
-				want[gpuM] = "124"
-			}
-			for uuid, job := range want {
+			for uuid, job := range tc.want {
 				d := res.Devices[uuid]
 				if len(d.Claims) != 1 || d.Claims[0].Owner.SlurmJobID != job {
-					t.Errorf("%s under %s: claims %+v; want one owner, job %q", uuid, init, d.Claims, job)
+					t.Errorf("%s: claims %+v; want one owner, job %q", uuid, d.Claims, job)
 				}
 			}
 		})

@@ -211,12 +211,16 @@ var notInDemo = map[string]string{}
 
 // Every xpu_* metric the mixin's rules and dashboards read is served by the
 // demo exporter (process series on, an Xid every second on GPU 3) or, for
-// AMD's own families, by the AMD demo (an uncorrected RAS error a second).
+// AMD's own families, by the AMD demo (an uncorrected RAS error a second),
+// or for Gaudi's and unpriced devices by the Gaudi demo.
 func TestMixinMetricsExistInDemo(t *testing.T) {
 	used := mixinMetricNames(t)
 	exporters := []*exporter{
 		start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t)),
 		start(t, "--demo", "--demo.scenario="+amdRASScenario(t), "--collector.process"),
+		// Gaudi's own families (its HBM ECC), and devices the price
+		// table lacks (xpu_cost_unpriced_devices: it prices H100s only).
+		start(t, "--demo", "--demo.scenario=../fixtures/scenarios/gaudi.yaml", "--cost.file="+costFile(t)),
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
 
@@ -889,6 +893,9 @@ func TestPromrulesFixturesMatchDemoLabels(t *testing.T) {
 	exporters := []*exporter{
 		start(t, "--demo", "--demo.scenario="+xidScenario(t), "--collector.process", "--cost.file="+costFile(t)),
 		start(t, "--demo", "--demo.scenario="+amdRASScenario(t), "--collector.process"),
+		// Gaudi's own families (its HBM ECC), and devices the price
+		// table lacks (xpu_cost_unpriced_devices: it prices H100s only).
+		start(t, "--demo", "--demo.scenario=../fixtures/scenarios/gaudi.yaml", "--cost.file="+costFile(t)),
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	served := map[string]map[string]bool{}

@@ -53,8 +53,10 @@ local common = import 'common.libsonnet';
           g.target('(count(%(u)s < %(t)g) or vector(0)) / count(%(u)s)' % { u: gpuUtil, t: c.idleUtilizationThreshold }, instant=true),
         ], unit='percentunit') + g.size(4, 4),
         g.stat('Cost per hour', 'What the selected devices cost per hour, from the prices configured in the exporter (xpu_device_hourly_cost), one price per physical GPU. Shows "no price configured" when the exporter has no price, and beside the cost the devices of models the price table lacks (xpu_cost_unpriced_devices), which the cost leaves out.', [
-          g.target('sum by (currency) (max by (%s, currency) (xpu_device_hourly_cost{%s, parent_uuid=""}))' % [key, s], '{{currency}}', instant=true),
-          g.target('sum(xpu_cost_unpriced_devices{%s}) > 0' % s, 'devices unpriced', instant=true),
+          // Range queries, each reduced to its last value: two instant
+          // (table) queries would show as "Value #A" and "Value #B".
+          g.target('sum by (currency) (max by (%s, currency) (xpu_device_hourly_cost{%s, parent_uuid=""}))' % [key, s], '{{currency}}'),
+          g.target('sum(xpu_cost_unpriced_devices{%s}) > 0' % s, 'devices unpriced'),
         ], noValue='no price configured') + g.size(4, 4),
 
         g.row('Clusters'),

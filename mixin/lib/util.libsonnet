@@ -138,28 +138,33 @@
   // part is unknown, not idle. sel selects the exporter's series; mean
   // averages the utilization over the usage rules' interval
   // (meanOverInterval).
-  partitionsOnGpu(c, sel, mean=false)::
+  // With complete false, such a GPU has its read partitions' part: a
+  // lower bound of its use, for rules that must place every GPU.
+  partitionsOnGpu(c, sel, mean=false, complete=true)::
     local u = 'xpu_utilization_ratio{%s, parent_uuid!=""}' % sel;
     local key = self.labels(c.deviceKeyLabels);
     'sum by (%s) (\n' % key
     + self.indent(self.onGpu(self.partitionFraction(c, sel, if mean then self.meanOverInterval(c, u) else u)))
-    + '\n)\nunless on (%s)\n' % key
-    + self.unreadPartitionGpus(c, sel),
+    + '\n)'
+    + if complete then '\nunless on (%s)\n' % key + self.unreadPartitionGpus(c, sel) else '',
 
   // The GPUs (by the device key, labelled as the partition that has none)
   // one of whose partitions has no utilization reading: their own
   // utilization is unknown. Not parenthesized.
+  // One series per GPU (grouped by its parent_uuid first: two compute
+  // instances of one profile differ by uuid alone, and would be two series
+  // of one label set once it is replaced).
   unreadPartitionGpus(c, sel)::
-    self.onGpu('xpu_device_info{%s, parent_uuid!=""}\n  unless on (%s)\n  xpu_utilization_ratio{%s, parent_uuid!=""}' % [sel, self.labels(c.deviceKeyLabels), sel]),
+    self.onGpu('group by (%s, parent_uuid) (\n  xpu_device_info{%s, parent_uuid!=""}\n    unless on (%s)\n    xpu_utilization_ratio{%s, parent_uuid!=""}\n)' % [self.labels(std.filter(function(l) l != 'uuid', c.deviceKeyLabels)), sel, self.labels(c.deviceKeyLabels), sel]),
 
   // Each physical GPU's utilization, by the device key: its own, or for a
   // GPU that has none (a GPU in MIG mode) its partitions' (partitionsOnGpu).
   // An AMD GPU in compute partitions has its own (its partitions are left
   // out). Not parenthesized: wrap it before comparing it.
-  gpuUtilization(c, sel, mean=false)::
+  gpuUtilization(c, sel, mean=false, complete=true)::
     local u = 'xpu_utilization_ratio{%s, parent_uuid=""}' % sel;
     'max by (%s) (%s)\n' % [self.labels(c.deviceKeyLabels), if mean then self.meanOverInterval(c, u) else u]
-    + 'or ' + self.partitionsOnGpu(c, sel, mean),
+    + 'or ' + self.partitionsOnGpu(c, sel, mean, complete),
 
   // Every device's utilization, by the device key: a GPU's, a MIG
   // instance's or a partition's own, and for a GPU in MIG mode, which has

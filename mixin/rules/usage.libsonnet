@@ -79,6 +79,9 @@ local util = import '../lib/util.libsonnet';
   // summed over evaluations, takes its mean over the interval.
   local gpuUtilization = util.gpuUtilization(c, c.xpuSelector),
   local gpuUtilizationMean = util.gpuUtilization(c, c.xpuSelector, mean=true),
+  // The capacity states place every GPU: one in MIG mode with an unread
+  // instance counts its read instances' use (a lower bound), not none.
+  local gpuUtilizationKnownPart = util.gpuUtilization(c, c.xpuSelector, mean=true, complete=false),
   local migSliceFraction(expr) = util.partitionFraction(c, c.xpuSelector, expr),
 
   local co2(levelName) =
@@ -187,9 +190,10 @@ local util = import '../lib/util.libsonnet';
             // the split out: a Gaudi shared by several parties) the
             // GPU's own utilization stands for it, at most the allocation:
             // a 40 % busy GPU is not "allocated idle" for want of a split.
-            // 0 for a GPU without a utilization reading (down); none for a
-            // GPU in MIG mode one of whose instances has none, whose use
-            // is unknown (in neither allocated state).
+            // 0 for a GPU without a utilization reading (down); for a GPU
+            // in MIG mode one of whose instances has none, its read
+            // instances' use, so that the states still add up to the
+            // devices.
             record: 'device:xpu_utilized_devices:sum',
             expr: |||
               (
@@ -203,12 +207,8 @@ local util = import '../lib/util.libsonnet';
                 (%(gpu)s) >= on (%(key)s) device:xpu_allocated_devices:sum
               )
               or (0 * device:xpu_allocated_devices:sum + on (%(key)s) group_left () (%(gpu)s))
-              or (
-                0 * device:xpu_allocated_devices:sum
-                  unless on (%(key)s)
-                %(unread)s
-              )
-            ||| % (fmt { used: usedOnGpu, gpu: util.indent(util.indent(gpuUtilizationMean)), unread: util.indent(util.indent(util.unreadPartitionGpus(c, c.xpuSelector))) }),
+              or 0 * device:xpu_allocated_devices:sum
+            ||| % (fmt { used: usedOnGpu, gpu: util.indent(util.indent(gpuUtilizationKnownPart)) }),
           },
           {
             record: 'model_state:xpu_devices:sum',
