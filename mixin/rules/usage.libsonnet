@@ -63,10 +63,16 @@ local util = import '../lib/util.libsonnet';
   // 0.36 kWh per hour for a 300 W GPU). Only a device with neither adds
   // its label sets' rates, right where its owners changed once. Each `or`
   // adds the devices the arms before it lack, so no device counts twice.
+  // The counter's rate is taken only where the counter was there a window
+  // ago: rate() over a series younger than its window sees part of it and
+  // divides by all of it (0.086 kWh an hour 70 s after a 400 W GPU's
+  // exporter started; found by probing, probe15-dash D5); the mean power
+  // stands for it until then.
   local energyRate = |||
     (
       sum by (%(key)s) (rate(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))
         unless on (%(key)s) (count by (%(key)s) (count_over_time(xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s])) > 1)
+        and on (%(key)s) count by (%(key)s) (xpu_energy_joules_total{%(xpuSelector)s, parent_uuid=""} offset %(energyRateWindow)s)
       or
       sum by (%(key)s) (sum_over_time(xpu_power_watts{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))
         / sum by (%(key)s) (count_over_time(xpu_power_watts{%(xpuSelector)s, parent_uuid=""}[%(energyRateWindow)s]))
