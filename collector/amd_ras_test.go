@@ -173,18 +173,26 @@ func TestAMDRASEventsOracle(t *testing.T) {
 	}
 }
 
+// rasBaseline is an AMD GPU whose umc block counts 1 uncorrected error,
+// read once by a scrape: its baseline. It returns the tree, the GPU's
+// device directory, the collector's clock and the collector.
+func rasBaseline(t *testing.T) (*amdTree, string, *fakeClock, *amdCollector) {
+	t.Helper()
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "ras/umc_err_count": "ue: 1\nce: 0\n"})
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	if _, err := c.readDevices(context.Background(), moveScrape); err != nil {
+		t.Fatal(err)
+	}
+	return tr, filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0"), clk, c
+}
+
 // TestAMDRASEventsWaitForAScrape: increases seen by reads that serve no
 // scrape (a /devices page, an Xid owner look-up) are not lost: the next
 // scrape credits them to its owner.
 func TestAMDRASEventsWaitForAScrape(t *testing.T) {
-	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "ras/umc_err_count": "ue: 1\nce: 0\n"})
-	dev := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0")
-	clk := &fakeClock{t: testNow}
-	c := newAMDCollectorFor(t, tr, clk)
+	tr, dev, _, c := rasBaseline(t)
 	ctx := context.Background()
-	if _, err := c.readDevices(ctx, moveScrape); err != nil {
-		t.Fatal(err)
-	}
 	// 1 → 3 seen by a /devices read, then 3 → 4 by the scrape: 2 + 1 = 3.
 	tr.write(filepath.Join(dev, "ras", "umc_err_count"), "ue: 3\nce: 0\n")
 	if _, err := c.readDevices(ctx, moveNone); err != nil {
@@ -208,14 +216,8 @@ func TestAMDRASEventsWaitForAScrape(t *testing.T) {
 // spanned only the milliseconds between the serve and its push, with the
 // whole count as its increase (review13 R13-7).
 func TestAMDRASCountersStartAtTheirBaseline(t *testing.T) {
-	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "ras/umc_err_count": "ue: 1\nce: 0\n"})
-	dev := filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0")
-	clk := &fakeClock{t: testNow}
-	c := newAMDCollectorFor(t, tr, clk)
+	tr, dev, clk, c := rasBaseline(t)
 	ctx := context.Background()
-	if _, err := c.readDevices(ctx, moveScrape); err != nil {
-		t.Fatal(err)
-	}
 	baseline := clk.t
 	// 30 s later: 1 → 4, three errors since the baseline read.
 	clk.t = clk.t.Add(30 * time.Second)

@@ -78,14 +78,21 @@ func TestEnginesStaticTargets(t *testing.T) {
 	}
 }
 
-func TestEnginesDiscoveredAndJoinedToPodGPUs(t *testing.T) {
+// vllmOnDemoPod serves a vLLM endpoint as the demo node's llm-serve pod's
+// (which holds GPUs 0 and 1), found by its annotations.
+func vllmOnDemoPod(t *testing.T) (*httptest.Server, enginePods) {
+	t.Helper()
 	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
 	setEngineFlags(t, nil)
-	pods := enginePods{{
+	return vllm, enginePods{{
 		Namespace: "inference", Name: "llm-serve-7d9f8b6c5d-x2k4q", IP: host,
 		Annotations: map[string]string{engineAnnotation: "vllm", portAnnotation: port},
 	}}
+}
+
+func TestEnginesDiscoveredAndJoinedToPodGPUs(t *testing.T) {
+	vllm, pods := vllmOnDemoPod(t)
 	e := newAttributedExporterFor(t, demo.Default(), func(c *Config) { c.PodMetadata = pods })
 	out := scrapeText(t, e, 10*time.Second)
 	owner := []string{`engine="vllm"`, `namespace="inference"`, `pod="llm-serve-7d9f8b6c5d-x2k4q"`, `workload="llm-serve"`, `workload_kind="Deployment"`}
@@ -119,13 +126,7 @@ func TestEnginesDiscoveredAndJoinedToPodGPUs(t *testing.T) {
 // serves it (TestEnginesDiscoveredAndJoinedToPodGPUs): served by both, its
 // token rates were doubled in the recording rules (probe15-chart D1).
 func TestEnginesOfAnotherVendorsPodLeftToItsExporter(t *testing.T) {
-	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
-	setEngineFlags(t, nil)
-	pods := enginePods{{
-		Namespace: "inference", Name: "llm-serve-7d9f8b6c5d-x2k4q", IP: host,
-		Annotations: map[string]string{engineAnnotation: "vllm", portAnnotation: port},
-	}}
+	_, pods := vllmOnDemoPod(t)
 	s := demo.Default()
 	cfg, sim := simulatedAttribution(t, s)
 	cfg.VendorExporters = []string{"nvidia", "amd"} // as the chart passes both DaemonSets
