@@ -43,7 +43,8 @@ type costCollector struct {
 	logger   *slog.Logger
 
 	mu sync.Mutex
-	// warned are the unpriced models already logged, each once.
+	// warned are the unpriced models (vendor/model; a device of unknown
+	// model under vendor/) already logged, each once.
 	warned map[string]bool
 }
 
@@ -120,11 +121,12 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 	for _, d := range snap.Devices {
 		// A device is priced by its model, whatever names it (a Gaudi
 		// whose identity cells all print N/A too); one lost before its
-		// model was read cannot be.
-		if d.MIG != nil || d.Model == "" {
+		// model was read cannot be, and is counted unpriced by its vendor
+		// alone.
+		if d.MIG != nil {
 			continue
 		}
-		if p, ok := c.prices[d.Model]; ok {
+		if p, ok := c.prices[d.Model]; ok && d.Model != "" {
 			e.emit(hourlyCost, identityLabels(d).with("currency", c.currency), p)
 		} else {
 			if missing == nil {
@@ -136,12 +138,20 @@ func (c *costCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 	// A device without a price would drop out of every cost sum without a
 	// word: it is counted, and its model logged once.
 	for _, m := range slices.SortedFunc(maps.Keys(missing), func(a, b model) int { return cmp.Or(cmp.Compare(a.vendor, b.vendor), cmp.Compare(a.name, b.name)) }) {
-		e.emit(unpriced, labels{names: []string{"model", "vendor"}, values: []string{m.name, m.vendor}}, float64(missing[m]))
+		l := labels{names: []string{"model", "vendor"}, values: []string{m.name, m.vendor}}
+		if m.name == "" {
+			l = labels{names: []string{"vendor"}, values: []string{m.vendor}}
+		}
+		e.emit(unpriced, l, float64(missing[m]))
 		c.mu.Lock()
-		first := !c.warned[m.name]
-		c.warned[m.name] = true
+		first := !c.warned[m.vendor+"/"+m.name]
+		c.warned[m.vendor+"/"+m.name] = true
 		c.mu.Unlock()
-		if first {
+		switch {
+		case !first:
+		case m.name == "":
+			c.logger.Warn("a device's model is unknown (lost before it was read): it has no xpu_device_hourly_cost and is left out of cost, counted in xpu_cost_unpriced_devices", "vendor", m.vendor)
+		default:
 			c.logger.Warn("no price for this device model in --cost.file: its devices have no xpu_device_hourly_cost and are left out of cost", "model", m.name, "file", *costFile)
 		}
 	}

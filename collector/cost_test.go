@@ -100,6 +100,40 @@ devices:
 	}
 }
 
+// TestCostDeviceOfUnknownModel: a GPU lost before its model was read has
+// no price the table could give it: it is counted unpriced, by its vendor
+// alone, and told once, so that the node's cost is not taken for whole
+// (found by probing: probe16-surfaces D1, a 2-GPU node costing one GPU's
+// price with 0 devices unpriced).
+func TestCostDeviceOfUnknownModel(t *testing.T) {
+	usePrices(t, "currency: USD\nmodels:\n  NVIDIA H100 80GB HBM3: 2.5\n")
+	s, err := demo.Parse([]byte(`node: cost-node
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
+devices:
+  - {}
+  - {faults: {lost: true}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia", "cost")
+	for range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		// One GPU priced, the lost one unpriced: 1 + 1 = the 2 devices.
+		if n := seriesCount(out, "xpu_device_hourly_cost"); n != 1 {
+			t.Errorf("%d cost series, want the GPU that answered's", n)
+		}
+		if !strings.Contains(out, `xpu_cost_unpriced_devices{vendor="nvidia"} 1`+"\n") {
+			t.Errorf("the lost GPU is not counted unpriced:\n%s", grepLines(out, "xpu_cost"))
+		}
+	}
+	if n := strings.Count(logs.String(), "model is unknown"); n != 1 {
+		t.Errorf("%d log lines for the device of unknown model over two scrapes, want 1:\n%s", n, logs.String())
+	}
+}
+
 // TestCostNodesOnlyTable: a table of per-node prices alone (one cluster
 // ConfigMap, a section per node pool) on a node it does not list prices
 // none of its devices, and counts them as unpriced, as with an empty
