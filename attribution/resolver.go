@@ -1552,10 +1552,12 @@ func indexDevices(devices []Device) (byRef func(kubernetes.DeviceRef) (string, b
 		case ref.PCIBusID != "":
 			lacks = func(d Device) bool { return d.PCIBusID == "" }
 		case ref.DeviceName != "":
-			// "nvidia<minor>/gi<id>" names a MIG instance, of a GPU whose
-			// minor may be the unknown one.
-			instance := strings.Contains(ref.DeviceName, "/")
-			lacks = func(d Device) bool { return d.DeviceName == "" && (d.ParentUUID != "") == instance }
+			// "nvidia<minor>/gi<id>" names a MIG GPU instance <id>, of a
+			// GPU whose minor may be the unknown one.
+			_, gi, instance := strings.Cut(ref.DeviceName, "/gi")
+			lacks = func(d Device) bool {
+				return d.DeviceName == "" && (d.ParentUUID != "") == instance && (!instance || strconv.Itoa(d.MIGInstance) == gi)
+			}
 		default:
 			return nil
 		}

@@ -348,7 +348,8 @@ func TestIDMayNameADeviceWithoutThatIdentity(t *testing.T) {
 // instance "nvidia<minor>/gi<id>". Where the parent GPU's minor is
 // unknown, the name matches no device, yet may name that GPU's instance:
 // the instance's owners, and so its GPU's, are unknown, not none (review15
-// R15-2).
+// R15-2); those of its other GPU instances are known: none (review16b
+// R16b-8).
 func TestGKEMIGNameWithUnknownMinor(t *testing.T) {
 	r := New(Config{Kubelet: &fakeKubelet{pods: []kubernetes.PodResources{
 		pod("ml", "trainer", "c", "nvidia.com/gpu", "nvidia0/gi1"),
@@ -356,10 +357,11 @@ func TestGKEMIGNameWithUnknownMinor(t *testing.T) {
 	res := r.Resolve(context.Background(), []Device{
 		{UUID: gpuM, Vendor: "nvidia", Index: 0, MIGIndex: -1, MIGInstance: -1, GRESIndex: -1},
 		{UUID: mig1, Vendor: "nvidia", Index: 0, ParentUUID: gpuM, MIGIndex: 0, MIGInstance: 1, GRESIndex: -1},
+		{UUID: mig2, Vendor: "nvidia", Index: 0, ParentUUID: gpuM, MIGIndex: 1, MIGInstance: 2, GRESIndex: -1},
 	})
-	for _, uuid := range []string{mig1, gpuM} {
-		if d := res.Devices[uuid]; !d.OwnersUnknown || len(d.Claims) != 0 {
-			t.Errorf("%s: claims %+v, owners unknown %v; want none, unknown", uuid, d.Claims, d.OwnersUnknown)
+	for uuid, unknown := range map[string]bool{mig1: true, gpuM: true, mig2: false} {
+		if d := res.Devices[uuid]; d.OwnersUnknown != unknown || len(d.Claims) != 0 {
+			t.Errorf("%s: claims %+v, owners unknown %v; want none, unknown %v", uuid, d.Claims, d.OwnersUnknown, unknown)
 		}
 	}
 }
