@@ -65,23 +65,31 @@ func TestCostNodeOverride(t *testing.T) {
 	}
 }
 
+// pricedExporter serves the scenario's NVIDIA GPUs with the nvidia and
+// cost collectors under the price table, and returns its log.
+func pricedExporter(t *testing.T, prices, scenario string) (*Exporter, *syncbuf.Buffer) {
+	t.Helper()
+	usePrices(t, prices)
+	s, err := demo.Parse([]byte(scenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(logs, nil))}, "nvidia", "cost")
+	return e, logs
+}
+
 // TestCostUnpricedModels: devices whose model the table lacks have no price,
 // and would drop out of every cost sum unseen: they are counted per model,
 // and each model is logged once (found by probing).
 func TestCostUnpricedModels(t *testing.T) {
-	usePrices(t, "currency: USD\nmodels:\n  NVIDIA H100 80GB HBM3: 4\n")
-	s, err := demo.Parse([]byte(`node: cost-node
+	e, logs := pricedExporter(t, "currency: USD\nmodels:\n  NVIDIA H100 80GB HBM3: 4\n", `node: cost-node
 devices:
   - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
   - {model: Tesla T4, memory_total: 16GiB}
   - {model: Tesla T4, memory_total: 16GiB}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs syncbuf.Buffer
-	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia", "cost")
+`)
 	for range 2 {
 		out := scrapeText(t, e, 5*time.Second)
 		// One H100 priced; two T4s not: a count of 2 for their model.
@@ -106,19 +114,12 @@ devices:
 // (found by probing: probe16-surfaces D1, a 2-GPU node costing one GPU's
 // price with 0 devices unpriced).
 func TestCostDeviceOfUnknownModel(t *testing.T) {
-	usePrices(t, "currency: USD\nmodels:\n  NVIDIA H100 80GB HBM3: 2.5\n")
-	s, err := demo.Parse([]byte(`node: cost-node
+	e, logs := pricedExporter(t, "currency: USD\nmodels:\n  NVIDIA H100 80GB HBM3: 2.5\n", `node: cost-node
 defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
 devices:
   - {}
   - {faults: {lost: true}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs syncbuf.Buffer
-	e := newExporterOf(t, Config{NVML: s.NVML(testStart, func() time.Time { return testNow }), Now: func() time.Time { return testNow },
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia", "cost")
+`)
 	for range 2 {
 		out := scrapeText(t, e, 5*time.Second)
 		// One GPU priced, the lost one unpriced: 1 + 1 = the 2 devices.
