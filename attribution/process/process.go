@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -352,22 +353,16 @@ func statusField(status []byte, key string) (string, bool) {
 // parseStatusUID returns the real UID, the first of the four on the Uid
 // line ("Uid:\t<real>\t<effective>\t<saved>\t<fs>").
 func parseStatusUID(status []byte) (int, bool) {
-	for line := range bytes.SplitSeq(status, []byte("\n")) {
-		rest, ok := bytes.CutPrefix(line, []byte("Uid:"))
-		if !ok {
-			continue
-		}
-		fields := bytes.Fields(rest)
-		if len(fields) == 0 {
-			return 0, false
-		}
-		uid, err := strconv.ParseUint(string(fields[0]), 10, 32)
-		if err != nil {
-			return 0, false
-		}
-		return int(uid), true
+	v, ok := statusField(status, "Uid:")
+	fields := strings.Fields(v)
+	if !ok || len(fields) == 0 {
+		return 0, false
 	}
-	return 0, false
+	uid, err := strconv.ParseUint(fields[0], 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	return int(uid), true
 }
 
 // userName names uid from the passwd file, re-reading the file only when
