@@ -493,9 +493,16 @@ func (r Reader) readHwmon(dr devReader) {
 			dr.d.Temperatures = map[string]float64{}
 		}
 		dr.d.Temperatures[label] = float64(v.Value) / 1000
+		// The limits are the thermal range the power firmware gave when the
+		// GPU registered: amdgpu_hwmon_show_temp_thresh and its hotspot and
+		// mem siblings print adev->pm.dpm.thermal.max_temp,
+		// max_hotspot_crit_temp and max_mem_crit_temp, and
+		// amdgpu_hwmon_show_temp_emergency the max_*_emergency_temp beside
+		// them, fields the SMU code fills at hardware init and nothing
+		// writes after; read once like the label.
 		lim := TempLimit{
-			Crit:      optional(dr, prefix+"_crit", parseTempLimit),
-			Emergency: optional(dr, prefix+"_emergency", parseTempLimit),
+			Crit:      optional(dr.fixed(), prefix+"_crit", parseTempLimit),
+			Emergency: optional(dr.fixed(), prefix+"_emergency", parseTempLimit),
 		}
 		if lim.Crit.OK || lim.Emergency.OK {
 			if dr.d.TempLimits == nil {

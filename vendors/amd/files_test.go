@@ -91,9 +91,13 @@ func TestFilesStaticAttributes(t *testing.T) {
 	held.ReadDevice("card1")
 	cf := files.cards["card1"]
 	var product string
+	limits := 0
 	for path := range cf.static {
 		if strings.HasSuffix(path, "/product_name") {
 			product = path
+		}
+		if strings.HasSuffix(path, "_crit") || strings.HasSuffix(path, "_emergency") {
+			limits++
 		}
 		if cf.files[path] != nil {
 			t.Errorf("%s is kept and held", path)
@@ -101,6 +105,15 @@ func TestFilesStaticAttributes(t *testing.T) {
 	}
 	if product == "" {
 		t.Fatal("product_name is not kept")
+	}
+	// card1's hwmon has temp2_crit and temp3_crit, no emergency limits.
+	if limits != 2 {
+		t.Errorf("%d hwmon temperature limits kept, want card1's 2 (temp2_crit, temp3_crit)", limits)
+	}
+	for path := range cf.files {
+		if strings.HasSuffix(path, "_crit") || strings.HasSuffix(path, "_emergency") {
+			t.Errorf("temperature limit %s is held, read at every scrape", path)
+		}
 	}
 	dir := strings.TrimSuffix(product, "/product_name")
 	for _, name := range []string{"unique_id", "serial_number", "vbios_version", "max_link_speed", "max_link_width", "xgmi_device_id", "available_compute_partition"} {
