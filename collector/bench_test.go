@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/demo"
 )
 
@@ -20,11 +23,25 @@ func BenchmarkScrape(b *testing.B) {
 // BenchmarkScrapeGaudi measures one full scrape of the 8-device Gaudi node
 // (fixtures/scenarios/gaudi.yaml), attributed: an hl-smi run (the test
 // binary as the stand-in, started anew each time as hl-smi is), the process
-// scan of the demo's procfs and sysfs, and the owners from its kubelet.
+// scan of the demo's procfs and sysfs, and the owners from its kubelet,
+// which answers from a process of its own as in BenchmarkScrapeShared.
 func BenchmarkScrapeGaudi(b *testing.B) {
-	s := loadScenario(b, "gaudi")
+	y, err := os.ReadFile(filepath.Join("..", "fixtures", "scenarios", "gaudi.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := demo.Parse(y)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Started before gaudiTable sets the environment that makes this test
+	// binary the hl-smi stand-in, which the child would otherwise inherit.
+	k := startChildKubelet(b, string(y))
 	gaudiTable(b, s)
-	benchmarkScrape(b, newAttributedExporterFor(b, s, func(c *Config) { c.HLSMIPath = selfPath(b) }))
+	cfg, sim := simulatedAttribution(b, s)
+	k.attributeFrom(b, &cfg)
+	e := newResolvedExporter(b, s, sim, attribution.New(cfg), func(c *Config) { c.HLSMIPath = selfPath(b) })
+	benchmarkScrapeOf(b, e, benchApart{kubelet: k})
 }
 
 // BenchmarkScrapeAMD measures one full scrape of an 8-GPU MI300X node
