@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Allocation is one accelerator held by one container.
@@ -261,15 +262,17 @@ func identifyClaimDevice(cd ClaimDevice, idx CDIIndex) (DeviceRef, error) {
 	if len(cd.CDIDevices) == 0 {
 		return DeviceRef{}, fmt.Errorf("claim %s/%s device %s/%s/%s: the driver gave no CDI device", cd.ClaimNamespace, cd.ClaimName, cd.Driver, cd.Pool, cd.Device)
 	}
-	var first error
+	// Each CDI device's reason: the one that names nothing (AMD's
+	// environment-only "common" device, listed first) says nothing of the
+	// one that should have named the device.
+	var errs []any
 	for _, name := range cd.CDIDevices {
 		ref, err := idx.Lookup(name)
 		if err == nil {
 			return ref, nil
 		}
-		if first == nil {
-			first = err
-		}
+		errs = append(errs, err)
 	}
-	return DeviceRef{}, fmt.Errorf("claim %s/%s device %s/%s/%s: %w", cd.ClaimNamespace, cd.ClaimName, cd.Driver, cd.Pool, cd.Device, first)
+	format := "claim %s/%s device %s/%s/%s: " + strings.TrimSuffix(strings.Repeat("%w; ", len(errs)), "; ")
+	return DeviceRef{}, fmt.Errorf(format, append([]any{cd.ClaimNamespace, cd.ClaimName, cd.Driver, cd.Pool, cd.Device}, errs...)...)
 }

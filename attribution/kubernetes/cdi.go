@@ -173,9 +173,15 @@ func (s *CDISpecs) Load() (idx CDIIndex, problems []error, err error) {
 		}
 		ref, why := nv.identify(d)
 		if why != "" {
-			var drm bool
-			ref, drm = s.identifyDRM(d)
-			if !drm {
+			drm, ok, drmWhy := s.identifyDRM(d)
+			switch {
+			case ok:
+				ref = drm
+			case drmWhy != "":
+				// A DRM device: what NVIDIA's forms lack does not matter.
+				idx.known[name] = drmWhy
+				continue
+			default:
 				idx.known[name] = why
 				continue
 			}
@@ -187,45 +193,59 @@ func (s *CDISpecs) Load() (idx CDIIndex, problems []error, err error) {
 
 // identifyDRM tells the device a CDI device stands for by its one DRM
 // render node, where it names no NVIDIA GPU: AMD's DRA driver gives each
-// GPU device /dev/kfd, /dev/dri/card<N> and /dev/dri/renderD<M> and no PCI
-// address (ROCm k8s-gpu-dra-driver, cmd/gpu-kubeletplugin/state.go), and
-// sysfs links each render node to its PCI device
-// (/sys/class/drm/renderD<M>/device). A device with no render node, such
-// as the driver's "common" device of /dev/kfd alone, or several, is none.
-func (s *CDISpecs) identifyDRM(d cdiDevice) (DeviceRef, bool) {
-	var render string
+// GPU and each compute partition a device of /dev/kfd, /dev/dri/card<N> and
+// /dev/dri/renderD<M> and no PCI address (ROCm k8s-gpu-dra-driver,
+// cmd/gpu-kubeletplugin/state.go), and sysfs links each render node to its
+// device (/sys/class/drm/renderD<M>/device): the GPU's PCI function for a
+// whole GPU and for a partitioned GPU's first partition, whose DRM device
+// is the GPU's own, and for each further partition the amdgpu_xcp_<n>
+// platform device amdgpu registers for it (amdxcp, amdgpu_xcp_drv.c,
+// amdgpu_xcp_drm_dev_alloc), the name the ROCm device plugin gives it too.
+// ok is false, with why empty, for a device without a render node, such as
+// the driver's "common" device of /dev/kfd alone; why says what is wrong
+// with one that has render nodes but is none.
+func (s *CDISpecs) identifyDRM(d cdiDevice) (ref DeviceRef, ok bool, why string) {
+	var renders []string
 	for _, n := range d.ContainerEdits.DeviceNodes {
 		p := n.Path
 		if n.HostPath != "" {
 			p = n.HostPath
 		}
-		if m, ok := strings.CutPrefix(p, "/dev/dri/renderD"); ok && isDigits(m) {
-			if render != "" && render != m {
-				return DeviceRef{}, false
-			}
-			render = m
+		if m, ok := strings.CutPrefix(p, "/dev/dri/renderD"); ok && isDigits(m) && !slices.Contains(renders, m) {
+			renders = append(renders, m)
 		}
 	}
-	if render == "" {
-		return DeviceRef{}, false
+	switch len(renders) {
+	case 0:
+		return DeviceRef{}, false, ""
+	case 1:
+	default:
+		return DeviceRef{}, false, fmt.Sprintf("has %d DRM render nodes (renderD%s); want exactly one", len(renders), strings.Join(renders, ", renderD"))
 	}
 	root := s.SysRoot
 	if root == "" {
 		root = "/sys"
 	}
+	identify := func(name string) bool { return parsePCI(&ref, name) || parseAMDPartition(&ref, name) }
 	// The node's device link, or the node's own directory, which sysfs
-	// keeps under its PCI device's drm/ (…/0000:0c:00.0/drm/renderD128).
-	node := filepath.Join(root, "class", "drm", "renderD"+render)
-	var ref DeviceRef
+	// keeps under its device's drm/ (…/0000:0c:00.0/drm/renderD128,
+	// …/platform/amdgpu_xcp_1/drm/renderD130).
+	node := filepath.Join(root, "class", "drm", "renderD"+renders[0])
 	dev, err := filepath.EvalSymlinks(filepath.Join(node, "device"))
-	if err != nil || !parsePCI(&ref, filepath.Base(dev)) {
+	if err != nil || !identify(filepath.Base(dev)) {
 		dir, err := filepath.EvalSymlinks(node)
-		if err != nil || !parsePCI(&ref, filepath.Base(filepath.Dir(filepath.Dir(dir)))) {
-			return DeviceRef{}, false
+		if err != nil {
+			return DeviceRef{}, false, fmt.Sprintf("render node renderD%s: %v", renders[0], err)
+		}
+		if !identify(filepath.Base(filepath.Dir(filepath.Dir(dir)))) {
+			return DeviceRef{}, false, fmt.Sprintf("render node renderD%s (%s) is of neither a PCI device nor an amdgpu_xcp partition", renders[0], dir)
 		}
 	}
 	ref.ID = ref.PCIBusID
-	return ref, true
+	if ref.ID == "" {
+		ref.ID = ref.Partition
+	}
+	return ref, true, ""
 }
 
 func (s *CDISpecs) procRoot() string {
@@ -460,6 +480,10 @@ func (nv nvidiaProc) identify(d cdiDevice) (DeviceRef, string) {
 		}
 	}
 	if len(gpuMinors) != 1 {
+		if len(gpuMinors) == 0 {
+			// Load asks for a DRM render node after this.
+			return DeviceRef{}, "names no device: no GPU UUID, no /dev/nvidia<minor> and no /dev/dri/renderD<M> device node"
+		}
 		return DeviceRef{}, fmt.Sprintf("has %d /dev/nvidia<minor> device nodes and no GPU UUID; want exactly one", len(gpuMinors))
 	}
 	var minor int

@@ -221,9 +221,17 @@ func TestCDIAMDDeviceByRenderNode(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(sys, "class", "drm"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A compute partition after the first: its DRM device is the
+	// amdgpu_xcp_<n> platform device amdgpu registers for it.
+	xcp := filepath.Join(sys, "devices", "platform", "amdgpu_xcp_1", "drm", "renderD130")
+	if err := os.MkdirAll(xcp, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for link, target := range map[string]string{
 		filepath.Join(node, "device"):                    "../../../0000:0c:00.0",
 		filepath.Join(sys, "class", "drm", "renderD128"): "../../devices/pci0000:00/0000:00:01.1/0000:0c:00.0/drm/renderD128",
+		filepath.Join(xcp, "device"):                     "../../../amdgpu_xcp_1",
+		filepath.Join(sys, "class", "drm", "renderD130"): "../../devices/platform/amdgpu_xcp_1/drm/renderD130",
 	} {
 		if err := os.Symlink(target, link); err != nil {
 			t.Fatal(err)
@@ -241,6 +249,9 @@ devices:
   - name: 5b1f2c3d-0000-4000-8000-000000000001-gpu-2-129
     containerEdits:
       deviceNodes: [{path: /dev/dri/renderD129}]
+  - name: 5b1f2c3d-0000-4000-8000-000000000002-gpu-3-130
+    containerEdits:
+      deviceNodes: [{path: /dev/kfd}, {path: /dev/dri/card3}, {path: /dev/dri/renderD130}]
 `
 	if err := os.WriteFile(filepath.Join(dir, "amd.yaml"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
@@ -253,10 +264,28 @@ devices:
 	if err != nil || ref.PCIBusID != "0000:0c:00.0" || ref.ID != "0000:0c:00.0" {
 		t.Errorf("GPU device: %+v, %v; want PCI 0000:0c:00.0", ref, err)
 	}
-	for _, name := range []string{"k8s.gpu.amd.com/gpu=common", "k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-2-129"} {
-		if ref, err := idx.Lookup(name); err == nil {
-			t.Errorf("%s is told as %+v; it names no GPU here", name, ref)
+	// probe17-amdpart D2: a partition's render node is under no PCI
+	// device; the claim of partition 2 was never resolved.
+	ref, err = idx.Lookup("k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000002-gpu-3-130")
+	if err != nil || ref.Partition != "amdgpu_xcp_1" || ref.ID != "amdgpu_xcp_1" || ref.PCIBusID != "" {
+		t.Errorf("partition device: %+v, %v; want partition amdgpu_xcp_1", ref, err)
+	}
+	// Each says why it names none, in its own terms: the common device
+	// has no node of a GPU, renderD129 is not in sysfs.
+	for name, why := range map[string]string{
+		"k8s.gpu.amd.com/gpu=common":                                         "no /dev/dri/renderD<M> device node",
+		"k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-2-129": "render node renderD129",
+	} {
+		if ref, err := idx.Lookup(name); err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("%s is told as %+v, %v; it names no GPU here, and the error should say %q", name, ref, err, why)
 		}
+	}
+	// A claim device's error gives every CDI device's reason, not only
+	// that of the common device the driver lists first.
+	_, err = identifyClaimDevice(ClaimDevice{ClaimNamespace: "ml", ClaimName: "c", Driver: "gpu.amd.com", Pool: "n1", Device: "gpu-2-129",
+		CDIDevices: []string{"k8s.gpu.amd.com/gpu=common", "k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-2-129"}}, idx)
+	if err == nil || !strings.Contains(err.Error(), `"k8s.gpu.amd.com/gpu=common"`) || !strings.Contains(err.Error(), "renderD129") {
+		t.Errorf("claim device error %v: want both CDI devices' reasons", err)
 	}
 	// Without the device link (as the demo's tree has it), the node's own
 	// place under its PCI device tells the same.

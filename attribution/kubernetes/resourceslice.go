@@ -55,7 +55,7 @@ func sliceKey(driver, pool, device string) string { return driver + "/" + pool +
 // own domain, written bare or "<driver>/uuid"; NVIDIA's driver sets it on
 // GPUs and MIG devices, k8s-dra-driver-gpu cmd/gpu-kubelet-plugin
 // deviceinfo.go), else the standard PCI address, or AMD's driver's
-// "pciAddr". Only the pool generation
+// "pciAddr", where it is one device's alone. Only the pool generation
 // that is highest counts: resource.k8s.io/v1 ResourcePool.Generation says
 // "Consumers of ResourceSlices should only consider resources from the pool
 // with the highest generation number".
@@ -71,18 +71,45 @@ func NewResourceSliceIndex(slices []*resourcev1.ResourceSlice, node string) Reso
 		}
 	}
 	idx := ResourceSliceIndex{}
+	// A PCI address that several of a driver's devices publish is their
+	// GPU's, and names none of them: AMD's driver gives every partition of
+	// a GPU, and in its auto-partition mode every partition layout it
+	// offers, the GPU's address (k8s-gpu-dra-driver docs/driver-attributes.md:
+	// a partition's resource.kubernetes.io/pciBusID is the "PCI bus address
+	// of the parent GPU. Identical for all partitions from the same physical
+	// device"). Taken for a device, it would be partition 0.
+	byAddress := map[string][]string{}
 	for _, s := range slices {
 		if s.Spec.NodeName == nil || *s.Spec.NodeName != node || newest[s.Spec.Driver+"/"+s.Spec.Pool.Name] != s.Spec.Pool.Generation {
 			continue
 		}
 		for _, d := range s.Spec.Devices {
-			if ref, ok := sliceDeviceRef(s.Spec.Driver, d); ok {
-				idx[sliceKey(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = ref
+			ref, ok := sliceDeviceRef(s.Spec.Driver, d)
+			if !ok {
+				continue
+			}
+			key := sliceKey(s.Spec.Driver, s.Spec.Pool.Name, d.Name)
+			idx[key] = ref
+			if ref.PCIBusID != "" {
+				a := s.Spec.Driver + "/" + ref.PCIBusID
+				byAddress[a] = append(byAddress[a], key)
+			}
+		}
+	}
+	for _, keys := range byAddress {
+		if len(keys) > 1 {
+			for _, k := range keys {
+				delete(idx, k)
 			}
 		}
 	}
 	return idx
 }
+
+// amdPartitionType is the "type" attribute AMD's DRA driver gives a GPU
+// partition (k8s-gpu-dra-driver docs/driver-attributes.md, "Device types":
+// "Partition: type = amdgpu-partition"), whose PCI address is its GPU's.
+const amdPartitionType = "amdgpu-partition"
 
 func sliceDeviceRef(driver string, d resourcev1.Device) (DeviceRef, bool) {
 	str := func(name string) string {
@@ -98,10 +125,16 @@ func sliceDeviceRef(driver string, d resourcev1.Device) (DeviceRef, bool) {
 			return ref, true
 		}
 	}
-	// AMD's DRA driver publishes a whole GPU's address as "pciAddr" (and a
-	// partition only its parent's, "parentPciAddr", which names no one
-	// partition): ROCm/k8s-gpu-dra-driver, cmd/gpu-kubeletplugin/deviceinfo.go,
-	// AmdGpuInfo.GetDevice.
+	// AMD's DRA driver publishes a whole GPU's address as the standard
+	// attribute, as "pciAddr" in earlier releases and its auto-partition
+	// devices; a partition's address, in either, is its GPU's (or, earlier,
+	// only "parentPciAddr"), which names no one partition:
+	// ROCm/k8s-gpu-dra-driver, cmd/gpu-kubeletplugin/deviceinfo.go.
+	for _, name := range []string{"type", driver + "/type"} {
+		if str(name) == amdPartitionType {
+			return DeviceRef{}, false
+		}
+	}
 	for _, name := range []string{pciBusIDAttribute, "pciAddr"} {
 		if parsePCI(&ref, str(name)) {
 			ref.ID = ref.PCIBusID

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -155,6 +156,54 @@ func TestResourceSliceIndexAMD(t *testing.T) {
 	got := NewResourceSliceIndex([]*resourcev1.ResourceSlice{slice}, node)
 	want := ResourceSliceIndex{"gpu.amd.com/mi300x-node/gpu-1-128": {ID: "0000:0c:00.0", PCIBusID: "0000:0c:00.0"}}
 	if len(got) != len(want) || got["gpu.amd.com/mi300x-node/gpu-1-128"] != want["gpu.amd.com/mi300x-node/gpu-1-128"] {
+		t.Errorf("index %+v, want %+v", got, want)
+	}
+}
+
+// TestResourceSliceIndexAMDPartitions: AMD's DRA driver gives every
+// partition of a GPU, type amdgpu-partition, the GPU's own
+// resource.kubernetes.io/pciBusID, and in its auto-partition mode every
+// layout it offers of a GPU (gpu-<i>-<compute>-<memory>) the GPU's address
+// too (k8s-gpu-dra-driver docs/driver-attributes.md). Such an address names
+// the GPU, which on a partitioned GPU is partition 0: taken for the claimed
+// partition it gave partition 2's claim to partition 0 (probe17-amdpart
+// D1). Only a device alone at its address is told by it.
+func TestResourceSliceIndexAMDPartitions(t *testing.T) {
+	node := "mi300x-node"
+	str := func(v string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{StringValue: &v} }
+	dev := func(name, typ, addr string) resourcev1.Device {
+		return resourcev1.Device{Name: name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+			"type": str(typ), "productName": str("AMD Instinct MI300X OAM"), pciBusIDAttribute: str(addr)}}
+	}
+	slice := &resourcev1.ResourceSlice{Spec: resourcev1.ResourceSliceSpec{
+		Driver: "gpu.amd.com", NodeName: &node, Pool: resourcev1.ResourcePool{Name: node, Generation: 1},
+		Devices: []resourcev1.Device{
+			// GPU 0 in QPX: four partitions at its address.
+			dev("gpu-1-128", "amdgpu-partition", "0000:05:00.0"),
+			dev("gpu-2-129", "amdgpu-partition", "0000:05:00.0"),
+			dev("gpu-3-130", "amdgpu-partition", "0000:05:00.0"),
+			dev("gpu-4-131", "amdgpu-partition", "0000:05:00.0"),
+			// GPU 1 whole.
+			dev("gpu-9-136", "amdgpu", "0000:15:00.0"),
+			// GPU 2 in DPX with one partition listed: its type says so.
+			dev("gpu-17-144", "amdgpu-partition", "0000:25:00.0"),
+			// GPU 3 in auto-partition mode: the whole-GPU layout (type
+			// amdgpu; one layout of a GPU is allocated at a time, so a
+			// claim of it has the GPU whole) beside a partitioned one.
+			dev("gpu-3-spx-nps1", "amdgpu", "0000:35:00.0"),
+			dev("gpu-3-cpx-nps4", "amdgpu-partition", "0000:35:00.0"),
+			// GPU 4: two devices without a type at one address (a
+			// release or driver that does not say): neither is told.
+			dev("gpu-33-160", "", "0000:45:00.0"),
+			dev("gpu-34-161", "", "0000:45:00.0"),
+		},
+	}}
+	got := NewResourceSliceIndex([]*resourcev1.ResourceSlice{slice}, node)
+	want := ResourceSliceIndex{
+		"gpu.amd.com/mi300x-node/gpu-9-136":      {ID: "0000:15:00.0", PCIBusID: "0000:15:00.0"},
+		"gpu.amd.com/mi300x-node/gpu-3-spx-nps1": {ID: "0000:35:00.0", PCIBusID: "0000:35:00.0"},
+	}
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("index %+v, want %+v", got, want)
 	}
 }
