@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,6 +86,74 @@ func TestFleetUtilizationCountsPhysicalGPUs(t *testing.T) {
 		expect("Idle", 0, "{}", 0.25) +
 		expect("Clusters", 1, `{cluster="c1"}`, 0.34375) +
 		expect("Utilization by cluster", 0, `{cluster="c1"}`, 0.34375)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("groups: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tests.yaml"), []byte("rule_files: [rules.yaml]\nevaluation_interval: 1m\n"+tests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "tests.yaml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// "Devices down" on the fleet and health dashboards counts physical
+// devices, as "Devices" does: a lost GPU's MIG instances and partitions are
+// served down with it (README), and counted as devices one lost CPX MI300X
+// read 9 down on a node of 2 (probe17-amdpart D3). promtool evaluates the
+// panels' queries, variables at All, on a node of four GPUs:
+//
+//	GPU-W  H100, whole, up
+//	GPU-L  H100, whole, lost
+//	GPU-M  H100 in MIG mode, lost with its 3 instances
+//	GPU-C  MI300X in CPX mode, lost with its 8 partitions
+//
+// Down: GPU-L, GPU-M and GPU-C = 3 (counting every series: 1 + 4 + 9 = 14).
+// "Unhealthy devices" of the health dashboard counts them so too, a GPU by
+// the lowest score of it and its instances: the health rule scores each
+// series its up value with no penalty here, so the same 3 below 0.5, where
+// the 14 series scored 0 were counted.
+func TestDevicesDownCountsPhysicalDevices(t *testing.T) {
+	promtool := testenv.LookPath(t, "promtool", "make test-deps installs Debian's prometheus package")
+	m := evaluate(t, "{}")
+	variables := regexp.MustCompile(`"\$[a-z_]+"`)
+	var series strings.Builder
+	up := func(gpu, uuid, vendor, extra string, value int) {
+		fmt.Fprintf(&series, "      - series: 'xpu_device_up{cluster=\"c1\", job=\"xpu-exporter\", instance=\"n1\", node=\"n1\", gpu=%q, uuid=%q, vendor=%q%s}'\n        values: '%dx20'\n",
+			gpu, uuid, vendor, extra, value)
+	}
+	up("0", "GPU-W", "nvidia", "", 1)
+	up("1", "GPU-L", "nvidia", "", 0)
+	up("2", "GPU-M", "nvidia", "", 0)
+	for i := range 3 {
+		up("2", fmt.Sprintf("MIG-M%d", i), "nvidia", fmt.Sprintf(`, parent_uuid="GPU-M", mig_profile="2g.20gb", mig_instance="%d"`, i), 0)
+	}
+	up("3", "GPU-C", "amd", "", 0)
+	for i := range 8 {
+		up("3", fmt.Sprintf("GPU-C-xcp%d", i), "amd", fmt.Sprintf(`, parent_uuid="GPU-C", mig_profile="cpx", mig_instance="%d"`, i), 0)
+	}
+	// The health score the rule records: each series' up value.
+	series.WriteString(strings.ReplaceAll(series.String(), "xpu_device_up{", "device:xpu_health_score:clamp_min{"))
+	tests := "tests:\n  - interval: 1m\n    input_series:\n" + series.String() + "    promql_expr_test:\n"
+	for _, p := range []struct{ file, title string }{
+		{"xpu-fleet-overview.json", "Devices down"},
+		{"xpu-health.json", "Devices down"},
+		{"xpu-health.json", "Unhealthy devices"},
+	} {
+		d, ok := m.Dashboards[p.file]
+		if !ok {
+			t.Fatalf("no %s", p.file)
+		}
+		i := slices.IndexFunc(d.Panels, func(x panel) bool { return x.Title == p.title && len(x.Targets) > 0 })
+		if i < 0 {
+			t.Fatalf("%s: no panel %s", p.file, p.title)
+		}
+		expr := variables.ReplaceAllString(d.Panels[i].Targets[0].Expr, `".*"`)
+		tests += fmt.Sprintf("      - expr: %q\n        eval_time: 10m\n        exp_samples: [{labels: '{}', value: 3}]\n", expr)
+	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("groups: []\n"), 0o644); err != nil {
 		t.Fatal(err)
