@@ -147,7 +147,9 @@ type Ownership struct {
 	// those is not whole (Device.PIDsPartial, or a PID procfs hides).
 	OwnersUnknown bool
 	// Allocated says Claims come from an allocation (the kubelet's, Slurm's
-	// GRES), which names every owner, not from the processes seen.
+	// GRES), which names every owner, not from the processes seen; not
+	// where a Slurm task whose job could not be told uses the device, which
+	// may be another job's.
 	Allocated bool
 }
 

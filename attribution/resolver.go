@@ -571,6 +571,14 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 			continue
 		}
 		owner, known := r.processOwner(p, sl, pods)
+		if !known && p.info.Cgroup.SlurmSLUID != "" {
+			// A Slurm task of a job that could not be told may be another
+			// job's than the GRES holders' (a GPU Slurm does not fence
+			// with ConstrainDevices): the allocation does not name every
+			// owner of the device's processes, and the holder is not
+			// handed its usage.
+			own.Allocated = false
+		}
 		if !known && !kubeDown && r.cfg.Kubelet != nil && r.podOfNoClaim(p.info.Cgroup.PodUID, own.Claims) {
 			// A pod the kubelet no longer lists (it ended, or was
 			// force-deleted while its process still runs), on a device
@@ -1723,12 +1731,58 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 		}
 		sp := old
 		job := cg.SlurmJobID
+		// askSlurmd asks slurmd which job's step the process is in (one
+		// listpids a scrape for all processes), whose answer the job
+		// cannot forge and which stands for the process's life; a "none"
+		// is asked again after slurmdRecheck.
+		askSlurmd := func() string {
+			switch {
+			case sp.slurmdJob:
+				return sp.job
+			case !sp.askedSlurmd.IsZero() && now.Sub(sp.askedSlurmd) < slurmdRecheck:
+				return ""
+			}
+			if listed == nil {
+				listed = map[int]string{}
+				steps, err := c.ListPIDs(ctx)
+				switch {
+				case errors.Is(err, slurm.ErrUnreachableSteps):
+					// The steps it reached are known; the processes of
+					// those it did not are asked about again at the next
+					// scrape.
+					r.logOnceMsg(err, "scontrol listpids could not reach every job step; the processes of the others are attributed")
+					listFailed = true
+				case err != nil:
+					errs = append(errs, err)
+					listFailed = true
+				}
+				for _, s := range steps {
+					listed[s.PID] = s.JobID
+				}
+			}
+			id := listed[int(pid)]
+			if id != "" {
+				sp.slurmdJob = true
+			} else if !listFailed {
+				sp.askedSlurmd = now
+			}
+			return id
+		}
 		if job == "" && cg.SlurmSLUID != "" {
 			id, err := c.ResolveSLUID(ctx, cg.SlurmSLUID)
 			if err != nil && !errors.Is(err, slurm.ErrJobNotFound) {
 				errs = append(errs, err)
 			}
 			job = id
+			if job == "" {
+				// scontrol before 25.11 takes no SLUID ("Invalid job id
+				// specified" for any ID not a number: scontrol_print_job),
+				// nor shows a job past MinJobAge or hidden from the
+				// exporter; slurmd knows its steps' processes all the
+				// same (found by probe17-slurm: never asked, the
+				// process's usage went to the GPU's GRES holder).
+				job = askSlurmd()
+			}
 		}
 		environ := false
 		if job == "" && cg.SlurmdCgroup() {
@@ -1737,41 +1791,18 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			// the job cannot forge, then the environment. Elsewhere (a
 			// login session, a service) a process outside every job
 			// cgroup is in no job, whatever its environment says.
-			switch {
-			case sp.slurmdJob:
-				job = sp.job
-			case !sp.askedSlurmd.IsZero() && now.Sub(sp.askedSlurmd) < slurmdRecheck:
-			default:
-				if listed == nil {
-					listed = map[int]string{}
-					steps, err := c.ListPIDs(ctx)
-					switch {
-					case errors.Is(err, slurm.ErrUnreachableSteps):
-						// The steps it reached are known; the processes
-						// of those it did not are asked about again at
-						// the next scrape.
-						r.logOnceMsg(err, "scontrol listpids could not reach every job step; the processes of the others are attributed")
-						listFailed = true
-					case err != nil:
-						errs = append(errs, err)
-						listFailed = true
-					}
-					for _, s := range steps {
-						listed[s.PID] = s.JobID
-					}
-				}
-				if job = listed[int(pid)]; job != "" {
-					sp.slurmdJob = true
-				} else if !listFailed {
-					sp.askedSlurmd = now
-				}
-			}
-			// A container's cgroup, where anyone who may start one can
-			// set SLURM_JOB_ID and name a process slurmstepd: its
-			// environment is believed only where slurmd could not be
-			// asked (Slurm running in that container), and of a process
-			// that descends from a slurmstepd, as linuxproc tells its
-			// tasks. Asked once: a process keeps its ancestors.
+			job = askSlurmd()
+			// The environment is believed only where slurmd could not be
+			// asked: where it answered, a process it does not list is no
+			// task of any job's, since proctrack lists every process of a
+			// step (linuxproc its slurmstepd's descendants), whatever
+			// SLURM_JOB_ID a login shell exported (found by probe17-slurm
+			// on a node without systemd, where both are in the root
+			// cgroup). In a container's cgroup, where anyone who may
+			// start one can set SLURM_JOB_ID and name a process
+			// slurmstepd, it is believed only of a process that descends
+			// from a slurmstepd, as linuxproc tells its tasks. Asked
+			// once: a process keeps its ancestors.
 			container := r.outsideSystemd(cg)
 			slurmdSaidNo := !sp.askedSlurmd.IsZero() && now.Sub(sp.askedSlurmd) < slurmdRecheck
 			if job == "" && r.cfg.Procfs != nil && container && !slurmdSaidNo && !sp.stepdChecked {
@@ -1782,7 +1813,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 					sp.stepdChecked, sp.underStepd = true, under
 				}
 			}
-			if job == "" && r.cfg.Procfs != nil && (!container || (sp.underStepd && !slurmdSaidNo)) {
+			if job == "" && r.cfg.Procfs != nil && !slurmdSaidNo && (!container || sp.underStepd) {
 				var err error
 				job, err = r.cfg.Procfs.SlurmJobFromEnviron(int(pid))
 				if err != nil && !errors.Is(err, fs.ErrNotExist) {

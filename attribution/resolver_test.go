@@ -1178,36 +1178,59 @@ esac`)
 // says so, is no task of job 123: on the GPU job 123 holds it is
 // unattributed, on a GPU no job holds it owns its usage as its user (found
 // by probing: its usage was added to job 123's, and GPU 1 labelled as the
-// job's).
+// job's). In slurmd's cgroup the environment is believed only where slurmd
+// could not be asked: a process slurmd answers it does not list is no
+// task, whatever SLURM_JOB_ID it carries (probe17-slurm D2: on a node
+// without systemd, a login shell's process in the root cgroup billed its
+// GPU to any job it named).
 func TestSlurmJobOnlyFromSlurmdCgroup(t *testing.T) {
-	scontrol, squeue := slurmJobs123And124(t, "4002     123      0        0       0\\n")
-	fs := procfs(t, map[uint32]string{
-		4001: "/system.slice/slurmstepd.scope/job_123/step_0/user/task_0",
-		4002: "/user.slice/user-1000.slice/session-3.scope",
-		4003: "/user.slice/user-1000.slice/session-3.scope",
-		4004: "/system.slice/slurmd.service",
-	})
-	for _, pid := range []uint32{4002, 4003} {
-		writeEnviron(t, fs, pid, "SLURM_JOB_ID=123\x00PATH=/usr/bin\x00")
-	}
-	writeEnviron(t, fs, 4004, "SLURM_JOB_ID=124\x00")
-	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
-	res := r.Resolve(context.Background(), []Device{
-		{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{4001, 4002}},
-		{UUID: gpuB, Index: 1, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{4003}},
-		{UUID: gpuM, Index: 2, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{4004}},
-	})
-	session := Owner{Kind: Process, Unit: "user-1000.slice", User: "alice", Command: "python3"}
-	a := res.Devices[gpuA]
-	if len(a.Claims) != 1 || a.Claims[0].Owner.SlurmJobID != "123" || a.Process[4001] != 0 || a.Process[4002] != Unattributed || a.Strays[4002].Key() != session.Key() {
-		t.Errorf("GPU 0: claims %+v, processes %v, strays %+v; want job 123 with task 4001, the session's 4002 unattributed", a.Claims, a.Process, a.Strays)
-	}
-	if b := res.Devices[gpuB]; len(b.Claims) != 1 || b.Claims[0].Owner.Key() != session.Key() || b.Claims[0].Share != 1 {
-		t.Errorf("GPU 1: claims %+v, want the session's user alone", b.Claims)
-	}
-	// In slurmd's cgroup, unlisted by slurmd, the environment names the job.
-	if m := res.Devices[gpuM]; len(m.Claims) != 1 || m.Claims[m.Process[4004]].Owner.SlurmJobID != "124" {
-		t.Errorf("GPU 2: claims %+v, processes %v; want job 124 by its task's environment", m.Claims, m.Process)
+	for _, tc := range []struct {
+		name, listpids string
+		job4004        string // the job of 4004, in slurmd's cgroup
+	}{
+		{"slurmd answers", `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n4002     123      0        0       0\n'; exit 0`, ""},
+		{"slurmd cannot be asked", `echo "scontrol: error: Unable to connect to slurmd" >&2; exit 1`, "124"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scontrol, squeue := slurmJobs123And124Listing(t, tc.listpids)
+			fs := procfs(t, map[uint32]string{
+				4001: "/system.slice/slurmstepd.scope/job_123/step_0/user/task_0",
+				4002: "/user.slice/user-1000.slice/session-3.scope",
+				4003: "/user.slice/user-1000.slice/session-3.scope",
+				4004: "/system.slice/slurmd.service",
+			})
+			for _, pid := range []uint32{4002, 4003} {
+				writeEnviron(t, fs, pid, "SLURM_JOB_ID=123\x00PATH=/usr/bin\x00")
+			}
+			writeEnviron(t, fs, 4004, "SLURM_JOB_ID=124\x00")
+			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
+			res := r.Resolve(context.Background(), []Device{
+				{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{4001, 4002}},
+				{UUID: gpuB, Index: 1, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{4003}},
+				{UUID: gpuM, Index: 2, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{4004}},
+			})
+			session := Owner{Kind: Process, Unit: "user-1000.slice", User: "alice", Command: "python3"}
+			a := res.Devices[gpuA]
+			if len(a.Claims) != 1 || a.Claims[0].Owner.SlurmJobID != "123" || a.Process[4001] != 0 || a.Process[4002] != Unattributed || a.Strays[4002].Key() != session.Key() {
+				t.Errorf("GPU 0: claims %+v, processes %v, strays %+v; want job 123 with task 4001, the session's 4002 unattributed", a.Claims, a.Process, a.Strays)
+			}
+			if b := res.Devices[gpuB]; len(b.Claims) != 1 || b.Claims[0].Owner.Key() != session.Key() || b.Claims[0].Share != 1 {
+				t.Errorf("GPU 1: claims %+v, want the session's user alone", b.Claims)
+			}
+			// GPU 2 is job 124's by its GRES (IDX 1) whatever 4004 is: 4004 is
+			// the job's task by its environment where slurmd cannot be
+			// asked, else unattributed on the job's GPU.
+			m := res.Devices[gpuM]
+			i, ok := m.Process[4004]
+			switch {
+			case len(m.Claims) != 1 || m.Claims[0].Owner.SlurmJobID != "124":
+				t.Errorf("GPU 2: claims %+v; want job 124 by its GRES", m.Claims)
+			case tc.job4004 == "124" && (!ok || i != 0):
+				t.Errorf("GPU 2: processes %v; want 4004 job 124's by its environment", m.Process)
+			case tc.job4004 == "" && (!ok || i != Unattributed):
+				t.Errorf("GPU 2: processes %v; want 4004, which slurmd does not list, unattributed", m.Process)
+			}
+		})
 	}
 }
 
@@ -1241,9 +1264,15 @@ func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 		// environment of slurmstepd's descendant names its job.
 		{"systemd", `echo "Unable to connect to slurmd" >&2; exit 1`,
 			map[string]string{gpuM: "", gpuC + "3": "124", gpuC + "5": ""}},
-		// No systemd: the v2 container's process's environment counts.
+		// No systemd: the container's cgroup is where slurmd's tasks may
+		// be, but slurmd answers, and a process it does not list is no
+		// task (probe17-slurm D2).
 		{"init", `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n4005     123      0        0       0\n'; exit 0`,
-			map[string]string{gpuM: "124", gpuC + "3": "", gpuC + "5": "123"}},
+			map[string]string{gpuM: "", gpuC + "3": "", gpuC + "5": "123"}},
+		// No systemd, slurmd not reached: the environment counts, of a
+		// process whether it descends from slurmstepd or not.
+		{"init", `echo "Unable to connect to slurmd" >&2; exit 1`,
+			map[string]string{gpuM: "124", gpuC + "3": "124", gpuC + "5": ""}},
 	} {
 		t.Run(tc.init, func(t *testing.T) {
 			scontrol, squeue := slurmJobs123And124Listing(t, tc.listpids)
@@ -1288,7 +1317,7 @@ func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 }
 
 // TestSlurmEnvironUnreadableOwnersUnknown: a process in slurmd's cgroup
-// that slurmd does not list is tied to its job only by its environment,
+// that slurmd cannot answer for is tied to its job only by its environment,
 // which the kernel shows its owner alone (fs/proc/base.c: REG("environ",
 // S_IRUSR, ...), and mm_access's PTRACE_MODE_READ_FSCREDS): an exporter
 // without CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE cannot read another
@@ -1301,7 +1330,10 @@ func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 // source up and nothing logged). A directory stands for the unreadable
 // file: the tests run as root, which reads any file.
 func TestSlurmEnvironUnreadableOwnersUnknown(t *testing.T) {
-	scontrol, squeue := slurmJobs123And124(t, "")
+	// slurmd lists another step's process and cannot reach the step of
+	// these: it has not said they are no tasks, so their environment
+	// counts.
+	scontrol, squeue := slurmJobs123And124Listing(t, `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n4999     124      0        0       0\n'; echo "Unable to connect to slurmstepd" >&2; exit 1`)
 	fs := procfs(t, map[uint32]string{
 		4001: "/system.slice/slurmd.service",
 		4002: "/system.slice/slurmd.service",
@@ -1407,15 +1439,16 @@ esac`)
 // one process's job (it outlived the job past MinJobAge) is Slurm's answer,
 // not its failure: the source stays up and every device keeps its count of
 // owners. The process keeps the job its cgroup names, labelled with its ID
-// alone; a job named only by a process's environment is no owner (found by
-// probing: D3, source_up 0 and xpu_device_owners gone node-wide).
+// alone; a job named only by a process's environment (read where slurmd
+// could not answer for the process: a step it did not reach) is no owner
+// (found by probing: D3, source_up 0 and xpu_device_owners gone node-wide).
 func TestSlurmUnknownJobIsAnAnswer(t *testing.T) {
 	dir := t.TempDir()
 	calls := filepath.Join(dir, "calls")
 	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
 echo "$*" >> `+calls+`
 case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
-listpids) echo 'No job steps exist on this node.' >&2; exit 1 ;; esac
+listpids) printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n4999     123      0        0       0\n'; echo 'Unable to connect to slurmstepd' >&2; exit 1 ;; esac
 case "$last" in
 123) printf 'JobId=123 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
 *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
@@ -1473,6 +1506,60 @@ esac`)
 		if n := strings.Count("\n"+string(b), "\n--details show job "+id+"\n"); n != 1 {
 			t.Errorf("scontrol asked about job %s %d times in two scrapes, want 1:\n%s", id, n, b)
 		}
+	}
+}
+
+// TestSlurmUnresolvedSLUIDAskedOfSlurmd: a process in a job cgroup named by
+// a SLUID (Slurm 26.05) that scontrol does not know (scontrol before 25.11
+// takes no SLUID; a job past MinJobAge; one hidden from the exporter) is
+// some job's task: slurmd's listpids tells which. Where it does not, the
+// process's job is unknown, and the job the GPU's GRES give is not handed
+// its usage, which may be another job's (probe17-slurm D3: job 501 was
+// billed 0.3 of its GPU that job 502's task used, and listpids was never
+// run). GPU 0 is job 501's by GRES (IDX 0), and runs task 6001 of the
+// SLUID cgroup.
+func TestSlurmUnresolvedSLUIDAskedOfSlurmd(t *testing.T) {
+	const sluid = "s5K1KKYAYG5D00"
+	for _, tc := range []struct {
+		name, listpids string
+		job            string // 6001's job, "" for unknown
+	}{
+		{"slurmd lists it", `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n6001     502      0        0       0\n'; exit 0`, "502"},
+		{"slurmd does not", `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n6999     502      0        0       0\n'; exit 0`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+listpids) `+tc.listpids+` ;; esac
+case "$last" in
+501|502) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$((last - 501))" ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+			squeue := fakeBinary(t, "squeue", `printf '501|501|2026-11-22T09:00:00\n502|502|2026-11-22T09:00:00\n'`)
+			fs := procfs(t, map[uint32]string{6001: "/system.slice/slurmstepd.scope/" + sluid + "/step_0/user/task_0"})
+			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
+			res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{6001}}})
+			a := res.Devices[gpuA]
+			if len(a.Claims) == 0 || a.Claims[0].Owner.SlurmJobID != "501" || a.Claims[0].Share != 1 {
+				t.Fatalf("claims %+v; want job 501 first, holding the GPU by GRES", a.Claims)
+			}
+			i, resolved := a.Process[6001]
+			switch tc.job {
+			case "502":
+				// Job 502 runs on a GPU Slurm gave job 501: it owns its usage
+				// there with no share of the GPU.
+				if !resolved || i < 0 || a.Claims[i].Owner.SlurmJobID != "502" || a.Claims[i].Share != 0 || !a.Allocated {
+					t.Errorf("claims %+v, processes %v, allocated %v; want 6001 job 502's, with share 0", a.Claims, a.Process, a.Allocated)
+				}
+			default:
+				// Unknown: left unresolved, and the allocation no longer
+				// names every owner of the GPU's processes, so job 501 is
+				// not its sole user.
+				if resolved || len(a.Claims) != 1 || a.Allocated {
+					t.Errorf("claims %+v, processes %v, allocated %v; want 6001 unresolved and the GRES not taken to name every owner", a.Claims, a.Process, a.Allocated)
+				}
+			}
+		})
 	}
 }
 

@@ -651,6 +651,36 @@ slurm:
 	}
 }
 
+// TestSuspendedJobKeepsItsGPUs: a suspended job (scontrol suspend, gang
+// scheduling's preemption) keeps its GRES, Slurm giving back its cores
+// alone (select/cons_tres rm_job_res: "if action = 2 then only subtract
+// cores (job is suspended)"). Job 90 holds GPUs 0 and 1 suspended, its
+// stopped task still holding 4 GiB on GPU 0: each GPU is the job's whole,
+// 1 owner (probe17-slurm D1: squeue was not asked for suspended jobs, so
+// GPU 1 read 0 owners, free, and neither had an allocated share).
+func TestSuspendedJobKeepsItsGPUs(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: gnode07
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0, memory_used: 4GiB}}
+devices:
+  - processes: [{pid: 9001, slurm_job: "90", user: alice, command: train, memory_used: 4GiB, utilization: 0}]
+  - {metrics: {memory_used: 0GiB}}
+slurm:
+  version: "24.05"
+  jobs:
+    - {id: "90", user: alice, gpus: [0, 1], suspended: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, s), 10*time.Second)
+	check, _ := oracleChecks(out)
+	for _, gpu := range []string{`gpu="0"`, `gpu="1"`} {
+		check(t, "xpu_workload_allocated_devices", 1, gpu, `slurm_job_id="90"`)
+		check(t, "xpu_device_owners", 1, gpu)
+	}
+	check(t, "xpu_workload_memory_used_bytes", 4<<30, `gpu="0"`, `slurm_job_id="90"`)
+}
+
 // TestProcessOwnerOnAPartialList: GPU 0's graphics list is refused
 // (NO_PERMISSION), so its owners are unknown and its split left out; the
 // process NVML does list still runs in a.service, and its own series say

@@ -70,6 +70,10 @@ type JobSpec struct {
 	// or RESIZING. squeue's --states RUNNING does not match such a job, the
 	// flag does; scontrol prints the flag as its state.
 	StateFlag string `yaml:"state_flag"`
+	// Suspended is a job suspended (scontrol suspend, gang scheduling's
+	// preemption): its state is SUSPENDED, not RUNNING, and it keeps its
+	// GPUs, Slurm giving back its cores alone.
+	Suspended bool `yaml:"suspended"`
 	// HiddenPartition puts the job in a partition hidden from the
 	// exporter's user (Hidden=YES, or AllowGroups without it): squeue
 	// lists it only with --all (slurmctld's _all_parts_hidden).
@@ -92,6 +96,30 @@ type JobSpec struct {
 type ArraySpec struct {
 	Task  int `yaml:"task"`
 	Tasks int `yaml:"tasks"`
+}
+
+// stateWord is the job's state as scontrol's text prints it
+// (job_state_string: a flag rather than the base state).
+func (j JobSpec) stateWord() string {
+	switch {
+	case j.Suspended:
+		return "SUSPENDED"
+	case j.StateFlag != "":
+		return j.StateFlag
+	}
+	return "RUNNING"
+}
+
+// jsonState is the job's state as scontrol --json prints it: the base state
+// and its flags.
+func (j JobSpec) jsonState() []string {
+	switch {
+	case j.Suspended:
+		return []string{"SUSPENDED"}
+	case j.StateFlag != "":
+		return []string{"RUNNING", j.StateFlag}
+	}
+	return []string{"RUNNING"}
 }
 
 // stateFlags are the flags a running job's state may carry in a scenario.
@@ -172,6 +200,9 @@ func (s *Scenario) validateSlurm() (map[string]bool, []error) {
 		}
 		if f := j.StateFlag; f != "" && !slices.Contains(stateFlags, f) {
 			bad("%s.state_flag: %q is none of %s", where, f, strings.Join(stateFlags, ", "))
+		}
+		if j.Suspended && j.StateFlag != "" {
+			bad("%s: a suspended job carries no running job's flag (state_flag %s)", where, j.StateFlag)
 		}
 		if j.RequeueAfter != "" {
 			d, err := time.ParseDuration(j.RequeueAfter)
@@ -289,7 +320,10 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 			shown = fmt.Sprintf("%s_%d", j.ID, j.Array.Task)
 		}
 		word := "RUNNING"
-		if j.StateFlag != "" {
+		switch {
+		case j.Suspended:
+			word = "SUSPENDED"
+		case j.StateFlag != "":
 			word += "+" + j.StateFlag
 		}
 		line := func(at time.Time) string {
@@ -496,7 +530,7 @@ func (r jobRecord) text(version string) string {
 	fmt.Fprintf(&b, "   UserId=%s(%d) GroupId=%s(%d) MCS_label=N/A\n", j.User, r.uid, j.User, r.uid)
 	fmt.Fprintf(&b, "   Priority=4294901744 Nice=0 Account=%s QOS=%s\n", or(j.Account, "(null)"), or(j.QOS, "normal"))
 	// job_state_string names a flag rather than the base state.
-	fmt.Fprintf(&b, "   JobState=%s Reason=None Dependency=(null)\n", or(j.StateFlag, "RUNNING"))
+	fmt.Fprintf(&b, "   JobState=%s Reason=None Dependency=(null)\n", j.stateWord())
 	fmt.Fprintf(&b, "   Requeue=1 Restarts=%d BatchFlag=1 Reboot=0 ExitCode=0:0\n", r.restarts)
 	b.WriteString("   DerivedExitCode=0:0\n   RunTime=00:10:00 TimeLimit=UNLIMITED TimeMin=N/A\n")
 	fmt.Fprintf(&b, "   SubmitTime=%s EligibleTime=%s\n   AccrueTime=%s\n", submit, submit, submit)
@@ -594,7 +628,7 @@ func jobsJSON(recs []jobRecord, asked string) ([]byte, error) {
 			return nil, err
 		}
 		j := job{
-			Account: r.job.Account, JobID: id, JobState: slices.DeleteFunc([]string{"RUNNING", r.job.StateFlag}, func(s string) bool { return s == "" }), Name: or(r.job.Name, "job"),
+			Account: r.job.Account, JobID: id, JobState: r.job.jsonState(), Name: or(r.job.Name, "job"),
 			Nodes: r.node, Partition: or(r.job.Partition, "gpu"), QOS: or(r.job.QOS, "normal"), RestartCnt: r.restarts,
 			StartTime: slurmNumber{Set: true, Number: r.start.Unix()}, UserID: r.uid, UserName: r.job.User,
 			ArrayJobID: slurmNumber{Set: true}, GresDetail: []string{},

@@ -236,11 +236,13 @@ func TestSlurmStandInStateFlag(t *testing.T) {
 	s, err := Parse([]byte(`devices:
   - {model: X, memory_total: 1GiB}
   - {model: X, memory_total: 1GiB}
+  - {model: X, memory_total: 1GiB}
 slurm:
   version: "24.05"
   jobs:
     - {id: "601", user: alice, gpus: [0], state_flag: STOPPED}
     - {id: "602", user: bob, gpus: [1]}
+    - {id: "603", user: carol, gpus: [2], suspended: true}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -252,6 +254,9 @@ slurm:
 		{states: "RUNNING", want: "602"},
 		{states: "STOPPED", want: "601"},
 		{states: "RUNNING,STOPPED", want: "601 602"},
+		// A suspended job's state is SUSPENDED, no flag of RUNNING.
+		{states: "SUSPENDED", want: "603"},
+		{states: "RUNNING,STOPPED,SUSPENDED", want: "601 602 603"},
 	} {
 		out, _, code := runStandIn(t, a.Squeue, "--noheader", "--nodelist", a.Node, "--states", tc.states, "--format", "%A")
 		if got := strings.Join(strings.Fields(string(out)), " "); code != 0 || got != tc.want {
@@ -262,6 +267,14 @@ slurm:
 	json, _, _ := runStandIn(t, a.Scontrol, "--json", "--details", "show", "job", "601")
 	if !bytes.Contains(text, []byte("JobState=STOPPED ")) || !bytes.Contains(json, []byte(`"RUNNING",`)) || !bytes.Contains(json, []byte(`"STOPPED"`)) {
 		t.Errorf("job 601: want JobState=STOPPED in text and [RUNNING, STOPPED] in JSON\n%s\n%s", text, json)
+	}
+	text, _, _ = runStandIn(t, a.Scontrol, "--details", "show", "job", "603")
+	json, _, _ = runStandIn(t, a.Scontrol, "--json", "--details", "show", "job", "603")
+	if !bytes.Contains(text, []byte("JobState=SUSPENDED ")) || !bytes.Contains(json, []byte(`"SUSPENDED"`)) || bytes.Contains(json, []byte(`"RUNNING"`)) {
+		t.Errorf("job 603: want JobState=SUSPENDED in text and [SUSPENDED] in JSON\n%s\n%s", text, json)
+	}
+	if _, err := Parse([]byte("devices: [{model: X, memory_total: 1GiB}]\nslurm: {jobs: [{id: \"1\", user: a, suspended: true, state_flag: STOPPED}]}\n")); err == nil {
+		t.Error("a suspended job with a running job's flag accepted")
 	}
 	if _, err := Parse([]byte("devices: [{model: X, memory_total: 1GiB}]\nslurm: {jobs: [{id: \"1\", user: a, state_flag: COMPLETING}]}\n")); err == nil {
 		t.Error("state_flag COMPLETING accepted: a completing job does not run")

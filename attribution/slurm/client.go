@@ -175,8 +175,12 @@ func (c *Client) NodeJobsSince(ctx context.Context, node string, since time.Time
 // writes its state word anew (job_mgr.c:5606, 5713, 6545), dropping them,
 // so no ended or completing job matches. POWER_UP_NODE, which squeue does
 // not accept as a state name (job_state_num), always comes with
-// CONFIGURING (node_scheduler.c:2827-2838).
-const runningStates = "RUNNING,CONFIGURING,STOPPED,SIGNALING,RESIZING"
+// CONFIGURING (node_scheduler.c:2827-2838). A SUSPENDED job (scontrol
+// suspend, preemption by gang scheduling) keeps its GRES: select/cons_tres
+// gives back only its cores, rm_job_res "if action = 2 then only subtract
+// cores (job is suspended)", memory and GRES when "suspended job was
+// terminated".
+const runningStates = "RUNNING,CONFIGURING,STOPPED,SIGNALING,RESIZING,SUSPENDED"
 
 // nodeJobsFormat asks squeue(1) for "%A: Job id. This will have a unique
 // value for each element of job arrays", "%i: Job or job step id. In the

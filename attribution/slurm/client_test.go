@@ -466,7 +466,7 @@ func TestNodeJobs(t *testing.T) {
 			t.Errorf("jobs %+v, want %+v", jobs, want)
 		}
 	}
-	if got := calls(); len(got) != 1 || got[0] != "--noheader --all --nodelist gpu-node-01 --states RUNNING,CONFIGURING,STOPPED,SIGNALING,RESIZING --format %A|%i|%S" {
+	if got := calls(); len(got) != 1 || got[0] != "--noheader --all --nodelist gpu-node-01 --states RUNNING,CONFIGURING,STOPPED,SIGNALING,RESIZING,SUSPENDED --format %A|%i|%S" {
 		t.Errorf("squeue runs %q, want one (the second answer comes from the cache)", got)
 	}
 	if _, err := c.NodeJobs(context.Background(), "--all"); err == nil {
