@@ -314,14 +314,19 @@ var ErrUnreachableSteps = errors.New("scontrol listpids: some job steps unreacha
 // say nothing about jobs (proctrack/linuxproc or pgid). It must run on the
 // node, as root or as the jobs' owner. No running step is no error.
 //
-// scontrol goes on past a step it cannot reach, and then exits 1 having
-// printed the other steps' rows (_list_pids_one_step sets exit_code and
-// _list_pids_all_jobs carries on: src/scontrol/info_job.c:666-720,774-793
-// @ slurm-23-11-1-1). A step that ended since it was listed ("<step> does
-// not exist on this node.", ENOENT) had no processes left, so those rows
-// are the whole answer; under another failure ("Unable to connect to
-// slurmstepd: …", a stray socket or a hung slurmstepd) they come with
-// ErrUnreachableSteps.
+// scontrol before 24.11 goes on past a step it cannot reach, and then exits
+// 1 having printed the other steps' rows (_list_pids_one_step sets
+// exit_code and _list_pids_all_jobs carries on:
+// src/scontrol/info_job.c:666-720,774-793 @ slurm-23-11-1-1). A step that
+// ended since it was listed ("<step> does not exist on this node.", ENOENT)
+// had no processes left, so those rows are the whole answer; under another
+// failure ("Unable to connect to slurmstepd: …", a stray socket or a hung
+// slurmstepd) they come with ErrUnreachableSteps. scontrol 24.11 and later
+// gather the rows first and print none, not even the header, once a step
+// failed (scontrol_list_pids: "if (exit_code) goto cleanup;" before the
+// header): every step's processes are unknown then, and that is
+// ErrUnreachableSteps with no rows, not a failure of the source, as it is
+// where the failing steps were the only ones.
 func (c *Client) ListPIDs(ctx context.Context) ([]StepProcess, error) {
 	out, err := c.run(ctx, "listpids")
 	var se *scontrolError
@@ -332,24 +337,32 @@ func (c *Client) ListPIDs(ctx context.Context) ([]StepProcess, error) {
 		return nil, nil
 	}
 	procs, perr := ParseListPIDs(out)
-	if err == nil || perr != nil {
-		return procs, errors.Join(err, perr)
+	if err == nil {
+		return procs, perr
 	}
 	var unreachable []string
+	steps := true // every message is about a step
 	for line := range strings.Lines(se.stderr) {
 		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasSuffix(line, "does not exist on this node.") && !slices.Contains(unreachable, line) {
+		switch {
+		case line == "" || strings.HasSuffix(line, "does not exist on this node."):
+		case !strings.Contains(line, "slurmstepd"):
+			steps = false
+		case !slices.Contains(unreachable, line):
 			unreachable = append(unreachable, line)
 		}
 	}
 	switch {
+	case !steps || strings.TrimSpace(se.stderr) == "":
+		// scontrol itself failed.
+		return procs, errors.Join(err, perr)
+	case perr != nil:
+		// The message leaves out the steps that ended, which change from
+		// run to run: the failure is logged once per message.
+		return nil, fmt.Errorf("%w: %s: scontrol printed no step's processes", ErrUnreachableSteps, strings.Join(append(unreachable, "a step failed"), "; "))
 	case len(unreachable) == 0:
 		return procs, nil
-	case len(procs) == 0:
-		return nil, err
 	}
-	// The message leaves out the steps that ended, which change from run
-	// to run: the failure is logged once per message.
 	return procs, fmt.Errorf("%w: %s", ErrUnreachableSteps, strings.Join(unreachable, "; "))
 }
 

@@ -400,9 +400,13 @@ func TestClientListPIDs(t *testing.T) {
 // their steps. A step that ended between listing and connecting ("does not
 // exist on this node", ENOENT) has no processes left: the answer is whole.
 // Another failure leaves that step's processes unknown: the rows come with
-// ErrUnreachableSteps. With no row at all the answer is a failure (found by
-// probing: D5, rows 5100/901 and 5101/902 were dropped and the source
-// went down).
+// ErrUnreachableSteps (found by probing: D5, rows 5100/901 and 5101/902
+// were dropped and the source went down), also where they are none.
+// scontrol 24.11 and later print nothing, not even the header, once a step
+// failed, ended or unreachable (scontrol_list_pids: "if (exit_code) goto
+// cleanup;"): no step's processes are known, ErrUnreachableSteps again, not
+// a failure of the source, which one stale step socket kept down
+// (probe17-slurm D4). A failure that is no step's is the source's.
 func TestClientListPIDsPartial(t *testing.T) {
 	rows := `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n5100     901      0        0       0\n5101     902      batch    0       0\n'`
 	both := []StepProcess{{PID: 5100, JobID: "901", StepID: "0"}, {PID: 5101, JobID: "902", StepID: "batch"}}
@@ -418,6 +422,12 @@ func TestClientListPIDsPartial(t *testing.T) {
 		{name: "both", body: rows + `; echo 'StepId=903.0 does not exist on this node.' >&2; echo 'Unable to connect to slurmstepd: Permission denied' >&2; exit 1`,
 			want: both, wantErr: ErrUnreachableSteps},
 		{name: "every step unreachable", body: `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n'; echo 'Unable to connect to slurmstepd: Permission denied' >&2; exit 1`,
+			wantErr: ErrUnreachableSteps},
+		{name: "24.11: a step ended", body: `echo 'StepId=903.0 does not exist on this node.' >&2; exit 1`,
+			wantErr: ErrUnreachableSteps},
+		{name: "24.11: a step unreachable", body: `printf '\nUnable to connect to slurmstepd: Connection refused\n' >&2; exit 1`,
+			wantErr: ErrUnreachableSteps},
+		{name: "scontrol failed", body: `echo 'scontrol: error: Invalid user for SlurmUser slurm, ignored' >&2; exit 1`,
 			wantErr: errAny},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
