@@ -1746,6 +1746,21 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 				listed = map[int]string{}
 				steps, err := c.ListPIDs(ctx)
 				switch {
+				case errors.Is(err, slurm.ErrNoSteps):
+					// Where squeue lists jobs running on this node, the
+					// slurmd running their steps is not the one scontrol
+					// asks (Slurm in a container: its spool directory is
+					// its own), and has not answered (found by
+					// probe17-slurm: a container's slurmstepd's task was
+					// taken for no task, its usage unattributed).
+					if r.cfg.NodeName == "" {
+						break
+					}
+					if jobs, jerr := c.NodeJobs(ctx, r.cfg.NodeName); jerr == nil && len(jobs) > 0 {
+						r.logOnceMsg(fmt.Errorf("squeue lists %d jobs running on node %s", len(jobs), r.cfg.NodeName),
+							"scontrol listpids finds no job step on this node while jobs run on it: the slurmd running them is not the one scontrol asks (Slurm in a container?); the environment of processes where slurmd leaves tasks is read instead")
+						listFailed = true
+					}
 				case errors.Is(err, slurm.ErrUnreachableSteps):
 					// The steps it reached are known; the processes of
 					// those it did not are asked about again at the next

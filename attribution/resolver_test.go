@@ -1264,6 +1264,11 @@ func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 		// environment of slurmstepd's descendant names its job.
 		{"systemd", `echo "Unable to connect to slurmd" >&2; exit 1`,
 			map[string]string{gpuM: "", gpuC + "3": "124", gpuC + "5": ""}},
+		// The host's scontrol finds no step while squeue lists jobs
+		// running here: the slurmd running them is the container's,
+		// which was not asked (probe17-slurm D7).
+		{"systemd", `echo "No job steps exist on this node." >&2; exit 1`,
+			map[string]string{gpuM: "", gpuC + "3": "124", gpuC + "5": ""}},
 		// No systemd: the container's cgroup is where slurmd's tasks may
 		// be, but slurmd answers, and a process it does not list is no
 		// task (probe17-slurm D2).

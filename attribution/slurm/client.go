@@ -309,10 +309,17 @@ func (c *Client) ResolveSLUID(ctx context.Context, sluid string) (string, error)
 // are not known.
 var ErrUnreachableSteps = errors.New("scontrol listpids: some job steps unreachable")
 
+// ErrNoSteps is returned by ListPIDs when scontrol finds no job step on
+// the node ("No job steps exist on this node."): it looks for the steps'
+// sockets in the spool directory of the slurmd it would ask, so this says
+// that slurmd runs none, which of a slurmd in a container, whose spool
+// directory is its own, says nothing.
+var ErrNoSteps = errors.New("scontrol listpids: no job steps exist on this node")
+
 // ListPIDs returns the processes of the job steps running on this node, as
 // slurmd knows them: the way to attribute processes on nodes whose cgroups
 // say nothing about jobs (proctrack/linuxproc or pgid). It must run on the
-// node, as root or as the jobs' owner. No running step is no error.
+// node, as root or as the jobs' owner. No running step is ErrNoSteps.
 //
 // scontrol before 24.11 goes on past a step it cannot reach, and then exits
 // 1 having printed the other steps' rows (_list_pids_one_step sets
@@ -334,7 +341,7 @@ func (c *Client) ListPIDs(ctx context.Context) ([]StepProcess, error) {
 		return nil, err
 	}
 	if err != nil && strings.Contains(se.stderr, "No job steps") {
-		return nil, nil
+		return nil, ErrNoSteps
 	}
 	procs, perr := ParseListPIDs(out)
 	if err == nil {

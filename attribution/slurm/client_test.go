@@ -380,8 +380,8 @@ func TestClientListPIDs(t *testing.T) {
 		path, _ := fakeScontrol(t, `echo "No job steps exist on this node." >&2; exit 1`)
 		c := &Client{Path: path}
 		procs, err := c.ListPIDs(context.Background())
-		if err != nil || procs != nil {
-			t.Errorf("ListPIDs() = %v, %v; want nothing and no error", procs, err)
+		if !errors.Is(err, ErrNoSteps) || procs != nil {
+			t.Errorf("ListPIDs() = %v, %v; want nothing and ErrNoSteps", procs, err)
 		}
 	})
 	t.Run("failure", func(t *testing.T) {
