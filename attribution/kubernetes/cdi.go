@@ -191,36 +191,56 @@ func (s *CDISpecs) Load() (idx CDIIndex, problems []error, err error) {
 	return idx, problems, nil
 }
 
+// deviceNodeKinds are the device nodes a CDI device of another vendor's
+// than NVIDIA's may name its device by: the DRM render node, and the accel
+// subsystem's compute node (Documentation/accel/introduction.rst:
+// /dev/accel/accel<N>, whose sysfs device is /sys/class/accel/accel<N>).
+var deviceNodeKinds = []struct{ dev, class, node string }{
+	{"/dev/dri/renderD", "drm", "renderD"},
+	{"/dev/accel/accel", "accel", "accel"},
+}
+
 // identifyDRM tells the device a CDI device stands for by its one DRM
-// render node, where it names no NVIDIA GPU: AMD's DRA driver gives each
-// GPU and each compute partition a device of /dev/kfd, /dev/dri/card<N> and
-// /dev/dri/renderD<M> and no PCI address (ROCm k8s-gpu-dra-driver,
-// cmd/gpu-kubeletplugin/state.go), and sysfs links each render node to its
-// device (/sys/class/drm/renderD<M>/device): the GPU's PCI function for a
-// whole GPU and for a partitioned GPU's first partition, whose DRM device
-// is the GPU's own, and for each further partition the amdgpu_xcp_<n>
-// platform device amdgpu registers for it (amdxcp, amdgpu_xcp_drv.c,
-// amdgpu_xcp_drm_dev_alloc), the name the ROCm device plugin gives it too.
-// ok is false, with why empty, for a device without a render node, such as
-// the driver's "common" device of /dev/kfd alone; why says what is wrong
-// with one that has render nodes but is none.
+// render node or accel node, where it names no NVIDIA GPU. AMD's DRA driver
+// gives each GPU and each compute partition a device of /dev/kfd,
+// /dev/dri/card<N> and /dev/dri/renderD<M> and no PCI address (ROCm
+// k8s-gpu-dra-driver, cmd/gpu-kubeletplugin/state.go); Intel's Gaudi DRA
+// driver a device of /dev/accel/accel<N> and /dev/accel/accel_controlD<N>
+// (intel-resource-drivers-for-kubernetes, pkg/gaudi/cdihelpers,
+// newContainerEditsDeviceNodes). sysfs links each node to its device
+// (/sys/class/drm/renderD<M>/device, /sys/class/accel/accel<N>/device):
+// the PCI function of a GPU or Gaudi, also for a partitioned AMD GPU's
+// first partition, whose DRM device is the GPU's own, and for each further
+// partition the amdgpu_xcp_<n> platform device amdgpu registers for it
+// (amdxcp, amdgpu_xcp_drv.c, amdgpu_xcp_drm_dev_alloc), the name the ROCm
+// device plugin gives it too. ok is false, with why empty, for a device
+// without such a node, such as AMD's "common" device of /dev/kfd alone or
+// Intel's per-claim device of hooks and mounts; why says what is wrong with
+// one that has nodes but is none.
 func (s *CDISpecs) identifyDRM(d cdiDevice) (ref DeviceRef, ok bool, why string) {
-	var renders []string
+	type found struct{ class, node string }
+	var nodes []found
 	for _, n := range d.ContainerEdits.DeviceNodes {
 		p := n.Path
 		if n.HostPath != "" {
 			p = n.HostPath
 		}
-		if m, ok := strings.CutPrefix(p, "/dev/dri/renderD"); ok && isDigits(m) && !slices.Contains(renders, m) {
-			renders = append(renders, m)
+		for _, k := range deviceNodeKinds {
+			if m, ok := strings.CutPrefix(p, k.dev); ok && isDigits(m) && !slices.Contains(nodes, found{k.class, k.node + m}) {
+				nodes = append(nodes, found{k.class, k.node + m})
+			}
 		}
 	}
-	switch len(renders) {
+	switch len(nodes) {
 	case 0:
 		return DeviceRef{}, false, ""
 	case 1:
 	default:
-		return DeviceRef{}, false, fmt.Sprintf("has %d DRM render nodes (renderD%s); want exactly one", len(renders), strings.Join(renders, ", renderD"))
+		var names []string
+		for _, n := range nodes {
+			names = append(names, n.node)
+		}
+		return DeviceRef{}, false, fmt.Sprintf("has %d render or accel nodes (%s); want exactly one", len(nodes), strings.Join(names, ", "))
 	}
 	root := s.SysRoot
 	if root == "" {
@@ -228,17 +248,17 @@ func (s *CDISpecs) identifyDRM(d cdiDevice) (ref DeviceRef, ok bool, why string)
 	}
 	identify := func(name string) bool { return parsePCI(&ref, name) || parseAMDPartition(&ref, name) }
 	// The node's device link, or the node's own directory, which sysfs
-	// keeps under its device's drm/ (…/0000:0c:00.0/drm/renderD128,
-	// …/platform/amdgpu_xcp_1/drm/renderD130).
-	node := filepath.Join(root, "class", "drm", "renderD"+renders[0])
+	// keeps under its device's class directory (…/0000:0c:00.0/drm/renderD128,
+	// …/platform/amdgpu_xcp_1/drm/renderD130, …/0000:b3:00.0/accel/accel0).
+	node := filepath.Join(root, "class", nodes[0].class, nodes[0].node)
 	dev, err := filepath.EvalSymlinks(filepath.Join(node, "device"))
 	if err != nil || !identify(filepath.Base(dev)) {
 		dir, err := filepath.EvalSymlinks(node)
 		if err != nil {
-			return DeviceRef{}, false, fmt.Sprintf("render node renderD%s: %v", renders[0], err)
+			return DeviceRef{}, false, fmt.Sprintf("%s node %s: %v", nodes[0].class, nodes[0].node, err)
 		}
 		if !identify(filepath.Base(filepath.Dir(filepath.Dir(dir)))) {
-			return DeviceRef{}, false, fmt.Sprintf("render node renderD%s (%s) is of neither a PCI device nor an amdgpu_xcp partition", renders[0], dir)
+			return DeviceRef{}, false, fmt.Sprintf("%s node %s (%s) is of neither a PCI device nor an amdgpu_xcp partition", nodes[0].class, nodes[0].node, dir)
 		}
 	}
 	ref.ID = ref.PCIBusID
@@ -482,7 +502,7 @@ func (nv nvidiaProc) identify(d cdiDevice) (DeviceRef, string) {
 	if len(gpuMinors) != 1 {
 		if len(gpuMinors) == 0 {
 			// Load asks for a DRM render node after this.
-			return DeviceRef{}, "names no device: no GPU UUID, no /dev/nvidia<minor> and no /dev/dri/renderD<M> device node"
+			return DeviceRef{}, "names no device: no GPU UUID, no /dev/nvidia<minor>, /dev/dri/renderD<M> or /dev/accel/accel<N> device node"
 		}
 		return DeviceRef{}, fmt.Sprintf("has %d /dev/nvidia<minor> device nodes and no GPU UUID; want exactly one", len(gpuMinors))
 	}

@@ -273,8 +273,8 @@ devices:
 	// Each says why it names none, in its own terms: the common device
 	// has no node of a GPU, renderD129 is not in sysfs.
 	for name, why := range map[string]string{
-		"k8s.gpu.amd.com/gpu=common":                                         "no /dev/dri/renderD<M> device node",
-		"k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-2-129": "render node renderD129",
+		"k8s.gpu.amd.com/gpu=common":                                         "/dev/dri/renderD<M> or /dev/accel/accel<N> device node",
+		"k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-2-129": "drm node renderD129",
 	} {
 		if ref, err := idx.Lookup(name); err == nil || !strings.Contains(err.Error(), why) {
 			t.Errorf("%s is told as %+v, %v; it names no GPU here, and the error should say %q", name, ref, err, why)
@@ -295,5 +295,60 @@ devices:
 	idx, _, _ = (&CDISpecs{Dir: dir, ProcRoot: t.TempDir(), SysRoot: sys}).Load()
 	if ref, err := idx.Lookup("k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-1-128"); err != nil || ref.PCIBusID != "0000:0c:00.0" {
 		t.Errorf("GPU device without a device link: %+v, %v; want PCI 0000:0c:00.0", ref, err)
+	}
+}
+
+// Intel's Gaudi DRA driver (gaudi.intel.com) writes one spec of kind
+// intel.com/gaudi whose devices, named by PCI address and model
+// ("0000-b3-00-0-0x1020"), give /dev/accel/accel<N>, its
+// accel_controlD<N> and, with a NIC, /dev/infiniband/uverbs<M>; a claim adds
+// a device named by its UID of hooks and mounts alone
+// (intel-resource-drivers-for-kubernetes, pkg/gaudi/cdihelpers). The device
+// is told by its accel node's PCI device in sysfs, as the habanalabs
+// driver registers it under the accel class (every Gaudi claim was
+// unresolved).
+func TestCDIGaudiDeviceByAccelNode(t *testing.T) {
+	dir, sys := t.TempDir(), t.TempDir()
+	node := filepath.Join(sys, "devices", "pci0000:b0", "0000:b0:01.0", "0000:b3:00.0", "accel", "accel2")
+	if err := os.MkdirAll(node, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(sys, "class", "accel"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		filepath.Join(node, "device"):                  "../../../0000:b3:00.0",
+		filepath.Join(sys, "class", "accel", "accel2"): "../../devices/pci0000:b0/0000:b0:01.0/0000:b3:00.0/accel/accel2",
+	} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := `cdiVersion: 0.5.0
+kind: intel.com/gaudi
+devices:
+  - name: 0000-b3-00-0-0x1020
+    containerEdits:
+      deviceNodes:
+        - {path: /dev/accel/accel2, hostPath: /dev/accel/accel2, type: c}
+        - {path: /dev/accel/accel_controlD2, hostPath: /dev/accel/accel_controlD2, type: c}
+        - {path: /dev/infiniband/uverbs2, hostPath: /dev/infiniband/uverbs2, type: c}
+  - name: 7c1d2e3f-0000-4000-8000-000000000001
+    containerEdits:
+      hooks: [{hookName: createRuntime, path: /usr/bin/habana-container-hook, args: [habana-container-hook, createRuntime]}]
+`
+	if err := os.WriteFile(filepath.Join(dir, "intel.com-gaudi.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	idx, problems, err := (&CDISpecs{Dir: dir, ProcRoot: t.TempDir(), SysRoot: sys}).Load()
+	if err != nil || len(problems) != 0 {
+		t.Fatal(err, problems)
+	}
+	ref, err := idx.Lookup("intel.com/gaudi=0000-b3-00-0-0x1020")
+	if err != nil || ref.PCIBusID != "0000:b3:00.0" || ref.ID != "0000:b3:00.0" {
+		t.Errorf("Gaudi device: %+v, %v; want PCI 0000:b3:00.0", ref, err)
+	}
+	if ref, err := idx.Lookup("intel.com/gaudi=7c1d2e3f-0000-4000-8000-000000000001"); err == nil {
+		t.Errorf("the claim's device of hooks is told as %+v; it names no device", ref)
 	}
 }
