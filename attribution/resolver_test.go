@@ -1150,14 +1150,8 @@ func writeEnviron(t *testing.T, fs *process.Reader, pid uint32, environ string) 
 	}
 }
 
-// slurmJobs123And124 are a scontrol and a squeue of node1 running jobs 123
-// and 124 of alice, holding GRES GPUs 0 and 1; listpids prints the rows
-// given (PID JOBID STEPID LOCALID GLOBALID lines, each ending in \n).
-func slurmJobs123And124(t *testing.T, listpids string) (scontrol, squeue string) {
-	return slurmJobs123And124Listing(t, `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n`+listpids+`'; exit 0`)
-}
-
-// slurmJobs123And124Listing is slurmJobs123And124 whose listpids runs the
+// slurmJobs123And124Listing are a scontrol and a squeue of node1 running
+// jobs 123 and 124 of alice, holding GRES GPUs 0 and 1; listpids runs the
 // shell commands given.
 func slurmJobs123And124Listing(t *testing.T, listpids string) (scontrol, squeue string) {
 	scontrol = fakeBinary(t, "scontrol", `for last; do :; done
