@@ -82,7 +82,7 @@ func simulatedAttribution(t testing.TB, s *demo.Scenario) (attribution.Config, *
 		cfg.Kubelet, cfg.Metadata, cfg.PodLabels = client, meta, labels
 	}
 	if sim.CDISpecDir != "" {
-		cfg.CDI = &kubernetes.CDISpecs{Dir: sim.CDISpecDir, ProcRoot: sim.Procfs}
+		cfg.CDI = &kubernetes.CDISpecs{Dir: sim.CDISpecDir, ProcRoot: sim.Procfs, SysRoot: sim.Sysfs}
 	}
 	if sim.Scontrol != "" {
 		cfg.Slurm, cfg.NodeName = &slurm.Client{Path: sim.Scontrol, SqueuePath: sim.Squeue}, sim.Node
@@ -252,6 +252,70 @@ func TestAttributionOnTheDemoNode(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAttributionDRAOtherVendors: claims of AMD's DRA driver (a whole GPU,
+// and partition 2 of a QPX MI300X, whose render node is under its
+// amdgpu_xcp platform device) and of Intel's Gaudi DRA driver, through the
+// CDI specs the demo writes as those drivers do (the AMD "common" device
+// listed first, the Gaudi claim's device of hooks after). GPU 0 is card1
+// and renderD128; GPU 1 card2 and renderD129, its partitions 1 to 3 the
+// node's first platform partitions, cards 3 to 5 and renderD130 to 132, so
+// partition 2 is gpu-4-131. A partition is a quarter of its GPU: 1/4.
+func TestAttributionDRAOtherVendors(t *testing.T) {
+	amd, err := demo.Parse([]byte(`node: dra-amd
+defaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}
+devices:
+  - {pci_bus_id: "0000:0c:00.0"}
+  - pci_bus_id: "0000:22:00.0"
+    partitions: [{}, {}, {}, {}]
+kubernetes:
+  pods:
+    - {namespace: ml, name: whole, uid: 3d000000-0000-4000-8000-0000000000a0, containers: [{name: main, claims: [{namespace: ml, name: c-whole, devices: [{driver: gpu.amd.com, pool: dra-amd, device: gpu-1-128}]}]}]}
+    - {namespace: ml, name: part, uid: 3d000000-0000-4000-8000-0000000000a2, containers: [{name: main, claims: [{namespace: ml, name: c-part, devices: [{driver: gpu.amd.com, pool: dra-amd, device: gpu-4-131}]}]}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, amd), 10*time.Second)
+	check, absent := oracleChecks(out)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `pod="whole"`)
+	check(t, "xpu_workload_info", 1, `pod="whole"`, `claim="c-whole"`)
+	check(t, "xpu_workload_allocated_devices", 0.25, `gpu="1"`, `mig_instance="2"`, `pod="part"`)
+	check(t, "xpu_device_owners", 1, `gpu="1"`, `mig_instance="2"`)
+	check(t, "xpu_device_owners", 0, `gpu="1"`, `mig_instance="0"`)
+	absent(t, "xpu_workload_allocated_devices", `gpu="1"`, `mig_instance="0"`)
+	if !strings.Contains(out, "\nxpu_attribution_unresolved_claim_devices 0\n") {
+		t.Error("xpu_attribution_unresolved_claim_devices is not 0")
+	}
+
+	gaudi, err := demo.Parse([]byte(`node: dra-gaudi
+defaults: {vendor: gaudi, model: HL-225, memory_total: 96GiB, power_limit_watts: 600}
+devices:
+  - {pci_bus_id: "0000:b3:00.0"}
+  - {pci_bus_id: "0000:b4:00.0"}
+kubernetes:
+  pods:
+    - {namespace: ml, name: hpu, uid: 3d000000-0000-4000-8000-0000000000b0, containers: [{name: main, claims: [{namespace: ml, name: c-hpu, devices: [{driver: gaudi.intel.com, pool: dra-gaudi, device: 0000-b4-00-0-0x1020}]}]}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaudiTable(t, gaudi)
+	out = scrapeText(t, newAttributedExporterFor(t, gaudi, func(c *Config) { c.HLSMIPath = selfPath(t) }), 10*time.Second)
+	check, absent = oracleChecks(out)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="1"`, `pod="hpu"`)
+	check(t, "xpu_workload_info", 1, `pod="hpu"`, `claim="c-hpu"`)
+	absent(t, "xpu_workload_allocated_devices", `gpu="0"`)
+	if !strings.Contains(out, "\nxpu_attribution_unresolved_claim_devices 0\n") {
+		t.Error("xpu_attribution_unresolved_claim_devices is not 0")
+	}
+
+	if _, err := demo.Parse([]byte(`devices: [{vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB}]
+kubernetes: {pods: [{namespace: ml, name: p, containers: [{name: main, claims: [{namespace: ml, name: c, devices: [{driver: gpu.amd.com, pool: n, device: gpu-2-129}]}]}]}]}
+`)); err == nil {
+		t.Error("a claim of gpu-2-129 on a node of one AMD GPU (card1, renderD128) accepted")
+	}
 }
 
 // The DRA scenario (fixtures/scenarios/dra.yaml): GPUs by device plugin and

@@ -3,17 +3,60 @@ package demo
 import (
 	"crypto/sha256"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
 )
 
-// nvidiaDRADriver is the driver name of NVIDIA's DRA driver, the one whose
-// claims the demo prepares.
-const nvidiaDRADriver = "gpu.nvidia.com"
+// The DRA drivers whose claims the demo prepares, each as the driver does.
+const (
+	nvidiaDRADriver = "gpu.nvidia.com"
+	amdDRADriver    = "gpu.amd.com"
+	gaudiDRADriver  = "gaudi.intel.com"
+)
+
+// draNodes are the device nodes a device of AMD's or Intel's Gaudi DRA
+// driver gives a container, by its name there. AMD's driver names a GPU or
+// a compute partition "gpu-<card>-<render>" after its DRM nodes and gives
+// /dev/kfd, /dev/dri/card<N> and /dev/dri/renderD<M> (ROCm
+// k8s-gpu-dra-driver, docs/driver-attributes.md and
+// cmd/gpu-kubeletplugin/state.go); Intel's names a Gaudi by its PCI
+// address and device ID, "0000-b3-00-0-0x1020", and gives
+// /dev/accel/accel<N> and /dev/accel/accel_controlD<N>
+// (intel-resource-drivers-for-kubernetes, pkg/gaudi/device DeviceInfo.UID,
+// pkg/gaudi/cdihelpers).
+func (s *Scenario) draNodes(driver, name string) ([]string, error) {
+	switch driver {
+	case amdDRADriver:
+		layout := s.newAMDSim("", "", time.Time{})
+		for _, g := range layout.gpus {
+			nodes := []amdPart{{card: g.card, render: g.render}}
+			if len(g.parts) > 0 {
+				nodes = g.parts
+			}
+			for _, p := range nodes {
+				if name == fmt.Sprintf("gpu-%d-%d", p.card, p.render) {
+					return []string{"/dev/kfd", fmt.Sprintf("/dev/dri/card%d", p.card), fmt.Sprintf("/dev/dri/renderD%d", p.render)}, nil
+				}
+			}
+		}
+		return nil, fmt.Errorf("device %q: no AMD GPU or partition of the demo has card and render node gpu-<card>-<render> (GPU j is card j+1, renderD 128+j; further partitions follow)", name)
+	case gaudiDRADriver:
+		for k, d := range s.gaudiDevices() {
+			prefix := strings.NewReplacer(":", "-", ".", "-").Replace(strings.ToLower(d.PCIBusID)) + "-0x"
+			if id, ok := strings.CutPrefix(name, prefix); ok && len(id) == 4 {
+				return []string{fmt.Sprintf("/dev/accel/accel%d", k), fmt.Sprintf("/dev/accel/accel_controlD%d", k)}, nil
+			}
+		}
+		return nil, fmt.Errorf("device %q: no Gaudi of the demo has that PCI address (<domain>-<bus>-<device>-<function>-0x<device ID>)", name)
+	}
+	return nil, nil
+}
 
 // draDevice is what a DRA device name of NVIDIA's driver says: the GPU
 // (by the minor number of its device file, minor_number) and, for a MIG device,
@@ -49,7 +92,8 @@ func (s *Scenario) draDevice(name string) (kubelettest.ClaimSpecDevice, error) {
 }
 
 // validateClaims checks the DRA claims of the scenario's pods that the demo
-// prepares (driver gpu.nvidia.com, no CDI devices given).
+// prepares (drivers gpu.nvidia.com, gpu.amd.com and gaudi.intel.com, no CDI
+// devices given).
 func (s *Scenario) validateClaims() []error {
 	var errs []error
 	if s.Kubernetes == nil {
@@ -59,10 +103,17 @@ func (s *Scenario) validateClaims() []error {
 		for _, c := range p.Containers {
 			for _, cl := range c.Claims {
 				for _, d := range cl.Devices {
-					if d.Driver != nvidiaDRADriver || len(d.CDIDevices) > 0 {
+					if len(d.CDIDevices) > 0 {
 						continue
 					}
-					if _, err := s.draDevice(d.Device); err != nil {
+					var err error
+					switch d.Driver {
+					case nvidiaDRADriver:
+						_, err = s.draDevice(d.Device)
+					case amdDRADriver, gaudiDRADriver:
+						_, err = s.draNodes(d.Driver, d.Device)
+					}
+					if err != nil {
 						errs = append(errs, fmt.Errorf("kubernetes: pod %s/%s claim %s: %w", p.Namespace, p.Name, cl.Name, err))
 					}
 				}
@@ -129,7 +180,7 @@ func (s *Scenario) prepareClaims(cdiDir, procRoot string) error {
 			}
 		}
 	}
-	names := map[string]string{} // claim namespace/name/device → CDI name
+	names := map[string][]string{} // claim namespace/name/device → CDI names
 	for _, k := range order {
 		uid := claimUID(k.namespace, k.name)
 		cdi, err := kubelettest.WriteClaimSpec(cdiDir, uid, devices[k])
@@ -137,18 +188,103 @@ func (s *Scenario) prepareClaims(cdiDir, procRoot string) error {
 			return err
 		}
 		for i, d := range devices[k] {
-			names[k.namespace+"/"+k.name+"/"+d.Name] = cdi[i]
+			names[k.namespace+"/"+k.name+"/"+d.Name] = []string{cdi[i]}
 		}
+	}
+	if err := s.prepareOtherClaims(cdiDir, names); err != nil {
+		return err
 	}
 	for _, p := range s.Kubernetes.Pods {
 		for _, c := range p.Containers {
 			for _, cl := range c.Claims {
 				for i, d := range cl.Devices {
 					if n, ok := names[cl.Namespace+"/"+cl.Name+"/"+d.Device]; ok && len(d.CDIDevices) == 0 {
-						cl.Devices[i].CDIDevices = []string{n}
+						cl.Devices[i].CDIDevices = n
 					}
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// prepareOtherClaims writes the CDI specs AMD's and Intel's Gaudi DRA
+// drivers write for the scenario's claims of theirs, and adds the CDI
+// device names the kubelet reports for each claim device to names, in the
+// drivers' order. AMD's driver writes one spec of kind k8s.gpu.amd.com/gpu
+// per claim, its devices named "<claim UID>-gpu-<card>-<render>", and a
+// "common" device of environment alone that it lists first; Intel's one
+// spec of kind intel.com/gaudi of every Gaudi, by its UID, and per claim a
+// device of hooks alone named by the claim's UID, listed after.
+func (s *Scenario) prepareOtherClaims(cdiDir string, names map[string][]string) error {
+	amdSpecs := map[string]*strings.Builder{} // by claim UID
+	var gaudiDevices []string                 // spec entries, by device name once
+	gaudiSeen := map[string]bool{}
+	for _, p := range s.Kubernetes.Pods {
+		for _, c := range p.Containers {
+			for _, cl := range c.Claims {
+				uid := claimUID(cl.Namespace, cl.Name)
+				for _, d := range cl.Devices {
+					if len(d.CDIDevices) > 0 || (d.Driver != amdDRADriver && d.Driver != gaudiDRADriver) {
+						continue
+					}
+					nodes, err := s.draNodes(d.Driver, d.Device)
+					if err != nil {
+						return err
+					}
+					var entry strings.Builder
+					key := cl.Namespace + "/" + cl.Name + "/" + d.Device
+					switch d.Driver {
+					case amdDRADriver:
+						name := uid + "-" + d.Device
+						fmt.Fprintf(&entry, "  - name: %s\n    containerEdits:\n      deviceNodes:\n", name)
+						for _, n := range nodes {
+							fmt.Fprintf(&entry, "        - {path: %s, type: c}\n", n)
+						}
+						b := amdSpecs[uid]
+						if b == nil {
+							b = &strings.Builder{}
+							b.WriteString("cdiVersion: 0.5.0\nkind: k8s.gpu.amd.com/gpu\ndevices:\n  - name: common\n    containerEdits:\n      env: [DRA_RESOURCE_DRIVER_NAME=gpu.amd.com]\n")
+							amdSpecs[uid] = b
+						}
+						if !slices.Contains(names[key], "k8s.gpu.amd.com/gpu="+name) {
+							b.WriteString(entry.String())
+							names[key] = []string{"k8s.gpu.amd.com/gpu=common", "k8s.gpu.amd.com/gpu=" + name}
+						}
+					case gaudiDRADriver:
+						if !gaudiSeen[d.Device] {
+							gaudiSeen[d.Device] = true
+							fmt.Fprintf(&entry, "  - name: %s\n    containerEdits:\n      deviceNodes:\n", d.Device)
+							for _, n := range nodes {
+								fmt.Fprintf(&entry, "        - {path: %s, hostPath: %s, type: c}\n", n, n)
+							}
+							gaudiDevices = append(gaudiDevices, entry.String())
+						}
+						if !gaudiSeen[uid] {
+							gaudiSeen[uid] = true
+							gaudiDevices = append(gaudiDevices, fmt.Sprintf("  - name: %s\n    containerEdits:\n      hooks: [{hookName: createRuntime, path: /usr/bin/habana-container-hook, args: [habana-container-hook, createRuntime]}]\n", uid))
+						}
+						names[key] = []string{"intel.com/gaudi=" + d.Device, "intel.com/gaudi=" + uid}
+					}
+				}
+			}
+		}
+	}
+	if len(amdSpecs) == 0 && len(gaudiDevices) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(cdiDir, 0o755); err != nil {
+		return err
+	}
+	for uid, b := range amdSpecs {
+		if err := os.WriteFile(filepath.Join(cdiDir, "k8s.gpu.amd.com-gpu_"+uid+".yaml"), []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	if len(gaudiDevices) > 0 {
+		spec := "cdiVersion: 0.5.0\nkind: intel.com/gaudi\ndevices:\n" + strings.Join(gaudiDevices, "")
+		if err := os.WriteFile(filepath.Join(cdiDir, "intel.com-gaudi.yaml"), []byte(spec), 0o644); err != nil {
+			return err
 		}
 	}
 	return nil
