@@ -1719,6 +1719,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 	var errs []error
 	var listed map[int]string // PID → job, from slurmd, asked only if needed
 	listFailed := false
+	stepsElsewhere := false // listpids found no step while squeue lists jobs here
 	var environUnread map[uint32]bool
 	var environErr error
 	now := r.now()
@@ -1734,8 +1735,10 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 		// askSlurmd asks slurmd which job's step the process is in (one
 		// listpids a scrape for all processes), whose answer the job
 		// cannot forge and which stands for the process's life; a "none"
-		// is asked again after slurmdRecheck.
-		askSlurmd := func() string {
+		// is asked again after slurmdRecheck. container says the process
+		// is in a container's cgroup (outsideSystemd), where a slurmd of
+		// the container's own may run its steps.
+		askSlurmd := func(container bool) string {
 			switch {
 			case sp.slurmdJob:
 				return sp.job
@@ -1747,19 +1750,21 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 				steps, err := c.ListPIDs(ctx)
 				switch {
 				case errors.Is(err, slurm.ErrNoSteps):
-					// Where squeue lists jobs running on this node, the
-					// slurmd running their steps is not the one scontrol
-					// asks (Slurm in a container: its spool directory is
-					// its own), and has not answered (found by
-					// probe17-slurm: a container's slurmstepd's task was
-					// taken for no task, its usage unattributed).
+					// Where squeue lists jobs running on this node (or
+					// cannot say), the slurmd running their steps may not
+					// be the one scontrol asks: Slurm in a container, whose
+					// spool directory is its own (found by probe17-slurm: a
+					// container's slurmstepd's task was taken for no task,
+					// its usage unattributed). That is no answer for a
+					// process in a container's cgroup; elsewhere a job
+					// without a step yet (an salloc allocation, a prolog
+					// running) would let a login shell's SLURM_JOB_ID
+					// bill it (review17 R1), and slurmd's "none" stands.
 					if r.cfg.NodeName == "" {
 						break
 					}
-					if jobs, jerr := c.NodeJobs(ctx, r.cfg.NodeName); jerr == nil && len(jobs) > 0 {
-						r.logOnceMsg(fmt.Errorf("squeue lists %d jobs running on node %s", len(jobs), r.cfg.NodeName),
-							"scontrol listpids finds no job step on this node while jobs run on it: the slurmd running them is not the one scontrol asks (Slurm in a container?); the environment of processes where slurmd leaves tasks is read instead")
-						listFailed = true
+					if jobs, jerr := c.NodeJobs(ctx, r.cfg.NodeName); jerr != nil || len(jobs) > 0 {
+						stepsElsewhere = true
 					}
 				case errors.Is(err, slurm.ErrUnreachableSteps):
 					// The steps it reached are known; the processes of
@@ -1776,9 +1781,13 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 				}
 			}
 			id := listed[int(pid)]
-			if id != "" {
+			switch {
+			case id != "":
 				sp.slurmdJob = true
-			} else if !listFailed {
+			case stepsElsewhere && container:
+				r.logOnceMsg(errors.New("scontrol listpids finds no job step on this node while squeue lists jobs running on it"),
+					"the slurmd running this node's jobs is not the one scontrol asks (Slurm in a container?): the environment of processes in containers that descend from a slurmstepd is read instead")
+			case !listFailed:
 				sp.askedSlurmd = now
 			}
 			return id
@@ -1796,7 +1805,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 				// exporter; slurmd knows its steps' processes all the
 				// same (found by probe17-slurm: never asked, the
 				// process's usage went to the GPU's GRES holder).
-				job = askSlurmd()
+				job = askSlurmd(false)
 			}
 		}
 		environ := false
@@ -1806,11 +1815,13 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			// the job cannot forge, then the environment. Elsewhere (a
 			// login session, a service) a process outside every job
 			// cgroup is in no job, whatever its environment says.
-			job = askSlurmd()
+			container := r.outsideSystemd(cg)
+			job = askSlurmd(container)
 			// The environment is believed only where slurmd could not be
 			// asked: where it answered, a process it does not list is no
-			// task of any job's, since proctrack lists every process of a
-			// step (linuxproc its slurmstepd's descendants), whatever
+			// task of any job's, as proctrack counts it (linuxproc counts
+			// a slurmstepd's descendants, so a daemon that left it is
+			// none, and Slurm does not account it either), whatever
 			// SLURM_JOB_ID a login shell exported (found by probe17-slurm
 			// on a node without systemd, where both are in the root
 			// cgroup). In a container's cgroup, where anyone who may
@@ -1818,7 +1829,6 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			// slurmstepd, it is believed only of a process that descends
 			// from a slurmstepd, as linuxproc tells its tasks. Asked
 			// once: a process keeps its ancestors.
-			container := r.outsideSystemd(cg)
 			slurmdSaidNo := !sp.askedSlurmd.IsZero() && now.Sub(sp.askedSlurmd) < slurmdRecheck
 			if job == "" && r.cfg.Procfs != nil && container && !slurmdSaidNo && !sp.stepdChecked {
 				under, err := r.cfg.Procfs.DescendsFrom(int(pid), "slurmstepd")

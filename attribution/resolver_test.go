@@ -1315,6 +1315,27 @@ func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 	}
 }
 
+// TestSlurmNoStepsIsAnAnswerOutsideContainers: listpids finding no job
+// step while squeue lists jobs running on the node is no answer only for a
+// process in a container's cgroup (Slurm in that container); in the root
+// cgroup of a node without systemd a job without a step yet (salloc, a
+// prolog running) would let a login shell's SLURM_JOB_ID=124 bill job 124
+// (review17 R1).
+func TestSlurmNoStepsIsAnAnswerOutsideContainers(t *testing.T) {
+	scontrol, squeue := slurmJobs123And124Listing(t, `echo "No job steps exist on this node." >&2; exit 1`)
+	fs := procfs(t, map[uint32]string{1: "/", 4004: "/"})
+	if err := os.WriteFile(filepath.Join(fs.Root, "1", "comm"), []byte("init\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeEnviron(t, fs, 4004, "SLURM_JOB_ID=124\x00")
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuM, Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{4004}}})
+	m := res.Devices[gpuM]
+	if i, ok := m.Process[4004]; !ok || i != Unattributed || len(m.Claims) != 1 || m.Claims[0].Owner.SlurmJobID != "124" {
+		t.Errorf("claims %+v, processes %v; want job 124 by GRES, the login shell's process unattributed", m.Claims, m.Process)
+	}
+}
+
 // TestSlurmEnvironUnreadableOwnersUnknown: a process in slurmd's cgroup
 // that slurmd cannot answer for is tied to its job only by its environment,
 // which the kernel shows its owner alone (fs/proc/base.c: REG("environ",
