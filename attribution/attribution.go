@@ -40,12 +40,17 @@ type Owner struct {
 	Claim          string
 
 	// Slurm: the job.
-	SlurmJobID     string
-	SlurmJobName   string
-	SlurmUser      string
-	SlurmAccount   string
-	SlurmPartition string
-	SlurmQOS       string
+	SlurmJobID string
+	// SlurmArrayJobID and SlurmHetJobID are the array or heterogeneous job
+	// the job is a task or component of (Job.ArrayJobID, Job.HetJobID):
+	// like the job name, they describe the owner on its info series alone.
+	SlurmArrayJobID string
+	SlurmHetJobID   string
+	SlurmJobName    string
+	SlurmUser       string
+	SlurmAccount    string
+	SlurmPartition  string
+	SlurmQOS        string
 
 	// Process (bare metal): the systemd unit, user and command.
 	Unit    string

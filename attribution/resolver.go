@@ -846,7 +846,7 @@ func (r *Resolver) podProcessOwner(p podProcess) (Owner, bool) {
 func slurmOwner(id string, jobs map[string]slurm.Job) Owner {
 	j := jobs[id]
 	return Owner{
-		Kind: Slurm, SlurmJobID: id, SlurmJobName: validutf8.String(j.Name), SlurmUser: validutf8.String(j.User),
+		Kind: Slurm, SlurmJobID: id, SlurmArrayJobID: j.ArrayJobID, SlurmHetJobID: j.HetJobID, SlurmJobName: validutf8.String(j.Name), SlurmUser: validutf8.String(j.User),
 		SlurmAccount: validutf8.String(j.Account), SlurmPartition: validutf8.String(j.Partition), SlurmQOS: validutf8.String(j.QOS),
 	}
 }

@@ -118,6 +118,12 @@ func (c *attributionCollector) infoLabels(o attribution.Owner) labels {
 		if o.SlurmJobName != "" {
 			l = l.with("slurm_job_name", o.SlurmJobName)
 		}
+		if o.SlurmArrayJobID != "" {
+			l = l.with("slurm_array_job_id", o.SlurmArrayJobID)
+		}
+		if o.SlurmHetJobID != "" {
+			l = l.with("slurm_het_job_id", o.SlurmHetJobID)
+		}
 	}
 	return l
 }

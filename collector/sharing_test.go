@@ -558,6 +558,11 @@ func TestSlurmEdgesOracles(t *testing.T) {
 	// environment, but is in no job cgroup: its 0.2 and 3 GiB are
 	// unattributed, the job's task has 0.4 and 6 GiB.
 	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `slurm_job_id="123"`, `slurm_user="alice"`)
+	// Job 21845 is task 1 of array 21845 (the task with the array's own
+	// ID): its info series names the array, by which a whole array's
+	// GPU-hours are summed; job 123 is no array's task.
+	check(t, "xpu_workload_info", 1, `slurm_job_id="21845"`, `slurm_array_job_id="21845"`)
+	absent(t, "xpu_workload_info", `slurm_job_id="123"`, `slurm_array_job_id=`)
 	check(t, "xpu_workload_utilization_ratio", 0.4, `gpu="0"`, `slurm_job_id="123"`)
 	check(t, "xpu_workload_utilization_ratio", 0.2, `gpu="0"`, `workload_kind="unattributed"`)
 	check(t, "xpu_workload_memory_used_bytes", 6<<30, `gpu="0"`, `slurm_job_id="123"`)

@@ -640,7 +640,8 @@ esac`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Job{ID: "21845", Name: "sweep", User: "alice", Account: "physics", Partition: "gpu", QOS: "normal",
+	// The array's first task has the array's own ID.
+	want := Job{ID: "21845", ArrayJobID: "21845", Name: "sweep", User: "alice", Account: "physics", Partition: "gpu", QOS: "normal",
 		State: "RUNNING", NodeList: "node1", GPUs: map[string][]int{"node1": {0}}}
 	if !reflect.DeepEqual(job, want) {
 		t.Errorf("JobOf(21845_1) =\n%+v\nwant\n%+v", job, want)

@@ -19,12 +19,18 @@ var ErrJobNotFound = errors.New("slurm job not found")
 // Job is what the exporter labels a job's devices with.
 type Job struct {
 	// ID is the numeric job ID; for an array task, the task's own ID.
-	ID        string
-	Name      string
-	User      string
-	Account   string
-	Partition string
-	QOS       string
+	ID string
+	// ArrayJobID is the ID of the array an array task belongs to, and
+	// HetJobID that of the heterogeneous job a component belongs to (the
+	// leader's, offset 0); empty for other jobs. squeue and sacct name a
+	// task and a component by them ("800_5", "700+1"), and a whole array or
+	// heterogeneous job is summed by them.
+	ArrayJobID, HetJobID string
+	Name                 string
+	User                 string
+	Account              string
+	Partition            string
+	QOS                  string
 	// State is the base job state, such as RUNNING or COMPLETING. In a
 	// cached Job it is the state when it was fetched.
 	State string

@@ -24,18 +24,48 @@ type jsonResponse struct {
 }
 
 type jsonJob struct {
-	JobID     json.Number `json:"job_id"`
-	Name      string      `json:"name"`
-	UserName  string      `json:"user_name"`
-	UserID    json.Number `json:"user_id"`
-	Account   string      `json:"account"`
-	Partition string      `json:"partition"`
-	QOS       string      `json:"qos"`
-	JobState  jobState    `json:"job_state"`
-	Nodes     string      `json:"nodes"`
+	JobID      json.Number `json:"job_id"`
+	ArrayJobID parentID    `json:"array_job_id"`
+	HetJobID   parentID    `json:"het_job_id"`
+	Name       string      `json:"name"`
+	UserName   string      `json:"user_name"`
+	UserID     json.Number `json:"user_id"`
+	Account    string      `json:"account"`
+	Partition  string      `json:"partition"`
+	QOS        string      `json:"qos"`
+	JobState   jobState    `json:"job_state"`
+	Nodes      string      `json:"nodes"`
 	// GresDetail has one entry per node of the job, in the order of the
 	// expanded node list.
 	GresDetail []string `json:"gres_detail"`
+}
+
+// parentID is an array's or heterogeneous job's ID: a number before
+// data_parser v0.0.40, {"set": …, "infinite": …, "number": …} from v0.0.40
+// on; 0 or unset for a job that is neither's.
+type parentID string
+
+func (p *parentID) UnmarshalJSON(data []byte) error {
+	var n json.Number
+	if err := json.Unmarshal(data, &n); err == nil {
+		*p = parentID(n.String())
+	} else {
+		var v struct {
+			Set      bool        `json:"set"`
+			Infinite bool        `json:"infinite"`
+			Number   json.Number `json:"number"`
+		}
+		if err := json.Unmarshal(data, &v); err != nil {
+			return err
+		}
+		if v.Set && !v.Infinite {
+			*p = parentID(v.Number.String())
+		}
+	}
+	if *p == "0" || !isJobNumber(string(*p)) {
+		*p = ""
+	}
+	return nil
 }
 
 // jobState is "RUNNING" before data_parser v0.0.40 and ["RUNNING",
@@ -88,14 +118,16 @@ func ParseJobJSON(out []byte) ([]Job, error) {
 			return nil, fmt.Errorf("invalid job_id %q in scontrol JSON", id)
 		}
 		job := Job{
-			ID:        id,
-			Name:      j.Name,
-			User:      j.UserName,
-			Account:   j.Account,
-			Partition: j.Partition,
-			QOS:       j.QOS,
-			State:     string(j.JobState),
-			NodeList:  j.Nodes,
+			ID:         id,
+			ArrayJobID: string(j.ArrayJobID),
+			HetJobID:   string(j.HetJobID),
+			Name:       j.Name,
+			User:       j.UserName,
+			Account:    j.Account,
+			Partition:  j.Partition,
+			QOS:        j.QOS,
+			State:      string(j.JobState),
+			NodeList:   j.Nodes,
 		}
 		if job.User == "" {
 			if _, err := strconv.ParseUint(j.UserID.String(), 10, 32); err == nil {

@@ -111,7 +111,7 @@ func TestParseJobText(t *testing.T) {
 		},
 		{
 			file: "constructed/scontrol-show-job-d-array-19.05.txt",
-			want: Job{ID: "88231", Name: "sweep_array.sh", User: "30412", Account: "physics", Partition: "gpu-long",
+			want: Job{ID: "88231", ArrayJobID: "88100", Name: "sweep_array.sh", User: "30412", Account: "physics", Partition: "gpu-long",
 				QOS: "normal", State: "RUNNING", NodeList: "g[009-010],g012",
 				GPUs: map[string][]int{"g009": {0, 1, 4}, "g010": {0, 1, 4}}},
 		},
@@ -151,6 +151,24 @@ func TestParseJobText(t *testing.T) {
 //
 // Found by probing: D1, a job named so took every idle GPU of the node and
 // half of another user's.
+// A heterogeneous job's component names its leader, an array task its
+// array, on the record's first line (slurm_sprint_job_info); the same key
+// on a later line was written by free text.
+func TestParseJobTextParents(t *testing.T) {
+	const rest = "   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   JobState=RUNNING Reason=None Dependency=(null)\n   NodeList=n1\n"
+	jobs, err := ParseJobText([]byte("JobId=701 HetJobId=700 HetJobOffset=1 JobName=het\n" + rest))
+	if err != nil || len(jobs) != 1 || jobs[0].HetJobID != "700" || jobs[0].ArrayJobID != "" {
+		t.Errorf("het component: %+v, %v; want het job 700", jobs, err)
+	}
+	jobs, err = ParseJobText([]byte("JobId=805 ArrayJobId=800 ArrayTaskId=5 JobName=sweep\n" + rest))
+	if err != nil || len(jobs) != 1 || jobs[0].ArrayJobID != "800" || jobs[0].HetJobID != "" {
+		t.Errorf("array task: %+v, %v; want array 800", jobs, err)
+	}
+	if jobs, err := ParseJobText([]byte("JobId=805 JobName=sweep\n" + rest + "   ArrayJobId=1\n")); !errors.Is(err, ErrUntrustedRecord) {
+		t.Errorf("ArrayJobId on a later line: %+v, %v; want ErrUntrustedRecord", jobs, err)
+	}
+}
+
 func TestParseJobTextForgedLines(t *testing.T) {
 	job16 := string(readFixture(t, "22.05/cgroup-v1-task-cgroup/scontrol-show-job-d-job16.txt"))
 	real16 := Job{ID: "16", Name: "gpu-sleep", User: "root", Partition: "debug", State: "RUNNING",
@@ -365,6 +383,24 @@ func TestParseJobJSON(t *testing.T) {
 		got, _ = pickJob(jobs, "15")
 		if got.Account != "testacct" || got.QOS != "" || got.GPUs != nil {
 			t.Errorf("job 15 = %+v, want account testacct, no QoS, no GPUs", got)
+		}
+	})
+
+	// An array task and a heterogeneous job's component name their array
+	// and leader: {"set", "infinite", "number"} from data_parser v0.0.40
+	// on, a bare number before; 0 or unset names none.
+	t.Run("array and het parents", func(t *testing.T) {
+		for _, tc := range []struct{ name, fields, array, het string }{
+			{"v0.0.41 array task", `"array_job_id": {"set": true, "infinite": false, "number": 800}, "het_job_id": {"set": true, "infinite": false, "number": 0}`, "800", ""},
+			{"v0.0.41 het component", `"array_job_id": {"set": true, "infinite": false, "number": 0}, "het_job_id": {"set": true, "infinite": false, "number": 700}`, "", "700"},
+			{"v0.0.41 unset", `"array_job_id": {"set": false, "infinite": false, "number": 800}`, "", ""},
+			{"v0.0.38 array task", `"array_job_id": 800, "het_job_id": 0`, "800", ""},
+		} {
+			out := `{"jobs": [{"job_id": 805, ` + tc.fields + `, "name": "x", "user_name": "alice", "job_state": "RUNNING", "nodes": "n1"}], "errors": []}`
+			jobs, err := ParseJobJSON([]byte(out))
+			if err != nil || len(jobs) != 1 || jobs[0].ArrayJobID != tc.array || jobs[0].HetJobID != tc.het {
+				t.Errorf("%s: %+v, %v; want array %q, het %q", tc.name, jobs, err, tc.array, tc.het)
+			}
 		}
 	})
 

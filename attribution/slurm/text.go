@@ -38,7 +38,7 @@ var ErrUntrustedRecord = errors.New("job record holds lines written by its free 
 // is Slurm's cannot be told. Socks/Node= and JOB_GRES= mark where the
 // per-node detail lines are.
 var onceKeys = map[string]bool{
-	"JobId": true, "JobName": true, "UserId": true, "Account": true, "QOS": true,
+	"JobId": true, "ArrayJobId": true, "HetJobId": true, "JobName": true, "UserId": true, "Account": true, "QOS": true,
 	"JobState": true, "Partition": true, "NodeList": true, "Socks/Node": true, "JOB_GRES": true,
 }
 
@@ -104,9 +104,14 @@ func ParseJobText(out []byte) ([]Job, error) {
 			continue
 		}
 		rec.detail = len(pairs) > 0 && (pairs[0].key == "Socks/Node" || pairs[0].key == "JOB_GRES")
+		first := strings.HasPrefix(string(raw), "JobId=")
 		for _, p := range pairs {
 			if onceKeys[p.key] && rec.seen[p.key] {
 				return nil, fmt.Errorf("%w: %s twice in the record of job %s", ErrUntrustedRecord, p.key, cur.ID)
+			}
+			if (p.key == "ArrayJobId" || p.key == "HetJobId") && !first {
+				// Slurm prints them on the record's first line alone.
+				return nil, fmt.Errorf("%w: %s after the first line of the record of job %s", ErrUntrustedRecord, p.key, cur.ID)
 			}
 			rec.seen[p.key] = true
 			applyTextField(cur, p)
@@ -134,6 +139,18 @@ func applyTextField(j *Job, p pair) {
 	case "JobId":
 		if j.ID == "" {
 			j.ID = p.value
+		}
+	case "ArrayJobId", "HetJobId":
+		// Printed on the record's first line before JobName, only for an
+		// array task ("ArrayJobId=%u ArrayTaskId=%u") and a heterogeneous
+		// job's component ("HetJobId=%u HetJobOffset=%u"):
+		// src/api/job_info.c, slurm_sprint_job_info.
+		if isJobNumber(p.value) {
+			if p.key == "ArrayJobId" {
+				j.ArrayJobID = p.value
+			} else {
+				j.HetJobID = p.value
+			}
 		}
 	case "JobName":
 		j.Name = p.value
