@@ -686,6 +686,46 @@ slurm:
 	check(t, "xpu_workload_memory_used_bytes", 4<<30, `gpu="0"`, `slurm_job_id="90"`)
 }
 
+// TestPodWithTwoContainersOwnsItsDevice: GPU 0 is listed in two containers
+// of one pod (a sidecar reusing the app container's GPU: 1/2 each), GPU 1 in
+// one container of each of two pods. The containers of one pod are one
+// workload: GPU 0's device series carry the pod's labels, without a
+// container (probe18-multigpu D3: none, so per-pod views of an 8-GPU pod
+// saw 6 of its GPUs); GPU 1's, shared by two pods, carry none.
+func TestPodWithTwoContainersOwnsItsDevice(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: n1
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.9, memory_used: 10GiB}}
+devices:
+  - {uuid: GPU-e1000000-0000-4000-8000-000000000000}
+  - {uuid: GPU-e1000000-0000-4000-8000-000000000001}
+kubernetes:
+  pods:
+    - namespace: train
+      name: pt-worker-0
+      uid: 3d000000-0000-4000-8000-0000000000e0
+      containers:
+        - {name: trainer, devices: [{resource: nvidia.com/gpu, ids: [GPU-e1000000-0000-4000-8000-000000000000]}]}
+        - {name: warmup, sidecar: true, devices: [{resource: nvidia.com/gpu, ids: [GPU-e1000000-0000-4000-8000-000000000000]}]}
+    - {namespace: a, name: p-a, uid: 3d000000-0000-4000-8000-0000000000e1, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [GPU-e1000000-0000-4000-8000-000000000001::0]}]}]}
+    - {namespace: b, name: p-b, uid: 3d000000-0000-4000-8000-0000000000e2, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [GPU-e1000000-0000-4000-8000-000000000001::1]}]}]}
+  allocatable:
+    - {resource: nvidia.com/gpu, ids: [GPU-e1000000-0000-4000-8000-000000000000, GPU-e1000000-0000-4000-8000-000000000001::0, GPU-e1000000-0000-4000-8000-000000000001::1]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, s), 10*time.Second)
+	check, absent := oracleChecks(out)
+	check(t, "xpu_utilization_ratio", 0.9, `gpu="0"`, `namespace="train"`, `pod="pt-worker-0"`)
+	absent(t, "xpu_utilization_ratio", `gpu="0"`, `container=`)
+	check(t, "xpu_device_owners", 2, `gpu="0"`)
+	for _, c := range []string{"trainer", "warmup"} {
+		check(t, "xpu_workload_allocated_devices", 0.5, `gpu="0"`, `container="`+c+`"`)
+	}
+	check(t, "xpu_utilization_ratio", 0.9, `gpu="1"`)
+	absent(t, "xpu_utilization_ratio", `gpu="1"`, `pod=`)
+}
+
 // TestProcessOwnerOnAPartialList: GPU 0's graphics list is refused
 // (NO_PERMISSION), so its owners are unknown and its split left out; the
 // process NVML does list still runs in a.service, and its own series say

@@ -93,10 +93,27 @@ type Device struct {
 // owner is the device's owner when it has exactly one: only then do its
 // series carry owner labels, so that sum() over a shared device stays right.
 func (d *Device) owner() (attribution.Owner, bool) {
-	if len(d.Claims) != 1 {
+	if len(d.Claims) == 0 {
 		return attribution.Owner{}, false
 	}
-	return d.Claims[0].Owner, true
+	o := d.Claims[0].Owner
+	if len(d.Claims) == 1 {
+		return o, true
+	}
+	// Containers of one pod (a sidecar reusing the app's GPU, one DRA
+	// claim in two containers) are one workload: the device is the pod's,
+	// which of its containers not being one (found by probe18-multigpu:
+	// an 8-GPU pod's per-pod views saw 6 of its GPUs).
+	if o.Kind != attribution.Kubernetes {
+		return attribution.Owner{}, false
+	}
+	for _, c := range d.Claims[1:] {
+		if c.Owner.Kind != attribution.Kubernetes || c.Owner.Namespace != o.Namespace || c.Owner.Pod != o.Pod || c.Owner.PodUID != o.PodUID {
+			return attribution.Owner{}, false
+		}
+	}
+	o.Container = ""
+	return o, true
 }
 
 // MIGInstance places a MIG device inside its parent GPU.
