@@ -74,8 +74,22 @@ func simulatedAttribution(t testing.TB, s *demo.Scenario) (attribution.Config, *
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { meta.Close() })
-		// The Pods API cache fills from a watch: wait for it, bounded.
-		for deadline := time.Now().Add(10 * time.Second); meta.Healthy() != nil && time.Now().Before(deadline); {
+		// The Pods API cache fills from a watch: wait for it, bounded, until
+		// it has every pod of the scenario (healthy at the first event, it
+		// may not have them all: a busy machine's scrape then found some
+		// processes' pods unknown).
+		known := func() bool {
+			if meta.Healthy() != nil {
+				return false
+			}
+			for _, p := range s.Kubernetes.Pods {
+				if _, ok := meta.Pod(p.Namespace, p.Name); !ok {
+					return false
+				}
+			}
+			return true
+		}
+		for deadline := time.Now().Add(10 * time.Second); !known() && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
 		labels, _ := kubernetes.NewLabelAllowList("team")

@@ -135,3 +135,56 @@ kubernetes:
 	}
 	absent(t, "xpu_workload_utilization_ratio", `pod="mig-a"`)
 }
+
+// TestPodChangeMidWindowOnMIG: a MIG instance allocated to one pod, replaced
+// by a new pod (new PID) in the middle of a scrape interval. NVML keeps no
+// per-process samples on a MIG device, so what part of the window was the
+// old pod's is unknown: the process seen at the previous scrape and gone
+// now makes the new pod no sole owner, and the split is left out rather
+// than the instance's whole 0.5 billed to the new pod (probe18-nvidia D2).
+// The window after is the new pod's alone.
+func TestPodChangeMidWindowOnMIG(t *testing.T) {
+	const mig = "MIG-ee000000-0001-4000-8000-000000000001"
+	s, err := demo.Parse([]byte(`node: exit-node
+churn_every: 1h
+defaults: {model: NVIDIA A100-SXM4-80GB, memory_total: 80GiB, metrics: {temperature: 50}}
+devices:
+  - uuid: GPU-ee000000-0000-4000-8000-000000000001
+    mig:
+      - {uuid: ` + mig + `, profile: 3g.40gb, gpu_instance: 1, metrics: {graphics_active: 0.5}, processes: [{pid: 8101, pod: ml/a, memory_used: 6GiB}]}
+kubernetes:
+  pods:
+    - {namespace: ml, name: a, uid: 0a000000-0000-4000-8000-000000000011, containers: [{name: main, devices: [{resource: nvidia.com/mig-3g.40gb, ids: [` + mig + `]}]}]}
+  allocatable: [{resource: nvidia.com/mig-3g.40gb, ids: [` + mig + `]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testNow}
+	cfg, sim := simulatedAttribution(t, s)
+	e := newExporterWith(t, s, sim, attribution.New(cfg), nil, clk.now)
+	// GPM's activity is between two samples: the second scrape has it.
+	scrapeText(t, e, 10*time.Second)
+	clk.set(testNow.Add(5 * time.Second))
+	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_workload_utilization_ratio", 0.5, `pod="a"`)
+
+	sim.Churn(1, testNow.Add(5500*time.Millisecond))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := cfg.Metadata.Pod("ml", "a-g1"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Pods API never listed the new pod")
+		}
+	}
+	clk.set(testNow.Add(15 * time.Second))
+	check, absent := oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_utilization_ratio", 0.5, `uuid="`+mig+`"`)
+	absent(t, "xpu_workload_utilization_ratio", `pod="a-g1"`)
+	check(t, "xpu_workload_allocated_devices", 3.0/7, `pod="a-g1"`)
+
+	clk.set(testNow.Add(30 * time.Second))
+	check, _ = oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_workload_utilization_ratio", 0.5, `pod="a-g1"`)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -95,6 +96,9 @@ type nvidiaCollector struct {
 	// mu) is the read each device's logged state comes from (logState).
 	reads  atomic.Uint64
 	logged map[string]uint64
+	// migPIDs are each MIG device's processes at its last read (under mu):
+	// see migExits.
+	migPIDs map[string]migRead
 	// lifetime is the exporter's run, from background.
 	lifetime
 }
@@ -154,6 +158,46 @@ func (c *nvidiaCollector) readDevices(ctx context.Context, m move) ([]*Device, e
 		c.countErrors(node.Devices[i].Errors)
 	}
 	return c.devices(node.Devices, read), nil
+}
+
+// migRead is what a read saw of a MIG device's processes.
+type migRead struct {
+	read uint64
+	pids []uint32
+}
+
+// migExits are the processes of a MIG device at its previous read that it
+// runs no more: they used it earlier in this read's window. NVML keeps no
+// per-process samples on a MIG device (nvml.h,
+// nvmlDeviceGetProcessUtilization: "not supported in MIG mode"), so these,
+// unlike a whole GPU's exited processes, come without their utilization:
+// their owner had a part of the window's time, how much unknown. Without
+// them a pod replaced on an instance between two scrapes was its sole
+// owner over the whole window, billed its predecessor's seconds (found by
+// probe18-nvidia). A read that did not list the device's processes whole
+// leaves what was known.
+func (c *nvidiaCollector) migExits(nd *nvidia.Device, read uint64) []Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev, seen := c.migPIDs[nd.UUID]
+	if !nd.Up || nd.ProcessesPartial || (seen && prev.read > read) {
+		return nil
+	}
+	pids := make([]uint32, 0, len(nd.Processes))
+	for i := range nd.Processes {
+		pids = append(pids, nd.Processes[i].PID)
+	}
+	if c.migPIDs == nil {
+		c.migPIDs = map[string]migRead{}
+	}
+	c.migPIDs[nd.UUID] = migRead{read, pids}
+	var gone []Process
+	for _, pid := range prev.pids {
+		if !slices.Contains(pids, pid) {
+			gone = append(gone, Process{PID: pid})
+		}
+	}
+	return gone
 }
 
 // unanswered is every GPU known so far, down: a scrape whose deadline passed
@@ -220,11 +264,23 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 			p := &nd.Exited[i]
 			d.Exited = append(d.Exited, Process{PID: p.PID, Utilization: &p.SMUtilization.Value})
 		}
+		if nd.MIG != nil {
+			d.Exited = append(d.Exited, c.migExits(nd, read)...)
+		}
 		if !stopping || !timedOut(nd.Down) {
 			c.logState(d, nd.Down, read)
 		}
 		devs = append(devs, d)
 	}
+	// The MIG devices gone since (instances destroyed, made anew under
+	// other UUIDs) are forgotten.
+	c.mu.Lock()
+	for uuid := range c.migPIDs {
+		if !slices.ContainsFunc(nds, func(nd nvidia.Device) bool { return nd.UUID == uuid }) {
+			delete(c.migPIDs, uuid)
+		}
+	}
+	c.mu.Unlock()
 	return devs
 }
 
