@@ -235,6 +235,19 @@ func run() int {
 	srv := newServer(mux, *maxTimeout, logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP, which reloads Prometheus and Alertmanager, would otherwise
+	// end the exporter without a word, and systemd takes that for a clean
+	// exit that Restart=on-failure does not restart (found by
+	// probe17-http). There is nothing to reload: the web configuration is
+	// read at every connection, flags and --cost.file at the start.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			logger.Info("SIGHUP ignored: the web configuration is read at every connection; restart the exporter to apply changed flags or --cost.file")
+		}
+	}()
 	// The collectors start (the warm-up read, event listening) once the
 	// server serves: after every check that can fail the start (a bad flag,
 	// the port taken, the web configuration, the systemd socket), which the

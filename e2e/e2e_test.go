@@ -329,6 +329,29 @@ func TestScrapeTimeoutHeaderBoundsAHungGPU(t *testing.T) {
 	}
 }
 
+// SIGHUP, which operators send to reload Prometheus and Alertmanager, is
+// logged and ignored: it killed the exporter without a word, and systemd
+// does not restart a unit a SIGHUP ended (probe17-http D2).
+func TestSIGHUPIgnored(t *testing.T) {
+	e := start(t, "--demo")
+	if err := e.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(e.Logs(), "SIGHUP ignored"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line for SIGHUP:\n%s", e.Logs())
+		}
+	}
+	resp, err := http.Get("http://" + e.addr + "/metrics")
+	if err != nil {
+		t.Fatalf("the exporter does not answer after SIGHUP: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d after SIGHUP, want 200", resp.StatusCode)
+	}
+}
+
 // A /devices request under way at SIGTERM, with no scrape beside it, is
 // answered once the shutdown's grace is over, as a scrape is: the hung GPU
 // down, the other up; not cut off with no reply when the exporter exits
