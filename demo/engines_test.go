@@ -51,7 +51,7 @@ func TestIdleEngine(t *testing.T) {
 	busy := idle
 	busy.RequestsPerSecond = 6
 	var b strings.Builder
-	writeVLLM(&b, busy, 60, 0.6)
+	writeVLLM(&b, &histograms{}, busy, 60, 0.6)
 	for _, want := range []string{
 		`vllm:generation_tokens_total{engine="0",model_name="m"} 55296`,
 		`vllm:num_requests_running{engine="0",model_name="m"} 16`,
@@ -59,5 +59,38 @@ func TestIdleEngine(t *testing.T) {
 		if !strings.Contains(b.String(), want+"\n") {
 			t.Errorf("busy engine does not serve %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// An engine's latency histogram counts each observation once, with the
+// latency it had: when the latency rises, the lower buckets keep what they
+// counted (probe17-http D1: computed anew from the moment's latency they
+// fell, and Prometheus took each fall for a restart). 100 observations at
+// median 0.1 s, sigma 0.5: at most 0.25 s, Φ(ln(2.5)/0.5) = Φ(1.8326) =
+// 0.9666 of them, 96.66; 100 more at median 1 s: Φ(ln(0.25)/0.5) =
+// Φ(-2.7726) = 0.0028 of them, 0.28. The bucket: floor(96.94) = 96, where
+// the moment's latency alone gives floor(200 × 0.0028) = 0.
+func TestEngineHistogramsOnlyGrow(t *testing.T) {
+	var h histograms
+	bucket := func(count, median float64) string {
+		var b strings.Builder
+		h.write(&b, "lat", `m="x"`, []float64{0.25, 1}, count, median, 0.5)
+		for _, line := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(line, `lat_bucket{m="x",le="0.25"} `) {
+				return strings.TrimPrefix(line, `lat_bucket{m="x",le="0.25"} `)
+			}
+		}
+		t.Fatalf("no le=0.25 bucket in\n%s", b.String())
+		return ""
+	}
+	if got := bucket(100, 0.1); got != "96" {
+		t.Errorf("after 100 at 0.1 s: %s, want 96", got)
+	}
+	if got := bucket(200, 1); got != "96" {
+		t.Errorf("after 100 more at 1 s: %s, want floor(96.66 + 0.28) = 96", got)
+	}
+	// No new observation: nothing moves.
+	if got := bucket(200, 0.01); got != "96" {
+		t.Errorf("with no new observation: %s, want 96", got)
 	}
 }
