@@ -44,7 +44,29 @@ local util = import '../lib/util.libsonnet';
   // An owner's series on one physical GPU, its instances' added up.
   local physical(expr) = 'sum without (parent_uuid, mig_instance, mig_profile) (\n%s\n)' % util.indent(onGpu(expr)),
   // The owners' utilized shares summed per physical GPU.
-  local usedOnGpu = 'sum by (%(key)s, node, vendor, model) (label_replace(device_owner:xpu_utilized_devices:ratio, "uuid", "$1", "parent_uuid", "(.+)"))' % fmt,
+  // The use of each device whose owners' is known, in whole GPUs: its
+  // owners' utilized shares, or for a MIG instance or partition whose
+  // owners have no split (time-sliced or MPS on a MIG instance, where NVML
+  // gives no process its utilization) its own utilization, at most its
+  // allocation. Without the latter, a GPU one of whose instances had owner
+  // splits counted its shared instance 0 busy (found by probe18-nvidia:
+  // allocated_busy 0.029 where (0.6 × 3 + 0.2 × 1)/7 = 0.286).
+  local deviceLabels = '%(key)s, parent_uuid, node, vendor, model' % fmt,
+  local ownersUse = 'sum by (%s) (device_owner:xpu_utilized_devices:ratio)' % deviceLabels,
+  local instanceAllocation = 'sum by (%s) (xpu_workload_allocated_devices{%s, parent_uuid!=""})' % [deviceLabels, c.xpuSelector],
+  local instanceUse = migSliceFraction('max by (%s) (%s)' % [deviceLabels, util.meanOverInterval(c, 'xpu_utilization_ratio{%s, parent_uuid!=""}' % c.xpuSelector)]),
+  local usedOnDevice = |||
+    %(owners)s
+    or (
+      %(use)s
+        < %(alloc)s
+      or %(alloc)s and %(use)s
+    )
+  ||| % { owners: ownersUse, use: util.indent(util.indent(instanceUse)), alloc: instanceAllocation },
+  // Each device's use on its GPU: the instance keeps its own uuid in
+  // "device" while it takes its parent's, so that two instances of a GPU
+  // stay two series until they are added.
+  local usedOnGpu = 'sum by (%(key)s, node, vendor, model) (label_replace(label_replace(\n%(used)s, "device", "$1", "uuid", "(.+)"), "uuid", "$1", "parent_uuid", "(.+)"))' % (fmt { used: util.indent(usedOnDevice) }),
 
   // One price per physical GPU. Taken per device key so that labels a
   // price series might gain never make the joins below ambiguous.
