@@ -207,7 +207,15 @@ func run() int {
 	stopping, stopScrapes := context.WithCancel(context.Background())
 	defer stopScrapes()
 	mux := http.NewServeMux()
-	mux.Handle(*metricsPath, newMetricsHandler(exporter, base, handlerOpts{
+	// A path ending in "/" is a subtree to ServeMux: the telemetry path "/"
+	// answered every path, /favicon.ico and /debug/pprof/ with pprof off
+	// included, with a full read of every GPU (found by probe17-http). The
+	// telemetry path is that path alone ("{$}").
+	metricsPattern := *metricsPath
+	if strings.HasSuffix(metricsPattern, "/") {
+		metricsPattern += "{$}"
+	}
+	mux.Handle(metricsPattern, newMetricsHandler(exporter, base, handlerOpts{
 		defaultTimeout: *scrapeTimeout,
 		maxTimeout:     *maxTimeout,
 		timeoutOffset:  *timeoutOffset,

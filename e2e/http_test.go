@@ -192,3 +192,24 @@ func TestReadmeFlagsListsEveryFlag(t *testing.T) {
 		t.Fatalf("read %d flags from --help, want the 40 and more it prints:\n%s", n, help)
 	}
 }
+
+// With the telemetry path "/", only "/" serves the metrics: ServeMux took it
+// for the whole tree, and every path (/favicon.ico, /debug/pprof/ with
+// pprof off) answered with a full read of every GPU (probe17-http D3).
+func TestRootTelemetryPathIsOnePath(t *testing.T) {
+	e := start(t, "--demo", "--web.telemetry-path=/")
+	for path, want := range map[string]int{"/": http.StatusOK, "/favicon.ico": http.StatusNotFound, "/debug/pprof/": http.StatusNotFound, "/devices": http.StatusOK} {
+		resp, err := http.Get("http://" + e.addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+		if path == "/" && !strings.Contains(string(body), "xpu_device_up") {
+			t.Errorf("GET /: no metrics:\n%.300s", body)
+		}
+	}
+}
