@@ -126,23 +126,40 @@ func (h *metricsHandler) body(r *http.Request) *sharedBody {
 	}
 	b.text = bodies.get()
 
-	// Bounded by the deadline only (and by the exporter stopping): were the
-	// body cut short when its own scraper leaves, the scrapes that joined
-	// it would be served devices reported down.
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
-	defer cancel()
-	if h.opts.stopping != nil {
-		defer context.AfterFunc(h.opts.stopping, cancel)()
+	// Rendered aside, with a use of its own: its scraper leaving ends this
+	// wait, and so frees the scrape's request slot (--web.max-requests),
+	// which scrapers that gave up held until their bodies were rendered,
+	// by the scrape deadline on a hung GPU, and live scrapes got 503 with
+	// nobody served (found by probe17-http). The body is still rendered,
+	// bounded by the deadline only (and by the exporter stopping), for the
+	// scrapes that joined it, which would otherwise be served devices
+	// reported down.
+	b.users.Add(1)
+	rendered := make(chan struct{})
+	go func() {
+		defer close(rendered)
+		defer b.release()
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
+		defer cancel()
+		if h.opts.stopping != nil {
+			defer context.AfterFunc(h.opts.stopping, cancel)()
+		}
+		// Like promhttp's ContinueOnError: what the registry could gather
+		// is served, and the error logged.
+		mfs, err := h.base.Gather()
+		if err != nil {
+			h.opts.logger.Error("error gathering the exporter's own metrics", "err", err)
+		}
+		h.exporter.WriteText(ctx, b.text, mfs)
+		h.rendering.Finish(struct{}{}, call)
+	}()
+	select {
+	case <-rendered:
+		return b
+	case <-r.Context().Done():
+		b.release()
+		return nil
 	}
-	// Like promhttp's ContinueOnError: what the registry could gather is
-	// served, and the error logged.
-	mfs, err := h.base.Gather()
-	if err != nil {
-		h.opts.logger.Error("error gathering the exporter's own metrics", "err", err)
-	}
-	h.exporter.WriteText(ctx, b.text, mfs)
-	h.rendering.Finish(struct{}{}, call)
-	return b
 }
 
 // gzip is the body compressed, once for all the scrapes that share it.

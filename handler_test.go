@@ -167,11 +167,12 @@ func TestConcurrentScrapesShareOneBody(t *testing.T) {
 		serve(scrape("10", "gzip").WithContext(leaving))
 		close(left)
 	}()
-	waitFor(t, func() bool { return users() == 4 })
+	// Four scrapes and the render itself use the body.
+	waitFor(t, func() bool { return users() == 5 })
 	leave()
 	<-left
-	if n := users(); n != 3 {
-		t.Fatalf("%d users after one left, want 3", n)
+	if n := users(); n != 4 {
+		t.Fatalf("%d users after one left, want 4", n)
 	}
 
 	// Due sooner than the body being rendered: its own body, while the
@@ -274,4 +275,44 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 10s")
 		}
 	}
+}
+
+// A scrape whose scraper leaves while its body renders (a GPU read hanging
+// to the deadline) frees its request slot at once: scrapers that gave up
+// held their slots until their bodies were rendered, and live scrapes got
+// 503 with nobody served (probe17-http D4). The body is still rendered,
+// for the scrapes that joined it.
+func TestAbandonedScrapeFreesItsSlot(t *testing.T) {
+	g := &heldGatherer{entered: make(chan struct{}), release: make(chan struct{})}
+	h := newTestHandler(t, g)
+	h.inflight = make(chan struct{}, 1)
+	leaving, leave := context.WithCancel(context.Background())
+	left := make(chan struct{})
+	go func() {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/metrics", nil).WithContext(leaving))
+		close(left)
+	}()
+	<-g.entered
+	leave()
+	select {
+	case <-left:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the abandoned scrape still waits for its body")
+	}
+	// The slot is free: the next scrape (due sooner, a body of its own) is
+	// served, not refused.
+	r := httptest.NewRequest("GET", "/metrics", nil)
+	r.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", "1")
+	w := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() { h.ServeHTTP(w, r); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the next scrape is not answered")
+	}
+	if w.Code != http.StatusOK {
+		t.Errorf("the next scrape: %d, want 200", w.Code)
+	}
+	close(g.release)
 }
