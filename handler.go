@@ -39,6 +39,10 @@ type metricsHandler struct {
 	base     prometheus.Gatherer
 	opts     handlerOpts
 	inflight chan struct{}
+	// detached are the renders whose scrapers left, each freeing its
+	// request slot: as many as there are request slots, so that scrapers
+	// that connect and leave at once cannot start renders without bound.
+	detached chan struct{}
 	// bodies are the bodies being rendered. Concurrent scrapes (an HA pair
 	// of Prometheus servers, or ten scrapers in a load test) already share
 	// the node snapshot; without this each still paid for its own
@@ -67,6 +71,7 @@ func newMetricsHandler(e *collector.Exporter, base prometheus.Gatherer, opts han
 	h.rendering.Slack = flight.ScrapeSlack
 	if opts.maxRequests > 0 {
 		h.inflight = make(chan struct{}, opts.maxRequests)
+		h.detached = make(chan struct{}, opts.maxRequests)
 	}
 	return h
 }
@@ -137,8 +142,10 @@ func (h *metricsHandler) body(r *http.Request) *sharedBody {
 	b.users.Add(1)
 	rendered := make(chan struct{})
 	go func() {
-		defer close(rendered)
+		// The render's own use of the body ends last, after rendered is
+		// closed: the scrapes still using it keep it from the pool.
 		defer b.release()
+		defer close(rendered)
 		ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
 		defer cancel()
 		if h.opts.stopping != nil {
@@ -157,9 +164,23 @@ func (h *metricsHandler) body(r *http.Request) *sharedBody {
 	case <-rendered:
 		return b
 	case <-r.Context().Done():
-		b.release()
-		return nil
 	}
+	// The scraper left. With every detached slot taken (scrapers that
+	// connect and leave at once), the render keeps this scrape's request
+	// slot until it is done, as it did before renders could be left.
+	if h.detached != nil {
+		select {
+		case h.detached <- struct{}{}:
+			go func() {
+				<-rendered
+				<-h.detached
+			}()
+		default:
+			<-rendered
+		}
+	}
+	b.release()
+	return nil
 }
 
 // gzip is the body compressed, once for all the scrapes that share it.

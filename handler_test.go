@@ -316,3 +316,70 @@ func TestAbandonedScrapeFreesItsSlot(t *testing.T) {
 	}
 	close(g.release)
 }
+
+// Renders left by their scrapers are as many as the request slots at most:
+// beyond them, a scraper that leaves keeps its slot until its body is
+// rendered, so that scrapers that connect and leave at once cannot start
+// renders without bound (review18 R18-1: 56 renders ran at once with two
+// slots). One request slot, one detached slot, every render held.
+func TestDetachedRendersAreBounded(t *testing.T) {
+	g := &blockingGatherer{release: make(chan struct{})}
+	h := newTestHandler(t, g)
+	h.inflight, h.detached = make(chan struct{}, 1), make(chan struct{}, 1)
+	scrape := func(timeout string) (cancel func(), done chan int) {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := httptest.NewRequest("GET", "/metrics", nil).WithContext(ctx)
+		r.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", timeout)
+		done = make(chan int, 1)
+		go func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			done <- w.Code
+		}()
+		return cancel, done
+	}
+	returns := func(done chan int, within time.Duration) bool {
+		select {
+		case <-done:
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	// A renders, its scraper leaves: the render is detached, A's slot free.
+	leaveA, a := scrape("10")
+	waitFor(t, func() bool { return g.calls.Load() == 1 })
+	leaveA()
+	if !returns(a, 5*time.Second) {
+		t.Fatal("A, whose scraper left, still holds its slot with a detached slot free")
+	}
+	// B (due sooner: a render of its own), its scraper leaves too: the
+	// detached slot is A's render's, so B keeps its request slot.
+	leaveB, b := scrape("1")
+	waitFor(t, func() bool { return g.calls.Load() == 2 })
+	leaveB()
+	if returns(b, 300*time.Millisecond) {
+		t.Fatal("B left its render with no detached slot free")
+	}
+	// The one request slot is B's: C is refused.
+	_, c := scrape("10")
+	if code := <-c; code != http.StatusServiceUnavailable {
+		t.Errorf("C: %d, want 503 while B's render holds the only slot", code)
+	}
+	close(g.release)
+	if !returns(b, 5*time.Second) {
+		t.Fatal("B does not return once its render is done")
+	}
+}
+
+// blockingGatherer holds every Gather until release is closed.
+type blockingGatherer struct {
+	release chan struct{}
+	calls   atomic.Int32
+}
+
+func (g *blockingGatherer) Gather() ([]*dto.MetricFamily, error) {
+	g.calls.Add(1)
+	<-g.release
+	return nil, nil
+}

@@ -1,12 +1,15 @@
 package collector
 
 import (
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
 	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/vendors/nvidia"
 )
 
 // TestPodChangeMidWindow: a GPU allocated whole to one pod, replaced by a
@@ -187,4 +190,35 @@ kubernetes:
 	clk.set(testNow.Add(30 * time.Second))
 	check, _ = oracleChecks(scrapeText(t, e, 10*time.Second))
 	check(t, "xpu_workload_utilization_ratio", 0.5, `pod="a-g1"`)
+}
+
+// What a MIG device's processes were is kept by read: a read that ends
+// after a newer one (it was slow) neither names exits from older lists nor
+// forgets a device it did not list (review18 R18-3).
+func TestMIGExitsFollowReadOrder(t *testing.T) {
+	c := &nvidiaCollector{logger: slog.New(slog.DiscardHandler), logged: map[string]uint64{}, down: map[string]string{}, partial: map[string]bool{}}
+	mig := func(pids ...uint32) nvidia.Device {
+		d := nvidia.Device{Identity: nvidia.Identity{UUID: "MIG-1"}, Up: true, MIG: &nvidia.MIG{ParentUUID: "GPU-1"}}
+		for _, pid := range pids {
+			d.Processes = append(d.Processes, nvidia.Process{PID: pid})
+		}
+		return d
+	}
+	exited := func(devs []*Device) []uint32 {
+		var pids []uint32
+		for _, p := range devs[0].Exited {
+			pids = append(pids, p.PID)
+		}
+		return pids
+	}
+	c.devices([]nvidia.Device{mig(10)}, 1)
+	if got := exited(c.devices([]nvidia.Device{mig(20)}, 3)); !slices.Equal(got, []uint32{10}) {
+		t.Errorf("read 3: exited %v, want [10]", got)
+	}
+	// Read 2 ends late, without the device (its GPU down then): read 3's
+	// list stays.
+	c.devices(nil, 2)
+	if got := exited(c.devices([]nvidia.Device{mig(30)}, 4)); !slices.Equal(got, []uint32{20}) {
+		t.Errorf("read 4 after a late read 2: exited %v, want [20]", got)
+	}
 }

@@ -273,10 +273,11 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 		devs = append(devs, d)
 	}
 	// The MIG devices gone since (instances destroyed, made anew under
-	// other UUIDs) are forgotten.
+	// other UUIDs) are forgotten; not by a read older than what was seen
+	// of them, which ended late (review18 R18-3).
 	c.mu.Lock()
-	for uuid := range c.migPIDs {
-		if !slices.ContainsFunc(nds, func(nd nvidia.Device) bool { return nd.UUID == uuid }) {
+	for uuid, seen := range c.migPIDs {
+		if seen.read < read && !slices.ContainsFunc(nds, func(nd nvidia.Device) bool { return nd.UUID == uuid }) {
 			delete(c.migPIDs, uuid)
 		}
 	}

@@ -205,6 +205,7 @@ local util = import '../lib/util.libsonnet';
                   unless on (%(key)s) xpu_workload_allocated_devices{%(xpuSelector)s}
                   and on (%(scrape)s) group by (%(scrape)s) (xpu_attribution_source_up{%(xpuSelector)s}),
                 "device", "$1", "uuid", "(.+)"), "uuid", "$1", "parent_uuid", "(.+)"))
+                and on (%(key)s) %(allocationOnGpu)s
             ||| % (fmt { allocationOnGpu: util.indent(allocationOnGpu), scrape: util.labels([c.clusterLabel, 'job', 'instance']) }),
           },
           {
