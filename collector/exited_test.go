@@ -41,14 +41,7 @@ kubernetes:
 
 	// The pod is replaced 5.5 s later: pod a-g1, PID 700 + 100,000.
 	sim.Churn(1, testNow.Add(5500*time.Millisecond))
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := cfg.Metadata.Pod("ml", "a-g1"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the Pods API never listed the new pod")
-		}
-	}
+	waitForPod(t, cfg, "ml", "a-g1")
 	clk.set(testNow.Add(15 * time.Second))
 	out := scrapeText(t, e, 10*time.Second)
 	check, absent := oracleChecks(out)
@@ -173,14 +166,7 @@ kubernetes:
 	check(t, "xpu_workload_utilization_ratio", 0.5, `pod="a"`)
 
 	sim.Churn(1, testNow.Add(5500*time.Millisecond))
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := cfg.Metadata.Pod("ml", "a-g1"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the Pods API never listed the new pod")
-		}
-	}
+	waitForPod(t, cfg, "ml", "a-g1")
 	clk.set(testNow.Add(15 * time.Second))
 	check, absent := oracleChecks(scrapeText(t, e, 10*time.Second))
 	check(t, "xpu_utilization_ratio", 0.5, `uuid="`+mig+`"`)
@@ -220,5 +206,18 @@ func TestMIGExitsFollowReadOrder(t *testing.T) {
 	c.devices(nil, 2)
 	if got := exited(c.devices([]nvidia.Device{mig(30)}, 4)); !slices.Equal(got, []uint32{20}) {
 		t.Errorf("read 4 after a late read 2: exited %v, want [20]", got)
+	}
+}
+
+// waitForPod waits for the metadata source of cfg to list the pod, bounded.
+func waitForPod(t *testing.T, cfg attribution.Config, namespace, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := cfg.Metadata.Pod(namespace, name); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Pods API never listed pod %s/%s", namespace, name)
+		}
 	}
 }

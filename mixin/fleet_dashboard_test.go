@@ -86,18 +86,7 @@ func TestFleetUtilizationCountsPhysicalGPUs(t *testing.T) {
 		expect("Idle", 0, "{}", 0.25) +
 		expect("Clusters", 1, `{cluster="c1"}`, 0.34375) +
 		expect("Utilization by cluster", 0, `{cluster="c1"}`, 0.34375)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("groups: []\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tests.yaml"), []byte("rule_files: [rules.yaml]\nevaluation_interval: 1m\n"+tests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(promtool, "test", "rules", "tests.yaml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("promtool test rules: %v\n%s", err, out)
-	}
+	promtoolTest(t, promtool, tests)
 }
 
 // "Devices down" on the fleet and health dashboards counts physical
@@ -154,6 +143,13 @@ func TestDevicesDownCountsPhysicalDevices(t *testing.T) {
 		expr := variables.ReplaceAllString(d.Panels[i].Targets[0].Expr, `".*"`)
 		tests += fmt.Sprintf("      - expr: %q\n        eval_time: 10m\n        exp_samples: [{labels: '{}', value: 3}]\n", expr)
 	}
+	promtoolTest(t, promtool, tests)
+}
+
+// promtoolTest runs promtool's rule tests, without rules, on tests: a
+// "tests:" list of input series and PromQL expressions.
+func promtoolTest(t *testing.T, promtool, tests string) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("groups: []\n"), 0o644); err != nil {
 		t.Fatal(err)
