@@ -169,7 +169,8 @@ type migRead struct {
 // migExits are the processes of a MIG device at its previous read that it
 // runs no more: they used it earlier in this read's window. NVML keeps no
 // per-process samples on a MIG device (nvml.h,
-// nvmlDeviceGetProcessUtilization: "not supported in MIG mode"), so these,
+// nvmlDeviceGetProcessUtilization: "On MIG-enabled GPUs, querying process
+// utilization is not currently supported"), so these,
 // unlike a whole GPU's exited processes, come without their utilization:
 // their owner had a part of the window's time, how much unknown. Without
 // them a pod replaced on an instance between two scrapes was its sole
