@@ -94,3 +94,17 @@ func TestEngineHistogramsOnlyGrow(t *testing.T) {
 		t.Errorf("with no new observation: %s, want 96", got)
 	}
 }
+
+// Triton's duration counters sum each request's duration with the load it
+// met: 100 requests of 1,000 µs, then 100 more of 500 µs, are 100 × 1,000
+// + 100 × 500 = 150,000 µs, where the moment's duration gave 200 × 500 =
+// 100,000, a fall Prometheus takes for a restart (probe17-http D1).
+func TestEngineDurationCountersOnlyGrow(t *testing.T) {
+	var h histograms
+	if got := h.total("queue", 100, 1000); got != 100000 {
+		t.Errorf("after 100 of 1,000 µs: %g, want 100,000", got)
+	}
+	if got := h.total("queue", 200, 500); got != 150000 {
+		t.Errorf("after 100 more of 500 µs: %g, want 150,000", got)
+	}
+}
