@@ -291,7 +291,17 @@ kubernetes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := scrapeText(t, newAttributedExporterFor(t, amd), 10*time.Second)
+	e, sim := newAttributedExporterSim(t, amd)
+	out := scrapeText(t, e, 10*time.Second)
+	// Two claims, and AMD's common device in one spec of its own: defined
+	// twice, as in a spec per claim, it would be unusable.
+	idx, problems, err := (&kubernetes.CDISpecs{Dir: sim.CDISpecDir, ProcRoot: sim.Procfs, SysRoot: sim.Sysfs}).Load()
+	if err != nil || len(problems) != 0 {
+		t.Fatal(err, problems)
+	}
+	if _, err := idx.Lookup("k8s.gpu.amd.com/gpu=common"); err == nil || strings.Contains(err.Error(), "more than one spec") {
+		t.Errorf("AMD's common device: %v; want it defined once, naming no device", err)
+	}
 	check, absent := oracleChecks(out)
 	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `pod="whole"`)
 	check(t, "xpu_workload_info", 1, `pod="whole"`, `claim="c-whole"`)
@@ -320,6 +330,8 @@ kubernetes:
 	check, absent = oracleChecks(out)
 	check(t, "xpu_workload_allocated_devices", 1, `gpu="1"`, `pod="hpu"`)
 	check(t, "xpu_workload_info", 1, `pod="hpu"`, `claim="c-hpu"`)
+	// Gaudi 0 is in the driver's spec too, as every Gaudi of the node is,
+	// and held by nobody.
 	absent(t, "xpu_workload_allocated_devices", `gpu="0"`)
 	if !strings.Contains(out, "\nxpu_attribution_unresolved_claim_devices 0\n") {
 		t.Error("xpu_attribution_unresolved_claim_devices is not 0")

@@ -48,14 +48,31 @@ func (s *Scenario) draNodes(driver, name string) ([]string, error) {
 		return nil, fmt.Errorf("device %q: no AMD GPU or partition of the demo has card and render node gpu-<card>-<render> (GPU j is card j+1, renderD 128+j; further partitions follow)", name)
 	case gaudiDRADriver:
 		for k, d := range s.gaudiDevices() {
-			prefix := strings.NewReplacer(":", "-", ".", "-").Replace(strings.ToLower(d.PCIBusID)) + "-0x"
-			if id, ok := strings.CutPrefix(name, prefix); ok && len(id) == 4 {
-				return []string{fmt.Sprintf("/dev/accel/accel%d", k), fmt.Sprintf("/dev/accel/accel_controlD%d", k)}, nil
+			if name == gaudiUID(d) {
+				return gaudiNodes(k), nil
 			}
 		}
-		return nil, fmt.Errorf("device %q: no Gaudi of the demo has that PCI address (<domain>-<bus>-<device>-<function>-0x<device ID>)", name)
+		return nil, fmt.Errorf("device %q: no Gaudi of the demo is named so (<domain>-<bus>-<device>-<function>-<PCI device ID>: 0x1020 for a Gaudi 2, 0x1060 for a Gaudi 3)", name)
 	}
 	return nil, nil
+}
+
+// gaudiUID is how Intel's Gaudi DRA driver names a device: its PCI address
+// with "-" for ":" and "." and its PCI device ID (pkg/gaudi/device,
+// DeviceInfo.UID: "0000-01-02-0-0x1234"; ModelNames: 0x1020 Gaudi2, 0x1060
+// Gaudi3).
+func gaudiUID(d *DeviceSpec) string {
+	id := "0x1020"
+	if strings.Contains(d.Model, "325") || strings.Contains(d.Model, "Gaudi 3") || strings.Contains(d.Model, "Gaudi3") {
+		id = "0x1060"
+	}
+	return strings.NewReplacer(":", "-", ".", "-").Replace(strings.ToLower(d.PCIBusID)) + "-" + id
+}
+
+// gaudiNodes are the device nodes Intel's Gaudi DRA driver gives the
+// container for the node's k-th Gaudi, accel<k> in the demo.
+func gaudiNodes(k int) []string {
+	return []string{fmt.Sprintf("/dev/accel/accel%d", k), fmt.Sprintf("/dev/accel/accel_controlD%d", k)}
 }
 
 // draDevice is what a DRA device name of NVIDIA's driver says: the GPU
@@ -211,15 +228,21 @@ func (s *Scenario) prepareClaims(cdiDir, procRoot string) error {
 // prepareOtherClaims writes the CDI specs AMD's and Intel's Gaudi DRA
 // drivers write for the scenario's claims of theirs, and adds the CDI
 // device names the kubelet reports for each claim device to names, in the
-// drivers' order. AMD's driver writes one spec of kind k8s.gpu.amd.com/gpu
-// per claim, its devices named "<claim UID>-gpu-<card>-<render>", and a
-// "common" device of environment alone that it lists first; Intel's one
-// spec of kind intel.com/gaudi of every Gaudi, by its UID, and per claim a
-// device of hooks alone named by the claim's UID, listed after.
+// drivers' order.
+//
+// AMD's driver writes one spec of kind k8s.gpu.amd.com/gpu of its own, the
+// "common" device of environment alone, and a spec per claim of the
+// claim's devices, "<claim UID>-gpu-<card>-<render>"; it reports the
+// common device first (ROCm k8s-gpu-dra-driver, cmd/gpu-kubeletplugin
+// cdi.go and state.go). Intel's writes one spec of kind intel.com/gaudi of
+// every Gaudi the node has, claimed or not, by its UID, and adds to it per
+// claim a device of hooks alone named by the claim's UID, reported after
+// the Gaudis (intel-resource-drivers-for-kubernetes, pkg/gaudi/cdihelpers).
 func (s *Scenario) prepareOtherClaims(cdiDir string, names map[string][]string) error {
-	amdSpecs := map[string]*strings.Builder{} // by claim UID
-	var gaudiDevices []string                 // spec entries, by device name once
-	gaudiSeen := map[string]bool{}
+	specs := map[string]string{} // file name → content
+	var amdClaims []string       // claim UIDs, in order
+	amdDevices := map[string][]string{}
+	var gaudiClaims []string
 	for _, p := range s.Kubernetes.Pods {
 		for _, c := range p.Containers {
 			for _, cl := range c.Claims {
@@ -232,62 +255,70 @@ func (s *Scenario) prepareOtherClaims(cdiDir string, names map[string][]string) 
 					if err != nil {
 						return err
 					}
-					var entry strings.Builder
 					key := cl.Namespace + "/" + cl.Name + "/" + d.Device
-					switch d.Driver {
-					case amdDRADriver:
-						name := uid + "-" + d.Device
-						fmt.Fprintf(&entry, "  - name: %s\n    containerEdits:\n      deviceNodes:\n", name)
-						for _, n := range nodes {
-							fmt.Fprintf(&entry, "        - {path: %s, type: c}\n", n)
-						}
-						b := amdSpecs[uid]
-						if b == nil {
-							b = &strings.Builder{}
-							b.WriteString("cdiVersion: 0.5.0\nkind: k8s.gpu.amd.com/gpu\ndevices:\n  - name: common\n    containerEdits:\n      env: [DRA_RESOURCE_DRIVER_NAME=gpu.amd.com]\n")
-							amdSpecs[uid] = b
-						}
-						if !slices.Contains(names[key], "k8s.gpu.amd.com/gpu="+name) {
-							b.WriteString(entry.String())
-							names[key] = []string{"k8s.gpu.amd.com/gpu=common", "k8s.gpu.amd.com/gpu=" + name}
-						}
-					case gaudiDRADriver:
-						if !gaudiSeen[d.Device] {
-							gaudiSeen[d.Device] = true
-							fmt.Fprintf(&entry, "  - name: %s\n    containerEdits:\n      deviceNodes:\n", d.Device)
-							for _, n := range nodes {
-								fmt.Fprintf(&entry, "        - {path: %s, hostPath: %s, type: c}\n", n, n)
-							}
-							gaudiDevices = append(gaudiDevices, entry.String())
-						}
-						if !gaudiSeen[uid] {
-							gaudiSeen[uid] = true
-							gaudiDevices = append(gaudiDevices, fmt.Sprintf("  - name: %s\n    containerEdits:\n      hooks: [{hookName: createRuntime, path: /usr/bin/habana-container-hook, args: [habana-container-hook, createRuntime]}]\n", uid))
+					if d.Driver == gaudiDRADriver {
+						if !slices.Contains(gaudiClaims, uid) {
+							gaudiClaims = append(gaudiClaims, uid)
 						}
 						names[key] = []string{"intel.com/gaudi=" + d.Device, "intel.com/gaudi=" + uid}
+						continue
 					}
+					name := uid + "-" + d.Device
+					if _, ok := amdDevices[uid]; !ok {
+						amdClaims = append(amdClaims, uid)
+					}
+					if _, done := names[key]; !done {
+						amdDevices[uid] = append(amdDevices[uid], cdiDeviceEntry(name, nodes, false))
+					}
+					names[key] = []string{"k8s.gpu.amd.com/gpu=common", "k8s.gpu.amd.com/gpu=" + name}
 				}
 			}
 		}
 	}
-	if len(amdSpecs) == 0 && len(gaudiDevices) == 0 {
+	if len(amdClaims) > 0 {
+		specs["k8s.gpu.amd.com-gpu_common.yaml"] = "cdiVersion: 0.5.0\nkind: k8s.gpu.amd.com/gpu\ndevices:\n  - name: common\n    containerEdits:\n      env: [DRA_RESOURCE_DRIVER_NAME=gpu.amd.com]\n"
+	}
+	for _, uid := range amdClaims {
+		specs["k8s.gpu.amd.com-gpu_"+uid+".yaml"] = "cdiVersion: 0.5.0\nkind: k8s.gpu.amd.com/gpu\ndevices:\n" + strings.Join(amdDevices[uid], "")
+	}
+	if len(gaudiClaims) > 0 {
+		var b strings.Builder
+		b.WriteString("cdiVersion: 0.5.0\nkind: intel.com/gaudi\ndevices:\n")
+		for k, d := range s.gaudiDevices() {
+			b.WriteString(cdiDeviceEntry(gaudiUID(d), gaudiNodes(k), true))
+		}
+		for _, uid := range gaudiClaims {
+			fmt.Fprintf(&b, "  - name: %s\n    containerEdits:\n      hooks: [{hookName: createRuntime, path: /usr/bin/habana-container-hook, args: [habana-container-hook, createRuntime]}]\n", uid)
+		}
+		specs["intel.com-gaudi.yaml"] = b.String()
+	}
+	if len(specs) == 0 {
 		return nil
 	}
 	if err := os.MkdirAll(cdiDir, 0o755); err != nil {
 		return err
 	}
-	for uid, b := range amdSpecs {
-		if err := os.WriteFile(filepath.Join(cdiDir, "k8s.gpu.amd.com-gpu_"+uid+".yaml"), []byte(b.String()), 0o644); err != nil {
-			return err
-		}
-	}
-	if len(gaudiDevices) > 0 {
-		spec := "cdiVersion: 0.5.0\nkind: intel.com/gaudi\ndevices:\n" + strings.Join(gaudiDevices, "")
-		if err := os.WriteFile(filepath.Join(cdiDir, "intel.com-gaudi.yaml"), []byte(spec), 0o644); err != nil {
+	for file, content := range specs {
+		if err := os.WriteFile(filepath.Join(cdiDir, file), []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// cdiDeviceEntry is one device of a CDI spec's YAML device list, giving the
+// container nodes (at the same host path where hostPath is set).
+func cdiDeviceEntry(name string, nodes []string, hostPath bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  - name: %s\n    containerEdits:\n      deviceNodes:\n", name)
+	for _, n := range nodes {
+		if hostPath {
+			fmt.Fprintf(&b, "        - {path: %s, hostPath: %s, type: c}\n", n, n)
+		} else {
+			fmt.Fprintf(&b, "        - {path: %s, type: c}\n", n)
+		}
+	}
+	return b.String()
 }
 
 func containsDevice(ds []kubelettest.ClaimSpecDevice, name string) bool {
