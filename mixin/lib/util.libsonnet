@@ -99,6 +99,16 @@
   // physical GPU (price, energy, the GPU's utilization).
   onGpu(expr):: 'label_replace(\n%s,\n  "uuid", "$1", "parent_uuid", "(.+)"\n)\n' % self.indent(expr),
 
+  // expr, one series per device, added up per physical GPU (with node,
+  // vendor and model): each partition keeps its own uuid in "device" while
+  // it takes its parent's, so that two partitions of a GPU stay two series
+  // until they are added.
+  sumOnGpu(c, expr)::
+    'sum by (%s, node, vendor, model) (\n%s)\n' % [
+      self.labels(c.deviceKeyLabels),
+      self.indent(self.onGpu('label_replace(\n%s,\n  "device", "$1", "uuid", "(.+)"\n)' % self.indent(expr))),
+    ],
+
   // expr (series of partitions of a GPU, parent_uuid set) times the
   // partition's share of its GPU, which the exporter serves as
   // xpu_partition_share_ratio: a MIG instance's compute slices over its

@@ -63,10 +63,7 @@ local util = import '../lib/util.libsonnet';
       or %(alloc)s and %(use)s
     )
   ||| % { owners: ownersUse, use: util.indent(util.indent(instanceUse)), alloc: instanceAllocation },
-  // Each device's use on its GPU: the instance keeps its own uuid in
-  // "device" while it takes its parent's, so that two instances of a GPU
-  // stay two series until they are added.
-  local usedOnGpu = 'sum by (%(key)s, node, vendor, model) (label_replace(label_replace(\n%(used)s, "device", "$1", "uuid", "(.+)"), "uuid", "$1", "parent_uuid", "(.+)"))' % (fmt { used: util.indent(usedOnDevice) }),
+  local usedOnGpu = util.sumOnGpu(c, usedOnDevice),
 
   // One price per physical GPU. Taken per device key so that labels a
   // price series might gain never make the joins below ambiguous.
@@ -199,14 +196,18 @@ local util = import '../lib/util.libsonnet';
                 unless on (%(key)s) %(allocationOnGpu)s
                 and on (%(scrape)s) group by (%(scrape)s) (xpu_attribution_source_up{%(xpuSelector)s})
               or
-              sum by (%(key)s, node, vendor, model) (label_replace(label_replace(
-                max by (%(key)s, parent_uuid, node, vendor, model) (xpu_partition_share_ratio{%(xpuSelector)s, parent_uuid!=""})
-                  unless on (%(key)s) xpu_device_owners{%(xpuSelector)s}
-                  unless on (%(key)s) xpu_workload_allocated_devices{%(xpuSelector)s}
-                  and on (%(scrape)s) group by (%(scrape)s) (xpu_attribution_source_up{%(xpuSelector)s}),
-                "device", "$1", "uuid", "(.+)"), "uuid", "$1", "parent_uuid", "(.+)"))
+              %(unknownParts)s
                 and on (%(key)s) %(allocationOnGpu)s
-            ||| % (fmt { allocationOnGpu: util.indent(allocationOnGpu), scrape: util.labels([c.clusterLabel, 'job', 'instance']) }),
+            ||| % (fmt {
+                     allocationOnGpu: util.indent(allocationOnGpu),
+                     scrape: util.labels([c.clusterLabel, 'job', 'instance']),
+                     unknownParts: util.indent(util.sumOnGpu(c, |||
+                       max by (%(key)s, parent_uuid, node, vendor, model) (xpu_partition_share_ratio{%(xpuSelector)s, parent_uuid!=""})
+                         unless on (%(key)s) xpu_device_owners{%(xpuSelector)s}
+                         unless on (%(key)s) xpu_workload_allocated_devices{%(xpuSelector)s}
+                         and on (%(scrape)s) group by (%(scrape)s) (xpu_attribution_source_up{%(xpuSelector)s})
+                     ||| % (fmt { scrape: util.labels([c.clusterLabel, 'job', 'instance']) }))),
+                   }),
           },
           {
             // Per physical GPU, the allocations of all its owners and MIG
