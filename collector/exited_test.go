@@ -20,28 +20,21 @@ import (
 // utilization before).
 func TestPodChangeMidWindow(t *testing.T) {
 	const gpu = "GPU-e0000000-0000-4000-8000-000000000000"
-	s, err := demo.Parse([]byte(`node: exit-node
+	e, clk, replace := podReplacedExporter(t, `node: exit-node
 churn_every: 1h
 defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {temperature: 50}}
 devices:
-  - uuid: ` + gpu + `
+  - uuid: `+gpu+`
     processes: [{pid: 700, pod: ml/a, memory_used: 4GiB, utilization: 0.6}]
 kubernetes:
   pods:
-    - {namespace: ml, name: a, uid: 0a000000-0000-4000-8000-000000000001, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [` + gpu + `]}]}]}
-  allocatable: [{resource: nvidia.com/gpu, ids: [` + gpu + `]}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{t: testNow}
-	cfg, sim := simulatedAttribution(t, s)
-	e := newExporterWith(t, s, sim, attribution.New(cfg), nil, clk.now)
+    - {namespace: ml, name: a, uid: 0a000000-0000-4000-8000-000000000001, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [`+gpu+`]}]}]}
+  allocatable: [{resource: nvidia.com/gpu, ids: [`+gpu+`]}]
+`)
 	scrapeText(t, e, 10*time.Second) // at 5,400 s after boot
 
 	// The pod is replaced 5.5 s later: pod a-g1, PID 700 + 100,000.
-	sim.Churn(1, testNow.Add(5500*time.Millisecond))
-	waitForPod(t, cfg, "ml", "a-g1")
+	replace()
 	clk.set(testNow.Add(15 * time.Second))
 	out := scrapeText(t, e, 10*time.Second)
 	check, absent := oracleChecks(out)
@@ -141,32 +134,25 @@ kubernetes:
 // The window after is the new pod's alone.
 func TestPodChangeMidWindowOnMIG(t *testing.T) {
 	const mig = "MIG-ee000000-0001-4000-8000-000000000001"
-	s, err := demo.Parse([]byte(`node: exit-node
+	e, clk, replace := podReplacedExporter(t, `node: exit-node
 churn_every: 1h
 defaults: {model: NVIDIA A100-SXM4-80GB, memory_total: 80GiB, metrics: {temperature: 50}}
 devices:
   - uuid: GPU-ee000000-0000-4000-8000-000000000001
     mig:
-      - {uuid: ` + mig + `, profile: 3g.40gb, gpu_instance: 1, metrics: {graphics_active: 0.5}, processes: [{pid: 8101, pod: ml/a, memory_used: 6GiB}]}
+      - {uuid: `+mig+`, profile: 3g.40gb, gpu_instance: 1, metrics: {graphics_active: 0.5}, processes: [{pid: 8101, pod: ml/a, memory_used: 6GiB}]}
 kubernetes:
   pods:
-    - {namespace: ml, name: a, uid: 0a000000-0000-4000-8000-000000000011, containers: [{name: main, devices: [{resource: nvidia.com/mig-3g.40gb, ids: [` + mig + `]}]}]}
-  allocatable: [{resource: nvidia.com/mig-3g.40gb, ids: [` + mig + `]}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &testClock{t: testNow}
-	cfg, sim := simulatedAttribution(t, s)
-	e := newExporterWith(t, s, sim, attribution.New(cfg), nil, clk.now)
+    - {namespace: ml, name: a, uid: 0a000000-0000-4000-8000-000000000011, containers: [{name: main, devices: [{resource: nvidia.com/mig-3g.40gb, ids: [`+mig+`]}]}]}
+  allocatable: [{resource: nvidia.com/mig-3g.40gb, ids: [`+mig+`]}]
+`)
 	// GPM's activity is between two samples: the second scrape has it.
 	scrapeText(t, e, 10*time.Second)
 	clk.set(testNow.Add(5 * time.Second))
 	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
 	check(t, "xpu_workload_utilization_ratio", 0.5, `pod="a"`)
 
-	sim.Churn(1, testNow.Add(5500*time.Millisecond))
-	waitForPod(t, cfg, "ml", "a-g1")
+	replace()
 	clk.set(testNow.Add(15 * time.Second))
 	check, absent := oracleChecks(scrapeText(t, e, 10*time.Second))
 	check(t, "xpu_utilization_ratio", 0.5, `uuid="`+mig+`"`)
@@ -209,15 +195,29 @@ func TestMIGExitsFollowReadOrder(t *testing.T) {
 	}
 }
 
-// waitForPod waits for the metadata source of cfg to list the pod, bounded.
-func waitForPod(t *testing.T, cfg attribution.Config, namespace, name string) {
+// podReplacedExporter serves the scenario, whose pod ml/a the demo churns,
+// on a test clock at testNow; replace replaces its pods and processes
+// 5.5 s later (ml/a by ml/a-g1) and waits, bounded, until the Pods API
+// lists the new pod.
+func podReplacedExporter(t *testing.T, scenario string) (e *Exporter, clk *testClock, replace func()) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := cfg.Metadata.Pod(namespace, name); ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the Pods API never listed pod %s/%s", namespace, name)
+	s, err := demo.Parse([]byte(scenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk = &testClock{t: testNow}
+	cfg, sim := simulatedAttribution(t, s)
+	e = newExporterWith(t, s, sim, attribution.New(cfg), nil, clk.now)
+	return e, clk, func() {
+		t.Helper()
+		sim.Churn(1, testNow.Add(5500*time.Millisecond))
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, ok := cfg.Metadata.Pod("ml", "a-g1"); ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the Pods API never listed the new pod ml/a-g1")
+			}
 		}
 	}
 }

@@ -212,31 +212,11 @@ func FuzzReadCDISpec(f *testing.F) {
 func TestCDIAMDDeviceByRenderNode(t *testing.T) {
 	// sysfs as the kernel lays it out: the node under its PCI device's
 	// drm/, linked from class/drm, with a device link back to the PCI
-	// device.
-	dir, sys := t.TempDir(), t.TempDir()
-	node := filepath.Join(sys, "devices", "pci0000:00", "0000:00:01.1", "0000:0c:00.0", "drm", "renderD128")
-	if err := os.MkdirAll(node, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(sys, "class", "drm"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// A compute partition after the first: its DRM device is the
-	// amdgpu_xcp_<n> platform device amdgpu registers for it.
-	xcp := filepath.Join(sys, "devices", "platform", "amdgpu_xcp_1", "drm", "renderD130")
-	if err := os.MkdirAll(xcp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for link, target := range map[string]string{
-		filepath.Join(node, "device"):                    "../../../0000:0c:00.0",
-		filepath.Join(sys, "class", "drm", "renderD128"): "../../devices/pci0000:00/0000:00:01.1/0000:0c:00.0/drm/renderD128",
-		filepath.Join(xcp, "device"):                     "../../../amdgpu_xcp_1",
-		filepath.Join(sys, "class", "drm", "renderD130"): "../../devices/platform/amdgpu_xcp_1/drm/renderD130",
-	} {
-		if err := os.Symlink(target, link); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// device; a compute partition after the first under the amdgpu_xcp_<n>
+	// platform device amdgpu registers for it.
+	sys := t.TempDir()
+	node := classNode(t, sys, "drm", "renderD128", "pci0000:00/0000:00:01.1/0000:0c:00.0")
+	classNode(t, sys, "drm", "renderD130", "platform/amdgpu_xcp_1")
 	spec := `cdiVersion: 0.6.0
 kind: k8s.gpu.amd.com/gpu
 devices:
@@ -253,13 +233,8 @@ devices:
     containerEdits:
       deviceNodes: [{path: /dev/kfd}, {path: /dev/dri/card3}, {path: /dev/dri/renderD130}]
 `
-	if err := os.WriteFile(filepath.Join(dir, "amd.yaml"), []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	idx, problems, err := (&CDISpecs{Dir: dir, ProcRoot: t.TempDir(), SysRoot: sys}).Load()
-	if err != nil || len(problems) != 0 {
-		t.Fatal(err, problems)
-	}
+	dir := t.TempDir()
+	idx := loadSpec(t, dir, sys, "amd.yaml", spec)
 	ref, err := idx.Lookup("k8s.gpu.amd.com/gpu=5b1f2c3d-0000-4000-8000-000000000001-gpu-1-128")
 	if err != nil || ref.PCIBusID != "0000:0c:00.0" || ref.ID != "0000:0c:00.0" {
 		t.Errorf("GPU device: %+v, %v; want PCI 0000:0c:00.0", ref, err)
@@ -308,22 +283,8 @@ devices:
 // driver registers it under the accel class (every Gaudi claim was
 // unresolved).
 func TestCDIGaudiDeviceByAccelNode(t *testing.T) {
-	dir, sys := t.TempDir(), t.TempDir()
-	node := filepath.Join(sys, "devices", "pci0000:b0", "0000:b0:01.0", "0000:b3:00.0", "accel", "accel2")
-	if err := os.MkdirAll(node, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(sys, "class", "accel"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for link, target := range map[string]string{
-		filepath.Join(node, "device"):                  "../../../0000:b3:00.0",
-		filepath.Join(sys, "class", "accel", "accel2"): "../../devices/pci0000:b0/0000:b0:01.0/0000:b3:00.0/accel/accel2",
-	} {
-		if err := os.Symlink(target, link); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sys := t.TempDir()
+	classNode(t, sys, "accel", "accel2", "pci0000:b0/0000:b0:01.0/0000:b3:00.0")
 	spec := `cdiVersion: 0.5.0
 kind: intel.com/gaudi
 devices:
@@ -337,13 +298,7 @@ devices:
     containerEdits:
       hooks: [{hookName: createRuntime, path: /usr/bin/habana-container-hook, args: [habana-container-hook, createRuntime]}]
 `
-	if err := os.WriteFile(filepath.Join(dir, "intel.com-gaudi.yaml"), []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	idx, problems, err := (&CDISpecs{Dir: dir, ProcRoot: t.TempDir(), SysRoot: sys}).Load()
-	if err != nil || len(problems) != 0 {
-		t.Fatal(err, problems)
-	}
+	idx := loadSpec(t, t.TempDir(), sys, "intel.com-gaudi.yaml", spec)
 	ref, err := idx.Lookup("intel.com/gaudi=0000-b3-00-0-0x1020")
 	if err != nil || ref.PCIBusID != "0000:b3:00.0" || ref.ID != "0000:b3:00.0" {
 		t.Errorf("Gaudi device: %+v, %v; want PCI 0000:b3:00.0", ref, err)
@@ -351,4 +306,41 @@ devices:
 	if ref, err := idx.Lookup("intel.com/gaudi=7c1d2e3f-0000-4000-8000-000000000001"); err == nil {
 		t.Errorf("the claim's device of hooks is told as %+v; it names no device", ref)
 	}
+}
+
+// classNode lays out a device node of class (drm, accel) in the sysfs tree
+// sys as the kernel does: its directory under its device's (dev, relative
+// to devices/), a device link back to that device, and a link from
+// class/<class>/<name>. It returns the node's directory.
+func classNode(t *testing.T, sys, class, name, dev string) string {
+	t.Helper()
+	node := filepath.Join(sys, "devices", filepath.FromSlash(dev), class, name)
+	for _, d := range []string{node, filepath.Join(sys, "class", class)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		filepath.Join(node, "device"):            "../../../" + filepath.Base(dev),
+		filepath.Join(sys, "class", class, name): "../../devices/" + dev + "/" + class + "/" + name,
+	} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return node
+}
+
+// loadSpec writes spec as file in dir and loads the CDI specs there, with
+// the sysfs tree sys; a problem with them fails the test.
+func loadSpec(t *testing.T, dir, sys, file, spec string) CDIIndex {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	idx, problems, err := (&CDISpecs{Dir: dir, ProcRoot: t.TempDir(), SysRoot: sys}).Load()
+	if err != nil || len(problems) != 0 {
+		t.Fatal(err, problems)
+	}
+	return idx
 }
