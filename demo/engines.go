@@ -131,19 +131,25 @@ type histogramState struct {
 	buckets    []float64
 }
 
-// write writes the histogram name, whose observations up to now number
-// count; those since its last write have a lognormal latency of median
-// and sigma.
-func (h *histograms) write(b *strings.Builder, name, labels string, bounds []float64, count, median, sigma float64) {
-	h.mu.Lock()
+// state is what name has counted so far; h.mu is held.
+func (h *histograms) state(name string, buckets int) *histogramState {
 	if h.m == nil {
 		h.m = map[string]*histogramState{}
 	}
 	st := h.m[name]
 	if st == nil {
-		st = &histogramState{buckets: make([]float64, len(bounds))}
+		st = &histogramState{buckets: make([]float64, buckets)}
 		h.m[name] = st
 	}
+	return st
+}
+
+// write writes the histogram name, whose observations up to now number
+// count; those since its last write have a lognormal latency of median
+// and sigma.
+func (h *histograms) write(b *strings.Builder, name, labels string, bounds []float64, count, median, sigma float64) {
+	h.mu.Lock()
+	st := h.state(name, len(bounds))
 	if n := count - st.count; n > 0 {
 		for i, le := range bounds {
 			st.buckets[i] += n * lognormalCDF(le, median, sigma)
@@ -199,14 +205,7 @@ func writeVLLM(b *strings.Builder, h *histograms, e EngineSpec, elapsed, load fl
 func (h *histograms) total(name string, count, per float64) float64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = map[string]*histogramState{}
-	}
-	st := h.m[name]
-	if st == nil {
-		st = &histogramState{}
-		h.m[name] = st
-	}
+	st := h.state(name, 0)
 	if n := count - st.count; n > 0 {
 		st.sum += n * per
 		st.count = count
