@@ -19,7 +19,10 @@ type SlurmSpec struct {
 	// "22.05" (the default) rejects --json and prints a shared GRES's GPUs
 	// by index (shard:1(IDX:2)); "24.05" also answers --json (data_parser
 	// v0.0.41) and prints a shared GRES's count on each GPU
-	// (shard:2(0/4,2/4)), as Slurm has since 23.11.2.
+	// (shard:2(0/4,2/4)), as Slurm has since 23.11.2; "25.05" is 24.05
+	// whose listpids prints no row at all once one step failed, as
+	// scontrol has since 24.11 (scontrol_list_pids: "if (exit_code) goto
+	// cleanup;" before the header).
 	Version string `yaml:"version"`
 	// Proctrack is "cgroup" (the default: a job's processes in its
 	// slurmstepd.scope/job_<id> cgroup) or "linuxproc" (in slurmd.service,
@@ -147,8 +150,8 @@ func (s *Scenario) validateSlurm() (map[string]bool, []error) {
 	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if v := s.Slurm.Version; v != "" && v != "22.05" && v != "24.05" {
-		bad("slurm.version: %q is neither 22.05 nor 24.05", v)
+	if v := s.Slurm.Version; v != "" && v != "22.05" && v != "24.05" && v != "25.05" {
+		bad("slurm.version: %q is none of 22.05, 24.05 and 25.05", v)
 	}
 	if p := s.Slurm.Proctrack; p != "" && p != "cgroup" && p != "linuxproc" {
 		bad("slurm.proctrack: %q is neither cgroup nor linuxproc", p)
@@ -237,7 +240,7 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 		return "", "", err
 	}
 	uids := s.users()
-	withJSON := s.Slurm.Version == "24.05"
+	withJSON := s.Slurm.sinceV24()
 	write := func(name string, data []byte) {
 		if err == nil {
 			err = os.WriteFile(filepath.Join(answers, name), data, 0o644)
@@ -290,13 +293,13 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 			recs := records(restarted)
 			var all strings.Builder
 			for _, r := range recs {
-				all.WriteString(r.text(s.Slurm.Version))
+				all.WriteString(r.text(s.Slurm.sinceV24()))
 			}
 			// Asked by the job's ID, scontrol prints the whole array; asked
 			// for the task, that task alone (text form only).
 			write(j.ID+suffix, []byte(all.String()))
 			if j.Array != nil {
-				write(fmt.Sprintf("%s_%d%s", j.ID, j.Array.Task, suffix), []byte(recs[0].text(s.Slurm.Version)))
+				write(fmt.Sprintf("%s_%d%s", j.ID, j.Array.Task, suffix), []byte(recs[0].text(s.Slurm.sinceV24())))
 			}
 			if withJSON {
 				b, jerr := jobsJSON(recs, j.ID)
@@ -444,14 +447,22 @@ func (s *Scenario) listPIDs() string {
 	if n == 0 {
 		return none
 	}
-	switch s.Slurm.ListPIDsFailure {
-	case "ended":
-		return "printf '" + rows.String() + "'; echo 'StepId=999999.0 does not exist on this node.' >&2; exit 1"
-	case "unreachable":
-		return "printf '" + rows.String() + "'; echo 'Unable to connect to slurmstepd: Connection refused' >&2; exit 1"
+	failure := map[string]string{
+		"ended":       "echo 'StepId=999999.0 does not exist on this node.' >&2; exit 1",
+		"unreachable": "printf '\\nUnable to connect to slurmstepd: Connection refused\\n' >&2; exit 1",
+	}[s.Slurm.ListPIDsFailure]
+	switch {
+	case failure == "":
+		return "printf '" + rows.String() + "'; exit 0"
+	case s.Slurm.Version == "25.05":
+		// Since 24.11 the rows are printed only when every step answered.
+		return failure
 	}
-	return "printf '" + rows.String() + "'; exit 0"
+	return "printf '" + rows.String() + "'; " + failure
 }
+
+// sinceV24 says the imitated scontrol is 24.05 or later.
+func (s *SlurmSpec) sinceV24() bool { return s.Version == "24.05" || s.Version == "25.05" }
 
 // gresDetail is the per-node GRES of `scontrol show job -d` for whole GPUs
 // and shards (gres_stepmgr.c, _foreach_job_build_details), in the form of
@@ -469,7 +480,7 @@ func (s *Scenario) gresDetail(gpus []int, shards map[int]int) string {
 		for _, n := range shards {
 			total += n
 		}
-		if s.Slurm.Version == "24.05" {
+		if s.Slurm.sinceV24() {
 			counts := make([]string, s.gresCount())
 			for g := range counts {
 				counts[g] = fmt.Sprintf("%d/%d", shards[g], s.Slurm.ShardsPerGPU)
@@ -518,7 +529,7 @@ func (r jobRecord) jobID() string {
 // text is the record as `scontrol --details show job` prints it: the real
 // 22.05 captures in fixtures/slurm/22.05 and scontrol's info_job.c
 // (ArrayJobId and ArrayTaskId after JobId on the first line).
-func (r jobRecord) text(version string) string {
+func (r jobRecord) text(sinceV24 bool) string {
 	j := r.job
 	var b strings.Builder
 	fmt.Fprintf(&b, "JobId=%s ", r.jobID())
@@ -549,7 +560,7 @@ func (r jobRecord) text(version string) string {
 	fmt.Fprintf(&b, "   StdErr=/home/%s/slurm-%s.out\n   StdIn=/dev/null\n   StdOut=/home/%s/slurm-%s.out\n", j.User, r.jobID(), j.User, r.jobID())
 	b.WriteString("   Power=\n")
 	if r.gres != "" {
-		if version == "24.05" {
+		if sinceV24 {
 			fmt.Fprintf(&b, "   TresPerNode=gres/%s\n", jobGRES(r.gres))
 		} else {
 			fmt.Fprintf(&b, "   TresPerNode=gres:%s\n", jobGRES(r.gres))

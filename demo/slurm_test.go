@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -189,6 +190,19 @@ slurm:
 		if steps, err := slurm.ParseListPIDs(out); code != 1 || err != nil || len(steps) != 1 || stderr == "" {
 			t.Errorf("listpids_failure %s: %+v, %v, %q (exit %d); want process 71's row, a message and exit 1", failure, steps, err, stderr, code)
 		}
+		// Since 24.11 scontrol prints no row, nor the header, once a step
+		// failed.
+		s.Slurm.Version = "25.05"
+		a = started(t, s)
+		out, stderr, code = runStandIn(t, a.Scontrol, "listpids")
+		if code != 1 || len(out) != 0 || stderr == "" {
+			t.Errorf("25.05, listpids_failure %s: %q, %q (exit %d); want nothing on stdout, a message and exit 1", failure, out, stderr, code)
+		}
+		c := &slurm.Client{Path: a.Scontrol}
+		if steps, err := c.ListPIDs(context.Background()); len(steps) != 0 || !errors.Is(err, slurm.ErrUnreachableSteps) {
+			t.Errorf("25.05, listpids_failure %s: the client reads %+v, %v; want no row and unreachable steps", failure, steps, err)
+		}
+		s.Slurm.Version = ""
 	}
 	for pid, want := range map[string]string{"71": "0::/system.slice/slurmd.service\n", "72": "0::/user.slice/user-1000.slice/session-1.scope\n"} {
 		if b, err := os.ReadFile(filepath.Join(a.Procfs, pid, "cgroup")); err != nil || string(b) != want {
