@@ -231,6 +231,10 @@ type Result struct {
 	// Resolver.enginePods); nil where every pod's is (one exporter serves
 	// every vendor, or the kubelet could not be asked).
 	EnginePods map[string]bool
+	// EngineSplitPods lists, by "namespace/name", the pods in EnginePods
+	// that hold devices of several vendors whose exporters split this
+	// node: each exporter reads some of their engine's devices.
+	EngineSplitPods map[string]bool
 	// UnresolvedClaimDevices counts the DRA claim devices in this scrape
 	// that could not be matched to a device (their CDI spec is missing,
 	// unreadable or stale); such a device is not attributed, the other

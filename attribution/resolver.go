@@ -1100,11 +1100,13 @@ var vendorOrder = []string{kubernetes.VendorNVIDIA, kubernetes.VendorAMD, kubern
 // vendor's) by the exporter of the first vendor with an exporter that the
 // kubelet lists allocatable devices of on the node; where none is, by
 // every exporter, rather than by none. Nil when this exporter is the
-// node's only one.
-func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kubernetes.ResourceDevices) map[string]bool {
+// node's only one. split lists the pods that hold devices of two or more
+// vendors with an exporter here: each of those exporters names the pod's
+// devices it reads for the engine (collector's xpu_inference_device_info).
+func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kubernetes.ResourceDevices) (serve, split map[string]bool) {
 	served := r.served.Load()
 	if served == nil || !slices.ContainsFunc(r.cfg.VendorExporters, func(v string) bool { return !(*served)[v] }) {
-		return nil
+		return nil, nil
 	}
 	hasExporter := func(v string) bool { return slices.Contains(r.cfg.VendorExporters, v) }
 	onNode := ""
@@ -1132,15 +1134,25 @@ func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kube
 			}
 		}
 		lead := onNode
+		exporters := 0
 		for _, v := range vendorOrder {
 			if hasExporter(v) && slices.Contains(holds, v) {
-				lead = v
-				break
+				if exporters == 0 {
+					lead = v
+				}
+				exporters++
 			}
 		}
-		out[p.Namespace+"/"+p.Name] = lead == "" || (*served)[lead]
+		key := p.Namespace + "/" + p.Name
+		out[key] = lead == "" || (*served)[lead]
+		if exporters > 1 {
+			if split == nil {
+				split = map[string]bool{}
+			}
+			split[key] = true
+		}
 	}
-	return out
+	return out, split
 }
 
 // kubernetesClaims maps each device to the containers the kubelet allocated
@@ -1167,7 +1179,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 	allocatable, allocErr := r.cfg.Kubelet.Allocatable(ctx)
 	allocs, idErrs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
 	r.keepReplicas(allocs)
-	res.EnginePods = r.enginePods(pods, allocatable)
+	res.EnginePods, res.EngineSplitPods = r.enginePods(pods, allocatable)
 	var shareUnknown map[string]bool // by device UUID
 	var unplaced unplacedHolds
 	for _, e := range idErrs {

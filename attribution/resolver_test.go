@@ -386,6 +386,11 @@ func TestEnginePodsOfOneVendorsExporter(t *testing.T) {
 			pod("ml", "on-amd", "c", "amd.com/gpu", "0000:c1:00.0"),
 			{Namespace: "ml", Name: "cpu-only", Containers: []kubernetes.ContainerResources{{Name: "c"}}},
 			intel,
+			// Both vendors' GPUs: the NVIDIA exporter's engine, split
+			// between the two exporters (probe18-multigpu D1).
+			{Namespace: "ml", Name: "on-both", Containers: []kubernetes.ContainerResources{{Name: "c", Devices: []kubernetes.ResourceDevices{
+				{Resource: "amd.com/gpu", IDs: []string{"0000:c1:00.0"}}, {Resource: "nvidia.com/gpu", IDs: []string{gpuA}},
+			}}}},
 		},
 		allocatable: []kubernetes.ResourceDevices{
 			{Resource: "amd.com/gpu", IDs: []string{"0000:c1:00.0"}},
@@ -394,21 +399,27 @@ func TestEnginePodsOfOneVendorsExporter(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		exporters, serves []string
-		want              map[string]bool
+		want, split       map[string]bool
 	}{
-		{[]string{"nvidia", "amd"}, []string{"nvidia"}, map[string]bool{"ml/on-nvidia": true, "ml/on-amd": false, "ml/cpu-only": true, "ml/on-intel": true}},
-		{[]string{"nvidia", "amd"}, []string{"amd"}, map[string]bool{"ml/on-nvidia": false, "ml/on-amd": true, "ml/cpu-only": false, "ml/on-intel": false}},
+		{[]string{"nvidia", "amd"}, []string{"nvidia"}, map[string]bool{"ml/on-nvidia": true, "ml/on-amd": false, "ml/cpu-only": true, "ml/on-intel": true, "ml/on-both": true}, map[string]bool{"ml/on-both": true}},
+		{[]string{"nvidia", "amd"}, []string{"amd"}, map[string]bool{"ml/on-nvidia": false, "ml/on-amd": true, "ml/cpu-only": false, "ml/on-intel": false, "ml/on-both": false}, map[string]bool{"ml/on-both": true}},
 		// The node's only exporter, or the only one with a vendor here
 		// (the chart's NVIDIA DaemonSet alone): every engine, no map.
-		{nil, []string{"nvidia"}, nil},
-		{[]string{"nvidia"}, []string{"nvidia"}, nil},
-		{[]string{"nvidia", "amd", "habana"}, []string{"nvidia", "amd", "habana"}, nil},
+		{nil, []string{"nvidia"}, nil, nil},
+		{[]string{"nvidia"}, []string{"nvidia"}, nil, nil},
+		{[]string{"nvidia", "amd", "habana"}, []string{"nvidia", "amd", "habana"}, nil, nil},
+		// An NVIDIA and a Gaudi exporter: the AMD GPUs are nobody's, and
+		// the pod holding both is the NVIDIA exporter's alone.
+		{[]string{"nvidia", "habana"}, []string{"nvidia"}, map[string]bool{"ml/on-nvidia": true, "ml/on-amd": true, "ml/cpu-only": true, "ml/on-intel": true, "ml/on-both": true}, nil},
 	} {
 		r := New(Config{Kubelet: kubelet, VendorExporters: tc.exporters})
 		r.ServeVendors(tc.serves)
 		res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Vendor: "nvidia", Index: 0, MIGIndex: -1, GRESIndex: -1}})
 		if !maps.Equal(res.EnginePods, tc.want) {
 			t.Errorf("exporters %v, serving %v: engine pods %v, want %v", tc.exporters, tc.serves, res.EnginePods, tc.want)
+		}
+		if !maps.Equal(res.EngineSplitPods, tc.split) {
+			t.Errorf("exporters %v, serving %v: split engine pods %v, want %v", tc.exporters, tc.serves, res.EngineSplitPods, tc.split)
 		}
 	}
 	// A node whose only vendor here is AMD: the device-less pod's engine

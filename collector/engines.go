@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -393,15 +394,34 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	c.mu.Unlock()
 	defer c.forget()
 	// Another exporter of this node (the chart's DaemonSet of another
-	// vendor) serves the engines of the pods that hold its devices.
-	targets := slices.DeleteFunc(c.targets(), func(t engineTarget) bool {
-		mine, listed := snap.enginePods[t.Pod]
-		return t.Pod != "" && listed && !mine
-	})
+	// vendor) serves the engines of the pods that hold its devices. Where
+	// such a pod holds this exporter's devices too, the engine is joined
+	// to them here all the same (joinOnly): each exporter names the
+	// devices it reads in xpu_inference_device_info, and the recording
+	// rules, which sum over the node's exporters, count all of the
+	// engine's devices (found by probing: probe18-multigpu D1, an engine
+	// on an H100 and two MI300X cost what the H100 does).
+	var targets []engineTarget
+	joinOnly := map[engineTarget]bool{}
+	for _, t := range c.targets() {
+		if mine, listed := snap.enginePods[t.Pod]; t.Pod != "" && listed && !mine {
+			if _, devices := joinEngine(snap, t); len(devices) == 0 {
+				continue
+			}
+			joinOnly[t] = true
+		}
+		targets = append(targets, t)
+	}
 	results := make([]engineResult, len(targets))
 	sem := make(chan struct{}, max(1, *engineParallel))
 	var wg sync.WaitGroup
 	for i, t := range targets {
+		if joinOnly[t] {
+			if engine, ok := c.knownEngine(t); ok {
+				results[i] = engineResult{target: t, engine: engine}
+				continue
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -427,14 +447,20 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 			continue
 		}
 		seen[target] = true
-		c.logChange(target, r.err)
-		if r.err == nil {
-			c.logSkipped(target, r.skipped)
+		if joinOnly[r.target] {
+			c.keep(target)
+		} else {
+			c.logChange(target, r.err)
+			if r.err == nil {
+				c.logSkipped(target, r.skipped)
+			}
 		}
 		engine := c.engineLabel(target, r)
 		tl := labels{names: []string{"engine", "target"}, values: []string{engine, target}}
-		e.emit(inferenceUp, tl, boolValue(r.err == nil))
-		e.emit(inferenceDuration, tl, r.duration.Seconds())
+		if !joinOnly[r.target] {
+			e.emit(inferenceUp, tl, boolValue(r.err == nil))
+			e.emit(inferenceDuration, tl, r.duration.Seconds())
+		}
 		owner, devices := c.join(snap, target, r.target)
 		base := tl
 		if owner != nil {
@@ -446,12 +472,13 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		for _, d := range devices {
 			e.emit(inferenceDevices, base.with("gpu", d.Index).with("uuid", d.UUID), 1)
 		}
-		if r.err != nil {
+		if r.err != nil || joinOnly[r.target] {
 			continue
 		}
 		// One device: its labels go on every engine series too, so that
-		// the common single-GPU server joins without the info metric.
-		if len(devices) == 1 {
+		// the common single-GPU server joins without the info metric;
+		// not where another exporter reads the rest of the pod's.
+		if len(devices) == 1 && !snap.engineSplitPods[r.target.Pod] {
 			base = base.with("gpu", devices[0].Index).with("uuid", devices[0].UUID)
 		}
 		for _, s := range r.samples {
@@ -465,14 +492,23 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 func (c *enginesCollector) forget() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, st := range c.state {
-		if st.gen != c.gen {
-			delete(c.state, k)
-			delete(c.detected, k)
-			delete(c.counters, k)
-			delete(c.joins, k)
-		}
-	}
+	// Each map by its own keys: what a scrape kept without a state of
+	// its own goes too.
+	gone := func(k string) bool { return c.state[k].gen != c.gen }
+	maps.DeleteFunc(c.detected, func(k, _ string) bool { return gone(k) })
+	maps.DeleteFunc(c.counters, func(k string, _ *engines.Corrector) bool { return gone(k) })
+	maps.DeleteFunc(c.joins, func(k string, _ engineJoin) bool { return gone(k) })
+	maps.DeleteFunc(c.state, func(_ string, st targetState) bool { return st.gen != c.gen })
+}
+
+// keep keeps what is known of a target this scrape reads without logging
+// its state: one whose engine another exporter serves (joinOnly).
+func (c *enginesCollector) keep(target string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.state[target]
+	st.gen = c.gen
+	c.state[target] = st
 }
 
 // engineLabel is the engine a result names, or for an "auto" target that
@@ -491,6 +527,19 @@ func (c *enginesCollector) engineLabel(target string, r engineResult) string {
 		return e
 	}
 	return r.engine
+}
+
+// knownEngine is the engine label of t that needs no answer from it: the
+// one it is configured or annotated with, or what an "auto" target last
+// answered as.
+func (c *enginesCollector) knownEngine(t engineTarget) (string, bool) {
+	if t.Engine != "auto" {
+		return t.Engine, true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.detected[redact(t.URL)]
+	return e, ok
 }
 
 // shared joins a fetch of t under way that ends by ctx's deadline, else

@@ -137,6 +137,57 @@ func TestEnginesOfAnotherVendorsPodLeftToItsExporter(t *testing.T) {
 	}
 }
 
+// TestMixedVendorEngineNamesEachExportersDevices: on a node labelled for
+// NVIDIA and AMD the chart runs an exporter per vendor. A pod holding an
+// H100 and two MI300X serves one vLLM: the NVIDIA exporter serves the
+// engine, and each exporter names the pod's devices it reads in
+// xpu_inference_device_info, so that the engine's devices summed over
+// the node's exporters are all three (1 + 2), not the H100 alone
+// (probe18-multigpu D1: its cost per million tokens was 4 USD/h of
+// 10 USD/h). The AMD exporter serves none of the engine's own series.
+// An engine named "auto" is named by what it answers on both exporters.
+func TestMixedVendorEngineNamesEachExportersDevices(t *testing.T) {
+	for _, annotation := range []string{"vllm", "auto"} {
+		t.Run(annotation, func(t *testing.T) {
+			vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+			host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
+			setEngineFlags(t, nil)
+			pods := enginePods{{Namespace: "hyb", Name: "hybrid-0", IP: host,
+				Annotations: map[string]string{engineAnnotation: annotation, portAnnotation: port}}}
+			s := loadScenario(t, "mixed-engine")
+			out := map[string]string{}
+			for _, vendor := range []string{"nvidia", "amd"} {
+				cfg, sim := simulatedAttribution(t, s)
+				cfg.VendorExporters = []string{"nvidia", "amd"}
+				e := newExporterWith(t, s, sim, attribution.New(cfg), map[string]bool{vendor: true, "attribution": true, "engines": true},
+					func() time.Time { return testNow }, func(c *Config) { c.PodMetadata = pods })
+				out[vendor] = scrapeText(t, e, 10*time.Second)
+			}
+			owner := []string{`engine="vllm"`, `namespace="hyb"`, `pod="hybrid-0"`, `target="` + vllm.URL + `/metrics"`}
+			sample(t, out["nvidia"], "xpu_inference_device_info", append(owner, `uuid="GPU-c0000000-0000-4000-8000-000000000000"`)...)
+			// The MI300X at 0000:0c:00.0 and 0000:22:00.0, by their unique_id.
+			for _, uuid := range []string{"dc29a200a0000001", "dc29a200a0000002"} {
+				sample(t, out["amd"], "xpu_inference_device_info", append(owner, `uuid="`+uuid+`"`)...)
+			}
+			if n := strings.Count(grepLines(out["nvidia"]+"\n"+out["amd"], "xpu_inference_device_info"), "\n") + 1; n != 3 {
+				t.Errorf("%d devices named for the engine, want 3:\n%s\n%s", n,
+					grepLines(out["nvidia"], "xpu_inference_device_info"), grepLines(out["amd"], "xpu_inference_device_info"))
+			}
+			if v := sample(t, out["nvidia"], "xpu_inference_up", `engine="vllm"`); v != 1 {
+				t.Errorf("the NVIDIA exporter's engine up = %v", v)
+			}
+			if got := grepLines(out["amd"], "xpu_inference_"); strings.Contains(strings.ReplaceAll(got, "xpu_inference_device_info", ""), "xpu_inference_") {
+				t.Errorf("the AMD exporter serves the engine's own series too:\n%s", got)
+			}
+			// The engine runs on three GPUs, not on the one the NVIDIA
+			// exporter reads: its series carry no device of their own.
+			if got := grepLines(out["nvidia"], "xpu_inference_kv_cache_usage_ratio"); got == "" || strings.Contains(got, "uuid=") {
+				t.Errorf("the engine's series name one device of three, or are missing:\n%s", got)
+			}
+		})
+	}
+}
+
 func grepLines(text, prefix string) string {
 	var out []string
 	for _, l := range strings.Split(text, "\n") {
@@ -256,6 +307,9 @@ func TestGoneTargetsAreForgotten(t *testing.T) {
 		c.gen = uint64(gen + 1)
 		c.logChange(target, nil)
 		c.detected[target] = "vllm"
+		// A target only kept, never logged, as another exporter's engine
+		// is: forgotten all the same once gone.
+		c.detected["http://10.0.1.1:8000/metrics"] = "sglang"
 		c.forget()
 	}
 	if len(c.state) != 1 || len(c.detected) != 1 {

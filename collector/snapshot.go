@@ -161,6 +161,10 @@ type Snapshot struct {
 	// enginePods says which pods' inference engines this exporter serves
 	// (attribution.Result.EnginePods); nil for every pod's.
 	enginePods map[string]bool
+	// engineSplitPods lists the pods whose devices this exporter reads
+	// in part, another exporter of the node the rest
+	// (attribution.Result.EngineSplitPods).
+	engineSplitPods map[string]bool
 	// endedPods counts the ended pods the kubelet listed with devices.
 	endedPods int
 }
@@ -438,7 +442,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
 	snap.endedPods = res.EndedPods
-	snap.enginePods = res.EnginePods
+	snap.enginePods, snap.engineSplitPods = res.EnginePods, res.EngineSplitPods
 }
 
 // nvidiaMinors maps each NVIDIA GPU's UUID to the N of its /dev/nvidiaN,

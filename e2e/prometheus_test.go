@@ -969,3 +969,57 @@ func TestPromrulesFixturesMatchDemoLabels(t *testing.T) {
 	}
 	t.Logf("%d fixture series checked against %d families served by the demo", checked, len(served))
 }
+
+// An engine in a pod holding an H100 and two MI300X, on a node where the
+// chart runs one exporter per vendor (fixtures/scenarios/mixed-engine.yaml):
+// Prometheus scrapes both as the chart's ServiceMonitor does (one
+// instance, the node; exporter names the DaemonSet's vendor), and the
+// engine's recording rules count all three GPUs at their own prices
+// (probe18-multigpu D1: the engine cost what the H100 alone does).
+func TestPrometheusMixedVendorEngineAcrossExporters(t *testing.T) {
+	job, ruleFile := mixinRules(t, testRulesConfig)
+	prices := filepath.Join(t.TempDir(), "prices.yaml")
+	if err := os.WriteFile(prices, []byte("currency: USD\nmodels:\n  NVIDIA H100 80GB HBM3: 4\n  AMD Instinct MI300X OAM: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	both := []string{"--demo", "--demo.scenario=../fixtures/scenarios/mixed-engine.yaml", "--cost.file=" + prices,
+		"--kubernetes.exporter-vendor=nvidia", "--kubernetes.exporter-vendor=amd"}
+	nvidia := start(t, append(both, "--no-collector.amd")...)
+	amd := start(t, append(both, "--no-collector.nvidia")...)
+	p := startPrometheus(t, fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: %q
+    static_configs:
+      - targets: [%q]
+        labels: {exporter: nvidia}
+      - targets: [%q]
+        labels: {exporter: amd}
+    relabel_configs:
+      - {target_label: instance, replacement: mix-node}
+    # Each demo process serves its own simulated engine on a port of its
+    # own; on a cluster both exporters find the one pod IP and port.
+    metric_relabel_configs:
+      - {source_labels: [target], regex: 'http://127\.0\.0\.1:[0-9]+/metrics', target_label: target, replacement: 'http://10.0.0.9:8000/metrics'}
+rule_files:
+  - %q
+`, job, nvidia.addr, amd.addr, ruleFile))
+	deadline := time.Now().Add(45 * time.Second)
+	until(t, deadline, "target", p.targetUp(job))
+	checks := []struct {
+		query string
+		want  float64
+	}{
+		{`engine:xpu_allocated_devices:sum{pod="hybrid-0", vendor="nvidia"}`, 1},
+		{`engine:xpu_allocated_devices:sum{pod="hybrid-0", vendor="amd"}`, 2},
+		// 1 × 4 + 2 × 3 USD/h
+		{`engine:xpu_cost_per_hour:sum{pod="hybrid-0", currency="USD"}`, 10},
+		// One engine endpoint, served by the NVIDIA exporter.
+		{`count(xpu_inference_up)`, 1},
+	}
+	for _, c := range checks {
+		until(t, deadline, c.query, p.value(c.query, c.want))
+	}
+}

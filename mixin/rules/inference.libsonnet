@@ -62,7 +62,8 @@ local util = import '../lib/util.libsonnet';
         rules: [
           {
             // Devices each engine instance holds, in whole GPUs, by vendor
-            // (an engine's devices are all one vendor's).
+            // (a pod holding two vendors' GPUs has them named by both of
+            // a node's per-vendor exporters, one instance).
             record: 'engine:xpu_allocated_devices:sum',
             expr: 'sum by (%s, vendor) (\n%s\n)\n' % [fmt.engine, util.indent(engineDevices)],
           },
