@@ -99,12 +99,14 @@ func TestFleetUtilizationCountsPhysicalGPUs(t *testing.T) {
 //	GPU-L  H100, whole, lost
 //	GPU-M  H100 in MIG mode, lost with its 3 instances
 //	GPU-C  MI300X in CPX mode, lost with its 8 partitions
+//	GPU-P  H100 in MIG mode, up, one of its 2 instances down
 //
-// Down: GPU-L, GPU-M and GPU-C = 3 (counting every series: 1 + 4 + 9 = 14).
-// "Unhealthy devices" of the health dashboard counts them so too, a GPU by
-// the lowest score of it and its instances: the health rule scores each
-// series its up value with no penalty here, so the same 3 below 0.5, where
-// the 14 series scored 0 were counted.
+// Down: GPU-L, GPU-M, GPU-C and GPU-P = 4 (counting every series: 1 + 4 +
+// 9 + 1 = 15; counting only GPUs' own series, 3: GPU-P's lone lost instance
+// was missed, review17 R8). "Unhealthy devices" of the health dashboard
+// counts them so too, a GPU by the lowest score of it and its instances:
+// the health rule scores each series its up value with no penalty here, so
+// the same 4 below 0.5, where the 15 series scored 0 were counted.
 func TestDevicesDownCountsPhysicalDevices(t *testing.T) {
 	promtool := testenv.LookPath(t, "promtool", "make test-deps installs Debian's prometheus package")
 	m := evaluate(t, "{}")
@@ -124,6 +126,10 @@ func TestDevicesDownCountsPhysicalDevices(t *testing.T) {
 	for i := range 8 {
 		up("3", fmt.Sprintf("GPU-C-xcp%d", i), "amd", fmt.Sprintf(`, parent_uuid="GPU-C", mig_profile="cpx", mig_instance="%d"`, i), 0)
 	}
+	up("4", "GPU-P", "nvidia", "", 1)
+	for i, v := range []int{1, 0} {
+		up("4", fmt.Sprintf("MIG-P%d", i), "nvidia", fmt.Sprintf(`, parent_uuid="GPU-P", mig_profile="3g.40gb", mig_instance="%d"`, i), v)
+	}
 	// The health score the rule records: each series' up value.
 	series.WriteString(strings.ReplaceAll(series.String(), "xpu_device_up{", "device:xpu_health_score:clamp_min{"))
 	tests := "tests:\n  - interval: 1m\n    input_series:\n" + series.String() + "    promql_expr_test:\n"
@@ -141,7 +147,7 @@ func TestDevicesDownCountsPhysicalDevices(t *testing.T) {
 			t.Fatalf("%s: no panel %s", p.file, p.title)
 		}
 		expr := variables.ReplaceAllString(d.Panels[i].Targets[0].Expr, `".*"`)
-		tests += fmt.Sprintf("      - expr: %q\n        eval_time: 10m\n        exp_samples: [{labels: '{}', value: 3}]\n", expr)
+		tests += fmt.Sprintf("      - expr: %q\n        eval_time: 10m\n        exp_samples: [{labels: '{}', value: 4}]\n", expr)
 	}
 	promtoolTest(t, promtool, tests)
 }

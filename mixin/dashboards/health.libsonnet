@@ -52,8 +52,8 @@ local common = import 'common.libsonnet';
       d.variables + [d.gpuVariable] + d.ownerVariables,
       [
         g.row('Health'),
-        g.stat('Devices down', 'Physical devices that stopped answering the driver, e.g. fell off the bus; the MIG instances or partitions of a lost GPU, down with it, count as part of it.', [
-          g.target('count(xpu_device_up{%s, parent_uuid=""} == 0) or vector(0)' % dev, instant=true),
+        g.stat('Devices down', 'Physical devices that stopped answering the driver (xpu_device_up = 0), e.g. fell off the bus, or one of whose MIG instances did; a GPU counts once, with its instances or partitions.', [
+          g.target('count(min by (%s) (%s) == 0) or vector(0)' % [key, util.onGpu('xpu_device_up{%s}' % dev)], instant=true),
         ]) + g.size(6, 4),
         g.stat('Unhealthy devices', 'Physical devices with a health score below %g; a GPU counts once, by the lowest score of it and its MIG instances or partitions.' % c.healthScoreThreshold, [
           g.target('count(min by (%s) (%s) < %g) or vector(0)' % [key, util.onGpu('device:xpu_health_score:clamp_min{%s}' % dev), c.healthScoreThreshold], instant=true),
