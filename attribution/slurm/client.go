@@ -333,19 +333,33 @@ var ErrNoSteps = errors.New("scontrol listpids: no job steps exist on this node"
 // failed (scontrol_list_pids: "if (exit_code) goto cleanup;" before the
 // header): every step's processes are unknown then, and that is
 // ErrUnreachableSteps with no rows, not a failure of the source, as it is
-// where the failing steps were the only ones.
+// where the failing steps were the only ones. Where the only failure was
+// steps that ended, scontrol is asked once more: those are gone from
+// slurmd's list then, and a step ending as a scrape runs, common on a
+// busy node, would otherwise leave every step's processes unknown for that
+// scrape (review17 R3).
 func (c *Client) ListPIDs(ctx context.Context) ([]StepProcess, error) {
+	procs, ended, err := c.listPIDs(ctx)
+	if ended {
+		procs, _, err = c.listPIDs(ctx)
+	}
+	return procs, err
+}
+
+// listPIDs runs scontrol listpids once; ended says that it printed no row
+// because steps ended, and nothing else failed.
+func (c *Client) listPIDs(ctx context.Context) (_ []StepProcess, ended bool, _ error) {
 	out, err := c.run(ctx, "listpids")
 	var se *scontrolError
 	if err != nil && !errors.As(err, &se) {
-		return nil, err
+		return nil, false, err
 	}
 	if err != nil && strings.Contains(se.stderr, "No job steps") {
-		return nil, ErrNoSteps
+		return nil, false, ErrNoSteps
 	}
 	procs, perr := ParseListPIDs(out)
 	if err == nil {
-		return procs, perr
+		return procs, false, perr
 	}
 	var unreachable []string
 	steps := true // every message is about a step
@@ -362,15 +376,15 @@ func (c *Client) ListPIDs(ctx context.Context) ([]StepProcess, error) {
 	switch {
 	case !steps || strings.TrimSpace(se.stderr) == "":
 		// scontrol itself failed.
-		return procs, errors.Join(err, perr)
+		return procs, false, errors.Join(err, perr)
 	case perr != nil:
 		// The message leaves out the steps that ended, which change from
 		// run to run: the failure is logged once per message.
-		return nil, fmt.Errorf("%w: %s: scontrol printed no step's processes", ErrUnreachableSteps, strings.Join(append(unreachable, "a step failed"), "; "))
+		return nil, len(unreachable) == 0, fmt.Errorf("%w: %s: scontrol printed no step's processes", ErrUnreachableSteps, strings.Join(append(unreachable, "a step failed"), "; "))
 	case len(unreachable) == 0:
-		return procs, nil
+		return procs, false, nil
 	}
-	return procs, fmt.Errorf("%w: %s", ErrUnreachableSteps, strings.Join(unreachable, "; "))
+	return procs, false, fmt.Errorf("%w: %s", ErrUnreachableSteps, strings.Join(unreachable, "; "))
 }
 
 func (c *Client) fetch(ctx context.Context, key, flightKey string, r RunningJob, cl *call) {

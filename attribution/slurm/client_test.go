@@ -406,7 +406,9 @@ func TestClientListPIDs(t *testing.T) {
 // failed, ended or unreachable (scontrol_list_pids: "if (exit_code) goto
 // cleanup;"): no step's processes are known, ErrUnreachableSteps again, not
 // a failure of the source, which one stale step socket kept down
-// (probe17-slurm D4). A failure that is no step's is the source's.
+// (probe17-slurm D4); where steps ended and nothing else failed, scontrol
+// is asked once more, when slurmd no longer lists them (review17 R3). A
+// failure that is no step's is the source's.
 func TestClientListPIDsPartial(t *testing.T) {
 	rows := `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n5100     901      0        0       0\n5101     902      batch    0       0\n'`
 	both := []StepProcess{{PID: 5100, JobID: "901", StepID: "0"}, {PID: 5101, JobID: "902", StepID: "batch"}}
@@ -415,6 +417,8 @@ func TestClientListPIDsPartial(t *testing.T) {
 		want       []StepProcess
 		// wantErr: nil, ErrUnreachableSteps, or errAny for a failure.
 		wantErr error
+		// runs of scontrol (0: 1)
+		runs int
 	}{
 		{name: "a step ended", body: rows + `; echo 'StepId=903.0 does not exist on this node.' >&2; exit 1`, want: both},
 		{name: "a step unreachable", body: rows + `; echo 'Unable to connect to slurmstepd: Connection refused' >&2; exit 1`,
@@ -424,15 +428,22 @@ func TestClientListPIDsPartial(t *testing.T) {
 		{name: "every step unreachable", body: `printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n'; echo 'Unable to connect to slurmstepd: Permission denied' >&2; exit 1`,
 			wantErr: ErrUnreachableSteps},
 		{name: "24.11: a step ended", body: `echo 'StepId=903.0 does not exist on this node.' >&2; exit 1`,
-			wantErr: ErrUnreachableSteps},
+			wantErr: ErrUnreachableSteps, runs: 2},
+		// Asked again, slurmd no longer lists the step that ended.
+		{name: "24.11: a step ended, then gone", body: `n=$(wc -l < "$(dirname "$0")/calls.log")
+[ "$n" -gt 1 ] && { ` + rows + `; exit 0; }
+echo 'StepId=903.0 does not exist on this node.' >&2; exit 1`, want: both, runs: 2},
 		{name: "24.11: a step unreachable", body: `printf '\nUnable to connect to slurmstepd: Connection refused\n' >&2; exit 1`,
 			wantErr: ErrUnreachableSteps},
 		{name: "scontrol failed", body: `echo 'scontrol: error: Invalid user for SlurmUser slurm, ignored' >&2; exit 1`,
 			wantErr: errAny},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path, _ := fakeScontrol(t, tc.body)
+			path, calls := fakeScontrol(t, tc.body)
 			procs, err := (&Client{Path: path}).ListPIDs(context.Background())
+			if n := len(calls()); n != max(1, tc.runs) {
+				t.Errorf("scontrol ran %d times, want %d", n, max(1, tc.runs))
+			}
 			if !reflect.DeepEqual(procs, tc.want) {
 				t.Errorf("ListPIDs() = %+v, want %+v", procs, tc.want)
 			}
