@@ -693,7 +693,13 @@ func (c *enginesCollector) join(snap *Snapshot, key string, t engineTarget) (*at
 
 // joinEngine finds the owner a target runs as and the devices it holds;
 // the owner a target is configured with where none of its devices is
-// found.
+// found. An engine is its pod's: where several of the pod's containers
+// hold its devices, or the node's per-vendor exporters each read some of
+// them, no container is the engine's. The exporters of a split pod then
+// name its engine alike, where one would take the container of the GPUs
+// it reads (found by probe19-engines: an engine on one container's H100
+// and another's MI300X had two costs, and the cost per million tokens
+// rule failed for every engine).
 func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) {
 	if t.Pod == "" && t.Unit == "" {
 		return nil, nil
@@ -701,20 +707,33 @@ func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) 
 	ns, pod, _ := strings.Cut(t.Pod, "/")
 	var owner *attribution.Owner
 	var devices []*Device
+	containers := 0
 	for _, d := range snap.Devices {
 		if d.HasMIG {
 			continue // its instances are the devices
 		}
+		held := false
 		for i := range d.Claims {
 			o := d.Claims[i].Owner
 			if (t.Pod != "" && o.Namespace == ns && o.Pod == pod) || (t.Unit != "" && o.Unit == t.Unit) {
-				owner = &d.Claims[i].Owner
-				devices = append(devices, d)
-				break
+				if owner == nil {
+					owner = &d.Claims[i].Owner
+					containers = 1
+				} else if o.Container != owner.Container {
+					containers++
+				}
+				held = true
 			}
+		}
+		if held {
+			devices = append(devices, d)
 		}
 	}
 	switch {
+	case owner != nil && owner.Container != "" && (containers > 1 || snap.engineSplitPods[t.Pod]):
+		o := *owner
+		o.Container = ""
+		owner = &o
 	case owner != nil:
 	case t.Pod != "":
 		owner = &attribution.Owner{Kind: attribution.Kubernetes, Namespace: ns, Pod: pod}

@@ -173,6 +173,11 @@ func TestMixedVendorEngineNamesEachExportersDevices(t *testing.T) {
 				t.Errorf("%d devices named for the engine, want 3:\n%s\n%s", n,
 					grepLines(out["nvidia"], "xpu_inference_device_info"), grepLines(out["amd"], "xpu_inference_device_info"))
 			}
+			// The two exporters name the engine alike: its pod's, no
+			// container (the one they see may differ).
+			if got := grepLines(out["nvidia"]+"\n"+out["amd"], "xpu_inference_device_info"); strings.Contains(got, "container=") {
+				t.Errorf("the engine of a split pod is named with a container:\n%s", got)
+			}
 			if v := sample(t, out["nvidia"], "xpu_inference_up", `engine="vllm"`); v != 1 {
 				t.Errorf("the NVIDIA exporter's engine up = %v", v)
 			}
@@ -186,6 +191,47 @@ func TestMixedVendorEngineNamesEachExportersDevices(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEngineOfSeveralContainersIsThePods: container engine holds GPU 0
+// and container side GPU 1 of one pod serving a vLLM. The engine is the
+// pod's: its series and its devices carry the pod's labels and no
+// container, where each device took the last container matched ("side"),
+// and the per-vendor exporters of a pod split so named one engine with two
+// owners, whose two costs failed the cost per million tokens rule
+// (probe19-engines D1, D4). Each device's own series keep their container.
+func TestEngineOfSeveralContainersIsThePods(t *testing.T) {
+	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
+	setEngineFlags(t, nil)
+	pods := enginePods{{Namespace: "inf", Name: "two", IP: host,
+		Annotations: map[string]string{engineAnnotation: "vllm", portAnnotation: port}}}
+	s, err := demo.Parse([]byte(`node: two-node
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5}}
+devices:
+  - {uuid: GPU-e0000000-0000-4000-8000-000000000000, processes: [{pid: 100, pod: inf/two, container: engine, utilization: 0.4}]}
+  - {uuid: GPU-e0000000-0000-4000-8000-000000000001, processes: [{pid: 101, pod: inf/two, container: side, utilization: 0.2}]}
+kubernetes:
+  pods:
+    - namespace: inf
+      name: two
+      uid: e0000000-0000-4000-8000-0000000000a0
+      containers:
+        - {name: engine, devices: [{resource: nvidia.com/gpu, ids: [GPU-e0000000-0000-4000-8000-000000000000]}]}
+        - {name: side, devices: [{resource: nvidia.com/gpu, ids: [GPU-e0000000-0000-4000-8000-000000000001]}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, s, func(c *Config) { c.PodMetadata = pods }), 10*time.Second)
+	for _, gpu := range []string{`gpu="0"`, `gpu="1"`} {
+		sample(t, out, "xpu_inference_device_info", `namespace="inf"`, `pod="two"`, gpu)
+	}
+	if got := grepLines(out, "xpu_inference_"); strings.Contains(got, "container=") {
+		t.Errorf("the engine of two containers is named with one of them:\n%s", got)
+	}
+	sample(t, out, "xpu_workload_allocated_devices", `container="engine"`, `gpu="0"`)
+	sample(t, out, "xpu_workload_allocated_devices", `container="side"`, `gpu="1"`)
 }
 
 func grepLines(text, prefix string) string {

@@ -6,7 +6,13 @@
 // An engine's devices are those of xpu_inference_device_info (the GPUs its
 // pod, Slurm job or unit holds), each counted with the allocation its owner
 // has on it: a time-slice replica 1/N, a MIG instance its fraction of the
-// GPU, priced at its physical GPU's price.
+// GPU, priced at its physical GPU's price. Several engines of one owner
+// (two endpoints of a pod) share its devices in equal parts, so that they
+// together hold and cost what the owner does. An engine one of whose
+// devices has no price has no cost, rather than the part that is priced,
+// and its tokens are left out of the cost per million tokens, which would
+// otherwise spread the priced engines' cost over tokens it does not pay
+// for (found by probe19-engines: D2, D3).
 local util = import '../lib/util.libsonnet';
 
 {
@@ -26,10 +32,15 @@ local util = import '../lib/util.libsonnet';
   },
 
   // One series per engine and device, worth the engine owner's allocation
-  // on it, with the device's parent_uuid (MIG instances) and vendor (the
-  // dashboards' Vendor variable).
+  // on it over the number of the owner's engines on it, with the device's
+  // parent_uuid (MIG instances) and vendor (the dashboards' Vendor
+  // variable).
   local engineDevices = |||
-    xpu_inference_device_info{%(xpuSelector)s}
+    (
+      xpu_inference_device_info{%(xpuSelector)s}
+        / on (%(ownerOnDevice)s) group_left ()
+        count by (%(ownerOnDevice)s) (xpu_inference_device_info{%(xpuSelector)s})
+    )
       * on (%(ownerOnDevice)s) group_left (parent_uuid, vendor)
       sum by (%(ownerOnDevice)s, parent_uuid, vendor) (xpu_workload_allocated_devices{%(xpuSelector)s})
   ||| % fmt,
@@ -68,11 +79,16 @@ local util = import '../lib/util.libsonnet';
             expr: 'sum by (%s, vendor) (\n%s\n)\n' % [fmt.engine, util.indent(engineDevices)],
           },
           {
-            // What those devices cost per hour.
+            // What those devices cost per hour, for the engines all of
+            // whose devices have a price.
             record: 'engine:xpu_cost_per_hour:sum',
             expr: 'sum by (%(engine)s, currency) (\n' % fmt + util.indent(
               gpuUUID(engineDevices)
               + '  * on (%(clusterLabel)s, job, instance, gpu_uuid) group_left (currency)\n' % fmt
+              + util.indent(price)
+            ) + '\n)\nunless on (%(target)s)\n(\n' % fmt + util.indent(
+              gpuUUID(engineDevices)
+              + '  unless on (%(clusterLabel)s, job, instance, gpu_uuid)\n' % fmt
               + util.indent(price)
             ) + '\n)\n',
           },
@@ -121,10 +137,16 @@ local util = import '../lib/util.libsonnet';
                     (1 / count by (%(target)s) (engine:xpu_inference_generation_tokens:rate))
                 )
                   * on (%(target)s) group_left (currency)
-                  engine:xpu_cost_per_hour:sum
+                  sum by (%(target)s, currency) (engine:xpu_cost_per_hour:sum)
               )
                 / on (%(clusterLabel)s, engine, model) group_left ()
-                (sum by (%(clusterLabel)s, engine, model) (engine:xpu_inference_generation_tokens:rate) %(perMillion)s > 0)
+                (
+                  sum by (%(clusterLabel)s, engine, model) (
+                    engine:xpu_inference_generation_tokens:rate
+                      and on (%(target)s)
+                      engine:xpu_cost_per_hour:sum
+                  ) %(perMillion)s > 0
+                )
             ||| % (fmt { perMillion: tokensPerMillionHour }),
           },
           {
@@ -138,7 +160,13 @@ local util = import '../lib/util.libsonnet';
                   engine:xpu_inference_generation_tokens:rate
               )
                 / on (%(clusterLabel)s, namespace) group_left ()
-                (sum by (%(clusterLabel)s, namespace) (engine:xpu_inference_generation_tokens:rate{namespace!=""}) %(perMillion)s > 0)
+                (
+                  sum by (%(clusterLabel)s, namespace) (
+                    engine:xpu_inference_generation_tokens:rate{namespace!=""}
+                      and on (%(target)s)
+                      engine:xpu_cost_per_hour:sum
+                  ) %(perMillion)s > 0
+                )
             ||| % (fmt { perMillion: tokensPerMillionHour }),
           },
         ],
