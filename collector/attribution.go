@@ -199,6 +199,10 @@ func (d *Device) Usage() []Usage {
 	resolved, memKnown, utilKnown := !d.ProcessesPartial, true, true
 	mem := make([]float64, len(parties))
 	util := make([]float64, len(parties))
+	// runs says which parties have a process on the device: one that has
+	// none uses 0 memory, whatever the others' memory (unknown on a Gaudi:
+	// found by probe19-oracle, a pod beside a host process lost its 0).
+	runs := make([]bool, len(parties))
 	utilTotal := 0.0
 	for _, p := range d.Processes {
 		i, ok := d.ProcessOwner[p.PID]
@@ -206,6 +210,7 @@ func (d *Device) Usage() []Usage {
 			resolved = false
 			continue
 		}
+		runs[party(i)] = true
 		if p.MemoryUsed != nil {
 			mem[party(i)] += float64(*p.MemoryUsed)
 		} else {
@@ -252,7 +257,7 @@ func (d *Device) Usage() []Usage {
 		whole = *d.Utilization
 	}
 	for i := range parties {
-		if resolved && memKnown {
+		if resolved && (memKnown || !runs[i]) {
 			parties[i].MemoryUsed = &mem[i]
 		}
 		if d.Utilization == nil {

@@ -140,6 +140,25 @@ func TestUsage(t *testing.T) {
 			Processes: []Process{{PID: 10, MemoryUsed: u(2 * gib), Utilization: some(0.2)}, {PID: 20, MemoryUsed: u(4 * gib), Utilization: some(0.1)}},
 			Exited:    []Process{{PID: 30, Utilization: some(0.1)}}},
 		want: []usageWant{{some(2 * gib), some(0.3)}, {some(4 * gib), some(0.3)}},
+	}, {
+		// Pod b's process 20 has no memory reading (no permission): the
+		// split of the device's memory is unknown, but pod a runs nothing
+		// there and uses 0. Utilization: all 0.6 is b's (0.3 of 0.3), a's
+		// 0 × 0.6/0.3 = 0.
+		name: "an owner without process beside a process of unknown memory",
+		d: Device{Utilization: some(0.6), Claims: two, ProcessOwner: map[uint32]int{20: 1},
+			Processes: []Process{{PID: 20, Utilization: some(0.3)}}},
+		want: []usageWant{{some(0), some(0)}, {nil, some(0.6)}},
+	}, {
+		// A Gaudi (hl-smi: no process's memory or utilization) held by pod
+		// a, which runs nothing on it, and opened by a login shell's
+		// process 30 (no owner): a uses 0 memory; its utilization is not
+		// the device's, since the shell may have used it (found by
+		// probe19-oracle D1: a's 0 was left out).
+		name: "Gaudi: sole owner without process, a host process beside it",
+		d: Device{Utilization: some(0.7), Claims: []attribution.Claim{{Owner: a, Share: 1}}, OwnersAllocated: true,
+			ProcessOwner: map[uint32]int{30: attribution.Unattributed}, Processes: []Process{{PID: 30}}},
+		want: []usageWant{{some(0), nil}, none},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { checkUsage(t, tc.d.Usage(), tc.want) })
