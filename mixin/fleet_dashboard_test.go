@@ -100,6 +100,10 @@ func TestFleetUtilizationCountsPhysicalGPUs(t *testing.T) {
 //	GPU-M  H100 in MIG mode, lost with its 3 instances
 //	GPU-C  MI300X in CPX mode, lost with its 8 partitions
 //	GPU-P  H100 in MIG mode, up, one of its 2 instances down
+//	GPU-Q  H100 in MIG mode, up, with two compute instances of one GPU
+//	       instance and profile, up: their series differ by uuid alone
+//	       (review19 R3: the panels failed, "vector cannot contain metrics
+//	       with the same labelset", where a GPU's uuid replaced theirs)
 //
 // Down: GPU-L, GPU-M, GPU-C and GPU-P = 4 (counting every series: 1 + 4 +
 // 9 + 1 = 15; counting only GPUs' own series, 3: GPU-P's lone lost instance
@@ -129,6 +133,10 @@ func TestDevicesDownCountsPhysicalDevices(t *testing.T) {
 	up("4", "GPU-P", "nvidia", "", 1)
 	for i, v := range []int{1, 0} {
 		up("4", fmt.Sprintf("MIG-P%d", i), "nvidia", fmt.Sprintf(`, parent_uuid="GPU-P", mig_profile="3g.40gb", mig_instance="%d"`, i), v)
+	}
+	up("5", "GPU-Q", "nvidia", "", 1)
+	for _, uuid := range []string{"MIG-Q0", "MIG-Q1"} {
+		up("5", uuid, "nvidia", `, parent_uuid="GPU-Q", mig_profile="1c.3g.40gb", mig_instance="1"`, 1)
 	}
 	// The health score the rule records: each series' up value.
 	series.WriteString(strings.ReplaceAll(series.String(), "xpu_device_up{", "device:xpu_health_score:clamp_min{"))

@@ -41,7 +41,7 @@ local common = import 'common.libsonnet';
           g.target('count(%s)' % physical, instant=true),
         ]) + g.size(4, 4),
         g.stat('Devices down', 'Physical devices that stopped answering the driver (xpu_device_up = 0), e.g. fell off the bus, or one of whose MIG instances did; a GPU counts once, with its instances or partitions.', [
-          g.target('count(min by (%s) (%s) == 0) or vector(0)' % [key, util.onGpu('xpu_device_up{%s}' % s)], instant=true),
+          g.target('count(%s == 0) or vector(0)' % util.minOnGpu(c, 'xpu_device_up', s), instant=true),
         ]) + g.size(4, 4),
         g.stat('Utilization', 'Mean utilization of the physical devices (a GPU in MIG mode by its instances, weighted by their slices).', [
           g.target('avg(%s)' % gpuUtil, instant=true),

@@ -53,10 +53,10 @@ local common = import 'common.libsonnet';
       [
         g.row('Health'),
         g.stat('Devices down', 'Physical devices that stopped answering the driver (xpu_device_up = 0), e.g. fell off the bus, or one of whose MIG instances did; a GPU counts once, with its instances or partitions.', [
-          g.target('count(min by (%s) (%s) == 0) or vector(0)' % [key, util.onGpu('xpu_device_up{%s}' % dev)], instant=true),
+          g.target('count(%s == 0) or vector(0)' % util.minOnGpu(c, 'xpu_device_up', dev), instant=true),
         ]) + g.size(6, 4),
         g.stat('Unhealthy devices', 'Physical devices with a health score below %g; a GPU counts once, by the lowest score of it and its MIG instances or partitions.' % c.healthScoreThreshold, [
-          g.target('count(min by (%s) (%s) < %g) or vector(0)' % [key, util.onGpu('device:xpu_health_score:clamp_min{%s}' % dev), c.healthScoreThreshold], instant=true),
+          g.target('count(%s < %g) or vector(0)' % [util.minOnGpu(c, 'device:xpu_health_score:clamp_min', dev), c.healthScoreThreshold], instant=true),
         ]) + g.size(6, 4),
         g.stat('Failing collectors', 'Exporter collectors whose last run failed or missed its deadline.', [
           g.target('count(xpu_scrape_collector_success{%s} == 0) or vector(0)' % d.nodeSelector, instant=true),

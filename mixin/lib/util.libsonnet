@@ -99,6 +99,23 @@
   // physical GPU (price, energy, the GPU's utilization).
   onGpu(expr):: 'label_replace(\n%s,\n  "uuid", "$1", "parent_uuid", "(.+)"\n)\n' % self.indent(expr),
 
+  // The lowest of metric{sel} over each physical GPU and its MIG instances
+  // or partitions, by the device key. The partitions are taken per parent
+  // first: two compute instances of one GPU instance and profile differ by
+  // uuid alone, and would be one label set once it is replaced (review19
+  // R3: the panels failed). Not parenthesized.
+  minOnGpu(c, metric, sel)::
+    'min by (%s) (\n%s\n  or\n  %s{%s, parent_uuid=""}\n)' % [
+      self.labels(c.deviceKeyLabels),
+      std.rstripChars(self.indent(self.onGpu('min by (%s, parent_uuid) (%s{%s, parent_uuid!=""})' % [
+        self.labels(std.filter(function(l) l != 'uuid', c.deviceKeyLabels)),
+        metric,
+        sel,
+      ])), '\n '),
+      metric,
+      sel,
+    ],
+
   // expr, one series per device, added up per physical GPU (with node,
   // vendor and model): each partition keeps its own uuid in "device" while
   // it takes its parent's, so that two partitions of a GPU stay two series
