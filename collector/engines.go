@@ -391,8 +391,9 @@ type engineResult struct {
 func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- prometheus.Metric) error {
 	c.mu.Lock()
 	c.gen++
+	gen := c.gen
 	c.mu.Unlock()
-	defer c.forget()
+	defer c.forget(gen)
 	// Another exporter of this node (the chart's DaemonSet of another
 	// vendor) serves the engines of the pods that hold its devices. Where
 	// such a pod holds this exporter's devices too, the engine is joined
@@ -416,11 +417,13 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	sem := make(chan struct{}, max(1, *engineParallel))
 	var wg sync.WaitGroup
 	for i, t := range targets {
-		if joinOnly[t] {
-			if engine, ok := c.knownEngine(t); ok {
-				results[i] = engineResult{target: t, engine: engine}
-				continue
-			}
+		if joinOnly[t] && t.Engine != "auto" {
+			// Named by its configuration or annotation: no need to ask.
+			// An "auto" one is asked at every scrape, as the serving
+			// exporter does, so that both name it alike when another
+			// engine takes its endpoint (review19 R1).
+			results[i] = engineResult{target: t, engine: t.Engine}
+			continue
 		}
 		wg.Add(1)
 		go func() {
@@ -488,17 +491,21 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	return nil
 }
 
-// forget drops what is kept of targets this scrape did not see.
-func (c *enginesCollector) forget() {
+// forget drops what is kept of the targets that the scrape of generation
+// gen did not see, nor any scrape started since: a scrape that overlaps a
+// later one (two Prometheus servers) must not drop what the later one has
+// not reached yet, the counters' reset offsets with it (found by review19:
+// a served counter could fall).
+func (c *enginesCollector) forget(gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Each map by its own keys: what a scrape kept without a state of
 	// its own goes too.
-	gone := func(k string) bool { return c.state[k].gen != c.gen }
+	gone := func(k string) bool { return c.state[k].gen < gen }
 	maps.DeleteFunc(c.detected, func(k, _ string) bool { return gone(k) })
 	maps.DeleteFunc(c.counters, func(k string, _ *engines.Corrector) bool { return gone(k) })
 	maps.DeleteFunc(c.joins, func(k string, _ engineJoin) bool { return gone(k) })
-	maps.DeleteFunc(c.state, func(_ string, st targetState) bool { return st.gen != c.gen })
+	maps.DeleteFunc(c.state, func(_ string, st targetState) bool { return st.gen < gen })
 }
 
 // keep keeps what is known of a target this scrape reads without logging
@@ -527,19 +534,6 @@ func (c *enginesCollector) engineLabel(target string, r engineResult) string {
 		return e
 	}
 	return r.engine
-}
-
-// knownEngine is the engine label of t that needs no answer from it: the
-// one it is configured or annotated with, or what an "auto" target last
-// answered as.
-func (c *enginesCollector) knownEngine(t engineTarget) (string, bool) {
-	if t.Engine != "auto" {
-		return t.Engine, true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.detected[redact(t.URL)]
-	return e, ok
 }
 
 // shared joins a fetch of t under way that ends by ctx's deadline, else

@@ -193,6 +193,41 @@ func TestMixedVendorEngineNamesEachExportersDevices(t *testing.T) {
 	}
 }
 
+// TestMixedVendorAutoEngineReplaced: the pod's engine behind an "auto"
+// target is replaced by another on the same endpoint (vLLM, then SGLang).
+// The exporter that only names the pod's devices names them as the
+// serving one does, where it kept the engine it first saw, so that one
+// target had two engines (review19 R1).
+func TestMixedVendorAutoEngineReplaced(t *testing.T) {
+	var body atomic.Value
+	read := func(name string) []byte {
+		b, err := os.ReadFile("../fixtures/engines/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(b, '\n')
+	}
+	body.Store(read("vllm-0.10.0-v1-fragment-production-stack-issue617.prom"))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(body.Load().([]byte)) }))
+	t.Cleanup(srv.Close)
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	setEngineFlags(t, nil)
+	pods := enginePods{{Namespace: "hyb", Name: "hybrid-0", IP: host,
+		Annotations: map[string]string{engineAnnotation: "auto", portAnnotation: port}}}
+	s := loadScenario(t, "mixed-engine")
+	cfg, sim := simulatedAttribution(t, s)
+	cfg.VendorExporters = []string{"nvidia", "amd"}
+	amd := newExporterWith(t, s, sim, attribution.New(cfg), map[string]bool{"amd": true, "attribution": true, "engines": true},
+		func() time.Time { return testNow }, func(c *Config) { c.PodMetadata = pods })
+	sample(t, scrapeText(t, amd, 10*time.Second), "xpu_inference_device_info", `engine="vllm"`, `gpu="0"`)
+	body.Store(read("sglang-v0.5.10.post1-datadog-fixture.prom"))
+	out := scrapeText(t, amd, 10*time.Second)
+	sample(t, out, "xpu_inference_device_info", `engine="sglang"`, `gpu="0"`)
+	if strings.Contains(out, `engine="vllm"`) {
+		t.Errorf("the replaced engine is still named:\n%s", grepLines(out, "xpu_inference_"))
+	}
+}
+
 // TestEngineOfSeveralContainersIsThePods: container engine holds GPU 0
 // and container side GPU 1 of one pod serving a vLLM. The engine is the
 // pod's: its series and its devices carry the pod's labels and no
@@ -356,10 +391,37 @@ func TestGoneTargetsAreForgotten(t *testing.T) {
 		// A target only kept, never logged, as another exporter's engine
 		// is: forgotten all the same once gone.
 		c.detected["http://10.0.1.1:8000/metrics"] = "sglang"
-		c.forget()
+		c.forget(c.gen)
 	}
 	if len(c.state) != 1 || len(c.detected) != 1 {
 		t.Errorf("state %v, detected %v: a pod that left must be forgotten", c.state, c.detected)
+	}
+}
+
+// TestOverlappingScrapesKeepTheirTargets: scrape A reads a target, scrape
+// B starts while A runs (two Prometheus servers), A ends. What is known of
+// the target, its counters' reset offsets included, stays for B, where A's
+// end dropped all B had not reached yet: a served counter could fall
+// (review19 P1). A target neither saw goes.
+func TestOverlappingScrapesKeepTheirTargets(t *testing.T) {
+	c := &enginesCollector{state: map[string]targetState{}, detected: map[string]string{},
+		counters: map[string]*engines.Corrector{}, joins: map[string]engineJoin{}, logger: slog.New(slog.DiscardHandler)}
+	const live, gone = "http://10.0.0.1:8000/metrics", "http://10.0.0.9:8000/metrics"
+	c.gen = 1 // a scrape that saw both
+	c.logChange(gone, nil)
+	c.detected[gone] = "tgi"
+	c.gen++ // scrape A
+	a := c.gen
+	k := c.corrector(engineTarget{URL: live})
+	c.logChange(live, nil)
+	c.detected[live] = "vllm"
+	c.gen++ // scrape B starts before A ends
+	c.forget(a)
+	if c.counters[live] != k || c.detected[live] != "vllm" {
+		t.Errorf("a live target was forgotten by an overlapping scrape's end: corrector kept %v, detected %q", c.counters[live] == k, c.detected[live])
+	}
+	if _, ok := c.detected[gone]; ok {
+		t.Error("a target no scrape since saw is kept")
 	}
 }
 

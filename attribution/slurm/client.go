@@ -340,8 +340,13 @@ var ErrNoSteps = errors.New("scontrol listpids: no job steps exist on this node"
 // scrape (review17 R3).
 func (c *Client) ListPIDs(ctx context.Context) ([]StepProcess, error) {
 	procs, ended, err := c.listPIDs(ctx)
-	if ended {
-		procs, _, err = c.listPIDs(ctx)
+	if !ended {
+		return procs, err
+	}
+	// A second run the scrape's deadline cut short tells less than the
+	// first, whose steps had ended (review19 R2).
+	if again, _, aerr := c.listPIDs(ctx); ctx.Err() == nil {
+		return again, aerr
 	}
 	return procs, err
 }

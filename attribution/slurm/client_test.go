@@ -714,3 +714,21 @@ cat '`+dir+`'/"$last"`)
 		t.Errorf("scontrol asked for 303_1 %d times, want 1: the refusal is remembered", n)
 	}
 }
+
+// TestClientListPIDsRetryWithinTheDeadline: scontrol 24.11 prints no row
+// because a step ended; asked again, it hangs until the scrape's deadline.
+// The first answer stands (unreachable steps: the source is up), where the
+// cut-short retry made the Slurm source down for the scrape (review19 R2).
+func TestClientListPIDsRetryWithinTheDeadline(t *testing.T) {
+	path, calls := fakeScontrol(t, `n=$(wc -l < "$(dirname "$0")/calls.log")
+[ "$n" -gt 1 ] && exec sleep 30
+echo 'StepId=903.0 does not exist on this node.' >&2; exit 1`)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := (&Client{Path: path}).ListPIDs(ctx); !errors.Is(err, ErrUnreachableSteps) {
+		t.Errorf("ListPIDs() error = %v, want the first run's ErrUnreachableSteps", err)
+	}
+	if n := len(calls()); n != 2 {
+		t.Errorf("scontrol ran %d times, want 2", n)
+	}
+}
