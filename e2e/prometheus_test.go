@@ -1023,3 +1023,20 @@ rule_files:
 		until(t, deadline, c.query, p.value(c.query, c.want))
 	}
 }
+
+// Compute instances that share a GPU instance and profile
+// (fixtures/scenarios/mig-ci.yaml) are served as series that differ by
+// uuid alone. A real Prometheus evaluates every rule of the mixin on them
+// without an error, where four chargeback and capacity rules failed for
+// every GPU once such a pair had one owner (review19's layout), and the
+// pod holds 1/7 + 1/7 of its H100.
+func TestPrometheusComputeInstancesOfOneGPUInstance(t *testing.T) {
+	job, ruleFile := mixinRules(t, testRulesConfig)
+	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/mig-ci.yaml", "--cost.file="+costFile(t))
+	p := startPrometheus(t, scrapeConfig(job, e.addr, ruleFile))
+	deadline := time.Now().Add(45 * time.Second)
+	until(t, deadline, "target", p.targetUp(job))
+	// 2/7 of the GPU at demoPrice an hour.
+	until(t, deadline, "the pod's cost", p.value(`namespace:xpu_cost_per_hour:sum{namespace="ml"}`, 2.0/7*demoPrice))
+	until(t, deadline, "rule health", p.rulesHealthy(time.Now()))
+}
