@@ -1028,8 +1028,9 @@ rule_files:
 // (fixtures/scenarios/mig-ci.yaml) are served as series that differ by
 // uuid alone. A real Prometheus evaluates every rule of the mixin on them
 // without an error, where four chargeback and capacity rules failed for
-// every GPU once such a pair had one owner (review19's layout), and the
-// pod holds 1/7 + 1/7 of its H100.
+// every GPU once such a pair had one owner (review19's layout), the pod
+// holds 1/7 + 1/7 of its H100, and every dashboard panel's query runs
+// (two failed so: "Devices down", "Unhealthy devices").
 func TestPrometheusComputeInstancesOfOneGPUInstance(t *testing.T) {
 	job, ruleFile := mixinRules(t, testRulesConfig)
 	e := start(t, "--demo", "--demo.scenario=../fixtures/scenarios/mig-ci.yaml", "--cost.file="+costFile(t))
@@ -1039,4 +1040,9 @@ func TestPrometheusComputeInstancesOfOneGPUInstance(t *testing.T) {
 	// 2/7 of the GPU at demoPrice an hour.
 	until(t, deadline, "the pod's cost", p.value(`namespace:xpu_cost_per_hour:sum{namespace="ml"}`, 2.0/7*demoPrice))
 	until(t, deadline, "rule health", p.rulesHealthy(time.Now()))
+	for where, expr := range panelQueries(t) {
+		if _, err := p.query(grafanaQuery(expr, ".*")); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+	}
 }
