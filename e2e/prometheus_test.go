@@ -986,26 +986,20 @@ func TestPrometheusMixedVendorEngineAcrossExporters(t *testing.T) {
 		"--kubernetes.exporter-vendor=nvidia", "--kubernetes.exporter-vendor=amd"}
 	nvidia := start(t, append(both, "--no-collector.amd")...)
 	amd := start(t, append(both, "--no-collector.nvidia")...)
-	p := startPrometheus(t, fmt.Sprintf(`global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: %q
-    static_configs:
-      - targets: [%q]
+	// The two exporters as the chart's ServiceMonitor labels them. Each
+	// demo process serves its own simulated engine on a port of its own;
+	// on a cluster both exporters find the one pod IP and port.
+	p := startPrometheus(t, strings.Replace(scrapeConfig(job, nvidia.addr, ruleFile),
+		fmt.Sprintf("      - targets: [%q]\n", nvidia.addr),
+		fmt.Sprintf(`      - targets: [%q]
         labels: {exporter: nvidia}
       - targets: [%q]
         labels: {exporter: amd}
     relabel_configs:
       - {target_label: instance, replacement: mix-node}
-    # Each demo process serves its own simulated engine on a port of its
-    # own; on a cluster both exporters find the one pod IP and port.
     metric_relabel_configs:
       - {source_labels: [target], regex: 'http://127\.0\.0\.1:[0-9]+/metrics', target_label: target, replacement: 'http://10.0.0.9:8000/metrics'}
-rule_files:
-  - %q
-`, job, nvidia.addr, amd.addr, ruleFile))
+`, nvidia.addr, amd.addr), 1))
 	deadline := time.Now().Add(45 * time.Second)
 	until(t, deadline, "target", p.targetUp(job))
 	checks := []struct {
