@@ -87,6 +87,34 @@ func TestOTLPPartialSuccessIsASuccess(t *testing.T) {
 	}
 }
 
+// Pushes fail, then the receiver takes them in part: pushing works again,
+// and the log says so once, where it stayed at "push failed" (probe20-otlp
+// 02).
+func TestOTLPPartialSuccessAfterFailuresWorksAgain(t *testing.T) {
+	r := newHTTPReceiver(t)
+	r.setDown(true)
+	self := prometheus.NewRegistry()
+	var log syncbuf.Buffer
+	startPusher(t, r, ProtocolHTTPProtobuf, Flags{Interval: 300 * time.Millisecond}, testRegistry(), self, &log)
+	for deadline := time.Now().Add(20 * time.Second); selfCounters(t, self)["failure"] < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no failed push within 20s")
+		}
+	}
+	r.mu.Lock()
+	r.partial = &colmetricpb.ExportMetricsPartialSuccess{RejectedDataPoints: 2, ErrorMessage: "2 points rejected: too old"}
+	r.mu.Unlock()
+	r.setDown(false)
+	for deadline := time.Now().Add(20 * time.Second); selfCounters(t, self)["success"] < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no 3 successful pushes within 20s")
+		}
+	}
+	if n := strings.Count(log.String(), "OTLP push works again"); n != 1 {
+		t.Errorf("%d lines say pushing works again, want 1:\n%s", n, log.String())
+	}
+}
+
 // A receiver that throttles (OTLP/HTTP 429 with Retry-After, OTLP/gRPC
 // UNAVAILABLE with RetryInfo) and asks for more time than the interval
 // gets it: the pushes until then are dropped without a request (counted

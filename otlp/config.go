@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -58,6 +59,14 @@ type Config struct {
 	// ClusterName); service.name defaults to xpu_exporter.
 	ResourceEnv map[string]string
 	ServiceName string
+	// InstanceID is service.instance.id: a random version 4 UUID of this
+	// process, as the convention recommends ("Implementations, such as
+	// SDKs, are recommended to generate a random Version 1 or Version 4
+	// RFC 4122 UUID"). Without it the two exporters of a node the chart's
+	// per-vendor DaemonSets run, or an HA pair, pushed streams of one
+	// identity, breaking OTLP's single-writer rule (found by
+	// probe20-otlp: their counters' start times alternated at every push).
+	InstanceID  string
 	Version     string
 	Node        string // host.name
 	K8sNode     string // k8s.node.name, when running on Kubernetes
@@ -221,7 +230,23 @@ func Resolve(f Flags, getenv func(string) string) (*Config, error) {
 
 	c.ServiceName = strings.TrimSpace(getenv("OTEL_SERVICE_NAME"))
 	c.ResourceEnv = c.parseResourceEnv(getenv("OTEL_RESOURCE_ATTRIBUTES"))
+	id, err := randomUUID()
+	if err != nil {
+		return nil, fmt.Errorf("OTLP service.instance.id: %w", err)
+	}
+	c.InstanceID = id
 	return c, nil
+}
+
+// randomUUID is a version 4 (random) UUID, RFC 4122 section 4.4.
+func randomUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // variant 10
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }
 
 func parseSemconv(s string) (Semconv, error) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -263,6 +264,47 @@ func TestOTLPResolveResourceAndTLSFromEnvironment(t *testing.T) {
 	want := map[string]string{"deployment.environment.name": "prod", "team": "ml infra"}
 	if !reflect.DeepEqual(cfg.ResourceEnv, want) || cfg.ServiceName != "gpu-metrics" || cfg.ClusterName != "prod-eu" {
 		t.Errorf("resource %v, service %q, cluster %q", cfg.ResourceEnv, cfg.ServiceName, cfg.ClusterName)
+	}
+}
+
+// TestOTLPServiceInstanceID: every exporter process pushes under an
+// identity of its own, a random version 4 UUID in service.instance.id, so
+// that two exporters of one node (the chart's per-vendor DaemonSets, an HA
+// pair) are two writers of their streams, where their resources were
+// identical (probe20-otlp 01). OTEL_RESOURCE_ATTRIBUTES may set it.
+func TestOTLPServiceInstanceID(t *testing.T) {
+	uuidV4 := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	ids := map[string]bool{}
+	for range 2 {
+		cfg, err := Resolve(Flags{Interval: time.Second}, envOf(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := newResource(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := res.Set().Value("service.instance.id")
+		if !uuidV4.MatchString(id.AsString()) {
+			t.Errorf("service.instance.id %q is not a version 4 UUID", id.AsString())
+		}
+		ids[id.AsString()] = true
+	}
+	if len(ids) != 2 {
+		t.Errorf("two exporters pushed as %v: one identity", ids)
+	}
+	cfg, err := Resolve(Flags{Interval: time.Second}, envOf(map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_RESOURCE_ATTRIBUTES": "service.instance.id=xpu-a",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := newResource(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := res.Set().Value("service.instance.id"); id.AsString() != "xpu-a" {
+		t.Errorf("service.instance.id %q, want the environment's xpu-a", id.AsString())
 	}
 }
 

@@ -275,9 +275,10 @@ func readBounded(path string) ([]byte, error) {
 // overrides the environment, as every flag does.
 func newResource(cfg *Config) (*resource.Resource, error) {
 	attrs := map[attribute.Key]string{
-		semconv.ServiceNameKey:    defaultServiceName,
-		semconv.ServiceVersionKey: cfg.Version,
-		semconv.HostNameKey:       cfg.Node,
+		semconv.ServiceNameKey:       defaultServiceName,
+		semconv.ServiceVersionKey:    cfg.Version,
+		semconv.HostNameKey:          cfg.Node,
+		semconv.ServiceInstanceIDKey: cfg.InstanceID,
 	}
 	if cfg.K8sNode != "" {
 		attrs[semconv.K8SNodeNameKey] = cfg.K8sNode
@@ -372,8 +373,11 @@ func (e *countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMe
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if state == failing && e.stopping.Load() && errors.Is(err, context.Canceled) {
-		// Not an outage: no failure to log, nor a recovery after it.
+	if state == failing && e.stopping.Load() {
+		// The last push, at the stop: cut off by it, it is no outage;
+		// failed, it is not retried, and Shutdown's caller logs it (a
+		// "retrying every interval" beside "last OTLP push failed" was
+		// found by probe20-otlp).
 		return err
 	}
 	if state != e.state {
@@ -384,6 +388,17 @@ func (e *countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMe
 }
 
 func (e *countingExporter) logChange(from, to pushState, a answer, err error) {
+	// A push the receiver took in part is a success too: after failures,
+	// pushing works again, whatever it says of the part (found by
+	// probe20-otlp: the log stayed at "push failed" while pushes went).
+	if to == warned || to == rejecting {
+		switch from {
+		case notYet:
+			e.logger.Info("first OTLP push succeeded", "endpoint", e.endpoint)
+		case failing, throttled:
+			e.logger.Info("OTLP push works again", "endpoint", e.endpoint)
+		}
+	}
 	switch to {
 	case failing:
 		e.logger.Warn("OTLP push failed; retrying every interval, dropping the data meanwhile (xpu_otlp_exports_total counts them)",

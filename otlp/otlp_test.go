@@ -482,6 +482,35 @@ func TestRedactCredentialsNotShortValues(t *testing.T) {
 	}
 }
 
+// A last push that the receiver refuses at the stop is not retried: it is
+// logged once as the last push, without "retrying every interval", which
+// stood beside it (probe20-otlp 03).
+func TestOTLPFailedLastPushIsNotRetried(t *testing.T) {
+	r := newHTTPReceiver(t)
+	var log syncbuf.Buffer
+	p := startPusher(t, r, ProtocolHTTPProtobuf, Flags{Interval: 3 * time.Second, Timeout: 3 * time.Second}, testRegistry(), prometheus.NewRegistry(), &log)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r.mu.Lock()
+		arrived := r.arrived
+		r.mu.Unlock()
+		if arrived > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no push within 20s")
+		}
+	}
+	r.setDown(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err == nil {
+		t.Error("a refused last push is no error")
+	}
+	if logs := log.String(); strings.Contains(logs, "retrying") {
+		t.Errorf("the last push says it will be retried:\n%s", logs)
+	}
+}
+
 // A push under way when the exporter stops is cut off by the stop, not by
 // the receiver: it logs no failure, and the last push that follows no
 // recovery (probe6-otlp 05: "OTLP push failed; retrying every interval"
