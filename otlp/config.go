@@ -1,7 +1,7 @@
 package otlp
 
 import (
-	"crypto/rand"
+	"crypto/sha1"
 	"errors"
 	"fmt"
 	"maps"
@@ -59,13 +59,7 @@ type Config struct {
 	// ClusterName); service.name defaults to xpu_exporter.
 	ResourceEnv map[string]string
 	ServiceName string
-	// InstanceID is service.instance.id: a random version 4 UUID of this
-	// process, as the convention recommends ("Implementations, such as
-	// SDKs, are recommended to generate a random Version 1 or Version 4
-	// RFC 4122 UUID"). Without it the two exporters of a node the chart's
-	// per-vendor DaemonSets run, or an HA pair, pushed streams of one
-	// identity, breaking OTLP's single-writer rule (found by
-	// probe20-otlp: their counters' start times alternated at every push).
+	// InstanceID is service.instance.id (see InstanceID), "" for none.
 	InstanceID  string
 	Version     string
 	Node        string // host.name
@@ -230,23 +224,32 @@ func Resolve(f Flags, getenv func(string) string) (*Config, error) {
 
 	c.ServiceName = strings.TrimSpace(getenv("OTEL_SERVICE_NAME"))
 	c.ResourceEnv = c.parseResourceEnv(getenv("OTEL_RESOURCE_ATTRIBUTES"))
-	id, err := randomUUID()
-	if err != nil {
-		return nil, fmt.Errorf("OTLP service.instance.id: %w", err)
-	}
-	c.InstanceID = id
 	return c, nil
 }
 
-// randomUUID is a version 4 (random) UUID, RFC 4122 section 4.4.
-func randomUUID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	b[6] = b[6]&0x0f | 0x40 // version 4
+// instanceNamespace is the namespace of service.instance.id's version 5
+// UUIDs, as the convention names it.
+var instanceNamespace = [16]byte{0x4d, 0x63, 0x00, 0x9a, 0x8d, 0x0f, 0x11, 0xee, 0xaa, 0xd7, 0x4c, 0x79, 0x6e, 0xd8, 0xe3, 0x20}
+
+// InstanceID is an exporter's service.instance.id: a version 5 UUID of
+// what tells it from any other exporter (its node, its host name, a pod's
+// name on Kubernetes, the addresses it listens on and the collectors it
+// runs), as the convention asks where the ID should be stable ("the ID
+// SHOULD be used as source of a UUID Version 5 and SHOULD use the
+// following UUID as the namespace: 4d63009a-8d0f-11ee-aad7-4c796ed8e320").
+// Without it the two exporters of a node the chart's per-vendor
+// DaemonSets run pushed streams of one identity, breaking OTLP's
+// single-writer rule (found by probe20-otlp: their counters' start times
+// alternated at every push); a random one would make every series of a
+// node new at each restart (review20 O1).
+func InstanceID(parts ...string) string {
+	h := sha1.New()
+	h.Write(instanceNamespace[:])
+	h.Write([]byte(strings.Join(parts, "\x00")))
+	b := h.Sum(nil)[:16]
+	b[6] = b[6]&0x0f | 0x50 // version 5
 	b[8] = b[8]&0x3f | 0x80 // variant 10
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 func parseSemconv(s string) (Semconv, error) {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -267,40 +266,50 @@ func TestOTLPResolveResourceAndTLSFromEnvironment(t *testing.T) {
 	}
 }
 
-// TestOTLPServiceInstanceID: every exporter process pushes under an
-// identity of its own, a random version 4 UUID in service.instance.id, so
-// that two exporters of one node (the chart's per-vendor DaemonSets, an HA
-// pair) are two writers of their streams, where their resources were
-// identical (probe20-otlp 01). OTEL_RESOURCE_ATTRIBUTES may set it.
+// TestOTLPServiceInstanceID: every exporter pushes under an identity of
+// its own that stays across its restarts: a version 5 UUID of its node,
+// host (pod) name, listen addresses and collectors, so that the two
+// exporters of a node the chart runs for two vendors are two writers of
+// their streams, where their resources were identical (probe20-otlp 01),
+// and a restart does not make every pushed series new (review20 O1). The
+// expected IDs are Python's, an independent RFC 4122 implementation:
+//
+//	python3 -c "import uuid; print(uuid.uuid5(uuid.UUID('4d63009a-8d0f-11ee-aad7-4c796ed8e320'),
+//	  'gpu-node-01\x00xpu-exporter-nvidia-abcde\x00:9835\x00attribution,cost,engines,nvidia'))"
+//
+// OTEL_RESOURCE_ATTRIBUTES may set it.
 func TestOTLPServiceInstanceID(t *testing.T) {
-	uuidV4 := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-	ids := map[string]bool{}
-	for range 2 {
-		cfg, err := Resolve(Flags{Interval: time.Second}, envOf(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}))
-		if err != nil {
-			t.Fatal(err)
+	for _, tc := range []struct {
+		parts []string
+		want  string
+	}{
+		{[]string{"gpu-node-01", "xpu-exporter-nvidia-abcde", ":9835", "attribution,cost,engines,nvidia"}, "f96cac90-fc62-5fa8-841b-e43bc47bede5"},
+		{[]string{"gpu-node-01", "xpu-exporter-amd-fghij", ":9835", "amd,attribution,cost,engines"}, "71033be6-6837-55cf-afbf-b2f5a50f5cb4"},
+	} {
+		if got := InstanceID(tc.parts...); got != tc.want {
+			t.Errorf("InstanceID(%q) = %s, want %s", tc.parts, got, tc.want)
 		}
-		res, err := newResource(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, _ := res.Set().Value("service.instance.id")
-		if !uuidV4.MatchString(id.AsString()) {
-			t.Errorf("service.instance.id %q is not a version 4 UUID", id.AsString())
-		}
-		ids[id.AsString()] = true
 	}
-	if len(ids) != 2 {
-		t.Errorf("two exporters pushed as %v: one identity", ids)
+	cfg, err := Resolve(Flags{Interval: time.Second}, envOf(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	cfg, err := Resolve(Flags{Interval: time.Second}, envOf(map[string]string{
+	cfg.InstanceID = InstanceID("n1", "h1", ":9835", "nvidia")
+	res, err := newResource(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := res.Set().Value("service.instance.id"); id.AsString() != cfg.InstanceID {
+		t.Errorf("service.instance.id %q, want %q", id.AsString(), cfg.InstanceID)
+	}
+	cfg, err = Resolve(Flags{Interval: time.Second}, envOf(map[string]string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_RESOURCE_ATTRIBUTES": "service.instance.id=xpu-a",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := newResource(cfg)
-	if err != nil {
+	cfg.InstanceID = InstanceID("n1", "h1", ":9835", "nvidia")
+	if res, err = newResource(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if id, _ := res.Set().Value("service.instance.id"); id.AsString() != "xpu-a" {

@@ -373,11 +373,12 @@ func (e *countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMe
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if state == failing && e.stopping.Load() {
+	if (state == failing || state == throttled) && e.stopping.Load() {
 		// The last push, at the stop: cut off by it, it is no outage;
-		// failed, it is not retried, and Shutdown's caller logs it (a
-		// "retrying every interval" beside "last OTLP push failed" was
-		// found by probe20-otlp).
+		// failed or throttled, it is not retried, and Shutdown's caller
+		// logs it (a "retrying every interval" beside "last OTLP push
+		// failed" was found by probe20-otlp, a "dropping the pushes
+		// until then" by review20).
 		return err
 	}
 	if state != e.state {

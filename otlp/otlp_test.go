@@ -3,6 +3,7 @@ package otlp
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"reflect"
@@ -482,32 +483,40 @@ func TestRedactCredentialsNotShortValues(t *testing.T) {
 	}
 }
 
-// A last push that the receiver refuses at the stop is not retried: it is
-// logged once as the last push, without "retrying every interval", which
-// stood beside it (probe20-otlp 03).
+// A last push that the receiver refuses, or throttles, at the stop is not
+// retried: it is logged once as the last push, without "retrying every
+// interval" (probe20-otlp 03) or "dropping the pushes until then"
+// (review20 O2), which stood beside it.
 func TestOTLPFailedLastPushIsNotRetried(t *testing.T) {
-	r := newHTTPReceiver(t)
-	var log syncbuf.Buffer
-	p := startPusher(t, r, ProtocolHTTPProtobuf, Flags{Interval: 3 * time.Second, Timeout: 3 * time.Second}, testRegistry(), prometheus.NewRegistry(), &log)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		r.mu.Lock()
-		arrived := r.arrived
-		r.mu.Unlock()
-		if arrived > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no push within 20s")
-		}
-	}
-	r.setDown(true)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := p.Shutdown(ctx); err == nil {
-		t.Error("a refused last push is no error")
-	}
-	if logs := log.String(); strings.Contains(logs, "retrying") {
-		t.Errorf("the last push says it will be retried:\n%s", logs)
+	for _, retryAfter := range []time.Duration{0, 30 * time.Second} {
+		t.Run(fmt.Sprintf("retry-after %v", retryAfter), func(t *testing.T) {
+			r := newHTTPReceiver(t)
+			var log syncbuf.Buffer
+			p := startPusher(t, r, ProtocolHTTPProtobuf, Flags{Interval: 3 * time.Second, Timeout: 3 * time.Second}, testRegistry(), prometheus.NewRegistry(), &log)
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				r.mu.Lock()
+				arrived := r.arrived
+				r.mu.Unlock()
+				if arrived > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no push within 20s")
+				}
+			}
+			r.mu.Lock()
+			r.retryAfter = retryAfter
+			r.mu.Unlock()
+			r.setDown(true)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if err := p.Shutdown(ctx); err == nil {
+				t.Error("a refused last push is no error")
+			}
+			if logs := log.String(); strings.Contains(logs, "retrying") || strings.Contains(logs, "dropping") {
+				t.Errorf("the last push says more pushes follow:\n%s", logs)
+			}
+		})
 	}
 }
 
