@@ -106,13 +106,16 @@
     eccCorrectedPerHour: 100,
     // An exporter target that is down, or that served devices within this
     // lookback and is gone, hides every device alert of its node.
-    exporterDownFor: '5m',
+    exporterDownFor: '2m',
     exporterGoneLookback: '1h',
     // How long an alert keeps firing once its condition stops holding:
     // longer than the gap of an exporter rollout (a missed scrape or two),
     // so that a rollout does not resolve every alert of the node and start
-    // each one's `for` again.
-    keepFiringFor: '2m',
+    // each one's `for` again; and longer than exporterDownFor, so that an
+    // exporter that stays down has XpuExporterDown firing before the
+    // node's device alerts resolve (found by probe21-alerts: with 2m and
+    // 5m a lost GPU's alert resolved, and for 3 minutes nothing fired).
+    keepFiringFor: '3m',
 
     // Device health score (see README.md): how far back an event still
     // lowers the score, and how much each input takes off a score of 1.

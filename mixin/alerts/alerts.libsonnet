@@ -14,10 +14,15 @@ local bridged = [
   'XpuInferenceErrorRateHigh',
 ];
 
+local util = import '../lib/util.libsonnet';
+
 (import 'device.libsonnet') +
 (import 'fleet.libsonnet') +
 (import 'inference.libsonnet') +
 {
+  // keepFiringFor 0 keeps no alert firing: nothing to outlast.
+  assert util.seconds($._config.keepFiringFor) == 0 || util.seconds($._config.keepFiringFor) > util.seconds($._config.exporterDownFor) :
+         'keepFiringFor must be longer than exporterDownFor: the alerts of a node whose exporter is down would resolve before XpuExporterDown fires',
   prometheusAlerts+:: {
     groups: [
       g {

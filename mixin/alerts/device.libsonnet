@@ -67,11 +67,17 @@ local util = import '../lib/util.libsonnet';
           // Gaudi while the Gaudi collector fails: a failing hl-smi reports
           // every Gaudi it knew down, for want of a reading, not because
           // they fell off the bus; XpuExporterDown names the collector.
+          // A lost GPU's MIG instances or partitions, down with it, are
+          // the one alert of the GPU.
           expr: |||
-            xpu_device_up{%(xpuSelector)s} == 0
+            %(lost)s
               unless on (%(target)s, vendor)
             %(failing)s
-          ||| % (fmt { target: util.labels(c.targetLabels), failing: util.collectorFailing(c) }),
+          ||| % (fmt {
+                   target: util.labels(c.targetLabels),
+                   failing: util.collectorFailing(c),
+                   lost: util.withoutPartitionsOf(c, 'xpu_device_up{%(xpuSelector)s} == 0' % c, 'xpu_device_up{%(xpuSelector)s, parent_uuid="", uuid!=""} == 0' % c),
+                 }),
           'for': c.deviceLostFor,
           labels: { severity: 'critical' },
           annotations: {

@@ -41,9 +41,11 @@ local util = import '../lib/util.libsonnet';
         }),
         util.alert(c, {
           alert: 'XpuDeviceHealthDegraded',
-          expr: |||
-            device:xpu_health_score:clamp_min < %(healthScoreThreshold)g
-          ||| % c,
+          // A GPU's MIG instances or partitions as unhealthy as it are
+          // its one alert.
+          expr: util.withoutPartitionsOf(c,
+                                         'device:xpu_health_score:clamp_min < %(healthScoreThreshold)g' % c,
+                                         'device:xpu_health_score:clamp_min{parent_uuid="", uuid!=""} < %(healthScoreThreshold)g' % c) + '\n',
           'for': c.healthScoreFor,
           labels: { severity: 'warning' },
           annotations: {

@@ -116,6 +116,18 @@
       sel,
     ],
 
+  // expr (a condition on per-device series) without the MIG instances or
+  // partitions of a GPU that gpuExpr (the same condition on the GPUs' own
+  // series, which have a uuid) holds for: one alert for one lost or
+  // unhealthy GPU, where each of its instances raised one too (found by
+  // probe21-alerts: 3 critical pages for an H100 of 2 instances).
+  withoutPartitionsOf(c, expr, gpuExpr)::
+    '%s\n  unless on (%s, parent_uuid)\n  label_replace(%s, "parent_uuid", "$1", "uuid", "(.+)")' % [
+      expr,
+      self.labels(std.filter(function(l) l != 'uuid', c.deviceKeyLabels)),
+      gpuExpr,
+    ],
+
   // expr, one series per device, added up per physical GPU (with node,
   // vendor and model): each partition keeps its own uuid in "device" while
   // it takes its parent's, so that two partitions of a GPU stay two series
