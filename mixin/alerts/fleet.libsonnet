@@ -77,6 +77,10 @@ local util = import '../lib/util.libsonnet';
           // (evicted, the node drained) is one alert that goes on firing,
           // not one resolved and another pending for the whole `for`
           // (probe14-alerts D1).
+          // An attribution source is the node's (its kubelet, its
+          // slurmd): down, it is one alert for the node, not one per
+          // exporter of a node the chart runs for two vendors
+          // (probe21-alerts D6).
           expr: |||
             max by (%(target)s, node) (up{%(xpuSelector)s} == 0)
             or (
@@ -84,9 +88,9 @@ local util = import '../lib/util.libsonnet';
                 unless on (%(target)s) up{%(xpuSelector)s}
             )
             or max by (%(target)s, collector) (xpu_scrape_collector_success{%(xpuSelector)s}) == 0
-            or max by (%(target)s, source) (xpu_attribution_source_up{%(xpuSelector)s}) == 0
+            or min by (%(node)s, source) (xpu_attribution_source_up{%(xpuSelector)s}) == 0
             or label_replace(max by (%(target)s) (xpu_attribution_unknown_device_ids{%(xpuSelector)s}) > 0, "attribution", "unknown_device_ids", "", "")
-          ||| % (c { target: target }),
+          ||| % (c { target: target, node: util.labels(std.filter(function(l) l != 'exporter', c.targetLabels)) }),
           'for': c.exporterDownFor,
           labels: { severity: 'warning' },
           annotations: {
