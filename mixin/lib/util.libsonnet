@@ -49,6 +49,10 @@
   //    for a few scrapes with the same target labels, so the new start time sits next to the
   //    old pod's Xid series, which must not look new. After a real restart
   //    a series re-counted with old labels is seen as new 2m later.
+  //    Where the last 2m hold no start time while the instant lookback
+  //    still shows one (Prometheus itself was down 2 to 5 minutes: no
+  //    sample since), only the lookback counts too, where every old
+  //    series was taken for new and paged (found by probe21-alerts D5).
   // `* 1` drops the metric name so the arms share label sets.
   xidRecent(c, window)::
     self.eventsRecent(c, 'xpu_xid_errors_total{%s, xid=~"%s"}' % [c.xpuSelector, self.regex(c.xidHardware)], window),
@@ -69,7 +73,7 @@
               min_over_time(%(start)s[2m])
             or (
               present_over_time(%(x)s[%(lookback)s] offset %(w)s)
-                unless on (%(target)s) %(start)s
+                unless on (%(target)s) min_over_time(%(start)s[2m])
             )
           )
       )
