@@ -282,8 +282,7 @@ func run() int {
 			logger.Warn(w)
 		}
 		otlpCfg.Version, otlpCfg.Node, otlpCfg.K8sNode = version.Version, nodeName, *attrFlags.nodeName
-		host, _ := os.Hostname()
-		otlpCfg.InstanceID = otlp.InstanceID(nodeName, host, strings.Join(*toolkitFlags.WebListenAddresses, ","), strings.Join(exporter.Collectors(), ","))
+		otlpCfg.InstanceID = otlp.InstanceID(nodeName, strings.Join(*toolkitFlags.WebListenAddresses, ","), strings.Join(exporter.Collectors(), ","))
 		if *demoMode {
 			otlpCfg.K8sNode = nodeName // the demo simulates a Kubernetes node
 		}

@@ -832,3 +832,23 @@ func TestAnswerBookInReadme(t *testing.T) {
 		return queries
 	}())
 }
+
+// util.seconds reads any Prometheus duration a user may configure
+// (review21 F5: "2m30s", "500ms" and "0" stopped the mixin's build, whose
+// alert timings are compared in seconds), and refuses what is none.
+func TestSeconds(t *testing.T) {
+	for in, want := range map[string]string{
+		"1m": "60", "2m30s": "150", "500ms": "0.5", "0": "0", "1h30m": "5400", "999ms": "0.999", "1d": "86400",
+		"5x": "error", "3": "error", "m": "error",
+	} {
+		vm := jsonnet.MakeVM()
+		got, err := vm.EvaluateAnonymousSnippet("seconds", fmt.Sprintf("(import 'lib/util.libsonnet').seconds(%q)", in))
+		got = strings.TrimSpace(got)
+		if err != nil {
+			got = "error"
+		}
+		if got != want {
+			t.Errorf("seconds(%q) = %s (%v), want %s", in, got, err, want)
+		}
+	}
+}

@@ -232,9 +232,10 @@ func Resolve(f Flags, getenv func(string) string) (*Config, error) {
 var instanceNamespace = [16]byte{0x4d, 0x63, 0x00, 0x9a, 0x8d, 0x0f, 0x11, 0xee, 0xaa, 0xd7, 0x4c, 0x79, 0x6e, 0xd8, 0xe3, 0x20}
 
 // InstanceID is an exporter's service.instance.id: a version 5 UUID of
-// what tells it from any other exporter (its node, its host name, a pod's
-// name on Kubernetes, the addresses it listens on and the collectors it
-// runs), as the convention asks where the ID should be stable ("the ID
+// what tells it from any other exporter (its node, the addresses it
+// listens on and the collectors it runs; not its host name, a pod's random
+// name on Kubernetes, which every rollout changes: review21 F2), as the
+// convention asks where the ID should be stable ("the ID
 // SHOULD be used as source of a UUID Version 5 and SHOULD use the
 // following UUID as the namespace: 4d63009a-8d0f-11ee-aad7-4c796ed8e320").
 // Without it the two exporters of a node the chart's per-vendor

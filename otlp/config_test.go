@@ -267,15 +267,16 @@ func TestOTLPResolveResourceAndTLSFromEnvironment(t *testing.T) {
 }
 
 // TestOTLPServiceInstanceID: every exporter pushes under an identity of
-// its own that stays across its restarts: a version 5 UUID of its node,
-// host (pod) name, listen addresses and collectors, so that the two
+// its own that stays across its restarts and rollouts: a version 5 UUID
+// of its node, listen addresses and collectors, so that the two
 // exporters of a node the chart runs for two vendors are two writers of
 // their streams, where their resources were identical (probe20-otlp 01),
-// and a restart does not make every pushed series new (review20 O1). The
+// and a restart or a new pod does not make every pushed series new
+// (review20 O1, review21 F2: the pod's name changed it). The
 // expected IDs are Python's, an independent RFC 4122 implementation:
 //
 //	python3 -c "import uuid; print(uuid.uuid5(uuid.UUID('4d63009a-8d0f-11ee-aad7-4c796ed8e320'),
-//	  'gpu-node-01\x00xpu-exporter-nvidia-abcde\x00:9835\x00attribution,cost,engines,nvidia'))"
+//	  'gpu-node-01\x00:9835\x00attribution,cost,engines,nvidia'))"
 //
 // OTEL_RESOURCE_ATTRIBUTES may set it.
 func TestOTLPServiceInstanceID(t *testing.T) {
@@ -283,8 +284,8 @@ func TestOTLPServiceInstanceID(t *testing.T) {
 		parts []string
 		want  string
 	}{
-		{[]string{"gpu-node-01", "xpu-exporter-nvidia-abcde", ":9835", "attribution,cost,engines,nvidia"}, "f96cac90-fc62-5fa8-841b-e43bc47bede5"},
-		{[]string{"gpu-node-01", "xpu-exporter-amd-fghij", ":9835", "amd,attribution,cost,engines"}, "71033be6-6837-55cf-afbf-b2f5a50f5cb4"},
+		{[]string{"gpu-node-01", ":9835", "attribution,cost,engines,nvidia"}, "c57ddb46-e8d8-5bd2-ba64-e04e43b956b5"},
+		{[]string{"gpu-node-01", ":9835", "amd,attribution,cost,engines"}, "616cad37-d767-52db-93b7-0ba92335abcf"},
 	} {
 		if got := InstanceID(tc.parts...); got != tc.want {
 			t.Errorf("InstanceID(%q) = %s, want %s", tc.parts, got, tc.want)
@@ -294,7 +295,7 @@ func TestOTLPServiceInstanceID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.InstanceID = InstanceID("n1", "h1", ":9835", "nvidia")
+	cfg.InstanceID = InstanceID("n1", ":9835", "nvidia")
 	res, err := newResource(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +309,7 @@ func TestOTLPServiceInstanceID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.InstanceID = InstanceID("n1", "h1", ":9835", "nvidia")
+	cfg.InstanceID = InstanceID("n1", ":9835", "nvidia")
 	if res, err = newResource(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -78,9 +78,10 @@ local util = import '../lib/util.libsonnet';
           // not one resolved and another pending for the whole `for`
           // (probe14-alerts D1).
           // An attribution source is the node's (its kubelet, its
-          // slurmd): down, it is one alert for the node, not one per
-          // exporter of a node the chart runs for two vendors
-          // (probe21-alerts D6).
+          // slurmd): down for several exporters of a node the chart runs
+          // for two vendors, it is one alert for the node, not one per
+          // exporter (probe21-alerts D6); down for one of them, that
+          // exporter's, which it names (review21 F1).
           expr: |||
             max by (%(target)s, node) (up{%(xpuSelector)s} == 0)
             or (
@@ -88,9 +89,13 @@ local util = import '../lib/util.libsonnet';
                 unless on (%(target)s) up{%(xpuSelector)s}
             )
             or max by (%(target)s, collector) (xpu_scrape_collector_success{%(xpuSelector)s}) == 0
-            or min by (%(node)s, source) (xpu_attribution_source_up{%(xpuSelector)s}) == 0
+            or (
+              max by (%(target)s, source) (xpu_attribution_source_up{%(xpuSelector)s} == 0)
+                unless on (%(scrape)s, source) (count by (%(scrape)s, source) (xpu_attribution_source_up{%(xpuSelector)s} == 0) > 1)
+            )
+            or count by (%(scrape)s, source) (xpu_attribution_source_up{%(xpuSelector)s} == 0) > 1
             or label_replace(max by (%(target)s) (xpu_attribution_unknown_device_ids{%(xpuSelector)s}) > 0, "attribution", "unknown_device_ids", "", "")
-          ||| % (c { target: target, node: util.labels(std.filter(function(l) l != 'exporter', c.targetLabels)) }),
+          ||| % (c { target: target, scrape: util.labels(std.filter(function(l) l != 'exporter', c.targetLabels)) }),
           'for': c.exporterDownFor,
           labels: { severity: 'warning' },
           annotations: {

@@ -258,12 +258,27 @@
       ownMargin: less(ownMargin),
     },
 
-  // '1m' -> 60: rules need some windows as numbers (time() arithmetic,
-  // evaluations per hour) while the config keeps Prometheus durations.
+  // '1m' -> 60, '2m30s' -> 150, '500ms' -> 0.5, '0' -> 0: rules need some
+  // windows as numbers (time() arithmetic, evaluations per hour) while the
+  // config keeps Prometheus durations, of which any may be given.
   seconds(duration)::
-    local units = { s: 1, m: 60, h: 3600, d: 86400 };
-    local n = std.length(duration);
-    std.parseInt(duration[:n - 1]) * units[duration[n - 1]],
+    local units = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400, w: 604800, y: 31536000 };
+    local digit(ch) = ch >= '0' && ch <= '9';
+    local value(num, unit) =
+      if std.objectHas(units, unit) then std.parseInt(num) * units[unit]
+      else error 'duration %s: unit %s is none of ms, s, m, h, d, w, y' % [duration, unit];
+    // Left to right: digits then a unit, as many times as given.
+    local step(i, num, unit, total) =
+      if i == std.length(duration) then
+        (if unit != '' then total + value(num, unit)
+         else if num == '0' then total
+         else error 'duration %s: a number without a unit' % duration)
+      else if digit(duration[i]) then
+        (if unit != '' then step(i + 1, duration[i], '', total + value(num, unit))
+         else step(i + 1, num + duration[i], '', total))
+      else if num == '' then error 'duration %s: a unit without a number' % duration
+      else step(i + 1, num, unit + duration[i], total);
+    step(0, '', '', 0),
 
   // 0.05 -> '5%' for annotations.
   percent(ratio):: '%g%%' % (std.round(ratio * 10000) / 100),
