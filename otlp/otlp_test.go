@@ -483,6 +483,22 @@ func TestRedactCredentialsNotShortValues(t *testing.T) {
 	}
 }
 
+// awaitArrival waits until a push has reached r, answered or not.
+func awaitArrival(t *testing.T, r *receiver) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r.mu.Lock()
+		arrived := r.arrived
+		r.mu.Unlock()
+		if arrived > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no push within 20s")
+		}
+	}
+}
+
 // A last push that the receiver refuses, or throttles, at the stop is not
 // retried: it is logged once as the last push, without "retrying every
 // interval" (probe20-otlp 03) or "dropping the pushes until then"
@@ -493,17 +509,7 @@ func TestOTLPFailedLastPushIsNotRetried(t *testing.T) {
 			r := newHTTPReceiver(t)
 			var log syncbuf.Buffer
 			p := startPusher(t, r, ProtocolHTTPProtobuf, Flags{Interval: 3 * time.Second, Timeout: 3 * time.Second}, testRegistry(), prometheus.NewRegistry(), &log)
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				r.mu.Lock()
-				arrived := r.arrived
-				r.mu.Unlock()
-				if arrived > 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("no push within 20s")
-				}
-			}
+			awaitArrival(t, r)
 			r.mu.Lock()
 			r.retryAfter = retryAfter
 			r.mu.Unlock()
@@ -531,17 +537,7 @@ func TestOTLPStopIsNoOutage(t *testing.T) {
 	r.mu.Unlock()
 	var log syncbuf.Buffer
 	p := startPusher(t, r, ProtocolHTTPProtobuf, Flags{Interval: 3 * time.Second, Timeout: 3 * time.Second}, testRegistry(), prometheus.NewRegistry(), &log)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		r.mu.Lock()
-		arrived := r.arrived
-		r.mu.Unlock()
-		if arrived > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no push within 20s")
-		}
-	}
+	awaitArrival(t, r)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := p.Shutdown(ctx); err != nil {
