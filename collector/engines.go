@@ -403,11 +403,14 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	// engine's devices (found by probing: probe18-multigpu D1, an engine
 	// on an H100 and two MI300X cost what the H100 does).
 	var targets []engineTarget
-	joinOnly := map[engineTarget]bool{}
+	var joinOnly map[engineTarget]bool // nil on the common node
 	for _, t := range c.targets() {
 		if mine, listed := snap.enginePods[t.Pod]; t.Pod != "" && listed && !mine {
 			if _, devices := joinEngine(snap, t); len(devices) == 0 {
 				continue
+			}
+			if joinOnly == nil {
+				joinOnly = map[engineTarget]bool{}
 			}
 			joinOnly[t] = true
 		}
@@ -701,7 +704,7 @@ func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) 
 	ns, pod, _ := strings.Cut(t.Pod, "/")
 	var owner *attribution.Owner
 	var devices []*Device
-	containers := 0
+	several := false // containers of the pod
 	for _, d := range snap.Devices {
 		if d.HasMIG {
 			continue // its instances are the devices
@@ -712,10 +715,8 @@ func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) 
 			if (t.Pod != "" && o.Namespace == ns && o.Pod == pod) || (t.Unit != "" && o.Unit == t.Unit) {
 				if owner == nil {
 					owner = &d.Claims[i].Owner
-					containers = 1
-				} else if o.Container != owner.Container {
-					containers++
 				}
+				several = several || o.Container != owner.Container
 				held = true
 			}
 		}
@@ -724,7 +725,7 @@ func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) 
 		}
 	}
 	switch {
-	case owner != nil && owner.Container != "" && (containers > 1 || snap.engineSplitPods[t.Pod]):
+	case owner != nil && owner.Container != "" && (several || snap.engineSplitPods[t.Pod]):
 		o := *owner
 		o.Container = ""
 		owner = &o
