@@ -103,21 +103,31 @@
   // physical GPU (price, energy, the GPU's utilization).
   onGpu(expr):: 'label_replace(\n%s,\n  "uuid", "$1", "parent_uuid", "(.+)"\n)\n' % self.indent(expr),
 
-  // The lowest of metric{sel} over each physical GPU and its MIG instances
-  // or partitions, by the device key. The partitions are taken per parent
-  // first: two compute instances of one GPU instance and profile differ by
-  // uuid alone, and would be one label set once it is replaced (review19
-  // R3: the panels failed). Not parenthesized.
-  minOnGpu(c, metric, sel)::
-    'min by (%s) (\n%s\n  or\n  %s{%s, parent_uuid=""}\n)' % [
-      self.labels(c.deviceKeyLabels),
-      std.rstripChars(self.indent(self.onGpu('min by (%s, parent_uuid) (%s{%s, parent_uuid!=""})' % [
-        self.labels(std.filter(function(l) l != 'uuid', c.deviceKeyLabels)),
-        metric,
-        sel,
-      ])), '\n '),
+  // metric{sel} on physical GPUs: the GPUs' own series, and their MIG
+  // instances' or partitions' taken together per parent by aggregation
+  // (say "sum without (uuid)") before they take their GPU's uuid. Two
+  // compute instances of one GPU instance and profile differ by uuid
+  // alone, and would be one label set once it is replaced (found by
+  // review19: rules and panels failed for every GPU). Parenthesized.
+  onGpuPerParent(aggregation, metric, sel)::
+    '(\n%s\n  or\n  %s{%s, parent_uuid=""}\n)\n' % [
+      std.rstripChars(self.indent(self.onGpu('%s (%s{%s, parent_uuid!=""})' % [aggregation, metric, sel])), '\n '),
       metric,
       sel,
+    ],
+
+  // expr on physical GPUs, each partition's uuid kept in "device" while it
+  // takes its parent's, so that two partitions of a GPU stay two series
+  // until they are added up.
+  onGpuKeepingDevice(expr)::
+    self.onGpu('label_replace(\n%s,\n  "device", "$1", "uuid", "(.+)"\n)' % self.indent(expr)),
+
+  // The lowest of metric{sel} over each physical GPU and its MIG instances
+  // or partitions, by the device key (review19 R3). Not parenthesized.
+  minOnGpu(c, metric, sel)::
+    'min by (%s) %s' % [
+      self.labels(c.deviceKeyLabels),
+      self.onGpuPerParent('min by (%s, parent_uuid)' % self.labels(std.filter(function(l) l != 'uuid', c.deviceKeyLabels)), metric, sel),
     ],
 
   // expr (a condition on per-device series) without the MIG instances or
@@ -133,13 +143,11 @@
     ],
 
   // expr, one series per device, added up per physical GPU (with node,
-  // vendor and model): each partition keeps its own uuid in "device" while
-  // it takes its parent's, so that two partitions of a GPU stay two series
-  // until they are added.
+  // vendor and model).
   sumOnGpu(c, expr)::
     'sum by (%s, node, vendor, model) (\n%s)\n' % [
       self.labels(c.deviceKeyLabels),
-      self.indent(self.onGpu('label_replace(\n%s,\n  "device", "$1", "uuid", "(.+)"\n)' % self.indent(expr))),
+      self.indent(self.onGpuKeepingDevice(expr)),
     ],
 
   // expr (series of partitions of a GPU, parent_uuid set) times the

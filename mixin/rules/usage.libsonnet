@@ -39,19 +39,12 @@ local util = import '../lib/util.libsonnet';
   // already is a fraction of its GPU, so its uuid is replaced by the
   // parent's to join the GPU's price and energy; per-instance price or
   // energy series, if any, are left out so nothing counts twice.
-  // Compute instances of one GPU instance and profile differ by uuid
-  // alone: an owner's are added up first (allocationOnGpu), or keep their
-  // uuid in "device" until they are (physical), since two would be one
-  // label set once the uuid is replaced, failing the rule for every GPU
-  // (found by review19's layout: a pod holding two 1c.3g.40gb instances
-  // of one GPU instance failed chargeback cluster-wide).
-  local onGpu(expr) = util.onGpu(expr),
-  local allocationOnGpu = '(\n%s\n  or\n  xpu_workload_allocated_devices{%s, parent_uuid=""}\n)\n' % [
-    std.rstripChars(util.indent(onGpu('sum without (uuid) (xpu_workload_allocated_devices{%(xpuSelector)s, parent_uuid!=""})' % c)), '\n '),
-    c.xpuSelector,
-  ],
+  // An owner's compute instances of one GPU instance and profile, which
+  // differ by uuid alone, are added up first (util.onGpuPerParent; a pod
+  // holding two 1c.3g.40gb instances failed chargeback cluster-wide).
+  local allocationOnGpu = util.onGpuPerParent('sum without (uuid)', 'xpu_workload_allocated_devices', c.xpuSelector),
   // An owner's series on one physical GPU, its instances' added up.
-  local physical(expr) = 'sum without (parent_uuid, mig_instance, mig_profile, device) (\n%s\n)' % util.indent(onGpu('label_replace(\n%s,\n  "device", "$1", "uuid", "(.+)"\n)' % util.indent(expr))),
+  local physical(expr) = 'sum without (parent_uuid, mig_instance, mig_profile, device) (\n%s\n)' % util.indent(util.onGpuKeepingDevice(expr)),
   // The owners' utilized shares summed per physical GPU.
   // The use of each device whose owners' is known, in whole GPUs: its
   // owners' utilized shares, or for a MIG instance or partition whose
