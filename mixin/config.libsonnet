@@ -107,6 +107,12 @@
     // An exporter target that is down, or that served devices within this
     // lookback and is gone, hides every device alert of its node.
     exporterDownFor: '2m',
+    // An attribution source down, or device-plugin IDs the exporter cannot
+    // place, for this long: the same alert. Longer than exporterDownFor,
+    // as the node's device alerts go on (only without owners): a kubelet
+    // restarting for a node upgrade, or a pod started before its device
+    // plugin re-registered, must not page (review21 F3).
+    attributionDownFor: '5m',
     exporterGoneLookback: '1h',
     // How long an alert keeps firing once its condition stops holding:
     // longer than the gap of an exporter rollout (a missed scrape or two),

@@ -8,6 +8,15 @@ local util = import '../lib/util.libsonnet';
   local device = util.deviceText,
   local owner = util.ownerText,
   local target = util.labels(c.targetLabels),
+  // An attribution fault must hold attributionDownFor in all, of which the
+  // alert's `for` (exporterDownFor, which the arms that hide device alerts
+  // need) is the last part: the rest is held within the expression, the
+  // series' worst value over that range.
+  local attributionExtra = util.seconds(c.attributionDownFor) - util.seconds(c.exporterDownFor),
+  assert attributionExtra >= 0 : "attributionDownFor must not be shorter than exporterDownFor, the alert's `for`",
+  local attributionHeld(overTime, series) =
+    if attributionExtra == 0 then series
+    else '%s(%s[%s])' % [overTime, series, if attributionExtra % 60 == 0 then '%dm' % (attributionExtra / 60) else '%ds' % attributionExtra],
 
   prometheusAlerts+:: {
     groups+: [{
@@ -90,20 +99,25 @@ local util = import '../lib/util.libsonnet';
             )
             or max by (%(target)s, collector) (xpu_scrape_collector_success{%(xpuSelector)s}) == 0
             or (
-              max by (%(target)s, source) (xpu_attribution_source_up{%(xpuSelector)s} == 0)
-                unless on (%(scrape)s, source) (count by (%(scrape)s, source) (xpu_attribution_source_up{%(xpuSelector)s} == 0) > 1)
+              max by (%(target)s, source) (%(sourceDown)s)
+                unless on (%(scrape)s, source) (count by (%(scrape)s, source) (%(sourceDown)s) > 1)
             )
-            or count by (%(scrape)s, source) (xpu_attribution_source_up{%(xpuSelector)s} == 0) > 1
-            or label_replace(max by (%(target)s) (xpu_attribution_unknown_device_ids{%(xpuSelector)s}) > 0, "attribution", "unknown_device_ids", "", "")
-          ||| % (c { target: target, scrape: util.labels(std.filter(function(l) l != 'exporter', c.targetLabels)) }),
+            or count by (%(scrape)s, source) (%(sourceDown)s) > 1
+            or label_replace(max by (%(target)s) (%(unplaced)s), "attribution", "unknown_device_ids", "", "")
+          ||| % (c {
+                   target: target,
+                   scrape: util.labels(std.filter(function(l) l != 'exporter', c.targetLabels)),
+                   sourceDown: attributionHeld('max_over_time', 'xpu_attribution_source_up{%s}' % c.xpuSelector) + ' == 0',
+                   unplaced: attributionHeld('min_over_time', 'xpu_attribution_unknown_device_ids{%s}' % c.xpuSelector) + ' > 0',
+                 }),
           'for': c.exporterDownFor,
           labels: { severity: 'warning' },
           annotations: {
             summary: 'An exporter stopped reporting its devices or their owners.',
             description: 'The {{ with $labels.exporter }}{{ . }} {{ end }}exporter on {{ $labels.instance }}%s ' % util.clusterText(c)
                          + '{{ if $labels.collector }}has had its {{ $labels.collector }} collector failing for %s: the devices it reads are not reported, and no alert about them can fire.' % c.exporterDownFor
-                         + '{{ else if $labels.source }}has had its {{ $labels.source }} attribution source down for %s: its devices are served without the owners that source gives (no GPU-hours or cost for them, alerts name no owner).' % c.exporterDownFor
-                         + '{{ else if $labels.attribution }}has had device-plugin IDs it cannot place for %s (its log names them): the devices they may name have unknown owners (no GPU-hours or cost for them; owners_unknown in the capacity split).' % c.exporterDownFor
+                         + '{{ else if $labels.source }}has had its {{ $labels.source }} attribution source down for %s: its devices are served without the owners that source gives (no GPU-hours or cost for them, alerts name no owner).' % c.attributionDownFor
+                         + '{{ else if $labels.attribution }}has had device-plugin IDs it cannot place for %s (its log names them): the devices they may name have unknown owners (no GPU-hours or cost for them; owners_unknown in the capacity split).' % c.attributionDownFor
                          + '{{ else }}has not been scraped successfully for %s; no alert about its devices can fire.{{ end }}' % c.exporterDownFor,
           },
         }),
