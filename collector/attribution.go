@@ -176,10 +176,11 @@ type Usage struct {
 // whose owner is unknown, a process without its memory or samples, a
 // process list the vendor could not read whole, no samples on a busy
 // shared device) it is left out rather than guessed. A GPU in MIG mode has
-// none: its instances carry the usage.
+// none: its instances carry the usage; one without instances is a device
+// nothing runs on.
 func (d *Device) Usage() []Usage {
 	unattributed := hasUnattributed(d)
-	if d.HasMIG || (len(d.Claims) == 0 && !unattributed) {
+	if (d.HasMIG && !d.MIGEmpty) || (len(d.Claims) == 0 && !unattributed) {
 		return nil
 	}
 	parties := make([]Usage, 0, len(d.Claims)+1)

@@ -273,6 +273,11 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 		}
 		devs = append(devs, d)
 	}
+	for _, d := range devs {
+		d.MIGEmpty = d.HasMIG && d.MIGListed && !slices.ContainsFunc(devs, func(m *Device) bool {
+			return m.MIG != nil && m.MIG.ParentUUID == d.UUID
+		})
+	}
 	// The MIG devices gone since (instances destroyed, made anew under
 	// other UUIDs) are forgotten; not by a read older than what was seen
 	// of them, which ended late (review18 R18-3).
