@@ -235,6 +235,12 @@ type Result struct {
 	// that hold devices of several vendors whose exporters split this
 	// node: each exporter reads some of their engine's devices.
 	EngineSplitPods map[string]bool
+	// EngineOthers says, where EnginePods is not nil, whether this
+	// exporter serves the engines that are no listed pod's: configured
+	// targets of a systemd unit, of no owner, or of a pod not on this
+	// node. Like a pod holding no device, they are the node's first
+	// vendor exporter's (Resolver.enginePods).
+	EngineOthers bool
 	// UnresolvedClaimDevices counts the DRA claim devices in this scrape
 	// that could not be matched to a device (their CDI spec is missing,
 	// unreadable or stale); such a device is not attributed, the other

@@ -1103,10 +1103,15 @@ var vendorOrder = []string{kubernetes.VendorNVIDIA, kubernetes.VendorAMD, kubern
 // node's only one. split lists the pods that hold devices of two or more
 // vendors with an exporter here: each of those exporters names the pod's
 // devices it reads for the engine (collector's xpu_inference_device_info).
-func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kubernetes.ResourceDevices) (serve, split map[string]bool) {
+// others says whether this exporter serves the engines that are no listed
+// pod's, by the rule for a pod that holds no device: every exporter of the
+// node is given the same configured targets (the chart's extraArgs), and
+// each served them, counting their tokens once per exporter (found by
+// probing: probe22-mixed D1).
+func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kubernetes.ResourceDevices) (serve, split map[string]bool, others bool) {
 	served := r.served.Load()
 	if served == nil || !slices.ContainsFunc(r.cfg.VendorExporters, func(v string) bool { return !(*served)[v] }) {
-		return nil, nil
+		return nil, nil, true
 	}
 	hasExporter := func(v string) bool { return slices.Contains(r.cfg.VendorExporters, v) }
 	onNode := ""
@@ -1152,7 +1157,7 @@ func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kube
 			split[key] = true
 		}
 	}
-	return out, split
+	return out, split, onNode == "" || (*served)[onNode]
 }
 
 // kubernetesClaims maps each device to the containers the kubelet allocated
@@ -1179,7 +1184,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 	allocatable, allocErr := r.cfg.Kubelet.Allocatable(ctx)
 	allocs, idErrs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
 	r.keepReplicas(allocs)
-	res.EnginePods, res.EngineSplitPods = r.enginePods(pods, allocatable)
+	res.EnginePods, res.EngineSplitPods, res.EngineOthers = r.enginePods(pods, allocatable)
 	var shareUnknown map[string]bool // by device UUID
 	var unplaced unplacedHolds
 	for _, e := range idErrs {

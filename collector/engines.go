@@ -402,10 +402,18 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	// rules, which sum over the node's exporters, count all of the
 	// engine's devices (found by probing: probe18-multigpu D1, an engine
 	// on an H100 and two MI300X cost what the H100 does).
+	// A target that is no listed pod's (a configured one of a unit, of no
+	// owner, or of a pod elsewhere) is served by one exporter of the node
+	// too (snap.engineOthers), the others naming the devices they read
+	// its unit's processes on.
 	var targets []engineTarget
 	var joinOnly map[engineTarget]bool // nil on the common node
 	for _, t := range c.targets() {
-		if mine, listed := snap.enginePods[t.Pod]; t.Pod != "" && listed && !mine {
+		mine, listed := snap.enginePods[t.Pod]
+		if t.Pod == "" || !listed {
+			mine = snap.engineOthers
+		}
+		if snap.enginePods != nil && !mine {
 			if _, devices := joinEngine(snap, t); len(devices) == 0 {
 				continue
 			}

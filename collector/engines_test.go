@@ -193,6 +193,68 @@ func TestMixedVendorEngineNamesEachExportersDevices(t *testing.T) {
 	}
 }
 
+// TestMixedVendorConfiguredEnginesServedOnce: on a node the chart splits
+// between an NVIDIA and an AMD exporter, both given the same configured
+// targets (its extraArgs go to every vendor's DaemonSet): a TGI of
+// tgi.service, whose process runs on the AMD GPU, and an SGLang of no
+// owner. Each is served by one exporter, the node's first vendor's, as the
+// engine of a pod holding no device is: each served them, so that the
+// recording rules counted their tokens once per exporter (probe22-mixed D1:
+// 150 tokens/s for 50, a cost per million tokens 3 times too low). The AMD
+// exporter names the GPU it reads tgi.service's process on, so that the
+// engine's cost is that GPU's.
+func TestMixedVendorConfiguredEnginesServedOnce(t *testing.T) {
+	tgi := engineServer(t, "tgi-datadog-fixture.prom")
+	sglang := engineServer(t, "sglang-v0.5.10.post1-datadog-fixture.prom")
+	setEngineFlags(t, []string{"sglang=" + sglang.URL + "/metrics"})
+	path := t.TempDir() + "/engines.yaml"
+	if err := os.WriteFile(path, []byte("targets:\n  - {engine: tgi, url: "+tgi.URL+"/metrics, unit: tgi.service}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := *engineConfig
+	*engineConfig = path
+	t.Cleanup(func() { *engineConfig = old })
+	s, err := demo.Parse([]byte(`node: split-node
+devices:
+  - {uuid: GPU-d1000000-0000-4000-8000-000000000000, model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, power_limit_watts: 700,
+     metrics: {utilization: 0.5, memory_used: 20GiB}, processes: [{pid: 4000, pod: ml/train, memory_used: 10GiB, utilization: 0.5}]}
+  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, pci_bus_id: "0000:0c:00.0",
+     processes: [{pid: 4100, unit: tgi.service, user: tgi, command: text-generation, memory_used: 30GiB, utilization: 0.3}]}
+kubernetes:
+  pods:
+    - {namespace: ml, name: train, uid: d1000000-0000-4000-8000-0000000000a0, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [GPU-d1000000-0000-4000-8000-000000000000]}]}]}
+  allocatable:
+    - {resource: nvidia.com/gpu, ids: [GPU-d1000000-0000-4000-8000-000000000000]}
+    - {resource: amd.com/gpu, ids: ["0000:0c:00.0"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, vendor := range []string{"nvidia", "amd"} {
+		cfg, sim := simulatedAttribution(t, s)
+		cfg.VendorExporters = []string{"nvidia", "amd"}
+		e := newExporterWith(t, s, sim, attribution.New(cfg), map[string]bool{vendor: true, "attribution": true, "engines": true},
+			func() time.Time { return testNow }, func(*Config) {})
+		out[vendor] = scrapeText(t, e, 10*time.Second)
+	}
+	for _, target := range []string{tgi.URL, sglang.URL} {
+		tl := `target="` + target + `/metrics"`
+		if v := sample(t, out["nvidia"], "xpu_inference_up", tl); v != 1 {
+			t.Errorf("%s: the NVIDIA exporter's engine up = %v", target, v)
+		}
+		for _, l := range strings.Split(grepLines(out["amd"], "xpu_inference_"), "\n") {
+			if strings.Contains(l, tl) && !strings.HasPrefix(l, "xpu_inference_device_info{") {
+				t.Errorf("the AMD exporter serves %s too: %s", target, l)
+			}
+		}
+	}
+	sample(t, out["amd"], "xpu_inference_device_info", `target="`+tgi.URL+`/metrics"`, `unit="tgi.service"`, `gpu="0"`)
+	if got := grepLines(out["amd"], "xpu_inference_device_info"); strings.Count(got, "\n") != 0 || got == "" {
+		t.Errorf("the AMD exporter names other devices than the unit's GPU:\n%s", got)
+	}
+}
+
 // TestMixedVendorAutoEngineReplaced: the pod's engine behind an "auto"
 // target is replaced by another on the same endpoint (vLLM, then SGLang).
 // The exporter that only names the pod's devices names them as the

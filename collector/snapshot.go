@@ -170,6 +170,9 @@ type Snapshot struct {
 	// in part, another exporter of the node the rest
 	// (attribution.Result.EngineSplitPods).
 	engineSplitPods map[string]bool
+	// engineOthers says whether this exporter serves the engines of no
+	// pod in enginePods (attribution.Result.EngineOthers).
+	engineOthers bool
 	// endedPods counts the ended pods the kubelet listed with devices.
 	endedPods int
 }
@@ -447,7 +450,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
 	snap.endedPods = res.EndedPods
-	snap.enginePods, snap.engineSplitPods = res.EnginePods, res.EngineSplitPods
+	snap.enginePods, snap.engineSplitPods, snap.engineOthers = res.EnginePods, res.EngineSplitPods, res.EngineOthers
 }
 
 // nvidiaMinors maps each NVIDIA GPU's UUID to the N of its /dev/nvidiaN,
