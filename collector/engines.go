@@ -666,7 +666,7 @@ type engineJoin struct {
 func (c *enginesCollector) join(snap *Snapshot, key string, t engineTarget) (*attribution.Owner, []*Device) {
 	owner, devices := joinEngine(snap, t)
 	if t.Unit == "" {
-		return owner, devices
+		return c.withWorkload(owner), devices
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -694,6 +694,23 @@ func (c *enginesCollector) join(snap *Snapshot, key string, t engineTarget) (*at
 		held = append(held, snap.Devices[i])
 	}
 	return &last.owner, held
+}
+
+// withWorkload gives a pod's engine that holds no device the workload
+// labels its pod's owner has on every device it holds, from the pod
+// metadata its engine was found in (found by probing: probe22-mixed D2, a
+// router without a GPU was left out of every per-workload engine view).
+func (c *enginesCollector) withWorkload(o *attribution.Owner) *attribution.Owner {
+	if o == nil || o.Kind != attribution.Kubernetes || o.Workload != "" || c.metadata == nil {
+		return o
+	}
+	meta, ok := c.metadata.Pod(o.Namespace, o.Pod)
+	if !ok || meta.Workload == "" {
+		return o
+	}
+	w := *o
+	w.PodUID, w.Workload, w.WorkloadKind = meta.UID, meta.Workload, meta.WorkloadKind
+	return &w
 }
 
 // joinEngine finds the owner a target runs as and the devices it holds;

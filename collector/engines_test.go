@@ -50,12 +50,19 @@ func setEngineFlags(t *testing.T, targets []string) {
 
 type enginePods []kubernetes.PodMeta
 
-func (enginePods) Name() string                                  { return "fake" }
-func (enginePods) Pod(string, string) (kubernetes.PodMeta, bool) { return kubernetes.PodMeta{}, false }
-func (enginePods) PodByUID(string) (kubernetes.PodMeta, bool)    { return kubernetes.PodMeta{}, false }
-func (p enginePods) Pods() []kubernetes.PodMeta                  { return p }
-func (enginePods) Healthy() error                                { return nil }
-func (enginePods) Close() error                                  { return nil }
+func (enginePods) Name() string { return "fake" }
+func (p enginePods) Pod(ns, name string) (kubernetes.PodMeta, bool) {
+	for _, m := range p {
+		if m.Namespace == ns && m.Name == name {
+			return m, true
+		}
+	}
+	return kubernetes.PodMeta{}, false
+}
+func (enginePods) PodByUID(string) (kubernetes.PodMeta, bool) { return kubernetes.PodMeta{}, false }
+func (p enginePods) Pods() []kubernetes.PodMeta               { return p }
+func (enginePods) Healthy() error                             { return nil }
+func (enginePods) Close() error                               { return nil }
 
 func TestEnginesStaticTargets(t *testing.T) {
 	triton := engineServer(t, "triton-densenet-t4-datadog-fixture.prom")
@@ -253,6 +260,34 @@ kubernetes:
 	if got := grepLines(out["amd"], "xpu_inference_device_info"); strings.Count(got, "\n") != 0 || got == "" {
 		t.Errorf("the AMD exporter names other devices than the unit's GPU:\n%s", got)
 	}
+}
+
+// TestDevicelessEnginePodHasItsWorkload: pod ml/router serves a vLLM and
+// holds no device (a router in front of the GPU pods). Its engine carries the
+// workload its pod's metadata names, as every series of a pod holding a
+// device does, so that per-workload engine views keep it (probe22-mixed D2:
+// it had namespace and pod only).
+func TestDevicelessEnginePodHasItsWorkload(t *testing.T) {
+	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
+	setEngineFlags(t, nil)
+	pods := enginePods{{Namespace: "ml", Name: "router", UID: "d2000000-0000-4000-8000-0000000000a1", IP: host,
+		Workload: "router", WorkloadKind: "StatefulSet",
+		Annotations: map[string]string{engineAnnotation: "vllm", portAnnotation: port}}}
+	s, err := demo.Parse([]byte(`node: d2-node
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5}}
+devices:
+  - {uuid: GPU-d2000000-0000-4000-8000-000000000000, processes: [{pid: 4000, pod: ml/serve, utilization: 0.5}]}
+kubernetes:
+  pods:
+    - {namespace: ml, name: serve, uid: d2000000-0000-4000-8000-0000000000a0, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [GPU-d2000000-0000-4000-8000-000000000000]}]}]}
+    - {namespace: ml, name: router, uid: d2000000-0000-4000-8000-0000000000a1, containers: [{name: main}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, newAttributedExporterFor(t, s, func(c *Config) { c.PodMetadata = pods }), 10*time.Second)
+	sample(t, out, "xpu_inference_kv_cache_usage_ratio", `namespace="ml"`, `pod="router"`, `workload="router"`, `workload_kind="StatefulSet"`)
 }
 
 // TestMixedVendorAutoEngineReplaced: the pod's engine behind an "auto"
