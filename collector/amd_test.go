@@ -307,17 +307,19 @@ func TestAMDPushesKeepTheirOwnWindow(t *testing.T) {
 }
 
 // TestAMDEngineCounterDipCatchesUp: a client's engine counter may fall
-// back for a while and must then catch up; the window after the dip
-// measures from the larger value read before it (kernel documentation,
-// "DRM client usage stats", drm-engine-<keystr>). Client 17 (PID 200)
-// reads 10.0, 11.0, 10.5 and 12.0 s of gfx; client 18 (PID 300) runs a
-// steady 0.5 s per 2 s window.
+// back for a while and must then catch up with the larger value read before
+// it (kernel documentation, "DRM client usage stats", drm-engine-<keystr>).
+// Client 17 (PID 200) reads 10.0, 11.0, 10.5, 12.0 and 13.0 s of gfx;
+// client 18 (PID 300) runs a steady 0.5 s per 2 s window. The window of
+// the dip is unknown, and so is the next: 12.0 - 11.0 is the time since
+// 11.0 was read, two windows ago, which that window would take for its own
+// (probe22-amdseq 01). The one after measures from 12.0.
 func TestAMDEngineCounterDipCatchesUp(t *testing.T) {
 	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "75\n"})
 	clk := &fakeClock{t: testNow}
 	c := newAMDCollectorFor(t, tr, clk)
 	var devs []*Device
-	for i, gfx17 := range []string{"10000000000", "11000000000", "10500000000", "12000000000"} {
+	for i, gfx17 := range []string{"10000000000", "11000000000", "10500000000", "12000000000", "13000000000"} {
 		clk.t = testNow.Add(time.Duration(2*i) * time.Second)
 		tr.fd(200, 5, amdgpuClient("17", "1024", gfx17))
 		tr.fd(300, 7, amdgpuClient("18", "1024", strconv.Itoa(500000000*(i+1))))
@@ -325,15 +327,16 @@ func TestAMDEngineCounterDipCatchesUp(t *testing.T) {
 		if devs, err = c.readDevices(context.Background(), moveScrape); err != nil || len(devs) != 1 {
 			t.Fatalf("scrape %d: %d devices, %v", i, len(devs), err)
 		}
-		if i == 2 {
-			// The dip: what client 17 ran in this window is not known.
+		if i == 2 || i == 3 {
+			// The dip and the window after it: what client 17 ran in
+			// them is not known.
 			if u := devs[0].Processes[0].Utilization; u != nil {
-				t.Errorf("pid 200 in the window of the dip: %v, want unknown", *u)
+				t.Errorf("pid 200 in window %d: %v, want unknown", i, *u)
 			}
 		}
 	}
-	// Window 2 s = 2e9 ns. PID 200: (12.0e9 - 11.0e9) / 2e9 = 0.5, not
-	// (12.0e9 - 10.5e9) / 2e9 = 0.75; PID 300: 0.5e9 / 2e9 = 0.25.
+	// Window 2 s = 2e9 ns. PID 200: (13.0e9 - 12.0e9) / 2e9 = 0.5; PID 300:
+	// 0.5e9 / 2e9 = 0.25.
 	// The device's 0.75 splits 0.5 : 0.25, 0.75 × 0.5/0.75 = 0.5 and
 	// 0.75 × 0.25/0.75 = 0.25.
 	d := devs[0]
@@ -808,29 +811,31 @@ func newAMDTestExporter(t testing.TB, sysfs, procfs string, now func() time.Time
 //	write 2 (5,410 s)  2,164e9
 //	write 3 (5,420 s)  2,164e9 − 1e6: the dip (true 2,168e9)
 //	write 4 (5,430 s)  2,172e9, caught up
+//	write 5 (5,440 s)  2,176e9
 //
 // Scrape 2: PID 3001 (2,164e9 − 2,160e9) / 10e9 = 0.4, PID 3002 0.2.
 // Scrape 3: PID 3001 unknown, so the device's split is left out.
-// Scrape 4 measures from the larger 2,164e9: (2,172e9 − 2,164e9) / 10e9 =
-// 0.8, the window of the dip's time included, counted once; PID 3002 0.2.
-// 1.0 in all, within the device: a 0.8, b 0.2 (the device's 0.6 is of
-// the moment).
+// Scrape 4: unknown too. From the larger 2,164e9, (2,172e9 − 2,164e9) /
+// 10e9 = 0.8 is the time of two windows, the dip's and this one, served as
+// this one's (probe22-amdseq 01: 0.8 was served for a process busy 0.4).
+// Scrape 5 measures from 2,172e9: (2,176e9 − 2,172e9) / 10e9 = 0.4; PID
+// 3002 0.2; a 0.4, b 0.2.
 func TestAMDScenarioEngineDip(t *testing.T) {
-	for i, out := range scrapeAMDPair(t, "engine_dip: true", 4) {
+	for i, out := range scrapeAMDPair(t, "engine_dip: true", 5) {
 		check, absent := oracleChecks(out)
 		switch i {
 		case 1:
 			check(t, "xpu_process_utilization_ratio", 0.4, `pid="3001"`)
 			check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
-		case 2:
+		case 2, 3:
 			absent(t, "xpu_process_utilization_ratio", `pid="3001"`)
 			absent(t, "xpu_workload_utilization_ratio", `unit="a.service"`)
 			absent(t, "xpu_workload_utilization_ratio", `unit="b.service"`)
-		case 3:
+		case 4:
 			check(t, "xpu_utilization_ratio", 0.6, `gpu="0"`)
-			check(t, "xpu_process_utilization_ratio", 0.8, `pid="3001"`)
+			check(t, "xpu_process_utilization_ratio", 0.4, `pid="3001"`)
 			check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
-			check(t, "xpu_workload_utilization_ratio", 0.8, `unit="a.service"`)
+			check(t, "xpu_workload_utilization_ratio", 0.4, `unit="a.service"`)
 			check(t, "xpu_workload_utilization_ratio", 0.2, `unit="b.service"`)
 		}
 	}

@@ -219,6 +219,9 @@ type Client struct {
 	Engines     map[string]uint64
 	Capacity    map[string]uint64
 	Memory      map[string]Memory
+	// behind says Baseline kept counts of an earlier scan for some of the
+	// client's engines, whose own fell: they are not this scan's.
+	behind bool
 }
 
 // FdinfoScanner reads the DRM clients of given processes.
@@ -418,7 +421,8 @@ type EngineShare struct {
 // t0 out of the scan's sight (handed over from another process, say), and
 // counting its whole past as this window's would bill its owner for the
 // device. An engine of a known client that had no line at t0 starts from
-// 0. A counter that went backwards makes the client unknown for the window:
+// 0. A counter that went backwards, or whose line is gone (lostLine), makes
+// the client unknown for the window, and for the next (Baseline):
 // the kernel documentation allows it ("Values are not required to be
 // constantly monotonic if it makes the driver implementation easier, but
 // are required to catch up with the previously reported larger value
@@ -442,7 +446,7 @@ func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, af
 		if known && Reused(p, c) {
 			known, p = false, Client{}
 		}
-		if !known && !complete {
+		if !known && !complete || known && (p.behind || lostLine(p, c)) {
 			unknown = append(unknown, c.Key)
 			continue
 		}
@@ -481,7 +485,10 @@ func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, af
 // is expected to stay with that larger previous value until a monotonic
 // update is seen" (kernel documentation, "DRM client usage stats",
 // drm-engine-<keystr>). Measured from the lower value, the next window
-// would count again time already counted.
+// would count again time already counted; measured from t0's, it would
+// count the time run between t0 and t1 as its own (the counter catches up
+// with what it missed), so that window leaves the client unknown too
+// (behind), and the one after measures from what it reads.
 func Baseline(before, after []Client) []Client {
 	prev := make(map[ClientKey]Client, len(before))
 	for _, c := range before {
@@ -495,10 +502,15 @@ func Baseline(before, after []Client) []Client {
 		}
 		was := p.Engines
 		var raised map[string]uint64
-		for name, now := range c.Engines {
-			if v, ok := was[name]; ok && now < v {
+		for name, v := range was {
+			// An engine without its line is at 0 (amdgpu prints none for
+			// an engine at 0): fallen too, unless it was 0.
+			if now := c.Engines[name]; now < v {
 				if raised == nil {
 					raised = maps.Clone(c.Engines)
+					if raised == nil {
+						raised = map[string]uint64{}
+					}
 				}
 				raised[name] = v
 			}
@@ -509,7 +521,7 @@ func Baseline(before, after []Client) []Client {
 		if !copied {
 			out, copied = slices.Clone(after), true // the caller's scan stays as read
 		}
-		out[i].Engines = raised
+		out[i].Engines, out[i].behind = raised, true
 	}
 	return out
 }
@@ -528,7 +540,7 @@ func Reused(before, after Client) bool {
 	if len(before.PIDs) == 0 || len(after.PIDs) == 0 {
 		return false
 	}
-	fell := false
+	fell := lostLine(before, after)
 	for name, now := range after.Engines {
 		if was, ok := before.Engines[name]; ok && now < was {
 			fell = true
@@ -544,6 +556,22 @@ func Reused(before, after Client) bool {
 		}
 	}
 	return true
+}
+
+// lostLine says whether an engine with time at before has no line at
+// after. amdgpu prints an engine only once its time is not 0
+// (amdgpu_fdinfo.c, amdgpu_show_fdinfo: "if (!usage[hw_ip]) continue;"):
+// read as printed, the count fell to 0, which the kernel documentation
+// allows for a while ("Values are not required to be constantly monotonic")
+// and which is no measure of the window; measured from 0, the next one
+// would bill the client's whole past (found by probing: probe22-amdseq 01).
+func lostLine(before, after Client) bool {
+	for name, was := range before.Engines {
+		if _, ok := after.Engines[name]; !ok && was > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // maxShareJitter is how far beyond 1 the scans' timing may push a new

@@ -3,6 +3,7 @@ package amd
 import (
 	"errors"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -141,11 +142,13 @@ func TestEngineShares(t *testing.T) {
 	e := ClientKey{"0000:83:00.0", 21}
 	f := ClientKey{"0000:83:00.0", 22}
 	g := ClientKey{"0000:83:00.0", 23}
+	h := ClientKey{"0000:83:00.0", 24}
 	before := []Client{
 		{Key: a, Engines: map[string]uint64{"compute": 1500000000}},
 		{Key: b, Engines: map[string]uint64{"dec": 0}, Capacity: map[string]uint64{"dec": 2}},
 		{Key: d, Engines: map[string]uint64{"gfx": 9000000000, "compute": 100}},
 		{Key: g, Engines: map[string]uint64{"compute": 0}},
+		{Key: h, Engines: map[string]uint64{"gfx": 4000000000, "compute": 1000000000}},
 	}
 	after := []Client{
 		{Key: a, Engines: map[string]uint64{"compute": 2500000000}},
@@ -155,6 +158,7 @@ func TestEngineShares(t *testing.T) {
 		{Key: e, Engines: map[string]uint64{"gfx": 100000000000}},
 		{Key: f, Engines: map[string]uint64{"gfx": 2400000000}},
 		{Key: g, Engines: map[string]uint64{"compute": 3500000000}},
+		{Key: h, Engines: map[string]uint64{"compute": 1500000000}},
 	}
 	got, unknown := EngineShares(t0, before, false, t1, after)
 	want := []EngineShare{
@@ -165,14 +169,17 @@ func TestEngineShares(t *testing.T) {
 		// gfx had no line at t0 (amdgpu omits unused engines): 3e8 / 2e9 = 0.15
 		{b, "gfx", 0.15},
 		// d: gfx went backwards (9e9 → 1000), so its compute (1.1) is not
-		// told either: d is unknown.
+		// told either: d is unknown. So is h, whose gfx line is gone: a
+		// count of 4e9 printed as none, that is 0 (amdgpu prints no line
+		// for an engine at 0), where measured from 0 the next window
+		// billed h the whole 4e9 (probe22-amdseq 01).
 		// g, known: (3.5e9 - 0) / 2e9 = 1.75, capped at 1 (amdgpu sums the
 		// time of an IP type's rings, which may run at once).
 		{g, "compute", 1},
 	}
 	// c, e and f are new at t1 after a scan that missed processes: no
 	// baseline.
-	wantUnknown := []ClientKey{c, d, e, f}
+	wantUnknown := []ClientKey{c, d, e, f, h}
 	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(unknown, wantUnknown) {
 		t.Errorf("EngineShares =\n%+v, unknown %v\nwant\n%+v, unknown %v", got, unknown, want, wantUnknown)
 	}
@@ -186,7 +193,7 @@ func TestEngineShares(t *testing.T) {
 	// stays unknown.
 	got, unknown = EngineShares(t0, before, true, t1, after)
 	want = []EngineShare{want[0], want[1], want[2], {c, "gfx", 0.25}, {f, "gfx", 1}, want[3]}
-	wantUnknown = []ClientKey{d, e}
+	wantUnknown = []ClientKey{d, e, h}
 	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(unknown, wantUnknown) {
 		t.Errorf("EngineShares after a complete scan =\n%+v, unknown %v\nwant\n%+v, unknown %v", got, unknown, want, wantUnknown)
 	}
@@ -258,21 +265,62 @@ func TestEngineSharesReusedClientID(t *testing.T) {
 	}
 }
 
+// TestEngineSharesAfterALineIsGone: a client busy 0.3 of the time, scans 2 s
+// apart, whose gfx line is missing from one scan (its count read as 0). That
+// window is unknown, and so is the next: measured from the count kept from
+// before the gap, 4e9 + 2 × 6e8 - 4e9 = 1.2e9 over 2e9 is 0.6, the time of
+// both windows in one; measured from 0, 5.2e9 / 2e9, capped at 1 (probe22-
+// amdseq 01: 0 served, then 1). The one after measures from what it read:
+// 6e8 / 2e9 = 0.3. A count that fell (5e9 → 3e9) and caught up is alike.
+func TestEngineSharesAfterALineIsGone(t *testing.T) {
+	k := ClientKey{"0000:22:00.0", 3101}
+	start := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name string
+		gap  map[string]uint64
+	}{
+		{"line gone", map[string]uint64{}},
+		{"count fell", map[string]uint64{"gfx": 3000000000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scans := []map[string]uint64{{"gfx": 4000000000}, tc.gap, {"gfx": 5200000000}, {"gfx": 5800000000}}
+			want := []float64{-1, -1, 0.3} // -1: unknown
+			prev := []Client{{Key: k, PIDs: []int{3101}, Engines: scans[0]}}
+			for i, engines := range scans[1:] {
+				t0, t1 := start.Add(time.Duration(2*i)*time.Second), start.Add(time.Duration(2*i+2)*time.Second)
+				after := []Client{{Key: k, PIDs: []int{3101}, Engines: engines}}
+				shares, unknown := EngineShares(t0, prev, true, t1, after)
+				switch {
+				case want[i] < 0 && (len(shares) != 0 || len(unknown) != 1):
+					t.Errorf("window %d: %v, unknown %v; want unknown", i+1, shares, unknown)
+				case want[i] >= 0 && (len(shares) != 1 || math.Abs(shares[0].Ratio-want[i]) > 1e-9):
+					t.Errorf("window %d: %v, unknown %v; want %v", i+1, shares, unknown, want[i])
+				}
+				prev = Baseline(prev, after)
+			}
+		})
+	}
+}
+
 // Baseline raises only the counters that fell, and leaves the scan it was
 // given as read.
 func TestBaseline(t *testing.T) {
 	k17, k18 := ClientKey{PDev: "0000:0c:00.0", ClientID: 17}, ClientKey{PDev: "0000:0c:00.0", ClientID: 18}
+	k20 := ClientKey{PDev: "0000:0c:00.0", ClientID: 20}
 	before := []Client{
 		{Key: k17, Engines: map[string]uint64{"gfx": 11, "compute": 5}},
 		{Key: k18, Engines: map[string]uint64{"gfx": 3}},
+		{Key: k20, Engines: map[string]uint64{"gfx": 7, "compute": 2}},
 	}
 	after := []Client{
 		{Key: k17, Engines: map[string]uint64{"gfx": 10, "compute": 6, "dma": 1}},
 		{Key: k18, Engines: map[string]uint64{"gfx": 4}},
 		{Key: ClientKey{PDev: "0000:0c:00.0", ClientID: 19}, Engines: map[string]uint64{"gfx": 1}},
+		// k20's gfx line is gone: its count fell to 0, and 7 is kept.
+		{Key: k20, Engines: map[string]uint64{"compute": 3}},
 	}
 	got := Baseline(before, after)
-	want := []map[string]uint64{{"gfx": 11, "compute": 6, "dma": 1}, {"gfx": 4}, {"gfx": 1}}
+	want := []map[string]uint64{{"gfx": 11, "compute": 6, "dma": 1}, {"gfx": 4}, {"gfx": 1}, {"gfx": 7, "compute": 3}}
 	for i := range want {
 		if !maps.Equal(got[i].Engines, want[i]) {
 			t.Errorf("client %d: %v, want %v", i, got[i].Engines, want[i])
