@@ -11,12 +11,16 @@ local util = import '../lib/util.libsonnet';
   // An attribution fault must hold attributionDownFor in all, of which the
   // alert's `for` (exporterDownFor, which the arms that hide device alerts
   // need) is the last part: the rest is held within the expression, the
-  // series' worst value over that range.
+  // series' worst value over that range, of a series that was there at its
+  // start: one that begins at fault (an exporter started on a rebooted node
+  // whose kubelet is not answering yet) has nothing to hold over, and paged
+  // after the `for` alone (review22 F1).
   local attributionExtra = util.seconds(c.attributionDownFor) - util.seconds(c.exporterDownFor),
   assert attributionExtra >= 0 : "attributionDownFor must not be shorter than exporterDownFor, the alert's `for`",
-  local attributionHeld(overTime, series) =
-    if attributionExtra == 0 then series
-    else '%s(%s[%s])' % [overTime, series, if attributionExtra % 60 == 0 then '%dm' % (attributionExtra / 60) else '%ds' % attributionExtra],
+  local attributionHeld(overTime, series, cmp) =
+    local range = if attributionExtra % 60 == 0 then '%dm' % (attributionExtra / 60) else '%ds' % attributionExtra;
+    if attributionExtra == 0 then '%s %s' % [series, cmp]
+    else '(%s(%s[%s]) %s and %s offset %s)' % [overTime, series, range, cmp, series, range],
 
   prometheusAlerts+:: {
     groups+: [{
@@ -107,8 +111,8 @@ local util = import '../lib/util.libsonnet';
           ||| % (c {
                    target: target,
                    scrape: util.labels(std.filter(function(l) l != 'exporter', c.targetLabels)),
-                   sourceDown: attributionHeld('max_over_time', 'xpu_attribution_source_up{%s}' % c.xpuSelector) + ' == 0',
-                   unplaced: attributionHeld('min_over_time', 'xpu_attribution_unknown_device_ids{%s}' % c.xpuSelector) + ' > 0',
+                   sourceDown: attributionHeld('max_over_time', 'xpu_attribution_source_up{%s}' % c.xpuSelector, '== 0'),
+                   unplaced: attributionHeld('min_over_time', 'xpu_attribution_unknown_device_ids{%s}' % c.xpuSelector, '> 0'),
                  }),
           'for': c.exporterDownFor,
           labels: { severity: 'warning' },
