@@ -963,6 +963,12 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 				busy[k] = true
 			}
 		}
+		// A client whose window is unknown (a count that fell, or the
+		// window after) may have been busy: closed in the next one, its
+		// time there is unknown, not none (review22 F7).
+		for k := range unknown {
+			busy[k] = true
+		}
 		starts := c.startsOf(clients, busy)
 		c.mu.Lock()
 		if w := c.windowOf(m); w.at.Equal(now) {

@@ -2103,3 +2103,42 @@ func loggedAMDCollector(t *testing.T, tr *amdTree) (*amdCollector, *fakeClock, *
 	c.logger = slog.New(slog.NewTextHandler(&log, nil))
 	return c, clk, &log
 }
+
+// TestAMDClientClosedAfterAnUnknownWindow: client 18 (PID 300) runs 0.6 of
+// the time: 1.0e9, 2.2e9, then a dip to 2.0e9 (its window unknown), then
+// either 3.4e9 (caught up: that window unknown too, being measured from
+// before the dip) and the close, or the close at once. A client whose last
+// window is unknown may have run until it closed: its process is listed as
+// exited with its time unknown, as one busy before it closed is
+// (TestAMDClientClosedMidWindow), not taken to have stayed idle, which gave
+// its owner a known 0 (found in review: review22 F7).
+func TestAMDClientClosedAfterAnUnknownWindow(t *testing.T) {
+	for name, gfx18 := range map[string][]string{
+		"after the window behind the dip": {"1000000000", "2200000000", "2000000000", "3400000000", ""},
+		"after the dip":                   {"1000000000", "2200000000", "2000000000", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr := newAMDTree(t, busyMI300X())
+			clk := &fakeClock{t: testNow}
+			c := newAMDCollectorFor(t, tr, clk)
+			var d *Device
+			for i, gfx := range gfx18 {
+				clk.t = testNow.Add(time.Duration(2*i) * time.Second)
+				tr.fd(200, 5, amdgpuClient("17", "1024", strconv.Itoa(400000000*i)))
+				if gfx != "" {
+					tr.fd(300, 5, amdgpuClient("18", "2048", gfx))
+				} else if err := os.RemoveAll(filepath.Join(tr.procs, "300")); err != nil {
+					t.Fatal(err)
+				}
+				devs, err := c.readDevices(context.Background(), moveScrape)
+				if err != nil || len(devs) != 1 {
+					t.Fatalf("scan %d: %d devices, %v", i, len(devs), err)
+				}
+				d = devs[0]
+			}
+			if len(d.Exited) != 1 || d.Exited[0].PID != 300 {
+				t.Errorf("window of the close: exited %+v, want PID 300, its time unknown", d.Exited)
+			}
+		})
+	}
+}

@@ -274,7 +274,7 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 		devs = append(devs, d)
 	}
 	for _, d := range devs {
-		d.MIGEmpty = d.HasMIG && d.MIGListed && !slices.ContainsFunc(devs, func(m *Device) bool {
+		d.MIGEmpty = d.Up && d.HasMIG && d.MIGListed && !slices.ContainsFunc(devs, func(m *Device) bool {
 			return m.MIG != nil && m.MIG.ParentUUID == d.UUID
 		})
 	}

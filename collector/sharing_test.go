@@ -716,6 +716,40 @@ slurm:
 	check(t, "xpu_workload_memory_used_bytes", 0, `gpu="1"`, `slurm_job_id="61"`)
 }
 
+// TestMIGModeGPUWithoutInstancesLost: the GPUs of
+// TestMIGModeGPUWithoutInstancesHeldWhole, both lost after 60 s. Up, each
+// job uses 0 bytes; lost, what runs there is not known, and neither job has
+// a memory series, the GPU in MIG mode as the plain one (found in review:
+// review22 F6, job 60 kept 0 bytes, its GPU's mode and instances being
+// remembered from before it was lost).
+func TestMIGModeGPUWithoutInstancesLost(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: s3
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_used: 2GiB, power: 300}}
+devices:
+  - {uuid: GPU-56555555-0000-4000-8000-000000000000, mig_mode: true, faults: {lost_after: 60s}}
+  - {uuid: GPU-56555555-0000-4000-8000-000000000001, faults: {lost_after: 60s}}
+slurm:
+  version: "24.05"
+  jobs:
+    - {id: "60", user: u60, gpus: [0]}
+    - {id: "61", user: u61, gpus: [1]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &testClock{t: testStart.Add(30 * time.Second)}
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
+	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_workload_memory_used_bytes", 0, `gpu="0"`, `slurm_job_id="60"`)
+	check(t, "xpu_workload_memory_used_bytes", 0, `gpu="1"`, `slurm_job_id="61"`)
+	clk.set(testStart.Add(90 * time.Second))
+	check, absent := oracleChecks(scrapeText(t, e, 10*time.Second))
+	for _, job := range []string{`slurm_job_id="60"`, `slurm_job_id="61"`} {
+		check(t, "xpu_workload_allocated_devices", 1, job)
+		absent(t, "xpu_workload_memory_used_bytes", job)
+	}
+}
+
 // TestPodWithTwoContainersOwnsItsDevice: GPU 0 is listed in two containers
 // of one pod (a sidecar reusing the app container's GPU: 1/2 each), GPU 1 in
 // one container of each of two pods. The containers of one pod are one

@@ -40,8 +40,8 @@ type Device struct {
 	// MIGListed says the vendor listed every MIG instance of a GPU in MIG
 	// mode, none perhaps: the node's devices are all there.
 	MIGListed bool
-	// MIGEmpty is set on a GPU in MIG mode whose instances were all listed
-	// and are none. No process can run on it, yet it can be held whole (a
+	// MIGEmpty is set on a GPU in MIG mode, up, whose instances were all
+	// listed and are none. No process can run on it, yet it can be held whole (a
 	// Slurm GRES, as gres_gpu counts a GPU without MIG devices): its owners'
 	// usage is its own, 0, where a GPU with instances leaves theirs to them.
 	MIGEmpty bool
