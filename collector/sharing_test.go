@@ -686,19 +686,16 @@ slurm:
 	check(t, "xpu_workload_memory_used_bytes", 4<<30, `gpu="0"`, `slurm_job_id="90"`)
 }
 
-// TestMIGModeGPUWithoutInstancesHeldWhole: GPU 0 is in MIG mode with no
-// instance, which Slurm counts one GRES (gres_gpu with AutoDetect=nvml: a GPU
-// without MIG devices is one GPU); job 60 holds it, job 61 holds the plain
-// GPU 1, neither running a process. No process can run on a GPU in MIG mode
-// without an instance: job 60 uses 0 bytes of it, as job 61 uses 0 of GPU 1
-// ("an owner without processes uses 0"; probe19-oracle D3: job 60 had no
-// memory series, being on a GPU in MIG mode, whose instances carry usage).
-func TestMIGModeGPUWithoutInstancesHeldWhole(t *testing.T) {
+// migEmptyNode is GPU 0 in MIG mode without instances, held by Slurm job
+// 60, and the plain GPU 1, held by job 61; neither runs a process. device
+// is added to both GPUs' specs.
+func migEmptyNode(t *testing.T, device string) *demo.Scenario {
+	t.Helper()
 	s, err := demo.Parse([]byte(`node: s3
 defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_used: 2GiB, power: 300}}
 devices:
-  - {uuid: GPU-56555555-0000-4000-8000-000000000000, mig_mode: true}
-  - {uuid: GPU-56555555-0000-4000-8000-000000000001}
+  - {uuid: GPU-56555555-0000-4000-8000-000000000000, mig_mode: true` + device + `}
+  - {uuid: GPU-56555555-0000-4000-8000-000000000001` + device + `}
 slurm:
   version: "24.05"
   jobs:
@@ -708,7 +705,18 @@ slurm:
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := scrapeText(t, newAttributedExporterFor(t, s), 10*time.Second)
+	return s
+}
+
+// TestMIGModeGPUWithoutInstancesHeldWhole: GPU 0 is in MIG mode with no
+// instance, which Slurm counts one GRES (gres_gpu with AutoDetect=nvml: a GPU
+// without MIG devices is one GPU); job 60 holds it, job 61 holds the plain
+// GPU 1, neither running a process. No process can run on a GPU in MIG mode
+// without an instance: job 60 uses 0 bytes of it, as job 61 uses 0 of GPU 1
+// ("an owner without processes uses 0"; probe19-oracle D3: job 60 had no
+// memory series, being on a GPU in MIG mode, whose instances carry usage).
+func TestMIGModeGPUWithoutInstancesHeldWhole(t *testing.T) {
+	out := scrapeText(t, newAttributedExporterFor(t, migEmptyNode(t, "")), 10*time.Second)
 	check, _ := oracleChecks(out)
 	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `slurm_job_id="60"`)
 	check(t, "xpu_workload_memory_used_bytes", 0, `gpu="0"`, `slurm_job_id="60"`)
@@ -723,20 +731,7 @@ slurm:
 // review22 F6, job 60 kept 0 bytes, its GPU's mode and instances being
 // remembered from before it was lost).
 func TestMIGModeGPUWithoutInstancesLost(t *testing.T) {
-	s, err := demo.Parse([]byte(`node: s3
-defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_used: 2GiB, power: 300}}
-devices:
-  - {uuid: GPU-56555555-0000-4000-8000-000000000000, mig_mode: true, faults: {lost_after: 60s}}
-  - {uuid: GPU-56555555-0000-4000-8000-000000000001, faults: {lost_after: 60s}}
-slurm:
-  version: "24.05"
-  jobs:
-    - {id: "60", user: u60, gpus: [0]}
-    - {id: "61", user: u61, gpus: [1]}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := migEmptyNode(t, ", faults: {lost_after: 60s}")
 	clk := &testClock{t: testStart.Add(30 * time.Second)}
 	e := newAttributedExporterFor(t, s, func(c *Config) { c.NVML, c.Now = s.NVML(testStart, clk.now), clk.now })
 	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
