@@ -852,17 +852,26 @@ func slurmOwner(id string, jobs map[string]slurm.Job) Owner {
 }
 
 func (r *Resolver) podOwner(namespace, pod, container string) Owner {
-	o := Owner{Kind: Kubernetes, Namespace: namespace, Pod: pod, Container: container}
-	if r.cfg.Metadata == nil {
-		return o
-	}
-	if meta, ok := r.cfg.Metadata.Pod(namespace, pod); ok {
-		o.PodUID, o.Workload, o.WorkloadKind = meta.UID, meta.Workload, meta.WorkloadKind
-		if r.cfg.PodLabels != nil {
-			o.PodLabels = r.cfg.PodLabels.Values(meta.Labels)
-		}
+	o, meta, known := PodOwner(r.cfg.Metadata, namespace, pod, container)
+	if known && r.cfg.PodLabels != nil {
+		o.PodLabels = r.cfg.PodLabels.Values(meta.Labels)
 	}
 	return o
+}
+
+// PodOwner is the owner that a container of a pod is, with the workload
+// that md, the pod metadata, names; namespace and pod alone where md (which
+// may be nil) does not know the pod. meta is the pod's metadata, where
+// known.
+func PodOwner(md kubernetes.MetadataSource, namespace, pod, container string) (o Owner, meta kubernetes.PodMeta, known bool) {
+	o = Owner{Kind: Kubernetes, Namespace: namespace, Pod: pod, Container: container}
+	if md == nil {
+		return o, meta, false
+	}
+	if meta, known = md.Pod(namespace, pod); known {
+		o.PodUID, o.Workload, o.WorkloadKind = meta.UID, meta.Workload, meta.WorkloadKind
+	}
+	return o, meta, known
 }
 
 // processes reads procfs for every PID on the devices. hidden are the PIDs

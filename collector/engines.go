@@ -414,7 +414,7 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 			mine = snap.engineOthers
 		}
 		if snap.enginePods != nil && !mine {
-			if _, devices := joinEngine(snap, t); len(devices) == 0 {
+			if _, devices := joinEngine(snap, c.metadata, t); len(devices) == 0 {
 				continue
 			}
 			if joinOnly == nil {
@@ -664,9 +664,9 @@ type engineJoin struct {
 // GPUs; else its series would all start anew under other labels the moment
 // its GPU fails. A pod's GPUs come from the kubelet, which keeps them.
 func (c *enginesCollector) join(snap *Snapshot, key string, t engineTarget) (*attribution.Owner, []*Device) {
-	owner, devices := joinEngine(snap, t)
+	owner, devices := joinEngine(snap, c.metadata, t)
 	if t.Unit == "" {
-		return c.withWorkload(owner), devices
+		return owner, devices
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -696,33 +696,18 @@ func (c *enginesCollector) join(snap *Snapshot, key string, t engineTarget) (*at
 	return &last.owner, held
 }
 
-// withWorkload gives a pod's engine that holds no device the workload
-// labels its pod's owner has on every device it holds, from the pod
-// metadata its engine was found in (found by probing: probe22-mixed D2, a
-// router without a GPU was left out of every per-workload engine view).
-func (c *enginesCollector) withWorkload(o *attribution.Owner) *attribution.Owner {
-	if o == nil || o.Kind != attribution.Kubernetes || o.Workload != "" || c.metadata == nil {
-		return o
-	}
-	meta, ok := c.metadata.Pod(o.Namespace, o.Pod)
-	if !ok || meta.Workload == "" {
-		return o
-	}
-	w := *o
-	w.PodUID, w.Workload, w.WorkloadKind = meta.UID, meta.Workload, meta.WorkloadKind
-	return &w
-}
-
 // joinEngine finds the owner a target runs as and the devices it holds;
 // the owner a target is configured with where none of its devices is
-// found. An engine is its pod's: where several of the pod's containers
+// found, a pod named with its workload as md names it, as are the pods
+// that hold devices (found by probing: probe22-mixed D2, a router without
+// a GPU was left out of every per-workload engine view). An engine is its pod's: where several of the pod's containers
 // hold its devices, or the node's per-vendor exporters each read some of
 // them, no container is the engine's. The exporters of a split pod then
 // name its engine alike, where one would take the container of the GPUs
 // it reads (found by probe19-engines: an engine on one container's H100
 // and another's MI300X had two costs, and the cost per million tokens
 // rule failed for every engine).
-func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) {
+func joinEngine(snap *Snapshot, md kubernetes.MetadataSource, t engineTarget) (*attribution.Owner, []*Device) {
 	if t.Pod == "" && t.Unit == "" {
 		return nil, nil
 	}
@@ -756,7 +741,8 @@ func joinEngine(snap *Snapshot, t engineTarget) (*attribution.Owner, []*Device) 
 		owner = &o
 	case owner != nil:
 	case t.Pod != "":
-		owner = &attribution.Owner{Kind: attribution.Kubernetes, Namespace: ns, Pod: pod}
+		o, _, _ := attribution.PodOwner(md, ns, pod, "")
+		owner = &o
 	default:
 		owner = &attribution.Owner{Kind: attribution.Process, Unit: t.Unit}
 	}
