@@ -1,7 +1,6 @@
 package otlp
 
 import (
-	"crypto/sha1"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Protocols the bridge speaks. OTLP/JSON ("http/json") is not offered: the
@@ -229,7 +230,7 @@ func Resolve(f Flags, getenv func(string) string) (*Config, error) {
 
 // instanceNamespace is the namespace of service.instance.id's version 5
 // UUIDs, as the convention names it.
-var instanceNamespace = [16]byte{0x4d, 0x63, 0x00, 0x9a, 0x8d, 0x0f, 0x11, 0xee, 0xaa, 0xd7, 0x4c, 0x79, 0x6e, 0xd8, 0xe3, 0x20}
+var instanceNamespace = uuid.MustParse("4d63009a-8d0f-11ee-aad7-4c796ed8e320")
 
 // InstanceID is an exporter's service.instance.id: a version 5 UUID of
 // what tells it from any other exporter (its node, the addresses it
@@ -244,13 +245,7 @@ var instanceNamespace = [16]byte{0x4d, 0x63, 0x00, 0x9a, 0x8d, 0x0f, 0x11, 0xee,
 // alternated at every push); a random one would make every series of a
 // node new at each restart (review20 O1).
 func InstanceID(parts ...string) string {
-	h := sha1.New()
-	h.Write(instanceNamespace[:])
-	h.Write([]byte(strings.Join(parts, "\x00")))
-	b := h.Sum(nil)[:16]
-	b[6] = b[6]&0x0f | 0x50 // version 5
-	b[8] = b[8]&0x3f | 0x80 // variant 10
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	return uuid.NewSHA1(instanceNamespace, []byte(strings.Join(parts, "\x00"))).String()
 }
 
 func parseSemconv(s string) (Semconv, error) {
