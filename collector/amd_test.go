@@ -820,24 +820,32 @@ func newAMDTestExporter(t testing.TB, sysfs, procfs string, now func() time.Time
 // this one's (probe22-amdseq 01: 0.8 was served for a process busy 0.4).
 // Scrape 5 measures from 2,172e9: (2,176e9 − 2,172e9) / 10e9 = 0.4; PID
 // 3002 0.2; a 0.4, b 0.2.
+// With engine_dip_to_zero, write 3 has no gfx line (a count of 0, which
+// amdgpu prints as none): measured from it, scrape 3 read 0 and scrape 4
+// (2,172e9 − 0) / 10e9, capped at 1 (probe22-amdseq 01); the same oracles
+// hold.
 func TestAMDScenarioEngineDip(t *testing.T) {
-	for i, out := range scrapeAMDPair(t, "engine_dip: true", 5) {
-		check, absent := oracleChecks(out)
-		switch i {
-		case 1:
-			check(t, "xpu_process_utilization_ratio", 0.4, `pid="3001"`)
-			check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
-		case 2, 3:
-			absent(t, "xpu_process_utilization_ratio", `pid="3001"`)
-			absent(t, "xpu_workload_utilization_ratio", `unit="a.service"`)
-			absent(t, "xpu_workload_utilization_ratio", `unit="b.service"`)
-		case 4:
-			check(t, "xpu_utilization_ratio", 0.6, `gpu="0"`)
-			check(t, "xpu_process_utilization_ratio", 0.4, `pid="3001"`)
-			check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
-			check(t, "xpu_workload_utilization_ratio", 0.4, `unit="a.service"`)
-			check(t, "xpu_workload_utilization_ratio", 0.2, `unit="b.service"`)
-		}
+	for _, option := range []string{"engine_dip", "engine_dip_to_zero"} {
+		t.Run(option, func(t *testing.T) {
+			for i, out := range scrapeAMDPair(t, option+": true", 5) {
+				check, absent := oracleChecks(out)
+				switch i {
+				case 1:
+					check(t, "xpu_process_utilization_ratio", 0.4, `pid="3001"`)
+					check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
+				case 2, 3:
+					absent(t, "xpu_process_utilization_ratio", `pid="3001"`)
+					absent(t, "xpu_workload_utilization_ratio", `unit="a.service"`)
+					absent(t, "xpu_workload_utilization_ratio", `unit="b.service"`)
+				case 4:
+					check(t, "xpu_utilization_ratio", 0.6, `gpu="0"`)
+					check(t, "xpu_process_utilization_ratio", 0.4, `pid="3001"`)
+					check(t, "xpu_process_utilization_ratio", 0.2, `pid="3002"`)
+					check(t, "xpu_workload_utilization_ratio", 0.4, `unit="a.service"`)
+					check(t, "xpu_workload_utilization_ratio", 0.2, `unit="b.service"`)
+				}
+			}
+		})
 	}
 }
 

@@ -213,7 +213,8 @@ type AMDSim struct {
 	engine map[uint32]float64
 	last   map[uint32]time.Time
 	// printed is the engine time each process's fdinfo last showed, and
-	// writes how often it was written, for ProcessSpec.EngineDip.
+	// writes how often it was written, for ProcessSpec.EngineDip and
+	// EngineDipToZero.
 	printed map[uint32]uint64
 	writes  map[uint32]int
 	// gen is the churn generation each PID's counters belong to: a PID
@@ -416,10 +417,13 @@ func (a *AMDSim) engineNS(p *ProcessSpec, pid uint32, gen uint64, index int, t t
 	}
 	a.last[pid] = last
 	ns := uint64(a.engine[pid])
-	if p.EngineDip {
+	if p.EngineDip || p.EngineDipToZero {
 		a.writes[pid]++
 		if was := a.printed[pid]; a.writes[pid]%3 == 0 && was > uint64(time.Millisecond) {
 			ns = was - uint64(time.Millisecond)
+			if p.EngineDipToZero {
+				ns = 0 // no line: writeClient prints none at 0
+			}
 		}
 	}
 	a.printed[pid] = ns

@@ -463,27 +463,38 @@ func TestWriteInPlaceKeepsTheInode(t *testing.T) {
 // TestAMDSimEngineDip: a process with engine_dip, busy 0.5, has its fdinfo
 // written every 10 s. Its true gfx time is 0.5 × 10 s per write: 5e9,
 // 10e9, 15e9, 20e9 ns. The third write prints a millisecond below the
-// second's, 10e9 − 1e6; the fourth the true 20e9 again.
+// second's, 10e9 − 1e6; the fourth the true 20e9 again. With
+// engine_dip_to_zero the third write has no gfx line, as amdgpu prints an
+// engine at 0.
 func TestAMDSimEngineDip(t *testing.T) {
-	s, err := Parse([]byte("devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, processes: [{pid: 3001, unit: a.service, memory_used: 1GiB, utilization: 0.5, engine_dip: true}]}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	sim := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start)
-	scanner := amd.FdinfoScanner{ProcRoot: filepath.Join(dir, "proc"), Driver: "amdgpu"}
-	for i, want := range []uint64{5e9, 10e9, 10e9 - 1e6, 20e9} {
-		if err := sim.WriteAt(start.Add(time.Duration(i+1) * 10 * time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		clients, errs := scanner.Scan([]int{3001})
-		if len(errs) > 0 || len(clients) != 1 {
-			t.Fatalf("write %d: clients %+v %v", i+1, clients, errs)
-		}
-		if got := clients[0].Engines["gfx"]; got != want {
-			t.Errorf("write %d: gfx %d ns, want %d", i+1, got, want)
-		}
+	const none = 0 // no line
+	for option, wants := range map[string][]uint64{
+		"engine_dip":         {5e9, 10e9, 10e9 - 1e6, 20e9},
+		"engine_dip_to_zero": {5e9, 10e9, none, 20e9},
+	} {
+		t.Run(option, func(t *testing.T) {
+			s, err := Parse([]byte("devices:\n  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, processes: [{pid: 3001, unit: a.service, memory_used: 1GiB, utilization: 0.5, " + option + ": true}]}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+			sim := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start)
+			scanner := amd.FdinfoScanner{ProcRoot: filepath.Join(dir, "proc"), Driver: "amdgpu"}
+			for i, want := range wants {
+				if err := sim.WriteAt(start.Add(time.Duration(i+1) * 10 * time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				clients, errs := scanner.Scan([]int{3001})
+				if len(errs) > 0 || len(clients) != 1 {
+					t.Fatalf("write %d: clients %+v %v", i+1, clients, errs)
+				}
+				got, printed := clients[0].Engines["gfx"]
+				if got != want || printed != (want != none) {
+					t.Errorf("write %d: gfx %d ns (line printed: %v), want %d", i+1, got, printed, want)
+				}
+			}
+		})
 	}
 }
 

@@ -257,6 +257,10 @@ type ProcessSpec struct {
 	// the previously reported larger value within a reasonable period",
 	// "DRM client usage stats", drm-engine-<keystr>).
 	EngineDip bool `yaml:"engine_dip"`
+	// EngineDipToZero is EngineDip whose dip goes to 0, which amdgpu
+	// prints as no drm-engine-gfx line at all (amdgpu_fdinfo.c,
+	// amdgpu_show_fdinfo: "if (!usage[hw_ip]) continue;").
+	EngineDipToZero bool `yaml:"engine_dip_to_zero"`
 	// KFD makes an AMD process a ROCm (HIP) one: it has /dev/kfd open and
 	// is listed under /sys/class/kfd/kfd/proc, and its work, on KFD
 	// user-mode queues, keeps the GPU busy without any drm-engine line in
@@ -869,8 +873,8 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 					bad("%s[%d].lists: unknown list %q (want compute, mps or graphics)", where, i, l)
 				}
 			}
-			if (p.DRMNode != "" || p.KFD || p.EngineDip) && !d.isAMD() {
-				bad("%s[%d]: drm_node, engine_dip and kfd are for AMD processes", where, i)
+			if (p.DRMNode != "" || p.KFD || p.EngineDip || p.EngineDipToZero) && !d.isAMD() {
+				bad("%s[%d]: drm_node, engine_dip, engine_dip_to_zero and kfd are for AMD processes", where, i)
 			}
 			if p.DRMNode != "" && p.DRMNode != "render" && p.DRMNode != "primary" {
 				bad("%s[%d].drm_node: %q (want render or primary)", where, i, p.DRMNode)
