@@ -327,8 +327,23 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 			c.logger.Info("Gaudi device listed by hl-smi again", "gpu", nd.Index, "uuid", nd.UUID, "bus_id", nd.BusID)
 		}
 	}
+	listed := make(map[int]bool, len(nds))
+	for i := range nds {
+		listed[nds[i].Index] = true
+	}
 	for key, nd := range c.known {
 		if seen[key] {
+			continue
+		}
+		if anonymousGaudi(&nd) && listed[nd.Index] {
+			// Its index was all that named it, and a named row holds it
+			// now: the nameless row was a device hl-smi lists under its
+			// name (one renumbered while its cells read N/A), not one that
+			// left, and reported down it would stay so for good
+			// (probe22-amdseq 02).
+			delete(c.known, key)
+			delete(c.gone, key)
+			c.logger.Info("Gaudi device known only by its index is not listed at it any more; forgotten, its index being another device's", "gpu", nd.Index)
 			continue
 		}
 		if !c.gone[key] {
@@ -370,10 +385,22 @@ func (c *gaudiCollector) logBadFields(nds []gaudi.Device) {
 func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 	keys := make([]string, len(nds))
 	seen := make(map[string]bool, len(nds))
+	// Rows that name a known device claim it first, so that a row matched
+	// by its index alone cannot take a device that a later row names (a
+	// nameless row at the index of a device hl-smi lists elsewhere).
+	for i := range nds {
+		if k, ok := c.namedKey(&nds[i], seen); ok {
+			keys[i], seen[k] = k, true
+		}
+	}
+	for i := range nds {
+		if keys[i] == "" {
+			keys[i] = c.keyOf(&nds[i], seen)
+			seen[keys[i]] = true
+		}
+	}
 	for i := range nds {
 		nd := &nds[i]
-		keys[i] = c.keyOf(nd, seen)
-		seen[keys[i]] = true
 		kd, ok := c.known[keys[i]]
 		if !ok {
 			continue
@@ -393,47 +420,52 @@ func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 	return keys
 }
 
-// keyOf is the key of the known device nd is, else a key of its own, never
-// one another row of this run took (seen): two rows that print one bus_id
-// or uuid (which no real hl-smi does) stay two devices, each reported down
-// when a run fails, rather than one overwriting the other. A known device
-// is matched, unless another row of this run took it, by
-//   - nd's own key (gaudiKey);
-//   - any identity cell this run could read (PCI address, uuid, serial),
-//     where exactly one known device matches, so that one going N/A does
-//     not make a second device of it;
-//   - the index, where nd or the known device has no identity cell at all
-//     (every one printed N/A): there is nothing else to go by, and a device
-//     whose identity becomes readable, or unreadable, stays one device,
-//     rather than leave a phantom reported down for good.
-//
-// c.mu must be held.
-func (c *gaudiCollector) keyOf(nd *gaudi.Device, seen map[string]bool) string {
+// namedKey is the key of the known device that nd names, unless another
+// row of this run took it (seen): nd's own key (gaudiKey), else the one
+// known device that any identity cell this run could read (PCI address,
+// uuid, serial) matches, so that one going N/A does not make a second
+// device of it. c.mu must be held.
+func (c *gaudiCollector) namedKey(nd *gaudi.Device, seen map[string]bool) (string, bool) {
 	key := gaudiKey(nd)
 	if _, ok := c.known[key]; ok && !seen[key] {
-		return key
+		return key, true
 	}
 	same := func(a, b string) bool { return a != "" && a == b }
-	anonymous := func(d *gaudi.Device) bool { return d.BusID == "" && d.UUID == "" && d.Serial == "" }
-	var byIdentity, byIndex []string
+	match := ""
 	for k, kd := range c.known {
-		switch {
-		case seen[k]:
-		case same(kd.BusID, nd.BusID) || same(kd.UUID, nd.UUID) || same(kd.Serial, nd.Serial):
-			byIdentity = append(byIdentity, k)
-		case kd.Index == nd.Index && (anonymous(&kd) || anonymous(nd)):
+		if seen[k] || !(same(kd.BusID, nd.BusID) || same(kd.UUID, nd.UUID) || same(kd.Serial, nd.Serial)) {
+			continue
+		}
+		if match != "" {
+			return "", false
+		}
+		match = k
+	}
+	return match, match != ""
+}
+
+// keyOf is the key of a row that names no known device (namedKey): the
+// known device at its index where it or that device has no identity cell
+// at all (every one printed N/A), which there is nothing else to go by, so
+// that a device whose identity becomes readable, or unreadable, stays one
+// device, rather than leave a phantom reported down for good; else a key
+// of its own, never one another row of this run took (seen): two rows
+// that print one bus_id or uuid (which no real hl-smi does) stay two
+// devices, each reported down when a run fails, rather than one
+// overwriting the other. c.mu must be held.
+func (c *gaudiCollector) keyOf(nd *gaudi.Device, seen map[string]bool) string {
+	var byIndex []string
+	for k, kd := range c.known {
+		if !seen[k] && kd.Index == nd.Index && (anonymousGaudi(&kd) || anonymousGaudi(nd)) {
 			byIndex = append(byIndex, k)
 		}
 	}
-	switch {
-	case len(byIdentity) == 1:
-		return byIdentity[0]
-	case len(byIdentity) == 0 && len(byIndex) == 1:
+	if len(byIndex) == 1 {
 		return byIndex[0]
 	}
 	// A key of its own; the index, unique in a run (Parse), when the
 	// others are taken.
-	for _, k := range []string{key, nd.UUID, nd.Serial} {
+	for _, k := range []string{gaudiKey(nd), nd.UUID, nd.Serial} {
 		if k != "" && !seen[k] {
 			if _, ok := c.known[k]; !ok {
 				return k
@@ -442,6 +474,10 @@ func (c *gaudiCollector) keyOf(nd *gaudi.Device, seen map[string]bool) string {
 	}
 	return "index/" + strconv.Itoa(nd.Index)
 }
+
+// anonymousGaudi says hl-smi printed none of d's identity cells: it is
+// known by its index alone.
+func anonymousGaudi(d *gaudi.Device) bool { return d.BusID == "" && d.UUID == "" && d.Serial == "" }
 
 // unanswered is every device known from earlier runs, down: a run that
 // failed, was killed at the deadline or is still hung says nothing about

@@ -910,6 +910,30 @@ func TestGaudiDeviceWithoutAnyIdentity(t *testing.T) {
 	}
 }
 
+// TestGaudiAnonymousRowAtAnotherIndex: a run in which device 0 prints N/A
+// for bus_id, uuid and serial and is listed at device 1's index (device 1
+// at index 0, named: hl-smi renumbered them) makes a device known by index
+// 1 alone. Once every row is named again, index 1 is device 1's, so the
+// nameless one was never a device of its own: 8 devices, none down, where
+// it stayed reported down for the exporter's life (probe22-amdseq 02).
+func TestGaudiAnonymousRowAtAnotherIndex(t *testing.T) {
+	full := string(loadScenarioTable(t))
+	swapped := setCells(t, full, 0, map[string]string{"index": "1", "bus_id": "N/A", "uuid": "N/A", "serial": "N/A"})
+	swapped = setCells(t, swapped, 1, map[string]string{"index": "0"})
+	e, logs, fullPath := gaudiExporterThen(t, full, swapped)
+	scrapeText(t, e, 5*time.Second)
+	t.Setenv("HLSMI_FAKE_TABLE", fullPath)
+	for i := range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != 8 || down != 0 {
+			t.Errorf("scrape %d after the rows are named again: %d devices, %d down; want 8 up:\n%s", i, n, down, grepLines(out, "xpu_device_up{"))
+		}
+	}
+	if !strings.Contains(logs.String(), "known only by its index") {
+		t.Errorf("the nameless device's end is not logged:\n%s", logs.String())
+	}
+}
+
 // TestGaudiDuplicateIdentity: two rows printing one bus_id, or one uuid
 // where bus_id is N/A, stay two devices: both up while listed, both down
 // when hl-smi then fails, rather than one vanishing.
