@@ -203,6 +203,9 @@ type amdData struct {
 	energy amd.Opt[float64]
 	// xgmiRead and xgmiWrite are its XGMI data counters (xgmiLinks).
 	xgmiRead, xgmiWrite amd.Opt[float64]
+	// newAddress says the GPU answered at a PCI address first seen at this
+	// read (movedTo).
+	newAddress bool
 }
 
 func newAMDCollector(cfg Config) (Collector, error) {
@@ -406,7 +409,7 @@ func (c *amdCollector) await(ctx context.Context, r *amdRead) (*amd.Device, bool
 func (c *amdCollector) timedOut(card string) *Device {
 	c.mu.Lock()
 	id := c.known[card]
-	index := c.indexOf(card, id.pci)
+	index, _ := c.indexOf(card, id.pci)
 	c.mu.Unlock()
 	d := &Device{Vendor: "amd", Index: index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, Minor: id.minor, vendorData: noAMDReadings()}
 	c.logDown(card, d, amdTimeout)
@@ -440,9 +443,9 @@ func amdUUID(ad *amd.Device) string {
 }
 
 // indexOf is the gpu label of the GPU on card at PCI address pci ("" when
-// not known): the index it had, else the lowest one no other GPU holds.
-// c.mu must be held.
-func (c *amdCollector) indexOf(card, pci string) string {
+// not known): the index it had, else the lowest one no other GPU holds, and
+// then fresh is true. c.mu must be held.
+func (c *amdCollector) indexOf(card, pci string) (index string, fresh bool) {
 	byCard := "card/" + card
 	key := pci
 	if key == "" {
@@ -460,7 +463,7 @@ func (c *amdCollector) indexOf(card, pci string) string {
 		delete(c.indices, byCard)
 	}
 	if ok {
-		return strconv.Itoa(i)
+		return strconv.Itoa(i), false
 	}
 	held := make(map[int]bool, len(c.indices))
 	for _, j := range c.indices {
@@ -470,7 +473,7 @@ func (c *amdCollector) indexOf(card, pci string) string {
 		i++
 	}
 	c.indices[key] = i
-	return strconv.Itoa(i)
+	return strconv.Itoa(i), true
 }
 
 // amdModel is the board's product_name, which amdgpu has only for "certain
@@ -493,8 +496,10 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 	if pci == "" {
 		pci = c.known[card].pci
 	}
-	index := c.indexOf(card, pci)
+	index, fresh := c.indexOf(card, pci)
 	c.mu.Unlock()
+	data := c.gpuData(ad)
+	data.newAddress = fresh && ad.PCIBusID != ""
 	d := &Device{
 		Vendor:   "amd",
 		Index:    index,
@@ -507,7 +512,7 @@ func (c *amdCollector) device(card string, ad *amd.Device) *Device {
 		// latest sample, not a mean since the previous scrape as the
 		// processes' fdinfo engine time is.
 		UtilizationOfTheMoment: true,
-		vendorData:             c.gpuData(ad),
+		vendorData:             data,
 	}
 	if ad.PCIBusID == "" {
 		d.UUID = ""
@@ -605,7 +610,8 @@ func (c *amdCollector) energy(ad *amd.Device) amd.Opt[float64] {
 // removes it. They stay reported down, under their last index, so that a
 // lost GPU shows as xpu_device_up 0 rather than disappearing. A GPU that
 // answers under another card (at, by PCI address: re-registered with a
-// new minor) has not vanished: its old card is forgotten.
+// new minor), or at another address (movedTo), has not vanished: its old
+// card is forgotten.
 func (c *amdCollector) vanished(cards []string, at map[string]*Device) []*Device {
 	c.mu.Lock()
 	var gone []string
@@ -613,7 +619,11 @@ func (c *amdCollector) vanished(cards []string, at map[string]*Device) []*Device
 		if slices.Contains(cards, card) {
 			continue
 		}
-		if d := at[id.pci]; d != nil && id.pci != "" {
+		d := at[id.pci]
+		if d == nil {
+			d = c.movedTo(id, at)
+		}
+		if d != nil && id.pci != "" {
 			delete(c.known, card)
 			if c.down[card] != "" {
 				delete(c.down, card)
@@ -635,6 +645,53 @@ func (c *amdCollector) vanished(cards []string, at map[string]*Device) []*Device
 		devs = append(devs, d)
 	}
 	return devs
+}
+
+// movedTo is the GPU that id names, answering at another PCI address (at,
+// by address), or nil: a PCI remove and rescan can give a GPU another bus
+// number, and its unique_id, which amdgpu says "will persist from machine
+// to machine" (amdgpu_pm.c, DOC: unique_id), still names it. Only a GPU at
+// an address first seen at this read, the one GPU there with id's
+// unique_id, is taken for it: the firmware of two boards can report one
+// unique_id, and one of them leaving is not the other coming back. The
+// GPU takes id's index, and its old address is forgotten. c.mu must be
+// held.
+func (c *amdCollector) movedTo(id amdIdentity, at map[string]*Device) *Device {
+	if id.uuid == "" || id.uuid == id.pci {
+		return nil // no unique_id: named by its address alone (amdUUID)
+	}
+	var moved *Device
+	for _, d := range at {
+		if d.UUID != id.uuid || d.PCIBusID == id.pci || !d.vendorData.(*amdData).newAddress {
+			continue
+		}
+		if moved != nil {
+			return nil
+		}
+		moved = d
+	}
+	if moved == nil {
+		return nil
+	}
+	index, err := strconv.Atoi(id.index)
+	if err != nil {
+		return nil
+	}
+	data := moved.vendorData.(*amdData)
+	data.newAddress = false
+	moved.Index = id.index
+	c.indices[moved.PCIBusID] = index
+	if k, ok := c.known[data.dev.Card]; ok {
+		k.index = id.index
+		c.known[data.dev.Card] = k
+	}
+	delete(c.indices, id.pci)
+	delete(c.energySource, id.pci)
+	delete(c.xgmi, id.pci)
+	delete(c.layouts, id.pci)
+	delete(c.partlyListed, id.pci)
+	c.ras.moved(id.pci, moved.PCIBusID)
+	return moved
 }
 
 // partitions makes a device of every compute partition whose GPU answered.

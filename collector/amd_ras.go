@@ -118,6 +118,19 @@ func (r *amdRAS) observe(pci string, counts map[string]amd.RASCount, at time.Tim
 	}
 }
 
+// moved follows the GPU that was at PCI address from to address to, first
+// seen at this read: its counts start a new baseline there (so nothing is
+// pending there yet), and increases not yet served at the old address (a
+// read for /devices is not followed by a scrape's serve) are served at
+// the new one.
+func (r *amdRAS) moved(from, to string) {
+	delete(r.base, from)
+	if p := r.pending[from]; p != nil {
+		delete(r.pending, from)
+		r.pending[to] = p
+	}
+}
+
 // serve credits the pending increases of d, a whole GPU of a scrape's
 // snapshot, to its owner in that snapshot. A series it makes starts (its
 // created timestamp) at the read before the errors, not at now.

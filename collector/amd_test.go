@@ -1237,6 +1237,103 @@ func TestAMDIndicesStayWithTheirGPU(t *testing.T) {
 	check("card0's GPU back as card7", map[string]string{"00000000000000aa": "0 up", "00000000000000bb": "1 up", "00000000000000cc": "2 up", "00000000000000dd": "3 up"})
 }
 
+// TestAMDGPUBackAtAnotherAddress: a PCI remove and rescan can give a GPU
+// another bus number; unique_id, which amdgpu says "will persist from
+// machine to machine" (amdgpu_pm.c, DOC: unique_id), names it still. It is
+// the same GPU, back under its index, not a second device carrying its
+// uuid next to its old self reported down for good (probe22-amdseq 03).
+// Two boards whose firmware reports one unique_id are two GPUs: one of
+// them leaving is not the other coming back.
+func TestAMDGPUBackAtAnotherAddress(t *testing.T) {
+	gpu := func(uuid string) map[string]string {
+		return map[string]string{"unique_id": uuid + "\n", "gpu_busy_percent": "10\n"}
+	}
+	read := func(t *testing.T, c *amdCollector) map[string]string {
+		t.Helper()
+		devs, err := c.readDevices(context.Background(), moveScrape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{} // gpu index → uuid, address, state
+		for _, d := range devs {
+			if _, dup := got[d.Index]; dup {
+				t.Errorf("index %s served twice", d.Index)
+			}
+			got[d.Index] = d.UUID + " " + d.PCIBusID + " " + map[bool]string{true: "up", false: "down"}[d.Up]
+		}
+		return got
+	}
+	t.Run("one GPU re-enumerated", func(t *testing.T) {
+		tr := newAMDTree(t, gpu("00000000000000aa"))
+		tr.gpu("card1", "0000:0d:00.0", gpu("00000000000000bb"))
+		tr.gpu("card2", "0000:0e:00.0", gpu("00000000000000cc"))
+		var logs bytes.Buffer
+		c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+		c.logger = slog.New(slog.NewTextHandler(&logs, nil))
+		read(t, c)
+		tr.unregister("card1")
+		read(t, c)
+		tr.gpu("card3", "0000:5d:00.0", gpu("00000000000000bb"))
+		want := map[string]string{
+			"0": "00000000000000aa 0000:0c:00.0 up",
+			"1": "00000000000000bb 0000:5d:00.0 up",
+			"2": "00000000000000cc 0000:0e:00.0 up",
+		}
+		for _, step := range []string{"back at 0000:5d:00.0", "a scrape later"} {
+			if got := read(t, c); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: index → uuid, address, state\n%v\nwant\n%v", step, got, want)
+			}
+		}
+		if n := strings.Count(logs.String(), `msg="AMD device is back" gpu=1 uuid=00000000000000bb card=card3 was=card1`); n != 1 {
+			t.Errorf("%d lines say card1's GPU is back as card3, want 1:\n%s", n, logs.String())
+		}
+		// Its new address is its name from now on: leaving again, it is
+		// reported down there, under its index.
+		tr.unregister("card3")
+		if got := read(t, c)["1"]; got != "00000000000000bb 0000:5d:00.0 down" {
+			t.Errorf("after it left again, index 1 is %q, want it down at 0000:5d:00.0", got)
+		}
+	})
+	t.Run("RAS errors a /devices read saw before the move", func(t *testing.T) {
+		ras := func(ue string) map[string]string {
+			return map[string]string{"unique_id": "00000000000000bb\n", "ras/umc_err_count": "ue: " + ue + "\nce: 0\n"}
+		}
+		tr := newAMDTree(t, ras("1"))
+		c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+		read(t, c)
+		tr.write(filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "ras", "umc_err_count"), "ue: 3\nce: 0\n")
+		if _, err := c.readDevices(context.Background(), moveNone); err != nil {
+			t.Fatal(err)
+		}
+		tr.unregister("card0")
+		tr.gpu("card1", "0000:5d:00.0", ras("3"))
+		devs, err := c.readDevices(context.Background(), moveScrape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Seen at the old address: 3 − 1 = 2 uncorrected umc errors, served
+		// at the new one (its own count, 3, is its baseline there).
+		out := updateText(t, c, &Snapshot{Devices: devs})
+		if want := `xpu_amd_ras_events_total{block="umc",gpu="0",type="uncorrected",uuid="00000000000000bb",vendor="amd"} 2` + "\n"; !strings.Contains(out, want) {
+			t.Errorf("want %s in\n%s", want, grepLines(out, "ras_events"))
+		}
+	})
+	t.Run("two boards with one unique_id", func(t *testing.T) {
+		tr := newAMDTree(t, gpu("00000000000000aa"))
+		tr.gpu("card1", "0000:0d:00.0", gpu("00000000000000aa"))
+		c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+		read(t, c)
+		tr.unregister("card1")
+		want := map[string]string{
+			"0": "00000000000000aa 0000:0c:00.0 up",
+			"1": "00000000000000aa 0000:0d:00.0 down",
+		}
+		if got := read(t, c); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("index → uuid, address, state\n%v\nwant\n%v", got, want)
+		}
+	})
+}
+
 // TestAMDRASOfTwoBoardsWithOneUniqueID: unique_id is the board firmware's;
 // two GPUs that report the same one keep their RAS counts apart (by PCI
 // address), so counts that never change make no events. Keyed by uuid, the
