@@ -229,7 +229,8 @@ type Result struct {
 	// EnginePods says, by "namespace/name" of the pods the kubelet lists,
 	// whether this exporter serves a pod's inference engine (see
 	// Resolver.enginePods); nil where every pod's is (one exporter serves
-	// every vendor, or the kubelet could not be asked).
+	// every vendor, or the kubelet has not answered yet). While the kubelet
+	// fails, those of its last answer.
 	EnginePods map[string]bool
 	// EngineSplitPods lists, by "namespace/name", the pods in EnginePods
 	// that hold devices of several vendors whose exporters split this

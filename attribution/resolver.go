@@ -111,6 +111,9 @@ type Resolver struct {
 	// served are the vendors whose devices the exporter reads, nil for
 	// every vendor (ServeVendors). Set before the first Resolve.
 	served atomic.Pointer[map[string]bool]
+	// engines is which engines this exporter served at the kubelet's last
+	// answer (enginePods), nil before one.
+	engines atomic.Pointer[engineShare]
 
 	// initOnce reads once whether the node's init is systemd (initSystemd).
 	initOnce    sync.Once
@@ -1095,6 +1098,13 @@ func (u *unplacedHolds) addDevices(uuids []string) {
 	}
 }
 
+// engineShare is which engines an exporter serves: Result's EnginePods,
+// EngineSplitPods and EngineOthers. Read-only once made.
+type engineShare struct {
+	serve, split map[string]bool
+	others       bool
+}
+
 // vendorOrder is the order in which the vendors' exporters of one node
 // take the engines that several of them could (enginePods).
 var vendorOrder = []string{kubernetes.VendorNVIDIA, kubernetes.VendorAMD, kubernetes.VendorHabana}
@@ -1185,6 +1195,14 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 		err = errKubeletEmpty
 	}
 	if err != nil {
+		// The pods the kubelet last listed run on while it is down (a
+		// restart in a node upgrade takes minutes): without it, none starts
+		// or stops. So this exporter keeps to the engines it served, where
+		// every exporter of the node served every engine, counting the
+		// tokens once per exporter for the outage (review22 F4).
+		if last := r.engines.Load(); last != nil {
+			res.EnginePods, res.EngineSplitPods, res.EngineOthers = last.serve, last.split, last.others
+		}
 		return nil, unplacedHolds{}, nil, nil, err
 	}
 	pods = r.withoutEnded(pods, res)
@@ -1194,6 +1212,7 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 	allocs, idErrs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
 	r.keepReplicas(allocs)
 	res.EnginePods, res.EngineSplitPods, res.EngineOthers = r.enginePods(pods, allocatable)
+	r.engines.Store(&engineShare{serve: res.EnginePods, split: res.EngineSplitPods, others: res.EngineOthers})
 	var shareUnknown map[string]bool // by device UUID
 	var unplaced unplacedHolds
 	for _, e := range idErrs {

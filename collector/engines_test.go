@@ -237,28 +237,38 @@ kubernetes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]string{}
+	// Then the kubelet stops (restarted in a node upgrade): the pods it
+	// listed run on, none can start or stop without it, so each exporter
+	// keeps to its share; both served every target while it was down
+	// (review22 F4).
+	up, down := map[string]string{}, map[string]string{}
 	for _, vendor := range []string{"nvidia", "amd"} {
 		cfg, sim := simulatedAttribution(t, s)
 		cfg.VendorExporters = []string{"nvidia", "amd"}
 		e := newExporterWith(t, s, sim, attribution.New(cfg), map[string]bool{vendor: true, "attribution": true, "engines": true},
 			func() time.Time { return testNow }, func(*Config) {})
-		out[vendor] = scrapeText(t, e, 10*time.Second)
+		up[vendor] = scrapeText(t, e, 10*time.Second)
+		sim.Kubelet.Stop()
+		down[vendor] = scrapeText(t, e, 10*time.Second)
 	}
-	for _, target := range []string{tgi.URL, sglang.URL} {
-		tl := `target="` + target + `/metrics"`
-		if v := sample(t, out["nvidia"], "xpu_inference_up", tl); v != 1 {
-			t.Errorf("%s: the NVIDIA exporter's engine up = %v", target, v)
-		}
-		for _, l := range strings.Split(grepLines(out["amd"], "xpu_inference_"), "\n") {
-			if strings.Contains(l, tl) && !strings.HasPrefix(l, "xpu_inference_device_info{") {
-				t.Errorf("the AMD exporter serves %s too: %s", target, l)
+	for kubelet, out := range map[string]map[string]string{"up": up, "down": down} {
+		t.Run("kubelet "+kubelet, func(t *testing.T) {
+			for _, target := range []string{tgi.URL, sglang.URL} {
+				tl := `target="` + target + `/metrics"`
+				if v := sample(t, out["nvidia"], "xpu_inference_up", tl); v != 1 {
+					t.Errorf("%s: the NVIDIA exporter's engine up = %v", target, v)
+				}
+				for _, l := range strings.Split(grepLines(out["amd"], "xpu_inference_"), "\n") {
+					if strings.Contains(l, tl) && !strings.HasPrefix(l, "xpu_inference_device_info{") {
+						t.Errorf("the AMD exporter serves %s too: %s", target, l)
+					}
+				}
 			}
-		}
-	}
-	sample(t, out["amd"], "xpu_inference_device_info", `target="`+tgi.URL+`/metrics"`, `unit="tgi.service"`, `gpu="0"`)
-	if got := grepLines(out["amd"], "xpu_inference_device_info"); strings.Count(got, "\n") != 0 || got == "" {
-		t.Errorf("the AMD exporter names other devices than the unit's GPU:\n%s", got)
+			sample(t, out["amd"], "xpu_inference_device_info", `target="`+tgi.URL+`/metrics"`, `unit="tgi.service"`, `gpu="0"`)
+			if got := grepLines(out["amd"], "xpu_inference_device_info"); strings.Count(got, "\n") != 0 || got == "" {
+				t.Errorf("the AMD exporter names other devices than the unit's GPU:\n%s", got)
+			}
+		})
 	}
 }
 
