@@ -238,9 +238,10 @@ type Result struct {
 	EngineSplitPods map[string]bool
 	// EngineOthers says, where EnginePods is not nil, whether this
 	// exporter serves the engines that are no listed pod's: configured
-	// targets of a systemd unit, of no owner, or of a pod not on this
-	// node. Like a pod holding no device, they are the node's first
-	// vendor exporter's (Resolver.enginePods).
+	// targets of a systemd unit, of no owner, or of a pod the kubelet does
+	// not list (which the collector leaves to the pod's node where pod
+	// metadata tells it is elsewhere). Like a pod holding no device, they
+	// are the node's first vendor exporter's (Resolver.enginePods).
 	EngineOthers bool
 	// UnresolvedClaimDevices counts the DRA claim devices in this scrape
 	// that could not be matched to a device (their CDI spec is missing,

@@ -317,6 +317,36 @@ func (c *enginesCollector) logChange(target string, err error) {
 	}
 }
 
+// elsewhere says the pod ("namespace/name") of a target is not on this
+// node, as far as the node's pod metadata tells (it lists this node's pods
+// only). Every node's exporter is given the same configured targets (the
+// chart's extraArgs): one of a pod elsewhere is the engine of the exporter
+// of the pod's node, and each node served it, counting its tokens once per
+// node (review22 F5). Without pod metadata, or while it is not being kept
+// current, nothing says so.
+func (c *enginesCollector) elsewhere(pod string) bool {
+	if c.metadata == nil || c.metadata.Name() == kubernetes.SourceNone || c.metadata.Healthy() != nil {
+		return false
+	}
+	ns, name, _ := strings.Cut(pod, "/")
+	_, ok := c.metadata.Pod(ns, name)
+	return !ok
+}
+
+// logElsewhere logs, once, that target is left to the exporter of the node
+// its pod runs on (elsewhere).
+func (c *enginesCollector) logElsewhere(target, pod string) {
+	const state = "pod elsewhere"
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, known := c.state[target]
+	c.state[target] = targetState{err: state, gen: c.gen}
+	if known && old.err == state {
+		return
+	}
+	c.logger.Info("inference engine not scraped here: its configured pod is not on this node; the exporter of the pod's node serves it", "target", target, "pod", pod)
+}
+
 // logSkipped logs a target whose answer has series that cannot be mapped
 // (a histogram Prometheus would misread, a value of the wrong type) when
 // that starts, with why, and when it ends: the target stays up with the
@@ -403,12 +433,17 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	// engine's devices (found by probing: probe18-multigpu D1, an engine
 	// on an H100 and two MI300X cost what the H100 does).
 	// A target that is no listed pod's (a configured one of a unit, of no
-	// owner, or of a pod elsewhere) is served by one exporter of the node
-	// too (snap.engineOthers), the others naming the devices they read
-	// its unit's processes on.
+	// owner, or of a pod the kubelet does not list where no pod metadata
+	// says it is elsewhere) is served by one exporter of the node too
+	// (snap.engineOthers), the others naming the devices they read its
+	// unit's processes on.
 	var targets []engineTarget
 	var joinOnly map[engineTarget]bool // nil on the common node
 	for _, t := range c.targets() {
+		if t.Pod != "" && c.elsewhere(t.Pod) {
+			c.logElsewhere(redact(t.URL), t.Pod)
+			continue
+		}
 		mine, listed := snap.enginePods[t.Pod]
 		if t.Pod == "" || !listed {
 			mine = snap.engineOthers

@@ -272,6 +272,62 @@ kubernetes:
 	}
 }
 
+// TestConfiguredPodTargetOfAnotherNode: every node's exporter is given the
+// same configured targets (the chart's extraArgs). One whose pod the
+// node's pod metadata does not list is another node's engine, served by
+// the exporter there: served here too, its tokens were counted once per
+// node (review22 F5). Where no pod metadata is known, nothing says the pod
+// is elsewhere, and the target is served.
+func TestConfiguredPodTargetOfAnotherNode(t *testing.T) {
+	here := engineServer(t, "tgi-datadog-fixture.prom")
+	there := engineServer(t, "sglang-v0.5.10.post1-datadog-fixture.prom")
+	setEngineFlags(t, nil)
+	path := t.TempDir() + "/engines.yaml"
+	config := "targets:\n  - {engine: tgi, url: " + here.URL + "/metrics, pod: ml/serve}\n" +
+		"  - {engine: sglang, url: " + there.URL + "/metrics, pod: ml/other-node}\n"
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := *engineConfig
+	*engineConfig = path
+	t.Cleanup(func() { *engineConfig = old })
+	s, err := demo.Parse([]byte(`node: f5-node
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5}}
+devices:
+  - {uuid: GPU-f5000000-0000-4000-8000-000000000000, processes: [{pid: 4000, pod: ml/serve, utilization: 0.5}]}
+kubernetes:
+  pods:
+    - {namespace: ml, name: serve, uid: f5000000-0000-4000-8000-0000000000a0, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [GPU-f5000000-0000-4000-8000-000000000000]}]}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hereUp := `target="` + here.URL + `/metrics"`
+	thereUp := `target="` + there.URL + `/metrics"`
+	t.Run("pod metadata", func(t *testing.T) {
+		logs := &syncbuf.Buffer{}
+		pods := enginePods{{Namespace: "ml", Name: "serve", UID: "f5000000-0000-4000-8000-0000000000a0"}}
+		e := newAttributedExporterFor(t, s, func(c *Config) { c.PodMetadata, c.Logger = pods, slog.New(slog.NewTextHandler(logs, nil)) })
+		var out string
+		for range 2 {
+			out = scrapeText(t, e, 10*time.Second)
+		}
+		sample(t, out, "xpu_inference_up", hereUp)
+		sample(t, out, "xpu_inference_tokens_total", hereUp, `pod="serve"`, `type="generation"`)
+		if got := grepLines(out, "xpu_inference_"); strings.Contains(got, thereUp) {
+			t.Errorf("another node's engine served here:\n%s", got)
+		}
+		if n := strings.Count(logs.String(), "not on this node"); n != 1 {
+			t.Errorf("%d lines say the target's pod is not on this node over two scrapes, want 1:\n%s", n, logs.String())
+		}
+	})
+	t.Run("no pod metadata", func(t *testing.T) {
+		out := scrapeText(t, newAttributedExporterFor(t, s), 10*time.Second)
+		sample(t, out, "xpu_inference_up", hereUp)
+		sample(t, out, "xpu_inference_up", thereUp)
+	})
+}
+
 // TestDevicelessEnginePodHasItsWorkload: pod ml/router serves a vLLM and
 // holds no device (a router in front of the GPU pods). Its engine carries the
 // workload its pod's metadata names, as every series of a pod holding a
