@@ -145,7 +145,7 @@ func (s *APIServerSource) record(err error) {
 
 func (s *APIServerSource) upsert(obj any) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		s.podCache.upsert(&m.ObjectMeta, "", nil, false, 0)
+		s.podCache.upsert(objectMetaOf(&m.ObjectMeta), "", nil, false, 0)
 	}
 }
 
@@ -155,5 +155,23 @@ func (s *APIServerSource) delete(obj any) {
 	}
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
 		s.podCache.remove(string(m.UID))
+	}
+}
+
+// objectMetaOf is what the exporter reads of m.
+func objectMetaOf(m *metav1.ObjectMeta) *objectMeta {
+	owners := make([]Owner, 0, len(m.OwnerReferences))
+	for _, o := range m.OwnerReferences {
+		owners = append(owners, Owner{
+			APIVersion: o.APIVersion,
+			Kind:       o.Kind,
+			Name:       o.Name,
+			Controller: o.Controller != nil && *o.Controller,
+		})
+	}
+	return &objectMeta{
+		Namespace: m.Namespace, Name: m.Name, UID: string(m.UID),
+		Labels: m.Labels, Annotations: m.Annotations,
+		Owners: owners, Created: m.CreationTimestamp.Time,
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -322,20 +321,20 @@ func (NoMetadata) Healthy() error { return nil }
 // Close implements MetadataSource.
 func (NoMetadata) Close() error { return nil }
 
+// objectMeta is what the exporter reads of a pod's object metadata
+// (k8s.io/apimachinery's ObjectMeta), from either source.
+type objectMeta struct {
+	Namespace, Name, UID string
+	Labels, Annotations  map[string]string
+	Owners               []Owner // metadata.ownerReferences
+	Created              time.Time
+}
+
 // podMeta builds a PodMeta from a pod's object metadata and IP.
-func podMeta(m *metav1.ObjectMeta, ip string, containers []ContainerMeta, ended bool) PodMeta {
-	owners := make([]Owner, 0, len(m.OwnerReferences))
-	for _, o := range m.OwnerReferences {
-		owners = append(owners, Owner{
-			APIVersion: o.APIVersion,
-			Kind:       o.Kind,
-			Name:       o.Name,
-			Controller: o.Controller != nil && *o.Controller,
-		})
-	}
-	workload, kind := ResolveWorkload(m.Name, m.Labels, owners)
+func podMeta(m *objectMeta, ip string, containers []ContainerMeta, ended bool) PodMeta {
+	workload, kind := ResolveWorkload(m.Name, m.Labels, m.Owners)
 	return PodMeta{
-		UID:          string(m.UID),
+		UID:          m.UID,
 		Namespace:    m.Namespace,
 		Name:         m.Name,
 		Labels:       m.Labels,
@@ -379,17 +378,17 @@ func newPodCache() *podCache {
 	}
 }
 
-func (c *podCache) upsert(m *metav1.ObjectMeta, ip string, containers []ContainerMeta, ended bool, generation uint64) {
+func (c *podCache) upsert(m *objectMeta, ip string, containers []ContainerMeta, ended bool, generation uint64) {
 	if m.UID == "" {
 		return
 	}
 	p := &cachedPod{
 		meta:       podMeta(m, ip, containers, ended),
-		created:    m.CreationTimestamp.Time,
+		created:    m.Created,
 		altUID:     m.Annotations[mirrorPodAnnotation],
 		generation: generation,
 	}
-	uid := string(m.UID)
+	uid := m.UID
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.byUID[uid]; ok && old.altUID != "" {

@@ -150,9 +150,9 @@ func TestNoMetadata(t *testing.T) {
 
 func TestPodCache(t *testing.T) {
 	c := newPodCache()
-	at := func(min int) metav1.Time { return metav1.NewTime(time.Date(2026, 1, 1, 0, min, 0, 0, time.UTC)) }
-	old := &metav1.ObjectMeta{Namespace: "ml", Name: "trainer-0", UID: "old", CreationTimestamp: at(0)}
-	replacement := &metav1.ObjectMeta{Namespace: "ml", Name: "trainer-0", UID: "new", CreationTimestamp: at(5)}
+	at := func(min int) time.Time { return time.Date(2026, 1, 1, 0, min, 0, 0, time.UTC) }
+	old := &objectMeta{Namespace: "ml", Name: "trainer-0", UID: "old", Created: at(0)}
+	replacement := &objectMeta{Namespace: "ml", Name: "trainer-0", UID: "new", Created: at(5)}
 
 	c.upsert(old, "", nil, false, 1)
 	c.upsert(replacement, "", nil, false, 1)
@@ -169,7 +169,7 @@ func TestPodCache(t *testing.T) {
 		t.Error("removed pod still found by UID")
 	}
 
-	static := &metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-n1", UID: "mirror-uid",
+	static := &objectMeta{Namespace: "kube-system", Name: "etcd-n1", UID: "mirror-uid",
 		Annotations: map[string]string{mirrorPodAnnotation: "abcdef0123456789abcdef0123456789"}}
 	c.upsert(static, "", nil, false, 2)
 	if m, ok := c.PodByUID("ABCDEF0123456789ABCDEF0123456789"); !ok || m.Name != "etcd-n1" {
@@ -189,7 +189,7 @@ func TestPodCache(t *testing.T) {
 	if _, ok := c.PodByUID("abcdef0123456789abcdef0123456789"); ok || c.len() != 0 {
 		t.Errorf("cache not empty: %d pods", c.len())
 	}
-	c.upsert(&metav1.ObjectMeta{Namespace: "a", Name: "no-uid"}, "", nil, false, 3)
+	c.upsert(&objectMeta{Namespace: "a", Name: "no-uid"}, "", nil, false, 3)
 	if c.len() != 0 {
 		t.Error("cached a pod without a UID")
 	}

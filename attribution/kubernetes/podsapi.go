@@ -171,7 +171,7 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	switch ev.GetType() {
 	case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
 		ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-		s.podCache.upsert(&pod.ObjectMeta, pod.Status.PodIP, containerMeta(&pod), ended, generation)
+		s.podCache.upsert(objectMetaOf(&pod.ObjectMeta), pod.Status.PodIP, containerMeta(&pod), ended, generation)
 	case podsv1alpha1.EventType_DELETED:
 		s.podCache.remove(string(pod.UID))
 	default:
