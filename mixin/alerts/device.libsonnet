@@ -23,6 +23,7 @@ local util = import '../lib/util.libsonnet';
       util.overTemperatureLimit(c, 'core', 'gpu_max', 0, c.temperatureLimitMarginCelsius, c.temperatureWarningCelsius)
       + 'or\n'
       + util.overTemperatureLimit(c, 'memory', 'memory_max', c.memoryTemperatureMarginCelsius, c.temperatureLimitMarginCelsius, c.memoryTemperatureWarningCelsius),
+  local temperatureSample = 'xpu_temperature_celsius{%(xpuSelector)s}' % c,
   local device = util.deviceText,
   local owner = util.ownerText,
 
@@ -32,8 +33,10 @@ local util = import '../lib/util.libsonnet';
       rules: [
         util.alert(c, {
           alert: 'XpuTemperatureHigh',
-          // Left out while the same sensor is at its Critical level, so
-          // one event raises one page, not two.
+          // Hot for temperatureWarningFor whoever held the device
+          // (util.heldOnDevice), at the Critical level or not; left out
+          // while the same sensor is at its Critical level, so one event
+          // raises one page, not two.
           expr: |||
             (
             %(high)s
@@ -41,8 +44,11 @@ local util = import '../lib/util.libsonnet';
             unless on (%(deviceKey)s, sensor) (
             %(critical)s
             )
-          ||| % (fmt { high: util.indent(temperatureOver(false)), critical: util.indent(temperatureOver(true)) }),
-          'for': c.temperatureWarningFor,
+          ||| % (fmt {
+                   high: util.indent(util.heldOnDevice(temperatureOver(false), fmt.deviceKey + ', sensor', temperatureSample, c.temperatureWarningFor)),
+                   critical: util.indent(temperatureOver(true)),
+                 }),
+          'for': '0m',  // held in expr, whoever owned the device
           labels: { severity: 'warning' },
           annotations: {
             summary: 'A device is running hot.',
@@ -51,8 +57,8 @@ local util = import '../lib/util.libsonnet';
         }),
         util.alert(c, {
           alert: 'XpuTemperatureCritical',
-          expr: temperatureOver(true),
-          'for': c.temperatureCriticalFor,
+          expr: util.heldOnDevice(temperatureOver(true), fmt.deviceKey + ', sensor', temperatureSample, c.temperatureCriticalFor),
+          'for': '0m',  // held in expr, whoever owned the device
           labels: { severity: 'critical' },
           annotations: {
             summary: 'A device is about to shut down from heat.',

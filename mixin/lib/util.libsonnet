@@ -266,6 +266,35 @@
       ownMargin: less(ownMargin),
     },
 
+  // The series of expr, a filter of the family sample whose series carry
+  // the device's owner of the moment, where it has held on the device
+  // (keyed by `on`) for duration, whoever owned it: sample was served
+  // duration ago, and at no evaluation since was it served without expr
+  // holding. A rule's `for` cannot say so: it follows one label set, and
+  // an owner change (a pod replaced, a job requeued) starts another, so a
+  // GPU kept hot under pods replaced faster than `for` never alerted
+  // (probe21-alerts D4). The rule then has no `for`: when the owner
+  // changes, the alert with the new owner's labels fires at once. A
+  // scrape missed meanwhile is no evaluation at which it did not hold.
+  heldOnDevice(expr, on, sample, duration)::
+    |||
+      (
+      %(expr)s
+      )
+        and on (%(on)s)
+      max by (%(on)s) (%(sample)s offset %(duration)s)
+        unless on (%(on)s)
+      max_over_time(
+        (
+          max by (%(on)s) (%(sample)s)
+            unless on (%(on)s)
+          (
+      %(inner)s
+          )
+        )[%(duration)s:]
+      )
+    ||| % { expr: $.indent(expr), inner: $.indent($.indent($.indent(expr))), on: on, sample: sample, duration: duration },
+
   // '1m' -> 60, '2m30s' -> 150, '500ms' -> 0.5, '0' -> 0: rules need some
   // windows as numbers (time() arithmetic, evaluations per hour) while the
   // config keeps Prometheus durations, of which any may be given.
