@@ -125,7 +125,13 @@ type podFields struct {
 // It decodes as k8s.io/api's generated Unmarshal does: a singular field
 // given twice keeps the last value, an embedded message given twice is
 // merged, repeated fields and map entries accumulate, a later map entry
-// replacing an earlier one with the same key.
+// replacing an earlier one with the same key. It refuses a few pods that
+// k8s.io/api accepts: a labels or annotations entry whose key or value has
+// another wire type or runs past the entry, which the generated code reads
+// anyway; and what protowire refuses where the generated code is loose: a
+// varint of more than 64 bits, a field number beyond int32, an end-group
+// marker that does not match its start, groups nested deeper than
+// protowire.DefaultRecursionLimit.
 func decodePod(b []byte) (podFields, error) {
 	var d podDecoder
 	m := message{b: b}
