@@ -124,7 +124,8 @@ func (p Pod) objectMeta() []byte {
 		ob = appendString(ob, ownerName, o.Name)
 		ob = appendString(ob, ownerUID, o.UID)
 		ob = appendString(ob, ownerAPIVersion, o.APIVersion)
-		// Always set, false too, as the kubelet's owners say.
+		// Written false too: a client reads controller false, not
+		// unset, as from the pods the fake built with k8s.io/api.
 		ob = protowire.AppendTag(ob, ownerController, protowire.VarintType)
 		ob = protowire.AppendVarint(ob, protowire.EncodeBool(o.Controller))
 		b = appendMessage(b, metaOwnerReferences, ob)
