@@ -155,7 +155,8 @@ func FuzzPodResources(f *testing.F) {
 // FuzzPodsAPIEvent applies hostile Pods API events (a v1.Pod in protobuf,
 // as the kubelet sends it) to an empty cache. An added pod with a UID is
 // found by UID and by name with the metadata it came with; deleting it
-// leaves the cache empty.
+// leaves the cache empty. What decodes is decodePod's to say, checked
+// against k8s.io/api by FuzzDecodePod.
 func FuzzPodsAPIEvent(f *testing.F) {
 	for _, fx := range loadFixtures(f) {
 		for _, p := range fx.Pods {
@@ -184,31 +185,32 @@ func FuzzPodsAPIEvent(f *testing.F) {
 		s := &PodsAPISource{podCache: newPodCache()}
 		ev := &podsv1alpha1.WatchPodsEvent{Type: podsv1alpha1.EventType(typ), Pod: raw}
 		err := s.apply(ev, 1)
-		var pod corev1.Pod
-		decoded := pod.Unmarshal(raw) == nil
+		pod, decodeErr := decodePod(raw)
+		decoded := decodeErr == nil
+		uid := pod.meta.UID
 		added := ev.GetType() == podsv1alpha1.EventType_ADDED || ev.GetType() == podsv1alpha1.EventType_MODIFIED
-		if !added || !decoded || pod.UID == "" {
-			if err == nil && ev.GetType() != podsv1alpha1.EventType_DELETED && ev.GetType() != podsv1alpha1.EventType_INITIAL_SYNC_COMPLETE && decoded && pod.UID != "" {
+		if !added || !decoded || uid == "" {
+			if err == nil && ev.GetType() != podsv1alpha1.EventType_DELETED && ev.GetType() != podsv1alpha1.EventType_INITIAL_SYNC_COMPLETE && decoded && uid != "" {
 				t.Fatalf("event type %d accepted", typ)
 			}
 			if s.len() != 0 {
-				t.Fatalf("%d pods cached from event %v (decoded %v, uid %q)", s.len(), ev.GetType(), decoded, pod.UID)
+				t.Fatalf("%d pods cached from event %v (decoded %v, uid %q)", s.len(), ev.GetType(), decoded, uid)
 			}
 			return
 		}
 		if err != nil {
 			t.Fatalf("a decodable pod was refused: %v", err)
 		}
-		uid := string(pod.UID)
+		ns, name := pod.meta.Namespace, pod.meta.Name
 		m, ok := s.PodByUID(uid)
-		if !ok || m.Namespace != pod.Namespace || m.Name != pod.Name || m.UID != uid || len(m.Containers) != len(pod.Spec.Containers) {
+		if !ok || m.Namespace != ns || m.Name != name || m.UID != uid || len(m.Containers) != len(pod.containers) {
 			t.Fatalf("PodByUID(%q) = %+v, %v", uid, m, ok)
 		}
-		if m.WorkloadKind == "" || m.Workload == "" && pod.Name != "" {
-			t.Fatalf("pod %s/%s has workload %q of kind %q", pod.Namespace, pod.Name, m.Workload, m.WorkloadKind)
+		if m.WorkloadKind == "" || m.Workload == "" && name != "" {
+			t.Fatalf("pod %s/%s has workload %q of kind %q", ns, name, m.Workload, m.WorkloadKind)
 		}
-		if byName, ok := s.Pod(pod.Namespace, pod.Name); !ok || byName.UID != uid {
-			t.Fatalf("Pod(%q, %q) = %+v, %v", pod.Namespace, pod.Name, byName, ok)
+		if byName, ok := s.Pod(ns, name); !ok || byName.UID != uid {
+			t.Fatalf("Pod(%q, %q) = %+v, %v", ns, name, byName, ok)
 		}
 		if err := s.apply(&podsv1alpha1.WatchPodsEvent{Type: podsv1alpha1.EventType_DELETED, Pod: raw}, 2); err != nil {
 			t.Fatal(err)

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	corev1 "k8s.io/api/core/v1"
 	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
 )
 
@@ -164,52 +161,18 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 		s.podCache.sweep(generation)
 		return nil
 	}
-	var pod corev1.Pod
-	if err := pod.Unmarshal(ev.GetPod()); err != nil {
+	pod, err := decodePod(ev.GetPod())
+	if err != nil {
 		return fmt.Errorf("%s event: decoding pod: %w", ev.GetType(), err)
 	}
 	switch ev.GetType() {
 	case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
-		ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-		s.podCache.upsert(objectMetaOf(&pod.ObjectMeta), pod.Status.PodIP, containerMeta(&pod), ended, generation)
+		ended := pod.phase == phaseSucceeded || pod.phase == phaseFailed
+		s.podCache.upsert(&pod.meta, pod.podIP, pod.containers, ended, generation)
 	case podsv1alpha1.EventType_DELETED:
-		s.podCache.remove(string(pod.UID))
+		s.podCache.remove(pod.meta.UID)
 	default:
-		return fmt.Errorf("unknown event type %v for pod %s/%s", ev.GetType(), pod.Namespace, pod.Name)
+		return fmt.Errorf("unknown event type %v for pod %s/%s", ev.GetType(), pod.meta.Namespace, pod.meta.Name)
 	}
 	return nil
-}
-
-// containerMeta lists the containers of pod with their runtime IDs, init
-// and ephemeral containers too: pod-resources lists a restartable init
-// container (a sidecar, KEP-753) under its name with its devices while its
-// status is in initContainerStatuses; a one-off init container may run on
-// a device its app containers are given after it; an ephemeral container
-// (kubectl debug), whose status is in ephemeralContainerStatuses alone,
-// holds no device but may run on its pod's, and is then no holder. Names
-// are unique across the three lists (core/v1 validation).
-func containerMeta(pod *corev1.Pod) []ContainerMeta {
-	st := pod.Status
-	ids := make(map[string]string, len(st.InitContainerStatuses)+len(st.ContainerStatuses)+len(st.EphemeralContainerStatuses))
-	for _, statuses := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses} {
-		for _, st := range statuses {
-			// "<runtime>://<id>" (k8s.io/api core/v1 ContainerStatus.ContainerID).
-			if _, id, ok := strings.Cut(st.ContainerID, "://"); ok {
-				ids[st.Name] = id
-			}
-		}
-	}
-	containers := slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers)
-	for _, e := range pod.Spec.EphemeralContainers {
-		containers = append(containers, corev1.Container(e.EphemeralContainerCommon))
-	}
-	out := make([]ContainerMeta, 0, len(containers))
-	for _, c := range containers {
-		cm := ContainerMeta{Name: c.Name, Image: c.Image, ID: ids[c.Name]}
-		for _, p := range c.Ports {
-			cm.Ports = append(cm.Ports, p.ContainerPort)
-		}
-		out = append(out, cm)
-	}
-	return out
 }

@@ -15,10 +15,6 @@ import (
 	"slices"
 
 	"gopkg.in/yaml.v3"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Fixture is the node the fake kubelet serves.
@@ -156,8 +152,8 @@ func (p Pod) validate() error {
 	if p.Namespace == "" || p.Name == "" || p.UID == "" {
 		return fmt.Errorf("pod %s/%s: namespace, name and uid are required", p.Namespace, p.Name)
 	}
-	switch corev1.PodPhase(p.Phase) {
-	case "", corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown:
+	switch p.Phase {
+	case "", phasePending, phaseRunning, phaseSucceeded, phaseFailed, phaseUnknown:
 	default:
 		return fmt.Errorf("pod %s/%s: phase %q is not Pending, Running, Succeeded, Failed or Unknown", p.Namespace, p.Name, p.Phase)
 	}
@@ -190,71 +186,6 @@ func ContainerID(podUID, container string) string {
 	h := fnv.New64a()
 	h.Write([]byte(podUID + "/" + container))
 	return fmt.Sprintf("%048x%016x", 0, h.Sum64())
-}
-
-// corePod is the pod as the kubelet Pods API sends it. Each container's
-// limits count its devices per resource, as its spec would request them.
-func (p Pod) corePod(node string) *corev1.Pod {
-	pod := &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   p.Namespace,
-			Name:        p.Name,
-			UID:         types.UID(p.UID),
-			Labels:      p.Labels,
-			Annotations: p.Annotations,
-		},
-		Spec:   corev1.PodSpec{NodeName: node},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP},
-	}
-	if p.Phase != "" {
-		pod.Status.Phase = corev1.PodPhase(p.Phase)
-	}
-	for _, o := range p.OwnerReferences {
-		controller := o.Controller
-		pod.OwnerReferences = append(pod.OwnerReferences, metav1.OwnerReference{
-			APIVersion: o.APIVersion,
-			Kind:       o.Kind,
-			Name:       o.Name,
-			UID:        types.UID(o.UID),
-			Controller: &controller,
-		})
-	}
-	for _, c := range p.Containers {
-		status := corev1.ContainerStatus{
-			Name: c.Name, Ready: true, ContainerID: "containerd://" + ContainerID(p.UID, c.Name),
-		}
-		ctr := corev1.Container{Name: c.Name, Image: c.Image}
-		if ctr.Image == "" {
-			ctr.Image = "registry.example/" + c.Name + ":latest"
-		}
-		for _, port := range c.Ports {
-			ctr.Ports = append(ctr.Ports, corev1.ContainerPort{ContainerPort: port, Protocol: corev1.ProtocolTCP})
-		}
-		for _, d := range c.Devices {
-			if ctr.Resources.Limits == nil {
-				ctr.Resources.Limits = corev1.ResourceList{}
-			}
-			q := ctr.Resources.Limits[corev1.ResourceName(d.Resource)]
-			q.Add(*resource.NewQuantity(int64(len(d.IDs)), resource.DecimalSI))
-			ctr.Resources.Limits[corev1.ResourceName(d.Resource)] = q
-		}
-		if c.Ephemeral {
-			pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(ctr)})
-			pod.Status.EphemeralContainerStatuses = append(pod.Status.EphemeralContainerStatuses, status)
-			continue
-		}
-		if c.Sidecar {
-			always := corev1.ContainerRestartPolicyAlways
-			ctr.RestartPolicy = &always
-			pod.Spec.InitContainers = append(pod.Spec.InitContainers, ctr)
-			pod.Status.InitContainerStatuses = append(pod.Status.InitContainerStatuses, status)
-			continue
-		}
-		pod.Spec.Containers = append(pod.Spec.Containers, ctr)
-		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, status)
-	}
-	return pod
 }
 
 // clone deep-copies a fixture so that the server owns its state.

@@ -266,15 +266,7 @@ func (s *Server) unsubscribe(w *watcher) {
 }
 
 func (s *Server) broadcastLocked(t podsv1alpha1.EventType, p Pod) {
-	b, err := p.corePod(s.node).Marshal()
-	if err != nil {
-		// A fixture pod always marshals; if one ever does not, watchers
-		// must re-sync rather than silently miss it.
-		for w := range s.watchers {
-			s.dropLocked(w)
-		}
-		return
-	}
+	b := p.protobuf(s.node)
 	for w := range s.watchers {
 		select {
 		case w.events <- &podsv1alpha1.WatchPodsEvent{Type: t, Pod: b}:

@@ -117,11 +117,7 @@ func (p *podsService) ListPods(ctx context.Context, _ *podsv1alpha1.ListPodsRequ
 	node, pods, _ := p.s.snapshot()
 	resp := &podsv1alpha1.ListPodsResponse{}
 	for _, pod := range pods {
-		b, err := pod.corePod(node).Marshal()
-		if err != nil {
-			return nil, status.Errorf(codes.Internal, "marshalling pod %s/%s: %v", pod.Namespace, pod.Name, err)
-		}
-		resp.Pods = append(resp.Pods, b)
+		resp.Pods = append(resp.Pods, pod.protobuf(node))
 	}
 	return resp, nil
 }
@@ -133,11 +129,7 @@ func (p *podsService) GetPod(ctx context.Context, req *podsv1alpha1.GetPodReques
 	node, pods, _ := p.s.snapshot()
 	for _, pod := range pods {
 		if pod.UID == req.GetPodUID() {
-			b, err := pod.corePod(node).Marshal()
-			if err != nil {
-				return nil, status.Errorf(codes.Internal, "marshalling pod %s/%s: %v", pod.Namespace, pod.Name, err)
-			}
-			return &podsv1alpha1.GetPodResponse{Pod: b}, nil
+			return &podsv1alpha1.GetPodResponse{Pod: pod.protobuf(node)}, nil
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "pod with UID %s not found", req.GetPodUID())
@@ -149,11 +141,7 @@ func (p *podsService) WatchPods(_ *podsv1alpha1.WatchPodsRequest, stream podsv1a
 	w, node, pods := p.s.subscribe()
 	defer p.s.unsubscribe(w)
 	for _, pod := range pods {
-		b, err := pod.corePod(node).Marshal()
-		if err != nil {
-			return status.Errorf(codes.Internal, "marshalling pod %s/%s: %v", pod.Namespace, pod.Name, err)
-		}
-		if err := stream.Send(&podsv1alpha1.WatchPodsEvent{Type: podsv1alpha1.EventType_ADDED, Pod: b}); err != nil {
+		if err := stream.Send(&podsv1alpha1.WatchPodsEvent{Type: podsv1alpha1.EventType_ADDED, Pod: pod.protobuf(node)}); err != nil {
 			return err
 		}
 	}
