@@ -43,7 +43,7 @@ type fakeAPIServer struct {
 	// fullPods serves whole Pods, as a server that ignores as= does.
 	fullPods bool
 	requests int
-	lists    []string // the continue token of each list request
+	lists    []string // the resourceVersion and continue of each list request
 	watches  []string // the resourceVersion of each watch request
 	closed   chan struct{}
 }
@@ -210,7 +210,11 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lists = append(f.lists, q.Get("continue"))
+	f.lists = append(f.lists, fmt.Sprintf("rv=%s continue=%s", q.Get("resourceVersion"), q.Get("continue")))
+	if q.Get("continue") != "" && q.Get("resourceVersion") != "" {
+		// As the API server refuses it.
+		f.t.Errorf("list %s: a resourceVersion with a continue token", r.URL)
+	}
 	uids := make([]string, 0, len(f.pods))
 	for uid := range f.pods {
 		uids = append(uids, string(uid))
@@ -421,8 +425,10 @@ func TestAPIServerSourceListPages(t *testing.T) {
 	s := startAPIServerSource(t, f)
 	eventually(t, "the list", func() bool { return s.Healthy() == nil && s.podCache.len() == 5 })
 	lists, watches := f.counts()
-	if want := []string{"", "2", "4"}; !slices.Equal(lists, want) {
-		t.Errorf("list requests with continue %q, want %q", lists, want)
+	// The first page from the watch cache, at any version; the others
+	// continue it.
+	if want := []string{"rv=0 continue=", "rv= continue=2", "rv= continue=4"}; !slices.Equal(lists, want) {
+		t.Errorf("list requests %q, want %q", lists, want)
 	}
 	eventually(t, "the watch", func() bool { _, w := f.counts(); return len(w) > 0 })
 	_, watches = f.counts()
@@ -446,9 +452,10 @@ func TestAPIServerSourceGoneRelists(t *testing.T) {
 	if _, ok := s.Pod("a", "stays"); !ok {
 		t.Error("the pod still there was dropped")
 	}
+	// After 410 Gone, the newest: a consistent read.
 	lists, watches := f.counts()
-	if len(lists) != 2 {
-		t.Errorf("%d lists, want 2: the first and one after 410 Gone", len(lists))
+	if want := []string{"rv=0 continue=", "rv= continue="}; !slices.Equal(lists, want) {
+		t.Errorf("list requests %q, want %q", lists, want)
 	}
 	eventually(t, "a watch from the new list", func() bool { _, watches = f.counts(); return len(watches) == 2 })
 	if watches[1] != "3" {
@@ -511,8 +518,10 @@ func TestAPIServerSourceMalformedEvent(t *testing.T) {
 	f.send("not json\n")
 	eventually(t, "the error", func() bool { return s.Healthy() != nil })
 	eventually(t, "recovery", func() bool { return s.Healthy() == nil })
-	if lists, _ := f.counts(); len(lists) != 3 {
-		t.Errorf("%d lists, want 3: the first and one after each bad event", len(lists))
+	// The first, and one after each bad event from the last resource
+	// version seen.
+	if lists, _ := f.counts(); !slices.Equal(lists, []string{"rv=0 continue=", "rv=1 continue=", "rv=2 continue="}) {
+		t.Errorf("list requests %q, want the first and one after each bad event, not older than the last version seen", lists)
 	}
 }
 

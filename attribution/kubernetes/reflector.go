@@ -117,11 +117,14 @@ func (r *reflector) close() {
 func (r *reflector) run(ctx context.Context) {
 	defer close(r.done)
 	backoff := minBackoff
-	// wait sleeps for the backoff, jittered to between half and all of
-	// it, and doubles it.
-	wait := func() {
+	// delay is the backoff jittered to between half and all of it, and
+	// doubles it for the next failure in a row.
+	delay := func() time.Duration {
 		d := backoff/2 + rand.N(backoff/2)
 		backoff = min(2*backoff, maxBackoff)
+		return d
+	}
+	sleep := func(d time.Duration) {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -131,23 +134,32 @@ func (r *reflector) run(ctx context.Context) {
 	}
 	fail := func(err error) {
 		r.record(err)
+		d := delay()
 		// At every retry: the resolver logs the source's failure and
 		// recovery once each (Healthy), where a warning a retry was
 		// two lines a minute for as long as RBAC was missing
 		// (probe14-k8s D4).
-		r.logger.Debug(r.what+" failed, retrying", "err", err, "retry_in_max", backoff)
-		wait()
+		r.logger.Debug(r.what+" failed, retrying", "err", err, "retry_in", d)
+		sleep(d)
 	}
-	var rv string // empty: list first
+	// rv is the last resource version seen; listed says the store holds
+	// the collection at rv, to be watched from there.
+	var rv string
+	listed := false
 	for ctx.Err() == nil {
-		if rv == "" {
-			var err error
-			if rv, err = r.list(ctx); err != nil {
+		if !listed {
+			from, err := r.list(ctx, rv)
+			if err != nil {
+				// The version asked for may be what failed (gone,
+				// or ahead of the server's cache): the next list
+				// asks for the newest.
+				rv = ""
 				if ctx.Err() == nil {
 					fail(err)
 				}
 				continue
 			}
+			rv, listed = from, true
 			r.record(nil)
 			r.listed.Store(true)
 		}
@@ -159,9 +171,7 @@ func (r *reflector) run(ctx context.Context) {
 			backoff = minBackoff
 		}
 		rv = next
-		if relist {
-			rv = ""
-		}
+		listed = !relist
 		switch {
 		case err == nil:
 			// Ended by the server at its timeoutSeconds: watch again.
@@ -171,8 +181,9 @@ func (r *reflector) run(ctx context.Context) {
 			// changes). List again, at once when the watch had
 			// delivered something, else after the backoff.
 			r.logger.Debug(r.what+": resource version gone, listing again", "err", err)
+			rv = ""
 			if !delivered {
-				wait()
+				sleep(delay())
 			}
 		default:
 			fail(err)
@@ -186,9 +197,20 @@ func (r *reflector) run(ctx context.Context) {
 // The pages of one list are one snapshot, at the first page's resource
 // version; a continue token that has expired is a 410 Gone, and the list
 // starts over after the backoff.
-func (r *reflector) list(ctx context.Context) (string, error) {
+//
+// The first page asks for data not older than the last resource version
+// seen, and for any ("0") before one was: the API server's watch cache
+// can answer both, where a list without a resource version (after 410
+// Gone) is a consistent read ("Resource versions", Kubernetes API
+// concepts; client-go's reflector, relistResourceVersion, asks the same).
+// The pages after it carry no resource version, which the server refuses
+// beside a continue token (client-go tools/pager, ListPager.List).
+func (r *reflector) list(ctx context.Context, rv string) (string, error) {
+	if rv == "" && !r.listed.Load() {
+		rv = "0"
+	}
 	var items []json.RawMessage
-	var rv, cont string
+	var cont string
 	var size int
 	for pages := 0; ; pages++ {
 		if pages == maxListPages {
@@ -200,6 +222,8 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 		}
 		if cont != "" {
 			q.Set("continue", cont)
+		} else if rv != "" {
+			q.Set("resourceVersion", rv)
 		}
 		var page struct {
 			Metadata struct {
