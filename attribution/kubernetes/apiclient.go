@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -43,9 +44,12 @@ const (
 const tokenReread = time.Minute
 
 // serviceAccountDir holds the pod's service account token and the cluster's
-// CA certificate ("Accessing the Kubernetes API from a Pod", Kubernetes
-// docs: "/var/run/secrets/kubernetes.io/serviceaccount/token" and "ca.crt"
-// beside it). A variable for the tests.
+// CA certificates ("Accessing the Kubernetes API from a Pod", Kubernetes
+// docs, "Directly accessing the REST API": the token "at
+// /var/run/secrets/kubernetes.io/serviceaccount/token"; "If available, a
+// certificate bundle is placed [...] at
+// /var/run/secrets/kubernetes.io/serviceaccount/ca.crt"). A variable for
+// the tests.
 var serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // apiConfig is how to reach the API server: what the exporter reads of a
@@ -63,12 +67,13 @@ type apiConfig struct {
 	Proxy *url.URL
 }
 
-// inClusterConfig is the configuration of a pod's service account
-// ("Accessing the Kubernetes API from a Pod", "Directly accessing the REST
-// API": the API server at KUBERNETES_SERVICE_HOST and
-// KUBERNETES_SERVICE_PORT, the token and ca.crt of the service account
-// directory), or nil, nil outside a cluster, as client-go's
-// rest.InClusterConfig tells by the same two variables.
+// inClusterConfig is the configuration of a pod's service account: the
+// API server at KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (the
+// kubernetes Service's environment variables, which client-go's
+// rest.InClusterConfig reads; the docs name its _HTTPS port, the same
+// 443), the token, and ca.crt when it is there, else the system's roots
+// as client-go does. Outside a cluster, without the variables, it is
+// nil, nil.
 func inClusterConfig() (*apiConfig, error) {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
@@ -79,7 +84,7 @@ func inClusterConfig() (*apiConfig, error) {
 		return nil, fmt.Errorf("in-cluster configuration: %w", err)
 	}
 	pool, err := readCAFile(filepath.Join(serviceAccountDir, "ca.crt"))
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("in-cluster configuration: %w", err)
 	}
 	return &apiConfig{

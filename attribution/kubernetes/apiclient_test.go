@@ -334,8 +334,13 @@ func TestInClusterConfig(t *testing.T) {
 		t.Errorf("without a token: %v", err)
 	}
 	writeFile(t, filepath.Join(dir, "token"), []byte("sa-token"))
-	if _, err := inClusterConfig(); err == nil || !strings.Contains(err.Error(), "certificate authority "+filepath.Join(dir, "ca.crt")) {
-		t.Errorf("without a CA: %v", err)
+	// ca.crt is there "if available": else the system's roots.
+	if cfg, err := inClusterConfig(); err != nil || cfg.TLS == nil || cfg.TLS.RootCAs != nil {
+		t.Errorf("without ca.crt: %+v, %v; want TLS with the system's roots", cfg, err)
+	}
+	writeFile(t, filepath.Join(dir, "ca.crt"), []byte("not a certificate"))
+	if _, err := inClusterConfig(); err == nil || !strings.Contains(err.Error(), "certificate authority "+filepath.Join(dir, "ca.crt")+": no PEM certificate in it") {
+		t.Errorf("with a ca.crt that is no certificate: %v", err)
 	}
 	writeFile(t, filepath.Join(dir, "ca.crt"), ca.certPEM)
 	for _, tt := range []struct{ host, want string }{
