@@ -1,40 +1,41 @@
 package kubernetes
 
 import (
-	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
-
-	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
+	"time"
 )
-
-var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
 var errNotListed = errors.New("API server pod list has not completed yet")
 
+// Metadata-only pods: the server answers these with
+// meta.k8s.io/v1 PartialObjectMetadataList and PartialObjectMetadata, the
+// objects' metadata alone, as client-go's metadata client asks for them
+// (k8s.io/client-go/metadata/metadata.go, whose Client "uses the
+// meta.k8s.io/v1 PartialObjectMetadata resource to more efficiently
+// retrieve just the necessary metadata"). The media type parameters
+// as, g and v pick the representation, and plain application/json after
+// it is the fallback of a server that has none: whole Pods, whose
+// metadata is the same JSON (Kubernetes API concepts, "Receiving resources
+// as Tables": "specify multiple content types in their Accept header to
+// support fallback").
+const (
+	partialListAccept   = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+	partialObjectAccept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
+
 // APIServerSource keeps pod metadata from a watch of this node's pods
 // through the API server. It asks for metadata only (PartialObjectMetadata:
-// no specs, no status), which needs RBAC for pods get, list and watch and
+// no specs, no status), which needs RBAC for pods list and watch and
 // nothing else. Metadata carries no spec.nodeName, so the node is selected
 // by a field selector on the list and watch requests themselves.
 type APIServerSource struct {
-	node   string
-	logger *slog.Logger
+	node string
 	*podCache
-	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
-	done     chan struct{}
+	reflector *reflector
 
 	mu      sync.Mutex
 	lastErr error
@@ -43,72 +44,25 @@ type APIServerSource struct {
 // StartAPIServerSource starts a metadata-only watch of the pods on node.
 // It returns at once; until the first list completes, Healthy reports an
 // error.
-func StartAPIServerSource(cfg *rest.Config, node string, logger *slog.Logger) (*APIServerSource, error) {
+func StartAPIServerSource(cfg *apiConfig, node string, logger *slog.Logger) (*APIServerSource, error) {
 	if node == "" {
 		return nil, errors.New("API server pod watch: no node name")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	cfg = rest.CopyConfig(cfg)
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "xpu_exporter"
-	}
-	client, err := metadata.NewForConfig(cfg)
+	client, err := newAPIClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("API server client for %s: %w", cfg.Host, err)
+		return nil, err
 	}
-	s := &APIServerSource{
-		node:     node,
-		logger:   logger,
-		podCache: newPodCache(),
-		done:     make(chan struct{}),
-		lastErr:  errNotListed,
+	s := &APIServerSource{node: node, podCache: newPodCache(), lastErr: errNotListed}
+	pods := collection{
+		path:          "/api/v1/pods",
+		fieldSelector: "spec.nodeName=" + node,
+		listAccept:    partialListAccept,
+		watchAccept:   partialObjectAccept,
 	}
-	pods := client.Resource(podsResource)
-	selector := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			list, err := pods.List(ctx, opts)
-			s.record(err)
-			return list, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = selector
-			w, err := pods.Watch(ctx, opts)
-			s.record(err)
-			return w, err
-		},
-	}
-	s.informer = cache.NewSharedIndexInformer(
-		cache.ToListWatcherWithWatchListSemantics(lw, client),
-		&metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
-	if err := s.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		s.record(err)
-		// At every retry of client-go's backoff: the resolver logs the
-		// source's failure and its recovery once each (Healthy), where
-		// this logged two lines a minute for as long as RBAC was missing
-		// (probe14-k8s D4).
-		logger.Debug("Pod metadata watch failed, retrying", "err", err)
-	}); err != nil {
-		return nil, fmt.Errorf("API server pod watch: %w", err)
-	}
-	if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.upsert,
-		UpdateFunc: func(_, obj any) { s.upsert(obj) },
-		DeleteFunc: s.delete,
-	}); err != nil {
-		return nil, fmt.Errorf("API server pod watch: %w", err)
-	}
-	// client-go logs through klog; give this informer the exporter's logger.
-	ctx := klog.NewContext(context.Background(), logr.FromSlogHandler(logger.Handler()))
-	ctx, cancel := context.WithCancel(ctx)
-	s.cancel = cancel
-	go func() {
-		defer close(s.done)
-		s.informer.RunWithContext(ctx)
-	}()
+	s.reflector = startReflector(client, pods, &podStore{cache: s.podCache}, s.record, logger, "Pod metadata watch")
 	return s, nil
 }
 
@@ -121,7 +75,7 @@ func (s *APIServerSource) Healthy() error {
 	s.mu.Lock()
 	err := s.lastErr
 	s.mu.Unlock()
-	if !s.informer.HasSynced() && err == nil {
+	if !s.reflector.hasListed() && err == nil {
 		return errNotListed
 	}
 	return err
@@ -129,8 +83,7 @@ func (s *APIServerSource) Healthy() error {
 
 // Close stops the watch and waits for it to end.
 func (s *APIServerSource) Close() error {
-	s.cancel()
-	<-s.done
+	s.reflector.close()
 	return nil
 }
 
@@ -143,35 +96,96 @@ func (s *APIServerSource) record(err error) {
 	s.lastErr = err
 }
 
-func (s *APIServerSource) upsert(obj any) {
-	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		s.podCache.upsert(objectMetaOf(&m.ObjectMeta), "", nil, false, 0)
-	}
+// podStore keeps the pods a reflector reads in the cache. Each list is a
+// generation: the pods no list since has reported are swept.
+type podStore struct {
+	cache      *podCache
+	generation uint64
 }
 
-func (s *APIServerSource) delete(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
+func (p *podStore) replace(objects []json.RawMessage) error {
+	metas := make([]*objectMeta, 0, len(objects))
+	for _, raw := range objects {
+		m, err := decodeObjectMeta(raw)
+		if err != nil {
+			return err
+		}
+		metas = append(metas, m)
 	}
-	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		s.podCache.remove(string(m.UID))
+	p.generation++
+	for _, m := range metas {
+		p.cache.upsert(m, "", nil, false, p.generation)
 	}
+	p.cache.sweep(p.generation)
+	return nil
 }
 
-// objectMetaOf is what the exporter reads of m.
-func objectMetaOf(m *metav1.ObjectMeta) *objectMeta {
-	owners := make([]Owner, 0, len(m.OwnerReferences))
-	for _, o := range m.OwnerReferences {
-		owners = append(owners, Owner{
+func (p *podStore) update(raw json.RawMessage) error {
+	m, err := decodeObjectMeta(raw)
+	if err != nil {
+		return err
+	}
+	p.cache.upsert(m, "", nil, false, p.generation)
+	return nil
+}
+
+func (p *podStore) remove(raw json.RawMessage) error {
+	m, err := decodeObjectMeta(raw)
+	if err != nil {
+		return err
+	}
+	p.cache.remove(m.UID)
+	return nil
+}
+
+// wireObjectMeta is what the exporter reads of an object's metadata, by
+// the JSON names of k8s.io/apimachinery's ObjectMeta and OwnerReference
+// (pkg/apis/meta/v1/types.go).
+type wireObjectMeta struct {
+	Metadata struct {
+		Namespace         string            `json:"namespace"`
+		Name              string            `json:"name"`
+		UID               string            `json:"uid"`
+		Labels            map[string]string `json:"labels"`
+		Annotations       map[string]string `json:"annotations"`
+		CreationTimestamp string            `json:"creationTimestamp"`
+		OwnerReferences   []struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Name       string `json:"name"`
+			Controller *bool  `json:"controller"`
+		} `json:"ownerReferences"`
+	} `json:"metadata"`
+}
+
+// decodeObjectMeta reads the metadata of a pod, whole or partial.
+func decodeObjectMeta(raw json.RawMessage) (*objectMeta, error) {
+	var w wireObjectMeta
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return nil, fmt.Errorf("pod metadata: %w", err)
+	}
+	md := &w.Metadata
+	m := &objectMeta{
+		Namespace: md.Namespace, Name: md.Name, UID: md.UID,
+		Labels: md.Labels, Annotations: md.Annotations,
+		Owners: make([]Owner, 0, len(md.OwnerReferences)),
+	}
+	for _, o := range md.OwnerReferences {
+		m.Owners = append(m.Owners, Owner{
 			APIVersion: o.APIVersion,
 			Kind:       o.Kind,
 			Name:       o.Name,
 			Controller: o.Controller != nil && *o.Controller,
 		})
 	}
-	return &objectMeta{
-		Namespace: m.Namespace, Name: m.Name, UID: string(m.UID),
-		Labels: m.Labels, Annotations: m.Annotations,
-		Owners: owners, Created: m.CreationTimestamp.Time,
+	// metav1.Time is RFC 3339 in JSON, at a second's precision
+	// (pkg/apis/meta/v1/time.go, MarshalJSON).
+	if md.CreationTimestamp != "" {
+		t, err := time.Parse(time.RFC3339, md.CreationTimestamp)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: creationTimestamp: %w", md.Namespace, md.Name, err)
+		}
+		m.Created = t
 	}
+	return m, nil
 }

@@ -2,50 +2,64 @@ package kubernetes
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 // fakeAPIServer speaks just enough of the API server's pod list and watch,
-// in JSON, to serve client-go's metadata informer: plain lists, watches from
-// a resource version, and watch-lists (sendInitialEvents) that end their
-// replay with the initial-events-end bookmark.
+// in JSON, as the Kubernetes API concepts page describes them: lists in
+// pages (limit, continue), watches from a resource version that replay the
+// changes after it, ERROR events with a Status, BOOKMARK events.
 type fakeAPIServer struct {
 	t        *testing.T
 	node     string
 	srv      *httptest.Server
 	mu       sync.Mutex
 	rv       int
-	pods     map[types.UID]metav1.PartialObjectMetadata
-	history  []watchEvent
-	watchers map[chan watchEvent]struct{}
+	pods     map[types.UID]metav1.ObjectMeta
+	history  []fakeEvent
+	watchers map[chan []byte]struct{}
 	failing  bool
+	// compacted is the resource version the history starts after: a
+	// watch from before it is answered 410 Gone.
+	compacted int
+	// pageSize, when set, is the most items a list page holds,
+	// whatever limit asks.
+	pageSize int
+	// fullPods serves whole Pods, as a server that ignores as= does.
+	fullPods bool
 	requests int
+	lists    []string // the resourceVersion and continue of each list request
+	watches  []string // the resourceVersion of each watch request
 	closed   chan struct{}
 }
 
-type watchEvent struct {
-	Type   string                       `json:"type"`
-	Object metav1.PartialObjectMetadata `json:"object"`
+type fakeEvent struct {
+	rv  int
+	typ string
+	obj metav1.ObjectMeta
 }
 
 func newFakeAPIServer(t *testing.T, node string) *fakeAPIServer {
 	f := &fakeAPIServer{
 		t:        t,
 		node:     node,
-		pods:     map[types.UID]metav1.PartialObjectMetadata{},
-		watchers: map[chan watchEvent]struct{}{},
+		pods:     map[types.UID]metav1.ObjectMeta{},
+		watchers: map[chan []byte]struct{}{},
 		closed:   make(chan struct{}),
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
@@ -56,7 +70,7 @@ func newFakeAPIServer(t *testing.T, node string) *fakeAPIServer {
 	return f
 }
 
-func (f *fakeAPIServer) config() *rest.Config { return &rest.Config{Host: f.srv.URL} }
+func (f *fakeAPIServer) config() *apiConfig { return &apiConfig{Host: f.srv.URL} }
 
 func (f *fakeAPIServer) setFailing(failing bool) {
 	f.mu.Lock()
@@ -74,36 +88,86 @@ func (f *fakeAPIServer) put(m metav1.ObjectMeta) {
 	}
 	f.rv++
 	m.ResourceVersion = strconv.Itoa(f.rv)
-	obj := partial(m)
-	f.pods[m.UID] = obj
-	f.emitLocked(watchEvent{Type: typ, Object: obj})
+	f.pods[m.UID] = m
+	f.emitLocked(fakeEvent{rv: f.rv, typ: typ, obj: m})
 }
 
 func (f *fakeAPIServer) remove(uid types.UID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	obj, ok := f.pods[uid]
+	m, ok := f.pods[uid]
 	if !ok {
 		return
 	}
 	delete(f.pods, uid)
 	f.rv++
-	obj.ResourceVersion = strconv.Itoa(f.rv)
-	f.emitLocked(watchEvent{Type: "DELETED", Object: obj})
+	m.ResourceVersion = strconv.Itoa(f.rv)
+	f.emitLocked(fakeEvent{rv: f.rv, typ: "DELETED", obj: m})
 }
 
-func (f *fakeAPIServer) emitLocked(ev watchEvent) {
+func (f *fakeAPIServer) emitLocked(ev fakeEvent) {
 	f.history = append(f.history, ev)
+	f.sendLocked(f.eventLine(ev.typ, f.object(ev.obj)))
+}
+
+// sendLocked writes line to every open watch.
+func (f *fakeAPIServer) sendLocked(line []byte) {
 	for w := range f.watchers {
-		w <- ev
+		w <- line
 	}
 }
 
-func partial(m metav1.ObjectMeta) metav1.PartialObjectMetadata {
+// send writes line, as it is, to every open watch.
+func (f *fakeAPIServer) send(line string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sendLocked([]byte(line))
+}
+
+// compact forgets the history up to now and deletes uid without an
+// event, as if the DELETED had been compacted away while no watch was
+// open; open watches are sent 410 Gone.
+func (f *fakeAPIServer) compact(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pods, uid)
+	f.rv++
+	f.compacted = f.rv
+	f.history = nil
+	f.sendLocked(goneLine)
+}
+
+// closeWatches ends every open watch, as the server does at its
+// timeoutSeconds.
+func (f *fakeAPIServer) closeWatches() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sendLocked(nil)
+}
+
+var goneLine = []byte(`{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}` + "\n")
+
+func (f *fakeAPIServer) object(m metav1.ObjectMeta) any {
+	if f.fullPods {
+		return corev1.Pod{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: m,
+			Spec:       corev1.PodSpec{NodeName: f.node, Containers: []corev1.Container{{Name: "main", Image: "registry.example/main:1"}}},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7"},
+		}
+	}
 	return metav1.PartialObjectMetadata{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
 		ObjectMeta: m,
 	}
+}
+
+func (f *fakeAPIServer) eventLine(typ string, obj any) []byte {
+	b, err := json.Marshal(map[string]any{"type": typ, "object": obj})
+	if err != nil {
+		f.t.Error(err)
+	}
+	return append(b, '\n')
 }
 
 func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
@@ -116,52 +180,86 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	q := r.URL.Query()
 	// Metadata objects carry no spec.nodeName: every request must select
 	// the node itself, or the exporter would watch the whole cluster.
-	if got, want := r.URL.Query().Get("fieldSelector"), "spec.nodeName="+f.node; got != want {
+	if got, want := q.Get("fieldSelector"), "spec.nodeName="+f.node; got != want {
 		f.t.Errorf("request %s: fieldSelector %q, want %q", r.URL, got, want)
 		http.Error(w, "bad field selector", http.StatusBadRequest)
 		return
+	}
+	if got := r.Header.Get("User-Agent"); got != "xpu_exporter" {
+		f.t.Errorf("request %s: User-Agent %q", r.URL, got)
 	}
 	if failing {
 		http.Error(w, "unavailable", http.StatusServiceUnavailable)
 		return
 	}
-	if r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1" {
+	if q.Get("watch") == "true" {
+		if got, want := r.Header.Get("Accept"), "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"; got != want {
+			f.t.Errorf("watch Accept %q, want %q", got, want)
+		}
 		f.watch(w, r)
 		return
 	}
+	if got, want := r.Header.Get("Accept"), "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"; got != want {
+		f.t.Errorf("list Accept %q, want %q", got, want)
+	}
+	if got := q.Get("limit"); got != "500" {
+		f.t.Errorf("list limit %q, want 500", got)
+	}
 	f.mu.Lock()
-	list := metav1.PartialObjectMetadataList{
-		TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadataList"},
-		ListMeta: metav1.ListMeta{ResourceVersion: strconv.Itoa(f.rv)},
+	defer f.mu.Unlock()
+	f.lists = append(f.lists, fmt.Sprintf("rv=%s continue=%s", q.Get("resourceVersion"), q.Get("continue")))
+	if q.Get("continue") != "" && q.Get("resourceVersion") != "" {
+		// As the API server refuses it.
+		f.t.Errorf("list %s: a resourceVersion with a continue token", r.URL)
 	}
-	for _, p := range f.pods {
-		list.Items = append(list.Items, p)
+	uids := make([]string, 0, len(f.pods))
+	for uid := range f.pods {
+		uids = append(uids, string(uid))
 	}
-	f.mu.Unlock()
+	slices.Sort(uids)
+	from, _ := strconv.Atoi(q.Get("continue"))
+	to := len(uids)
+	if f.pageSize > 0 {
+		to = min(from+f.pageSize, len(uids))
+	}
+	kind, apiVersion := "PartialObjectMetadataList", "meta.k8s.io/v1"
+	if f.fullPods {
+		kind, apiVersion = "PodList", "v1"
+	}
+	meta := map[string]string{"resourceVersion": strconv.Itoa(f.rv)}
+	if to < len(uids) {
+		meta["continue"] = strconv.Itoa(to)
+	}
+	items := []any{}
+	for _, uid := range uids[from:to] {
+		items = append(items, f.object(f.pods[types.UID(uid)]))
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(list)
+	_ = json.NewEncoder(w).Encode(map[string]any{"kind": kind, "apiVersion": apiVersion, "metadata": meta, "items": items})
 }
 
 func (f *fakeAPIServer) watch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	events := make(chan watchEvent, 1024)
-	var replay []watchEvent
+	if q.Get("allowWatchBookmarks") != "true" {
+		f.t.Errorf("watch %s without allowWatchBookmarks=true", r.URL)
+	}
+	if s, err := strconv.Atoi(q.Get("timeoutSeconds")); err != nil || s < 300 || s >= 600 {
+		f.t.Errorf("watch %s: timeoutSeconds %q, want 300 to 599", r.URL, q.Get("timeoutSeconds"))
+	}
+	events := make(chan []byte, 1024)
+	var replay [][]byte
 	f.mu.Lock()
-	if q.Get("sendInitialEvents") == "true" {
-		for _, p := range f.pods {
-			replay = append(replay, watchEvent{Type: "ADDED", Object: p})
-		}
-		replay = append(replay, watchEvent{Type: "BOOKMARK", Object: partial(metav1.ObjectMeta{
-			ResourceVersion: strconv.Itoa(f.rv),
-			Annotations:     map[string]string{metav1.InitialEventsAnnotationKey: "true"},
-		})})
+	f.watches = append(f.watches, q.Get("resourceVersion"))
+	from, _ := strconv.Atoi(q.Get("resourceVersion"))
+	if from < f.compacted {
+		replay = append(replay, goneLine)
 	} else {
-		from, _ := strconv.Atoi(q.Get("resourceVersion"))
 		for _, ev := range f.history {
-			if rv, _ := strconv.Atoi(ev.Object.ResourceVersion); rv > from {
-				replay = append(replay, ev)
+			if ev.rv > from {
+				replay = append(replay, f.eventLine(ev.typ, f.object(ev.obj)))
 			}
 		}
 	}
@@ -175,10 +273,9 @@ func (f *fakeAPIServer) watch(w http.ResponseWriter, r *http.Request) {
 
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
 	flusher := w.(http.Flusher)
-	for _, ev := range replay {
-		if enc.Encode(ev) != nil {
+	for _, line := range replay {
+		if _, err := w.Write(line); err != nil {
 			return
 		}
 	}
@@ -189,13 +286,22 @@ func (f *fakeAPIServer) watch(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-f.closed:
 			return
-		case ev := <-events:
-			if enc.Encode(ev) != nil {
+		case line := <-events:
+			if line == nil {
+				return
+			}
+			if _, err := w.Write(line); err != nil {
 				return
 			}
 			flusher.Flush()
 		}
 	}
+}
+
+func (f *fakeAPIServer) counts() (lists []string, watches []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.lists), slices.Clone(f.watches)
 }
 
 func startAPIServerSource(t *testing.T, f *fakeAPIServer) *APIServerSource {
@@ -209,37 +315,51 @@ func startAPIServerSource(t *testing.T, f *fakeAPIServer) *APIServerSource {
 }
 
 func TestAPIServerSource(t *testing.T) {
-	f := newFakeAPIServer(t, "node1")
-	controller := true
-	f.put(metav1.ObjectMeta{
-		Namespace: "inference", Name: "llm-serve-7d9f8b6c5d-x2k4q", UID: "3f6c2a1e-8b4d-4e2f-9a7c-1d5e8f0b2c61",
-		Labels:          map[string]string{"pod-template-hash": "7d9f8b6c5d", "team": "search"},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "llm-serve-7d9f8b6c5d", Controller: &controller}},
-	})
-	// The mirror of a static pod: its cgroup path carries the kubelet's UID.
-	f.put(metav1.ObjectMeta{
-		Namespace: "kube-system", Name: "etcd-node1", UID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9",
-		Annotations:     map[string]string{"kubernetes.io/config.mirror": "5b8f3e2c9a0d4e7f8a1b2c3d4e5f6a7b"},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "node1", Controller: &controller}},
-	})
+	for _, full := range []bool{false, true} {
+		t.Run(fmt.Sprintf("full pods %v", full), func(t *testing.T) {
+			f := newFakeAPIServer(t, "node1")
+			f.fullPods = full
+			controller := true
+			created := metav1.Date(2026, 3, 1, 12, 30, 5, 0, time.UTC)
+			f.put(metav1.ObjectMeta{
+				Namespace: "inference", Name: "llm-serve-7d9f8b6c5d-x2k4q", UID: "3f6c2a1e-8b4d-4e2f-9a7c-1d5e8f0b2c61",
+				CreationTimestamp: created,
+				Labels:            map[string]string{"pod-template-hash": "7d9f8b6c5d", "team": "search"},
+				OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "llm-serve-7d9f8b6c5d", UID: "9", Controller: &controller}},
+			})
+			// The mirror of a static pod: its cgroup path carries the kubelet's UID.
+			f.put(metav1.ObjectMeta{
+				Namespace: "kube-system", Name: "etcd-node1", UID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9",
+				Annotations:     map[string]string{"kubernetes.io/config.mirror": "5b8f3e2c9a0d4e7f8a1b2c3d4e5f6a7b"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "node1", Controller: &controller}},
+			})
 
-	s := startAPIServerSource(t, f)
-	eventually(t, "the initial list", func() bool { return s.Healthy() == nil && s.podCache.len() == 2 })
+			s := startAPIServerSource(t, f)
+			eventually(t, "the initial list", func() bool { return s.Healthy() == nil && s.podCache.len() == 2 })
 
-	m, ok := s.Pod("inference", "llm-serve-7d9f8b6c5d-x2k4q")
-	if !ok || m.Workload != "llm-serve" || m.WorkloadKind != "Deployment" || m.Labels["team"] != "search" {
-		t.Errorf("Pod = %+v, %v", m, ok)
+			m, ok := s.Pod("inference", "llm-serve-7d9f8b6c5d-x2k4q")
+			if !ok || m.Workload != "llm-serve" || m.WorkloadKind != "Deployment" || m.Labels["team"] != "search" ||
+				m.UID != "3f6c2a1e-8b4d-4e2f-9a7c-1d5e8f0b2c61" || m.IP != "" || m.Containers != nil {
+				t.Errorf("Pod = %+v, %v", m, ok)
+			}
+			s.podCache.mu.RLock()
+			got := s.podCache.byUID["3f6c2a1e-8b4d-4e2f-9a7c-1d5e8f0b2c61"].created
+			s.podCache.mu.RUnlock()
+			if want := time.Date(2026, 3, 1, 12, 30, 5, 0, time.UTC); !got.Equal(want) {
+				t.Errorf("created %v, want %v", got, want)
+			}
+			if m, ok := s.PodByUID("5B8F3E2C9A0D4E7F8A1B2C3D4E5F6A7B"); !ok || m.Name != "etcd-node1" || m.WorkloadKind != "Node" {
+				t.Errorf("static pod by its kubelet UID = %+v, %v", m, ok)
+			}
+
+			f.put(metav1.ObjectMeta{Namespace: "ml", Name: "trainer-0", UID: "11111111-2222-4333-8444-555555555555", Labels: map[string]string{"team": "a"}})
+			eventually(t, "ADDED", func() bool { _, ok := s.Pod("ml", "trainer-0"); return ok })
+			f.put(metav1.ObjectMeta{Namespace: "ml", Name: "trainer-0", UID: "11111111-2222-4333-8444-555555555555", Labels: map[string]string{"team": "b"}})
+			eventually(t, "MODIFIED", func() bool { m, _ := s.Pod("ml", "trainer-0"); return m.Labels["team"] == "b" })
+			f.remove("11111111-2222-4333-8444-555555555555")
+			eventually(t, "DELETED", func() bool { _, ok := s.PodByUID("11111111-2222-4333-8444-555555555555"); return !ok })
+		})
 	}
-	if m, ok := s.PodByUID("5B8F3E2C9A0D4E7F8A1B2C3D4E5F6A7B"); !ok || m.Name != "etcd-node1" {
-		t.Errorf("static pod by its kubelet UID = %+v, %v", m, ok)
-	}
-
-	f.put(metav1.ObjectMeta{Namespace: "ml", Name: "trainer-0", UID: "11111111-2222-4333-8444-555555555555", Labels: map[string]string{"team": "a"}})
-	eventually(t, "ADDED", func() bool { _, ok := s.Pod("ml", "trainer-0"); return ok })
-	f.put(metav1.ObjectMeta{Namespace: "ml", Name: "trainer-0", UID: "11111111-2222-4333-8444-555555555555", Labels: map[string]string{"team": "b"}})
-	eventually(t, "MODIFIED", func() bool { m, _ := s.Pod("ml", "trainer-0"); return m.Labels["team"] == "b" })
-	f.remove("11111111-2222-4333-8444-555555555555")
-	eventually(t, "DELETED", func() bool { _, ok := s.PodByUID("11111111-2222-4333-8444-555555555555"); return !ok })
 }
 
 // The API server fails: the source says so, keeps what it had, and is
@@ -283,10 +403,163 @@ func TestAPIServerSourceFailureLoggedByTheResolver(t *testing.T) {
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Errorf("retries logged as warnings:\n%s", logs.String())
 	}
+	if err := s.Healthy(); err == nil || !strings.Contains(err.Error(), "503 Service Unavailable: unavailable") {
+		t.Errorf("Healthy() = %v, want the server's 503 and its message", err)
+	}
 }
 
 func TestStartAPIServerSourceNeedsNode(t *testing.T) {
-	if _, err := StartAPIServerSource(&rest.Config{Host: "http://127.0.0.1:1"}, "", nil); err == nil {
+	if _, err := StartAPIServerSource(&apiConfig{Host: "http://127.0.0.1:1"}, "", nil); err == nil {
 		t.Error("started without a node name")
+	}
+}
+
+// A list comes in pages: each request after the first carries the
+// continue of the page before, until a page has none.
+func TestAPIServerSourceListPages(t *testing.T) {
+	f := newFakeAPIServer(t, "node1")
+	f.pageSize = 2
+	for i := 1; i <= 5; i++ {
+		f.put(metav1.ObjectMeta{Namespace: "a", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprintf("00000000-0000-4000-8000-00000000000%d", i))})
+	}
+	s := startAPIServerSource(t, f)
+	eventually(t, "the list", func() bool { return s.Healthy() == nil && s.podCache.len() == 5 })
+	lists, watches := f.counts()
+	// The first page from the watch cache, at any version; the others
+	// continue it.
+	if want := []string{"rv=0 continue=", "rv= continue=2", "rv= continue=4"}; !slices.Equal(lists, want) {
+		t.Errorf("list requests %q, want %q", lists, want)
+	}
+	eventually(t, "the watch", func() bool { _, w := f.counts(); return len(w) > 0 })
+	_, watches = f.counts()
+	if watches[0] != "5" {
+		t.Errorf("watch from %q, want the list's resourceVersion 5", watches[0])
+	}
+}
+
+// A watch answered 410 Gone (its resource version compacted away) is
+// followed by a list, which drops a pod deleted while no event could
+// tell.
+func TestAPIServerSourceGoneRelists(t *testing.T) {
+	f := newFakeAPIServer(t, "node1")
+	f.put(metav1.ObjectMeta{Namespace: "a", Name: "stays", UID: "00000000-0000-4000-8000-000000000001"})
+	f.put(metav1.ObjectMeta{Namespace: "a", Name: "goes", UID: "00000000-0000-4000-8000-000000000002"})
+	s := startAPIServerSource(t, f)
+	eventually(t, "the list and a watch", func() bool { _, w := f.counts(); return s.podCache.len() == 2 && len(w) == 1 })
+
+	f.compact("00000000-0000-4000-8000-000000000002")
+	eventually(t, "the pod gone", func() bool { _, ok := s.Pod("a", "goes"); return !ok })
+	if _, ok := s.Pod("a", "stays"); !ok {
+		t.Error("the pod still there was dropped")
+	}
+	// After 410 Gone, the newest: a consistent read.
+	lists, watches := f.counts()
+	if want := []string{"rv=0 continue=", "rv= continue="}; !slices.Equal(lists, want) {
+		t.Errorf("list requests %q, want %q", lists, want)
+	}
+	eventually(t, "a watch from the new list", func() bool { _, watches = f.counts(); return len(watches) == 2 })
+	if watches[1] != "3" {
+		t.Errorf("watch after the relist from %q, want 3", watches[1])
+	}
+	if err := s.Healthy(); err != nil {
+		t.Errorf("410 Gone left the source unhealthy: %v", err)
+	}
+}
+
+// A bookmark moves the resource version on and nothing else; a watch the
+// server ends is started again from the last resource version, without a
+// list.
+func TestAPIServerSourceBookmarkAndRewatch(t *testing.T) {
+	f := newFakeAPIServer(t, "node1")
+	f.put(metav1.ObjectMeta{Namespace: "a", Name: "p", UID: "00000000-0000-4000-8000-000000000001"})
+	s := startAPIServerSource(t, f)
+	eventually(t, "the list and a watch", func() bool { _, w := f.counts(); return s.podCache.len() == 1 && len(w) == 1 })
+
+	f.put(metav1.ObjectMeta{Namespace: "a", Name: "q", UID: "00000000-0000-4000-8000-000000000002"})
+	eventually(t, "ADDED", func() bool { _, ok := s.Pod("a", "q"); return ok })
+	f.closeWatches()
+	eventually(t, "a second watch", func() bool { _, w := f.counts(); return len(w) == 2 })
+	lists, watches := f.counts()
+	if watches[1] != "2" {
+		t.Errorf("watch again from %q, want 2, the last event's", watches[1])
+	}
+
+	f.send(`{"type":"BOOKMARK","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"12746"}}}` + "\n")
+	f.closeWatches()
+	eventually(t, "a third watch", func() bool { _, w := f.counts(); return len(w) == 3 })
+	lists2, watches := f.counts()
+	if watches[2] != "12746" {
+		t.Errorf("watch after the bookmark from %q, want 12746", watches[2])
+	}
+	if len(lists2) != len(lists) || len(lists) != 1 {
+		t.Errorf("%d lists, want 1: a watch the server ends is not a list again", len(lists2))
+	}
+	if s.podCache.len() != 2 || s.Healthy() != nil {
+		t.Errorf("after the bookmark: %d pods, Healthy %v; want 2, nil", s.podCache.len(), s.Healthy())
+	}
+}
+
+// A line of the watch that is not an event is an error the source
+// reports, and it recovers by listing again.
+func TestAPIServerSourceMalformedEvent(t *testing.T) {
+	f := newFakeAPIServer(t, "node1")
+	f.put(metav1.ObjectMeta{Namespace: "a", Name: "p", UID: "00000000-0000-4000-8000-000000000001"})
+	s := startAPIServerSource(t, f)
+	eventually(t, "the list and a watch", func() bool { _, w := f.counts(); return s.podCache.len() == 1 && len(w) == 1 })
+
+	f.send("{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"labels\":[1]}}}\n")
+	eventually(t, "the error", func() bool { return s.Healthy() != nil })
+	if err := s.Healthy(); !strings.Contains(err.Error(), "ADDED event: pod metadata: json: cannot unmarshal") {
+		t.Errorf("Healthy() = %v", err)
+	}
+	f.put(metav1.ObjectMeta{Namespace: "a", Name: "q", UID: "00000000-0000-4000-8000-000000000002"})
+	eventually(t, "recovery", func() bool { _, ok := s.Pod("a", "q"); return ok && s.Healthy() == nil })
+
+	f.send("not json\n")
+	eventually(t, "the error", func() bool { return s.Healthy() != nil })
+	eventually(t, "recovery", func() bool { return s.Healthy() == nil })
+	// The first, and one after each bad event from the last resource
+	// version seen.
+	if lists, _ := f.counts(); !slices.Equal(lists, []string{"rv=0 continue=", "rv=1 continue=", "rv=2 continue="}) {
+		t.Errorf("list requests %q, want the first and one after each bad event, not older than the last version seen", lists)
+	}
+}
+
+// A pod whose metadata does not decode fails the list it is in: the
+// source reports it rather than serving part of the node's pods.
+func TestDecodeObjectMeta(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want *objectMeta
+		err  bool
+	}{
+		{"partial object", `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"p","namespace":"a","uid":"u1",
+			"creationTimestamp":"2026-03-01T12:30:05Z","labels":{"k":"v"},"annotations":{"x":"y"},
+			"ownerReferences":[{"apiVersion":"batch/v1","kind":"Job","name":"j","uid":"u0","controller":true},{"apiVersion":"v1","kind":"ConfigMap","name":"c","uid":"u2"}]}}`,
+			&objectMeta{Namespace: "a", Name: "p", UID: "u1", Labels: map[string]string{"k": "v"}, Annotations: map[string]string{"x": "y"},
+				Owners:  []Owner{{APIVersion: "batch/v1", Kind: "Job", Name: "j", Controller: true}, {APIVersion: "v1", Kind: "ConfigMap", Name: "c"}},
+				Created: time.Date(2026, 3, 1, 12, 30, 5, 0, time.UTC)}, false},
+		{"whole pod", `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"a","uid":"u1","creationTimestamp":null},"spec":{"nodeName":"n"},"status":{"phase":"Running"}}`,
+			&objectMeta{Namespace: "a", Name: "p", UID: "u1", Owners: []Owner{}}, false},
+		{"bad timestamp", `{"metadata":{"uid":"u1","creationTimestamp":"yesterday"}}`, nil, true},
+		{"labels not strings", `{"metadata":{"uid":"u1","labels":{"k":1}}}`, nil, true},
+		{"not an object", `[]`, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decodeObjectMeta(json.RawMessage(tt.in))
+			if (err != nil) != tt.err {
+				t.Fatalf("error %v, want error %v", err, tt.err)
+			}
+			if tt.err {
+				return
+			}
+			if got.Namespace != tt.want.Namespace || got.Name != tt.want.Name || got.UID != tt.want.UID ||
+				!got.Created.Equal(tt.want.Created) || fmt.Sprint(got.Labels, got.Annotations) != fmt.Sprint(tt.want.Labels, tt.want.Annotations) ||
+				!slices.Equal(got.Owners, tt.want.Owners) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }

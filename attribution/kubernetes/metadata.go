@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -9,9 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // mirrorPodAnnotation holds, on the API server's mirror of a static pod,
@@ -149,16 +145,16 @@ func newFallbackMetadata(cfg MetadataConfig, logger *slog.Logger) (MetadataSourc
 		logger.Info("No pod metadata: no kubelet Pods API, and no node name to scope an API server watch to")
 		return NoMetadata{}, nil
 	}
-	restCfg, err := restConfig(cfg.Kubeconfig)
+	apiCfg, err := apiServerConfig(cfg.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	if restCfg == nil {
+	if apiCfg == nil {
 		logger.Info("No pod metadata: no kubelet Pods API, not in a cluster and no kubeconfig given")
 		return NoMetadata{}, nil
 	}
-	logger.Info("Pod metadata from the API server", "host", restCfg.Host, "node", cfg.NodeName)
-	return StartAPIServerSource(restCfg, cfg.NodeName, logger)
+	logger.Info("Pod metadata from the API server", "host", apiCfg.Host, "node", cfg.NodeName)
+	return StartAPIServerSource(apiCfg, cfg.NodeName, logger)
 }
 
 // laterPodsAPI is the metadata of another source until the kubelet Pods
@@ -269,24 +265,18 @@ func (l *laterPodsAPI) Close() error {
 	return err
 }
 
-// restConfig loads kubeconfig, or the in-cluster configuration when it is
-// empty. It returns nil, nil when there is no kubeconfig and no cluster.
-func restConfig(kubeconfig string) (*rest.Config, error) {
+// apiServerConfig loads kubeconfig, or the in-cluster configuration when
+// it is empty. It returns nil, nil when there is no kubeconfig and no
+// cluster.
+func apiServerConfig(kubeconfig string) (*apiConfig, error) {
 	if kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		c, err := loadKubeconfig(kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig %q: %w", kubeconfig, err)
 		}
 		return c, nil
 	}
-	c, err := rest.InClusterConfig()
-	if errors.Is(err, rest.ErrNotInCluster) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("in-cluster configuration: %w", err)
-	}
-	return c, nil
+	return inClusterConfig()
 }
 
 func isSocket(path string) (bool, error) {

@@ -2,25 +2,14 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/go-logr/logr"
-	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 )
 
 // SourceResourceSlices names the ResourceSlice fallback in the exporter's
@@ -34,15 +23,49 @@ const pciBusIDAttribute = "resource.kubernetes.io/pciBusID"
 
 var errSlicesNotListed = errors.New("ResourceSlice list has not completed yet")
 
-var (
-	resourceSlicesResource = schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}
-	resourceClaimsResource = schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}
-)
-
 // claimAccessTTL is how long a claim's allocation, as read, is taken for
 // its own: an allocated claim's results do not change while pods use it,
 // but a claim deleted and made again under its name is another.
 const claimAccessTTL = time.Minute
+
+// ResourceSlice is what the exporter reads of a resource.k8s.io/v1
+// ResourceSlice: the fields, by their JSON names, of
+// k8s.io/api/resource/v1 types.go (ResourceSliceSpec, ResourcePool,
+// Device, DeviceAttribute) that the index uses.
+type ResourceSlice struct {
+	Spec ResourceSliceSpec `json:"spec"`
+}
+
+// ResourceSliceSpec is a slice's spec: its driver, its pool, the node it
+// is for (nil for a slice of several nodes) and its devices.
+type ResourceSliceSpec struct {
+	Driver   string        `json:"driver"`
+	Pool     SlicePool     `json:"pool"`
+	NodeName *string       `json:"nodeName"`
+	Devices  []SliceDevice `json:"devices"`
+}
+
+// SlicePool is a slice's ResourcePool.
+type SlicePool struct {
+	Name               string `json:"name"`
+	Generation         int64  `json:"generation"`
+	ResourceSliceCount int64  `json:"resourceSliceCount"`
+}
+
+// SliceDevice is a device of a slice, with its attributes by their
+// qualified names.
+type SliceDevice struct {
+	Name       string                          `json:"name"`
+	Attributes map[string]SliceDeviceAttribute `json:"attributes"`
+}
+
+// SliceDeviceAttribute is a DeviceAttribute: one of its values is set.
+type SliceDeviceAttribute struct {
+	Int     *int64  `json:"int"`
+	Bool    *bool   `json:"bool"`
+	String  *string `json:"string"`
+	Version *string `json:"version"`
+}
 
 // ResourceSliceIndex maps a DRA device, "<driver>/<pool>/<device>", to the
 // device it is, as the driver published it in this node's ResourceSlices.
@@ -59,7 +82,7 @@ func sliceKey(driver, pool, device string) string { return driver + "/" + pool +
 // that is highest counts: resource.k8s.io/v1 ResourcePool.Generation says
 // "Consumers of ResourceSlices should only consider resources from the pool
 // with the highest generation number".
-func NewResourceSliceIndex(slices []*resourcev1.ResourceSlice, node string) ResourceSliceIndex {
+func NewResourceSliceIndex(slices []*ResourceSlice, node string) ResourceSliceIndex {
 	newest := map[string]int64{}
 	for _, s := range slices {
 		if s.Spec.NodeName == nil || *s.Spec.NodeName != node {
@@ -111,10 +134,10 @@ func NewResourceSliceIndex(slices []*resourcev1.ResourceSlice, node string) Reso
 // "Partition: type = amdgpu-partition"), whose PCI address is its GPU's.
 const amdPartitionType = "amdgpu-partition"
 
-func sliceDeviceRef(driver string, d resourcev1.Device) (DeviceRef, bool) {
+func sliceDeviceRef(driver string, d SliceDevice) (DeviceRef, bool) {
 	str := func(name string) string {
-		if a, ok := d.Attributes[resourcev1.QualifiedName(name)]; ok && a.StringValue != nil {
-			return strings.TrimSpace(*a.StringValue)
+		if a, ok := d.Attributes[name]; ok && a.String != nil {
+			return strings.TrimSpace(*a.String)
 		}
 		return ""
 	}
@@ -150,11 +173,10 @@ func sliceDeviceRef(driver string, d resourcev1.Device) (DeviceRef, bool) {
 // cluster-scoped resource) and asks only for the node's own slices, by the
 // field selector spec.nodeName that ResourceSliceSpec.NodeName documents.
 type ResourceSliceSource struct {
-	node     string
-	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
-	done     chan struct{}
-	claims   dynamic.NamespaceableResourceInterface
+	node      string
+	client    *apiClient
+	slices    *sliceStore
+	reflector *reflector
 
 	mu      sync.Mutex
 	lastErr error
@@ -171,56 +193,26 @@ type claimAccess struct {
 
 // StartResourceSliceSource starts the watch of node's ResourceSlices. It
 // returns at once; until the first list completes, Index reports an error.
-// The dynamic client keeps client-go's typed clientsets (and their OpenAPI
-// dependencies) out of the binary.
-func StartResourceSliceSource(cfg *rest.Config, node string, logger *slog.Logger) (*ResourceSliceSource, error) {
+func StartResourceSliceSource(cfg *apiConfig, node string, logger *slog.Logger) (*ResourceSliceSource, error) {
 	if node == "" {
 		return nil, errors.New("ResourceSlice watch: no node name")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	cfg = rest.CopyConfig(cfg)
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "xpu_exporter"
-	}
-	client, err := dynamic.NewForConfig(cfg)
+	client, err := newAPIClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("API server client for %s: %w", cfg.Host, err)
+		return nil, err
 	}
-	s := &ResourceSliceSource{node: node, done: make(chan struct{}), lastErr: errSlicesNotListed,
-		claims: client.Resource(resourceClaimsResource), access: map[string]claimAccess{}}
-	slices := client.Resource(resourceSlicesResource)
-	selector := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			list, err := slices.List(ctx, opts)
-			s.record(err)
-			return list, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = selector
-			w, err := slices.Watch(ctx, opts)
-			s.record(err)
-			return w, err
-		},
+	s := &ResourceSliceSource{node: node, client: client, slices: &sliceStore{byName: map[string]*ResourceSlice{}},
+		lastErr: errSlicesNotListed, access: map[string]claimAccess{}}
+	slices := collection{
+		path:          "/apis/resource.k8s.io/v1/resourceslices",
+		fieldSelector: "spec.nodeName=" + node,
+		listAccept:    "application/json",
+		watchAccept:   "application/json",
 	}
-	s.informer = cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
-	if err := s.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		s.record(err)
-		// At every retry: the resolver logs the source's failure and
-		// recovery once each.
-		logger.Debug("ResourceSlice watch failed, retrying", "err", err)
-	}); err != nil {
-		return nil, fmt.Errorf("ResourceSlice watch: %w", err)
-	}
-	ctx := klog.NewContext(context.Background(), logr.FromSlogHandler(logger.Handler()))
-	ctx, s.cancel = context.WithCancel(ctx)
-	go func() {
-		defer close(s.done)
-		s.informer.RunWithContext(ctx)
-	}()
+	s.reflector = startReflector(client, slices, s.slices, s.record, logger, "ResourceSlice watch")
 	return s, nil
 }
 
@@ -228,30 +220,97 @@ func StartResourceSliceSource(cfg *rest.Config, node string, logger *slog.Logger
 // and an error while the watch has not listed yet or its last request
 // failed (the index then holds what was seen before).
 func (s *ResourceSliceSource) Index() (ResourceSliceIndex, error) {
-	var slices []*resourcev1.ResourceSlice
-	var bad int
-	for _, o := range s.informer.GetStore().List() {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		rs := &resourcev1.ResourceSlice{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, rs); err != nil {
-			bad++
-			continue
-		}
-		slices = append(slices, rs)
-	}
+	slices, bad := s.slices.list()
 	s.mu.Lock()
 	err := s.lastErr
 	s.mu.Unlock()
 	if err == nil && bad > 0 {
 		err = fmt.Errorf("ResourceSlice watch for node %s: %d slices not decodable as resource.k8s.io/v1", s.node, bad)
 	}
-	if err == nil && !s.informer.HasSynced() {
+	if err == nil && !s.reflector.hasListed() {
 		err = errSlicesNotListed
 	}
 	return NewResourceSliceIndex(slices, s.node), err
+}
+
+// sliceStore keeps the slices a reflector reads, by name; nil for a slice
+// whose JSON does not fit ResourceSlice, which Index counts.
+type sliceStore struct {
+	mu     sync.Mutex
+	byName map[string]*ResourceSlice
+}
+
+// decodeSlice reads a slice's name and, if it fits, the slice.
+func decodeSlice(raw json.RawMessage) (string, *ResourceSlice, error) {
+	var named struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return "", nil, fmt.Errorf("ResourceSlice metadata: %w", err)
+	}
+	if named.Metadata.Name == "" {
+		return "", nil, errors.New("ResourceSlice without a name")
+	}
+	rs := &ResourceSlice{}
+	if json.Unmarshal(raw, rs) != nil {
+		rs = nil
+	}
+	return named.Metadata.Name, rs, nil
+}
+
+func (st *sliceStore) replace(objects []json.RawMessage) error {
+	byName := make(map[string]*ResourceSlice, len(objects))
+	for _, raw := range objects {
+		name, rs, err := decodeSlice(raw)
+		if err != nil {
+			return err
+		}
+		byName[name] = rs
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.byName = byName
+	return nil
+}
+
+func (st *sliceStore) update(raw json.RawMessage) error {
+	name, rs, err := decodeSlice(raw)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.byName[name] = rs
+	return nil
+}
+
+func (st *sliceStore) remove(raw json.RawMessage) error {
+	name, _, err := decodeSlice(raw)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.byName, name)
+	return nil
+}
+
+// list returns the slices held, and how many of them are not decodable.
+func (st *sliceStore) list() ([]*ResourceSlice, int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]*ResourceSlice, 0, len(st.byName))
+	bad := 0
+	for _, rs := range st.byName {
+		if rs == nil {
+			bad++
+			continue
+		}
+		out = append(out, rs)
+	}
+	return out, bad
 }
 
 // AdminDevices are the devices of the ResourceClaim namespace/name
@@ -287,15 +346,38 @@ func (s *ResourceSliceSource) AdminDevices(ctx context.Context, namespace, name 
 	return admin, err
 }
 
+// resourceClaim is what the exporter reads of a resource.k8s.io/v1
+// ResourceClaim (k8s.io/api/resource/v1 types.go: ResourceClaimStatus,
+// AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult).
+type resourceClaim struct {
+	Status struct {
+		Allocation *struct {
+			Devices struct {
+				Results []struct {
+					Driver      string `json:"driver"`
+					Pool        string `json:"pool"`
+					Device      string `json:"device"`
+					AdminAccess *bool  `json:"adminAccess"`
+				} `json:"results"`
+			} `json:"devices"`
+		} `json:"allocation"`
+	} `json:"status"`
+}
+
 func (s *ResourceSliceSource) readAdminDevices(ctx context.Context, namespace, name string) (map[string]bool, error) {
 	key := namespace + "/" + name
-	u, err := s.claims.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("ResourceClaim %s: %w", key, err)
+	// Names from the kubelet, put in a path: nothing but a name.
+	for _, n := range []string{namespace, name} {
+		if n == "" || n == "." || n == ".." || strings.Contains(n, "/") {
+			return nil, fmt.Errorf("ResourceClaim %q: not a namespace and name", key)
+		}
 	}
-	claim := &resourcev1.ResourceClaim{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, claim); err != nil {
-		return nil, fmt.Errorf("ResourceClaim %s: not decodable as resource.k8s.io/v1: %w", key, err)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	var claim resourceClaim
+	path := "/apis/resource.k8s.io/v1/namespaces/" + namespace + "/resourceclaims/" + name
+	if err := s.client.getJSON(ctx, path, url.Values{}, "application/json", maxObjectBytes, &claim); err != nil {
+		return nil, fmt.Errorf("ResourceClaim %s: %w", key, err)
 	}
 	admin := map[string]bool{}
 	if al := claim.Status.Allocation; al != nil {
@@ -313,8 +395,7 @@ func AdminKey(cd ClaimDevice) string { return sliceKey(cd.Driver, cd.Pool, cd.De
 
 // Close stops the watch and waits for it to end.
 func (s *ResourceSliceSource) Close() error {
-	s.cancel()
-	<-s.done
+	s.reflector.close()
 	return nil
 }
 
@@ -331,7 +412,7 @@ func (s *ResourceSliceSource) record(err error) {
 // server of kubeconfig, or of the cluster the exporter runs in when it is
 // empty.
 func NewResourceSliceSource(kubeconfig, node string, logger *slog.Logger) (*ResourceSliceSource, error) {
-	cfg, err := restConfig(kubeconfig)
+	cfg, err := apiServerConfig(kubeconfig)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -29,6 +28,25 @@ func loadSlices(t *testing.T) *resourcev1.ResourceSliceList {
 		t.Fatal(err)
 	}
 	return &list
+}
+
+// ourSlices are slices of k8s.io/api's types as the exporter reads their
+// JSON: the exporter's types and their JSON names against the real ones.
+func ourSlices(t *testing.T, slices ...*resourcev1.ResourceSlice) []*ResourceSlice {
+	t.Helper()
+	var out []*ResourceSlice
+	for _, rs := range slices {
+		b, err := json.Marshal(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours := &ResourceSlice{}
+		if err := json.Unmarshal(b, ours); err != nil {
+			t.Fatalf("slice %s: %v", rs.Name, err)
+		}
+		out = append(out, ours)
+	}
+	return out
 }
 
 // wantSliceIndex is what a100-dra-node's slices say, worked out from the
@@ -48,7 +66,7 @@ func TestNewResourceSliceIndex(t *testing.T) {
 	for i := range list.Items {
 		slices = append(slices, &list.Items[i])
 	}
-	got := NewResourceSliceIndex(slices, "a100-dra-node")
+	got := NewResourceSliceIndex(ourSlices(t, slices...), "a100-dra-node")
 	if len(got) != len(wantSliceIndex) {
 		t.Errorf("%d devices, want %d: %v", len(got), len(wantSliceIndex), got)
 	}
@@ -65,15 +83,22 @@ type fakeSliceServer struct {
 	mu       sync.Mutex
 	failing  bool
 	selector string
+	// extra are raw slices listed after the fixture's.
+	extra []string
 }
 
 func (f *fakeSliceServer) ServeHTTP(w http.ResponseWriter, r *http.Request, list *resourcev1.ResourceSliceList) {
 	f.mu.Lock()
 	failing := f.failing
 	f.selector = r.URL.Query().Get("fieldSelector")
+	extra := f.extra
 	f.mu.Unlock()
 	if r.URL.Path != "/apis/resource.k8s.io/v1/resourceslices" {
 		http.NotFound(w, r)
+		return
+	}
+	if r.Header.Get("Accept") != "application/json" {
+		http.Error(w, "not acceptable", http.StatusNotAcceptable)
 		return
 	}
 	if failing {
@@ -84,27 +109,22 @@ func (f *fakeSliceServer) ServeHTTP(w http.ResponseWriter, r *http.Request, list
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if r.URL.Query().Get("watch") == "true" {
-		// A watch-list (sendInitialEvents, as client-go asks first) replays
-		// the slices and ends the replay with the initial-events-end
-		// bookmark; then, as a plain watch, nothing changes.
+		// Nothing changes.
 		w.WriteHeader(http.StatusOK)
-		enc := json.NewEncoder(w)
-		if r.URL.Query().Get("sendInitialEvents") == "true" {
-			for _, item := range list.Items {
-				item.ResourceVersion = "1"
-				enc.Encode(map[string]any{"type": "ADDED", "object": item})
-			}
-			enc.Encode(map[string]any{"type": "BOOKMARK", "object": map[string]any{
-				"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-				"metadata": map[string]any{"resourceVersion": "1", "annotations": map[string]string{"k8s.io/initial-events-end": "true"}},
-			}})
-		}
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 		return
 	}
-	list.ResourceVersion = "1"
-	json.NewEncoder(w).Encode(list)
+	items := []json.RawMessage{}
+	for _, item := range list.Items {
+		b, _ := json.Marshal(item)
+		items = append(items, b)
+	}
+	for _, e := range extra {
+		items = append(items, json.RawMessage(e))
+	}
+	json.NewEncoder(w).Encode(map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
+		"metadata": map[string]string{"resourceVersion": "1"}, "items": items})
 }
 
 func TestResourceSliceSource(t *testing.T) {
@@ -112,7 +132,7 @@ func TestResourceSliceSource(t *testing.T) {
 	f := &fakeSliceServer{failing: true}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.ServeHTTP(w, r, list) }))
 	defer srv.Close()
-	s, err := StartResourceSliceSource(&rest.Config{Host: srv.URL}, "a100-dra-node", nil)
+	s, err := StartResourceSliceSource(&apiConfig{Host: srv.URL}, "a100-dra-node", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +142,11 @@ func TestResourceSliceSource(t *testing.T) {
 		defer f.mu.Unlock()
 		return f.selector
 	}
-	eventually(t, "a forbidden list", func() bool { _, err := s.Index(); return err != nil && selector() != "" })
+	// The error is the server's Status.
+	eventually(t, "a forbidden list", func() bool {
+		_, err := s.Index()
+		return err != nil && strings.Contains(err.Error(), "403 Forbidden: resourceslices.resource.k8s.io is forbidden")
+	})
 	if got := selector(); got != "spec.nodeName=a100-dra-node" {
 		t.Errorf("field selector %q", got)
 	}
@@ -133,6 +157,31 @@ func TestResourceSliceSource(t *testing.T) {
 	idx, _ := s.Index()
 	if idx["gpu.nvidia.com/a100-dra-node/gpu-1"] != wantSliceIndex["gpu.nvidia.com/a100-dra-node/gpu-1"] {
 		t.Errorf("gpu-1 = %+v", idx["gpu.nvidia.com/a100-dra-node/gpu-1"])
+	}
+}
+
+// A slice whose JSON does not fit resource.k8s.io/v1 is counted, and
+// reported, and the others are indexed.
+func TestResourceSliceSourceNotDecodable(t *testing.T) {
+	list := loadSlices(t)
+	f := &fakeSliceServer{extra: []string{`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"bad"},
+"spec":{"driver":"gpu.nvidia.com","nodeName":"a100-dra-node","pool":{"name":"a100-dra-node","generation":"three","resourceSliceCount":1}}}`}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.ServeHTTP(w, r, list) }))
+	defer srv.Close()
+	s, err := StartResourceSliceSource(&apiConfig{Host: srv.URL}, "a100-dra-node", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	eventually(t, "the list", func() bool { idx, _ := s.Index(); return len(idx) == len(wantSliceIndex) })
+	idx, err := s.Index()
+	if err == nil || err.Error() != "ResourceSlice watch for node a100-dra-node: 1 slices not decodable as resource.k8s.io/v1" {
+		t.Errorf("Index error %v", err)
+	}
+	for k, want := range wantSliceIndex {
+		if idx[k] != want {
+			t.Errorf("%s = %+v, want %+v", k, idx[k], want)
+		}
 	}
 }
 
@@ -153,7 +202,7 @@ func TestResourceSliceIndexAMD(t *testing.T) {
 				"uuid": str("0d2c9a7e-1b4f-5e3a-8c6d-4f2a1b9e7c53"), "parentPciAddr": str("0000:22:00.0")}},
 		},
 	}}
-	got := NewResourceSliceIndex([]*resourcev1.ResourceSlice{slice}, node)
+	got := NewResourceSliceIndex(ourSlices(t, slice), node)
 	want := ResourceSliceIndex{"gpu.amd.com/mi300x-node/gpu-1-128": {ID: "0000:0c:00.0", PCIBusID: "0000:0c:00.0"}}
 	if len(got) != len(want) || got["gpu.amd.com/mi300x-node/gpu-1-128"] != want["gpu.amd.com/mi300x-node/gpu-1-128"] {
 		t.Errorf("index %+v, want %+v", got, want)
@@ -198,7 +247,7 @@ func TestResourceSliceIndexAMDPartitions(t *testing.T) {
 			dev("gpu-34-161", "", "0000:45:00.0"),
 		},
 	}}
-	got := NewResourceSliceIndex([]*resourcev1.ResourceSlice{slice}, node)
+	got := NewResourceSliceIndex(ourSlices(t, slice), node)
 	want := ResourceSliceIndex{
 		"gpu.amd.com/mi300x-node/gpu-9-136":      {ID: "0000:15:00.0", PCIBusID: "0000:15:00.0"},
 		"gpu.amd.com/mi300x-node/gpu-3-spx-nps1": {ID: "0000:35:00.0", PCIBusID: "0000:35:00.0"},
@@ -238,7 +287,7 @@ func TestAdminDevices(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	s, err := StartResourceSliceSource(&rest.Config{Host: srv.URL}, "node1", nil)
+	s, err := StartResourceSliceSource(&apiConfig{Host: srv.URL}, "node1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
