@@ -372,13 +372,16 @@ func (c *podCache) upsert(m *objectMeta, ip string, containers []ContainerMeta, 
 	if m.UID == "" {
 		return
 	}
+	// Keyed in lower case, as PodByUID looks UIDs up: a cgroup path may
+	// spell one in either case, and a UID that is not lower case (none
+	// the API server makes is) was never found.
 	p := &cachedPod{
 		meta:       podMeta(m, ip, containers, ended),
 		created:    m.Created,
-		altUID:     m.Annotations[mirrorPodAnnotation],
+		altUID:     strings.ToLower(m.Annotations[mirrorPodAnnotation]),
 		generation: generation,
 	}
-	uid := m.UID
+	uid := strings.ToLower(m.UID)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.byUID[uid]; ok && old.altUID != "" {
@@ -397,7 +400,7 @@ func (c *podCache) upsert(m *objectMeta, ip string, containers []ContainerMeta, 
 func (c *podCache) remove(uid string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.removeLocked(uid)
+	c.removeLocked(strings.ToLower(uid))
 }
 
 func (c *podCache) removeLocked(uid string) {

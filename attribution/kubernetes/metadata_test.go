@@ -189,6 +189,16 @@ func TestPodCache(t *testing.T) {
 	if _, ok := c.PodByUID("abcdef0123456789abcdef0123456789"); ok || c.len() != 0 {
 		t.Errorf("cache not empty: %d pods", c.len())
 	}
+	// A UID in upper case (none the API server makes) is found in any
+	// case, and removed by it.
+	c.upsert(&objectMeta{Namespace: "a", Name: "upper", UID: "A1B2C3D4-0000-4000-8000-0000000000AA"}, "", nil, false, 3)
+	if m, ok := c.PodByUID("a1b2c3d4-0000-4000-8000-0000000000aa"); !ok || m.Name != "upper" || m.UID != "A1B2C3D4-0000-4000-8000-0000000000AA" {
+		t.Errorf("pod with an upper-case UID by UID = %+v, %v; want it, its UID as given", m, ok)
+	}
+	c.remove("A1B2C3D4-0000-4000-8000-0000000000AA")
+	if c.len() != 0 {
+		t.Errorf("cache not empty after removing the upper-case UID: %d pods", c.len())
+	}
 	c.upsert(&objectMeta{Namespace: "a", Name: "no-uid"}, "", nil, false, 3)
 	if c.len() != 0 {
 		t.Error("cached a pod without a UID")

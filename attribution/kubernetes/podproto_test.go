@@ -94,7 +94,7 @@ func fullPod() *corev1.Pod {
 			ManagedFields: []metav1.ManagedFieldsEntry{{
 				Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
 				Time: &metav1.Time{Time: time.Unix(1700000000, 0)}, FieldsType: "FieldsV1",
-				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)},
+				FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{}}}`),
 			}},
 		},
 		Spec: corev1.PodSpec{
