@@ -48,7 +48,7 @@ func addAttributionFlags(a *kingpin.Application) *attributionFlags {
 	f.podsAPISocket = a.Flag("kubernetes.pods-api-socket",
 		"Kubelet Pods API socket (Kubernetes 1.37+): pod metadata without RBAC. Used when it exists.").Default(kubernetes.DefaultPodsAPISocket).IsSetByUser(&f.setPodsAPI).String()
 	f.kubeconfig = a.Flag("kubernetes.kubeconfig",
-		"Kubeconfig for the API server pod-metadata watch when there is no Pods API; empty uses the in-cluster configuration.").Default("").String()
+		"Kubeconfig for the API server pod-metadata watch when there is no Pods API (its user authenticates by token, tokenFile or client certificate: exec and auth-provider plugins are refused at start); empty uses the in-cluster configuration.").Default("").String()
 	f.nodeName = a.Flag("kubernetes.node-name",
 		"This node's name, scoping the API server watch to its pods (the chart sets NODE_NAME from the downward API).").Envar("NODE_NAME").Default("").String()
 	f.hostNode = a.Flag("node-name",
