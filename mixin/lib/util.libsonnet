@@ -277,23 +277,25 @@
   // changes, the alert with the new owner's labels fires at once. A
   // scrape missed meanwhile is no evaluation at which it did not hold.
   heldOnDevice(expr, on, sample, duration)::
-    |||
-      (
-      %(expr)s
-      )
-        and on (%(on)s)
-      max by (%(on)s) (%(sample)s offset %(duration)s)
-        unless on (%(on)s)
-      max_over_time(
+    // A hold of 0 is expr itself (a range of 0 does not parse).
+    if $.seconds(duration) == 0 then expr else
+      |||
         (
-          max by (%(on)s) (%(sample)s)
-            unless on (%(on)s)
+        %(expr)s
+        )
+          and on (%(on)s)
+        max by (%(on)s) (%(sample)s offset %(duration)s)
+          unless on (%(on)s)
+        max_over_time(
           (
-      %(inner)s
-          )
-        )[%(duration)s:]
-      )
-    ||| % { expr: $.indent(expr), inner: $.indent($.indent($.indent(expr))), on: on, sample: sample, duration: duration },
+            max by (%(on)s) (%(sample)s)
+              unless on (%(on)s)
+            (
+        %(inner)s
+            )
+          )[%(duration)s:]
+        )
+      ||| % { expr: $.indent(expr), inner: $.indent($.indent($.indent(expr))), on: on, sample: sample, duration: duration },
 
   // '1m' -> 60, '2m30s' -> 150, '500ms' -> 0.5, '0' -> 0: rules need some
   // windows as numbers (time() arithmetic, evaluations per hour) while the
