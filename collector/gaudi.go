@@ -47,6 +47,9 @@ type gaudiCollector struct {
 	// device is reported down when a run fails or no longer lists it,
 	// rather than left out.
 	known map[string]gaudi.Device
+	// listedWith is, by the key of a known device, how many rows the last
+	// run that listed it had.
+	listedWith map[string]int
 	// gone are the known devices the last good run did not list, logged
 	// once when they go and once when they come back.
 	gone       map[string]bool
@@ -80,7 +83,7 @@ func newGaudiCollector(cfg Config) (Collector, error) {
 		noBusID: len(cfg.HLSMIFields) > 0 && !slices.Contains(cfg.HLSMIFields, "bus_id"),
 		procs:   &gaudi.ProcessScanner{ProcRoot: cfg.Procfs, SysRoot: cfg.Sysfs},
 		logger:  cfg.Logger,
-		known:   map[string]gaudi.Device{}, gone: map[string]bool{}, badFields: map[string]bool{}, scanErrors: map[gaudi.Reason]float64{},
+		known:   map[string]gaudi.Device{}, listedWith: map[string]int{}, gone: map[string]bool{}, badFields: map[string]bool{}, scanErrors: map[gaudi.Reason]float64{},
 	}, nil
 }
 
@@ -321,6 +324,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		nd, key := &nds[i], keys[i]
 		if _, ok := c.known[key]; ok || len(c.known) < maxKnownGaudi {
 			c.known[key] = *nd
+			c.listedWith[key] = len(nds)
 		}
 		if c.gone[key] {
 			delete(c.gone, key)
@@ -335,13 +339,17 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		if seen[key] {
 			continue
 		}
-		if anonymousGaudi(&nd) && listed[nd.Index] {
-			// Its index was all that named it, and a named row holds it
-			// now: the nameless row was a device hl-smi lists under its
-			// name (one renumbered while its cells read N/A), not one that
-			// left, and reported down it would stay so for good
-			// (probe22-amdseq 02).
+		if anonymousGaudi(&nd) && listed[nd.Index] && len(nds) >= c.listedWith[key] {
+			// Its index was all that named it, a named row holds it now,
+			// and no fewer rows are listed than when it was: the nameless
+			// row was a device hl-smi lists under its name (one renumbered
+			// while its cells read N/A), not one that left, and reported
+			// down it would stay so for good (probe22-amdseq 02). With
+			// fewer rows, a device left, likeliest the one whose cells
+			// failed, and hl-smi renumbered the others onto its index: it
+			// is reported down (review23 F1).
 			delete(c.known, key)
+			delete(c.listedWith, key)
 			delete(c.gone, key)
 			c.logger.Info("Gaudi device known only by its index is not listed at it any more; forgotten, its index being another device's", "gpu", nd.Index)
 			continue
@@ -376,26 +384,41 @@ func (c *gaudiCollector) logBadFields(nds []gaudi.Device) {
 	c.badFields = now
 }
 
-// identify finds the known device each row of a run is (keyOf), and gives
-// a row the identity cells it printed N/A from that device: a device stays
-// one device, with the uuid that names its series, the bus_id that ties
-// its processes to it and the serial the device plugin advertises it by,
+// identify finds the known device each row of a run is, and gives a row
+// the identity cells it printed N/A from that device: a device stays one
+// device, with the uuid that names its series, the bus_id that ties its
+// processes to it and the serial the device plugin advertises it by,
 // whichever cell a run could not read; and the driver and module its
 // xpu_device_info names, so that the series stays one. c.mu must be held.
+//
+// Rows are matched in passes, each only among the known devices no row
+// took before: rows that name a device (namedKey) first, so that a row
+// matched by its index alone cannot take a device a later row names; then
+// rows by index (indexKey); then, where one nameless row is left and one
+// known device, that device (by elimination: hl-smi renumbered it while
+// its cells read N/A); the rest are devices of their own (newKey).
 func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 	keys := make([]string, len(nds))
 	seen := make(map[string]bool, len(nds))
-	// Rows that name a known device claim it first, so that a row matched
-	// by its index alone cannot take a device that a later row names (a
-	// nameless row at the index of a device hl-smi lists elsewhere).
 	for i := range nds {
 		if k, ok := c.namedKey(&nds[i], seen); ok {
 			keys[i], seen[k] = k, true
 		}
 	}
 	for i := range nds {
+		if keys[i] != "" {
+			continue
+		}
+		if k, ok := c.indexKey(&nds[i], seen); ok {
+			keys[i], seen[k] = k, true
+		}
+	}
+	if row, key, ok := c.eliminated(nds, keys, seen); ok {
+		keys[row], seen[key] = key, true
+	}
+	for i := range nds {
 		if keys[i] == "" {
-			keys[i] = c.keyOf(&nds[i], seen)
+			keys[i] = c.newKey(&nds[i], seen)
 			seen[keys[i]] = true
 		}
 	}
@@ -424,8 +447,13 @@ func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 // row of this run took it (seen): nd's own key (gaudiKey), else the one
 // known device that any identity cell this run could read (PCI address,
 // uuid, serial) matches, so that one going N/A does not make a second
-// device of it. c.mu must be held.
+// device of it. A row that names nothing names no device, whatever key it
+// would have ("index/N" may be that of a device named since). c.mu must
+// be held.
 func (c *gaudiCollector) namedKey(nd *gaudi.Device, seen map[string]bool) (string, bool) {
+	if anonymousGaudi(nd) {
+		return "", false
+	}
 	key := gaudiKey(nd)
 	if _, ok := c.known[key]; ok && !seen[key] {
 		return key, true
@@ -444,35 +472,78 @@ func (c *gaudiCollector) namedKey(nd *gaudi.Device, seen map[string]bool) (strin
 	return match, match != ""
 }
 
-// keyOf is the key of a row that names no known device (namedKey): the
-// known device at its index where it or that device has no identity cell
-// at all (every one printed N/A), which there is nothing else to go by, so
-// that a device whose identity becomes readable, or unreadable, stays one
-// device, rather than leave a phantom reported down for good; else a key
-// of its own, never one another row of this run took (seen): two rows
-// that print one bus_id or uuid (which no real hl-smi does) stay two
-// devices, each reported down when a run fails, rather than one
-// overwriting the other. c.mu must be held.
-func (c *gaudiCollector) keyOf(nd *gaudi.Device, seen map[string]bool) string {
-	var byIndex []string
+// indexKey is the key of the one known device at nd's index where it or
+// that device has no identity cell at all (every one printed N/A): there
+// is nothing else to go by, and a device whose identity becomes readable,
+// or unreadable, stays one device, rather than leave a phantom reported
+// down for good. c.mu must be held.
+func (c *gaudiCollector) indexKey(nd *gaudi.Device, seen map[string]bool) (string, bool) {
+	match := ""
 	for k, kd := range c.known {
-		if !seen[k] && kd.Index == nd.Index && (anonymousGaudi(&kd) || anonymousGaudi(nd)) {
-			byIndex = append(byIndex, k)
+		if seen[k] || kd.Index != nd.Index || !(anonymousGaudi(&kd) || anonymousGaudi(nd)) {
+			continue
 		}
+		if match != "" {
+			return "", false
+		}
+		match = k
 	}
-	if len(byIndex) == 1 {
-		return byIndex[0]
+	return match, match != ""
+}
+
+// eliminated is the one nameless row no pass matched and the one known
+// device no row took, when there is one of each: the device, renumbered
+// while its cells read N/A (probe22-amdseq 02 and review23 F2: a nameless
+// row at another device's index made a device of its own, and the device
+// it was stayed reported down). c.mu must be held.
+func (c *gaudiCollector) eliminated(nds []gaudi.Device, keys []string, seen map[string]bool) (int, string, bool) {
+	row := -1
+	for i := range nds {
+		if keys[i] != "" {
+			continue
+		}
+		if row >= 0 || !anonymousGaudi(&nds[i]) {
+			return 0, "", false
+		}
+		row = i
 	}
-	// A key of its own; the index, unique in a run (Parse), when the
-	// others are taken.
+	if row < 0 {
+		return 0, "", false
+	}
+	key := ""
+	for k := range c.known {
+		if seen[k] {
+			continue
+		}
+		if key != "" {
+			return 0, "", false
+		}
+		key = k
+	}
+	return row, key, key != ""
+}
+
+// newKey is a key of nd's own, never one another row of this run took
+// (seen) nor a known device's: two rows that print one bus_id or uuid
+// (which no real hl-smi does) stay two devices, each reported down when a
+// run fails, rather than one overwriting the other. c.mu must be held.
+func (c *gaudiCollector) newKey(nd *gaudi.Device, seen map[string]bool) string {
+	free := func(k string) bool {
+		_, known := c.known[k]
+		return k != "" && !seen[k] && !known
+	}
 	for _, k := range []string{gaudiKey(nd), nd.UUID, nd.Serial} {
-		if k != "" && !seen[k] {
-			if _, ok := c.known[k]; !ok {
-				return k
-			}
+		if free(k) {
+			return k
 		}
 	}
-	return "index/" + strconv.Itoa(nd.Index)
+	// The index, unique in a run (Parse), where that of a known device is
+	// taken too.
+	k := "index/" + strconv.Itoa(nd.Index)
+	for n := 2; !free(k); n++ {
+		k = "index/" + strconv.Itoa(nd.Index) + "#" + strconv.Itoa(n)
+	}
+	return k
 }
 
 // anonymousGaudi says hl-smi printed none of d's identity cells: it is

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -910,28 +911,130 @@ func TestGaudiDeviceWithoutAnyIdentity(t *testing.T) {
 	}
 }
 
-// TestGaudiAnonymousRowAtAnotherIndex: a run in which device 0 prints N/A
-// for bus_id, uuid and serial and is listed at device 1's index (device 1
-// at index 0, named: hl-smi renumbered them) makes a device known by index
-// 1 alone. Once every row is named again, index 1 is device 1's, so the
-// nameless one was never a device of its own: 8 devices, none down, where
-// it stayed reported down for the exporter's life (probe22-amdseq 02).
+// TestGaudiAnonymousRowAtAnotherIndex: runs in which devices print N/A for
+// bus_id, uuid and serial and are listed at other devices' indices (hl-smi
+// renumbered them), between runs that list all 8 named.
+//   - One such row (device 0 at index 1, device 1 at index 0, named): the
+//     one nameless row and the one device no row named are each other, by
+//     elimination: 8 devices, none down, in that run already; it made a
+//     device of its own, left reported down for good (probe22-amdseq 02).
+//   - Two (devices 0 and 1 at indices 2 and 3, devices 2 and 3 at 0 and
+//     1, named): nothing tells which is which; devices 0 and 1 are down
+//     and two devices known by index alone up for that run. Once every row
+//     is named again, as many as before, those indices are named devices':
+//     the two are forgotten, 8 devices, none down.
 func TestGaudiAnonymousRowAtAnotherIndex(t *testing.T) {
 	full := string(loadScenarioTable(t))
-	swapped := setCells(t, full, 0, map[string]string{"index": "1", "bus_id": "N/A", "uuid": "N/A", "serial": "N/A"})
-	swapped = setCells(t, swapped, 1, map[string]string{"index": "0"})
-	e, logs, fullPath := gaudiExporterThen(t, full, swapped)
-	scrapeText(t, e, 5*time.Second)
-	t.Setenv("HLSMI_FAKE_TABLE", fullPath)
-	for i := range 2 {
-		out := scrapeText(t, e, 5*time.Second)
-		if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != 8 || down != 0 {
-			t.Errorf("scrape %d after the rows are named again: %d devices, %d down; want 8 up:\n%s", i, n, down, grepLines(out, "xpu_device_up{"))
+	nameless := map[string]string{"bus_id": "N/A", "uuid": "N/A", "serial": "N/A"}
+	with := func(cells map[string]string, index string) map[string]string {
+		out := map[string]string{"index": index}
+		for k, v := range cells {
+			out[k] = v
 		}
+		return out
 	}
-	if !strings.Contains(logs.String(), "known only by its index") {
-		t.Errorf("the nameless device's end is not logged:\n%s", logs.String())
+	one := setCells(t, full, 0, with(nameless, "1"))
+	one = setCells(t, one, 1, map[string]string{"index": "0"})
+	two := setCells(t, full, 0, with(nameless, "2"))
+	two = setCells(t, two, 1, with(nameless, "3"))
+	two = setCells(t, two, 2, map[string]string{"index": "0"})
+	two = setCells(t, two, 3, map[string]string{"index": "1"})
+	for _, tc := range []struct {
+		name            string
+		middle          string
+		middleDown      int
+		middleSeries    int
+		forgottenLogged int
+	}{
+		{"one nameless row", one, 0, 8, 0},
+		{"two nameless rows", two, 2, 10, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, logs, fullPath := gaudiExporterThen(t, full, tc.middle)
+			out := scrapeText(t, e, 5*time.Second)
+			if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != tc.middleSeries || down != tc.middleDown {
+				t.Errorf("the renumbered run: %d devices, %d down; want %d, %d down:\n%s", n, down, tc.middleSeries, tc.middleDown, grepLines(out, "xpu_device_up{"))
+			}
+			t.Setenv("HLSMI_FAKE_TABLE", fullPath)
+			for i := range 2 {
+				out := scrapeText(t, e, 5*time.Second)
+				if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != 8 || down != 0 {
+					t.Errorf("scrape %d after the rows are named again: %d devices, %d down; want 8 up:\n%s", i, n, down, grepLines(out, "xpu_device_up{"))
+				}
+			}
+			if n := strings.Count(logs.String(), "known only by its index"); n != tc.forgottenLogged {
+				t.Errorf("%d devices known by index alone logged forgotten, want %d:\n%s", n, tc.forgottenLogged, logs.String())
+			}
+		})
 	}
+}
+
+// TestGaudiNamelessDeviceLeaves: a device whose cells all read N/A (the
+// failing one) falls off the bus, and hl-smi lists the 7 others renumbered
+// 0 to 6, so a named device holds its index: one row fewer says a device
+// left, and it is reported down, not forgotten (review23 F1). And a
+// nameless row whose key ("index/0") is that of a device named since does
+// not take that device: device 0, first seen nameless, later listed named
+// at index 1 while device 1 prints N/A at index 0, stays device 0, and
+// device 1 is not reported down (review23 F2).
+func TestGaudiNamelessDeviceLeaves(t *testing.T) {
+	full := string(loadScenarioTable(t))
+	anon0 := setCells(t, full, 0, map[string]string{"bus_id": "N/A", "uuid": "N/A", "serial": "N/A"})
+	t.Run("leaves", func(t *testing.T) {
+		out, logs := gaudiRuns(t, anon0, dropRenumbered(t, full, 0))
+		if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != 8 || down != 1 {
+			t.Errorf("device 0 left the bus: %d devices, %d down; want 8, 1 down:\n%s\n%s", n, down, grepLines(out, "xpu_device_up{"), logs)
+		}
+	})
+	t.Run("index key named since", func(t *testing.T) {
+		swapped := setCells(t, full, 0, map[string]string{"index": "1"})
+		swapped = setCells(t, swapped, 1, map[string]string{"index": "0", "bus_id": "N/A", "uuid": "N/A", "serial": "N/A"})
+		out, _ := gaudiRuns(t, anon0, full, swapped)
+		if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != 8 || down != 0 {
+			t.Errorf("%d devices, %d down; want 8 up:\n%s", n, down, grepLines(out, "xpu_device_up{"))
+		}
+		for i := range 8 {
+			uuid := fmt.Sprintf(`uuid="01P0-HL2080A0-15-B3B6AE52-%02d-04-03"`, i)
+			if n := strings.Count(grepLines(out, "xpu_device_up{"), uuid); n != 1 {
+				t.Errorf("%s served by %d devices, want 1", uuid, n)
+			}
+		}
+	})
+}
+
+// gaudiRuns serves each hl-smi table in turn, a scrape each, and returns a
+// scrape of the last one after that, and the logs.
+func gaudiRuns(t *testing.T, tables ...string) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	logs := &syncbuf.Buffer{}
+	var e *Exporter
+	for i, table := range tables {
+		path := filepath.Join(dir, strconv.Itoa(i)+".csv")
+		if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("HLSMI_FAKE_TABLE", path)
+		if e == nil {
+			e = newGaudiExporter(t, selfPath(t), logs)
+		}
+		scrapeText(t, e, 5*time.Second)
+	}
+	return scrapeText(t, e, 5*time.Second), logs.String()
+}
+
+// dropRenumbered is table without device row (0 is the first device), the
+// later rows' indices one lower, as hl-smi lists the devices left when one
+// leaves.
+func dropRenumbered(t *testing.T, table string, row int) string {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(table, "\n"), "\n")
+	lines = slices.Delete(lines, 1+row, 2+row)
+	out := strings.Join(lines, "\n") + "\n"
+	for i := row; i < len(lines)-1; i++ {
+		out = setCells(t, out, i, map[string]string{"index": strconv.Itoa(i)})
+	}
+	return out
 }
 
 // TestGaudiDuplicateIdentity: two rows printing one bus_id, or one uuid
