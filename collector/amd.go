@@ -652,8 +652,9 @@ func (c *amdCollector) vanished(cards []string, at map[string]*Device) []*Device
 // number, and its unique_id, which amdgpu says "will persist from machine
 // to machine" (amdgpu_pm.c, DOC: unique_id), still names it. Only a GPU at
 // an address first seen at this read, the one GPU there with id's
-// unique_id, is taken for it: the firmware of two boards can report one
-// unique_id, and one of them leaving is not the other coming back. The
+// unique_id, is taken for it, and only when no other GPU known carries
+// it: the firmware of two boards can report one unique_id, and one of them
+// leaving is not the other coming back. The
 // GPU takes id's index, and its old address is forgotten. c.mu must be
 // held.
 func (c *amdCollector) movedTo(id amdIdentity, at map[string]*Device) *Device {
@@ -672,6 +673,14 @@ func (c *amdCollector) movedTo(id amdIdentity, at map[string]*Device) *Device {
 	}
 	if moved == nil {
 		return nil
+	}
+	// Nor when another GPU known at another address, listed or lost,
+	// carries the unique_id: which of the two came back is not known
+	// (review23 F3: it was Go's map order).
+	for _, other := range c.known {
+		if other.uuid == id.uuid && other.pci != id.pci && other.pci != moved.PCIBusID {
+			return nil
+		}
 	}
 	index, err := strconv.Atoi(id.index)
 	if err != nil {

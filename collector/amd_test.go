@@ -1331,6 +1331,31 @@ func TestAMDGPUBackAtAnotherAddress(t *testing.T) {
 		if got := read(t, c); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("index → uuid, address, state\n%v\nwant\n%v", got, want)
 		}
+		// One comes back at a new address: either board, so neither is
+		// taken for it, while board 0 is listed (review23 F3) and, at
+		// every run alike, when both had left (it was Go's map order).
+		tr.gpu("card2", "0000:5d:00.0", gpu("00000000000000aa"))
+		want["2"] = "00000000000000aa 0000:5d:00.0 up"
+		if got := read(t, c); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("one back at a new address, board 0 listed: index → uuid, address, state\n%v\nwant\n%v", got, want)
+		}
+		for range 20 {
+			tr := newAMDTree(t, gpu("00000000000000aa"))
+			tr.gpu("card1", "0000:0d:00.0", gpu("00000000000000aa"))
+			c := newAMDCollectorFor(t, tr, &fakeClock{t: testNow})
+			read(t, c)
+			tr.unregister("card0")
+			tr.unregister("card1")
+			tr.gpu("card2", "0000:5d:00.0", gpu("00000000000000aa"))
+			want := map[string]string{
+				"0": "00000000000000aa 0000:0c:00.0 down",
+				"1": "00000000000000aa 0000:0d:00.0 down",
+				"2": "00000000000000aa 0000:5d:00.0 up",
+			}
+			if got := read(t, c); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("both left, one back at a new address: index → uuid, address, state\n%v\nwant\n%v", got, want)
+			}
+		}
 	})
 }
 
