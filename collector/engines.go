@@ -319,7 +319,7 @@ func (c *enginesCollector) logChange(target string, err error) {
 
 // elsewhere says the pod ("namespace/name") of a target is not on this
 // node, as far as the node's pod metadata tells (it lists this node's pods
-// only). Every node's exporter is given the same configured targets (the
+// only); the caller asks the kubelet's view too. Every node's exporter is given the same configured targets (the
 // chart's extraArgs): one of a pod elsewhere is the engine of the exporter
 // of the pod's node, and each node served it, counting its tokens once per
 // node (review22 F5). Without pod metadata, or while it is not being kept
@@ -440,11 +440,16 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	var targets []engineTarget
 	var joinOnly map[engineTarget]bool // nil on the common node
 	for _, t := range c.targets() {
-		if t.Pod != "" && c.elsewhere(t.Pod) {
-			c.logElsewhere(redact(t.URL), t.Pod)
-			continue
-		}
 		mine, listed := snap.enginePods[t.Pod]
+		if t.Pod != "" && !listed && c.elsewhere(t.Pod) {
+			// Pod metadata is a second view, which may lag the kubelet's:
+			// a pod whose process holds a device here is here (review23
+			// F4: its engine was served by no node).
+			if _, devices := joinEngine(snap, c.metadata, t); len(devices) == 0 {
+				c.logElsewhere(redact(t.URL), t.Pod)
+				continue
+			}
+		}
 		if t.Pod == "" || !listed {
 			mine = snap.engineOthers
 		}

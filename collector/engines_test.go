@@ -326,6 +326,17 @@ kubernetes:
 		sample(t, out, "xpu_inference_up", hereUp)
 		sample(t, out, "xpu_inference_up", thereUp)
 	})
+	// Pod metadata that lags the kubelet (a watch behind, a relist under
+	// way) does not list ml/serve yet; its process holds this node's GPU,
+	// so it is here, and served (review23 F4: no node served it).
+	t.Run("pod metadata lagging", func(t *testing.T) {
+		pods := enginePods{{Namespace: "ml", Name: "someone-else", UID: "f5000000-0000-4000-8000-0000000000a1"}}
+		out := scrapeText(t, newAttributedExporterFor(t, s, func(c *Config) { c.PodMetadata = pods }), 10*time.Second)
+		sample(t, out, "xpu_inference_tokens_total", hereUp, `pod="serve"`, `type="generation"`)
+		if got := grepLines(out, "xpu_inference_"); strings.Contains(got, thereUp) {
+			t.Errorf("another node's engine served here:\n%s", got)
+		}
+	})
 }
 
 // TestDevicelessEnginePodHasItsWorkload: pod ml/router serves a vLLM and
