@@ -33,21 +33,19 @@ local util = import '../lib/util.libsonnet';
       rules: [
         util.alert(c, {
           alert: 'XpuTemperatureHigh',
-          // Hot for temperatureWarningFor whoever held the device
-          // (util.heldOnDevice), at the Critical level or not; left out
-          // while the same sensor is at its Critical level, so one event
-          // raises one page, not two.
-          expr: |||
+          // High and not at the Critical level, held for
+          // temperatureWarningFor whoever held the device
+          // (util.heldOnDevice): one event raises one page, not two, also
+          // when a sensor cools from Critical to High while Critical keeps
+          // firing (keep_firing_for; review23 F6).
+          expr: util.heldOnDevice(|||
             (
             %(high)s
             )
             unless on (%(deviceKey)s, sensor) (
             %(critical)s
             )
-          ||| % (fmt {
-                   high: util.indent(util.heldOnDevice(temperatureOver(false), fmt.deviceKey + ', sensor', temperatureSample, c.temperatureWarningFor)),
-                   critical: util.indent(temperatureOver(true)),
-                 }),
+          ||| % (fmt { high: util.indent(temperatureOver(false)), critical: util.indent(temperatureOver(true)) }), fmt.deviceKey + ', sensor', temperatureSample, c.temperatureWarningFor),
           'for': '0m',  // held in expr, whoever owned the device
           labels: { severity: 'warning' },
           annotations: {
