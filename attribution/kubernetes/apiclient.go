@@ -476,6 +476,15 @@ func isGone(err error) bool {
 	return errors.As(err, &e) && e.Code == http.StatusGone
 }
 
+// versionUnavailable says err is the API server's answer that it cannot
+// serve the resource version asked for: gone (410), or newer than its
+// cache (a 504 "Too large resource version", which client-go's reflector,
+// isTooLargeResourceVersionError, also tells by its message).
+func versionUnavailable(err error) bool {
+	var e *apiError
+	return isGone(err) || errors.As(err, &e) && e.Code == http.StatusGatewayTimeout && strings.Contains(e.Message, "Too large resource version")
+}
+
 // apiStatus is what the exporter reads of a metav1.Status.
 type apiStatus struct {
 	Code    int    `json:"code"`

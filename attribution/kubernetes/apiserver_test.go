@@ -205,8 +205,14 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	if got, want := r.Header.Get("Accept"), "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"; got != want {
 		f.t.Errorf("list Accept %q, want %q", got, want)
 	}
-	if got := q.Get("limit"); got != "500" {
-		f.t.Errorf("list limit %q, want 500", got)
+	// Paged, but for a list at a version of its own, which would be an
+	// Exact read with a limit (KEP-2523), not one from the watch cache.
+	wantLimit := "500"
+	if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
+		wantLimit = ""
+	}
+	if got := q.Get("limit"); got != wantLimit {
+		f.t.Errorf("list at resourceVersion %q: limit %q, want %q", q.Get("resourceVersion"), got, wantLimit)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -496,6 +502,32 @@ func TestAPIServerSourceBookmarkAndRewatch(t *testing.T) {
 	}
 	if s.podCache.len() != 2 || s.Healthy() != nil {
 		t.Errorf("after the bookmark: %d pods, Healthy %v; want 2, nil", s.podCache.len(), s.Healthy())
+	}
+}
+
+// A list that fails for another reason than its resource version (a
+// 503 of an API server restarting) is retried at that version, from the
+// watch cache, not as a consistent read, which is what a fleet of
+// exporters recovering at once would all send to etcd (review23 F10).
+func TestAPIServerSourceFailedListKeepsItsVersion(t *testing.T) {
+	f := newFakeAPIServer(t, "node1")
+	f.put(metav1.ObjectMeta{Namespace: "a", Name: "p", UID: "00000000-0000-4000-8000-000000000001"})
+	s := startAPIServerSource(t, f)
+	eventually(t, "the list and a watch", func() bool { _, w := f.counts(); return s.podCache.len() == 1 && len(w) == 1 })
+	f.mu.Lock()
+	before := f.requests
+	f.mu.Unlock()
+	f.setFailing(true)
+	f.send("not json\n")
+	eventually(t, "a failed list", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.requests > before
+	})
+	f.setFailing(false)
+	eventually(t, "recovery", func() bool { lists, _ := f.counts(); return len(lists) == 2 && s.Healthy() == nil })
+	if lists, _ := f.counts(); !slices.Equal(lists, []string{"rv=0 continue=", "rv=1 continue="}) {
+		t.Errorf("list requests %q, want the first, then the retry at the last version seen", lists)
 	}
 }
 

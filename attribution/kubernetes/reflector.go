@@ -150,16 +150,24 @@ func (r *reflector) run(ctx context.Context) {
 		if !listed {
 			from, err := r.list(ctx, rv)
 			if err != nil {
-				// The version asked for may be what failed (gone,
-				// or ahead of the server's cache): the next list
-				// asks for the newest.
-				rv = ""
+				// Where the version asked for is what failed (gone,
+				// or ahead of the server's cache), the next list asks
+				// for the newest, a consistent read; after any other
+				// failure (a timeout, 429, 5xx) it asks the watch
+				// cache again, as client-go's reflector does
+				// (setIsLastSyncResourceVersionUnavailable), so that
+				// a fleet's exporters recovering from an API server
+				// outage do not all read from etcd (review23 F10).
+				if versionUnavailable(err) {
+					rv = ""
+				}
 				if ctx.Err() == nil {
 					fail(err)
 				}
 				continue
 			}
 			rv, listed = from, true
+			backoff = minBackoff
 			r.record(nil)
 			r.listed.Store(true)
 		}
@@ -216,7 +224,15 @@ func (r *reflector) list(ctx context.Context, rv string) (string, error) {
 		if pages == maxListPages {
 			return "", fmt.Errorf("list %s: more than %d pages", r.coll.path, maxListPages)
 		}
-		q := url.Values{"limit": {strconv.Itoa(listPageSize)}}
+		q := url.Values{}
+		if rv == "" || rv == "0" || cont != "" {
+			// With a resource version of its own, a list with a limit
+			// is an Exact read, which the watch cache cannot answer
+			// (KEP-2523; "Resource versions", Kubernetes API concepts):
+			// as client-go's reflector does, such a list is not paged
+			// (review23 F9).
+			q.Set("limit", strconv.Itoa(listPageSize))
+		}
 		if r.coll.fieldSelector != "" {
 			q.Set("fieldSelector", r.coll.fieldSelector)
 		}
