@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 )
 
 // A source that fails is logged when it starts failing and when it answers
@@ -31,6 +34,35 @@ func TestResolveLogsSourceChangesOnce(t *testing.T) {
 		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="connection refused"`,
 		`level=INFO msg="attribution source answering again" source=kubelet`,
 		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="deadline exceeded"`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d log lines, want %d:\n%s", len(lines), len(want), logs.String())
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i], w) {
+			t.Errorf("log line %d = %q, want it to end in %q", i, lines[i], w)
+		}
+	}
+}
+
+// A watch source that has not listed yet at the first scrape (the API
+// server has not answered) and then fails names its failure's cause, once:
+// logged as the failure, "not completed yet" hid the 403 of missing RBAC
+// that followed, which no line ever named (probe23-k8sapi D1).
+func TestLogChangesNamesTheCauseAfterPending(t *testing.T) {
+	var logs bytes.Buffer
+	r := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	pending := fmt.Errorf("API server pod %w", kubernetes.ErrNotListedYet)
+	forbidden := errors.New(`GET /api/v1/pods: 403 Forbidden: pods is forbidden`)
+	for _, err := range []error{pending, pending, forbidden, forbidden, nil, pending} {
+		r.logChanges([]Source{{Name: kubernetes.SourceAPIServer, Err: err}})
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	want := []string{
+		`level=INFO msg="attribution source has not listed yet; owners it tells are missing until it does" source=apiserver`,
+		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=apiserver err="GET /api/v1/pods: 403 Forbidden: pods is forbidden"`,
+		`level=INFO msg="attribution source answering again" source=apiserver`,
+		`level=INFO msg="attribution source has not listed yet; owners it tells are missing until it does" source=apiserver`,
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("%d log lines, want %d:\n%s", len(lines), len(want), logs.String())

@@ -146,7 +146,7 @@ type Resolver struct {
 	// down holds the sources that failed when last asked, so that a
 	// failure and a recovery are logged once each; the state of every
 	// scrape is in the sources' up metric.
-	down map[string]bool
+	down map[string]sourceState
 	// slurmHidden says Slurm hid other users' jobs in the previous scrape
 	// (slurm.Client.JobsHidden), so that a change is logged once.
 	slurmHidden bool
@@ -246,7 +246,7 @@ func New(cfg Config) *Resolver {
 	if cfg.DRADrivers == nil {
 		cfg.DRADrivers = kubernetes.DefaultDRADrivers
 	}
-	return &Resolver{cfg: cfg, now: time.Now, procs: map[uint32]procInfo{}, badIDs: map[string]bool{}, down: map[string]bool{}}
+	return &Resolver{cfg: cfg, now: time.Now, procs: map[uint32]procInfo{}, badIDs: map[string]bool{}, down: map[string]sourceState{}}
 }
 
 // UsesSlurm says whether Slurm is asked who holds the devices.
@@ -510,17 +510,51 @@ func (r *Resolver) logHidden(hidden bool) {
 // answers again. r.mu must be held.
 func (r *Resolver) logChanges(sources []Source) {
 	for _, s := range sources {
-		switch {
-		case s.Name == SourceCDI:
-			// logCDIState names the CDI specs' problems as they change.
-		case s.Err != nil && !r.down[s.Name]:
-			r.down[s.Name] = true
-			r.cfg.Logger.Warn("attribution source failing; owners it tells are missing until it answers", "source", s.Name, "err", s.Err)
-		case s.Err == nil && r.down[s.Name]:
+		if s.Name == SourceCDI {
+			continue // logCDIState names the CDI specs' problems as they change.
+		}
+		was, now := r.down[s.Name], stateOf(s.Err)
+		if now == was {
+			continue
+		}
+		if now == sourceUp {
 			delete(r.down, s.Name)
+		} else {
+			r.down[s.Name] = now
+		}
+		switch {
+		case now == sourceFailing:
+			r.cfg.Logger.Warn("attribution source failing; owners it tells are missing until it answers", "source", s.Name, "err", s.Err)
+		case now == sourcePending && was == sourceUp:
+			r.cfg.Logger.Info("attribution source has not listed yet; owners it tells are missing until it does", "source", s.Name)
+		case now == sourceUp:
 			r.cfg.Logger.Info("attribution source answering again", "source", s.Name)
 		}
 	}
+}
+
+// sourceState is how an attribution source answered, as logged.
+type sourceState int
+
+const (
+	sourceUp sourceState = iota
+	// sourcePending is a watch source whose first list has not completed:
+	// at start, where the first scrape comes before any answer of the
+	// API server. Its cause, if it fails, is logged when it does: logged
+	// as the failure, "not completed yet" hid the 403 of missing RBAC
+	// that followed (probe23-k8sapi D1).
+	sourcePending
+	sourceFailing
+)
+
+func stateOf(err error) sourceState {
+	switch {
+	case err == nil:
+		return sourceUp
+	case errors.Is(err, kubernetes.ErrNotListedYet):
+		return sourcePending
+	}
+	return sourceFailing
 }
 
 // attribute decides the owners of one device and which process runs for

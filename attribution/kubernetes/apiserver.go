@@ -9,7 +9,11 @@ import (
 	"time"
 )
 
-var errNotListed = errors.New("API server pod list has not completed yet")
+// ErrNotListedYet is what a watch source reports until its first list
+// has completed: a state at start, not yet a failure with a cause.
+var ErrNotListedYet = errors.New("list has not completed yet")
+
+var errNotListed = fmt.Errorf("API server pod %w", ErrNotListedYet)
 
 // Metadata-only pods: the server answers these with
 // meta.k8s.io/v1 PartialObjectMetadataList and PartialObjectMetadata, the

@@ -21,7 +21,7 @@ const SourceResourceSlices = "resourceslices"
 // NVIDIA's DRA driver publishes for every GPU.
 const pciBusIDAttribute = "resource.kubernetes.io/pciBusID"
 
-var errSlicesNotListed = errors.New("ResourceSlice list has not completed yet")
+var errSlicesNotListed = fmt.Errorf("ResourceSlice %w", ErrNotListedYet)
 
 // claimAccessTTL is how long a claim's allocation, as read, is taken for
 // its own: an allocated claim's results do not change while pods use it,
