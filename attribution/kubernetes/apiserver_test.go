@@ -531,6 +531,35 @@ func TestAPIServerSourceFailedListKeepsItsVersion(t *testing.T) {
 	}
 }
 
+// Watch events may not make the objects held larger than a list may be:
+// a server streaming pods without end made the heap grow without end
+// (probe23-k8sapi D2). The event past the bound is not applied; the
+// relist is refused as too large too, and the source reports it.
+func TestAPIServerSourceWatchBounded(t *testing.T) {
+	old := maxHeldBytes
+	maxHeldBytes = 4 << 10
+	t.Cleanup(func() { maxHeldBytes = old })
+	f := newFakeAPIServer(t, "node1")
+	f.put(metav1.ObjectMeta{Namespace: "a", Name: "p0", UID: "00000000-0000-4000-8000-000000000000"})
+	s := startAPIServerSource(t, f)
+	eventually(t, "the list and a watch", func() bool { _, w := f.counts(); return s.podCache.len() == 1 && len(w) == 1 })
+	big := strings.Repeat("x", 1000)
+	for i := 1; i <= 10; i++ {
+		f.put(metav1.ObjectMeta{Namespace: "a", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)),
+			Annotations: map[string]string{"big": big}})
+	}
+	eventually(t, "the bound", func() bool { err := s.Healthy(); return err != nil && strings.Contains(err.Error(), "larger than 4096 bytes") })
+	// The relist is refused too, and the source stays down. Each object
+	// is about 1.2 KB: at most 4 KiB of them are held.
+	eventually(t, "the relist refused", func() bool {
+		err := s.Healthy()
+		return err != nil && strings.Contains(err.Error(), "list /api/v1/pods: larger than 4096 bytes")
+	})
+	if n := s.podCache.len(); n > 4 {
+		t.Errorf("%d pods held, want at most 4 within the 4 KiB bound", n)
+	}
+}
+
 // A line of the watch that is not an event is an error the source
 // reports, and it recovers by listing again.
 func TestAPIServerSourceMalformedEvent(t *testing.T) {
