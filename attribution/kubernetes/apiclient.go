@@ -402,6 +402,13 @@ func (t *tokenSource) get() string {
 	return t.token
 }
 
+// expire makes the next get read the file again.
+func (t *tokenSource) expire() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.read = time.Time{}
+}
+
 func readToken(path string) (string, error) {
 	b, err := readBounded(path, maxTokenBytes)
 	if err != nil {
@@ -516,6 +523,13 @@ func (c *apiClient) get(ctx context.Context, path string, query url.Values, acce
 		return resp, nil
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized && c.token != nil {
+		// The token may have been rotated and the old one revoked: the
+		// next request reads the file again, as client-go's cached file
+		// token source does on a 401, where the source stayed down for
+		// up to a minute more (probe23-k8sapi D3).
+		c.token.expire()
+	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 	e := &apiError{Path: path, Code: resp.StatusCode}
 	var st apiStatus

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -408,6 +409,57 @@ func TestTokenRotation(t *testing.T) {
 	if strings.Join(auth, ",") != strings.Join(want, ",") {
 		t.Errorf("Authorization %q, want %q", auth, want)
 	}
+}
+
+// A 401 makes the next request read the token file again, within the
+// minute: the token was rotated and the old one revoked, and every retry
+// sent the old one for up to a minute (probe23-k8sapi D3).
+func TestTokenReadAgainAfter401(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	writeFile(t, path, []byte("old"))
+	var mu sync.Mutex
+	var auth []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer new" {
+			http.Error(w, `{"kind":"Status","code":401,"reason":"Unauthorized","message":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	ts, err := newTokenSource("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.now, ts.read = func() time.Time { return now }, now
+	c, err := newAPIClient(&apiConfig{Host: srv.URL, Token: ts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	var v struct{}
+	writeFile(t, path, []byte("new"))
+	if err := c.getJSON(context.Background(), "/api", url.Values{}, "application/json", 1<<10, &v); !isUnauthorized(err) {
+		t.Fatalf("first request: %v, want 401", err)
+	}
+	now = now.Add(time.Second)
+	if err := c.getJSON(context.Background(), "/api", url.Values{}, "application/json", 1<<10, &v); err != nil {
+		t.Fatalf("the request after the 401: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"Bearer old", "Bearer new"}; strings.Join(auth, ",") != strings.Join(want, ",") {
+		t.Errorf("Authorization %q, want %q", auth, want)
+	}
+}
+
+func isUnauthorized(err error) bool {
+	var e *apiError
+	return errors.As(err, &e) && e.Code == http.StatusUnauthorized
 }
 
 // A kubeconfig's token is used first, and its tokenFile read after a
