@@ -60,7 +60,7 @@ func TestLogChangesNamesTheCauseAfterPending(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	want := []string{
 		`level=INFO msg="attribution source has not listed yet; owners it tells are missing until it does" source=apiserver`,
-		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=apiserver err="GET /api/v1/pods: 403 Forbidden: pods is forbidden"`,
+		`level=WARN msg="attribution source failing; what it said last is used until it answers" source=apiserver err="GET /api/v1/pods: 403 Forbidden: pods is forbidden"`,
 		`level=INFO msg="attribution source answering again" source=apiserver`,
 		`level=INFO msg="attribution source has not listed yet; owners it tells are missing until it does" source=apiserver`,
 	}

@@ -523,6 +523,8 @@ func (r *Resolver) logChanges(sources []Source) {
 			r.down[s.Name] = now
 		}
 		switch {
+		case now == sourceFailing && watched(s.Name):
+			r.cfg.Logger.Warn("attribution source failing; what it said last is used until it answers", "source", s.Name, "err", s.Err)
 		case now == sourceFailing:
 			r.cfg.Logger.Warn("attribution source failing; owners it tells are missing until it answers", "source", s.Name, "err", s.Err)
 		case now == sourcePending && was == sourceUp:
@@ -531,6 +533,18 @@ func (r *Resolver) logChanges(sources []Source) {
 			r.cfg.Logger.Info("attribution source answering again", "source", s.Name)
 		}
 	}
+}
+
+// watched says the source is a watch whose cache, what it said last,
+// stays in use while it fails (pod metadata, ResourceSlices), where the
+// others are asked at every scrape (probe23-k8sapi D4: the log said its
+// labels were missing while they were served).
+func watched(source string) bool {
+	switch source {
+	case kubernetes.SourceAPIServer, kubernetes.SourcePodsAPI, kubernetes.SourceResourceSlices:
+		return true
+	}
+	return false
 }
 
 // sourceState is how an attribution source answered, as logged.
