@@ -548,7 +548,10 @@ func TestAPIServerSourceWatchBounded(t *testing.T) {
 		f.put(metav1.ObjectMeta{Namespace: "a", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)),
 			Annotations: map[string]string{"big": big}})
 	}
-	eventually(t, "the bound", func() bool { err := s.Healthy(); return err != nil && strings.Contains(err.Error(), "larger than 4096 bytes") })
+	eventually(t, "the bound", func() bool {
+		err := s.Healthy()
+		return err != nil && strings.Contains(err.Error(), "larger than 4096 bytes")
+	})
 	// The relist is refused too, and the source stays down. Each object
 	// is about 1.2 KB: at most 4 KiB of them are held.
 	eventually(t, "the relist refused", func() bool {

@@ -104,7 +104,7 @@ type reflector struct {
 	held      map[string]int
 	heldBytes int
 	cancel    context.CancelFunc
-	done   chan struct{}
+	done      chan struct{}
 }
 
 func startReflector(client *apiClient, coll collection, store watchStore, record func(error), logger *slog.Logger, what string) *reflector {
