@@ -174,10 +174,13 @@ func TestAlertConventions(t *testing.T) {
 	seen := map[string]bool{}
 	total := 0
 	for _, g := range m.Alerts.Groups {
-		if want, ok := wantGroups[g.Name]; !ok || len(g.Rules) != want {
-			t.Errorf("alert group %s has %d alerts, want %d", g.Name, len(g.Rules), want)
+		// A group may record what its alerts hold, before them
+		// (util.heldRecord); those rules are the recording rules' tests'.
+		alerts := slices.DeleteFunc(slices.Clone(g.Rules), func(r rule) bool { return r.Record != "" })
+		if want, ok := wantGroups[g.Name]; !ok || len(alerts) != want {
+			t.Errorf("alert group %s has %d alerts, want %d", g.Name, len(alerts), want)
 		}
-		for _, r := range g.Rules {
+		for _, r := range alerts {
 			total++
 			if !name.MatchString(r.Alert) || len(r.Alert) > 40 {
 				t.Errorf("alert name %q: want CamelCase starting with Xpu, at most 40 characters", r.Alert)

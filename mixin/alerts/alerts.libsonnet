@@ -27,7 +27,7 @@ local util = import '../lib/util.libsonnet';
     groups: [
       g {
         rules: [
-          if std.member(bridged, r.alert) then r else r { keep_firing_for: $._config.keepFiringFor }
+          if !std.objectHas(r, 'alert') || std.member(bridged, r.alert) then r else r { keep_firing_for: $._config.keepFiringFor }
           for r in g.rules
         ],
       }

@@ -27,25 +27,40 @@ local util = import '../lib/util.libsonnet';
   local device = util.deviceText,
   local owner = util.ownerText,
 
+  local sensorKey = fmt.deviceKey + ', sensor',
+  local highNotCritical = |||
+    (
+    %(high)s
+    )
+    unless on (%(deviceKey)s, sensor) (
+    %(critical)s
+    )
+  ||| % (fmt { high: util.indent(temperatureOver(false)), critical: util.indent(temperatureOver(true)) }),
+  local highRecord = 'device_sensor:xpu_temperature_high:bool',
+  local criticalRecord = 'device_sensor:xpu_temperature_critical:bool',
+
   prometheusAlerts+:: {
     groups+: [{
       name: 'xpu-device',
       rules: [
+        // Per device and sensor, whoever owns the device, 1 while it is
+        // High (and not Critical), or Critical; 0 while it is not: what
+        // the temperature alerts hold (util.heldOnDevice).
+        {
+          record: highRecord,
+          expr: util.heldRecord(highNotCritical, sensorKey, temperatureSample),
+        },
+        {
+          record: criticalRecord,
+          expr: util.heldRecord(temperatureOver(true), sensorKey, temperatureSample),
+        },
         util.alert(c, {
           alert: 'XpuTemperatureHigh',
-          // High and not at the Critical level, held for
-          // temperatureWarningFor whoever held the device
-          // (util.heldOnDevice): one event raises one page, not two, also
-          // when a sensor cools from Critical to High while Critical keeps
-          // firing (keep_firing_for; review23 F6).
-          expr: util.heldOnDevice(|||
-            (
-            %(high)s
-            )
-            unless on (%(deviceKey)s, sensor) (
-            %(critical)s
-            )
-          ||| % (fmt { high: util.indent(temperatureOver(false)), critical: util.indent(temperatureOver(true)) }), fmt.deviceKey + ', sensor', temperatureSample, c.temperatureWarningFor),
+          // High and not at the Critical level for temperatureWarningFor,
+          // whoever held the device: one event raises one page, not two,
+          // also when a sensor cools from Critical to High while Critical
+          // keeps firing (keep_firing_for; review23 F6).
+          expr: util.heldOnDevice(highNotCritical, sensorKey, highRecord, c.temperatureWarningFor),
           'for': '0m',  // held in expr, whoever owned the device
           labels: { severity: 'warning' },
           annotations: {
@@ -55,7 +70,7 @@ local util = import '../lib/util.libsonnet';
         }),
         util.alert(c, {
           alert: 'XpuTemperatureCritical',
-          expr: util.heldOnDevice(temperatureOver(true), fmt.deviceKey + ', sensor', temperatureSample, c.temperatureCriticalFor),
+          expr: util.heldOnDevice(temperatureOver(true), sensorKey, criticalRecord, c.temperatureCriticalFor),
           'for': '0m',  // held in expr, whoever owned the device
           labels: { severity: 'critical' },
           annotations: {

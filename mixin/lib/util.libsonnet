@@ -266,17 +266,30 @@
       ownMargin: less(ownMargin),
     },
 
-  // The series of expr, a filter of the family sample whose series carry
-  // the device's owner of the moment, where it has held on the device
-  // (keyed by `on`) for duration, whoever owned it: sample was served
-  // duration ago, and at no evaluation since was it served without expr
-  // holding. A rule's `for` cannot say so: it follows one label set, and
-  // an owner change (a pod replaced, a job requeued) starts another, so a
-  // GPU kept hot under pods replaced faster than `for` never alerted
-  // (probe21-alerts D4). The rule then has no `for`: when the owner
-  // changes, the alert with the new owner's labels fires at once. A
-  // scrape missed meanwhile is no evaluation at which it did not hold.
-  heldOnDevice(expr, on, sample, duration)::
+  // A device's condition held for a duration whoever owned the device. A
+  // rule's `for` cannot say so: it follows one label set, and an owner
+  // change (a pod replaced, a job requeued) starts another, so a GPU kept
+  // hot under pods replaced faster than `for` never alerted
+  // (probe21-alerts D4). So a recording rule (heldRecord) keeps, per device
+  // key (`on`), 1 where the condition holds and 0 where the device's
+  // series (sample) are there without it, and the alert (heldOnDevice) is
+  // expr, whose series carry the owner of the moment, where that record
+  // was there `duration` ago and 1 at every evaluation since. The rule then
+  // has no `for`: when the owner changes, the alert with the new owner's
+  // labels fires at once. A scrape missed meanwhile is no evaluation at
+  // which it did not hold. Read from stored samples, the hold costs one
+  // evaluation of expr more, where a subquery ran it again at every step of
+  // the window (review23 F7). The record precedes the alert in its group,
+  // which evaluates its rules in order.
+  heldRecord(expr, on, sample)::
+    |||
+      max by (%(on)s) (
+      %(expr)s
+      ) * 0 + 1
+      or
+      max by (%(on)s) (%(sample)s) * 0
+    ||| % { expr: $.indent(expr), on: on, sample: sample },
+  heldOnDevice(expr, on, record, duration)::
     // A hold of 0 is expr itself (a range of 0 does not parse).
     if $.seconds(duration) == 0 then expr else
       |||
@@ -284,18 +297,10 @@
         %(expr)s
         )
           and on (%(on)s)
-        max by (%(on)s) (%(sample)s offset %(duration)s)
-          unless on (%(on)s)
-        max_over_time(
-          (
-            max by (%(on)s) (%(sample)s)
-              unless on (%(on)s)
-            (
-        %(inner)s
-            )
-          )[%(duration)s:]
-        )
-      ||| % { expr: $.indent(expr), inner: $.indent($.indent($.indent(expr))), on: on, sample: sample, duration: duration },
+        min_over_time(%(record)s[%(duration)s]) == 1
+          and on (%(on)s)
+        %(record)s offset %(duration)s
+      ||| % { expr: $.indent(expr), on: on, record: record, duration: duration },
 
   // '1m' -> 60, '2m30s' -> 150, '500ms' -> 0.5, '0' -> 0: rules need some
   // windows as numbers (time() arithmetic, evaluations per hour) while the
