@@ -21,11 +21,13 @@ const (
 	// listPageSize is the limit asked of each list request ("Retrieving
 	// large results sets in chunks", Kubernetes API concepts).
 	listPageSize = 500
-	// maxListPageBytes bounds one page, maxListBytes a whole list and
-	// maxListPages its pages: a node's pods or ResourceSlices are a few
-	// MiB at the very most.
+	// maxListPageBytes bounds one page, maxListBytes a whole list (and
+	// what a watch holds: maxHeldBytes) and maxListPages its pages: a
+	// node's pods or ResourceSlices are a few MiB at the very most (500
+	// pods of 10 KiB of metadata, managedFields included, are 5 MiB),
+	// and what is held of them costs about as much again in the heap.
 	maxListPageBytes = 16 << 20
-	maxListBytes     = 64 << 20
+	maxListBytes     = 16 << 20
 	maxListPages     = 100
 	// maxEventBytes bounds one watch event (one line); etcd stores no
 	// object above 1.5 MiB by default.
