@@ -6,6 +6,8 @@
 // bridge the gap by themselves, and XpuExporterDown is the gap's own.
 local bridged = [
   'XpuExporterDown',
+  'XpuTemperatureHigh',  // util.heldOnDevice bridges a gap itself
+  'XpuTemperatureCritical',
   'XpuEccUncorrectableErrors',
   'XpuXidErrors',
   'XpuClocksThrottled',

@@ -28,54 +28,56 @@ local util = import '../lib/util.libsonnet';
   local owner = util.ownerText,
 
   local sensorKey = fmt.deviceKey + ', sensor',
-  local highNotCritical = |||
-    (
-    %(high)s
-    )
-    unless on (%(deviceKey)s, sensor) (
-    %(critical)s
-    )
-  ||| % (fmt { high: util.indent(temperatureOver(false)), critical: util.indent(temperatureOver(true)) }),
-  local highRecord = 'device_sensor:xpu_temperature_high:bool',
+  local hotRecord = 'device_sensor:xpu_temperature_high:bool',
   local criticalRecord = 'device_sensor:xpu_temperature_critical:bool',
+  // A gap bridged: longer than an exporter rollout's (keepFiringFor).
+  local bridge = c.keepFiringFor,
 
   prometheusAlerts+:: {
     groups+: [{
       name: 'xpu-device',
       rules: [
-        // Per device and sensor, whoever owns the device, 1 while it is
-        // High (and not Critical), or Critical; 0 while it is not: what
-        // the temperature alerts hold (util.heldOnDevice).
+        // Per device and sensor, whoever owns the device, 1 while it is at
+        // or past its High level (Critical included), or Critical; 0 while
+        // it is not: what the temperature alerts hold (util.heldOnDevice).
         {
-          record: highRecord,
-          expr: util.heldRecord(highNotCritical, sensorKey, temperatureSample),
+          record: hotRecord,
+          expr: util.heldRecord(temperatureOver(false), sensorKey, temperatureSample),
         },
         {
           record: criticalRecord,
           expr: util.heldRecord(temperatureOver(true), sensorKey, temperatureSample),
         },
         util.alert(c, {
-          alert: 'XpuTemperatureHigh',
-          // High and not at the Critical level for temperatureWarningFor,
-          // whoever held the device: one event raises one page, not two,
-          // also when a sensor cools from Critical to High while Critical
-          // keeps firing (keep_firing_for; review23 F6).
-          expr: util.heldOnDevice(highNotCritical, sensorKey, highRecord, c.temperatureWarningFor),
-          'for': '0m',  // held in expr, whoever owned the device
-          labels: { severity: 'warning' },
-          annotations: {
-            summary: 'A device is running hot.',
-            description: '%s (owner: %s) has its {{ $labels.sensor }} sensor at {{ $value }} °C, past its maximum operating temperature or close to where the hardware slows down.' % [device, owner],
-          },
-        }),
-        util.alert(c, {
           alert: 'XpuTemperatureCritical',
-          expr: util.heldOnDevice(temperatureOver(true), sensorKey, criticalRecord, c.temperatureCriticalFor),
+          // Before XpuTemperatureHigh, which leaves out what it fires on in
+          // the same evaluation.
+          expr: util.heldOnDevice(temperatureSample, sensorKey, criticalRecord, c.temperatureCriticalFor, bridge),
           'for': '0m',  // held in expr, whoever owned the device
           labels: { severity: 'critical' },
           annotations: {
             summary: 'A device is about to shut down from heat.',
             description: '%s (owner: %s) has its {{ $labels.sensor }} sensor at {{ $value }} °C, at the limit where the hardware slows down and then shuts off.' % [device, owner],
+          },
+        }),
+        util.alert(c, {
+          alert: 'XpuTemperatureHigh',
+          // At or past the High level, Critical included, for
+          // temperatureWarningFor whoever held the device, and left out
+          // while XpuTemperatureCritical fires on the same sensor: one
+          // event raises one page at a time. A sensor at its slowdown
+          // level half the time (a GPU throttling, a degree either side)
+          // held neither alert while each level's hold started again at
+          // the other's evaluations (probe24-tempalerts D2); handing over
+          // from Critical to High, and back, neither overlaps nor leaves a
+          // gap (review23 F6, probe24-tempalerts D1).
+          expr: util.heldOnDevice(temperatureSample, sensorKey, hotRecord, c.temperatureWarningFor, bridge)
+                + '  unless on (%s)\nALERTS{alertname="XpuTemperatureCritical", alertstate="firing"}\n' % sensorKey,
+          'for': '0m',  // held in expr, whoever owned the device
+          labels: { severity: 'warning' },
+          annotations: {
+            summary: 'A device is running hot.',
+            description: '%s (owner: %s) has its {{ $labels.sensor }} sensor at {{ $value }} °C, past its maximum operating temperature or close to where the hardware slows down.' % [device, owner],
           },
         }),
         util.alert(c, {

@@ -273,14 +273,21 @@
   // (probe21-alerts D4). So a recording rule (heldRecord) keeps, per device
   // key (`on`), 1 where the condition holds and 0 where the device's
   // series (sample) are there without it, and the alert (heldOnDevice) is
-  // expr, whose series carry the owner of the moment, where that record
-  // was there `duration` ago and 1 at every evaluation since. The rule then
-  // has no `for`: when the owner changes, the alert with the new owner's
-  // labels fires at once. A scrape missed meanwhile is no evaluation at
-  // which it did not hold. Read from stored samples, the hold costs one
-  // evaluation of expr more, where a subquery ran it again at every step of
-  // the window (review23 F7). The record precedes the alert in its group,
-  // which evaluates its rules in order.
+  // the device's series of the moment, with its owner's labels, where that
+  // record was there `duration` ago, has been 1 at every evaluation since
+  // and is 1 at its last. Read from stored samples, the hold costs one
+  // evaluation of the condition, where a subquery ran it again at every
+  // step of the window (review23 F7). The record precedes its alert in
+  // their group, which evaluates its rules in order.
+  //
+  // The alert bridges a gap itself, instead of keep_firing_for: a scrape
+  // missed, an exporter restarting (its series stale) leave the record's
+  // last value and the device's last series (last_over_time over `bridge`)
+  // in place. The series of the moment, where there is one, is the only
+  // one, so that an owner replaced leaves no alert of the old owner
+  // firing on (probe24-tempalerts D3), and a rule after it that leaves the
+  // device out while another alert fires on it is not kept firing over
+  // that alert (D1).
   heldRecord(expr, on, sample)::
     |||
       max by (%(on)s) (
@@ -289,18 +296,24 @@
       or
       max by (%(on)s) (%(sample)s) * 0
     ||| % { expr: $.indent(expr), on: on, sample: sample },
-  heldOnDevice(expr, on, record, duration)::
-    // A hold of 0 is expr itself (a range of 0 does not parse).
-    if $.seconds(duration) == 0 then expr else
-      |||
-        (
-        %(expr)s
-        )
-          and on (%(on)s)
+  heldOnDevice(sample, on, record, duration, bridge)::
+    |||
+      (
+        %(sample)s
+          or on (%(on)s)
+        last_over_time(%(sample)s[%(bridge)s])
+      )
+        and on (%(on)s)
+      last_over_time(%(record)s[%(bridge)s]) == 1
+    ||| % { sample: sample, on: on, record: record, bridge: bridge }
+    + (if $.seconds(duration) == 0 then '' else '  and on (%s)\n' % on)
+    + (
+      if $.seconds(duration) == 0 then '' else |||
         min_over_time(%(record)s[%(duration)s]) == 1
           and on (%(on)s)
         %(record)s offset %(duration)s
-      ||| % { expr: $.indent(expr), on: on, record: record, duration: duration },
+      ||| % { on: on, record: record, duration: duration }
+    ),
 
   // '1m' -> 60, '2m30s' -> 150, '500ms' -> 0.5, '0' -> 0: rules need some
   // windows as numbers (time() arithmetic, evaluations per hour) while the
