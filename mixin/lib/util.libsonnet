@@ -297,15 +297,22 @@
       max by (%(on)s) (%(sample)s) * 0
     ||| % { expr: $.indent(expr), on: on, sample: sample },
   heldOnDevice(sample, on, record, duration, bridge)::
-    |||
-      (
+    // A bridge of 0 is none (a range of 0 does not parse).
+    (
+      if $.seconds(bridge) == 0 then |||
         %(sample)s
-          or on (%(on)s)
-        last_over_time(%(sample)s[%(bridge)s])
-      )
-        and on (%(on)s)
-      last_over_time(%(record)s[%(bridge)s]) == 1
-    ||| % { sample: sample, on: on, record: record, bridge: bridge }
+          and on (%(on)s)
+        %(record)s == 1
+      ||| else |||
+        (
+          %(sample)s
+            or on (%(on)s)
+          last_over_time(%(sample)s[%(bridge)s])
+        )
+          and on (%(on)s)
+        last_over_time(%(record)s[%(bridge)s]) == 1
+      |||
+    ) % { sample: sample, on: on, record: record, bridge: bridge }
     + (if $.seconds(duration) == 0 then '' else '  and on (%s)\n' % on)
     + (
       if $.seconds(duration) == 0 then '' else |||
