@@ -359,55 +359,81 @@ func TestInClusterConfig(t *testing.T) {
 	}
 }
 
+// tokenClient is an API client whose token is read from a file holding
+// token, on a clock the test moves (*now), against a server that records
+// each request's Authorization and answers 401 where accept says no.
+type tokenClient struct {
+	c    *apiClient
+	path string
+	now  *time.Time
+	mu   sync.Mutex
+	auth []string
+}
+
+func newTokenClient(t *testing.T, token string, accept func(auth string) bool) *tokenClient {
+	t.Helper()
+	tc := &tokenClient{path: filepath.Join(t.TempDir(), "token")}
+	writeFile(t, tc.path, []byte(token))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tc.mu.Lock()
+		tc.auth = append(tc.auth, r.Header.Get("Authorization"))
+		tc.mu.Unlock()
+		if !accept(r.Header.Get("Authorization")) {
+			http.Error(w, `{"kind":"Status","code":401,"reason":"Unauthorized","message":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(srv.Close)
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	tc.now = &now
+	ts, err := newTokenSource("", tc.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.now, ts.read = func() time.Time { return *tc.now }, now
+	if tc.c, err = newAPIClient(&apiConfig{Host: srv.URL, Token: ts}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.c.close)
+	return tc
+}
+
+func (tc *tokenClient) get() error {
+	var v struct{}
+	return tc.c.getJSON(context.Background(), "/api", url.Values{}, "application/json", 1<<10, &v)
+}
+
+func (tc *tokenClient) sent() string {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return strings.Join(tc.auth, ",")
+}
+
 // The service account token file is read again once a minute: the second
 // request after the kubelet rotated it carries the new token; one that
 // cannot be read leaves the last one in use.
 func TestTokenRotation(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "token")
-	writeFile(t, path, []byte("first\n"))
-	var mu sync.Mutex
-	var auth []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		auth = append(auth, r.Header.Get("Authorization"))
-		mu.Unlock()
-		w.Write([]byte(`{}`))
-	}))
-	defer srv.Close()
-	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
-	ts, err := newTokenSource("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.now, ts.read = func() time.Time { return now }, now
-	c, err := newAPIClient(&apiConfig{Host: srv.URL, Token: ts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
+	tc := newTokenClient(t, "first\n", func(string) bool { return true })
 	get := func() {
 		t.Helper()
-		var v struct{}
-		if err := c.getJSON(context.Background(), "/api", url.Values{}, "application/json", 1<<10, &v); err != nil {
+		if err := tc.get(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	get()
-	writeFile(t, path, []byte("second"))
-	now = now.Add(59 * time.Second)
+	writeFile(t, tc.path, []byte("second"))
+	*tc.now = tc.now.Add(59 * time.Second)
 	get() // within the minute: not read again
-	now = now.Add(time.Second)
+	*tc.now = tc.now.Add(time.Second)
 	get()
-	if err := os.Remove(path); err != nil {
+	if err := os.Remove(tc.path); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(2 * time.Minute)
+	*tc.now = tc.now.Add(2 * time.Minute)
 	get()
-	mu.Lock()
-	defer mu.Unlock()
-	want := []string{"Bearer first", "Bearer first", "Bearer second", "Bearer second"}
-	if strings.Join(auth, ",") != strings.Join(want, ",") {
-		t.Errorf("Authorization %q, want %q", auth, want)
+	if want := "Bearer first,Bearer first,Bearer second,Bearer second"; tc.sent() != want {
+		t.Errorf("Authorization %q, want %q", tc.sent(), want)
 	}
 }
 
@@ -415,45 +441,17 @@ func TestTokenRotation(t *testing.T) {
 // minute: the token was rotated and the old one revoked, and every retry
 // sent the old one for up to a minute (probe23-k8sapi D3).
 func TestTokenReadAgainAfter401(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "token")
-	writeFile(t, path, []byte("old"))
-	var mu sync.Mutex
-	var auth []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		auth = append(auth, r.Header.Get("Authorization"))
-		mu.Unlock()
-		if r.Header.Get("Authorization") != "Bearer new" {
-			http.Error(w, `{"kind":"Status","code":401,"reason":"Unauthorized","message":"Unauthorized"}`, http.StatusUnauthorized)
-			return
-		}
-		w.Write([]byte(`{}`))
-	}))
-	defer srv.Close()
-	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
-	ts, err := newTokenSource("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.now, ts.read = func() time.Time { return now }, now
-	c, err := newAPIClient(&apiConfig{Host: srv.URL, Token: ts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
-	var v struct{}
-	writeFile(t, path, []byte("new"))
-	if err := c.getJSON(context.Background(), "/api", url.Values{}, "application/json", 1<<10, &v); !isUnauthorized(err) {
+	tc := newTokenClient(t, "old", func(auth string) bool { return auth == "Bearer new" })
+	writeFile(t, tc.path, []byte("new"))
+	if err := tc.get(); !isUnauthorized(err) {
 		t.Fatalf("first request: %v, want 401", err)
 	}
-	now = now.Add(time.Second)
-	if err := c.getJSON(context.Background(), "/api", url.Values{}, "application/json", 1<<10, &v); err != nil {
+	*tc.now = tc.now.Add(time.Second)
+	if err := tc.get(); err != nil {
 		t.Fatalf("the request after the 401: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []string{"Bearer old", "Bearer new"}; strings.Join(auth, ",") != strings.Join(want, ",") {
-		t.Errorf("Authorization %q, want %q", auth, want)
+	if want := "Bearer old,Bearer new"; tc.sent() != want {
+		t.Errorf("Authorization %q, want %q", tc.sent(), want)
 	}
 }
 
