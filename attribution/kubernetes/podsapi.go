@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 	podsv1alpha1 "k8s.io/kubelet/pkg/apis/pods/v1alpha1"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/internal/podwire"
 )
 
 // DefaultPodsAPISocket is where the kubelet serves its Pods API (KEP-4188,
@@ -167,7 +169,7 @@ func (s *PodsAPISource) apply(ev *podsv1alpha1.WatchPodsEvent, generation uint64
 	}
 	switch ev.GetType() {
 	case podsv1alpha1.EventType_ADDED, podsv1alpha1.EventType_MODIFIED:
-		ended := pod.phase == phaseSucceeded || pod.phase == phaseFailed
+		ended := pod.phase == podwire.PhaseSucceeded || pod.phase == podwire.PhaseFailed
 		s.podCache.upsert(&pod.meta, pod.podIP, pod.containers, ended, generation)
 	case podsv1alpha1.EventType_DELETED:
 		s.podCache.remove(pod.meta.UID)

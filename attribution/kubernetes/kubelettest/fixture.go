@@ -15,6 +15,8 @@ import (
 	"slices"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/internal/podwire"
 )
 
 // Fixture is the node the fake kubelet serves.
@@ -153,7 +155,7 @@ func (p Pod) validate() error {
 		return fmt.Errorf("pod %s/%s: namespace, name and uid are required", p.Namespace, p.Name)
 	}
 	switch p.Phase {
-	case "", phasePending, phaseRunning, phaseSucceeded, phaseFailed, phaseUnknown:
+	case "", podwire.PhasePending, podwire.PhaseRunning, podwire.PhaseSucceeded, podwire.PhaseFailed, podwire.PhaseUnknown:
 	default:
 		return fmt.Errorf("pod %s/%s: phase %q is not Pending, Running, Succeeded, Failed or Unknown", p.Namespace, p.Name, p.Phase)
 	}
