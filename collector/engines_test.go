@@ -48,6 +48,18 @@ func setEngineFlags(t *testing.T, targets []string) {
 	})
 }
 
+// setEngineConfig makes --engines.config a file of body for the test.
+func setEngineConfig(t *testing.T, body string) {
+	t.Helper()
+	path := t.TempDir() + "/engines.yaml"
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := *engineConfig
+	*engineConfig = path
+	t.Cleanup(func() { *engineConfig = old })
+}
+
 type enginePods []kubernetes.PodMeta
 
 func (enginePods) Name() string { return "fake" }
@@ -214,13 +226,7 @@ func TestMixedVendorConfiguredEnginesServedOnce(t *testing.T) {
 	tgi := engineServer(t, "tgi-datadog-fixture.prom")
 	sglang := engineServer(t, "sglang-v0.5.10.post1-datadog-fixture.prom")
 	setEngineFlags(t, []string{"sglang=" + sglang.URL + "/metrics"})
-	path := t.TempDir() + "/engines.yaml"
-	if err := os.WriteFile(path, []byte("targets:\n  - {engine: tgi, url: "+tgi.URL+"/metrics, unit: tgi.service}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	old := *engineConfig
-	*engineConfig = path
-	t.Cleanup(func() { *engineConfig = old })
+	setEngineConfig(t, "targets:\n  - {engine: tgi, url: "+tgi.URL+"/metrics, unit: tgi.service}\n")
 	s, err := demo.Parse([]byte(`node: split-node
 devices:
   - {uuid: GPU-d1000000-0000-4000-8000-000000000000, model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, power_limit_watts: 700,
@@ -282,15 +288,9 @@ func TestConfiguredPodTargetOfAnotherNode(t *testing.T) {
 	here := engineServer(t, "tgi-datadog-fixture.prom")
 	there := engineServer(t, "sglang-v0.5.10.post1-datadog-fixture.prom")
 	setEngineFlags(t, nil)
-	path := t.TempDir() + "/engines.yaml"
 	config := "targets:\n  - {engine: tgi, url: " + here.URL + "/metrics, pod: ml/serve}\n" +
 		"  - {engine: sglang, url: " + there.URL + "/metrics, pod: ml/other-node}\n"
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	old := *engineConfig
-	*engineConfig = path
-	t.Cleanup(func() { *engineConfig = old })
+	setEngineConfig(t, config)
 	s, err := demo.Parse([]byte(`node: f5-node
 defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5}}
 devices:
@@ -957,14 +957,8 @@ func TestCheckEngineLimits(t *testing.T) {
 func TestUnitEngineKeepsItsOwnerWhileItsGPUIsDown(t *testing.T) {
 	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
 	setEngineFlags(t, nil)
-	path := t.TempDir() + "/engines.yaml"
 	config := fmt.Sprintf("targets:\n  - {engine: vllm, url: %[1]s/v, unit: vllm.service}\n  - {engine: vllm, url: %[1]s/idle, unit: idle.service}\n", vllm.URL)
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	old := *engineConfig
-	*engineConfig = path
-	t.Cleanup(func() { *engineConfig = old })
+	setEngineConfig(t, config)
 	s, err := demo.Parse([]byte(`node: eng
 defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_utilization: 0.25}}
 devices:
