@@ -31,7 +31,9 @@ const (
 	SourceCDI = "cdi"
 )
 
-// Kubelet is the kubelet's pod-resources API.
+// Kubelet is the kubelet's pod-resources API. A slice it returns is never
+// modified, by it or by the Resolver, which keeps what it worked out of
+// the slices for as long as it is given the same ones again.
 type Kubelet interface {
 	List(ctx context.Context) ([]kubernetes.PodResources, error)
 	Allocatable(ctx context.Context) ([]kubernetes.ResourceDevices, error)
@@ -114,6 +116,10 @@ type Resolver struct {
 	// engines is which engines this exporter served at the kubelet's last
 	// answer (enginePods), nil before one.
 	engines atomic.Pointer[engineShare]
+
+	// allocsMu guards allocs, the allocations of the kubelet's last answer.
+	allocsMu sync.Mutex
+	allocs   allocationsMemo
 
 	// initOnce reads once whether the node's init is systemd (initSystemd).
 	initOnce    sync.Once
@@ -1105,24 +1111,64 @@ func podProcesses(procs map[uint32]procInfo) bool {
 // replicas when its sharing is reconfigured or the device turns unhealthy,
 // while the pods keep the replicas they were allocated, and with them the
 // share of the device they were given: 1/N of the N then advertised.
-func (r *Resolver) keepReplicas(allocs []kubernetes.Allocation) {
+// allocs is not modified (it is kept for the next scrape, allocations):
+// where a count is given, the list returned is a copy.
+func (r *Resolver) keepReplicas(allocs []kubernetes.Allocation) []kubernetes.Allocation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	held := map[string]int{}
+	copied := false
 	for i := range allocs {
 		a := &allocs[i]
 		if !a.Device.Shared {
 			continue
 		}
 		k := a.Device.Key()
-		if a.Replicas <= 0 {
-			a.Replicas = r.replicas[k]
+		if n := r.replicas[k]; a.Replicas <= 0 && n > 0 {
+			if !copied {
+				allocs, copied = slices.Clone(allocs), true
+				a = &allocs[i]
+			}
+			a.Replicas = n
 		}
 		if a.Replicas > 0 {
 			held[k] = a.Replicas
 		}
 	}
 	r.replicas = held
+	return allocs
+}
+
+// allocations is kubernetes.Allocations of the kubelet's answer, kept for
+// as long as the answer is the same slices: a busy node's kubelet answers
+// the same at nearly every scrape (its Client then returns the slices it
+// returned before), and working the allocations out again was a tenth of
+// a scrape. No side modifies a slice once returned (Kubelet).
+func (r *Resolver) allocations(pods []kubernetes.PodResources, allocatable []kubernetes.ResourceDevices) ([]kubernetes.Allocation, []error) {
+	r.allocsMu.Lock()
+	defer r.allocsMu.Unlock()
+	m := &r.allocs
+	if m.valid && sameSlice(m.pods, pods) && sameSlice(m.allocatable, allocatable) {
+		return m.out, m.errs
+	}
+	out, errs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
+	*m = allocationsMemo{pods: pods, allocatable: allocatable, out: out, errs: errs, valid: true}
+	return out, errs
+}
+
+// allocationsMemo is the last kubernetes.Allocations and its arguments.
+type allocationsMemo struct {
+	pods        []kubernetes.PodResources
+	allocatable []kubernetes.ResourceDevices
+	out         []kubernetes.Allocation
+	errs        []error
+	valid       bool
+}
+
+// sameSlice says whether a and b are the same elements of the same array.
+// Two empty slices are the same: nothing is in either.
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // mayHold says whether d may be such a device.
@@ -1257,8 +1303,8 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 	// Allocatable lists every replica a device plugin advertises, which is
 	// what a replica's share depends on; without it the share is unknown.
 	allocatable, allocErr := r.cfg.Kubelet.Allocatable(ctx)
-	allocs, idErrs := kubernetes.Allocations(pods, allocatable, r.cfg.Resources)
-	r.keepReplicas(allocs)
+	allocs, idErrs := r.allocations(pods, allocatable)
+	allocs = r.keepReplicas(allocs)
 	res.EnginePods, res.EngineSplitPods, res.EngineOthers = r.enginePods(pods, allocatable)
 	r.engines.Store(&engineShare{serve: res.EnginePods, split: res.EngineSplitPods, others: res.EngineOthers})
 	var shareUnknown map[string]bool // by device UUID

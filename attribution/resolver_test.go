@@ -464,6 +464,22 @@ func TestReplicaShareKeptWhenNoLongerAdvertised(t *testing.T) {
 	check("advertised whole since", r.Resolve(context.Background(), devices), 0.25, false)
 	kubelet.allocatable = nil
 	check("not advertised", r.Resolve(context.Background(), devices), 0.25, false)
+	// The same answer again: the allocations kept from the last one are
+	// used, and were not given the remembered count in place (the count
+	// goes into a copy), or they would no longer be what the kubelet said.
+	check("not advertised, same answer", r.Resolve(context.Background(), devices), 0.25, false)
+	for _, a := range r.allocs.out {
+		if a.Replicas != 0 {
+			t.Errorf("the kept allocations were modified: %s holds %d replicas, want the 0 the kubelet's answer says", a.Pod, a.Replicas)
+		}
+	}
+	// Sharing reconfigured to 8 replicas: a new answer, worked out anew.
+	eight := []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu"}}
+	for i := range 8 {
+		eight[0].IDs = append(eight[0].IDs, fmt.Sprintf("%s::%d", gpuB, i))
+	}
+	kubelet.allocatable = eight
+	check("advertised as 8", r.Resolve(context.Background(), devices), 0.125, false)
 
 	var logs bytes.Buffer
 	fresh := New(Config{Kubelet: &fakeKubelet{pods: held, allocatable: whole}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

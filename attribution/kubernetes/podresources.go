@@ -1,16 +1,22 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -102,7 +108,8 @@ type Client struct {
 	socket      string
 	callTimeout time.Duration
 	conn        *grpc.ClientConn
-	api         podresourcesv1.PodResourcesListerClient
+	list        lastAnswer[[]PodResources]
+	allocatable lastAnswer[[]ResourceDevices]
 }
 
 // Option configures a Client.
@@ -129,7 +136,6 @@ func Dial(socketPath string, opts ...Option) (*Client, error) {
 		socket:      socketPath,
 		callTimeout: DefaultCallTimeout,
 		conn:        conn,
-		api:         podresourcesv1.NewPodResourcesListerClient(conn),
 	}
 	for _, o := range opts {
 		o(c)
@@ -140,15 +146,18 @@ func Dial(socketPath string, opts ...Option) (*Client, error) {
 // Close releases the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// List returns the device allocations of every pod on the node.
+// List returns the device allocations of every pod on the node. While the
+// kubelet's answer is unchanged, byte for byte, List returns the slice it
+// returned before: callers must not modify it.
 func (c *Client) List(ctx context.Context) ([]PodResources, error) {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
-	resp, err := c.api.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, c.callError("List", err)
-	}
-	return convertPods(resp.GetPodResources()), nil
+	return call(ctx, c, &c.list, podresourcesv1.PodResourcesLister_List_FullMethodName, &podresourcesv1.ListPodResourcesRequest{},
+		func(b []byte) ([]PodResources, error) {
+			var resp podresourcesv1.ListPodResourcesResponse
+			if err := proto.Unmarshal(b, &resp); err != nil {
+				return nil, err
+			}
+			return convertPods(resp.GetPodResources()), nil
+		})
 }
 
 func convertPods(in []*podresourcesv1.PodResources) []PodResources {
@@ -170,15 +179,92 @@ func convertPods(in []*podresourcesv1.PodResources) []PodResources {
 // Allocatable returns every device the kubelet knows of, allocated or not
 // (api.proto, AllocatableResourcesResponses: "informations about all the
 // devices known by the kubelet"). Each time-slicing replica is a device of its own, which
-// is what Allocations counts replicas from.
+// is what Allocations counts replicas from. As with List, an unchanged
+// answer returns the slice returned before: callers must not modify it.
 func (c *Client) Allocatable(ctx context.Context) ([]ResourceDevices, error) {
+	return call(ctx, c, &c.allocatable, podresourcesv1.PodResourcesLister_GetAllocatableResources_FullMethodName, &podresourcesv1.AllocatableResourcesRequest{},
+		func(b []byte) ([]ResourceDevices, error) {
+			var resp podresourcesv1.AllocatableResourcesResponse
+			if err := proto.Unmarshal(b, &resp); err != nil {
+				return nil, err
+			}
+			return convertDevices(resp.GetDevices()), nil
+		})
+}
+
+// lastAnswer is a method's last answer, undecoded and converted. A busy
+// node's kubelet answers the same at nearly every scrape, and decoding
+// and converting that answer again was most of the call's cost.
+type lastAnswer[T any] struct {
+	mu    sync.Mutex
+	raw   []byte
+	val   T
+	valid bool
+	spare []byte // the buffer the next answer is read into
+}
+
+// call invokes method and converts its answer with decode, or returns the
+// last conversion when the answer is the same bytes as last time.
+func call[T any](ctx context.Context, c *Client, last *lastAnswer[T], method string, req proto.Message, decode func([]byte) (T, error)) (T, error) {
+	var zero T
+	name := method[strings.LastIndexByte(method, '/')+1:]
+	last.mu.Lock()
+	resp := &rawAnswer{b: last.spare}
+	last.spare = nil
+	last.mu.Unlock()
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	resp, err := c.api.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
-	if err != nil {
-		return nil, c.callError("GetAllocatableResources", err)
+	if err := c.conn.Invoke(ctx, method, req, resp, grpc.ForceCodecV2(rawCodec{})); err != nil {
+		return zero, c.callError(name, err)
 	}
-	return convertDevices(resp.GetDevices()), nil
+	last.mu.Lock()
+	defer last.mu.Unlock()
+	if last.valid && bytes.Equal(resp.b, last.raw) {
+		last.spare = resp.b
+		return last.val, nil
+	}
+	val, err := decode(resp.b)
+	if err != nil {
+		last.spare = resp.b
+		return zero, c.callError(name, fmt.Errorf("decoding the answer: %w", err))
+	}
+	last.spare, last.raw, last.val, last.valid = last.raw, resp.b, val, true
+	return val, nil
+}
+
+// rawAnswer is an answer's wire bytes.
+type rawAnswer struct{ b []byte }
+
+// rawCodec is gRPC's protobuf codec for requests, and hands answers over
+// undecoded, as a rawAnswer, for call to compare with the last one before
+// decoding. Its name is the protobuf codec's, so the kubelet sees the
+// content type it always did.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("request of type %T is not a protobuf message", v)
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+// Unmarshal copies the answer out: gRPC frees data when it returns.
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	a, ok := v.(*rawAnswer)
+	if !ok {
+		return fmt.Errorf("answer of type %T is not a rawAnswer", v)
+	}
+	n := data.Len()
+	a.b = slices.Grow(a.b[:0], n)[:n]
+	data.CopyTo(a.b)
+	return nil
 }
 
 // convertDevices merges the entries of one resource: the kubelet sends one

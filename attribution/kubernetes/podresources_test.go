@@ -4,13 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
 )
@@ -380,4 +386,110 @@ func TestClaimAllocationsConsumableCapacity(t *testing.T) {
 			t.Errorf("%s: share known, want unknown", a.Pod)
 		}
 	}
+}
+
+// TestClientDecodesOnlyChangedAnswers: an answer that is the same bytes as
+// the last one is not decoded again, and List returns the very slice it
+// returned before; a changed answer is decoded, and a malformed one is an
+// error that leaves the last good answer in place for when the kubelet
+// sends it again.
+func TestClientDecodesOnlyChangedAnswers(t *testing.T) {
+	pod := func(name string) *podresourcesv1.PodResources {
+		return &podresourcesv1.PodResources{Name: name, Namespace: "ns", Containers: []*podresourcesv1.ContainerResources{{
+			Name:    "main",
+			Devices: []*podresourcesv1.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-" + name}}},
+		}}}
+	}
+	encode := func(pods ...*podresourcesv1.PodResources) []byte {
+		b, err := proto.Marshal(&podresourcesv1.ListPodResourcesResponse{PodResources: pods})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	one, two := encode(pod("a")), encode(pod("a"), pod("b"))
+	// Field 1 (pod_resources), length-delimited, says 5 bytes and has 1.
+	malformed := []byte{0x0a, 0x05, 0x0a}
+
+	answers := make(chan []byte, 1)
+	socket := rawPodResourcesServer(t, answers)
+	c, err := Dial(socket, WithCallTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	list := func(answer []byte) ([]PodResources, error) {
+		t.Helper()
+		answers <- answer
+		return c.List(context.Background())
+	}
+	names := func(pods []PodResources) string {
+		var s []string
+		for _, p := range pods {
+			s = append(s, p.Name+":"+strings.Join(p.Containers[0].Devices[0].IDs, ","))
+		}
+		return strings.Join(s, " ")
+	}
+
+	first, err := list(one)
+	if err != nil || names(first) != "a:GPU-a" {
+		t.Fatalf("first List = %q, %v; want a:GPU-a", names(first), err)
+	}
+	again, err := list(one)
+	if err != nil || len(again) != 1 || &again[0] != &first[0] {
+		t.Errorf("the same answer again was decoded again (or failed: %v)", err)
+	}
+	if _, err := list(malformed); err == nil || !strings.Contains(err.Error(), "decoding the answer") {
+		t.Errorf("malformed answer: err = %v, want a decoding error", err)
+	}
+	back, err := list(one)
+	if err != nil || names(back) != "a:GPU-a" {
+		t.Errorf("after the malformed answer, List = %q, %v; want a:GPU-a", names(back), err)
+	}
+	changed, err := list(two)
+	if err != nil || names(changed) != "a:GPU-a b:GPU-b" {
+		t.Errorf("changed answer: List = %q, %v; want a:GPU-a b:GPU-b", names(changed), err)
+	}
+}
+
+// rawPodResourcesServer serves the pod-resources List method on a unix
+// socket, answering each call with the next bytes from answers as they
+// are, well formed or not.
+func rawPodResourcesServer(t *testing.T, answers <-chan []byte) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "raw") // unix socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "kubelet.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.ForceServerCodecV2(bytesCodec{}))
+	s.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "v1.PodResourcesLister",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "List",
+			Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				var req rawAnswer
+				if err := dec(&req); err != nil {
+					return nil, err
+				}
+				return &rawAnswer{b: <-answers}, nil
+			},
+		}},
+	}, struct{}{})
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return socket
+}
+
+// bytesCodec sends a rawAnswer's bytes as they are.
+type bytesCodec struct{ rawCodec }
+
+func (bytesCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.(*rawAnswer).b)}, nil
 }
