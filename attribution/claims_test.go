@@ -38,7 +38,7 @@ func TestClaimsOf(t *testing.T) {
 		{"other unit", Owner{Kind: Process, Unit: "other.service"}, -1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			i, amb := c.of(tc.proc)
+			i, amb := c.of(&tc.proc)
 			if i != tc.index || amb != tc.ambiguous {
 				t.Errorf("of(%+v) = %d, %v; want %d, %v", tc.proc, i, amb, tc.index, tc.ambiguous)
 			}

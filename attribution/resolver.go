@@ -599,6 +599,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 	scaleShares(own.Claims)
 	own.OwnersUnknown = partial && !allocated
 	idx := newClaims(own.Claims)
+	var scratch Owner // processOwner's
 	// Only while the kubelet is down, or not asked, does it matter whether
 	// pods' processes run on the device: a lookup per process saved at
 	// every other scrape. Not asked (Kubernetes attribution off, or no
@@ -612,7 +613,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 		if kubeDown {
 			return true
 		}
-		_, known := r.processOwner(p, sl, pods)
+		_, known := r.processOwner(p, sl, pods, &scratch)
 		return !known
 	})
 	if podOnDevice && r.cfg.Kubelet == nil {
@@ -627,7 +628,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 		if !ok {
 			continue
 		}
-		owner, known := r.processOwner(p, sl, pods)
+		owner, known := r.processOwner(p, sl, pods, &scratch)
 		if !known && p.info.Cgroup.SlurmSLUID != "" {
 			// A Slurm task of a job that could not be told may be another
 			// job's than the GRES holders' (a GPU Slurm does not fence
@@ -667,14 +668,14 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 			if own.Strays == nil {
 				own.Strays = map[uint32]Owner{}
 			}
-			own.Strays[pid] = owner
+			own.Strays[pid] = *owner
 		case partial:
 			// Left unresolved for the device's split (see above), but
 			// the process's own series still say whose it is.
 			if own.Strays == nil {
 				own.Strays = map[uint32]Owner{}
 			}
-			own.Strays[pid] = owner
+			own.Strays[pid] = *owner
 		case podOnDevice: // the kubelet is down
 			// Every device looks unallocated while the kubelet is down; a
 			// GPU that pods' processes run on is theirs, and a host daemon
@@ -690,11 +691,11 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 			if allocated || owner.Kind == Slurm {
 				share = 0
 			}
-			idx.add(Claim{Owner: owner, Share: share})
+			idx.add(Claim{Owner: *owner, Share: share})
 			own.Process[pid] = len(idx.list) - 1
 		}
 	}
-	r.attributeExited(own, d.ExitedPIDs, prev, idx, kubeDown, sl, pods)
+	r.attributeExited(own, d.ExitedPIDs, prev, idx, kubeDown, sl, pods, &scratch)
 	own.Claims = idx.list
 	if allocated {
 		return
@@ -720,13 +721,13 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 // (the pod it ran in ended, a job finished) is Unattributed, so that its
 // time is not handed to whoever holds the device now. A process not seen
 // at the previous scrape (it ran between two scrapes) stays unresolved.
-func (r *Resolver) attributeExited(own *Ownership, exited []uint32, prev map[uint32]procInfo, idx *claims, kubeDown bool, sl slurmState, pods podOwners) {
+func (r *Resolver) attributeExited(own *Ownership, exited []uint32, prev map[uint32]procInfo, idx *claims, kubeDown bool, sl slurmState, pods podOwners, scratch *Owner) {
 	for _, pid := range exited {
 		p, ok := prev[pid]
 		if !ok {
 			continue
 		}
-		owner, known := r.processOwner(p, sl, pods)
+		owner, known := r.processOwner(p, sl, pods, scratch)
 		switch {
 		case !known && !kubeDown && r.cfg.Kubelet != nil && r.podOfNoClaim(p.info.Cgroup.PodUID, own.Claims):
 			own.Process[pid] = Unattributed // a pod the kubelet lists no more
@@ -800,7 +801,7 @@ func (c *claims) index(i int, cl Claim) {
 	}
 }
 
-func (c *claims) of(proc Owner) (index int, ambiguous bool) {
+func (c *claims) of(proc *Owner) (index int, ambiguous bool) {
 	if proc.Kind != Kubernetes {
 		if i, ok := c.byKey[proc.Key()]; ok {
 			return i, false
@@ -830,24 +831,33 @@ func (c *claims) of(proc Owner) (index int, ambiguous bool) {
 // be worse than none. A job Slurm does not know is the process's owner,
 // labelled with its ID alone, when the process's cgroup or slurmd names
 // it; named only by the process's environment, it is no owner.
-func (r *Resolver) processOwner(p procInfo, sl slurmState, pods podOwners) (Owner, bool) {
+//
+// The owner is returned by pointer, into pods or into scratch (which the
+// next call overwrites), as an Owner is two dozen strings and a busy node
+// asks this for every process at every scrape: copying it each time was
+// most of the time attribution spent on each process.
+func (r *Resolver) processOwner(p procInfo, sl slurmState, pods podOwners, scratch *Owner) (*Owner, bool) {
 	if p.info.Cgroup.PodUID != "" {
-		a, ok := pods[p.info.pod]
-		if !ok {
+		a := pods[p.info.pod]
+		if a == nil {
+			a = &podOwnerAnswer{}
 			a.owner, a.known = r.podProcessOwner(p.info.pod.Value())
 			pods[p.info.pod] = a
 		}
-		return a.owner, a.known
+		return &a.owner, a.known
 	}
 	if job := p.job(); job != "" && !(p.slurm.environ && sl.unknown[job]) {
-		return slurmOwner(job, sl.jobs), true
+		*scratch = slurmOwner(job, sl.jobs)
+		return scratch, true
 	}
 	if p.info.Cgroup.SlurmSLUID != "" {
-		return Owner{}, false
+		*scratch = Owner{}
+		return scratch, false
 	}
 	// Transient units (a container's scope, a login session) would make an
 	// owner per container or login: OwnerUnit names what is stable.
-	return Owner{Kind: Process, Unit: p.info.Cgroup.OwnerUnit(), User: p.info.User, Command: p.info.Comm}, true
+	*scratch = Owner{Kind: Process, Unit: p.info.Cgroup.OwnerUnit(), User: p.info.User, Command: p.info.Comm}
+	return scratch, true
 }
 
 // podOfNoClaim says a process of the pod uid, which the metadata source does
@@ -871,7 +881,7 @@ func (r *Resolver) podOfNoClaim(uid string, claims []Claim) bool {
 // podOwners holds the owners of pod processes found in one Resolve: a pod's
 // processes, hundreds of them on a busy node, share a UID and mostly a
 // container, and would each repeat the same metadata lookups.
-type podOwners map[unique.Handle[podProcess]]podOwnerAnswer
+type podOwners map[unique.Handle[podProcess]]*podOwnerAnswer
 
 // podProcess is what a process's cgroup says of its pod.
 type podProcess struct{ podUID, containerID string }
