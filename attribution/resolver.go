@@ -44,7 +44,9 @@ type Kubelet interface {
 type ExitWatcher interface {
 	// Watch starts watching pid, and says whether it does.
 	Watch(pid uint32) bool
-	// Poll stops watching the processes that exited.
+	// Poll stops watching the processes that exited, and says how many:
+	// 0 when no watched process has exited since the last Poll, on which
+	// a scrape that sees the same PIDs as the last relies to look none up.
 	Poll() (int, error)
 	// Watching says whether pid is watched and had not exited at the
 	// last Poll.
@@ -126,6 +128,15 @@ type Resolver struct {
 	initSystemd bool
 
 	mu sync.Mutex
+	// exactPIDs is the devices' PIDs, in order, at the scrape that made
+	// procs, when procs holds those processes and no other, each watched
+	// for its exit; nil otherwise. While the devices list the same PIDs
+	// and no watched process has exited since, procs is this scrape's too
+	// (processes). exitGen counts the Polls that found an exit or failed:
+	// a scrape that polled before another found one keeps neither procs
+	// nor exactPIDs, which may hold a process that exited.
+	exactPIDs []uint32
+	exitGen   uint64
 	// procs caches what procfs said of the PIDs seen in the previous
 	// scrape: a GPU process lives for many scrapes. A PID is given to a new
 	// process only once the PID space has wrapped around, which a busy
@@ -286,7 +297,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	r.mu.Lock()
 	prev := r.procs // the previous scrape's, for exited processes
 	r.mu.Unlock()
-	procs, hidden, procErr := r.processes(devices)
+	procs, hidden, same, procErr := r.processes(devices)
 	procSource := -1
 	if r.cfg.Procfs != nil {
 		procSource = len(res.Sources)
@@ -383,12 +394,18 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 			if p, ok := prev[pid]; ok {
 				if _, running := procs[pid]; !running {
 					procs[pid] = p
+					same.pids = nil // procs holds more than the devices' PIDs
 				}
 			}
 		}
 	}
 	r.mu.Lock()
-	r.procs = procs
+	if same.exitGen == r.exitGen {
+		r.procs, r.exactPIDs = procs, same.pids
+	}
+	// Else a concurrent scrape (a /devices read beside a scrape) found
+	// processes that exited since this one looked: some of this one's may
+	// be those, and what that scrape keeps is the newer.
 	r.logChanges(res.Sources)
 	r.mu.Unlock()
 	// A GPU in MIG mode is shared by the owners of its instances.
@@ -946,29 +963,47 @@ func PodOwner(md kubernetes.MetadataSource, namespace, pod, container string) (o
 // a process that exited, such a process still uses its device. The error
 // says why processes could not be attributed at all, such as not seeing
 // the host's PIDs from a container.
-func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden map[uint32]bool, err error) {
+func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden map[uint32]bool, same sameProcs, err error) {
 	n := 0
 	for _, d := range devices {
 		n += len(d.PIDs)
 	}
-	out = make(map[uint32]procInfo, n)
 	if r.cfg.Procfs == nil {
-		return out, nil, nil
+		return make(map[uint32]procInfo), nil, sameProcs{}, nil
 	}
+	exits := r.cfg.Exits
+	var pollErr error
 	r.mu.Lock()
-	prev := r.procs
+	if exits != nil {
+		// Polled under mu, counted in exitGen: see exactPIDs.
+		exited, err := exits.Poll()
+		if exited > 0 || err != nil {
+			r.exitGen++
+			r.exactPIDs = nil
+		}
+		pollErr = err
+	}
+	prev, exact := r.procs, r.exactPIDs
+	same.exitGen = r.exitGen
 	r.round++
 	round := r.round
 	r.mu.Unlock()
-	exits := r.cfg.Exits
-	if exits != nil {
-		if _, err := exits.Poll(); err != nil {
-			// Nothing is known of this scrape's exits: every cached
-			// process is read anew.
-			r.logOnceMsg(err, "cannot tell which GPU processes exited; each is read anew")
-			prev = nil
-		}
+	if pollErr != nil {
+		// Nothing is known of this scrape's exits: every cached process
+		// is read anew.
+		r.logOnceMsg(pollErr, "cannot tell which GPU processes exited; each is read anew")
+		prev = nil
 	}
+	if exact != nil && sameOrder(devices, exact) {
+		// The same processes as at the last scrape, none of which has
+		// exited (pidfd_open(2): a watched process that "terminates"
+		// makes its descriptor readable, which Poll would have found):
+		// there is nothing to read. A clone, which the Slurm lookup may
+		// write to while a concurrent scrape reads the last one.
+		same.pids = exact
+		return maps.Clone(prev), nil, same, nil
+	}
+	out = make(map[uint32]procInfo, n)
 	// Each scrape checks the start of at most startChecks cached PIDs
 	// that no pidfd watches, every one when there are no more than that,
 	// else each one scrape in period.
@@ -1018,6 +1053,12 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 	}
 	if exits != nil {
 		exits.Retain(func(pid uint32) bool { _, ok := out[pid]; return ok })
+		if missing == 0 && hidden == nil && firstErr == nil && len(out) > 0 && allWatched(out) {
+			same.pids = make([]uint32, 0, n)
+			for _, d := range devices {
+				same.pids = append(same.pids, d.PIDs...)
+			}
+		}
 	}
 	if seen == 0 {
 		// Nothing to read, but a procfs that is not there (a wrong
@@ -1025,7 +1066,7 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		// AMD or Gaudi node finds its GPU processes in it before they get
 		// here.
 		if _, err := os.Stat(r.procRoot()); err != nil {
-			return out, hidden, fmt.Errorf("procfs %s: %w", r.procRoot(), err)
+			return out, hidden, same, fmt.Errorf("procfs %s: %w", r.procRoot(), err)
 		}
 	}
 	if seen > 0 && missing == seen {
@@ -1037,9 +1078,40 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		for _, pid := range gone {
 			hidden[pid] = true
 		}
-		return out, hidden, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
+		return out, hidden, same, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
 	}
-	return out, hidden, firstErr
+	return out, hidden, same, firstErr
+}
+
+// sameProcs is what a scrape's processes tell the next (Resolver.exactPIDs):
+// the devices' PIDs in order when the processes read are those and no
+// other, each watched for its exit, nil otherwise; and the exit
+// generation they were read in.
+type sameProcs struct {
+	pids    []uint32
+	exitGen uint64
+}
+
+// sameOrder says whether devices list pids, in that order.
+func sameOrder(devices []Device, pids []uint32) bool {
+	for _, d := range devices {
+		if len(d.PIDs) > len(pids) || !slices.Equal(d.PIDs, pids[:len(d.PIDs)]) {
+			return false
+		}
+		pids = pids[len(d.PIDs):]
+	}
+	return len(pids) == 0
+}
+
+// allWatched says whether every process in procs was watched for its exit
+// when it was read.
+func allWatched(procs map[uint32]procInfo) bool {
+	for _, p := range procs {
+		if !p.info.watched {
+			return false
+		}
+	}
+	return true
 }
 
 // same says whether the process behind pid is still the one cached as p:

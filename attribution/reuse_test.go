@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 )
 
 // writeProcess writes the procfs entry of pid: its cgroup and, unless
@@ -212,4 +215,128 @@ func TestResolveWatchedExits(t *testing.T) {
 	if len(exits.retained) != 1 || exits.retained[0] != pids[0] {
 		t.Errorf("watched after the others left: %v, want [%d]", exits.retained, pids[0])
 	}
+}
+
+// TestResolveSameWatchedProcesses: when every process is watched for its
+// exit and the devices list the same PIDs as at the last scrape, nothing
+// is looked up again; that holds only while it is true. A process that
+// exits and whose PID goes to another, a new PID, the same PIDs in
+// another order, an exited process kept for its samples: each is
+// resolved as it would be from scratch.
+func TestResolveSameWatchedProcesses(t *testing.T) {
+	root := t.TempDir()
+	pids := writeUnitProcesses(t, root, 3)
+	exits := newFakeExits()
+	r := New(Config{Procfs: procfs(t, nil), Exits: exits})
+	r.cfg.Procfs.Root = root
+	units := func(step string, d Device) map[uint32]string {
+		t.Helper()
+		d.UUID, d.MIGIndex, d.GRESIndex = gpuA, -1, -1
+		own := r.Resolve(context.Background(), []Device{d}).Devices[gpuA]
+		got := map[uint32]string{}
+		for _, pid := range d.PIDs {
+			if i, ok := own.Process[pid]; ok && i >= 0 {
+				got[pid] = own.Claims[i].Owner.Unit
+			}
+		}
+		if len(got) != len(d.PIDs) {
+			t.Errorf("%s: %d of %d processes attributed", step, len(got), len(d.PIDs))
+		}
+		return got
+	}
+	reused := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.exactPIDs != nil
+	}
+
+	units("first", Device{PIDs: pids})
+	if !reused() {
+		t.Fatal("every process is watched, yet the next scrape would look them up again")
+	}
+	// pids[0] exits and its PID goes to a process of infc.service: the
+	// same PIDs, but Poll finds the exit.
+	exits.exits[pids[0]] = true
+	writeProcess(t, root, pids[0], "/system.slice/infc.service", 900)
+	if got := units("PID reused", Device{PIDs: pids}); got[pids[0]] != "infc.service" || got[pids[1]] != "infa.service" {
+		t.Errorf("PID reused: units %v, want %d in infc.service, the others in infa.service", got, pids[0])
+	}
+	// A new PID, then the same PIDs in another order.
+	writeProcess(t, root, 7100, "/system.slice/infd.service", 500)
+	if got := units("new PID", Device{PIDs: append(slices.Clone(pids), 7100)}); got[7100] != "infd.service" {
+		t.Errorf("new PID: units %v, want 7100 in infd.service", got)
+	}
+	if got := units("reordered", Device{PIDs: []uint32{7100, pids[2], pids[1], pids[0]}}); got[7100] != "infd.service" || got[pids[0]] != "infc.service" {
+		t.Errorf("reordered: units %v", got)
+	}
+	// 7100 exits; its samples still name it (ExitedPIDs): it is kept for
+	// them, so the processes kept are more than the devices list, and the
+	// next scrape does not take them for its own.
+	exits.exits[7100] = true
+	units("7100 exited", Device{PIDs: pids, ExitedPIDs: []uint32{7100}})
+	if reused() {
+		t.Error("the processes kept hold an exited one, yet the next scrape would reuse them as its own")
+	}
+	units("after", Device{PIDs: pids})
+	if r.procs[7100].info != nil {
+		t.Error("the exited process is kept as a running one")
+	}
+}
+
+// TestResolveConcurrentExit: a scrape and a /devices read resolve at once.
+// The read finds that a process exited and its PID went to another; the
+// scrape looked before that and still has the old process. Later scrapes
+// have the new process, not the old one for good, whichever ends last.
+func TestResolveConcurrentExit(t *testing.T) {
+	root := t.TempDir()
+	pids := writeUnitProcesses(t, root, 2)
+	exits := newFakeExits()
+	kubelet := &hookedKubelet{}
+	r := New(Config{Procfs: procfs(t, nil), Exits: exits, Kubelet: kubelet})
+	r.cfg.Procfs.Root = root
+	devices := []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: pids}}
+	unit := func(res Result) string {
+		own := res.Devices[gpuA]
+		if i, ok := own.Process[pids[0]]; ok && i >= 0 {
+			return own.Claims[i].Owner.Unit
+		}
+		return ""
+	}
+	r.Resolve(context.Background(), devices)
+	// The scrape has its processes (the kubelet is asked after them);
+	// then pids[0] exits, its PID goes to infc.service, and the read
+	// resolves before the scrape ends.
+	var read Result
+	kubelet.onList = func() {
+		exits.exits[pids[0]] = true
+		writeProcess(t, root, pids[0], "/system.slice/infc.service", 900)
+		read = r.Resolve(context.Background(), devices)
+	}
+	scrape := r.Resolve(context.Background(), devices)
+	if got := unit(read); got != "infc.service" {
+		t.Fatalf("the read that found the exit: unit %q, want infc.service", got)
+	}
+	if got := unit(scrape); got != "infa.service" {
+		t.Fatalf("the scrape that looked before the exit: unit %q, want infa.service (the test proves nothing)", got)
+	}
+	for i := range 3 {
+		if got := unit(r.Resolve(context.Background(), devices)); got != "infc.service" {
+			t.Errorf("scrape %d after both: unit %q, want infc.service", i+1, got)
+		}
+	}
+}
+
+// hookedKubelet lists no pod, and runs onList once when first asked.
+type hookedKubelet struct{ onList func() }
+
+func (k *hookedKubelet) List(context.Context) ([]kubernetes.PodResources, error) {
+	if f := k.onList; f != nil {
+		k.onList = nil
+		f()
+	}
+	return nil, nil
+}
+
+func (k *hookedKubelet) Allocatable(context.Context) ([]kubernetes.ResourceDevices, error) {
+	return nil, nil
 }
