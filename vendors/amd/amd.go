@@ -64,45 +64,56 @@ const (
 // return EAGAIN on a second read, where os.ReadFile would poll forever.
 // sysfs attributes produce their whole content on the first read.
 //
-// The buffer is reused and only what was read is copied out: a GPU has
-// some forty files of a few bytes each, and a fresh page-sized buffer per
-// file was most of what a scrape of an AMD node allocated.
+// The buffer is reused and only what was read is copied out, for the
+// callers that keep the content; a device's reading is parsed straight from
+// its read's buffer (readInto).
 func readFile(path string, limit int) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return readLimited(f.Read, limit)
-}
-
-// readLimited makes the single read of readFile with read.
-func readLimited(read func([]byte) (int, error), limit int) ([]byte, error) {
 	var buf []byte
 	switch {
 	case limit <= maxValueSize:
 		bp := valueBufs.Get().(*[]byte)
 		defer valueBufs.Put(bp)
-		buf = (*bp)[:limit+1]
+		buf = *bp
 	case limit <= maxTableSize:
 		bp := tableBufs.Get().(*[]byte)
 		defer tableBufs.Put(bp)
-		buf = (*bp)[:limit+1]
+		buf = *bp
 	default:
 		buf = make([]byte, limit+1)
 	}
-	n, err := read(buf)
+	b, err := readInto(path, limit, buf)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(b), nil
+}
+
+// readInto is readFile into buf (len(buf) > limit), whose content it
+// returns.
+func readInto(path string, limit int, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readLimited(f.Read, limit, buf)
+}
+
+// readLimited makes the single read of readFile with read into buf
+// (len(buf) > limit) and returns what it read.
+func readLimited(read func([]byte) (int, error), limit int, buf []byte) ([]byte, error) {
+	n, err := read(buf[:limit+1])
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	if n > limit {
 		return nil, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, limit)
 	}
-	return bytes.Clone(buf[:n]), nil
+	return buf[:n], nil
 }
 
-// Buffers for readFile, one size per limit class: value files up to
-// maxValueSize, tables up to maxTableSize.
+// Buffers for readFile and ReadDevice, one size per limit class: value
+// files up to maxValueSize, tables up to maxTableSize.
 var (
 	valueBufs = sync.Pool{New: func() any { b := make([]byte, maxValueSize+1); return &b }}
 	tableBufs = sync.Pool{New: func() any { b := make([]byte, maxTableSize+1); return &b }}

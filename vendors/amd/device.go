@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
@@ -219,9 +220,28 @@ type devReader struct {
 	dir   string
 	d     *Device
 	files *cardFiles
+	// sub is the subdirectory of dir the names read are in ("" for dir
+	// itself, "ras", "hwmon/hwmon3").
+	sub string
 	// static reads attributes fixed at registration (cardFiles.readStatic).
 	static bool
+	// s is the ReadDevice's scratch, which every copy of its devReader
+	// shares.
+	s *scratch
 }
+
+// scratch is what one ReadDevice reuses from file to file: the path of the
+// file read and the buffer it is read into. A content read is parsed before
+// the next file is read, and what is kept of it is copied by its parser, so
+// one buffer serves every file of the device (some fifty per scrape).
+type scratch struct {
+	path []byte
+	buf  []byte
+}
+
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{path: make([]byte, 0, 256), buf: make([]byte, maxTableSize+1)}
+}}
 
 // fixed returns dr reading attributes whose value the driver fixes when the
 // GPU registers.
@@ -230,23 +250,50 @@ func (dr devReader) fixed() devReader {
 	return dr
 }
 
-// read returns the content of name (relative to the device directory), or
-// nil when the reading is absent or failed; failures are filed.
+// in returns dr reading the files of dr.dir's subdirectory sub.
+func (dr devReader) in(sub string) devReader {
+	dr.sub = sub
+	return dr
+}
+
+// path is the path of name in dr.dir/dr.sub, built in dr.s.path: valid
+// until the next path. dir is clean (ReadDevice builds it with
+// filepath.Join) and so is every name read (a constant, or a directory
+// entry's), so separators are all the join needs; filepath.Join would clean
+// and allocate the path again at each of a scrape's some 250 reads.
+func (dr devReader) path(name string) []byte {
+	p := append(append(dr.s.path[:0], dr.dir...), '/')
+	if dr.sub != "" {
+		p = append(append(p, dr.sub...), '/')
+	}
+	p = append(p, name...)
+	dr.s.path = p
+	return p
+}
+
+// file is name as the errors name it: relative to the device directory.
+func (dr devReader) file(name string) string {
+	if dr.sub == "" {
+		return name
+	}
+	return dr.sub + "/" + name
+}
+
+// read returns the content of name (in dr.sub), or nil when the reading is
+// absent or failed; failures are filed. The content is dr.s.buf's, or a
+// kept static attribute's, valid until the next read: the caller parses it
+// and does not change it.
 func (dr devReader) read(name string, limit int) []byte {
 	if dr.d.Down {
 		// Every further read of a device that answered ENODEV fails the
 		// same way.
 		return nil
 	}
-	// dir is clean (ReadDevice builds it with filepath.Join) and so is
-	// every name read (a constant, or joined from one), so a separator is
-	// all the join needs; filepath.Join would clean the path again at each
-	// of a scrape's some 250 reads.
 	read := dr.files.read
 	if dr.static {
 		read = dr.files.readStatic
 	}
-	b, err := read(dr.dir+"/"+name, limit)
+	b, err := read(dr.path(name), limit, dr.s.buf)
 	switch {
 	case err == nil:
 		return b
@@ -260,7 +307,7 @@ func (dr devReader) read(name string, limit int) []byte {
 }
 
 func (dr devReader) fail(name string, err error) {
-	dr.d.Errors = append(dr.d.Errors, ReadError{File: name, Err: err})
+	dr.d.Errors = append(dr.d.Errors, ReadError{File: dr.file(name), Err: err})
 }
 
 // noValue reports whether b is an empty value, which amdgpu prints where it
@@ -308,7 +355,9 @@ func optional[T any](dr devReader, name string, parse func([]byte) (T, bool, err
 func (r Reader) ReadDevice(card string) Device {
 	dir := filepath.Join(r.root(), "class", "drm", card, "device")
 	d := Device{Card: card}
-	dr := devReader{dir: dir, d: &d, files: r.Files.card(card)}
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	dr := devReader{dir: dir, d: &d, files: r.Files.card(card), s: s}
 	defer dr.files.done()
 	// The device link names the PCI device it points to last: sysfs links
 	// read as the relative path to their target (fs/kernfs/symlink.c,
@@ -326,7 +375,7 @@ func (r Reader) ReadDevice(card string) Device {
 		dr.fail("device", err)
 	}
 
-	if names, err := dr.files.stableDir(filepath.Join(dir, "drm"), 16); err == nil {
+	if names, err := dr.files.stableDir(dr.path("drm"), 16); err == nil {
 		d.RenderMinor = renderMinor(names)
 	}
 
@@ -398,7 +447,7 @@ func (r Reader) ReadDevice(card string) Device {
 const maxRASBlocks = 64
 
 func (r Reader) readRAS(dr devReader) {
-	names, err := readDirNames(filepath.Join(dr.dir, "ras"), maxRASBlocks*4)
+	names, err := readDirNames(string(dr.path("ras")), maxRASBlocks*4)
 	if err != nil {
 		if !absent(err) {
 			dr.fail("ras", err)
@@ -414,7 +463,7 @@ func (r Reader) readRAS(dr devReader) {
 			dr.fail("ras", fmt.Errorf("%w: more than %d blocks", ErrTooLarge, maxRASBlocks))
 			return
 		}
-		v := optional(dr, filepath.Join("ras", name), parseRASCount)
+		v := optional(dr.in("ras"), name, parseRASCount)
 		if v.OK {
 			if dr.d.RAS == nil {
 				dr.d.RAS = map[string]RASCount{}
@@ -440,6 +489,22 @@ func (r Reader) readXGMI(dr devReader) {
 	dr.d.XGMI = x
 }
 
+// hwmonTempLabels are amdgpu's temperature channels in order.
+var hwmonTempLabels = [...]string{"edge", "junction", "mem"}
+
+// tempChannel names the files of one hwmon temperature channel.
+type tempChannel struct{ input, label, crit, emergency, name string }
+
+// tempChannels are the channels readHwmon looks for, temp1 to temp8, named
+// once rather than at every read.
+var tempChannels = func() (chs [8]tempChannel) {
+	for i := range chs {
+		name := "temp" + strconv.Itoa(i+1)
+		chs[i] = tempChannel{name + "_input", name + "_label", name + "_crit", name + "_emergency", name}
+	}
+	return chs
+}()
+
 // readHwmon reads the hwmon directory of the device. Hwmon readings follow
 // Documentation/hwmon/sysfs-interface.rst: temp[1-*]_input "Unit:
 // millidegree Celsius"; power[1-*]_average "Average power use. Unit:
@@ -449,11 +514,8 @@ func (r Reader) readXGMI(dr devReader) {
 // interfaces") names temp1 "edge", temp2 "junction" and temp3 "mem" through
 // temp*_label, and hides the channels a model lacks (MI300 has no edge
 // sensor and no power1_average, only power1_input).
-// hwmonTempLabels are amdgpu's temperature channels in order.
-var hwmonTempLabels = [...]string{"edge", "junction", "mem"}
-
 func (r Reader) readHwmon(dr devReader) {
-	names, err := dr.files.stableDir(filepath.Join(dr.dir, "hwmon"), 16)
+	names, err := dr.files.stableDir(dr.path("hwmon"), 16)
 	if err != nil {
 		if !absent(err) {
 			dr.fail("hwmon", err)
@@ -464,16 +526,16 @@ func (r Reader) readHwmon(dr devReader) {
 	var hw string
 	for _, n := range names {
 		if strings.HasPrefix(n, "hwmon") {
-			hw = filepath.Join("hwmon", n)
+			hw = "hwmon/" + n
 			break
 		}
 	}
 	if hw == "" {
 		return
 	}
-	for ch := 1; ch <= 8; ch++ {
-		prefix := filepath.Join(hw, "temp"+strconv.Itoa(ch))
-		v := value(dr, prefix+"_input", parseInt)
+	dr = dr.in(hw)
+	for i, ch := range tempChannels {
+		v := value(dr, ch.input, parseInt)
 		if !v.OK {
 			continue
 		}
@@ -482,11 +544,11 @@ func (r Reader) readHwmon(dr devReader) {
 		// and PP_TEMP_MEM, the sensors of temp1_input … temp3_input, and
 		// hides a label only with its input; a tree without the label
 		// file still numbers its channels that way.
-		label := "temp" + strconv.Itoa(ch)
-		if ch <= len(hwmonTempLabels) {
-			label = hwmonTempLabels[ch-1]
+		label := ch.name
+		if i < len(hwmonTempLabels) {
+			label = hwmonTempLabels[i]
 		}
-		if l := value(dr.fixed(), prefix+"_label", parseString); l.OK {
+		if l := value(dr.fixed(), ch.label, parseString); l.OK {
 			label = l.Value
 		}
 		if dr.d.Temperatures == nil {
@@ -501,8 +563,8 @@ func (r Reader) readHwmon(dr devReader) {
 		// them, fields the SMU code fills at hardware init and nothing
 		// writes after; read once like the label.
 		lim := TempLimit{
-			Crit:      optional(dr.fixed(), prefix+"_crit", parseTempLimit),
-			Emergency: optional(dr.fixed(), prefix+"_emergency", parseTempLimit),
+			Crit:      optional(dr.fixed(), ch.crit, parseTempLimit),
+			Emergency: optional(dr.fixed(), ch.emergency, parseTempLimit),
 		}
 		if lim.Crit.OK || lim.Emergency.OK {
 			if dr.d.TempLimits == nil {
@@ -516,18 +578,18 @@ func (r Reader) readHwmon(dr devReader) {
 	// "Valid power data is available only from primary die. For secondary
 	// die show the value as 0"; the same for its socket power), and no
 	// powered GPU draws 0 W.
-	for _, src := range []string{"power1_average", "power1_input"} {
-		if v := value(dr, filepath.Join(hw, src), parseUint); v.OK {
+	for _, src := range [...]string{"power1_average", "power1_input"} {
+		if v := value(dr, src, parseUint); v.OK {
 			if v.Value > 0 {
 				dr.d.Power, dr.d.PowerSource = reading.Some(float64(v.Value)/1e6), src
 			}
 			break
 		}
 	}
-	if v := value(dr, filepath.Join(hw, "power1_cap"), parseUint); v.OK && v.Value > 0 {
+	if v := value(dr, "power1_cap", parseUint); v.OK && v.Value > 0 {
 		dr.d.PowerCap = reading.Some(float64(v.Value) / 1e6)
 	}
-	if v := value(dr, filepath.Join(hw, "energy1_input"), parseUint); v.OK {
+	if v := value(dr, "energy1_input", parseUint); v.OK {
 		dr.d.Energy = reading.Some(float64(v.Value) / 1e6)
 	}
 }

@@ -43,12 +43,13 @@ const maxHeldFiles = 1600
 // NewFiles returns an empty set of held files.
 func NewFiles() *Files { return &Files{cards: map[string]*cardFiles{}} }
 
-// cardFiles are the held files of one card, by path, and which of them the
-// read in progress used.
+// cardFiles are the held files of one card, by path.
 type cardFiles struct {
 	fs    *Files
 	files map[string]*heldFile
-	used  map[string]bool
+	// gen counts the reads of the card; a held file's used is the last
+	// read that asked for it, which done compares with gen.
+	gen uint64
 	// missing are the files that did not exist when first asked for.
 	// amdgpu decides which attributes a GPU has when it registers them
 	// (amdgpu_pm.c, amdgpu_device_attr_create_groups creates only those
@@ -70,6 +71,19 @@ type heldFile struct {
 	rc syscall.RawConn
 	// read is pread, or in tests what a removed kernfs node answers.
 	read func(buf []byte) (int, error)
+	// used is the read of the card (cardFiles.gen) that last asked for
+	// the file; fs.mu guards it.
+	used uint64
+
+	// mu guards the pread in progress: the function RawConn.Read calls
+	// (onFD, made once when the file is opened, since a closure made at
+	// each read would be allocated at each read, RawConn being an
+	// interface) takes its buffer and leaves its result here.
+	mu   sync.Mutex
+	buf  []byte
+	n    int
+	err  error
+	onFD func(fd uintptr) bool
 }
 
 // card returns the held files of card for one ReadDevice, nil without Files.
@@ -88,26 +102,36 @@ func (fs *Files) card(card string) *cardFiles {
 		cf = &cardFiles{fs: fs, files: map[string]*heldFile{}, missing: map[string]bool{}, dirs: map[string][]string{}, static: map[string][]byte{}}
 		fs.cards[card] = cf
 	}
-	cf.used = map[string]bool{}
+	cf.gen++
 	return cf
 }
 
-// read reads path through its held file, opening and holding it if it is
-// not held yet; see Files for the errors.
-func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
+// errMissing is the error of a file known to be missing (cardFiles.missing):
+// what opening it would answer, without a path to allocate at each read,
+// since only absent looks at it.
+var errMissing error = syscall.ENOENT
+
+// read reads path (a file's path, which the caller may reuse once read
+// returns) through its held file into buf, opening and holding the file if
+// it is not held yet; see Files for the errors. The content returned is
+// buf's, len(buf) > limit.
+func (cf *cardFiles) read(path []byte, limit int, buf []byte) ([]byte, error) {
 	if cf == nil {
-		return readFile(path, limit)
+		return readInto(string(path), limit, buf)
 	}
 	fs := cf.fs
 	fs.mu.Lock()
-	cf.used[path] = true
-	h, missing := cf.files[path], cf.missing[path]
+	// Indexed with string(path), which the compiler does not allocate.
+	h, missing := cf.files[string(path)], cf.missing[string(path)]
+	if h != nil {
+		h.used = cf.gen
+	}
 	fs.mu.Unlock()
 	if missing {
-		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+		return nil, errMissing
 	}
 	if h != nil {
-		b, err := readLimited(h.read, limit)
+		b, err := readLimited(h.read, limit, buf)
 		switch {
 		case err == nil:
 			return b, nil
@@ -119,14 +143,15 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 			// Closed under this read by Close, or by the end of another
 			// read of the card: open it anew.
 		default:
-			cf.drop(path, h)
+			cf.drop(string(path), h)
 			return nil, err
 		}
 	}
-	f, err := os.Open(path)
+	name := string(path)
+	f, err := os.Open(name)
 	if errors.Is(err, os.ErrNotExist) {
 		fs.mu.Lock()
-		cf.missing[path] = true
+		cf.missing[name] = true
 		fs.mu.Unlock()
 	}
 	if err != nil {
@@ -139,11 +164,16 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 	}
 	h = &heldFile{f: f, rc: rc}
 	h.read = h.pread
-	b, err := readLimited(h.read, limit)
+	h.onFD = func(fd uintptr) bool {
+		h.n, h.err = rawfile.Pread(int(fd), h.buf, 0)
+		return true
+	}
+	b, err := readLimited(h.read, limit, buf)
 	fs.mu.Lock()
-	keep := err == nil && fs.cards != nil && cf.files[path] == nil && fs.held() < maxHeldFiles
+	keep := err == nil && fs.cards != nil && cf.files[name] == nil && fs.held() < maxHeldFiles
 	if keep {
-		cf.files[path] = h
+		h.used = cf.gen
+		cf.files[name] = h
 	}
 	fs.mu.Unlock()
 	if !keep {
@@ -157,29 +187,31 @@ func (cf *cardFiles) read(path string, limit int) ([]byte, error) {
 // hive, sensor labels), once: the content is kept, and no file held, until
 // the GPU registers again (reset). A read of the card makes its held reads
 // before its static ones, so that a re-registration (ENODEV) is seen first.
-func (cf *cardFiles) readStatic(path string, limit int) ([]byte, error) {
+// The content returned is kept: the caller must not change it.
+func (cf *cardFiles) readStatic(path []byte, limit int, buf []byte) ([]byte, error) {
 	if cf == nil {
-		return readFile(path, limit)
+		return readInto(string(path), limit, buf)
 	}
 	fs := cf.fs
 	fs.mu.Lock()
-	b, ok := cf.static[path]
-	missing := cf.missing[path]
+	b, ok := cf.static[string(path)]
+	missing := cf.missing[string(path)]
 	fs.mu.Unlock()
 	switch {
 	case ok:
 		return b, nil
 	case missing:
-		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+		return nil, errMissing
 	}
-	b, err := readFile(path, limit)
+	name := string(path)
+	b, err := readFile(name, limit)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	switch {
 	case err == nil:
-		cf.static[path] = b
+		cf.static[name] = b
 	case errors.Is(err, os.ErrNotExist):
-		cf.missing[path] = true
+		cf.missing[name] = true
 	}
 	return b, err
 }
@@ -188,21 +220,22 @@ func (cf *cardFiles) readStatic(path string, limit int) ([]byte, error) {
 // and removes only with itself: its DRM minors (drm_dev_register) and its
 // hwmon device (amdgpu_pm_sysfs_init). The listing is kept like the
 // missing files.
-func (cf *cardFiles) stableDir(dir string, limit int) ([]string, error) {
+func (cf *cardFiles) stableDir(dir []byte, limit int) ([]string, error) {
 	if cf == nil {
-		return readDirNames(dir, limit)
+		return readDirNames(string(dir), limit)
 	}
 	fs := cf.fs
 	fs.mu.Lock()
-	names, ok := cf.dirs[dir]
+	names, ok := cf.dirs[string(dir)]
 	fs.mu.Unlock()
 	if ok {
 		return names, nil
 	}
-	names, err := readDirNames(dir, limit)
+	name := string(dir)
+	names, err := readDirNames(name, limit)
 	if err == nil {
 		fs.mu.Lock()
-		cf.dirs[dir] = names
+		cf.dirs[name] = names
 		fs.mu.Unlock()
 	}
 	return names, err
@@ -240,7 +273,7 @@ func (cf *cardFiles) done() {
 	fs.mu.Lock()
 	var stale []*heldFile
 	for path, h := range cf.files {
-		if !cf.used[path] {
+		if h.used != cf.gen {
 			stale = append(stale, h)
 			delete(cf.files, path)
 		}
@@ -315,11 +348,13 @@ func (fs *Files) held() int {
 }
 
 // pread makes one pread(2) at offset 0 (see readFile for why one).
-func (h *heldFile) pread(buf []byte) (n int, err error) {
-	cerr := h.rc.Read(func(fd uintptr) bool {
-		n, err = rawfile.Pread(int(fd), buf, 0)
-		return true
-	})
+func (h *heldFile) pread(buf []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.buf, h.n, h.err = buf, 0, nil
+	cerr := h.rc.Read(h.onFD)
+	n, err := h.n, h.err
+	h.buf = nil
 	if cerr != nil {
 		return 0, cerr
 	}
