@@ -87,89 +87,149 @@ type Fdinfo struct {
 // returns ok=false for an fd that is not a DRM client (no drm-driver key).
 // Keys outside the DRM namespace (pos, flags, mnt_id, amd-*) are ignored; a
 // DRM key with a malformed value is an error, since a misread engine time
-// would corrupt every share computed from it.
+// would corrupt every share computed from it. Lines end with "\n" (a "\r"
+// before it is dropped, as bufio.ScanLines does); a line of maxFdinfoSize
+// bytes or more is malformed.
+//
+// The lines are cut from b in place, and only what a client keeps (its
+// driver, device, and the names of its engines and memory regions) is
+// copied out: a scrape parses every DRM client's fdinfo, some fifteen lines
+// each.
 func ParseFdinfo(b []byte) (Fdinfo, bool, error) {
 	var f Fdinfo
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 1024), maxFdinfoSize)
-	for sc.Scan() {
-		key, val, found := strings.Cut(sc.Text(), ":")
-		if !found || !strings.HasPrefix(key, "drm-") {
+	for len(b) > 0 {
+		var line []byte
+		var err error
+		line, b, err = nextLine(b)
+		if err != nil {
+			return Fdinfo{}, false, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+		key, val, found := bytes.Cut(line, []byte(":"))
+		if !found || !bytes.HasPrefix(key, []byte("drm-")) {
 			continue
 		}
-		val = strings.TrimSpace(val)
-		if err := f.set(key, val); err != nil {
-			return Fdinfo{}, false, fmt.Errorf("%w: %s: %v", ErrMalformed, truncate(key), err)
+		if err := f.set(key, bytes.TrimSpace(val)); err != nil {
+			return Fdinfo{}, false, fmt.Errorf("%w: %s: %v", ErrMalformed, truncate(string(key)), err)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return Fdinfo{}, false, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	return f, f.Driver != "", nil
 }
 
-func (f *Fdinfo) set(key, val string) error {
+// nextLine cuts the first line off b (len(b) > 0) as bufio.Scanner with
+// bufio.ScanLines and a maximum token size of maxFdinfoSize would: up to
+// "\n", without a "\r" before it; bufio.ErrTooLong for a line of
+// maxFdinfoSize bytes or more.
+func nextLine(b []byte) (line, rest []byte, err error) {
+	line, rest, _ = bytes.Cut(b, []byte("\n"))
+	if len(line) >= maxFdinfoSize {
+		return nil, nil, bufio.ErrTooLong
+	}
+	return bytes.TrimSuffix(line, []byte("\r")), rest, nil
+}
+
+// fdinfoName is a driver, engine or memory region name as a string: the names
+// amdgpu prints without allocating, others copied. amdgpu names its engines
+// by IP type (amdgpu_fdinfo.c, amdgpu_ip_name: "gfx", "compute", "dma",
+// "dec", "enc", "enc_1", "jpeg", "vpe") and its memory regions by placement
+// (amdgpu_show_fdinfo through drm_print_memory_stats: "cpu", "gtt",
+// "vram").
+func fdinfoName(b []byte) string {
+	switch string(b) {
+	case "amdgpu":
+		return "amdgpu"
+	case "gfx":
+		return "gfx"
+	case "compute":
+		return "compute"
+	case "dma":
+		return "dma"
+	case "dec":
+		return "dec"
+	case "enc":
+		return "enc"
+	case "enc_1":
+		return "enc_1"
+	case "jpeg":
+		return "jpeg"
+	case "vpe":
+		return "vpe"
+	case "cpu":
+		return "cpu"
+	case "gtt":
+		return "gtt"
+	case "vram":
+		return "vram"
+	}
+	return string(b)
+}
+
+// memoryKeys are the memory keys of the DRM usage stats, each with the
+// field of Memory it fills.
+var memoryKeys = [...]struct {
+	prefix string
+	field  func(*Memory) *Opt[uint64]
+}{
+	{"drm-total-", func(m *Memory) *Opt[uint64] { return &m.Total }},
+	{"drm-shared-", func(m *Memory) *Opt[uint64] { return &m.Shared }},
+	{"drm-resident-", func(m *Memory) *Opt[uint64] { return &m.Resident }},
+	{"drm-purgeable-", func(m *Memory) *Opt[uint64] { return &m.Purgeable }},
+	{"drm-active-", func(m *Memory) *Opt[uint64] { return &m.Active }},
+	{"drm-memory-", func(m *Memory) *Opt[uint64] { return &m.Legacy }},
+}
+
+func (f *Fdinfo) set(key, val []byte) error {
 	switch {
-	case key == "drm-driver":
-		if val == "" {
+	case string(key) == "drm-driver":
+		if len(val) == 0 {
 			return errors.New("empty")
 		}
-		f.Driver = val
-	case key == "drm-pdev":
-		f.PDev = val
-	case key == "drm-client-id":
-		v, err := strconv.ParseUint(val, 10, 64)
+		f.Driver = fdinfoName(val)
+	case string(key) == "drm-pdev":
+		f.PDev = string(val)
+	case string(key) == "drm-client-id":
+		v, err := strconv.ParseUint(string(val), 10, 64)
 		if err != nil {
 			return err
 		}
 		f.ClientID = reading.Some(v)
-	case strings.HasPrefix(key, "drm-engine-capacity-"):
-		name := key[len("drm-engine-capacity-"):]
-		v, err := strconv.ParseUint(val, 10, 64)
-		if err != nil || v == 0 || name == "" {
-			return fmt.Errorf("capacity %q", truncate(val))
+	case bytes.HasPrefix(key, []byte("drm-engine-capacity-")):
+		engine := key[len("drm-engine-capacity-"):]
+		v, err := strconv.ParseUint(string(val), 10, 64)
+		if err != nil || v == 0 || len(engine) == 0 {
+			return fmt.Errorf("capacity %q", truncate(string(val)))
 		}
 		if f.Capacity == nil {
 			f.Capacity = map[string]uint64{}
 		}
-		f.Capacity[name] = v
-	case strings.HasPrefix(key, "drm-engine-"):
-		name := key[len("drm-engine-"):]
-		num, ok := strings.CutSuffix(val, " ns")
-		v, err := strconv.ParseUint(strings.TrimSpace(num), 10, 64)
-		if !ok || err != nil || name == "" {
-			return fmt.Errorf("engine time %q", truncate(val))
+		f.Capacity[fdinfoName(engine)] = v
+	case bytes.HasPrefix(key, []byte("drm-engine-")):
+		engine := key[len("drm-engine-"):]
+		num, ok := bytes.CutSuffix(val, []byte(" ns"))
+		v, err := strconv.ParseUint(string(bytes.TrimSpace(num)), 10, 64)
+		if !ok || err != nil || len(engine) == 0 {
+			return fmt.Errorf("engine time %q", truncate(string(val)))
 		}
 		if f.Engines == nil {
 			f.Engines = map[string]uint64{}
 		}
-		f.Engines[name] = v
+		f.Engines[fdinfoName(engine)] = v
 	default:
-		for _, m := range []struct {
-			prefix string
-			field  func(*Memory) *Opt[uint64]
-		}{
-			{"drm-total-", func(m *Memory) *Opt[uint64] { return &m.Total }},
-			{"drm-shared-", func(m *Memory) *Opt[uint64] { return &m.Shared }},
-			{"drm-resident-", func(m *Memory) *Opt[uint64] { return &m.Resident }},
-			{"drm-purgeable-", func(m *Memory) *Opt[uint64] { return &m.Purgeable }},
-			{"drm-active-", func(m *Memory) *Opt[uint64] { return &m.Active }},
-			{"drm-memory-", func(m *Memory) *Opt[uint64] { return &m.Legacy }},
-		} {
-			region, ok := strings.CutPrefix(key, m.prefix)
+		for _, m := range memoryKeys {
+			region, ok := bytes.CutPrefix(key, []byte(m.prefix))
 			if !ok {
 				continue
 			}
 			v, err := parseMemory(val)
-			if err != nil || region == "" {
-				return fmt.Errorf("memory %q", truncate(val))
+			if err != nil || len(region) == 0 {
+				return fmt.Errorf("memory %q", truncate(string(val)))
 			}
 			if f.Memory == nil {
 				f.Memory = map[string]Memory{}
 			}
-			mem := f.Memory[region]
+			r := fdinfoName(region)
+			mem := f.Memory[r]
 			*m.field(&mem) = reading.Some(v)
-			f.Memory[region] = mem
+			f.Memory[r] = mem
 			return nil
 		}
 		// Other drm- keys (drm-cycles-, drm-maxfreq-, drm-client-name…)
@@ -179,14 +239,14 @@ func (f *Fdinfo) set(key, val string) error {
 }
 
 // parseMemory parses "<uint> [KiB|MiB]" into bytes.
-func parseMemory(s string) (uint64, error) {
-	num, unit, _ := strings.Cut(s, " ")
-	v, err := strconv.ParseUint(num, 10, 64)
+func parseMemory(s []byte) (uint64, error) {
+	num, unit, _ := bytes.Cut(s, []byte(" "))
+	v, err := strconv.ParseUint(string(num), 10, 64)
 	if err != nil {
 		return 0, err
 	}
 	var mult uint64
-	switch strings.TrimSpace(unit) {
+	switch string(bytes.TrimSpace(unit)) {
 	case "":
 		mult = 1
 	case "KiB":

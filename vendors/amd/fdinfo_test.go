@@ -1,6 +1,7 @@
 package amd
 
 import (
+	"bufio"
 	"errors"
 	"maps"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -328,5 +330,59 @@ func TestBaseline(t *testing.T) {
 	}
 	if after[0].Engines["gfx"] != 10 {
 		t.Errorf("the scan given was changed: %v", after[0].Engines)
+	}
+}
+
+// TestNextLineIsScanLines: ParseFdinfo cuts lines in place as the
+// bufio.Scanner it replaced did (bufio.ScanLines, tokens up to
+// maxFdinfoSize): the same lines, "\r" dropped only before "\n" or at the
+// end, and bufio.ErrTooLong from the same line on.
+func TestNextLineIsScanLines(t *testing.T) {
+	long := func(n int, end string) string { return "drm-" + strings.Repeat("x", n-4) + end }
+	for _, in := range []string{
+		"", "\n", "\n\n", "a", "a\n", "a\r\n", "a\r", "\r", "\r\n\r\n", "a\rb\nc",
+		"drm-driver:\tamdgpu\r\ndrm-pdev:\t0000:0c:00.0\n\ndrm-engine-gfx: 1 ns",
+		long(maxFdinfoSize-1, ""), long(maxFdinfoSize-1, "\n"), long(maxFdinfoSize-1, "\r\n"),
+		long(maxFdinfoSize, ""), long(maxFdinfoSize, "\n"), "a\n" + long(maxFdinfoSize, "\nb\n"),
+		long(maxFdinfoSize+1, ""),
+	} {
+		var want []string
+		sc := bufio.NewScanner(strings.NewReader(in))
+		sc.Buffer(make([]byte, 0, 1024), maxFdinfoSize)
+		for sc.Scan() {
+			want = append(want, sc.Text())
+		}
+		var got []string
+		var err error
+		for b := []byte(in); len(b) > 0 && err == nil; {
+			var line []byte
+			if line, b, err = nextLine(b); err == nil {
+				got = append(got, string(line))
+			}
+		}
+		if !reflect.DeepEqual(got, want) || err != sc.Err() {
+			t.Errorf("%.40q (%d bytes): lines %d %.60q, %v; bufio.Scanner %d %.60q, %v", in, len(in), len(got), got, err, len(want), want, sc.Err())
+		}
+	}
+}
+
+// TestParseFdinfoNamesKept: the names a client keeps are its own strings,
+// whether amdgpu's (given without a copy) or another driver's, and do not
+// change when the buffer they were read from is reused.
+func TestParseFdinfoNamesKept(t *testing.T) {
+	b := []byte("drm-driver:\txe\ndrm-pdev:\t0000:0c:00.0\ndrm-client-id:\t7\ndrm-engine-gfx:\t5 ns\ndrm-engine-rcs:\t6 ns\ndrm-engine-capacity-vcs:\t2\ndrm-total-vram:\t1 KiB\ndrm-total-stolen:\t2\n")
+	f, ok, err := ParseFdinfo(b)
+	if !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	clear(b)
+	want := Fdinfo{
+		Driver: "xe", PDev: "0000:0c:00.0", ClientID: reading.Some[uint64](7),
+		Engines:  map[string]uint64{"gfx": 5, "rcs": 6},
+		Capacity: map[string]uint64{"vcs": 2},
+		Memory:   map[string]Memory{"vram": {Total: reading.Some[uint64](1024)}, "stolen": {Total: reading.Some[uint64](2)}},
+	}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("after the buffer was cleared:\n%+v\nwant\n%+v", f, want)
 	}
 }
