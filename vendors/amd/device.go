@@ -163,7 +163,7 @@ func (r Reader) root() string {
 // no longer listed are closed.
 func (r Reader) Cards() ([]string, error) {
 	dir := filepath.Join(r.root(), "class", "drm")
-	entries, err := os.ReadDir(dir)
+	names, err := r.Files.listDir(dir, maxDRMEntries)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
@@ -172,14 +172,14 @@ func (r Reader) Cards() ([]string, error) {
 		n    int
 	}
 	var cards []card
-	for _, e := range entries {
-		num, ok := strings.CutPrefix(e.Name(), "card")
+	for _, name := range names {
+		num, ok := strings.CutPrefix(name, "card")
 		n, err := strconv.Atoi(num)
 		if !ok || err != nil || n < 0 {
 			continue
 		}
-		if r.isAMDGPU(filepath.Join(dir, e.Name(), "device")) {
-			cards = append(cards, card{e.Name(), n})
+		if r.isAMDGPU(filepath.Join(dir, name, "device")) {
+			cards = append(cards, card{name, n})
 		}
 	}
 	sort.Slice(cards, func(i, j int) bool { return cards[i].n < cards[j].n })
@@ -190,6 +190,11 @@ func (r Reader) Cards() ([]string, error) {
 	r.Files.keep(out)
 	return out, nil
 }
+
+// maxDRMEntries bounds the listing of class/drm, an entry per DRM minor
+// (card, render) and per connector of a card ("card1-DP-1"): a few dozen
+// on a node of 8 GPUs.
+const maxDRMEntries = 4096
 
 // DriverVersion is /sys/module/amdgpu/version, which exists only when the
 // module declares a MODULE_VERSION: AMD's out-of-tree amdgpu-dkms driver
@@ -447,7 +452,7 @@ func (r Reader) ReadDevice(card string) Device {
 const maxRASBlocks = 64
 
 func (r Reader) readRAS(dr devReader) {
-	names, err := readDirNames(string(dr.path("ras")), maxRASBlocks*4)
+	names, err := dr.files.listDir(dr.path("ras"), maxRASBlocks*4)
 	if err != nil {
 		if !absent(err) {
 			dr.fail("ras", err)

@@ -3,6 +3,7 @@ package amd
 import (
 	"errors"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -32,16 +33,19 @@ import (
 type Files struct {
 	mu    sync.Mutex
 	cards map[string]*cardFiles
+	// dirs are the node's directories listed at every scrape (class/drm),
+	// held while Files is (heldDir).
+	dirs map[string]*heldDir
 }
 
-// maxHeldFiles bounds the files held open across all cards. A GPU has
-// about fifty attribute files (value files, hwmon channels, RAS blocks,
-// gpu_metrics), so this holds every file of 32 GPUs; past it, files are
-// opened at each read as without Files.
+// maxHeldFiles bounds the files and directories held open across all
+// cards. A GPU has about fifty attribute files (value files, hwmon
+// channels, RAS blocks, gpu_metrics), so this holds every file of 32 GPUs;
+// past it, files are opened at each read as without Files.
 const maxHeldFiles = 1600
 
 // NewFiles returns an empty set of held files.
-func NewFiles() *Files { return &Files{cards: map[string]*cardFiles{}} }
+func NewFiles() *Files { return &Files{cards: map[string]*cardFiles{}, dirs: map[string]*heldDir{}} }
 
 // cardFiles are the held files of one card, by path.
 type cardFiles struct {
@@ -64,6 +68,9 @@ type cardFiles struct {
 	// static are the contents of attributes whose value the driver fixes
 	// when the GPU registers (readStatic), cleared with missing.
 	static map[string][]byte
+	// listed are the directories of the card listed at every read (ras),
+	// held open (heldDir) like its files.
+	listed map[string]*heldDir
 }
 
 type heldFile struct {
@@ -99,7 +106,7 @@ func (fs *Files) card(card string) *cardFiles {
 	}
 	cf := fs.cards[card]
 	if cf == nil {
-		cf = &cardFiles{fs: fs, files: map[string]*heldFile{}, missing: map[string]bool{}, dirs: map[string][]string{}, static: map[string][]byte{}}
+		cf = &cardFiles{fs: fs, files: map[string]*heldFile{}, missing: map[string]bool{}, dirs: map[string][]string{}, static: map[string][]byte{}, listed: map[string]*heldDir{}}
 		fs.cards[card] = cf
 	}
 	cf.gen++
@@ -241,6 +248,61 @@ func (cf *cardFiles) stableDir(dir []byte, limit int) ([]string, error) {
 	return names, err
 }
 
+// listDir lists dir, a directory of the card whose entries can change
+// while the GPU is registered (ras: a block the driver fails to enable
+// again after a reset is removed, amdgpu_ras_block_late_init), through its
+// held directory.
+func (cf *cardFiles) listDir(dir []byte, limit int) ([]string, error) {
+	if cf == nil {
+		return readDirNames(string(dir), limit)
+	}
+	return listIn(cf.fs, &cf.listed, cf.gen, dir, limit)
+}
+
+// listDir lists dir, a directory of the node listed at every scrape,
+// through its held directory.
+func (fs *Files) listDir(dir string, limit int) ([]string, error) {
+	if fs == nil {
+		return readDirNames(dir, limit)
+	}
+	return listIn(fs, &fs.dirs, 0, dir, limit)
+}
+
+// listIn lists dir through its held directory in *held (fs.mu guards the
+// map, which a reset or Close replaces), used marking the read it serves.
+// dir is a string or, built in a buffer, bytes, which string(dir) indexes
+// the map with without allocating.
+func listIn[P string | []byte](fs *Files, held *map[string]*heldDir, used uint64, dir P, limit int) ([]string, error) {
+	fs.mu.Lock()
+	var h *heldDir
+	if *held != nil {
+		h = (*held)[string(dir)]
+	}
+	if h != nil {
+		h.used = used
+	}
+	fs.mu.Unlock()
+	names, now, stale, err := listHeld(dir, limit, h)
+	fs.mu.Lock()
+	m := *held
+	if stale != nil && m != nil && m[string(dir)] == stale {
+		delete(m, string(dir))
+	}
+	keep := now != nil && now != h && m != nil && m[string(dir)] == nil && fs.held() < maxHeldFiles
+	if keep {
+		now.used = used
+		m[string(dir)] = now
+	}
+	fs.mu.Unlock()
+	if stale != nil {
+		stale.f.Close()
+	}
+	if now != nil && now != h && !keep {
+		now.f.Close()
+	}
+	return names, err
+}
+
 // drop closes h if it is still the held file of path.
 func (cf *cardFiles) drop(path string, h *heldFile) {
 	fs := cf.fs
@@ -252,35 +314,46 @@ func (cf *cardFiles) drop(path string, h *heldFile) {
 	h.f.Close()
 }
 
-// reset closes every held file of the card and forgets its missing files.
+// reset closes every held file and directory of the card and forgets its
+// missing files.
 func (cf *cardFiles) reset() {
 	fs := cf.fs
 	fs.mu.Lock()
-	stale := cf.files
-	cf.files, cf.missing, cf.dirs, cf.static = map[string]*heldFile{}, map[string]bool{}, map[string][]string{}, map[string][]byte{}
+	stale, listed := cf.files, cf.listed
+	cf.files, cf.missing, cf.dirs, cf.static, cf.listed = map[string]*heldFile{}, map[string]bool{}, map[string][]string{}, map[string][]byte{}, map[string]*heldDir{}
 	fs.mu.Unlock()
 	for _, h := range stale {
 		h.f.Close()
 	}
+	for _, h := range listed {
+		h.f.Close()
+	}
 }
 
-// done closes the files of the card that the read which ends did not use.
+// done closes the files and directories of the card that the read which
+// ends did not use.
 func (cf *cardFiles) done() {
 	if cf == nil {
 		return
 	}
 	fs := cf.fs
 	fs.mu.Lock()
-	var stale []*heldFile
+	var stale []*os.File
 	for path, h := range cf.files {
 		if h.used != cf.gen {
-			stale = append(stale, h)
+			stale = append(stale, h.f)
 			delete(cf.files, path)
 		}
 	}
+	for path, h := range cf.listed {
+		if h.used != cf.gen {
+			stale = append(stale, h.f)
+			delete(cf.listed, path)
+		}
+	}
 	fs.mu.Unlock()
-	for _, h := range stale {
-		h.f.Close()
+	for _, f := range stale {
+		f.Close()
 	}
 }
 
@@ -290,46 +363,57 @@ func (fs *Files) keep(cards []string) {
 	if fs == nil {
 		return
 	}
-	listed := make(map[string]bool, len(cards))
-	for _, c := range cards {
-		listed[c] = true
-	}
 	fs.mu.Lock()
-	var stale []*heldFile
+	var stale []*os.File
 	for card, cf := range fs.cards {
-		if listed[card] {
+		if slices.Contains(cards, card) {
 			continue
 		}
-		for _, h := range cf.files {
-			stale = append(stale, h)
-		}
+		stale = cf.appendFiles(stale)
 		delete(fs.cards, card)
 	}
 	fs.mu.Unlock()
-	for _, h := range stale {
-		h.f.Close()
+	for _, f := range stale {
+		f.Close()
 	}
 }
 
-// Close closes every held file. A read still in progress on one (a GPU
-// whose sysfs read blocks) keeps its descriptor until it returns, as
-// os.File guarantees, and no file is held afterwards.
+// appendFiles appends the card's held files and directories to files;
+// fs.mu must be held.
+func (cf *cardFiles) appendFiles(files []*os.File) []*os.File {
+	for _, h := range cf.files {
+		files = append(files, h.f)
+	}
+	for _, h := range cf.listed {
+		files = append(files, h.f)
+	}
+	return files
+}
+
+// Close closes every held file and directory. A read still in progress on
+// one (a GPU whose sysfs read blocks) keeps its descriptor until it
+// returns, as os.File guarantees, and no file is held afterwards.
 func (fs *Files) Close() {
 	if fs == nil {
 		return
 	}
 	fs.mu.Lock()
-	cards := fs.cards
-	fs.cards = nil
-	fs.mu.Unlock()
+	cards, dirs := fs.cards, fs.dirs
+	fs.cards, fs.dirs = nil, nil
+	var stale []*os.File
 	for _, cf := range cards {
-		for _, h := range cf.files {
-			h.f.Close()
-		}
+		stale = cf.appendFiles(stale)
+	}
+	for _, h := range dirs {
+		stale = append(stale, h.f)
+	}
+	fs.mu.Unlock()
+	for _, f := range stale {
+		f.Close()
 	}
 }
 
-// Held is the number of files held open.
+// Held is the number of files and directories held open.
 func (fs *Files) Held() int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -340,9 +424,9 @@ func (fs *Files) Held() int {
 // as a total that every open and close would have to update: it is asked
 // only when a file is opened, a few dozen cards at most.
 func (fs *Files) held() int {
-	n := 0
+	n := len(fs.dirs)
 	for _, cf := range fs.cards {
-		n += len(cf.files)
+		n += len(cf.files) + len(cf.listed)
 	}
 	return n
 }

@@ -91,7 +91,7 @@ func (r Reader) Partitions(gpus []Device) ([]Partition, []ReadError) {
 	}
 
 	platform := filepath.Join(r.root(), "devices", "platform")
-	names, err := readDirNames(platform, 4096)
+	names, err := r.Files.listDir(platform, 4096)
 	if err != nil {
 		if !absent(err) {
 			errs = append(errs, ReadError{File: "devices/platform", Err: err})
