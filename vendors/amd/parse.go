@@ -5,20 +5,23 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // The parsers below take the raw bytes of one sysfs file. Each is pure and
-// fuzzed: none panics, and none returns a reading on malformed input.
+// fuzzed: none panics, and none returns a reading on malformed input. They
+// parse the bytes in place and make a string only of what they return or
+// of an error's text: a scrape parses some 300 files.
 
 // parseUint parses a decimal value file such as gpu_busy_percent or
 // mem_info_vram_used, which the kernel prints with "%u\n" or "%llu\n".
 func parseUint(b []byte) (uint64, error) {
-	s := string(bytes.TrimSpace(b))
-	v, err := strconv.ParseUint(s, 10, 64)
+	s := bytes.TrimSpace(b)
+	v, err := strconv.ParseUint(string(s), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %q is not an unsigned decimal", ErrMalformed, truncate(s))
+		return 0, fmt.Errorf("%w: %q is not an unsigned decimal", ErrMalformed, truncate(string(s)))
 	}
 	return v, nil
 }
@@ -26,10 +29,10 @@ func parseUint(b []byte) (uint64, error) {
 // parseInt parses a signed decimal value: hwmon temperatures may be
 // negative (Documentation/hwmon/sysfs-interface.rst, temp[1-*]_input).
 func parseInt(b []byte) (int64, error) {
-	s := string(bytes.TrimSpace(b))
-	v, err := strconv.ParseInt(s, 10, 64)
+	s := bytes.TrimSpace(b)
+	v, err := strconv.ParseInt(string(s), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %q is not a decimal", ErrMalformed, truncate(s))
+		return 0, fmt.Errorf("%w: %q is not a decimal", ErrMalformed, truncate(string(s)))
 	}
 	return v, nil
 }
@@ -94,17 +97,17 @@ func parsePCIID(b []byte) (string, error) {
 // pci_speed_string(), e.g. "16.0 GT/s PCIe"; older kernels print
 // "16 GT/s"). It returns the rate in GT/s. "Unknown" is an absent reading.
 func parseLinkSpeed(b []byte) (float64, bool, error) {
-	s := string(bytes.TrimSpace(b))
-	if s == "Unknown" || s == "Unknown speed" {
+	s := bytes.TrimSpace(b)
+	if string(s) == "Unknown" || string(s) == "Unknown speed" {
 		return 0, false, nil
 	}
-	num, rest, found := strings.Cut(s, " ")
-	if !found || !strings.HasPrefix(rest, "GT/s") {
-		return 0, false, fmt.Errorf("%w: %q is not a link speed", ErrMalformed, truncate(s))
+	num, rest, found := bytes.Cut(s, []byte(" "))
+	if !found || !bytes.HasPrefix(rest, []byte("GT/s")) {
+		return 0, false, fmt.Errorf("%w: %q is not a link speed", ErrMalformed, truncate(string(s)))
 	}
-	v, err := strconv.ParseFloat(num, 64)
+	v, err := strconv.ParseFloat(string(num), 64)
 	if err != nil || v <= 0 || v > 1000 {
-		return 0, false, fmt.Errorf("%w: %q is not a link speed", ErrMalformed, truncate(s))
+		return 0, false, fmt.Errorf("%w: %q is not a link speed", ErrMalformed, truncate(string(s)))
 	}
 	return v, true, nil
 }
@@ -151,24 +154,26 @@ func parseLinkWidth(b []byte) (int, bool, error) {
 func parseDPMCurrent(b []byte) (float64, bool, error) {
 	var hz float64
 	found := false
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
+	for rest := b; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
 			continue
 		}
-		_, rest, ok := strings.Cut(line, ":")
+		_, level, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
-			return 0, false, fmt.Errorf("%w: line %q has no level", ErrMalformed, truncate(line))
+			return 0, false, fmt.Errorf("%w: line %q has no level", ErrMalformed, truncate(string(line)))
 		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 || len(fields) > 2 || len(fields) == 2 && fields[1] != "*" {
-			return 0, false, fmt.Errorf("%w: line %q", ErrMalformed, truncate(line))
+		clock, mark, n := twoFields(level)
+		if n == 0 || n > 2 || n == 2 && string(mark) != "*" {
+			return 0, false, fmt.Errorf("%w: line %q", ErrMalformed, truncate(string(line)))
 		}
-		mhz, err := parseMHz(fields[0])
+		mhz, err := parseMHz(clock)
 		if err != nil {
-			return 0, false, fmt.Errorf("%w: line %q", ErrMalformed, truncate(line))
+			return 0, false, fmt.Errorf("%w: line %q", ErrMalformed, truncate(string(line)))
 		}
-		if len(fields) == 2 {
+		if n == 2 {
 			if found {
 				return 0, false, fmt.Errorf("%w: more than one level marked active", ErrMalformed)
 			}
@@ -178,13 +183,38 @@ func parseDPMCurrent(b []byte) (float64, bool, error) {
 	return hz, found, nil
 }
 
-func parseMHz(s string) (float64, error) {
-	lower := strings.ToLower(s)
-	num, ok := strings.CutSuffix(lower, "mhz")
-	if !ok {
+// twoFields splits b around white space as strings.Fields does, giving the
+// first two fields and how many there are (3 for three or more).
+func twoFields(b []byte) (first, second []byte, n int) {
+	for n < 3 {
+		b = bytes.TrimLeftFunc(b, unicode.IsSpace)
+		if len(b) == 0 {
+			break
+		}
+		end := bytes.IndexFunc(b, unicode.IsSpace)
+		if end < 0 {
+			end = len(b)
+		}
+		switch n {
+		case 0:
+			first = b[:end]
+		case 1:
+			second = b[:end]
+		}
+		n++
+		b = b[end:]
+	}
+	return first, second, n
+}
+
+// parseMHz parses a clock in MHz ("1700Mhz", "1700MHz"), the unit in any
+// case.
+func parseMHz(s []byte) (float64, error) {
+	num, unit := s[:max(0, len(s)-3)], s[max(0, len(s)-3):]
+	if !bytes.EqualFold(unit, []byte("mhz")) {
 		return 0, fmt.Errorf("%q has no MHz unit", s)
 	}
-	v, err := strconv.ParseUint(num, 10, 32)
+	v, err := strconv.ParseUint(string(num), 10, 32)
 	if err != nil {
 		return 0, err
 	}
@@ -211,7 +241,7 @@ type RASCount struct {
 // "Query currently inaccessible" instead of counts: no reading now, not
 // a malformed file.
 func parseRASCount(b []byte) (RASCount, bool, error) {
-	if strings.TrimSpace(string(b)) == rasInaccessible {
+	if string(bytes.TrimSpace(b)) == rasInaccessible {
 		return RASCount{}, false, nil
 	}
 	c, err := parseRASLines(b)
@@ -225,17 +255,19 @@ const rasInaccessible = "Query currently inaccessible"
 
 func parseRASLines(b []byte) (RASCount, error) {
 	var c RASCount
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
+	for rest := b; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
 			continue
 		}
-		key, val, ok := strings.Cut(line, ":")
+		key, val, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
-			return RASCount{}, fmt.Errorf("%w: line %q", ErrMalformed, truncate(line))
+			return RASCount{}, fmt.Errorf("%w: line %q", ErrMalformed, truncate(string(line)))
 		}
 		var dst *Opt[uint64]
-		switch strings.TrimSpace(key) {
+		switch string(bytes.TrimSpace(key)) {
 		case "ue":
 			dst = &c.Uncorrectable
 		case "ce":
@@ -246,11 +278,11 @@ func parseRASLines(b []byte) (RASCount, error) {
 			continue
 		}
 		if dst.OK {
-			return RASCount{}, fmt.Errorf("%w: %q repeated", ErrMalformed, truncate(key))
+			return RASCount{}, fmt.Errorf("%w: %q repeated", ErrMalformed, truncate(string(key)))
 		}
-		v, err := strconv.ParseUint(strings.TrimSpace(val), 10, 64)
+		v, err := strconv.ParseUint(string(bytes.TrimSpace(val)), 10, 64)
 		if err != nil {
-			return RASCount{}, fmt.Errorf("%w: line %q", ErrMalformed, truncate(line))
+			return RASCount{}, fmt.Errorf("%w: line %q", ErrMalformed, truncate(string(line)))
 		}
 		*dst = reading.Some(v)
 	}
