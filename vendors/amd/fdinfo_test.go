@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
@@ -384,5 +385,33 @@ func TestParseFdinfoNamesKept(t *testing.T) {
 	}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("after the buffer was cleared:\n%+v\nwant\n%+v", f, want)
+	}
+}
+
+// TestScanReadsLongFdinfoWhole: an fdinfo longer than the first read's
+// buffer (4 KiB), or exactly its size, is read on to its end: its last
+// line counts. A read returning all it was asked for is not taken for the
+// end.
+func TestScanReadsLongFdinfoWhole(t *testing.T) {
+	for _, size := range []int{4 << 10, 4<<10 + 1, 9000} {
+		root := t.TempDir()
+		head := "drm-driver:\tamdgpu\ndrm-pdev:\t0000:0c:00.0\ndrm-client-id:\t9\n"
+		last := "drm-engine-gfx:\t77 ns\n"
+		pad := "amd-pad:\t" + strings.Repeat("x", size-len(head)-len(last)-len("amd-pad:\t\n")) + "\n"
+		content := head + pad + last
+		if len(content) != size {
+			t.Fatalf("built %d bytes, want %d", len(content), size)
+		}
+		if err := os.MkdirAll(filepath.Join(root, "7", "fdinfo"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "7", "fdinfo", "5"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		holders := []procfd.Holder{{PID: 7, FDs: []procfd.FD{{Num: 5, Target: "/dev/dri/renderD128"}}}}
+		clients, _, errs := FdinfoScanner{ProcRoot: root, Driver: "amdgpu"}.ScanHolders(holders)
+		if len(errs) != 0 || len(clients) != 1 || clients[0].Engines["gfx"] != 77 {
+			t.Errorf("%d bytes: clients %+v, errors %v", size, clients, errs)
+		}
 	}
 }
