@@ -298,6 +298,11 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	prev := r.procs // the previous scrape's, for exited processes
 	r.mu.Unlock()
 	procs, hidden, same, procErr := r.processes(devices)
+	if same.shared && r.cfg.Slurm != nil {
+		// slurmJobs writes procs, which is the last scrape's, while a
+		// concurrent scrape may be reading it.
+		procs, same.shared = maps.Clone(procs), false
+	}
 	procSource := -1
 	if r.cfg.Procfs != nil {
 		procSource = len(res.Sources)
@@ -393,6 +398,9 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		for _, pid := range d.ExitedPIDs {
 			if p, ok := prev[pid]; ok {
 				if _, running := procs[pid]; !running {
+					if same.shared {
+						procs, same.shared = maps.Clone(procs), false
+					}
 					procs[pid] = p
 					same.pids = nil // procs holds more than the devices' PIDs
 				}
@@ -998,10 +1006,10 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		// The same processes as at the last scrape, none of which has
 		// exited (pidfd_open(2): a watched process that "terminates"
 		// makes its descriptor readable, which Poll would have found):
-		// there is nothing to read. A clone, which the Slurm lookup may
-		// write to while a concurrent scrape reads the last one.
-		same.pids = exact
-		return maps.Clone(prev), nil, same, nil
+		// there is nothing to read, and the last scrape's map is this
+		// one's, shared (ResolveRead copies it before writing to it).
+		same.pids, same.shared = exact, true
+		return prev, nil, same, nil
 	}
 	out = make(map[uint32]procInfo, n)
 	// Each scrape checks the start of at most startChecks cached PIDs
@@ -1090,6 +1098,10 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 type sameProcs struct {
 	pids    []uint32
 	exitGen uint64
+	// shared says the processes returned are the last scrape's map
+	// itself, which a concurrent scrape may be reading: not to be
+	// written to.
+	shared bool
 }
 
 // sameOrder says whether devices list pids, in that order.
