@@ -29,16 +29,19 @@ package gaudi
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
@@ -52,9 +55,6 @@ const (
 	// maxSysfsValue bounds a sysfs attribute read: an address or a number.
 	maxSysfsValue = 4 << 10
 )
-
-// computeNode matches the base name of a compute node.
-var computeNode = regexp.MustCompile(`^(accel|hl)([0-9]+)$`)
 
 // NodeUse is one process holding one device's compute node open.
 type NodeUse struct {
@@ -78,6 +78,9 @@ type ProcessScanner struct {
 	SysRoot string
 
 	running atomic.Bool
+	// nodes is what sysfs said of the compute nodes, used by one scan at
+	// a time (running).
+	nodes nodeCache
 	// stat follows a descriptor to its file. Tests replace it to play a
 	// stat that never returns.
 	stat func(string) (fs.FileInfo, error)
@@ -138,7 +141,7 @@ func (s *ProcessScanner) scan(ctx context.Context) (uses []NodeUse, unreadable i
 	if sysRoot == "" {
 		sysRoot = "/sys"
 	}
-	nodes := gaudiNodes(sysRoot)
+	nodes := s.nodes.read(sysRoot)
 
 	holders, perrs, err := procfd.Scanner{Root: procRoot, MaxFDs: maxFDs}.Scan(ctx, computeNodeLink)
 	switch {
@@ -172,7 +175,7 @@ func (s *ProcessScanner) scan(ctx context.Context) (uses []NodeUse, unreadable i
 // base name is a compute node's.
 func computeNodeLink(target []byte) bool {
 	target = bytes.TrimSuffix(target, []byte(" (deleted)"))
-	return computeNode.Match(target[bytes.LastIndexByte(target, '/')+1:])
+	return isComputeNode(target[bytes.LastIndexByte(target, '/')+1:])
 }
 
 // describeFD says whether the descriptor at path, whose link computeNodeLink
@@ -218,51 +221,278 @@ func HasDevices(sysRoot string) bool {
 	if sysRoot == "" {
 		sysRoot = "/sys"
 	}
-	return len(gaudiNodes(sysRoot)) > 0
+	var c nodeCache
+	return len(c.read(sysRoot)) > 0
 }
 
-// gaudiNodes reads the habanalabs compute nodes from sysfs, keyed by device
-// number. Other drivers' accel nodes (Intel's NPU, Qualcomm's AIC) are left
-// out by the driver link of their device.
-func gaudiNodes(sysRoot string) map[devNum]node {
-	nodes := map[devNum]node{}
-	accel, _ := filepath.Glob(filepath.Join(sysRoot, "class", "accel", "accel*"))
-	for _, dir := range accel {
-		if driver, err := os.Readlink(filepath.Join(dir, "device", "driver")); err != nil || filepath.Base(driver) != "habanalabs" {
-			continue
-		}
-		addNode(nodes, dir, filepath.Join(dir, "device"))
-	}
+// maxClassNodes bounds the compute nodes read from one class directory,
+// and so the nodes cached. The kernel numbers at most 256 of each
+// (ACCEL_MAX_MINORS in include/drm/drm_accel.h, HL_MAX_MINORS in the
+// pre-accel driver); a directory with more is not the kernel's.
+const maxClassNodes = 1024
+
+// nodeClass is a sysfs class whose entries are habanalabs compute nodes.
+type nodeClass struct {
+	dir string // under the sysfs root
+	// attrs is where a node's pci_addr is, under its class entry.
+	attrs string
+	// otherDrivers says the class has other drivers' nodes too, told
+	// apart by the driver link of the node's device.
+	otherDrivers bool
+}
+
+var nodeClasses = [...]nodeClass{
+	// Other drivers' accel nodes (Intel's NPU, Qualcomm's AIC) are left
+	// out by the driver link of their device.
+	{dir: "class/accel", attrs: "device", otherDrivers: true},
 	// The pre-accel driver has its own class, whose attributes sit on the
 	// class device itself (the pre-accel sysfs-driver-habanalabs).
-	hl, _ := filepath.Glob(filepath.Join(sysRoot, "class", "habanalabs", "hl*"))
-	for _, dir := range hl {
-		addNode(nodes, dir, dir)
-	}
-	return nodes
+	{dir: "class/habanalabs"},
 }
 
-func addNode(nodes map[devNum]node, dir, attrs string) {
-	name := filepath.Base(dir)
-	if !computeNode.MatchString(name) {
-		return
+// nodeCache keeps what sysfs said of each compute node from one scan to the
+// next, so that a scan reads a node's attributes (its driver link, dev,
+// pci_addr) once rather than at every scrape: they are fixed while the
+// node exists. The accel core creates a node's class device when the
+// driver binds the PCI device and removes it, with all its attributes,
+// when the driver lets go, so neither its device number nor its PCI device
+// nor its driver can change while it stays.
+//
+// What proves a node unchanged is its dev attribute file, by stat(2): the
+// same file, not changed since. In sysfs, an inode number names one kernfs
+// node for the whole boot (include/linux/kernfs.h, struct kernfs_node:
+// "64bit unique ID. On 64bit ino setups, id is the ino"; ids are handed
+// out cyclically, never reused while the counter has not wrapped), so a
+// node removed and created again, such as accel0 of another PCI device
+// after the driver reloaded and probed the devices in another order, has
+// a dev file of another inode. Elsewhere (the demo's tree, tests), where
+// an inode number can be reused, the change and modification times must
+// match too. A stat that differs only because sysfs gave the file a new
+// in-memory inode costs a read, never a stale answer.
+//
+// The entries are those the last scan listed, at most maxClassNodes per
+// class. A nodeCache is used by one scan at a time.
+type nodeCache struct {
+	root    string
+	classes [len(nodeClasses)]classCache
+	scan    uint64 // counts scans; an entry not listed by this one is dropped
+	nodes   map[devNum]node
+	dirent  []byte
+	listed  []*cachedNode
+}
+
+type classCache struct {
+	dir     string // the class directory's path
+	entries map[string]*cachedNode
+}
+
+// cachedNode is one class entry as last read.
+type cachedNode struct {
+	name    string // "accel3"
+	entry   string // its path
+	devPath string // its dev attribute's path
+	devRel  string // the same, relative to the class directory
+	scan    uint64 // the last scan that listed it
+	read    bool   // id, dev, node and gaudi are set
+	id      fileID
+	dev     devNum
+	node    node
+	// gaudi says the node is the habanalabs driver's.
+	gaudi bool
+}
+
+// fileID is what stat says of a file that changes when it is replaced.
+type fileID struct {
+	dev, ino     uint64
+	ctime, mtime unix.Timespec
+}
+
+// direntBuf is the getdents64 buffer: a class directory holds a few dozen
+// entries of some 32 bytes.
+const direntBuf = 4 << 10
+
+// read returns the habanalabs compute nodes sysfs under sysRoot shows, by
+// device number, reading the attributes of the nodes not seen unchanged
+// before. The map is the cache's own, valid until the next read.
+func (c *nodeCache) read(sysRoot string) map[devNum]node {
+	if c.nodes == nil || c.root != sysRoot {
+		c.root = sysRoot
+		for i, cl := range nodeClasses {
+			c.classes[i] = classCache{dir: filepath.Join(sysRoot, cl.dir), entries: map[string]*cachedNode{}}
+		}
+		c.nodes = map[devNum]node{}
+		c.dirent = make([]byte, direntBuf)
 	}
-	dev, ok := readDev(filepath.Join(dir, "dev"))
-	if !ok {
-		return
+	c.scan++
+	clear(c.nodes)
+	for i := range nodeClasses {
+		cc := &c.classes[i]
+		c.listed = c.list(cc, &nodeClasses[i], c.listed[:0])
+		// In name order, as a listing sorted by name was: should two
+		// nodes give one device number, the last one names it.
+		slices.SortFunc(c.listed, func(a, b *cachedNode) int { return strings.Compare(a.name, b.name) })
+		for _, e := range c.listed {
+			if e.gaudi {
+				c.nodes[e.dev] = e.node
+			}
+		}
+		clear(c.listed) // no pointers kept past the scan
+		maps.DeleteFunc(cc.entries, func(_ string, e *cachedNode) bool { return e.scan != c.scan })
 	}
-	n := node{name: name}
-	if v, err := readSysfs(filepath.Join(attrs, "pci_addr")); err == nil {
-		n.busID = NormalizeBusID(v)
+	return c.nodes
+}
+
+// list appends to listed the compute nodes of one class directory that
+// could be read, each read anew unless its dev file is unchanged.
+func (c *nodeCache) list(cc *classCache, cl *nodeClass, listed []*cachedNode) []*cachedNode {
+	dir, err := rawfile.Open(cc.dir, syscall.O_DIRECTORY)
+	if err != nil {
+		return listed // no such class: none of its nodes
 	}
-	if n.busID == "" {
-		// The class device's "device" link points at its PCI device, whose
-		// directory is named by its address.
-		if target, err := os.Readlink(filepath.Join(dir, "device")); err == nil {
-			n.busID = NormalizeBusID(filepath.Base(target))
+	defer syscall.Close(dir)
+	for n := 0; ; {
+		got, err := readDirent(dir, c.dirent)
+		if err != nil || got <= 0 {
+			return listed
+		}
+		for name := range direntNames(c.dirent[:got]) {
+			if !isComputeNode(name) {
+				continue
+			}
+			if n++; n > maxClassNodes {
+				return listed
+			}
+			e := cc.entries[string(name)]
+			if e == nil {
+				e = &cachedNode{name: string(name)}
+				e.entry = filepath.Join(cc.dir, e.name)
+				e.devPath = filepath.Join(e.entry, "dev")
+				e.devRel = e.name + "/dev"
+				cc.entries[e.name] = e
+			}
+			if e.refresh(dir, cl) {
+				e.scan = c.scan
+				listed = append(listed, e)
+			}
 		}
 	}
-	nodes[dev] = n
+}
+
+// refresh reads the node's attributes unless its dev file, stat relative
+// to the class directory dir, is the one they were read with, and says
+// whether the node could be read. One that could not is not kept: it is
+// read again at the next scan.
+func (e *cachedNode) refresh(dir int, cl *nodeClass) bool {
+	var st unix.Stat_t
+	if err := fstatat(dir, e.devRel, &st); err != nil {
+		return false
+	}
+	id := fileID{dev: st.Dev, ino: st.Ino, ctime: st.Ctim, mtime: st.Mtim}
+	if e.read && e.id == id {
+		return true
+	}
+	// Read after the stat: a node replaced in between has a newer dev
+	// file than id, and is read again at the next scan.
+	e.read = false
+	attrs := e.entry
+	if cl.attrs != "" {
+		attrs = filepath.Join(e.entry, cl.attrs)
+	}
+	e.gaudi = true
+	if cl.otherDrivers {
+		driver, err := os.Readlink(filepath.Join(e.entry, "device", "driver"))
+		if err != nil {
+			return false
+		}
+		e.gaudi = filepath.Base(driver) == "habanalabs"
+	}
+	if e.gaudi {
+		dev, ok := readDev(e.devPath)
+		if !ok {
+			return false
+		}
+		e.dev, e.node = dev, node{name: e.name}
+		if v, err := readSysfs(filepath.Join(attrs, "pci_addr")); err == nil {
+			e.node.busID = NormalizeBusID(v)
+		}
+		if e.node.busID == "" {
+			// The class device's "device" link points at its PCI device,
+			// whose directory is named by its address.
+			if target, err := os.Readlink(filepath.Join(e.entry, "device")); err == nil {
+				e.node.busID = NormalizeBusID(filepath.Base(target))
+			}
+		}
+	}
+	e.id, e.read = id, true
+	return true
+}
+
+// fstatat stats path relative to the directory dir, following links,
+// retrying on EINTR.
+func fstatat(dir int, path string, st *unix.Stat_t) error {
+	for {
+		if err := unix.Fstatat(dir, path, st, 0); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// isComputeNode says whether name is a compute node's: "accel" or "hl"
+// and a number. The control nodes beside them (accel_controlD<n>,
+// hl_controlD<n>) are not.
+func isComputeNode(name []byte) bool {
+	var digits []byte
+	switch {
+	case bytes.HasPrefix(name, []byte("accel")):
+		digits = name[len("accel"):]
+	case bytes.HasPrefix(name, []byte("hl")):
+		digits = name[len("hl"):]
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(digits) > 0
+}
+
+// readDirent reads directory entries, retrying on EINTR.
+func readDirent(fd int, buf []byte) (int, error) {
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		if !errors.Is(err, syscall.EINTR) {
+			return n, err
+		}
+	}
+}
+
+// getdents64(2): "struct linux_dirent64 { ino64_t d_ino; off64_t d_off;
+// unsigned short d_reclen; unsigned char d_type; char d_name[]; /*
+// Filename (null-terminated) */ }", d_reclen being "Size of this dirent".
+const (
+	reclenOffset = 16
+	nameOffset   = 19
+)
+
+// direntNames yields the names in one getdents64 result, each without its
+// NUL; a record too short to hold a name ends the walk.
+func direntNames(b []byte) func(func([]byte) bool) {
+	return func(yield func([]byte) bool) {
+		for len(b) > nameOffset {
+			reclen := int(binary.NativeEndian.Uint16(b[reclenOffset:]))
+			if reclen <= nameOffset || reclen > len(b) {
+				return
+			}
+			name := b[nameOffset:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if !yield(name) {
+				return
+			}
+			b = b[reclen:]
+		}
+	}
 }
 
 // readDev reads a sysfs "dev" attribute, "major:minor".
@@ -285,7 +515,7 @@ func readDev(path string) (devNum, bool) {
 
 // readSysfs reads a small sysfs attribute in one read(2), as sysfs hands
 // out a whole attribute per read, and trims it; without the poller
-// (internal/rawfile), for two attributes of each node at every scan.
+// (internal/rawfile).
 func readSysfs(path string) (string, error) {
 	fd, err := rawfile.Open(path, 0)
 	if err != nil {

@@ -240,3 +240,93 @@ func TestDecodeDev(t *testing.T) {
 		}
 	}
 }
+
+// TestScanRereadsReplacedNodes plays a driver reload that probed the two
+// Gaudi devices in the other order: accel0 and accel1 keep their device
+// numbers (the accel core numbers nodes in probe order) but are now each
+// other's PCI device, with new dev files, as sysfs creates a node's
+// attributes anew. The cached nodes must be read again, and a node whose
+// dev file stayed the same must not be.
+func TestScanRereadsReplacedNodes(t *testing.T) {
+	procRoot, sysRoot := fakeHost(t)
+	s := &ProcessScanner{ProcRoot: procRoot, SysRoot: sysRoot}
+	scan := func() []NodeUse {
+		t.Helper()
+		uses, _, err := s.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sortUses(uses)
+	}
+	scan()
+
+	// The PCI device's pci_addr rewritten in place, its node's dev file
+	// untouched: no sysfs does this, so it shows the cache is used.
+	pci := filepath.Join(sysRoot, "devices", "pci0000:00")
+	if err := os.WriteFile(filepath.Join(pci, "0000:19:00.0", "pci_addr"), []byte("0000:77:00.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := scan(); got[0].BusID != "0000:19:00.0" {
+		t.Errorf("node with an unchanged dev file read again: %v", got)
+	}
+	if err := os.WriteFile(filepath.Join(pci, "0000:19:00.0", "pci_addr"), []byte("0000:19:00.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The reload: each class entry made anew beside the old one (so that
+	// its dev file is another inode) and put in its place.
+	class := filepath.Join(sysRoot, "class", "accel")
+	for _, n := range []struct{ name, dev, pci string }{
+		{"accel0", "1:3\n", "0000:1A:00.0"},
+		{"accel1", "1:5\n", "0000:19:00.0"},
+	} {
+		fresh := filepath.Join(class, n.name+".new")
+		if err := os.MkdirAll(fresh, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(fresh, "dev"), []byte(n.dev), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(pci, n.pci), filepath.Join(fresh, "device")); err != nil {
+			t.Fatal(err)
+		}
+		old := filepath.Join(class, n.name)
+		if err := os.Rename(old, old+".old"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(fresh, old); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(old + ".old"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []NodeUse{
+		{PID: 100, Node: "accel0", BusID: "0000:1a:00.0"},
+		{PID: 200, Node: "hl2", BusID: "0000:33:00.0"},
+		{PID: 300, Node: "accel0", BusID: "0000:1a:00.0"},
+		{PID: 400, Node: "accel1", BusID: "0000:19:00.0"},
+	}
+	if got := scan(); !reflect.DeepEqual(got, want) {
+		t.Errorf("after the reload:\ngot  %v\nwant %v", got, want)
+	}
+
+	// accel1 removed: its holder is no Gaudi user, and it is not kept.
+	if err := os.RemoveAll(filepath.Join(class, "accel1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := scan(); !reflect.DeepEqual(got, want[:3]) {
+		t.Errorf("after accel1 went:\ngot  %v\nwant %v", got, want[:3])
+	}
+	var cached []string
+	for i := range s.nodes.classes {
+		for name := range s.nodes.classes[i].entries {
+			cached = append(cached, name)
+		}
+	}
+	slices.Sort(cached)
+	// accel9 is the NPU's, kept as not a Gaudi node.
+	if want := []string{"accel0", "accel9", "hl2"}; !reflect.DeepEqual(cached, want) {
+		t.Errorf("cached nodes %v, want %v", cached, want)
+	}
+}

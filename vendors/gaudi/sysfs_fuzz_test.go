@@ -65,3 +65,18 @@ func FuzzReadDev(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIsComputeNode checks the compute node name matcher, which sees every
+// descriptor's link target and every sysfs class entry, against the
+// pattern it stands for.
+func FuzzIsComputeNode(f *testing.F) {
+	for _, s := range []string{"accel0", "hl12", "accel", "hl", "accel_controlD0", "hl_controlD2", "accel1x", "xaccel1", "accel-1", "accel\u0661", "hl0\n", ""} {
+		f.Add([]byte(s))
+	}
+	pattern := regexp.MustCompile(`^(accel|hl)([0-9]+)$`)
+	f.Fuzz(func(t *testing.T, name []byte) {
+		if got, want := isComputeNode(name), pattern.Match(name); got != want {
+			t.Fatalf("isComputeNode(%q) = %v, want %v", name, got, want)
+		}
+	})
+}
