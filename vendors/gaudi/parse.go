@@ -1,6 +1,7 @@
 package gaudi
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/csv"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -34,9 +36,18 @@ func Parse(out []byte, fields []string, header bool) ([]Device, error) {
 	if !utf8.Valid(out) {
 		return nil, &Error{Reason: ReasonNonUTF8, Detail: excerpt(out)}
 	}
-	r := csv.NewReader(bytes.NewReader(out))
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(bytes.NewReader(out))
+	defer func() {
+		br.Reset(nil)
+		readers.Put(br)
+	}()
+	r := csv.NewReader(br)
 	r.FieldsPerRecord = -1
 	r.TrimLeadingSpace = true
+	// Each record is used before the next is read; the cells' strings
+	// stay valid (csv.Reader.ReuseRecord).
+	r.ReuseRecord = true
 
 	columns := fields
 	if header {
@@ -54,8 +65,8 @@ func Parse(out []byte, fields []string, header bool) ([]Device, error) {
 		return nil, err
 	}
 
-	var devices []Device
-	seen := map[int]bool{}
+	// A row a line: room for every row, up to the bound.
+	devices := make([]Device, 0, min(bytes.Count(out, []byte{'\n'})+1, maxDevices))
 	for line := 1; ; line++ {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
@@ -73,66 +84,71 @@ func Parse(out []byte, fields []string, header bool) ([]Device, error) {
 		case len(rec) < len(columns):
 			return nil, &Error{Reason: ReasonMissingColumn, Detail: fmt.Sprintf("row %d has %d columns, want %d", line, len(rec), len(columns))}
 		}
-		d, err := parseRow(rec, columns, line-1)
-		if err != nil {
+		devices = append(devices, Device{Index: line - 1})
+		d := &devices[len(devices)-1]
+		if err := parseRow(d, rec, columns); err != nil {
 			return nil, err
 		}
-		if seen[d.Index] {
-			return nil, &Error{Reason: ReasonMalformed, Field: "index", Detail: fmt.Sprintf("index %d listed twice", d.Index)}
+		// Among the rows before, at most maxDevices: for a node's few,
+		// cheaper than a set.
+		for i := range len(devices) - 1 {
+			if devices[i].Index == d.Index {
+				return nil, &Error{Reason: ReasonMalformed, Field: "index", Detail: fmt.Sprintf("index %d listed twice", d.Index)}
+			}
 		}
-		seen[d.Index] = true
-		devices = append(devices, d)
 	}
 	return devices, nil
 }
 
+// readers are the buffered readers Parse reads through, which csv.NewReader
+// would otherwise allocate at every run (4 KiB).
+var readers = sync.Pool{New: func() any { return bufio.NewReader(nil) }}
+
 // checkFieldList refuses a field list that names a field twice: its
-// columns could not be told apart.
+// columns could not be told apart. The list is short (the fields this
+// reader knows, at most), so a search of the fields before each costs less
+// than a set would.
 func checkFieldList(fields []string) error {
-	has := map[string]bool{}
-	for _, f := range fields {
-		if has[f] {
+	for i, f := range fields {
+		if slices.Contains(fields[:i], f) {
 			return &Error{Reason: ReasonMalformed, Field: f, Detail: "asked for twice"}
 		}
-		has[f] = true
 	}
 	return nil
 }
 
 // headerColumns maps the header's cells ("memory.used [MiB]") to field
-// names and checks them against the fields asked for.
+// names and checks them against the fields asked for. Each cell is looked
+// up in fields, and each accepted one in the columns before it: a cell not
+// asked for or taken already ends the header, so at most len(fields)+1
+// cells are looked at (but to tell a first line naming no field).
 func headerColumns(rec []string, fields []string) ([]string, error) {
 	if err := checkFieldList(fields); err != nil {
 		return nil, err
 	}
-	asked := map[string]bool{}
-	for _, f := range fields {
-		asked[f] = true
-	}
+	asked := func(name string) bool { return slices.Contains(fields, name) }
 	// A first line naming none of the fields is no header at all (a
 	// message such as "No devices found", a table without its header):
 	// not the table asked for, rather than a column too many.
-	if !slices.ContainsFunc(rec, func(cell string) bool { name, _ := splitHeader(cell); return asked[name] }) {
+	if !slices.ContainsFunc(rec, func(cell string) bool { name, _ := splitHeader(cell); return asked(name) }) {
 		return nil, &Error{Reason: ReasonMalformed, Detail: "first line is no header: " + excerpt([]byte(strings.Join(rec, ", ")))}
 	}
-	columns := make([]string, 0, len(rec))
-	got := map[string]bool{}
+	columns := make([]string, 0, len(fields))
 	for _, cell := range rec {
 		name, unit := splitHeader(cell)
-		if !asked[name] {
+		if !asked(name) {
 			return nil, &Error{Reason: ReasonExtraColumn, Field: strconv.Quote(excerpt([]byte(name))), Detail: "not asked for"}
 		}
-		if got[name] {
+		if slices.Contains(columns, name) {
 			return nil, &Error{Reason: ReasonMalformed, Field: name, Detail: "column listed twice"}
 		}
-		got[name] = true
 		if spec, ok := fieldSpecs[name]; ok && unit != "" && unit != spec.unit {
 			return nil, &Error{Reason: ReasonUnit, Field: name, Detail: fmt.Sprintf("unit %q, want %q", excerpt([]byte(unit)), spec.unit)}
 		}
 		columns = append(columns, name)
 	}
 	for _, f := range fields {
-		if !got[f] {
+		if !slices.Contains(columns, f) {
 			return nil, &Error{Reason: ReasonMissingColumn, Field: f}
 		}
 	}
@@ -148,12 +164,11 @@ func splitHeader(cell string) (name, unit string) {
 	return cell, ""
 }
 
-// parseRow reads one device. Output without an index column (recorded by
-// others, or asked for without it) is numbered in row order: every recorded
-// output with the column lists it in that order (fixtures/gaudi/real), and
-// there is no other identity to go by.
-func parseRow(rec []string, columns []string, row int) (Device, error) {
-	d := Device{Index: row}
+// parseRow reads one device into d, numbered by its row. Output without an
+// index column (recorded by others, or asked for without it) is numbered in
+// row order: every recorded output with the column lists it in that order
+// (fixtures/gaudi/real), and there is no other identity to go by.
+func parseRow(d *Device, rec []string, columns []string) error {
 	for i, name := range columns {
 		spec, known := fieldSpecs[name]
 		if !known {
@@ -161,8 +176,8 @@ func parseRow(rec []string, columns []string, row int) (Device, error) {
 		}
 		v := strings.TrimSpace(rec[i])
 		if name == "index" {
-			if !spec.set(&d, v) {
-				return Device{}, &Error{Reason: ReasonMalformed, Field: name, Detail: excerpt([]byte(v))}
+			if !spec.set(d, v) {
+				return &Error{Reason: ReasonMalformed, Field: name, Detail: excerpt([]byte(v))}
 			}
 			continue
 		}
@@ -174,9 +189,9 @@ func parseRow(rec []string, columns []string, row int) (Device, error) {
 		if spec.unit != "" {
 			v = strings.TrimSpace(strings.TrimSuffix(v, spec.unit))
 		}
-		if !spec.set(&d, v) {
+		if !spec.set(d, v) {
 			d.Problems = append(d.Problems, &Error{Reason: ReasonBadValue, Field: name, Detail: excerpt([]byte(rec[i]))})
 		}
 	}
-	return d, nil
+	return nil
 }
