@@ -663,10 +663,10 @@ func (c *gaudiCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pro
 		case gaudi.ReasonBusy:
 			v += c.waitedOut
 		}
-		e.emit(hlsmiErrors, labels{names: []string{"reason"}, values: []string{string(reason)}}, v)
+		e.emit(hlsmiErrors, labels{}.with("reason", string(reason)), v)
 	}
 	for reason, n := range c.scanErrors {
-		e.emit(gaudiScanErrors, labels{names: []string{"reason"}, values: []string{string(reason)}}, n)
+		e.emit(gaudiScanErrors, labels{}.with("reason", string(reason)), n)
 	}
 	if c.scanned {
 		e.emit(gaudiUnreadable, labels{}, c.unreadable)
