@@ -241,6 +241,9 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 	stderr := &stderrOutput{buf: boundedbuf.Buffer{Limit: maxStderr}}
 	cmd := exec.Command(path, r.Args()...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if f := devNull(); f != nil {
+		cmd.Stdin = f
+	}
 	cmd.WaitDelay = waitDelay
 	// A group of its own, so that the kill at the deadline also reaches
 	// whatever hl-smi started.
@@ -324,6 +327,17 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// devNull is hl-smi's stdin, opened once: without a Stdin, os/exec opens
+// /dev/null at every run. A child is given a copy of the descriptor, so
+// one file serves every run.
+var devNull = sync.OnceValue(func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil // os/exec opens it, and fails, at each run
+	}
+	return f
+})
 
 // limitedOutput is hl-smi's stdout, kept up to its limit; overflow is
 // closed at the first write past it.
