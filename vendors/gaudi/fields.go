@@ -227,6 +227,9 @@ func NormalizeBusID(s string) string {
 		!isHex(rest[0:2]) || !isHex(rest[3:5]) || rest[6] < '0' || rest[6] > '7' {
 		return ""
 	}
+	if len(s) == len(domain)+1+len(rest) {
+		return s // in the sysfs form already, as sysfs and hl-smi print it
+	}
 	return domain + ":" + rest
 }
 
