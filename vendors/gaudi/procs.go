@@ -228,7 +228,7 @@ func HasDevices(sysRoot string) bool {
 // maxClassNodes bounds the compute nodes read from one class directory,
 // and so the nodes cached. The kernel numbers at most 256 of each
 // (ACCEL_MAX_MINORS in include/drm/drm_accel.h, HL_MAX_MINORS in the
-// pre-accel driver); a directory with more is not the kernel's.
+// driver's habanalabs.h); a directory with more is not the kernel's.
 const maxClassNodes = 1024
 
 // nodeClass is a sysfs class whose entries are habanalabs compute nodes.
@@ -253,22 +253,22 @@ var nodeClasses = [...]nodeClass{
 // nodeCache keeps what sysfs said of each compute node from one scan to the
 // next, so that a scan reads a node's attributes (its driver link, dev,
 // pci_addr) once rather than at every scrape: they are fixed while the
-// node exists. The accel core creates a node's class device when the
-// driver binds the PCI device and removes it, with all its attributes,
-// when the driver lets go, so neither its device number nor its PCI device
-// nor its driver can change while it stays.
+// node exists. The driver creates a node's class device (through the
+// accel core, or in its own class before) when it binds the PCI device,
+// and removes it with all its attributes when it lets the device go, so
+// neither the node's device number nor its PCI device nor its driver can
+// change while it stays.
 //
 // What proves a node unchanged is its dev attribute file, by stat(2): the
 // same file, not changed since. In sysfs, an inode number names one kernfs
 // node for the whole boot (include/linux/kernfs.h, struct kernfs_node:
-// "64bit unique ID. On 64bit ino setups, id is the ino"; ids are handed
-// out cyclically, never reused while the counter has not wrapped), so a
-// node removed and created again, such as accel0 of another PCI device
-// after the driver reloaded and probed the devices in another order, has
-// a dev file of another inode. Elsewhere (the demo's tree, tests), where
-// an inode number can be reused, the change and modification times must
+// "64bit unique ID. On 64bit ino setups, id is the ino"), so a node
+// removed and created again, such as accel0 of another PCI device after
+// the driver reloaded and probed the devices in another order, has a dev
+// file of another inode. Elsewhere (the demo's tree, tests), where an
+// inode number can be reused, the change and modification times must
 // match too. A stat that differs only because sysfs gave the file a new
-// in-memory inode costs a read, never a stale answer.
+// in-memory inode (with new times) costs a read, never a stale answer.
 //
 // The entries are those the last scan listed, at most maxClassNodes per
 // class. A nodeCache is used by one scan at a time.
