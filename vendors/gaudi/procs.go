@@ -313,15 +313,14 @@ const direntBuf = 4 << 10
 
 // read returns the habanalabs compute nodes sysfs under sysRoot shows, by
 // device number, reading the attributes of the nodes not seen unchanged
-// before. The map is the cache's own, valid until the next read.
+// before. The map is the cache's own, valid until the next read; nil
+// when there is none.
 func (c *nodeCache) read(sysRoot string) map[devNum]node {
-	if c.nodes == nil || c.root != sysRoot {
+	if c.classes[0].dir == "" || c.root != sysRoot {
 		c.root = sysRoot
 		for i, cl := range nodeClasses {
-			c.classes[i] = classCache{dir: filepath.Join(sysRoot, cl.dir), entries: map[string]*cachedNode{}}
+			c.classes[i] = classCache{dir: filepath.Join(sysRoot, cl.dir)}
 		}
-		c.nodes = map[devNum]node{}
-		c.dirent = make([]byte, direntBuf)
 	}
 	c.scan++
 	clear(c.nodes)
@@ -333,6 +332,9 @@ func (c *nodeCache) read(sysRoot string) map[devNum]node {
 		slices.SortFunc(c.listed, func(a, b *cachedNode) int { return strings.Compare(a.name, b.name) })
 		for _, e := range c.listed {
 			if e.gaudi {
+				if c.nodes == nil {
+					c.nodes = map[devNum]node{}
+				}
 				c.nodes[e.dev] = e.node
 			}
 		}
@@ -350,6 +352,14 @@ func (c *nodeCache) list(cc *classCache, cl *nodeClass, listed []*cachedNode) []
 		return listed // no such class: none of its nodes
 	}
 	defer syscall.Close(dir)
+	// Made here, not before: a node without Gaudi asks HasDevices at
+	// every scrape, and has no class to list.
+	if c.dirent == nil {
+		c.dirent = make([]byte, direntBuf)
+	}
+	if cc.entries == nil {
+		cc.entries = map[string]*cachedNode{}
+	}
 	for n := 0; ; {
 		got, err := readDirent(dir, c.dirent)
 		if err != nil || got <= 0 {
