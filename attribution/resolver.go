@@ -132,9 +132,10 @@ type Resolver struct {
 	// procs, when procs holds those processes and no other, each watched
 	// for its exit; nil otherwise. While the devices list the same PIDs
 	// and no watched process has exited since, procs is this scrape's too
-	// (processes). exitGen counts the Polls that found an exit or failed:
-	// a scrape that polled before another found one keeps neither procs
-	// nor exactPIDs, which may hold a process that exited.
+	// (processes). exitGen counts the Polls that found an exit or failed,
+	// and the Retains that stopped watching a process: a scrape that
+	// polled before another did either keeps neither procs nor exactPIDs,
+	// which may hold a process that exited, or one no longer watched.
 	exactPIDs []uint32
 	exitGen   uint64
 	// procs caches what procfs said of the PIDs seen in the previous
@@ -1060,7 +1061,22 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		}
 	}
 	if exits != nil {
-		exits.Retain(func(pid uint32) bool { _, ok := out[pid]; return ok })
+		dropped := false
+		exits.Retain(func(pid uint32) bool {
+			_, ok := out[pid]
+			dropped = dropped || !ok
+			return ok
+		})
+		if dropped {
+			// A process no longer watched may exit unseen: the
+			// processes a concurrent scrape keeps, which may hold it,
+			// are not the next scrape's (see exactPIDs).
+			r.mu.Lock()
+			r.exitGen++
+			r.exactPIDs = nil
+			same.exitGen = r.exitGen
+			r.mu.Unlock()
+		}
 		if missing == 0 && hidden == nil && firstErr == nil && len(out) > 0 && allWatched(out) {
 			same.pids = make([]uint32, 0, n)
 			for _, d := range devices {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
@@ -339,4 +340,95 @@ func (k *hookedKubelet) List(context.Context) ([]kubernetes.PodResources, error)
 
 func (k *hookedKubelet) Allocatable(context.Context) ([]kubernetes.ResourceDevices, error) {
 	return nil, nil
+}
+
+// TestResolveOverlapUnwatchedProcess: a scrape holding the same PIDs as
+// the last (x and y) waits on the kubelet while a /devices read finds y
+// gone from the GPU and stops watching it. y's exit can no longer be
+// polled; so the scrape that ends after must not leave its processes for
+// the next scrape to reuse, or when y's PID goes to another process on the
+// GPU that one keeps y's owner (found by review25 R25-1).
+func TestResolveOverlapUnwatchedProcess(t *testing.T) {
+	root := t.TempDir()
+	const x, y = 7000, 7001
+	writeProcess(t, root, x, "/system.slice/infa.service", 500)
+	writeProcess(t, root, y, "/system.slice/infa.service", 500)
+	exits := newFakeExits()
+	kubelet := &hookedKubelet{}
+	r := New(Config{Procfs: procfs(t, nil), Exits: exits, Kubelet: kubelet})
+	r.cfg.Procfs.Root = root
+	on := func(pids ...uint32) []Device {
+		return []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: pids}}
+	}
+	r.Resolve(context.Background(), on(x, y))
+	kubelet.onList = func() { r.Resolve(context.Background(), on(x)) }
+	r.Resolve(context.Background(), on(x, y))
+	if exits.watched[y] {
+		t.Fatal("y is still watched: the test proves nothing")
+	}
+	exits.exits[y] = true // not watched: no Poll reports it
+	writeProcess(t, root, y, "/system.slice/infc.service", 900)
+	own := r.Resolve(context.Background(), on(x, y)).Devices[gpuA]
+	if i, ok := own.Process[y]; !ok || i < 0 || own.Claims[i].Owner.Unit != "infc.service" {
+		t.Errorf("PID %d, now infc.service's, attributed as %+v", y, own)
+	}
+}
+
+// TestResolveConcurrentScrapes: scrapes and /devices reads resolve at once,
+// reusing processes, carrying exited ones over, and reading anew; under
+// -race (make test) it finds a map written while another scrape reads it.
+func TestResolveConcurrentScrapes(t *testing.T) {
+	root := t.TempDir()
+	pids := writeUnitProcesses(t, root, 8)
+	r := New(Config{Procfs: procfs(t, nil), Exits: &lockedExits{f: newFakeExits()}, Kubelet: &fakeKubelet{}})
+	r.cfg.Procfs.Root = root
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				d := Device{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: pids}
+				if (i+g)%7 == 0 {
+					d.PIDs, d.ExitedPIDs = pids[:6], pids[6:]
+				}
+				own := r.Resolve(context.Background(), []Device{d}).Devices[gpuA]
+				for _, pid := range d.PIDs {
+					if j, ok := own.Process[pid]; !ok || j < 0 || own.Claims[j].Owner.Unit != "infa.service" {
+						t.Errorf("PID %d not attributed to infa.service", pid)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// lockedExits is fakeExits safe for concurrent scrapes.
+type lockedExits struct {
+	mu sync.Mutex
+	f  *fakeExits
+}
+
+func (l *lockedExits) Watch(pid uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Watch(pid)
+}
+
+func (l *lockedExits) Poll() (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Poll()
+}
+
+func (l *lockedExits) Watching(pid uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Watching(pid)
+}
+
+func (l *lockedExits) Retain(keep func(uint32) bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.f.Retain(keep)
 }
