@@ -224,21 +224,34 @@ func call[T any](ctx context.Context, c *Client, last *lastAnswer[T], method str
 		return last.val, nil
 	}
 	val, err := decode(resp.b)
-	if err != nil {
+	switch {
+	case err != nil:
 		last.spare = resp.b
 		return zero, c.callError(name, fmt.Errorf("decoding the answer: %w", err))
+	case len(resp.b) > maxKeptAnswer:
+		// Decoded at every call rather than held twice over.
+		var none T
+		last.raw, last.val, last.valid, last.spare = nil, none, false, nil
+		return val, nil
 	}
 	last.spare, last.raw, last.val, last.valid = last.raw, resp.b, val, true
 	return val, nil
 }
+
+// maxKeptAnswer bounds an answer kept undecoded, which is held with a spare
+// buffer as large: the List of a node of a thousand pods is a few hundred
+// KiB, and an answer may be MaxReceiveBytes.
+const maxKeptAnswer = 1 << 20
 
 // rawAnswer is an answer's wire bytes.
 type rawAnswer struct{ b []byte }
 
 // rawCodec is gRPC's protobuf codec for requests, and hands answers over
 // undecoded, as a rawAnswer, for call to compare with the last one before
-// decoding. Its name is the protobuf codec's, so the kubelet sees the
-// content type it always did.
+// decoding. Named "proto", it sends the content type
+// application/grpc+proto, which a gRPC server takes for its protobuf codec
+// as it takes application/grpc (gRPC over HTTP2, "Content-Type": the
+// subtype names the message encoding, protobuf where there is none).
 type rawCodec struct{}
 
 func (rawCodec) Name() string { return "proto" }

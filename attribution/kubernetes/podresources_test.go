@@ -450,6 +450,26 @@ func TestClientDecodesOnlyChangedAnswers(t *testing.T) {
 	if err != nil || names(changed) != "a:GPU-a b:GPU-b" {
 		t.Errorf("changed answer: List = %q, %v; want a:GPU-a b:GPU-b", names(changed), err)
 	}
+
+	// An answer past maxKeptAnswer is decoded each time, not kept with a
+	// spare as large.
+	var many []*podresourcesv1.PodResources
+	for i := 0; i*len(one) <= maxKeptAnswer; i++ {
+		many = append(many, pod(fmt.Sprintf("p%06d", i)))
+	}
+	big := encode(many...)
+	for range 2 {
+		pods, err := list(big)
+		if err != nil || len(pods) != len(many) {
+			t.Fatalf("big answer: %d pods, %v; want %d", len(pods), err, len(many))
+		}
+	}
+	c.list.mu.Lock()
+	kept := len(c.list.raw) + cap(c.list.spare)
+	c.list.mu.Unlock()
+	if kept != 0 {
+		t.Errorf("%d bytes kept after answers of %d bytes, past the %d bound", kept, len(big), maxKeptAnswer)
+	}
 }
 
 // rawPodResourcesServer serves the pod-resources List method on a unix
