@@ -2,6 +2,7 @@ package amd
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"sync"
@@ -440,7 +441,11 @@ func (h *heldFile) pread(buf []byte) (int, error) {
 	n, err := h.n, h.err
 	h.buf = nil
 	if cerr != nil {
-		return 0, cerr
+		// RawConn.Read fails only on a closed file (a file that cannot be
+		// polled is handed to onFD once), with internal/poll's "use of
+		// closed file", which is not os.ErrClosed: read opens the file
+		// anew on os.ErrClosed.
+		return 0, fmt.Errorf("%w: %w", os.ErrClosed, cerr)
 	}
 	if n < 0 {
 		n = 0

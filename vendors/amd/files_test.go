@@ -3,6 +3,8 @@ package amd
 import (
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -170,5 +172,34 @@ func TestFilesEIOIsOneFilesError(t *testing.T) {
 	}
 	if got.MemBusy != before.MemBusy || got.VRAMUsed != before.VRAMUsed || !reflect.DeepEqual(got.Temperatures, before.Temperatures) {
 		t.Errorf("the other readings changed: %+v", got)
+	}
+}
+
+// TestHeldFileClosedUnderRead: a held file closed between a read's lookup
+// and its pread (by Close, or by the end of an overlapping read of the
+// card) is opened anew and read, not taken for a failed read of the GPU
+// (found by review25 R25-3: RawConn.Read answers "use of closed file",
+// which the read did not take for os.ErrClosed).
+func TestHeldFileClosedUnderRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gpu_busy_percent")
+	if err := os.WriteFile(path, []byte("42\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := NewFiles()
+	defer fs.Close()
+	cf := fs.card("card0")
+	buf := make([]byte, maxValueSize+1)
+	if _, err := cf.read([]byte(path), maxValueSize, buf); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	h := cf.files[path]
+	fs.mu.Unlock()
+	if h == nil {
+		t.Fatal("the file is not held: the test proves nothing")
+	}
+	h.f.Close()
+	if b, err := cf.read([]byte(path), maxValueSize, buf); err != nil || string(b) != "42\n" {
+		t.Errorf("read of a held file closed under it = %q, %v; want 42 read anew", b, err)
 	}
 }
