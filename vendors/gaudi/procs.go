@@ -433,7 +433,10 @@ func (e *cachedNode) refresh(dir int, cl *nodeClass) bool {
 			}
 		}
 	}
-	e.id, e.read = id, true
+	// A node whose address could not be read is used without it for this
+	// scan and read again at the next, as one that could not be read at
+	// all: its address is not known to be fixed, only unread.
+	e.id, e.read = id, !e.gaudi || e.node.busID != ""
 	return true
 }
 

@@ -330,3 +330,39 @@ func TestScanRereadsReplacedNodes(t *testing.T) {
 		t.Errorf("cached nodes %v, want %v", cached, want)
 	}
 }
+
+// TestScanRereadsNodeWithoutAddress: a node whose PCI address could not be
+// read is used without it, and read again at the next scan rather than
+// kept without an address until its dev file changes (found by review25
+// R25-4).
+func TestScanRereadsNodeWithoutAddress(t *testing.T) {
+	procRoot, sysRoot := fakeHost(t)
+	s := &ProcessScanner{ProcRoot: procRoot, SysRoot: sysRoot}
+	hl2 := func() string {
+		t.Helper()
+		uses, _, err := s.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range uses {
+			if u.Node == "hl2" {
+				return u.BusID
+			}
+		}
+		t.Fatal("hl2's holder not found")
+		return ""
+	}
+	addr := filepath.Join(sysRoot, "class", "habanalabs", "hl2", "pci_addr")
+	if err := os.Remove(addr); err != nil {
+		t.Fatal(err)
+	}
+	if got := hl2(); got != "" {
+		t.Fatalf("hl2 without pci_addr has bus ID %q: the test proves nothing", got)
+	}
+	if err := os.WriteFile(addr, []byte("0000:33:00.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := hl2(); got != "0000:33:00.0" {
+		t.Errorf("hl2 once its pci_addr reads: bus ID %q, want 0000:33:00.0", got)
+	}
+}
