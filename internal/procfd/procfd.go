@@ -17,9 +17,7 @@
 package procfd
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -94,15 +92,15 @@ func (s Scanner) Scan(ctx context.Context, match func(target []byte) bool) (hold
 	dents := b.root
 	seen := 0
 	for {
-		n, err := readDirent(root, dents)
+		n, err := rawfile.ReadDirent(root, dents)
 		if err != nil {
 			return nil, nil, &fs.PathError{Op: "getdents64", Path: s.root(), Err: err}
 		}
 		if n == 0 {
 			break
 		}
-		for rec := range records(dents[:n]) {
-			entry := name(rec)
+		for rec := range rawfile.Dirents(dents[:n]) {
+			entry := rawfile.DirentName(rec)
 			if string(entry) == "." || string(entry) == ".." {
 				continue
 			}
@@ -179,7 +177,7 @@ var bufPool = sync.Pool{New: func() any {
 // scanDir lists the fd directory at b.path (NUL-terminated, relative to
 // root) and returns its matching fds.
 func (s Scanner) scanDir(root int, b *buffers, match func([]byte) bool) ([]FD, error) {
-	dir, err := openat(root, b.path)
+	dir, err := rawfile.OpenAt(root, b.path, syscall.O_DIRECTORY)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: s.path(b), Err: err}
 	}
@@ -187,15 +185,15 @@ func (s Scanner) scanDir(root int, b *buffers, match func([]byte) bool) ([]FD, e
 	var fds []FD
 	seen := 0
 	for {
-		n, err := readDirent(dir, b.dents)
+		n, err := rawfile.ReadDirent(dir, b.dents)
 		if err != nil {
 			return sortFDs(fds), &fs.PathError{Op: "getdents64", Path: s.path(b), Err: err}
 		}
 		if n == 0 {
 			return sortFDs(fds), nil
 		}
-		for rec := range records(b.dents[:n]) {
-			num, ok := parsePID(name(rec))
+		for rec := range rawfile.Dirents(b.dents[:n]) {
+			num, ok := parsePID(rawfile.DirentName(rec))
 			if !ok {
 				// "." and "..".
 				continue
@@ -208,7 +206,7 @@ func (s Scanner) scanDir(root int, b *buffers, match func([]byte) bool) ([]FD, e
 			// a length of bufsiz characters), in case the buffer is too
 			// small"; a target that fills the buffer is not read whole
 			// and matches nothing.
-			l, err := readlinkat(dir, &rec[nameOffset], b.link)
+			l, err := readlinkat(dir, &rec[rawfile.DirentNameOffset], b.link)
 			if err != nil || l >= len(b.link) {
 				continue
 			}
@@ -217,40 +215,6 @@ func (s Scanner) scanDir(root int, b *buffers, match func([]byte) bool) ([]FD, e
 			}
 		}
 	}
-}
-
-// getdents64(2): "struct linux_dirent64 { ino64_t d_ino; off64_t d_off;
-// unsigned short d_reclen; unsigned char d_type; char d_name[]; /*
-// Filename (null-terminated) */ }", d_reclen being "Size of this dirent".
-const (
-	reclenOffset = 16
-	nameOffset   = 19
-)
-
-// records yields the linux_dirent64 records of one getdents64 result, each
-// up to its d_reclen; a record too short to hold a name ends the walk.
-func records(b []byte) func(func([]byte) bool) {
-	return func(yield func([]byte) bool) {
-		for len(b) > nameOffset {
-			reclen := int(binary.NativeEndian.Uint16(b[reclenOffset:]))
-			if reclen <= nameOffset || reclen > len(b) {
-				return
-			}
-			if !yield(b[:reclen]) {
-				return
-			}
-			b = b[reclen:]
-		}
-	}
-}
-
-// name is a record's d_name without its NUL and padding.
-func name(rec []byte) []byte {
-	n := rec[nameOffset:]
-	if i := bytes.IndexByte(n, 0); i >= 0 {
-		return n[:i]
-	}
-	return n
 }
 
 // parsePID parses a decimal PID or fd number: digits only, no sign, no
@@ -280,21 +244,6 @@ func sortFDs(f []FD) []FD {
 	return f
 }
 
-// openat opens the directory path (NUL-terminated) relative to dirfd.
-func openat(dirfd int, path []byte) (int, error) {
-	for {
-		r, _, e := syscall.Syscall6(syscall.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])),
-			syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0, 0, 0)
-		switch e {
-		case 0:
-			return int(r), nil
-		case syscall.EINTR:
-		default:
-			return -1, e
-		}
-	}
-}
-
 // readlinkat reads the link name (NUL-terminated, relative to dirfd) into
 // buf.
 func readlinkat(dirfd int, name *byte, buf []byte) (int, error) {
@@ -304,13 +253,4 @@ func readlinkat(dirfd int, name *byte, buf []byte) (int, error) {
 		return 0, e
 	}
 	return int(r), nil
-}
-
-func readDirent(fd int, buf []byte) (int, error) {
-	for {
-		n, err := syscall.ReadDirent(fd, buf)
-		if err != syscall.EINTR {
-			return n, err
-		}
-	}
 }

@@ -3,7 +3,6 @@ package procfd
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -160,26 +159,6 @@ func TestProcess(t *testing.T) {
 	}
 	if _, err := s.Process(999, isDRI); !Gone(err) {
 		t.Errorf("Process(999) = %v", err)
-	}
-}
-
-func TestRecords(t *testing.T) {
-	// Two linux_dirent64 records, 24 bytes each (19 + name + NUL, padded
-	// to 8), then a record whose d_reclen runs past the buffer.
-	rec := func(name string, reclen int) []byte {
-		b := make([]byte, reclen)
-		binary.NativeEndian.PutUint16(b[reclenOffset:], uint16(reclen))
-		copy(b[nameOffset:], name)
-		return b
-	}
-	buf := append(append(rec("12", 24), rec("3", 24)...), rec("4", 24)[:20]...)
-	binary.NativeEndian.PutUint16(buf[48+reclenOffset:], 24)
-	var names []string
-	for r := range records(buf) {
-		names = append(names, string(name(r)))
-	}
-	if !reflect.DeepEqual(names, []string{"12", "3"}) {
-		t.Errorf("names %q", names)
 	}
 }
 

@@ -1,10 +1,12 @@
 package rawfile
 
 import (
+	"encoding/binary"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"syscall"
 	"testing"
 )
@@ -35,5 +37,50 @@ func TestOpenAndRead(t *testing.T) {
 	var pe *fs.PathError
 	if _, err := Open(filepath.Join(dir, "missing"), 0); !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != filepath.Join(dir, "missing") {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestDirents(t *testing.T) {
+	// Two linux_dirent64 records, 24 bytes each (19 + name + NUL, padded
+	// to 8), then a record whose d_reclen runs past the buffer.
+	rec := func(name string, reclen int) []byte {
+		b := make([]byte, reclen)
+		binary.NativeEndian.PutUint16(b[direntReclen:], uint16(reclen))
+		copy(b[DirentNameOffset:], name)
+		return b
+	}
+	buf := append(append(rec("12", 24), rec("3", 24)...), rec("4", 24)[:20]...)
+	binary.NativeEndian.PutUint16(buf[48+direntReclen:], 24)
+	var names []string
+	for r := range Dirents(buf) {
+		names = append(names, string(DirentName(r)))
+	}
+	if !reflect.DeepEqual(names, []string{"12", "3"}) {
+		t.Errorf("names %q", names)
+	}
+}
+
+// TestOpenAt: a path relative to an open directory, NUL-terminated; one
+// without its NUL is refused rather than read past.
+func TestOpenAt(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(dir, syscall.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(d)
+	fd, err := OpenAt(d, []byte("f\x00"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	if _, err := OpenAt(d, []byte("f"), 0); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("OpenAt of a path without its NUL: %v, want EINVAL", err)
+	}
+	if _, err := OpenAt(d, []byte("g\x00"), 0); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("OpenAt of a missing file: %v, want ENOENT", err)
 	}
 }

@@ -1,14 +1,13 @@
 package amd
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
 	"io"
 	"os"
 	"sort"
 	"sync"
 	"syscall"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
 )
 
 // heldDir is a directory that is listed at every scrape (a card's ras,
@@ -50,13 +49,8 @@ const direntBuf = 8 << 10
 
 // openDir opens dir to hold it.
 func openDir(dir string) (*heldDir, error) {
-	f, err := os.Open(dir)
+	f, rc, err := openHeld(dir)
 	if err != nil {
-		return nil, err
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	h := &heldDir{f: f, rc: rc, buf: make([]byte, direntBuf)}
@@ -93,10 +87,7 @@ func (h *heldDir) readNames(fd int, prev []string) ([]string, error) {
 	}
 	var names []string
 	for len(names) < h.limit {
-		n, err := syscall.ReadDirent(fd, h.buf)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
+		n, err := rawfile.ReadDirent(fd, h.buf)
 		if err != nil {
 			if len(names) > 0 {
 				// As readDirNames: what was listed stands.
@@ -107,16 +98,11 @@ func (h *heldDir) readNames(fd int, prev []string) ([]string, error) {
 		if n <= 0 {
 			break
 		}
-		for b := h.buf[:n]; len(b) > direntName && len(names) < h.limit; {
-			reclen := int(binary.NativeEndian.Uint16(b[direntReclen:]))
-			if reclen <= direntName || reclen > len(b) {
+		for rec := range rawfile.Dirents(h.buf[:n]) {
+			if len(names) >= h.limit {
 				break
 			}
-			name := b[direntName:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			b = b[reclen:]
+			name := rawfile.DirentName(rec)
 			if string(name) == "." || string(name) == ".." {
 				continue
 			}
@@ -130,14 +116,6 @@ func (h *heldDir) readNames(fd int, prev []string) ([]string, error) {
 	}
 	return names, nil
 }
-
-// getdents64(2): "struct linux_dirent64 { ino64_t d_ino; off64_t d_off;
-// unsigned short d_reclen; unsigned char d_type; char d_name[]; }", the
-// name NUL-terminated and the record d_reclen bytes long.
-const (
-	direntReclen = 16
-	direntName   = 19
-)
 
 // listHeld lists dir through the held directory h, or opens it when h is
 // nil. An empty or failed listing of a held directory is made once more on

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
@@ -446,32 +445,12 @@ func (s FdinfoScanner) readAt(rootFD int, rootErr error, root string, rel []byte
 	if rootErr != nil {
 		return s.readOne(path(), buf)
 	}
-	fd, err := openAt(rootFD, rel)
+	fd, err := rawfile.OpenAt(rootFD, append(rel, 0), 0)
 	if err != nil {
 		return Fdinfo{}, false, &os.PathError{Op: "open", Path: path(), Err: err}
 	}
 	defer syscall.Close(fd)
 	return readFdinfo(fd, buf, path)
-}
-
-// openAt opens rel, relative to dirfd, read-only: openat(2), "If the
-// pathname given in pathname is relative, then it is interpreted relative
-// to the directory referred to by the file descriptor dirfd", which spares
-// walking the procfs root's path for each file. rel gets its NUL in
-// place, so that the path is not copied to add one.
-func openAt(dirfd int, rel []byte) (int, error) {
-	p := append(rel, 0)
-	for {
-		r, _, e := syscall.Syscall6(syscall.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&p[0])),
-			syscall.O_RDONLY|syscall.O_CLOEXEC, 0, 0, 0)
-		switch e {
-		case 0:
-			return int(r), nil
-		case syscall.EINTR:
-		default:
-			return -1, e
-		}
-	}
 }
 
 // readFdinfo reads the fdinfo file open at fd into buf, reused across the

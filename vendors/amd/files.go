@@ -156,18 +156,13 @@ func (cf *cardFiles) read(path []byte, limit int, buf []byte) ([]byte, error) {
 		}
 	}
 	name := string(path)
-	f, err := os.Open(name)
+	f, rc, err := openHeld(name)
 	if errors.Is(err, os.ErrNotExist) {
 		fs.mu.Lock()
 		cf.missing[name] = true
 		fs.mu.Unlock()
 	}
 	if err != nil {
-		return nil, err
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	h = &heldFile{f: f, rc: rc}
@@ -302,6 +297,20 @@ func listIn[P string | []byte](fs *Files, held *map[string]*heldDir, used uint64
 		now.f.Close()
 	}
 	return names, err
+}
+
+// openHeld opens path to hold it, with the raw descriptor that reads it.
+func openHeld(path string) (*os.File, syscall.RawConn, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, rc, nil
 }
 
 // drop closes h if it is still the held file of path.

@@ -29,7 +29,6 @@ package gaudi
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"io/fs"
 	"maps"
@@ -361,11 +360,12 @@ func (c *nodeCache) list(cc *classCache, cl *nodeClass, listed []*cachedNode) []
 		cc.entries = map[string]*cachedNode{}
 	}
 	for n := 0; ; {
-		got, err := readDirent(dir, c.dirent)
+		got, err := rawfile.ReadDirent(dir, c.dirent)
 		if err != nil || got <= 0 {
 			return listed
 		}
-		for name := range direntNames(c.dirent[:got]) {
+		for rec := range rawfile.Dirents(c.dirent[:got]) {
+			name := rawfile.DirentName(rec)
 			if !isComputeNode(name) {
 				continue
 			}
@@ -467,45 +467,6 @@ func isComputeNode(name []byte) bool {
 		}
 	}
 	return len(digits) > 0
-}
-
-// readDirent reads directory entries, retrying on EINTR.
-func readDirent(fd int, buf []byte) (int, error) {
-	for {
-		n, err := syscall.ReadDirent(fd, buf)
-		if !errors.Is(err, syscall.EINTR) {
-			return n, err
-		}
-	}
-}
-
-// getdents64(2): "struct linux_dirent64 { ino64_t d_ino; off64_t d_off;
-// unsigned short d_reclen; unsigned char d_type; char d_name[]; /*
-// Filename (null-terminated) */ }", d_reclen being "Size of this dirent".
-const (
-	reclenOffset = 16
-	nameOffset   = 19
-)
-
-// direntNames yields the names in one getdents64 result, each without its
-// NUL; a record too short to hold a name ends the walk.
-func direntNames(b []byte) func(func([]byte) bool) {
-	return func(yield func([]byte) bool) {
-		for len(b) > nameOffset {
-			reclen := int(binary.NativeEndian.Uint16(b[reclenOffset:]))
-			if reclen <= nameOffset || reclen > len(b) {
-				return
-			}
-			name := b[nameOffset:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if !yield(name) {
-				return
-			}
-			b = b[reclen:]
-		}
-	}
 }
 
 // readDev reads a sysfs "dev" attribute, "major:minor".
