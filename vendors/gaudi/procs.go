@@ -115,8 +115,11 @@ func (s *ProcessScanner) Scan(ctx context.Context) (uses []NodeUse, unreadable i
 	}
 	done := make(chan result, 1)
 	go func() {
-		defer s.running.Store(false)
 		u, n, err := s.scan(ctx)
+		// Free before the answer is handed over: a scan asked as soon as
+		// this one returned (a /devices read right after a scrape) found
+		// it still running and was refused as busy.
+		s.running.Store(false)
 		done <- result{u, n, err}
 	}()
 	select {

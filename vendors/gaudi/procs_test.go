@@ -366,3 +366,16 @@ func TestScanRereadsNodeWithoutAddress(t *testing.T) {
 		t.Errorf("hl2 once its pci_addr reads: bus ID %q, want 0000:33:00.0", got)
 	}
 }
+
+// TestScanBackToBack: a scan asked as soon as the last one returned runs;
+// it is not refused as busy (it was, now and then, where the scanner was
+// freed only after its answer was handed over).
+func TestScanBackToBack(t *testing.T) {
+	procRoot, sysRoot := fakeHost(t)
+	s := &ProcessScanner{ProcRoot: procRoot, SysRoot: sysRoot}
+	for i := range 200 {
+		if _, _, err := s.Scan(context.Background()); err != nil {
+			t.Fatalf("scan %d: %v", i+1, err)
+		}
+	}
+}
