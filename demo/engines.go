@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // EngineSpec is an inference engine a scenario's pod serves. The demo serves
@@ -86,7 +88,7 @@ func closeServers(servers []*http.Server) {
 func engineHandler(spec EngineSpec, start time.Time) http.Handler {
 	var lastSize atomic.Int64
 	h := &histograms{}
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		elapsed := time.Since(start).Seconds()
 		// Load swings around its mean over 10 minutes; an engine without
 		// traffic has none.
@@ -101,8 +103,30 @@ func engineHandler(spec EngineSpec, start time.Time) http.Handler {
 		engineWriters[spec.Engine](&b, h, spec, elapsed, load)
 		lastSize.Store(int64(b.Len()))
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		if spec.Engine == "vllm" && acceptsGzip(r.Header.Get("Accept-Encoding")) {
+			// vLLM serves prometheus_client's exposition, gzipped at
+			// gzip.compress's level 9 for a scraper that accepts gzip
+			// (exposition.py, _bake_output).
+			w.Header().Set("Content-Encoding", "gzip")
+			zw, _ := gzip.NewWriterLevel(w, gzip.BestCompression)
+			io.WriteString(zw, b.String())
+			zw.Close()
+			return
+		}
 		io.WriteString(w, b.String())
 	})
+}
+
+// acceptsGzip is prometheus_client's gzip_accepted: a coding of the
+// Accept-Encoding list, its parameters cut, is gzip in any case.
+func acceptsGzip(header string) bool {
+	for coding := range strings.SplitSeq(header, ",") {
+		c, _, _ := strings.Cut(coding, ";")
+		if strings.EqualFold(strings.TrimSpace(c), "gzip") {
+			return true
+		}
+	}
+	return false
 }
 
 // lognormalCDF is the share of observations at most x of a latency whose

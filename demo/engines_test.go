@@ -1,10 +1,13 @@
 package demo
 
 import (
+	"io"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // scrapeEngine returns the exposition an engine's handler serves, elapsed
@@ -106,5 +109,52 @@ func TestEngineDurationCountersOnlyGrow(t *testing.T) {
 	}
 	if got := h.total("queue", 200, 500); got != 150000 {
 		t.Errorf("after 100 more of 500 µs: %g, want 150,000", got)
+	}
+}
+
+// TestEngineCompressesAsPrometheusClient: the vLLM stand-in gzips for a
+// scraper that accepts gzip, as vLLM's prometheus_client does
+// (exposition.py, _bake_output), and serves the text as it is to one that
+// asks for identity or names no coding; Triton's does not compress.
+func TestEngineCompressesAsPrometheusClient(t *testing.T) {
+	vllm := EngineSpec{Pod: "ray/worker", Engine: "vllm", Model: "m", RequestsPerSecond: 1}
+	triton := EngineSpec{Pod: "ray/worker", Engine: "triton", Model: "m", RequestsPerSecond: 1}
+	for _, tc := range []struct {
+		spec     EngineSpec
+		accept   string
+		gzipped  bool
+		contains string
+	}{
+		{vllm, "gzip", true, "vllm:num_requests_running"},
+		{vllm, "deflate, GZIP;q=0.5", true, "vllm:num_requests_running"},
+		{vllm, "identity", false, "vllm:num_requests_running"},
+		{vllm, "", false, "vllm:num_requests_running"},
+		{triton, "gzip", false, "nv_inference_request_success"},
+	} {
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		if tc.accept != "" {
+			req.Header.Set("Accept-Encoding", tc.accept)
+		}
+		rec := httptest.NewRecorder()
+		engineHandler(tc.spec, time.Now().Add(-time.Minute)).ServeHTTP(rec, req)
+		body := rec.Body.String()
+		if got := rec.Header().Get("Content-Encoding") == "gzip"; got != tc.gzipped {
+			t.Errorf("%s, Accept-Encoding %q: gzipped %v, want %v", tc.spec.Engine, tc.accept, got, tc.gzipped)
+			continue
+		}
+		if tc.gzipped {
+			zr, err := gzip.NewReader(rec.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(zr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = string(b)
+		}
+		if !strings.Contains(body, tc.contains) {
+			t.Errorf("%s, Accept-Encoding %q: body without %s", tc.spec.Engine, tc.accept, tc.contains)
+		}
 	}
 }

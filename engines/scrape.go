@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/klauspost/compress/gzip"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 )
@@ -81,6 +82,16 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 		return nil, fmt.Errorf("building request: %w", err)
 	}
 	req.Header.Set("Accept", acceptHeader)
+	// Uncompressed: Python's prometheus_client (vLLM, SGLang) gzips its
+	// exposition, at gzip.compress's level 9, in the engine's own process,
+	// whenever the scraper accepts gzip (exposition.py, _bake_output: "if
+	// not disable_compression and gzip_accepted(accept_encoding_header)"),
+	// which Go's transport does unless a request names an encoding itself
+	// (and without any Accept-Encoding a server "MAY assume that the
+	// client will accept any content coding", RFC 2616, 14.3).
+	// The endpoint is on this node: compressing it costs the engine and
+	// this exporter CPU at every scrape, and saves no network.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := client.Do(req)
 	if err != nil {
 		// The error names the URL, without its password.
@@ -111,7 +122,11 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 	// reads OpenMetrics as unknown.
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	openMetrics := mediaType == "application/openmetrics-text"
-	body := newLineFilter(&cappedReader{r: resp.Body, left: lim.MaxBytes}, lim)
+	content, err := decoded(resp)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
+	}
+	body := newLineFilter(&cappedReader{r: content, left: lim.MaxBytes}, lim)
 	body.openMetrics = openMetrics
 	maxPairs := lim.MaxLabelPairs
 	if maxPairs <= 0 {
@@ -123,6 +138,27 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
 	}
 	return families, nil
+}
+
+// decoded is resp's body without its content coding. A body asked for
+// with "Accept-Encoding: identity" may come gzipped all the same, from a
+// server or proxy that compresses whatever is asked (RFC 2616, 14.3, would
+// have it answer 406 Not Acceptable instead): it is decoded here, under the
+// same size limit as any body, which counts the decoded bytes, so a small
+// body that decodes to gigabytes fails at the limit.
+func decoded(resp *http.Response) (io.Reader, error) {
+	switch enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+		return resp.Body, nil
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, fmt.Errorf("gzip body: %w", err)
+		}
+		return zr, nil
+	default:
+		return nil, fmt.Errorf("content encoding %q was not asked for", enc)
+	}
 }
 
 // lineFilter passes the lines of a text exposition (Prometheus text or

@@ -1,6 +1,7 @@
 package engines
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/gzip"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -447,5 +449,88 @@ func TestScrapeOpenMetricsTimestampsInSeconds(t *testing.T) {
 		if _, err := scrape(t, serve(t, bad.contentType, http.StatusOK, bad.body), 1<<20); err == nil || !strings.Contains(err.Error(), "timestamp") {
 			t.Errorf("%q: %v, want a timestamp error", bad.body, err)
 		}
+	}
+}
+
+// TestScrapeAsksForNoCompression: prometheus_client gzips its exposition
+// in the engine's process whenever the scraper accepts gzip (exposition.py,
+// _bake_output: "if not disable_compression and
+// gzip_accepted(accept_encoding_header)"), which Go's transport asks for
+// unless told otherwise. The server here compresses as prometheus_client
+// does: the scrape asks for identity and gets the text. A server that
+// gzips anyway is decoded, under the size limit counted in decoded bytes;
+// an encoding that cannot be decoded is an error, not a parse of its
+// bytes.
+func TestScrapeAsksForNoCompression(t *testing.T) {
+	const text = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 4\n"
+	gzipped := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write(b)
+		zw.Close()
+		return buf.Bytes()
+	}
+	encodings := make(chan string, 1)
+	asPrometheusClient := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		encodings <- r.Header.Get("Accept-Encoding")
+		w.Header().Set("Content-Type", textContentType)
+		for a := range strings.SplitSeq(r.Header.Get("Accept-Encoding"), ",") {
+			if e, _, _ := strings.Cut(a, ";"); strings.EqualFold(strings.TrimSpace(e), "gzip") {
+				w.Header().Set("Content-Encoding", "gzip")
+				w.Write(gzipped([]byte(text)))
+				return
+			}
+		}
+		fmt.Fprint(w, text)
+	}))
+	defer asPrometheusClient.Close()
+	families, err := scrape(t, asPrometheusClient.URL, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := families["vllm:num_requests_running"].GetMetric()[0].GetGauge().GetValue(); got != 4 {
+		t.Errorf("num_requests_running = %v, want 4", got)
+	}
+	if got := <-encodings; got != "identity" {
+		t.Errorf("Accept-Encoding = %q, want identity", got)
+	}
+
+	// 2 MiB of a kept family's lines, some KiB gzipped, past a 1 MiB limit.
+	var big bytes.Buffer
+	for i := 0; big.Len() < 2<<20; i++ {
+		fmt.Fprintf(&big, "vllm:num_requests_running{model_name=\"m%d\"} 4\n", i)
+	}
+	for _, tc := range []struct {
+		name, encoding string
+		body           []byte
+		wantErr        string // "" for the 4 requests
+	}{
+		{"gzip anyway", "gzip", gzipped([]byte(text)), ""},
+		{"x-gzip", "x-gzip", gzipped([]byte(text)), ""},
+		{"bomb", "gzip", gzipped(big.Bytes()), ErrTooLarge.Error()},
+		{"corrupt gzip", "gzip", []byte("not gzip at all"), "gzip body"},
+		{"brotli", "br", []byte(text), `content encoding "br" was not asked for`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", textContentType)
+				w.Header().Set("Content-Encoding", tc.encoding)
+				w.Write(tc.body)
+			}))
+			defer srv.Close()
+			families, err := scrape(t, srv.URL, 1<<20)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("err = %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := families["vllm:num_requests_running"].GetMetric()[0].GetGauge().GetValue(); got != 4 {
+				t.Errorf("num_requests_running = %v, want 4", got)
+			}
+		})
 	}
 }
