@@ -226,12 +226,13 @@ func call[T any](ctx context.Context, c *Client, last *lastAnswer[T], method str
 	val, err := decode(resp.b)
 	switch {
 	case err != nil:
-		last.spare = resp.b
+		if len(resp.b) <= maxKeptAnswer {
+			last.spare = resp.b
+		}
 		return zero, c.callError(name, fmt.Errorf("decoding the answer: %w", err))
 	case len(resp.b) > maxKeptAnswer:
 		// Decoded at every call rather than held twice over.
-		var none T
-		last.raw, last.val, last.valid, last.spare = nil, none, false, nil
+		last.raw, last.val, last.valid, last.spare = nil, zero, false, nil
 		return val, nil
 	}
 	last.spare, last.raw, last.val, last.valid = last.raw, resp.b, val, true

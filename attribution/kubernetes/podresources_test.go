@@ -464,6 +464,10 @@ func TestClientDecodesOnlyChangedAnswers(t *testing.T) {
 			t.Fatalf("big answer: %d pods, %v; want %d", len(pods), err, len(many))
 		}
 	}
+	// And a malformed one as large: refused, and not kept as the spare.
+	if _, err := list(append(big[:len(big):len(big)], malformed...)); err == nil {
+		t.Error("a big malformed answer was decoded")
+	}
 	c.list.mu.Lock()
 	kept := len(c.list.raw) + cap(c.list.spare)
 	c.list.mu.Unlock()
