@@ -1,6 +1,7 @@
 package rawfile
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"io/fs"
@@ -83,4 +84,31 @@ func TestOpenAt(t *testing.T) {
 	if _, err := OpenAt(d, []byte("g\x00"), 0); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("OpenAt of a missing file: %v, want ENOENT", err)
 	}
+}
+
+// FuzzDirents: whatever bytes a directory read returns (a filesystem of
+// another's making, a short read), the records walked are whole ones that
+// hold a name, and the names carry no NUL.
+func FuzzDirents(f *testing.F) {
+	rec := make([]byte, 24)
+	binary.NativeEndian.PutUint16(rec[direntReclen:], 24)
+	copy(rec[DirentNameOffset:], "12")
+	f.Add(rec)
+	f.Add(append(rec, rec[:20]...))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		total := 0
+		for r := range Dirents(b) {
+			if len(r) <= DirentNameOffset {
+				t.Fatalf("record of %d bytes holds no name", len(r))
+			}
+			if n := DirentName(r); bytes.IndexByte(n, 0) >= 0 {
+				t.Fatalf("name %q holds a NUL", n)
+			}
+			total += len(r)
+		}
+		if total > len(b) {
+			t.Fatalf("records of %d bytes walked in %d", total, len(b))
+		}
+	})
 }
