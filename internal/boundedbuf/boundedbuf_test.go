@@ -1,8 +1,11 @@
 package boundedbuf
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"testing"
+	"testing/iotest"
 )
 
 func TestBuffer(t *testing.T) {
@@ -43,4 +46,34 @@ func TestBuffer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadFrom: a Buffer read into by os/exec's copy (ReadFrom, through
+// the pooled buffer) keeps what io.Copy would: every byte up to the limit
+// across several reads, the rest dropped silently without FailOnOverflow,
+// and a read error with what came before it.
+func TestReadFrom(t *testing.T) {
+	long := bytes.Repeat([]byte("0, HL-225, 0000:19:00.0\n"), 2000) // 48 KB: more than one pooled buffer
+	t.Run("whole", func(t *testing.T) {
+		b := &Buffer{Limit: 1 << 20}
+		n, err := b.ReadFrom(iotest.HalfReader(bytes.NewReader(long)))
+		if err != nil || n != int64(len(long)) || !bytes.Equal(b.Bytes(), long) {
+			t.Errorf("copied %d, %v; kept %d bytes, want all %d", n, err, len(b.Bytes()), len(long))
+		}
+	})
+	t.Run("past its limit", func(t *testing.T) {
+		b := &Buffer{Limit: 100}
+		n, err := b.ReadFrom(bytes.NewReader(long))
+		if err != nil || n != int64(len(long)) || !bytes.Equal(b.Bytes(), long[:100]) {
+			t.Errorf("copied %d, %v; kept %q", n, err, b.Bytes())
+		}
+	})
+	t.Run("read error", func(t *testing.T) {
+		b := &Buffer{Limit: 100}
+		broken := errors.New("broken pipe")
+		_, err := b.ReadFrom(io.MultiReader(bytes.NewReader([]byte("abc")), iotest.ErrReader(broken)))
+		if !errors.Is(err, broken) || string(b.Bytes()) != "abc" {
+			t.Errorf("got %v, kept %q; want %v, \"abc\"", err, b.Bytes(), broken)
+		}
+	})
 }

@@ -238,7 +238,7 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 		limit = DefaultMaxOutput
 	}
 	stdout := &limitedOutput{buf: boundedbuf.Buffer{Limit: limit, FailOnOverflow: true}, overflow: make(chan struct{})}
-	stderr := &stderrOutput{buf: boundedbuf.Buffer{Limit: maxStderr}}
+	stderr := &boundedbuf.Buffer{Limit: maxStderr}
 	cmd := exec.Command(path, r.Args()...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if f := devNull(); f != nil {
@@ -321,7 +321,7 @@ func (r *Runner) run(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			return nil, &Error{Reason: ReasonExit, Detail: excerpt(stderr.buf.Bytes()), Err: err}
+			return nil, &Error{Reason: ReasonExit, Detail: excerpt(stderr.Bytes()), Err: err}
 		}
 		return nil, &Error{Reason: ReasonExit, Err: err}
 	}
@@ -356,53 +356,8 @@ func (o *limitedOutput) Write(p []byte) (int, error) {
 }
 
 // ReadFrom is what os/exec's copy of hl-smi's stdout calls (io.Copy); see
-// readThrough.
-func (o *limitedOutput) ReadFrom(r io.Reader) (int64, error) { return readThrough(o, r) }
-
-// stderrOutput is hl-smi's stderr, kept up to its limit, the rest dropped.
-type stderrOutput struct{ buf boundedbuf.Buffer }
-
-func (o *stderrOutput) Write(p []byte) (int, error) { return o.buf.Write(p) }
-
-// ReadFrom: see readThrough.
-func (o *stderrOutput) ReadFrom(r io.Reader) (int64, error) { return readThrough(o, r) }
-
-// copyBufs are the buffers hl-smi's output pipes are read through.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBuf); return &b }}
-
-// copyBuf holds hl-smi's whole answer for 8 devices (some 4 KiB with
-// DefaultFields) in one read.
-const copyBuf = 16 << 10
-
-// readThrough copies r to w as io.Copy does, through a pooled buffer.
-// os/exec copies a pipe into a Writer that is not an *os.File with
-// io.Copy, which, unless the Writer is an io.ReaderFrom, allocates a
-// 32 KiB buffer for each: 64 KiB a run for stdout and stderr, a third of
-// what a scrape of a Gaudi node allocated.
-func readThrough(w io.Writer, r io.Reader) (n int64, err error) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	buf := *bp
-	for {
-		nr, rerr := r.Read(buf)
-		if nr > 0 {
-			nw, werr := w.Write(buf[:nr])
-			n += int64(nw)
-			if werr != nil {
-				return n, werr
-			}
-			if nw != nr {
-				return n, io.ErrShortWrite
-			}
-		}
-		if errors.Is(rerr, io.EOF) {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
-	}
-}
+// boundedbuf.Copy.
+func (o *limitedOutput) ReadFrom(r io.Reader) (int64, error) { return boundedbuf.Copy(o, r) }
 
 // waitExited blocks until process pid has exited, without reaping it
 // (waitid(2) with WNOWAIT, as os/exec does before it reaps): until Wait
