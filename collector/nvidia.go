@@ -114,8 +114,12 @@ func newNvidiaCollector(cfg Config) (Collector, error) {
 	if lib == nil {
 		lib = nvml.New()
 	}
+	procfs := cfg.Procfs
+	if procfs == "" {
+		procfs = "/proc"
+	}
 	return &nvidiaCollector{
-		client: nvidia.New(lib), logger: cfg.Logger, events: newEventRecorder(cfg.Logger, cfg.Now),
+		client: nvidia.New(lib, nvidia.DriverTable(procfs)), logger: cfg.Logger, events: newEventRecorder(cfg.Logger, cfg.Now),
 		callErrors: map[[2]string]float64{}, down: map[string]string{}, partial: map[string]bool{}, logged: map[string]uint64{},
 	}, nil
 }

@@ -167,6 +167,10 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 		a.Close()
 		return nil, fmt.Errorf("demo sysfs: %w", err)
 	}
+	if err := s.writeNVIDIADriverTable(a.Procfs); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("demo NVIDIA driver tables: %w", err)
+	}
 	if len(s.gaudiDevices()) > 0 {
 		// Gaudi's tree goes into the same sysfs (dir/sys) as AMD's.
 		if a.Sysfs, a.HLSMISpec, err = s.writeGaudi(dir, a.Procfs, time.Now()); err != nil {
@@ -198,7 +202,7 @@ func (s *Scenario) StartAttribution() (*Attribution, error) {
 		}
 		if s.hasClaims() {
 			a.CDISpecDir = cdiDir(dir)
-			if err := s.prepareClaims(a.CDISpecDir, a.Procfs); err != nil {
+			if err := s.prepareClaims(a.CDISpecDir); err != nil {
 				a.Close()
 				return nil, fmt.Errorf("demo DRA claims: %w", err)
 			}

@@ -157,21 +157,12 @@ func (s *Scenario) hasClaims() bool {
 
 // prepareClaims does on the demo node what NVIDIA's DRA driver does when the
 // kubelet prepares a claim: it writes the claim's CDI spec into cdiDir and
-// the driver's procfs tables under procRoot, and fills in the CDI device
-// names the kubelet then reports. A claim's UID is derived from its
-// namespace and name, so that reruns give the same names.
-func (s *Scenario) prepareClaims(cdiDir, procRoot string) error {
-	var gpus []kubelettest.NVIDIAGPU
-	for i, d := range s.Devices {
-		bus := d.PCIBusID
-		if bus == "" {
-			bus = fmt.Sprintf("0000:%02x:00.0", 0x10+i)
-		}
-		gpus = append(gpus, kubelettest.NVIDIAGPU{Minor: d.minor, UUID: d.UUID, PCIBusID: bus, Model: d.Model})
-	}
-	if err := kubelettest.WriteNVIDIAProcfs(procRoot, gpus); err != nil {
-		return err
-	}
+// fills in the CDI device names the kubelet then reports; the driver's
+// procfs tables that turn the spec's device nodes into GPUs are the
+// driver's, written with the node (writeNVIDIADriverTable). A claim's UID
+// is derived from its namespace and name, so that reruns give the same
+// names.
+func (s *Scenario) prepareClaims(cdiDir string) error {
 	type claimKey struct{ namespace, name string }
 	devices := map[claimKey][]kubelettest.ClaimSpecDevice{}
 	var order []claimKey
@@ -338,3 +329,33 @@ func claimUID(namespace, name string) string {
 
 // cdiDir is where the demo writes its CDI specs, under its directory.
 func cdiDir(dir string) string { return filepath.Join(dir, "cdi") }
+
+// writeNVIDIADriverTable writes the NVIDIA kernel driver's procfs tables of
+// the node's NVIDIA GPUs (internal/nvdriver): one
+// driver/nvidia/gpus/<bus id>/information per GPU, which the driver keeps
+// whatever state the GPU is in, a lost one's included, and the MIG
+// capability minors. The driver prints the bus location as "%04x:%02x:
+// %02x.%x" (nv-procfs.c), not in NVML's 8-digit upper-case form the
+// scenario holds.
+func (s *Scenario) writeNVIDIADriverTable(procRoot string) error {
+	var gpus []kubelettest.NVIDIAGPU
+	for _, d := range s.Devices {
+		if d.Vendor != VendorNVIDIA {
+			continue
+		}
+		gpus = append(gpus, kubelettest.NVIDIAGPU{Minor: d.minor, UUID: d.UUID, PCIBusID: driverBusID(d.PCIBusID), Model: d.Model})
+	}
+	if len(gpus) == 0 {
+		return nil
+	}
+	return kubelettest.WriteNVIDIAProcfs(procRoot, gpus)
+}
+
+// driverBusID is a PCI address as the NVIDIA driver's procfs writes it.
+func driverBusID(id string) string {
+	var domain, bus, dev, fn uint64
+	if _, err := fmt.Sscanf(strings.ToLower(id), "%x:%x:%x.%x", &domain, &bus, &dev, &fn); err != nil {
+		return strings.ToLower(id)
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.%x", domain, bus, dev, fn)
+}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xpu-exporter/xpu_exporter/internal/nvdriver"
+
 	"sigs.k8s.io/yaml"
 )
 
@@ -392,25 +394,10 @@ func readNVIDIAProc(root string) nvidiaProc {
 		if err != nil {
 			continue
 		}
-		uuid, minor := "", -1
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
-			}
-			v = strings.TrimSpace(v)
-			switch strings.TrimSpace(k) {
-			case "GPU UUID":
-				uuid = v
-			case "Device Minor":
-				if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-					minor = n
-				}
-			}
-		}
+		g := nvdriver.Parse(b)
 		var ref DeviceRef
-		if minor >= 0 && parseNVIDIAUUID(&ref, uuid) && strings.HasPrefix(uuid, "GPU-") {
-			nv.gpuByMinor[minor] = uuid
+		if g.Minor >= 0 && parseNVIDIAUUID(&ref, g.UUID) {
+			nv.gpuByMinor[g.Minor] = g.UUID
 		}
 	}
 	if b, err := readBounded(filepath.Join(root, "driver", "nvidia-caps", "mig-minors"), maxProcFileBytes); err == nil {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/flight"
+	"github.com/xpu-exporter/xpu_exporter/internal/nvdriver"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
@@ -65,6 +67,10 @@ type Client struct {
 	// gpm keeps each device's previous GPM sample. Only the goroutine that
 	// reads a device touches its entry, and never two at once (inflight).
 	gpm map[int]*gpmDevice
+
+	// driverGPUs reads the driver's own table of its GPUs, for naming a
+	// GPU lost since before the first read (see nameLost); nil: none.
+	driverGPUs func() ([]nvdriver.GPU, error)
 }
 
 // deviceRead is one read of a device (the GPU and its MIG instances).
@@ -109,8 +115,24 @@ const (
 
 // New returns a client over an NVML implementation: nvml.New() in
 // production, a simulated driver in tests and demo mode.
-func New(lib nvml.Interface) *Client {
-	return &Client{lib: lib, inflight: map[int]*deviceRead{}, took: map[int]time.Duration{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, noMIG: map[int]bool{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, pushed: map[int]*window{}, gpm: map[int]*gpmDevice{}}
+func New(lib nvml.Interface, opts ...Option) *Client {
+	c := &Client{lib: lib, inflight: map[int]*deviceRead{}, took: map[int]time.Duration{}, registering: map[int]bool{}, identities: map[int]Identity{}, migs: map[int][]Device{}, noMIG: map[int]bool{}, lastSeen: map[int]uint64{}, windows: map[int]*window{}, pushed: map[int]*window{}, gpm: map[int]*gpmDevice{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// DriverTable names a GPU lost since before the exporter's first read of it
+// from the NVIDIA driver's table of its GPUs under the procfs mount point
+// root (see nameLost).
+func DriverTable(root string) Option {
+	return func(c *Client) {
+		c.driverGPUs = func() ([]nvdriver.GPU, error) { return nvdriver.GPUs(root) }
+	}
 }
 
 // Library is NVML loaded from path, a file the operator named. That it
@@ -265,7 +287,105 @@ func (c *Client) read(ctx context.Context, m move) (Node, error) {
 	for i, r := range reads {
 		node.Devices = append(node.Devices, c.await(ctx, i, r)...)
 	}
+	c.nameLost(node.Devices)
 	return node, nil
+}
+
+// nameLost names the GPU of devs that no read has identified, lost since
+// before the exporter first read it: NVML answers GPU_IS_LOST for its UUID
+// and PCI address as for everything else (nvml.h, nvmlDeviceGetUUID,
+// nvmlDeviceGetPciInfo: "NVML_ERROR_GPU_IS_LOST if the target GPU has
+// fallen off the bus or is otherwise inaccessible"), and its index alone
+// would leave it without its UUID and owners, so that a restart changes
+// the identity of an alert about it. The driver still lists the GPU in its
+// own table, but nothing there says which NVML index it is (nvml.h,
+// nvmlDeviceGetHandleByIndex: "The order in which NVML enumerates devices
+// has no guarantees of consistency between reboots"): it is named only by
+// elimination, when it is the one unidentified device, every other GPU's
+// PCI address is known, and the table lists exactly the GPUs NVML counts
+// with just one at no known address. The name is then kept as a read's
+// would be.
+func (c *Client) nameLost(devs []Device) {
+	if c.driverGPUs == nil {
+		return
+	}
+	lost, whole := -1, 0
+	known := map[string]bool{}
+	for i := range devs {
+		d := &devs[i]
+		if d.MIG != nil {
+			continue
+		}
+		whole++
+		switch {
+		case d.PCIBusID != "":
+			known[canonicalBusID(d.PCIBusID)] = true
+		case d.UUID == "" && !d.Up && lost < 0:
+			lost = i
+		default:
+			// Another device without an address: which GPU of the
+			// table is whose cannot be told.
+			return
+		}
+	}
+	if lost < 0 {
+		return
+	}
+	table, err := c.driverGPUs()
+	if err != nil {
+		return
+	}
+	var left []nvdriver.GPU
+	listed := 0
+	for _, g := range table {
+		if g.Excluded {
+			continue
+		}
+		listed++
+		if !known[canonicalBusID(g.BusID)] {
+			left = append(left, g)
+		}
+	}
+	if listed != whole || len(left) != 1 {
+		return
+	}
+	g, d := left[0], &devs[lost]
+	d.UUID, d.Name, d.PCIBusID = g.UUID, g.Model, nvmlBusID(g.BusID)
+	if g.Minor >= 0 {
+		d.Minor = reading.Some(g.Minor)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.identities[d.Index]; !ok {
+		c.identities[d.Index] = d.Identity
+	}
+}
+
+// canonicalBusID is a PCI address in one form whatever its source: NVML's
+// nvmlPciInfo_t busId has an 8-digit domain ("00000000:3b:00.0"), the
+// driver's table a 4-digit one ("0000:3b:00.0").
+func canonicalBusID(id string) string {
+	domain, rest, ok := strings.Cut(strings.ToLower(id), ":")
+	if !ok {
+		return strings.ToLower(id)
+	}
+	if d := strings.TrimLeft(domain, "0"); len(d) < 4 {
+		domain = strings.Repeat("0", 4-len(d)) + d
+	} else {
+		domain = d
+	}
+	return domain + ":" + rest
+}
+
+// nvmlBusID writes a PCI address of the driver's table as NVML writes it
+// (busID: lower-cased nvmlPciInfo_t busId, 8-digit domain), so that a GPU
+// named from the table has the address a read would give it.
+func nvmlBusID(id string) string {
+	domain, rest, ok := strings.Cut(id, ":")
+	if !ok || len(domain) >= 8 {
+		return id
+	}
+	return strings.Repeat("0", 8-len(domain)) + domain + ":" + rest
 }
 
 // start returns the device's read in flight, or starts one. A read stuck
