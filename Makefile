@@ -91,13 +91,16 @@ test-deps:
 ## cell (after one warm-up scrape): the whole target takes about 5 minutes.
 BENCHTIME ?= 1s
 MATRIXTIME ?= 5x
+# The benchmarks run on as many CPUs as the binary does by default
+# (--runtime.gomaxprocs=1); BENCH_GOMAXPROCS=2 measures two.
+BENCH_GOMAXPROCS ?= 1
 # The matrix lays out up to 10,000 simulated /proc entries per cell: in
 # memory where the machine has a tmpfs, they cost seconds instead of minutes.
 BENCH_TMPDIR ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo $${TMPDIR:-/tmp})
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -benchmem ./vendors/... ./internal/procfd/ ./attribution/process/
-	$(GO) test -run '^$$' -bench '^BenchmarkScrape(|Attributed|NVIDIAAttributed|Shared|SharedDefault|AMD|Gaudi)$$' -benchtime=$(BENCHTIME) -benchmem ./collector/
-	TMPDIR=$(BENCH_TMPDIR) $(GO) test -count=1 -timeout 30m -run '^TestBenchMatrix$$' -benchtime=$(MATRIXTIME) ./collector/ -args -matrix.results=$(CURDIR)/bench/results.md
+	$(GO) test -cpu=$(BENCH_GOMAXPROCS) -run '^$$' -bench . -benchtime=$(BENCHTIME) -benchmem ./vendors/... ./internal/procfd/ ./attribution/process/
+	$(GO) test -cpu=$(BENCH_GOMAXPROCS) -run '^$$' -bench '^BenchmarkScrape(|Attributed|NVIDIAAttributed|Shared|SharedDefault|AMD|Gaudi)$$' -benchtime=$(BENCHTIME) -benchmem ./collector/
+	TMPDIR=$(BENCH_TMPDIR) $(GO) test -cpu=$(BENCH_GOMAXPROCS) -count=1 -timeout 30m -run '^TestBenchMatrix$$' -benchtime=$(MATRIXTIME) ./collector/ -args -matrix.results=$(CURDIR)/bench/results.md
 	@echo "wrote bench/results.md"
 
 ## load: the real binary under 1, 2 and 10 concurrent keep-alive scrapers

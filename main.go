@@ -76,6 +76,8 @@ func run() int {
 			"hl-smi binary, run once per scrape for every Gaudi device (never through a shell).").Default(gaudi.DefaultPath).IsSetByUser(&hlsmiPathSet).String()
 		hlsmiFields = kingpin.Flag("gaudi.query-fields",
 			"Comma-separated hl-smi --query-aip fields to ask for. If your hl-smi version refuses one (every run then fails, xpu_hlsmi_errors_total{reason=\"exit_status\"}), leave it out; index is required, and only fields the exporter reads are accepted.").Default(strings.Join(gaudi.DefaultFields, ",")).String()
+		maxProcs = kingpin.Flag("runtime.gomaxprocs",
+			"Most CPUs running the exporter's Go code at once (GOMAXPROCS); 0 keeps Go's default, every CPU the process may use. 1, as node_exporter's default, costs the least CPU per scrape; device reads still overlap where NVML calls wait long in the driver (README \"Sizing\").").Envar("GOMAXPROCS").Default("1").Int()
 		demoMode = kingpin.Flag("demo",
 			"Serve a simulated GPU node instead of real hardware (try it on any machine).").Bool()
 		scenarioPath = kingpin.Flag("demo.scenario",
@@ -90,6 +92,13 @@ func run() int {
 	kingpin.CommandLine.UsageWriter(os.Stdout)
 	kingpin.HelpFlag.Short('h')
 	kingpin.Parse()
+	if *maxProcs < 0 {
+		fmt.Fprintf(os.Stderr, "%s: --runtime.gomaxprocs=%d: a count of CPUs, or 0 for Go's default\n", program, *maxProcs)
+		return 2
+	}
+	if *maxProcs > 0 {
+		runtime.GOMAXPROCS(*maxProcs)
+	}
 	if !*enablePprof {
 		// Only /debug/pprof/heap reads the heap profile. Its records, one
 		// per sampled allocation stack and never freed, and their hash
@@ -180,7 +189,7 @@ func run() int {
 	cfg.Attribution, cfg.PodMetadata, cfg.NodeName = resolver, podMetadata, nodeName
 	cfg.Procfs, cfg.Sysfs = *attrFlags.procfs, *attrFlags.sysfs
 
-	logger.Info("starting "+program, "version", version.Info(), "build_context", version.BuildContext())
+	logger.Info("starting "+program, "version", version.Info(), "build_context", version.BuildContext(), "gomaxprocs", runtime.GOMAXPROCS(0))
 	exporter, err := collector.New(cfg)
 	if err != nil {
 		logger.Error("cannot create collectors", "err", err)

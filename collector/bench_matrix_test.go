@@ -265,8 +265,8 @@ func machine() string {
 	if out, err := exec.Command("nproc").Output(); err == nil {
 		nproc = strings.TrimSpace(string(out))
 	}
-	return fmt.Sprintf("- date: %s\n- nproc: %s\n- CPU: %s\n- Go: %s %s/%s\n",
-		time.Now().UTC().Format(time.RFC3339), nproc, model, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("- date: %s\n- nproc: %s\n- CPU: %s\n- Go: %s %s/%s\n- GOMAXPROCS: %d (the binary's default is 1, --runtime.gomaxprocs)\n",
+		time.Now().UTC().Format(time.RFC3339), nproc, model, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))
 }
 
 func find(rows []matrixRow, d, p, q int, process bool) matrixRow {

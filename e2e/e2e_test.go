@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -453,6 +454,54 @@ func TestBadScenarioIsRejectedClearly(t *testing.T) {
 	if !strings.Contains(string(out), "devices[0]: metrics.utilisation: unknown metric") {
 		t.Errorf("error does not name the bad field:\n%s", out)
 	}
+}
+
+// The exporter runs its Go code on one CPU unless told otherwise, as
+// node_exporter does: --runtime.gomaxprocs, or GOMAXPROCS in its
+// environment (which Go's runtime reads too); 0 keeps Go's default.
+func TestGOMAXPROCS(t *testing.T) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		t.Skip("GOMAXPROCS is set for the tests: Go's default is not known")
+	}
+	// The CPUs Go gives a process here (runtime: the CPUs it may run on,
+	// less a cgroup CPU limit), this test's as the exporter's.
+	goDefault := strconv.Itoa(runtime.GOMAXPROCS(0))
+	for _, tc := range []struct {
+		name string
+		env  string
+		args []string
+		want string
+	}{
+		{"default", "", nil, "1"},
+		{"flag", "", []string{"--runtime.gomaxprocs=2"}, "2"},
+		{"environment", "GOMAXPROCS=2", nil, "2"},
+		{"Go's default", "", []string{"--runtime.gomaxprocs=0"}, goDefault},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("GOMAXPROCS", strings.TrimPrefix(tc.env, "GOMAXPROCS="))
+			}
+			e := start(t, append([]string{"--demo"}, tc.args...)...)
+			_, body := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+			if !strings.Contains(body, "\ngo_sched_gomaxprocs_threads "+tc.want+"\n") {
+				t.Errorf("want go_sched_gomaxprocs_threads %s:\n%s", tc.want, grepLines(body, "gomaxprocs"))
+			}
+		})
+	}
+	out, err := exec.Command(binary, "--runtime.gomaxprocs=-1").CombinedOutput()
+	if code := exitCode(err); code != 2 || !strings.Contains(string(out), "--runtime.gomaxprocs=-1") {
+		t.Errorf("--runtime.gomaxprocs=-1: exit %d, want 2 and the flag named:\n%s", code, out)
+	}
+}
+
+func grepLines(text, substr string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(line, substr) {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }
 
 func exitCode(err error) int {
