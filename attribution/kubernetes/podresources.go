@@ -6,16 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
@@ -33,31 +30,10 @@ const (
 	MaxReceiveBytes = 16 << 20
 )
 
-const (
-	// reconnectWait is how long a call on a connection in transient failure
-	// waits for the immediate reconnection attempt it asks for. A unix
-	// socket connects or fails at once, so a live kubelet answers well
-	// within it and a dead one costs a scrape no more than this.
-	reconnectWait = 250 * time.Millisecond
-	// maxReconnectDelay caps gRPC's reconnection backoff so that the
-	// connection comes back soon after the kubelet restarts.
-	maxReconnectDelay = 5 * time.Second
-)
-
-// podResourcesServiceConfig retries the read-only pod-resources calls once
-// they fail as UNAVAILABLE. A call made just as the kubelet restarts can
-// be sent on the connection that is going away; the retry goes out on the
-// new one, within the same deadline.
-const podResourcesServiceConfig = `{"methodConfig": [{
-	"name": [{"service": "v1.PodResourcesLister"}],
-	"retryPolicy": {
-		"maxAttempts": 3,
-		"initialBackoff": "0.05s",
-		"maxBackoff": "0.2s",
-		"backoffMultiplier": 2,
-		"retryableStatusCodes": ["UNAVAILABLE"]
-	}
-}]}`
+// maxReconnectDelay caps gRPC's reconnection backoff (the pods API's
+// connection) so that the connection comes back soon after the kubelet
+// restarts.
+const maxReconnectDelay = 5 * time.Second
 
 // PodResources is one pod's device allocations, as the kubelet reports them.
 type PodResources struct {
@@ -107,7 +83,7 @@ type ResourceDevices struct {
 type Client struct {
 	socket      string
 	callTimeout time.Duration
-	conn        *grpc.ClientConn
+	rpc         *unaryClient
 	list        lastAnswer[[]PodResources]
 	allocatable lastAnswer[[]ResourceDevices]
 }
@@ -128,14 +104,17 @@ func WithCallTimeout(d time.Duration) Option {
 // Dial returns a Client for the pod-resources socket at socketPath. It does
 // not connect: a missing socket shows as an error of the first call.
 func Dial(socketPath string, opts ...Option) (*Client, error) {
-	conn, err := dialUnix(socketPath, grpc.WithDefaultServiceConfig(podResourcesServiceConfig))
+	if socketPath == "" {
+		return nil, errors.New("pod-resources socket: no socket path")
+	}
+	abs, err := filepath.Abs(socketPath)
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources socket %q: %w", socketPath, err)
 	}
 	c := &Client{
 		socket:      socketPath,
 		callTimeout: DefaultCallTimeout,
-		conn:        conn,
+		rpc:         newUnaryClient(abs),
 	}
 	for _, o := range opts {
 		o(c)
@@ -144,7 +123,7 @@ func Dial(socketPath string, opts ...Option) (*Client, error) {
 }
 
 // Close releases the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error { return c.rpc.close() }
 
 // List returns the device allocations of every pod on the node. While the
 // kubelet's answer is unchanged, byte for byte, List returns the slice it
@@ -205,18 +184,24 @@ type lastAnswer[T any] struct {
 
 // call invokes method and converts its answer with decode, or returns the
 // last conversion when the answer is the same bytes as last time.
-func call[T any](ctx context.Context, c *Client, last *lastAnswer[T], method string, req proto.Message, decode func([]byte) (T, error)) (T, error) {
+func call[T any](ctx context.Context, c *Client, last *lastAnswer[T], method string, request proto.Message, decode func([]byte) (T, error)) (T, error) {
 	var zero T
 	name := method[strings.LastIndexByte(method, '/')+1:]
-	last.mu.Lock()
-	resp := &rawAnswer{b: last.spare}
-	last.spare = nil
-	last.mu.Unlock()
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
-	if err := c.conn.Invoke(ctx, method, req, resp, grpc.ForceCodecV2(rawCodec{})); err != nil {
+	req, err := proto.Marshal(request)
+	if err != nil {
 		return zero, c.callError(name, err)
 	}
+	last.mu.Lock()
+	spare := last.spare
+	last.spare = nil
+	last.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+	defer cancel()
+	answer, err := c.rpc.call(ctx, method, req, spare)
+	if err != nil {
+		return zero, c.callError(name, err)
+	}
+	resp := rawAnswer{b: answer}
 	last.mu.Lock()
 	defer last.mu.Unlock()
 	if last.valid && bytes.Equal(resp.b, last.raw) {
@@ -246,40 +231,6 @@ const maxKeptAnswer = 1 << 20
 
 // rawAnswer is an answer's wire bytes.
 type rawAnswer struct{ b []byte }
-
-// rawCodec is gRPC's protobuf codec for requests, and hands answers over
-// undecoded, as a rawAnswer, for call to compare with the last one before
-// decoding. Named "proto", it sends the content type
-// application/grpc+proto, which a gRPC server takes for its protobuf codec
-// as it takes application/grpc (gRPC over HTTP2, "Content-Type": the
-// subtype names the message encoding, protobuf where there is none).
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "proto" }
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("request of type %T is not a protobuf message", v)
-	}
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-}
-
-// Unmarshal copies the answer out: gRPC frees data when it returns.
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	a, ok := v.(*rawAnswer)
-	if !ok {
-		return fmt.Errorf("answer of type %T is not a rawAnswer", v)
-	}
-	n := data.Len()
-	a.b = slices.Grow(a.b[:0], n)[:n]
-	data.CopyTo(a.b)
-	return nil
-}
 
 // convertDevices merges the entries of one resource: the kubelet sends one
 // entry per device for allocatable resources (each with its NUMA topology)
@@ -327,33 +278,8 @@ func convertClaims(drs []*podresourcesv1.DynamicResource) []ClaimDevice {
 	return out
 }
 
-// callContext applies the call timeout and, when the connection is in
-// transient failure, asks for an immediate reconnection and waits briefly
-// for it. Without that, the first scrape after a kubelet restart would fail
-// for as long as gRPC's backoff still had to run.
-func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
-	if c.conn.GetState() == connectivity.TransientFailure {
-		c.conn.ResetConnectBackoff()
-		waitReady(ctx, c.conn, reconnectWait)
-	}
-	return ctx, cancel
-}
-
 func (c *Client) callError(method string, err error) error {
 	return fmt.Errorf("kubelet pod-resources %s on %s: %w", method, c.socket, err)
-}
-
-// waitReady waits up to d (and no longer than ctx allows) for conn to be
-// ready.
-func waitReady(ctx context.Context, conn *grpc.ClientConn, d time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
-		if !conn.WaitForStateChange(ctx, s) {
-			return
-		}
-	}
 }
 
 // dialUnix makes a lazy gRPC connection to a unix socket. Nothing blocks

@@ -511,9 +511,18 @@ func rawPodResourcesServer(t *testing.T, answers <-chan []byte) string {
 	return socket
 }
 
-// bytesCodec sends a rawAnswer's bytes as they are.
-type bytesCodec struct{ rawCodec }
+// bytesCodec sends a rawAnswer's bytes as they are and hands a request
+// over undecoded, as the codec of the content type "application/grpc"
+// ("proto").
+type bytesCodec struct{}
+
+func (bytesCodec) Name() string { return "proto" }
 
 func (bytesCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(v.(*rawAnswer).b)}, nil
+}
+
+func (bytesCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	v.(*rawAnswer).b = data.Materialize()
+	return nil
 }

@@ -1,0 +1,91 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
+)
+
+// A method the kubelet does not serve (an older kubelet's
+// GetAllocatableResources) is answered with a status alone, in the
+// headers (gRPC's Trailers-Only): its code comes back, and the
+// connection serves the next call.
+func TestUnaryStatusOnly(t *testing.T) {
+	k := kubelettest.Start(t, bigNode(2, 1), kubelettest.WithoutPodsAPI())
+	c := dialFake(t, k)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.rpc.call(ctx, "/v1.PodResourcesLister/NoSuchMethod", nil, nil)
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("unknown method: %v, want Unimplemented", err)
+	}
+	conn := c.rpc.conn
+	if pods, err := c.List(context.Background()); err != nil || len(pods) != 2 {
+		t.Fatalf("List after it: %d pods, %v", len(pods), err)
+	}
+	if c.rpc.conn != conn || conn == nil {
+		t.Error("the connection was not kept after a status-only answer")
+	}
+}
+
+// What answers on the socket is not a gRPC server, or answers nothing: a
+// call fails with a status, within its deadline, and never hangs.
+func TestUnaryNotGRPC(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		serve func(net.Conn)
+		want  codes.Code
+	}{
+		{"HTTP/1", func(c net.Conn) {
+			_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"))
+			c.Close()
+		}, codes.Unavailable},
+		{"closes at once", func(c net.Conn) { c.Close() }, codes.Unavailable},
+		{"silent", func(net.Conn) {}, codes.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, err := os.MkdirTemp("", "unary") // unix socket paths are short
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			socket := filepath.Join(dir, "s.sock")
+			l, err := net.Listen("unix", socket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					go tc.serve(c)
+				}
+			}()
+			c, err := Dial(socket, WithCallTimeout(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			start := time.Now()
+			_, err = c.List(context.Background())
+			if got := status.Code(errors.Unwrap(err)); got != tc.want {
+				t.Errorf("%v, want %v", err, tc.want)
+			}
+			if elapsed := time.Since(start); elapsed > 2*time.Second {
+				t.Errorf("took %v", elapsed)
+			}
+		})
+	}
+}
