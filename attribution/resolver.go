@@ -151,10 +151,10 @@ type Resolver struct {
 	// badIDs remembers the device-plugin IDs already logged as not
 	// understood, so that each is logged once.
 	badIDs map[string]bool
-	// replicas is, by device (kubernetes.DeviceRef.Key), how many
-	// time-slicing replicas its device plugin advertised when the kubelet
-	// last listed them, for the devices whose replicas are held.
-	replicas map[string]int
+	// replicas is, for each time-slicing replica held, how many
+	// replicas its device plugin advertised when the hold was first seen
+	// (see keepReplicas).
+	replicas map[replicaHold]int
 	// unresolvedClaims are the DRA claim devices not identified at the
 	// last scrape, whose messages are forgotten once they are.
 	unresolvedClaims map[string]bool
@@ -1215,38 +1215,54 @@ func podProcesses(procs map[uint32]procInfo) bool {
 	return false
 }
 
-// keepReplicas gives a held time-slicing replica whose device the kubelet
-// no longer lists replicas of the count it listed before, and remembers
-// the counts of the devices held now. The device plugin stops advertising
-// replicas when its sharing is reconfigured or the device turns unhealthy,
-// while the pods keep the replicas they were allocated, and with them the
-// share of the device they were given: 1/N of the N then advertised.
+// keepReplicas gives each held time-slicing replica the share it was
+// allocated: 1/N of the N replicas the device plugin advertised when the
+// hold was first seen, which the container keeps while it holds the
+// replica. The plugin's sharing can be reconfigured (more or fewer
+// replicas) or the device turn unhealthy (its replicas no longer listed)
+// while pods run; the device plugin allocates a container's devices once,
+// when it starts (the kubelet's Allocate call), so the pods keep the
+// replicas they were given, and with them their shares: a replica held
+// under 8 advertised is 1/8 whatever is advertised since. A hold first
+// seen of a replica the kubelet does not list was allocated under a
+// configuration the exporter never saw: its share is unknown (Replicas 0).
 // allocs is not modified (it is kept for the next scrape, allocations):
 // where a count is given, the list returned is a copy.
 func (r *Resolver) keepReplicas(allocs []kubernetes.Allocation) []kubernetes.Allocation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	held := map[string]int{}
+	held := make(map[replicaHold]int, len(r.replicas))
 	copied := false
 	for i := range allocs {
 		a := &allocs[i]
 		if !a.Device.Shared {
 			continue
 		}
-		k := a.Device.Key()
-		if n := r.replicas[k]; a.Replicas <= 0 && n > 0 {
+		h := replicaHold{device: a.Device.Key(), replica: a.Device.Replica, namespace: a.Namespace, pod: a.Pod, container: a.Container}
+		n, seen := r.replicas[h]
+		if !seen {
+			n = a.Replicas
+		}
+		if n != a.Replicas {
 			if !copied {
 				allocs, copied = slices.Clone(allocs), true
 				a = &allocs[i]
 			}
 			a.Replicas = n
 		}
-		if a.Replicas > 0 {
-			held[k] = a.Replicas
+		if n > 0 {
+			held[h] = n
 		}
 	}
 	r.replicas = held
 	return allocs
+}
+
+// replicaHold is one container's hold of one time-slicing replica.
+type replicaHold struct {
+	device                    string // kubernetes.DeviceRef.Key
+	replica                   int
+	namespace, pod, container string
 }
 
 // allocations is kubernetes.Allocations of the kubelet's answer, kept for

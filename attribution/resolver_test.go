@@ -473,13 +473,14 @@ func TestReplicaShareKeptWhenNoLongerAdvertised(t *testing.T) {
 			t.Errorf("the kept allocations were modified: %s holds %d replicas, want the 0 the kubelet's answer says", a.Pod, a.Replicas)
 		}
 	}
-	// Sharing reconfigured to 8 replicas: a new answer, worked out anew.
+	// Sharing reconfigured to 8 replicas: the two pods still hold what
+	// they were allocated under 4, 1/4 each.
 	eight := []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu"}}
 	for i := range 8 {
 		eight[0].IDs = append(eight[0].IDs, fmt.Sprintf("%s::%d", gpuB, i))
 	}
 	kubelet.allocatable = eight
-	check("advertised as 8", r.Resolve(context.Background(), devices), 0.125, false)
+	check("advertised as 8", r.Resolve(context.Background(), devices), 0.25, false)
 
 	var logs bytes.Buffer
 	fresh := New(Config{Kubelet: &fakeKubelet{pods: held, allocatable: whole}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -488,6 +489,76 @@ func TestReplicaShareKeptWhenNoLongerAdvertised(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "replicas"); n != 1 {
 		t.Errorf("%d log lines, want 1:\n%s", n, logs.String())
+	}
+}
+
+// TestReplicaShareIsTheOneAllocated: a container's share of a time-sliced
+// GPU is 1/N of the N replicas advertised when it got its replica, and
+// stays so when the device plugin's sharing is reconfigured under it
+// (found by probing: probe26 D1, a pod holding ::5 of 8 was billed 1/4
+// once the plugin advertised 4, and a pod's share depended on how many
+// others held replicas). A container that gets a replica afterwards gets
+// 1/N of the new N.
+func TestReplicaShareIsTheOneAllocated(t *testing.T) {
+	replicas := func(n int) []kubernetes.ResourceDevices {
+		rd := []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu"}}
+		for i := range n {
+			rd[0].IDs = append(rd[0].IDs, fmt.Sprintf("%s::%d", gpuB, i))
+		}
+		return rd
+	}
+	holders := func(ids ...int) []kubernetes.PodResources {
+		var pods []kubernetes.PodResources
+		for _, id := range ids {
+			pods = append(pods, pod("ml", fmt.Sprintf("ts-%d", id), "c", "nvidia.com/gpu", fmt.Sprintf("%s::%d", gpuB, id)))
+		}
+		return pods
+	}
+	devices := []Device{{UUID: gpuB, Vendor: "nvidia", Index: 1, MIGIndex: -1, GRESIndex: -1}}
+	shares := func(res Result) map[string]float64 {
+		out := map[string]float64{}
+		for _, c := range res.Devices[gpuB].Claims {
+			out[c.Owner.Pod] = c.Share
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name         string
+		before       []int // replicas held while 8 are advertised
+		after        []int // held once 4 are
+		want         map[string]float64
+		ownersUnknow bool
+	}{
+		// ::0 is still advertised, ::5 no longer: both were allocated
+		// under 8, 1/8 = 0.125 each (0.25 in all, the rest unallocated).
+		{"two holders", []int{0, 5}, []int{0, 5}, map[string]float64{"ts-0": 0.125, "ts-5": 0.125}, false},
+		// Eight holders of 1/8: 8 × 0.125 = 1, the whole GPU, as before.
+		{"eight holders", []int{0, 1, 2, 3, 4, 5, 6, 7}, []int{0, 1, 2, 3, 4, 5, 6, 7},
+			map[string]float64{"ts-0": 0.125, "ts-1": 0.125, "ts-2": 0.125, "ts-3": 0.125, "ts-4": 0.125, "ts-5": 0.125, "ts-6": 0.125, "ts-7": 0.125}, false},
+		// ts-5 leaves, ts-2 arrives under 4: 1/4 = 0.25 for the newcomer,
+		// ts-0 keeps 0.125.
+		{"a newcomer under the new count", []int{0, 5}, []int{0, 2}, map[string]float64{"ts-0": 0.125, "ts-2": 0.25}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kubelet := &fakeKubelet{pods: holders(tc.before...), allocatable: replicas(8)}
+			r := New(Config{Kubelet: kubelet})
+			r.Resolve(context.Background(), devices)
+			kubelet.pods, kubelet.allocatable = holders(tc.after...), replicas(4)
+			for range 2 { // the same answer again: kept, not worked out anew
+				res := r.Resolve(context.Background(), devices)
+				if got := shares(res); !maps.Equal(got, tc.want) || res.Devices[gpuB].OwnersUnknown != tc.ownersUnknow {
+					t.Errorf("shares %v, owners unknown %v; want %v, %v", got, res.Devices[gpuB].OwnersUnknown, tc.want, tc.ownersUnknow)
+				}
+			}
+		})
+	}
+	// An exporter started after the reconfiguration never saw ::5 listed:
+	// ts-5's share, and so the GPU's owners, are unknown; ts-0's replica
+	// is listed, 1/4 as far as anyone can tell.
+	fresh := New(Config{Kubelet: &fakeKubelet{pods: holders(0, 5), allocatable: replicas(4)}})
+	res := fresh.Resolve(context.Background(), devices)
+	if got := shares(res); got["ts-0"] != 0.25 || got["ts-5"] != 0 || !res.Devices[gpuB].OwnersUnknown {
+		t.Errorf("fresh: shares %v, owners unknown %v; want ts-0 0.25, ts-5 unknown (0), owners unknown", got, res.Devices[gpuB].OwnersUnknown)
 	}
 }
 

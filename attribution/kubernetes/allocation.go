@@ -19,8 +19,10 @@ type Allocation struct {
 	// Replicas is how many replicas of Device the device plugin advertises,
 	// so that this container's share of the device is 1/Replicas. It is 1
 	// for a device that is not shared, and 0 when the device is shared but
-	// the kubelet no longer lists it as allocatable (the plugin reported it
-	// unhealthy), which leaves the share unknown.
+	// the kubelet does not list the replica held as allocatable (the plugin
+	// reported the device unhealthy, or its sharing was reconfigured to
+	// fewer replicas since the container got it), which leaves the share
+	// unknown: the replica was given out under a count not advertised now.
 	//
 	// The number of containers that hold replicas is no substitute: with
 	// four replicas advertised and three allocated, each holder still gets
@@ -47,7 +49,7 @@ func (a Allocation) Share() (float64, bool) {
 // *DeviceIDError, once per distinct resource and ID, Held where a
 // container holds it).
 func Allocations(pods []PodResources, allocatable []ResourceDevices, m *ResourceMatcher) ([]Allocation, []error) {
-	replicas, errs := countReplicas(allocatable, m)
+	replicas, listed, errs := countReplicas(allocatable, m)
 	// Sized once: this runs at every scrape, over every pod of the node.
 	n := 0
 	for _, p := range pods {
@@ -81,7 +83,10 @@ func Allocations(pods []PodResources, allocatable []ResourceDevices, m *Resource
 						Replicas:  1,
 					}
 					if ref.Shared {
-						a.Replicas = replicas[ref.Key()]
+						a.Replicas = 0
+						if _, ok := listed[ref.Key()][ref.Replica]; ok {
+							a.Replicas = replicas[ref.Key()]
+						}
 					}
 					out = append(out, a)
 				}
@@ -91,8 +96,9 @@ func Allocations(pods []PodResources, allocatable []ResourceDevices, m *Resource
 	return out, errs.list
 }
 
-// countReplicas counts the distinct replica IDs advertised per device.
-func countReplicas(allocatable []ResourceDevices, m *ResourceMatcher) (map[string]int, idErrors) {
+// countReplicas counts the distinct replica IDs advertised per device, and
+// returns them.
+func countReplicas(allocatable []ResourceDevices, m *ResourceMatcher) (map[string]int, map[string]map[int]struct{}, idErrors) {
 	var errs idErrors
 	seen := map[string]map[int]struct{}{}
 	for _, rd := range allocatable {
@@ -119,7 +125,7 @@ func countReplicas(allocatable []ResourceDevices, m *ResourceMatcher) (map[strin
 	for k, s := range seen {
 		counts[k] = len(s)
 	}
-	return counts, errs
+	return counts, seen, errs
 }
 
 // idErrors collects normalisation errors once per resource and ID: an ID
