@@ -761,6 +761,10 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 		}
 		if !whole {
 			delete(layouts, p.ParentPCIBusID) // the last whole one stays
+			// The GPU's processes are its partitions', and an unlisted
+			// partition's are missing: its owners are unknown, not those
+			// of the partitions listed.
+			parent.ProcessesPartial = true
 			out = append(out, d)
 			continue
 		}
@@ -1337,7 +1341,7 @@ func (c *amdCollector) logOpaque(n int) {
 	switch {
 	case !c.swapState(&c.opaque, state):
 	case n > 0:
-		c.logger.Warn("processes hold AMD GPUs through DRM files whose fdinfo shows no DRM usage stats (amdgpu's own fdinfo format before Linux 5.19, or no drm-client-id); those GPUs' owners are unknown until they do",
+		c.logger.Warn("processes hold AMD GPUs through DRM files whose fdinfo shows no DRM usage stats (amdgpu's own fdinfo format before Linux 5.19, or no drm-client-id); those GPUs' usage is not split between owners, and their owners are unknown where no allocation names them, until they do",
 			"files", n)
 	default:
 		c.logger.Info("every DRM file on AMD GPUs shows its usage stats again")

@@ -1050,6 +1050,10 @@ func TestAMDPartitionsNotAllListed(t *testing.T) {
 	absent(t, "xpu_workload_allocated_devices", `pod="part-a"`)
 	absent(t, "xpu_partition_share_ratio", `,uuid="3f61f84fa0000002-xcp0"`)
 	absent(t, "xpu_utilization_ratio", `,uuid="3f61f84fa0000002-xcp0"`)
+	// Two pods hold the GPU's two partitions; with partition 1 unlisted
+	// the GPU's owners are unknown, not part-a's 1 (found by probing:
+	// probe26 D4).
+	absent(t, "xpu_device_owners", `,uuid="3f61f84fa0000002"`)
 	got := map[string]int{}
 	for d, i := range gresIndices(e.Snapshot(context.Background()).Devices, false, false) {
 		got[d.Index] = i
@@ -1065,11 +1069,37 @@ func TestAMDPartitionsNotAllListed(t *testing.T) {
 	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
 	check(t, "xpu_workload_allocated_devices", 0.5, `pod="part-a"`)
 	check(t, "xpu_workload_allocated_devices", 0.5, `pod="part-b"`)
+	check(t, "xpu_device_owners", 2, `,uuid="3f61f84fa0000002"`)
+
+	// Partition 1 leaves class/drm instead (its card, render node and
+	// platform device), as a mode switch does: the GPU's owners are
+	// unknown again, then 2 once it is back.
+	moved := filepath.Join(t.TempDir(), "amdgpu_xcp_0")
+	for _, f := range []string{"class/drm/card5", "class/drm/renderD132"} {
+		if err := os.Remove(filepath.Join(sim.Sysfs, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Rename(filepath.Join(sim.Sysfs, "devices/platform/amdgpu_xcp_0"), moved); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(testNow.Add(60 * time.Second))
+	_, absent = oracleChecks(scrapeText(t, e, 10*time.Second))
+	absent(t, "xpu_device_owners", `,uuid="3f61f84fa0000002"`)
+	if err := os.Rename(moved, filepath.Join(sim.Sysfs, "devices/platform/amdgpu_xcp_0")); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(testNow.Add(75 * time.Second))
+	if err := sim.AMD.WriteAt(testNow.Add(75 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	check, _ = oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_device_owners", 2, `,uuid="3f61f84fa0000002"`)
 	// Said once each way (found by probing: probe13-reconf D3, nothing
 	// logged while shares were left out).
 	for msg, want := range map[string]int{
-		`msg="AMD GPU's compute partitions are not all listed`:                                         1,
-		`msg="AMD GPU's compute partitions all listed again" gpu=2 uuid=3f61f84fa0000002 partitions=2`: 1,
+		`msg="AMD GPU's compute partitions are not all listed`:                                         2,
+		`msg="AMD GPU's compute partitions all listed again" gpu=2 uuid=3f61f84fa0000002 partitions=2`: 2,
 		`msg="AMD GPU's compute partition mode changed"`:                                               0,
 	} {
 		if n := strings.Count(logs.String(), msg); n != want {
