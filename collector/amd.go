@@ -405,10 +405,19 @@ func (c *amdCollector) await(ctx context.Context, r *amdRead) (*amd.Device, bool
 }
 
 // timedOut is a card that did not answer: down, with the identity it had
-// at its last answer, if any.
+// at its last answer, or, when it has never answered (its reads hung from
+// the start), the PCI address its sysfs link names, which allocations by
+// address (the ROCm device plugin's) and its processes' drm-pdev tie to
+// it (found by probing: probe26 D2, such a GPU carried no pod, and its
+// holders were logged as of a device no card lists).
 func (c *amdCollector) timedOut(card string) *Device {
 	c.mu.Lock()
 	id := c.known[card]
+	c.mu.Unlock()
+	if id.pci == "" {
+		id.pci, _ = c.reader.CardPCIAddress(card)
+	}
+	c.mu.Lock()
 	index, _ := c.indexOf(card, id.pci)
 	c.mu.Unlock()
 	d := &Device{Vendor: "amd", Index: index, UUID: id.uuid, Model: id.model, PCIBusID: id.pci, Minor: id.minor, vendorData: noAMDReadings()}

@@ -563,6 +563,31 @@ func TestAMDHungCardIsDownOthersServed(t *testing.T) {
 	}
 }
 
+// TestAMDHungFromStartNamedByItsAddress: a GPU whose reads hang from the
+// exporter's start has never answered with its identity, but its card's
+// sysfs link names its PCI address: it is down at that address, so that
+// the ROCm device plugin's allocation (by address) and its processes'
+// drm-pdev find it, and its holders are not logged as holding a device
+// no card lists (found by probing: probe26 D2).
+func TestAMDHungFromStartNamedByItsAddress(t *testing.T) {
+	tr := newAMDTree(t, map[string]string{"unique_id": "00000000000000aa\n", "gpu_busy_percent": "10\n"})
+	hungFile(t, filepath.Join(tr.sysfs, "devices", "pci0000:00", "0000:0c:00.0", "mem_busy_percent"))
+	tr.fdOn(500, 4, "/dev/dri/renderD128", "drm-driver:\tamdgpu\ndrm-client-id:\t21\ndrm-pdev:\t0000:0c:00.0\n"+
+		"drm-resident-vram:\t1024 MiB\ndrm-engine-gfx:\t1000000000 ns\n")
+	var logs syncbuf.Buffer
+	c, err := newAMDCollector(Config{Sysfs: tr.sysfs, Procfs: tr.procs, Now: (&fakeClock{t: testNow}).now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := readOneAMD(t, c.(*amdCollector), 100*time.Millisecond)
+	if d.Up || d.PCIBusID != "0000:0c:00.0" || d.Index != "0" {
+		t.Errorf("up %v, PCI %q, index %q; want down at 0000:0c:00.0, index 0", d.Up, d.PCIBusID, d.Index)
+	}
+	if strings.Contains(logs.String(), "no card in class/drm lists") {
+		t.Errorf("its holder was logged as holding a device no card lists:\n%s", logs.String())
+	}
+}
+
 // TestAMDSlowCardIsWaitedOn: a card read that a scrape with a tiny budget
 // started, and that returns within a later scrape's budget, is waited for
 // by that scrape: the GPU is up, not down at once as "previous query still

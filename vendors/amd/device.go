@@ -357,6 +357,19 @@ func optional[T any](dr devReader, name string, parse func([]byte) (T, bool, err
 
 // ReadDevice reads every file of card. It never fails as a whole: a card
 // whose directory vanished comes back Down.
+// CardPCIAddress is the PCI address of a card's device, from its sysfs
+// link alone, which kernfs answers without the driver (see ReadDevice):
+// what names a GPU whose reads hang before any has answered. ok is false
+// when the link cannot be read or names no PCI address.
+func (r Reader) CardPCIAddress(card string) (addr string, ok bool) {
+	target, err := os.Readlink(filepath.Join(r.root(), "class", "drm", card, "device"))
+	if err != nil {
+		return "", false
+	}
+	base := filepath.Base(target)
+	return base, isPCIAddress(base)
+}
+
 func (r Reader) ReadDevice(card string) Device {
 	dir := filepath.Join(r.root(), "class", "drm", card, "device")
 	d := Device{Card: card}
