@@ -39,6 +39,12 @@ type Kubelet interface {
 	Allocatable(ctx context.Context) ([]kubernetes.ResourceDevices, error)
 }
 
+// kubeletInOneTrip is a Kubelet that asks both of its questions in one
+// round trip (kubernetes.Client): each answer and error as its method's.
+type kubeletInOneTrip interface {
+	ListAllocatable(ctx context.Context) ([]kubernetes.PodResources, error, []kubernetes.ResourceDevices, error)
+}
+
 // ExitWatcher tells whether processes exited since they were read
 // (process.Exits).
 type ExitWatcher interface {
@@ -1405,7 +1411,15 @@ func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kube
 // the state of the CDI specs when there were DRA claims to identify and a
 // CDI source is configured.
 func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unread map[string]bool, podProcs bool, res *Result) (map[string][]Claim, unplacedHolds, map[string]bool, *Source, error) {
-	pods, err := r.cfg.Kubelet.List(ctx)
+	var pods []kubernetes.PodResources
+	var allocatable []kubernetes.ResourceDevices
+	var err, allocErr error
+	both, inOneTrip := r.cfg.Kubelet.(kubeletInOneTrip)
+	if inOneTrip {
+		pods, err, allocatable, allocErr = both.ListAllocatable(ctx)
+	} else {
+		pods, err = r.cfg.Kubelet.List(ctx)
+	}
 	if err == nil && len(pods) == 0 && podProcs {
 		// A kubelet that lists no pod at all while GPU processes run in
 		// pods' cgroups has not listed them yet (restarted, its pod
@@ -1428,7 +1442,9 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 	pods = r.withoutEnded(pods, res)
 	// Allocatable lists every replica a device plugin advertises, which is
 	// what a replica's share depends on; without it the share is unknown.
-	allocatable, allocErr := r.cfg.Kubelet.Allocatable(ctx)
+	if !inOneTrip {
+		allocatable, allocErr = r.cfg.Kubelet.Allocatable(ctx)
+	}
 	allocs, idErrs := r.allocations(pods, allocatable)
 	allocs = r.keepReplicas(allocs)
 	res.EnginePods, res.EngineSplitPods, res.EngineOthers = r.enginePods(pods, allocatable)

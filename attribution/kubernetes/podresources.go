@@ -129,14 +129,35 @@ func (c *Client) Close() error { return c.rpc.close() }
 // kubelet's answer is unchanged, byte for byte, List returns the slice it
 // returned before: callers must not modify it.
 func (c *Client) List(ctx context.Context) ([]PodResources, error) {
-	return call(ctx, c, &c.list, podresourcesv1.PodResourcesLister_List_FullMethodName, &podresourcesv1.ListPodResourcesRequest{},
-		func(b []byte) ([]PodResources, error) {
-			var resp podresourcesv1.ListPodResourcesResponse
-			if err := proto.Unmarshal(b, &resp); err != nil {
-				return nil, err
-			}
-			return convertPods(resp.GetPodResources()), nil
-		})
+	return call(ctx, c, &c.list, podresourcesv1.PodResourcesLister_List_FullMethodName, &podresourcesv1.ListPodResourcesRequest{}, decodeList)
+}
+
+// ListAllocatable is List and Allocatable in one round trip to the
+// kubelet, which a scrape asks for together: each answer and error is the
+// one its method alone would give.
+func (c *Client) ListAllocatable(ctx context.Context) (pods []PodResources, podsErr error, devs []ResourceDevices, devsErr error) {
+	list, err := prepare(c, &c.list, podresourcesv1.PodResourcesLister_List_FullMethodName, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, err, nil, err
+	}
+	alloc, err := prepare(c, &c.allocatable, podresourcesv1.PodResourcesLister_GetAllocatableResources_FullMethodName, &podresourcesv1.AllocatableResourcesRequest{})
+	if err != nil {
+		return nil, err, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+	defer cancel()
+	c.rpc.calls(ctx, list, alloc)
+	pods, podsErr = finish(c, &c.list, list, decodeList)
+	devs, devsErr = finish(c, &c.allocatable, alloc, decodeAllocatable)
+	return pods, podsErr, devs, devsErr
+}
+
+func decodeList(b []byte) ([]PodResources, error) {
+	var resp podresourcesv1.ListPodResourcesResponse
+	if err := proto.Unmarshal(b, &resp); err != nil {
+		return nil, err
+	}
+	return convertPods(resp.GetPodResources()), nil
 }
 
 func convertPods(in []*podresourcesv1.PodResources) []PodResources {
@@ -161,14 +182,15 @@ func convertPods(in []*podresourcesv1.PodResources) []PodResources {
 // is what Allocations counts replicas from. As with List, an unchanged
 // answer returns the slice returned before: callers must not modify it.
 func (c *Client) Allocatable(ctx context.Context) ([]ResourceDevices, error) {
-	return call(ctx, c, &c.allocatable, podresourcesv1.PodResourcesLister_GetAllocatableResources_FullMethodName, &podresourcesv1.AllocatableResourcesRequest{},
-		func(b []byte) ([]ResourceDevices, error) {
-			var resp podresourcesv1.AllocatableResourcesResponse
-			if err := proto.Unmarshal(b, &resp); err != nil {
-				return nil, err
-			}
-			return convertDevices(resp.GetDevices()), nil
-		})
+	return call(ctx, c, &c.allocatable, podresourcesv1.PodResourcesLister_GetAllocatableResources_FullMethodName, &podresourcesv1.AllocatableResourcesRequest{}, decodeAllocatable)
+}
+
+func decodeAllocatable(b []byte) ([]ResourceDevices, error) {
+	var resp podresourcesv1.AllocatableResourcesResponse
+	if err := proto.Unmarshal(b, &resp); err != nil {
+		return nil, err
+	}
+	return convertDevices(resp.GetDevices()), nil
 }
 
 // lastAnswer is a method's last answer, undecoded and converted. A busy
@@ -185,23 +207,40 @@ type lastAnswer[T any] struct {
 // call invokes method and converts its answer with decode, or returns the
 // last conversion when the answer is the same bytes as last time.
 func call[T any](ctx context.Context, c *Client, last *lastAnswer[T], method string, request proto.Message, decode func([]byte) (T, error)) (T, error) {
-	var zero T
-	name := method[strings.LastIndexByte(method, '/')+1:]
+	u, err := prepare(c, last, method, request)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+	defer cancel()
+	c.rpc.calls(ctx, u)
+	return finish(c, last, u, decode)
+}
+
+// prepare is a call of method with its request, to be read into the
+// buffer the last answer left spare.
+func prepare[T any](c *Client, last *lastAnswer[T], method string, request proto.Message) (*unaryCall, error) {
 	req, err := proto.Marshal(request)
 	if err != nil {
-		return zero, c.callError(name, err)
+		return nil, c.callError(method[strings.LastIndexByte(method, '/')+1:], err)
 	}
 	last.mu.Lock()
 	spare := last.spare
 	last.spare = nil
 	last.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
-	defer cancel()
-	answer, err := c.rpc.call(ctx, method, req, spare)
-	if err != nil {
-		return zero, c.callError(name, err)
+	return &unaryCall{method: method, req: req, dst: spare}, nil
+}
+
+// finish is a call's answer converted with decode, or the last conversion
+// when the answer is the same bytes as last time.
+func finish[T any](c *Client, last *lastAnswer[T], u *unaryCall, decode func([]byte) (T, error)) (T, error) {
+	var zero T
+	name := u.method[strings.LastIndexByte(u.method, '/')+1:]
+	if u.err != nil {
+		return zero, c.callError(name, u.err)
 	}
-	resp := rawAnswer{b: answer}
+	resp := rawAnswer{b: u.out}
 	last.mu.Lock()
 	defer last.mu.Unlock()
 	if last.valid && bytes.Equal(resp.b, last.raw) {

@@ -68,77 +68,127 @@ const (
 	maxHeaderListBytes = 64 << 10
 )
 
+// unaryCall is one call of a round trip: its request, then its answer or
+// its error.
+type unaryCall struct {
+	method string
+	req    []byte
+	dst    []byte // storage the answer may be read into
+	out    []byte
+	err    error
+
+	// The attempt under way.
+	id      uint32
+	headers bool
+	done    bool
+	body    []byte
+}
+
 // call sends req to method and returns the answer's message, read into
-// dst's storage. Errors are gRPC status errors: a server's status, or
-// UNAVAILABLE, DEADLINE_EXCEEDED, CANCELED, RESOURCE_EXHAUSTED (an answer
-// over MaxReceiveBytes) and INTERNAL (a malformed answer) for this side's.
+// dst's storage (see calls).
 func (u *unaryClient) call(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
+	c := &unaryCall{method: method, req: req, dst: dst}
+	u.calls(ctx, c)
+	return c.out, c.err
+}
+
+// calls makes the calls in one round trip: their requests go out in one
+// write, on streams of their own, and their answers are read as they come,
+// so that two calls cost the kubelet one wake-up and this side one wait.
+// Each call ends with its answer's message (out) or a gRPC status error:
+// a server's status, or UNAVAILABLE, DEADLINE_EXCEEDED, CANCELED,
+// RESOURCE_EXHAUSTED (an answer over MaxReceiveBytes) and INTERNAL (a
+// malformed answer) for this side's. The calls that fail as UNAVAILABLE
+// are made again.
+func (u *unaryClient) calls(ctx context.Context, calls ...*unaryCall) {
 	select {
 	case u.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, contextStatus(ctx.Err())
+		for _, c := range calls {
+			c.err = contextStatus(ctx.Err())
+		}
+		return
 	}
 	defer func() { <-u.sem }()
 	wait := firstRetryWait
 	for attempt := 1; ; attempt++ {
-		out, err := u.attempt(ctx, method, req, dst)
-		if err == nil || status.Code(err) != codes.Unavailable || attempt == maxAttempts {
-			return out, err
+		u.attempt(ctx, calls)
+		var again []*unaryCall
+		for _, c := range calls {
+			if status.Code(c.err) == codes.Unavailable {
+				again = append(again, c)
+			}
+		}
+		if len(again) == 0 || attempt == maxAttempts {
+			return
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, err
+			return
 		}
-		wait *= 2
+		calls, wait = again, wait*2
 	}
 }
 
-// attempt makes the call once, on the kept connection or a new one. A
+// attempt makes the calls once, on the kept connection or a new one. A
 // connection that failed, or that the server is closing, is dropped.
-func (u *unaryClient) attempt(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
+func (u *unaryClient) attempt(ctx context.Context, calls []*unaryCall) {
+	fail := func(err error) {
+		for _, c := range calls {
+			c.out, c.err = nil, err
+		}
+	}
 	u.mu.Lock()
-	c, closed := u.conn, u.closed
+	conn, closed := u.conn, u.closed
 	u.mu.Unlock()
 	if closed {
-		return nil, status.Error(codes.Canceled, "client closed")
+		fail(status.Error(codes.Canceled, "client closed"))
+		return
 	}
-	if c == nil {
+	if conn == nil {
 		var err error
-		if c, err = dialH2(ctx, u.socket); err != nil {
+		if conn, err = dialH2(ctx, u.socket); err != nil {
 			if ctx.Err() != nil {
-				return nil, contextStatus(ctx.Err())
+				fail(contextStatus(ctx.Err()))
+			} else {
+				fail(status.Error(codes.Unavailable, err.Error()))
 			}
-			return nil, status.Error(codes.Unavailable, err.Error())
+			return
 		}
 		u.mu.Lock()
 		if u.closed {
 			u.mu.Unlock()
-			c.nc.Close()
-			return nil, status.Error(codes.Canceled, "client closed")
+			conn.nc.Close()
+			fail(status.Error(codes.Canceled, "client closed"))
+			return
 		}
-		u.conn = c
+		u.conn = conn
 		u.mu.Unlock()
 	}
 	deadline, _ := ctx.Deadline() // zero: none
-	_ = c.nc.SetDeadline(deadline)
+	_ = conn.nc.SetDeadline(deadline)
 	// A context canceled before its deadline ends the I/O under way too.
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
-	out, keep, err := c.roundTrip(method, req, dst, deadline)
+	stop := context.AfterFunc(ctx, func() { _ = conn.nc.SetDeadline(time.Unix(1, 0)) })
+	keep, err := conn.roundTrip(calls, deadline)
 	if !stop() {
 		// The deadline set when the context ended may land after this
 		// call: the connection is not the next call's.
 		keep = false
 	}
 	if !keep {
-		u.drop(c)
+		u.drop(conn)
 	}
-	if err != nil && ctx.Err() != nil {
-		return nil, contextStatus(ctx.Err())
+	for _, c := range calls {
+		if !c.done {
+			c.out, c.err = nil, err
+		}
+		if c.err != nil && ctx.Err() != nil {
+			c.out, c.err = nil, contextStatus(ctx.Err())
+		}
 	}
-	return out, err
 }
 
 func (u *unaryClient) drop(c *h2conn) {
@@ -207,52 +257,43 @@ func dialH2(ctx context.Context, socket string) (*h2conn, error) {
 	return c, nil
 }
 
-// roundTrip writes one request on a new stream and reads until that
-// stream ends. keep says the connection may carry the next call: the
-// stream ended as the protocol says, whatever status it gave.
-func (c *h2conn) roundTrip(method string, req, dst []byte, deadline time.Time) (out []byte, keep bool, err error) {
-	id := c.nextStream
-	if id > 1<<31-1 {
-		return nil, false, status.Error(codes.Unavailable, "stream IDs used up")
+// roundTrip writes each call's request on a new stream and reads until
+// every one of those streams has ended, the calls' answers or errors set
+// as they do. err is the connection's failure, for the calls not done.
+// keep says the connection may carry the next round trip: every stream
+// ended as the protocol says, whatever status it gave.
+func (c *h2conn) roundTrip(calls []*unaryCall, deadline time.Time) (keep bool, err error) {
+	if c.nextStream+2*uint32(len(calls)) > 1<<31-1 {
+		return false, status.Error(codes.Unavailable, "stream IDs used up")
 	}
-	c.nextStream += 2
-	c.hbuf.Reset()
-	for _, f := range [...]hpack.HeaderField{
-		{Name: ":method", Value: "POST"},
-		{Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: method},
-		{Name: ":authority", Value: "localhost"},
-		{Name: "content-type", Value: "application/grpc"},
-		{Name: "te", Value: "trailers"},
-	} {
-		_ = c.henc.WriteField(f)
-	}
-	if !deadline.IsZero() {
-		// "Timeout → "grpc-timeout" TimeoutValue TimeoutUnit", at most 8
-		// digits: the server ends its work when the caller has gone, and
-		// not before (rounded up).
-		ms := max(1, min((time.Until(deadline)+time.Millisecond-1).Milliseconds(), 99999999))
-		_ = c.henc.WriteField(hpack.HeaderField{Name: "grpc-timeout", Value: strconv.FormatInt(ms, 10) + "m"})
-	}
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
-		return nil, false, unavailable(err)
-	}
-	// "Length-Prefixed-Message → Compressed-Flag Message-Length Message".
-	var prefix [5]byte
-	binary.BigEndian.PutUint32(prefix[1:], uint32(len(req)))
-	if err := c.fr.WriteData(id, true, append(prefix[:], req...)); err != nil {
-		return nil, false, unavailable(err)
+	for _, call := range calls {
+		call.id, call.headers, call.done, call.body = c.nextStream, false, false, call.dst[:0]
+		c.nextStream += 2
+		if err := c.writeRequest(call, deadline); err != nil {
+			return false, unavailable(err)
+		}
 	}
 	if err := c.bw.Flush(); err != nil {
-		return nil, false, unavailable(err)
+		return false, unavailable(err)
 	}
 	keep = true
-	body := dst[:0]
-	headers := false
-	for {
+	left := len(calls)
+	end := func(call *unaryCall, out []byte, err error) {
+		call.out, call.err, call.done = out, err, true
+		left--
+	}
+	of := func(id uint32) *unaryCall {
+		for _, call := range calls {
+			if call.id == id && !call.done {
+				return call
+			}
+		}
+		return nil
+	}
+	for left > 0 {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
-			return nil, false, unavailable(err)
+			return false, unavailable(err)
 		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
@@ -266,22 +307,24 @@ func (c *h2conn) roundTrip(method string, req, dst []byte, deadline time.Time) (
 				return nil
 			})
 			if err := c.reply(c.fr.WriteSettingsAck()); err != nil {
-				return nil, false, err
+				return false, err
 			}
 		case *http2.PingFrame:
 			if !f.IsAck() {
 				if err := c.reply(c.fr.WritePing(true, f.Data)); err != nil {
-					return nil, false, err
+					return false, err
 				}
 			}
 		case *http2.GoAwayFrame:
-			if f.LastStreamID < id {
-				// Not processed (RFC 9113, 6.8): safe to make again.
-				return nil, false, status.Errorf(codes.Unavailable, "the server is closing the connection (GOAWAY %v)", f.ErrCode)
-			}
 			keep = false
+			for _, call := range calls {
+				if !call.done && call.id > f.LastStreamID {
+					// Not processed (RFC 9113, 6.8): safe to make again.
+					end(call, nil, status.Errorf(codes.Unavailable, "the server is closing the connection (GOAWAY %v)", f.ErrCode))
+				}
+			}
 		case *http2.RSTStreamFrame:
-			if f.StreamID == id {
+			if call := of(f.StreamID); call != nil {
 				code := codes.Internal
 				switch {
 				case f.ErrCode == http2.ErrCodeRefusedStream:
@@ -291,47 +334,91 @@ func (c *h2conn) roundTrip(method string, req, dst []byte, deadline time.Time) (
 					// clock, as this side's deadline is about to.
 					code = codes.DeadlineExceeded
 				}
-				return nil, false, status.Errorf(code, "stream reset by the server: %v", f.ErrCode)
+				end(call, nil, status.Errorf(code, "stream reset by the server: %v", f.ErrCode))
 			}
 		case *http2.DataFrame:
 			if err := c.credit(f.Header().Length); err != nil {
-				return nil, false, err
+				return false, err
 			}
-			if f.StreamID != id {
+			call := of(f.StreamID)
+			if call == nil {
 				continue
 			}
-			if !headers {
-				return nil, false, status.Error(codes.Internal, "data before headers")
+			if !call.headers {
+				keep = false
+				end(call, nil, status.Error(codes.Internal, "data before headers"))
+				continue
 			}
-			if body, err = appendMessage(body, f.Data()); err != nil {
-				return nil, false, err
+			if call.body, err = appendMessage(call.body, f.Data()); err != nil {
+				// The rest of the stream is not read: nor is the
+				// connection used again.
+				keep = false
+				end(call, nil, err)
+				continue
 			}
 			if f.StreamEnded() {
-				return nil, false, status.Error(codes.Internal, "the answer ended without trailers")
+				end(call, nil, status.Error(codes.Internal, "the answer ended without trailers"))
 			}
 		case *http2.MetaHeadersFrame:
-			if f.StreamID != id {
+			call := of(f.StreamID)
+			if call == nil {
 				continue
 			}
 			if f.Truncated {
-				return nil, false, status.Errorf(codes.Internal, "headers of more than %d bytes", maxHeaderListBytes)
+				keep = false
+				end(call, nil, status.Errorf(codes.Internal, "headers of more than %d bytes", maxHeaderListBytes))
+				continue
 			}
-			if !headers {
-				headers = true
+			if !call.headers {
+				call.headers = true
 				if err := checkResponseHeaders(f); err != nil {
-					return nil, false, err
+					keep = keep && f.StreamEnded()
+					end(call, nil, err)
+					continue
 				}
 				if !f.StreamEnded() {
 					continue
 				}
 				// Trailers-Only: a status and no message.
 			} else if !f.StreamEnded() {
-				return nil, false, status.Error(codes.Internal, "headers after the message without END_STREAM")
+				keep = false
+				end(call, nil, status.Error(codes.Internal, "headers after the message without END_STREAM"))
+				continue
 			}
-			out, err := answerMessage(body, f)
-			return out, keep, err
+			out, err := answerMessage(call.body, f)
+			end(call, out, err)
 		}
 	}
+	return keep, nil
+}
+
+// writeRequest writes a call's HEADERS and DATA frames on its stream.
+func (c *h2conn) writeRequest(call *unaryCall, deadline time.Time) error {
+	c.hbuf.Reset()
+	for _, f := range [...]hpack.HeaderField{
+		{Name: ":method", Value: "POST"},
+		{Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: call.method},
+		{Name: ":authority", Value: "localhost"},
+		{Name: "content-type", Value: "application/grpc"},
+		{Name: "te", Value: "trailers"},
+	} {
+		_ = c.henc.WriteField(f)
+	}
+	if !deadline.IsZero() {
+		// "Timeout → "grpc-timeout" TimeoutValue TimeoutUnit", at most 8
+		// digits: the server ends its work when the caller has gone, and
+		// not before (rounded up).
+		ms := max(1, min((time.Until(deadline)+time.Millisecond-1).Milliseconds(), 99999999))
+		_ = c.henc.WriteField(hpack.HeaderField{Name: "grpc-timeout", Value: strconv.FormatInt(ms, 10) + "m"})
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: call.id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		return err
+	}
+	// "Length-Prefixed-Message → Compressed-Flag Message-Length Message".
+	var prefix [5]byte
+	binary.BigEndian.PutUint32(prefix[1:], uint32(len(call.req)))
+	return c.fr.WriteData(call.id, true, append(prefix[:], call.req...))
 }
 
 // reply writes a frame the server asked for (a SETTINGS or PING ACK).

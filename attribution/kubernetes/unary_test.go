@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +89,38 @@ func TestUnaryNotGRPC(t *testing.T) {
 				t.Errorf("took %v", elapsed)
 			}
 		})
+	}
+}
+
+// ListAllocatable asks both questions in one round trip and answers each
+// as List and Allocatable would, unchanged answers as the same slices; a
+// kubelet that cannot answer fails both, each with its own method named.
+func TestListAllocatableInOneTrip(t *testing.T) {
+	k := kubelettest.StartFile(t, filepath.Join(fixtureDir, "h100-node.yaml"))
+	c := dialFake(t, k)
+	ctx := context.Background()
+	wantPods, err := dialFake(t, k).List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDevs, err := dialFake(t, k).Allocatable(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, podsErr, devs, devsErr := c.ListAllocatable(ctx)
+	if len(wantPods) == 0 || len(wantDevs) == 0 {
+		t.Fatal("the fixture lists no pods or no allocatable devices: the test proves nothing")
+	}
+	if podsErr != nil || devsErr != nil || !reflect.DeepEqual(pods, wantPods) || !reflect.DeepEqual(devs, wantDevs) {
+		t.Fatalf("ListAllocatable = %d pods (%v), %d resources (%v); want List's %d and Allocatable's %d", len(pods), podsErr, len(devs), devsErr, len(wantPods), len(wantDevs))
+	}
+	again, _, devsAgain, _ := c.ListAllocatable(ctx)
+	if &again[0] != &pods[0] || &devsAgain[0] != &devs[0] {
+		t.Error("the same answers again were decoded again")
+	}
+	k.Stop()
+	_, podsErr, _, devsErr = c.ListAllocatable(ctx)
+	if podsErr == nil || devsErr == nil || !strings.Contains(podsErr.Error(), "List on") || !strings.Contains(devsErr.Error(), "GetAllocatableResources on") {
+		t.Errorf("kubelet stopped: %v; %v; want both failing, each naming its method", podsErr, devsErr)
 	}
 }
