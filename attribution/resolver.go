@@ -161,6 +161,9 @@ type Resolver struct {
 	// replicas its device plugin advertised when the hold was first seen
 	// (see keepReplicas).
 	replicas map[replicaHold]int
+	// keptIn and keptOut are keepReplicas' last list and its answer: the
+	// same list again (kept by allocations) gets the same answer.
+	keptIn, keptOut []kubernetes.Allocation
 	// unresolvedClaims are the DRA claim devices not identified at the
 	// last scrape, whose messages are forgotten once they are.
 	unresolvedClaims map[string]bool
@@ -1237,8 +1240,13 @@ func podProcesses(procs map[uint32]procInfo) bool {
 func (r *Resolver) keepReplicas(allocs []kubernetes.Allocation) []kubernetes.Allocation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.keptIn != nil && sameSlice(allocs, r.keptIn) {
+		// Its holds are those remembered, each with the count it was
+		// given last time.
+		return r.keptOut
+	}
 	held := make(map[replicaHold]int, len(r.replicas))
-	copied := false
+	in, copied := allocs, false
 	for i := range allocs {
 		a := &allocs[i]
 		if !a.Device.Shared {
@@ -1260,7 +1268,7 @@ func (r *Resolver) keepReplicas(allocs []kubernetes.Allocation) []kubernetes.All
 			held[h] = n
 		}
 	}
-	r.replicas = held
+	r.replicas, r.keptIn, r.keptOut = held, in, allocs
 	return allocs
 }
 
