@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -27,7 +26,11 @@ const (
 	maxRewatchDelay = 30 * time.Second
 )
 
-var errNotSynced = errors.New("kubelet Pods API watch has not delivered any pod yet")
+// errNotSynced is the source's state until its watch has delivered: not
+// listed yet, as the API server's before its first list, which the
+// resolver does not log as a failure (a first read at start comes before
+// any answer; found when it did, with the exporter on one CPU).
+var errNotSynced = fmt.Errorf("kubelet Pods API pod %w", ErrNotListedYet)
 
 // PodsAPISource keeps pod metadata from the kubelet Pods API WatchPods
 // stream. The kubelet replays every pod as ADDED when a watch starts, so a
