@@ -57,6 +57,9 @@ func run() int {
 	// hlsmiPathSet says --gaudi.hl-smi-path was given: in demo mode it
 	// replaces the simulated hl-smi, as the other source flags do.
 	var hlsmiPathSet bool
+	// maxProcsSet says --runtime.gomaxprocs was given, which overrules
+	// $GOMAXPROCS.
+	var maxProcsSet bool
 	var (
 		metricsPath = kingpin.Flag("web.telemetry-path",
 			"Path under which to expose metrics.").Default("/metrics").String()
@@ -77,7 +80,7 @@ func run() int {
 		hlsmiFields = kingpin.Flag("gaudi.query-fields",
 			"Comma-separated hl-smi --query-aip fields to ask for. If your hl-smi version refuses one (every run then fails, xpu_hlsmi_errors_total{reason=\"exit_status\"}), leave it out; index is required, and only fields the exporter reads are accepted.").Default(strings.Join(gaudi.DefaultFields, ",")).String()
 		maxProcs = kingpin.Flag("runtime.gomaxprocs",
-			"Most CPUs running the exporter's Go code at once (GOMAXPROCS); 0 keeps Go's default, every CPU the process may use. 1, as node_exporter's default, costs the least CPU per scrape; device reads still overlap where NVML calls wait long in the driver (README \"Sizing\").").Envar("GOMAXPROCS").Default("1").Int()
+			"Most CPUs running the exporter's Go code at once (GOMAXPROCS); 0 keeps Go's default, every CPU the process may use, or what $GOMAXPROCS says when the flag is not given. 1, as node_exporter's default, costs the least CPU per scrape; device reads still overlap where NVML calls wait long in the driver (README \"Sizing\").").Default("1").IsSetByUser(&maxProcsSet).Int()
 		demoMode = kingpin.Flag("demo",
 			"Serve a simulated GPU node instead of real hardware (try it on any machine).").Bool()
 		scenarioPath = kingpin.Flag("demo.scenario",
@@ -96,7 +99,9 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "%s: --runtime.gomaxprocs=%d: a count of CPUs, or 0 for Go's default\n", program, *maxProcs)
 		return 2
 	}
-	if *maxProcs > 0 {
+	// $GOMAXPROCS is Go's own setting, which its runtime has applied when
+	// the value is one it can use and ignored otherwise: kept as it is.
+	if *maxProcs > 0 && (maxProcsSet || os.Getenv("GOMAXPROCS") == "") {
 		runtime.GOMAXPROCS(*maxProcs)
 	}
 	if !*enablePprof {

@@ -160,10 +160,12 @@ type Resolver struct {
 	// replicas is, for each time-slicing replica held, how many
 	// replicas its device plugin advertised when the hold was first seen
 	// (see keepReplicas).
-	replicas map[replicaHold]int
-	// keptIn and keptOut are keepReplicas' last list and its answer: the
-	// same list again (kept by allocations) gets the same answer.
+	replicas map[replicaHold]heldReplica
+	// keptIn and keptOut are keepReplicas' last list and its answer, and
+	// keptUIDs its pods' UIDs: the same list again (kept by allocations),
+	// its pods the same, gets the same answer.
 	keptIn, keptOut []kubernetes.Allocation
+	keptUIDs        []string
 	// unresolvedClaims are the DRA claim devices not identified at the
 	// last scrape, whose messages are forgotten once they are.
 	unresolvedClaims map[string]bool
@@ -1235,17 +1237,24 @@ func podProcesses(procs map[uint32]procInfo) bool {
 // under 8 advertised is 1/8 whatever is advertised since. A hold first
 // seen of a replica the kubelet does not list was allocated under a
 // configuration the exporter never saw: its share is unknown (Replicas 0).
+//
+// pod-resources names pods, not their UIDs: a pod deleted and created
+// again under its name (a StatefulSet's) holding the same replica is told
+// from the one before by its UID in the pod metadata, where the metadata
+// knows both; where it knows neither, the two are one hold.
+//
 // allocs is not modified (it is kept for the next scrape, allocations):
 // where a count is given, the list returned is a copy.
 func (r *Resolver) keepReplicas(allocs []kubernetes.Allocation) []kubernetes.Allocation {
+	uids := r.podUIDs(allocs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.keptIn != nil && sameSlice(allocs, r.keptIn) {
+	if r.keptIn != nil && sameSlice(allocs, r.keptIn) && slices.Equal(uids, r.keptUIDs) {
 		// Its holds are those remembered, each with the count it was
 		// given last time.
 		return r.keptOut
 	}
-	held := make(map[replicaHold]int, len(r.replicas))
+	held := make(map[replicaHold]heldReplica, len(r.replicas))
 	in, copied := allocs, false
 	for i := range allocs {
 		a := &allocs[i]
@@ -1253,23 +1262,56 @@ func (r *Resolver) keepReplicas(allocs []kubernetes.Allocation) []kubernetes.All
 			continue
 		}
 		h := replicaHold{device: a.Device.Key(), replica: a.Device.Replica, namespace: a.Namespace, pod: a.Pod, container: a.Container}
-		n, seen := r.replicas[h]
-		if !seen {
-			n = a.Replicas
+		uid := ""
+		if uids != nil {
+			uid = uids[i]
 		}
-		if n != a.Replicas {
+		was, seen := r.replicas[h]
+		if seen && was.uid != "" && uid != "" && was.uid != uid {
+			seen = false // another pod of the same name
+		}
+		now := heldReplica{n: a.Replicas, uid: uid}
+		if seen {
+			now.n = was.n
+			if now.uid == "" {
+				now.uid = was.uid
+			}
+		}
+		if now.n != a.Replicas {
 			if !copied {
 				allocs, copied = slices.Clone(allocs), true
 				a = &allocs[i]
 			}
-			a.Replicas = n
+			a.Replicas = now.n
 		}
-		if n > 0 {
-			held[h] = n
+		if now.n > 0 {
+			held[h] = now
 		}
 	}
-	r.replicas, r.keptIn, r.keptOut = held, in, allocs
+	r.replicas, r.keptIn, r.keptUIDs, r.keptOut = held, in, uids, allocs
 	return allocs
+}
+
+// podUIDs is, for each shared allocation of allocs, its pod's UID as the
+// pod metadata has it ("" where it has none, and for the others).
+func (r *Resolver) podUIDs(allocs []kubernetes.Allocation) []string {
+	md := r.cfg.Metadata
+	if md == nil || md.Name() == kubernetes.SourceNone {
+		return nil
+	}
+	var uids []string
+	for i, a := range allocs {
+		if !a.Device.Shared {
+			continue
+		}
+		if meta, ok := md.Pod(a.Namespace, a.Pod); ok && meta.UID != "" {
+			if uids == nil {
+				uids = make([]string, len(allocs))
+			}
+			uids[i] = meta.UID
+		}
+	}
+	return uids
 }
 
 // replicaHold is one container's hold of one time-slicing replica.
@@ -1277,6 +1319,13 @@ type replicaHold struct {
 	device                    string // kubernetes.DeviceRef.Key
 	replica                   int
 	namespace, pod, container string
+}
+
+// heldReplica is what is remembered of a hold: the replicas advertised
+// when it was first seen, and its pod's UID where known.
+type heldReplica struct {
+	n   int
+	uid string
 }
 
 // allocations is kubernetes.Allocations of the kubelet's answer, kept for

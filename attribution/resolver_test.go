@@ -552,6 +552,34 @@ func TestReplicaShareIsTheOneAllocated(t *testing.T) {
 			}
 		})
 	}
+	// A StatefulSet pod deleted and created again under its name between
+	// two scrapes, after the sharing went from 4 to 8, is given ::2 again:
+	// a new pod, the metadata says (another UID), allocated 1/8 = 0.125,
+	// not the 1/4 its predecessor was (review26 F1). Without metadata the
+	// two cannot be told apart.
+	db := pod("db", "db-0", "c", "nvidia.com/gpu", gpuB+"::2")
+	meta := fakeMetadata{"u1": {UID: "u1", Namespace: "db", Name: "db-0"}}
+	kubelet := &fakeKubelet{pods: []kubernetes.PodResources{db}, allocatable: replicas(4)}
+	r := New(Config{Kubelet: kubelet, Metadata: meta})
+	steps := []struct {
+		name string
+		do   func()
+		want float64
+	}{
+		{"held under 4", func() {}, 0.25},
+		{"reconfigured to 8, the same pod", func() { kubelet.allocatable = replicas(8) }, 0.25},
+		{"metadata not current: the same pod as far as anyone knows", func() { delete(meta, "u1") }, 0.25},
+		// The kubelet's answer is the same as before, byte for byte.
+		{"the pod created again", func() { meta["u2"] = kubernetes.PodMeta{UID: "u2", Namespace: "db", Name: "db-0"} }, 0.125},
+		{"the same answer again", func() {}, 0.125},
+	}
+	for _, st := range steps {
+		st.do()
+		if got := shares(r.Resolve(context.Background(), devices))["db-0"]; got != st.want {
+			t.Errorf("%s: db-0's share %v, want %v", st.name, got, st.want)
+		}
+	}
+
 	// An exporter started after the reconfiguration never saw ::5 listed:
 	// ts-5's share, and so the GPU's owners, are unknown; ts-0's replica
 	// is listed, 1/4 as far as anyone can tell.

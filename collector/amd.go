@@ -415,7 +415,9 @@ func (c *amdCollector) timedOut(card string) *Device {
 	id := c.known[card]
 	c.mu.Unlock()
 	if id.pci == "" {
-		id.pci, _ = c.reader.CardPCIAddress(card)
+		if addr, ok := c.reader.CardPCIAddress(card); ok {
+			id.pci = addr
+		}
 	}
 	c.mu.Lock()
 	index, _ := c.indexOf(card, id.pci)

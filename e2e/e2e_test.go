@@ -457,8 +457,10 @@ func TestBadScenarioIsRejectedClearly(t *testing.T) {
 }
 
 // The exporter runs its Go code on one CPU unless told otherwise, as
-// node_exporter does: --runtime.gomaxprocs, or GOMAXPROCS in its
-// environment (which Go's runtime reads too); 0 keeps Go's default.
+// node_exporter does: --runtime.gomaxprocs, or else GOMAXPROCS in its
+// environment, which Go's runtime applies, or ignores when it cannot use
+// the value (review26 F6: the exporter refused to start); 0 keeps Go's
+// default.
 func TestGOMAXPROCS(t *testing.T) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		t.Skip("GOMAXPROCS is set for the tests: Go's default is not known")
@@ -475,6 +477,8 @@ func TestGOMAXPROCS(t *testing.T) {
 		{"default", "", nil, "1"},
 		{"flag", "", []string{"--runtime.gomaxprocs=2"}, "2"},
 		{"environment", "GOMAXPROCS=2", nil, "2"},
+		{"environment Go ignores", "GOMAXPROCS=max", nil, goDefault},
+		{"the flag over the environment", "GOMAXPROCS=2", []string{"--runtime.gomaxprocs=1"}, "1"},
 		{"Go's default", "", []string{"--runtime.gomaxprocs=0"}, goDefault},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

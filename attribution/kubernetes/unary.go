@@ -126,7 +126,12 @@ func (u *unaryClient) calls(ctx context.Context, calls ...*unaryCall) {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
+			// Out of time before the next attempt: that is the call's
+			// end, with what made it try again.
 			t.Stop()
+			for _, c := range again {
+				c.err = status.Errorf(status.Code(contextStatus(ctx.Err())), "%v (the last attempt: %s)", ctx.Err(), status.Convert(c.err).Message())
+			}
 			return
 		}
 		calls, wait = again, wait*2

@@ -124,3 +124,18 @@ func TestListAllocatableInOneTrip(t *testing.T) {
 		t.Errorf("kubelet stopped: %v; %v; want both failing, each naming its method", podsErr, devsErr)
 	}
 }
+
+// A call whose deadline passes while it waits to be made again (the
+// kubelet's socket not there) ends as DEADLINE_EXCEEDED, naming why it
+// was being made again (review26 F7: it ended UNAVAILABLE).
+func TestUnaryDeadlineBetweenAttempts(t *testing.T) {
+	c, err := Dial(filepath.Join(t.TempDir(), "kubelet.sock"), WithCallTimeout(80*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = c.List(context.Background())
+	if got := status.Code(errors.Unwrap(err)); got != codes.DeadlineExceeded || !strings.Contains(err.Error(), "kubelet.sock") {
+		t.Errorf("%v, want DeadlineExceeded naming the socket the last attempt could not reach", err)
+	}
+}

@@ -355,8 +355,6 @@ func optional[T any](dr devReader, name string, parse func([]byte) (T, bool, err
 	return reading.Some(v)
 }
 
-// ReadDevice reads every file of card. It never fails as a whole: a card
-// whose directory vanished comes back Down.
 // CardPCIAddress is the PCI address of a card's device, from its sysfs
 // link alone, which kernfs answers without the driver (see ReadDevice):
 // what names a GPU whose reads hang before any has answered. ok is false
@@ -366,10 +364,14 @@ func (r Reader) CardPCIAddress(card string) (addr string, ok bool) {
 	if err != nil {
 		return "", false
 	}
-	base := filepath.Base(target)
-	return base, isPCIAddress(base)
+	if base := filepath.Base(target); isPCIAddress(base) {
+		return base, true
+	}
+	return "", false
 }
 
+// ReadDevice reads every file of card. It never fails as a whole: a card
+// whose directory vanished comes back Down.
 func (r Reader) ReadDevice(card string) Device {
 	dir := filepath.Join(r.root(), "class", "drm", card, "device")
 	d := Device{Card: card}
