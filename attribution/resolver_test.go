@@ -2359,3 +2359,32 @@ func TestKubeletListingNoPodWhilePodsRun(t *testing.T) {
 		t.Errorf("no pod, no pod process: owners unknown, claims %+v", b.Claims)
 	}
 }
+
+// TestPodClaimAddedOnceForItsProcesses: without the kubelet, a GPU's
+// owners come from its processes. Three processes of pod a, one of pod b
+// and a unit's, interleaved: each pod becomes one claim however many of
+// its processes ask for it, the first adding it and the others finding it
+// (the claim a pod's processes look up is remembered, and must not be
+// remembered as "none" once the first added it), and the three owners
+// share the GPU 1/3 each.
+func TestPodClaimAddedOnceForItsProcesses(t *testing.T) {
+	procs := procfs(t, map[uint32]string{
+		100: podCgroup(uidA), 101: podCgroup(uidB), 102: podCgroup(uidA), 103: "/system.slice/ollama.service", 104: podCgroup(uidA),
+	})
+	meta := fakeMetadata{uidA: {UID: uidA, Namespace: "ml", Name: "a"}, uidB: {UID: uidB, Namespace: "ml", Name: "b"}}
+	r := New(Config{Metadata: meta, Procfs: procs})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Vendor: "nvidia", MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100, 101, 102, 103, 104}}})
+	own := res.Devices[gpuA]
+	if len(own.Claims) != 3 {
+		t.Fatalf("%d claims, want 3 (pods a and b, the unit): %+v", len(own.Claims), own.Claims)
+	}
+	a := own.Process[100]
+	if own.Claims[a].Owner.Pod != "a" || own.Process[102] != a || own.Process[104] != a || own.Process[101] == a || own.Process[103] == a {
+		t.Errorf("processes %v over claims %+v; want 100, 102, 104 on pod a's claim alone", own.Process, own.Claims)
+	}
+	for _, c := range own.Claims {
+		if math.Abs(c.Share-1.0/3) > 1e-12 {
+			t.Errorf("%s%s holds %v, want 1/3", c.Owner.Pod, c.Owner.Unit, c.Share)
+		}
+	}
+}
