@@ -129,21 +129,15 @@ func (c *Client) Close() error { return c.rpc.close() }
 // kubelet's answer is unchanged, byte for byte, List returns the slice it
 // returned before: callers must not modify it.
 func (c *Client) List(ctx context.Context) ([]PodResources, error) {
-	return call(ctx, c, &c.list, podresourcesv1.PodResourcesLister_List_FullMethodName, &podresourcesv1.ListPodResourcesRequest{}, decodeList)
+	return call(ctx, c, &c.list, podresourcesv1.PodResourcesLister_List_FullMethodName, decodeList)
 }
 
 // ListAllocatable is List and Allocatable in one round trip to the
 // kubelet, which a scrape asks for together: each answer and error is the
 // one its method alone would give.
 func (c *Client) ListAllocatable(ctx context.Context) (pods []PodResources, podsErr error, devs []ResourceDevices, devsErr error) {
-	list, err := prepare(c, &c.list, podresourcesv1.PodResourcesLister_List_FullMethodName, &podresourcesv1.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, err, nil, err
-	}
-	alloc, err := prepare(c, &c.allocatable, podresourcesv1.PodResourcesLister_GetAllocatableResources_FullMethodName, &podresourcesv1.AllocatableResourcesRequest{})
-	if err != nil {
-		return nil, err, nil, err
-	}
+	list := prepare(&c.list, podresourcesv1.PodResourcesLister_List_FullMethodName)
+	alloc := prepare(&c.allocatable, podresourcesv1.PodResourcesLister_GetAllocatableResources_FullMethodName)
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
 	c.rpc.calls(ctx, list, alloc)
@@ -182,7 +176,7 @@ func convertPods(in []*podresourcesv1.PodResources) []PodResources {
 // is what Allocations counts replicas from. As with List, an unchanged
 // answer returns the slice returned before: callers must not modify it.
 func (c *Client) Allocatable(ctx context.Context) ([]ResourceDevices, error) {
-	return call(ctx, c, &c.allocatable, podresourcesv1.PodResourcesLister_GetAllocatableResources_FullMethodName, &podresourcesv1.AllocatableResourcesRequest{}, decodeAllocatable)
+	return call(ctx, c, &c.allocatable, podresourcesv1.PodResourcesLister_GetAllocatableResources_FullMethodName, decodeAllocatable)
 }
 
 func decodeAllocatable(b []byte) ([]ResourceDevices, error) {
@@ -206,30 +200,24 @@ type lastAnswer[T any] struct {
 
 // call invokes method and converts its answer with decode, or returns the
 // last conversion when the answer is the same bytes as last time.
-func call[T any](ctx context.Context, c *Client, last *lastAnswer[T], method string, request proto.Message, decode func([]byte) (T, error)) (T, error) {
-	u, err := prepare(c, last, method, request)
-	if err != nil {
-		var zero T
-		return zero, err
-	}
+func call[T any](ctx context.Context, c *Client, last *lastAnswer[T], method string, decode func([]byte) (T, error)) (T, error) {
+	u := prepare(last, method)
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
 	c.rpc.calls(ctx, u)
 	return finish(c, last, u, decode)
 }
 
-// prepare is a call of method with its request, to be read into the
-// buffer the last answer left spare.
-func prepare[T any](c *Client, last *lastAnswer[T], method string, request proto.Message) (*unaryCall, error) {
-	req, err := proto.Marshal(request)
-	if err != nil {
-		return nil, c.callError(method[strings.LastIndexByte(method, '/')+1:], err)
-	}
+// prepare is a call of method, to be read into the buffer the last answer
+// left spare. Its request is the empty message: ListPodResourcesRequest
+// and AllocatableResourcesRequest have no fields (api.proto), and a
+// protobuf message with none set encodes as no bytes.
+func prepare[T any](last *lastAnswer[T], method string) *unaryCall {
 	last.mu.Lock()
 	spare := last.spare
 	last.spare = nil
 	last.mu.Unlock()
-	return &unaryCall{method: method, req: req, dst: spare}, nil
+	return &unaryCall{method: method, dst: spare}
 }
 
 // finish is a call's answer converted with decode, or the last conversion
@@ -240,26 +228,26 @@ func finish[T any](c *Client, last *lastAnswer[T], u *unaryCall, decode func([]b
 	if u.err != nil {
 		return zero, c.callError(name, u.err)
 	}
-	resp := rawAnswer{b: u.out}
+	answer := u.out
 	last.mu.Lock()
 	defer last.mu.Unlock()
-	if last.valid && bytes.Equal(resp.b, last.raw) {
-		last.spare = resp.b
+	if last.valid && bytes.Equal(answer, last.raw) {
+		last.spare = answer
 		return last.val, nil
 	}
-	val, err := decode(resp.b)
+	val, err := decode(answer)
 	switch {
 	case err != nil:
-		if len(resp.b) <= maxKeptAnswer {
-			last.spare = resp.b
+		if len(answer) <= maxKeptAnswer {
+			last.spare = answer
 		}
 		return zero, c.callError(name, fmt.Errorf("decoding the answer: %w", err))
-	case len(resp.b) > maxKeptAnswer:
+	case len(answer) > maxKeptAnswer:
 		// Decoded at every call rather than held twice over.
 		last.raw, last.val, last.valid, last.spare = nil, zero, false, nil
 		return val, nil
 	}
-	last.spare, last.raw, last.val, last.valid = last.raw, resp.b, val, true
+	last.spare, last.raw, last.val, last.valid = last.raw, answer, val, true
 	return val, nil
 }
 
@@ -267,9 +255,6 @@ func finish[T any](c *Client, last *lastAnswer[T], u *unaryCall, decode func([]b
 // buffer as large: the List of a node of a thousand pods is a few hundred
 // KiB, and an answer may be MaxReceiveBytes.
 const maxKeptAnswer = 1 << 20
-
-// rawAnswer is an answer's wire bytes.
-type rawAnswer struct{ b []byte }
 
 // convertDevices merges the entries of one resource: the kubelet sends one
 // entry per device for allocatable resources (each with its NUMA topology)

@@ -511,6 +511,9 @@ func rawPodResourcesServer(t *testing.T, answers <-chan []byte) string {
 	return socket
 }
 
+// rawAnswer is an answer's wire bytes.
+type rawAnswer struct{ b []byte }
+
 // bytesCodec sends a rawAnswer's bytes as they are and hands a request
 // over undecoded, as the codec of the content type "application/grpc"
 // ("proto").

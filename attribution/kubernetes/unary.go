@@ -84,14 +84,6 @@ type unaryCall struct {
 	body    []byte
 }
 
-// call sends req to method and returns the answer's message, read into
-// dst's storage (see calls).
-func (u *unaryClient) call(ctx context.Context, method string, req, dst []byte) ([]byte, error) {
-	c := &unaryCall{method: method, req: req, dst: dst}
-	u.calls(ctx, c)
-	return c.out, c.err
-}
-
 // calls makes the calls in one round trip: their requests go out in one
 // write, on streams of their own, and their answers are read as they come,
 // so that two calls cost the kubelet one wake-up and this side one wait.

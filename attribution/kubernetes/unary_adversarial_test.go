@@ -559,12 +559,14 @@ func TestAdvStaleFramesNextTrip(t *testing.T) {
 	u := newUnaryClient(as.socket)
 	defer u.close()
 	ctx := ctxFor(t, 3*time.Second)
-	out, err := u.call(ctx, "/svc/A", nil, nil)
-	if err != nil || string(out) != "first" {
-		t.Fatalf("%q %v", out, err)
+	first := &unaryCall{method: "/svc/A"}
+	u.calls(ctx, first)
+	if first.err != nil || string(first.out) != "first" {
+		t.Fatalf("%q %v", first.out, first.err)
 	}
-	out, err = u.call(ctx, "/svc/A", nil, nil)
-	if err != nil || string(out) != "second" {
-		t.Fatalf("second call: %q %v", out, err)
+	second := &unaryCall{method: "/svc/A"}
+	u.calls(ctx, second)
+	if second.err != nil || string(second.out) != "second" {
+		t.Fatalf("second call: %q %v", second.out, second.err)
 	}
 }

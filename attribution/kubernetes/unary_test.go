@@ -26,9 +26,10 @@ func TestUnaryStatusOnly(t *testing.T) {
 	c := dialFake(t, k)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := c.rpc.call(ctx, "/v1.PodResourcesLister/NoSuchMethod", nil, nil)
-	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("unknown method: %v, want Unimplemented", err)
+	u := &unaryCall{method: "/v1.PodResourcesLister/NoSuchMethod"}
+	c.rpc.calls(ctx, u)
+	if status.Code(u.err) != codes.Unimplemented {
+		t.Fatalf("unknown method: %v, want Unimplemented", u.err)
 	}
 	conn := c.rpc.conn
 	if pods, err := c.List(context.Background()); err != nil || len(pods) != 2 {
