@@ -31,18 +31,13 @@ const (
 	SourceCDI = "cdi"
 )
 
-// Kubelet is the kubelet's pod-resources API. A slice it returns is never
-// modified, by it or by the Resolver, which keeps what it worked out of
-// the slices for as long as it is given the same ones again.
+// Kubelet is the kubelet's pod-resources API: its List and
+// GetAllocatableResources, asked together (kubernetes.Client makes them
+// one round trip), each answer with its own error. A slice it returns is
+// never modified, by it or by the Resolver, which keeps what it worked
+// out of the slices for as long as it is given the same ones again.
 type Kubelet interface {
-	List(ctx context.Context) ([]kubernetes.PodResources, error)
-	Allocatable(ctx context.Context) ([]kubernetes.ResourceDevices, error)
-}
-
-// kubeletInOneTrip is a Kubelet that asks both of its questions in one
-// round trip (kubernetes.Client): each answer and error as its method's.
-type kubeletInOneTrip interface {
-	ListAllocatable(ctx context.Context) ([]kubernetes.PodResources, error, []kubernetes.ResourceDevices, error)
+	ListAllocatable(ctx context.Context) (pods []kubernetes.PodResources, podsErr error, allocatable []kubernetes.ResourceDevices, allocatableErr error)
 }
 
 // ExitWatcher tells whether processes exited since they were read
@@ -1492,15 +1487,7 @@ func (r *Resolver) enginePods(pods []kubernetes.PodResources, allocatable []kube
 // the state of the CDI specs when there were DRA claims to identify and a
 // CDI source is configured.
 func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unread map[string]bool, podProcs bool, res *Result) (map[string][]Claim, unplacedHolds, map[string]bool, *Source, error) {
-	var pods []kubernetes.PodResources
-	var allocatable []kubernetes.ResourceDevices
-	var err, allocErr error
-	both, inOneTrip := r.cfg.Kubelet.(kubeletInOneTrip)
-	if inOneTrip {
-		pods, err, allocatable, allocErr = both.ListAllocatable(ctx)
-	} else {
-		pods, err = r.cfg.Kubelet.List(ctx)
-	}
+	pods, err, allocatable, allocErr := r.cfg.Kubelet.ListAllocatable(ctx)
 	if err == nil && len(pods) == 0 && podProcs {
 		// A kubelet that lists no pod at all while GPU processes run in
 		// pods' cgroups has not listed them yet (restarted, its pod
@@ -1523,9 +1510,6 @@ func (r *Resolver) kubernetesClaims(ctx context.Context, devices []Device, unrea
 	pods = r.withoutEnded(pods, res)
 	// Allocatable lists every replica a device plugin advertises, which is
 	// what a replica's share depends on; without it the share is unknown.
-	if !inOneTrip {
-		allocatable, allocErr = r.cfg.Kubelet.Allocatable(ctx)
-	}
 	allocs, idErrs := r.allocations(pods, allocatable)
 	allocs = r.keepReplicas(allocs)
 	res.EnginePods, res.EngineSplitPods, res.EngineOthers = r.enginePods(pods, allocatable)

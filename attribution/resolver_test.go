@@ -27,9 +27,8 @@ type fakeKubelet struct {
 	err         error
 }
 
-func (f *fakeKubelet) List(context.Context) ([]kubernetes.PodResources, error) { return f.pods, f.err }
-func (f *fakeKubelet) Allocatable(context.Context) ([]kubernetes.ResourceDevices, error) {
-	return f.allocatable, f.err
+func (f *fakeKubelet) ListAllocatable(context.Context) ([]kubernetes.PodResources, error, []kubernetes.ResourceDevices, error) {
+	return f.pods, f.err, f.allocatable, f.err
 }
 
 type fakeMetadata map[string]kubernetes.PodMeta // by UID
@@ -2031,13 +2030,9 @@ func TestMayHoldUnplaced(t *testing.T) {
 // kubelet does.
 type stallingKubelet struct{}
 
-func (stallingKubelet) List(ctx context.Context) ([]kubernetes.PodResources, error) {
+func (stallingKubelet) ListAllocatable(ctx context.Context) ([]kubernetes.PodResources, error, []kubernetes.ResourceDevices, error) {
 	<-ctx.Done()
-	return nil, ctx.Err()
-}
-func (stallingKubelet) Allocatable(ctx context.Context) ([]kubernetes.ResourceDevices, error) {
-	<-ctx.Done()
-	return nil, ctx.Err()
+	return nil, ctx.Err(), nil, ctx.Err()
 }
 
 // TestKubeletStallLeavesSlurmItsTime: the kubelet stalls to the deadline;

@@ -330,16 +330,12 @@ func TestResolveConcurrentExit(t *testing.T) {
 // hookedKubelet lists no pod, and runs onList once when first asked.
 type hookedKubelet struct{ onList func() }
 
-func (k *hookedKubelet) List(context.Context) ([]kubernetes.PodResources, error) {
+func (k *hookedKubelet) ListAllocatable(context.Context) ([]kubernetes.PodResources, error, []kubernetes.ResourceDevices, error) {
 	if f := k.onList; f != nil {
 		k.onList = nil
 		f()
 	}
-	return nil, nil
-}
-
-func (k *hookedKubelet) Allocatable(context.Context) ([]kubernetes.ResourceDevices, error) {
-	return nil, nil
+	return nil, nil, nil, nil
 }
 
 // TestResolveOverlapUnwatchedProcess: a scrape holding the same PIDs as
