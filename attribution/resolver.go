@@ -19,6 +19,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
 	"github.com/xpu-exporter/xpu_exporter/attribution/slurm"
+	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
 	"github.com/xpu-exporter/xpu_exporter/internal/validutf8"
 )
 
@@ -1954,15 +1955,13 @@ func indexDevices(devices []Device) (byRef func(kubernetes.DeviceRef) (string, b
 }
 
 // normalizeBusID turns NVML's "00000000:3B:00.0" and sysfs' "0000:3b:00.0"
-// into one form.
+// into one form; an ID that is no address (a partition's amdgpu_xcp_<n>)
+// stays itself, in lower case.
 func normalizeBusID(id string) string {
-	id = strings.ToLower(id)
-	domain, rest, ok := strings.Cut(id, ":")
-	if !ok {
-		return id
+	if addr := pciaddr.Canonical(id); addr != "" {
+		return addr
 	}
-	domain = strings.TrimLeft(domain, "0")
-	return fmt.Sprintf("%04s:%s", domain, rest)
+	return strings.ToLower(id)
 }
 
 // slurmState is what Slurm said in one Resolve.

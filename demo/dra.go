@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
+	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
 )
 
 // The DRA drivers whose claims the demo prepares, each as the driver does.
@@ -343,19 +344,14 @@ func (s *Scenario) writeNVIDIADriverTable(procRoot string) error {
 		if d.Vendor != VendorNVIDIA {
 			continue
 		}
-		gpus = append(gpus, kubelettest.NVIDIAGPU{Minor: d.minor, UUID: d.UUID, PCIBusID: driverBusID(d.PCIBusID), Model: d.Model})
+		bus := pciaddr.Canonical(d.PCIBusID)
+		if bus == "" {
+			bus = d.PCIBusID // no address: written as the scenario says
+		}
+		gpus = append(gpus, kubelettest.NVIDIAGPU{Minor: d.minor, UUID: d.UUID, PCIBusID: bus, Model: d.Model})
 	}
 	if len(gpus) == 0 {
 		return nil
 	}
 	return kubelettest.WriteNVIDIAProcfs(procRoot, gpus)
-}
-
-// driverBusID is a PCI address as the NVIDIA driver's procfs writes it.
-func driverBusID(id string) string {
-	var domain, bus, dev, fn uint64
-	if _, err := fmt.Sscanf(strings.ToLower(id), "%x:%x:%x.%x", &domain, &bus, &dev, &fn); err != nil {
-		return strings.ToLower(id)
-	}
-	return fmt.Sprintf("%04x:%02x:%02x.%x", domain, bus, dev, fn)
 }

@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
@@ -66,7 +67,7 @@ var fieldSpecs = map[string]field{
 	"module_id":      {"", func(d *Device, v string) bool { return setOptInt(&d.ModuleID, v) }},
 	"uuid":           {"", func(d *Device, v string) bool { return setText(&d.UUID, v) }},
 	"name":           {"", func(d *Device, v string) bool { return setText(&d.Name, v) }},
-	"bus_id":         {"", func(d *Device, v string) bool { d.BusID = NormalizeBusID(v); return d.BusID != "" }},
+	"bus_id":         {"", func(d *Device, v string) bool { d.BusID = pciaddr.Canonical(v); return d.BusID != "" }},
 	"serial":         {"", func(d *Device, v string) bool { return setText(&d.Serial, v) }},
 	"driver_version": {"", func(d *Device, v string) bool { return setText(&d.DriverVersion, v) }},
 	"utilization.aip": {"%", func(d *Device, v string) bool {
@@ -205,39 +206,4 @@ func parseFloat(v string) (float64, bool) {
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	return f, err == nil
-}
-
-// NormalizeBusID returns a PCI address in the sysfs form, lower case with a
-// four-digit domain ("0000:19:00.0"), whether given in that form or NVML's
-// eight-digit one. It returns "" for anything else.
-func NormalizeBusID(s string) string {
-	s = strings.ToLower(strings.TrimSpace(s))
-	domain, rest, ok := strings.Cut(s, ":")
-	if !ok || len(domain) < 4 || len(domain) > 8 || !isHex(domain) {
-		return ""
-	}
-	if len(domain) > 4 {
-		if strings.TrimLeft(domain[:len(domain)-4], "0") != "" {
-			return ""
-		}
-		domain = domain[len(domain)-4:]
-	}
-	// bus:device.function, "19:00.0"
-	if len(rest) != 7 || rest[2] != ':' || rest[5] != '.' ||
-		!isHex(rest[0:2]) || !isHex(rest[3:5]) || rest[6] < '0' || rest[6] > '7' {
-		return ""
-	}
-	if len(s) == len(domain)+1+len(rest) {
-		return s // in the sysfs form already, as sysfs and hl-smi print it
-	}
-	return domain + ":" + rest
-}
-
-func isHex(s string) bool {
-	for _, c := range []byte(s) {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return s != ""
 }

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
 )
 
 // FuzzParse feeds hostile bytes to the CSV parser: it must never panic,
@@ -56,7 +58,7 @@ func FuzzParse(f *testing.F) {
 					t.Fatalf("reading %v is not finite", v.Value)
 				}
 			}
-			if d.BusID != "" && NormalizeBusID(d.BusID) != d.BusID {
+			if d.BusID != "" && pciaddr.Canonical(d.BusID) != d.BusID {
 				t.Fatalf("bus id %q not normalised", d.BusID)
 			}
 			for _, p := range d.Problems {

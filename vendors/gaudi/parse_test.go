@@ -285,24 +285,6 @@ func TestParseRecordedOutput(t *testing.T) {
 	})
 }
 
-func TestNormalizeBusID(t *testing.T) {
-	for in, want := range map[string]string{
-		"0000:19:00.0":     "0000:19:00.0",
-		"0000:1A:00.0":     "0000:1a:00.0",
-		"00000000:1a:00.0": "0000:1a:00.0", // NVML's eight-digit domain
-		"00010000:1a:00.0": "",             // a domain beyond 16 bits
-		" 0000:db:00.0\n":  "0000:db:00.0",
-		"19:00.0":          "",
-		"0000:19:00.8":     "", // functions are 0-7
-		"0000:zz:00.0":     "",
-		"":                 "",
-	} {
-		if got := NormalizeBusID(in); got != want {
-			t.Errorf("NormalizeBusID(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // BenchmarkParse8 parses an 8-device node's answer, as every scrape does.
 func BenchmarkParse8(b *testing.B) {
 	out := readFixture(b, "gaudi2-8x.csv")

@@ -42,6 +42,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
 	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
 )
@@ -426,13 +427,13 @@ func (e *cachedNode) refresh(dir int, cl *nodeClass) bool {
 		}
 		e.dev, e.node = dev, node{name: e.name}
 		if v, err := readSysfs(filepath.Join(attrs, "pci_addr")); err == nil {
-			e.node.busID = NormalizeBusID(v)
+			e.node.busID = pciaddr.Canonical(v)
 		}
 		if e.node.busID == "" {
 			// The class device's "device" link points at its PCI device,
 			// whose directory is named by its address.
 			if target, err := os.Readlink(filepath.Join(e.entry, "device")); err == nil {
-				e.node.busID = NormalizeBusID(filepath.Base(target))
+				e.node.busID = pciaddr.Canonical(filepath.Base(target))
 			}
 		}
 	}

@@ -7,36 +7,38 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
 )
 
 var sysfsBusID = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 
-// FuzzNormalizeBusID checks that a bus ID from hl-smi or a sysfs link is
+// FuzzBusID checks that a bus ID from hl-smi or a sysfs link is
 // either refused or turned into the one sysfs form, naming the same
 // domain, bus, device and function, and that the form is a fixed point.
-func FuzzNormalizeBusID(f *testing.F) {
+func FuzzBusID(f *testing.F) {
 	for _, s := range []string{"0000:19:00.0", "00000000:1A:00.0", " 0000:b3:00.7\n", "1:19:00.0", "0001:19:00.8", "0000000100:19:00.0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		id := NormalizeBusID(s)
+		id := pciaddr.Canonical(s)
 		if id == "" {
 			return
 		}
-		if !sysfsBusID.MatchString(id) || NormalizeBusID(id) != id {
-			t.Fatalf("NormalizeBusID(%q) = %q: not a stable sysfs form", s, id)
+		if !sysfsBusID.MatchString(id) || pciaddr.Canonical(id) != id {
+			t.Fatalf("pciaddr.Canonical(%q) = %q: not a stable sysfs form", s, id)
 		}
 		// The same address: domain, bus, device and function, in hex.
 		in := strings.FieldsFunc(strings.TrimSpace(s), func(r rune) bool { return r == ':' || r == '.' })
 		out := strings.FieldsFunc(id, func(r rune) bool { return r == ':' || r == '.' })
 		if len(in) != 4 {
-			t.Fatalf("NormalizeBusID(%q) = %q from %d parts", s, id, len(in))
+			t.Fatalf("pciaddr.Canonical(%q) = %q from %d parts", s, id, len(in))
 		}
 		for i := range out {
 			a, err1 := strconv.ParseUint(in[i], 16, 64)
 			b, err2 := strconv.ParseUint(out[i], 16, 64)
 			if err1 != nil || err2 != nil || a != b {
-				t.Fatalf("NormalizeBusID(%q) = %q: part %d differs", s, id, i)
+				t.Fatalf("pciaddr.Canonical(%q) = %q: part %d differs", s, id, i)
 			}
 		}
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 	"github.com/xpu-exporter/xpu_exporter/internal/nvdriver"
+	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
@@ -317,10 +318,10 @@ func (c *Client) nameLost(devs []Device) {
 			continue
 		}
 		whole++
-		switch {
-		case d.PCIBusID != "":
-			known[canonicalBusID(d.PCIBusID)] = true
-		case d.UUID == "" && !d.Up && lost < 0:
+		switch addr := pciaddr.Canonical(d.PCIBusID); {
+		case addr != "":
+			known[addr] = true
+		case d.PCIBusID == "" && d.UUID == "" && !d.Up && lost < 0:
 			lost = i
 		default:
 			// Another device without an address: which GPU of the
@@ -342,7 +343,7 @@ func (c *Client) nameLost(devs []Device) {
 			continue
 		}
 		listed++
-		if !known[canonicalBusID(g.BusID)] {
+		if !known[pciaddr.Canonical(g.BusID)] {
 			left = append(left, g)
 		}
 	}
@@ -359,22 +360,6 @@ func (c *Client) nameLost(devs []Device) {
 	if _, ok := c.identities[d.Index]; !ok {
 		c.identities[d.Index] = d.Identity
 	}
-}
-
-// canonicalBusID is a PCI address in one form whatever its source: NVML's
-// nvmlPciInfo_t busId has an 8-digit domain ("00000000:3b:00.0"), the
-// driver's table a 4-digit one ("0000:3b:00.0").
-func canonicalBusID(id string) string {
-	domain, rest, ok := strings.Cut(strings.ToLower(id), ":")
-	if !ok {
-		return strings.ToLower(id)
-	}
-	if d := strings.TrimLeft(domain, "0"); len(d) < 4 {
-		domain = strings.Repeat("0", 4-len(d)) + d
-	} else {
-		domain = d
-	}
-	return domain + ":" + rest
 }
 
 // nvmlBusID writes a PCI address of the driver's table as NVML writes it
