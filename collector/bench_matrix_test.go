@@ -136,8 +136,8 @@ func rusageCPU(who int) time.Duration {
 // simulated sources (kubelet, procfs) in this process. The clock moves 15 s
 // per scrape, so each scrape sees a Prometheus interval's worth of NVML
 // utilization samples. cpu-ns/op includes the fake kubelet's work;
-// sim-cpu-ns/op is the simulated NVML's answers (simMeter), own-cpu-ns/op
-// the rest.
+// sim-cpu-ns/op is the simulated NVML's answers (simMeter), meter-cpu-ns/op
+// the meter's own clock reads, own-cpu-ns/op the rest.
 func benchScrape(b *testing.B, s *demo.Scenario, collectors map[string]bool) {
 	var clock atomic.Int64
 	clock.Store(testNow.UnixNano())
@@ -154,16 +154,17 @@ func benchScrape(b *testing.B, s *demo.Scenario, collectors map[string]bool) {
 	}
 	scrape() // caches and the first sample windows fill here
 	b.ReportAllocs()
-	cpu0, sim0 := cpuTime(), sim.ns.Load()
+	cpu0, sim0, windows0 := cpuTime(), sim.ns.Load(), sim.windows.Load()
 	n := 0
 	for b.Loop() {
 		scrape()
 		n++
 	}
-	cpu, simNs := float64(cpuTime()-cpu0)/float64(n), float64(sim.ns.Load()-sim0)/float64(n)
+	cpu, c := float64(cpuTime()-cpu0)/float64(n), sim.since(sim0, windows0, n)
 	b.ReportMetric(cpu, "cpu-ns/op")
-	b.ReportMetric(simNs, "sim-cpu-ns/op")
-	b.ReportMetric(cpu-simNs, "own-cpu-ns/op")
+	b.ReportMetric(c.sim, "sim-cpu-ns/op")
+	b.ReportMetric(c.meter, "meter-cpu-ns/op")
+	b.ReportMetric(cpu-c.sim-c.meter, "own-cpu-ns/op")
 }
 
 // BenchmarkScrapeMatrix is the scrape cost across node sizes, process

@@ -98,12 +98,12 @@ func benchmarkScrapeOf(b *testing.B, e *Exporter, apart benchApart) {
 	b.ReportAllocs()
 	cpu0, child0, n := cpuTime(), childCPUTime(), 0
 	var kubelet0 time.Duration
-	var sim0 int64
+	var sim0, windows0 int64
 	if apart.kubelet != nil {
 		kubelet0 = apart.kubelet.cpu(b)
 	}
 	if apart.sim != nil {
-		sim0 = apart.sim.ns.Load()
+		sim0, windows0 = apart.sim.ns.Load(), apart.sim.windows.Load()
 	}
 	for b.Loop() {
 		n++
@@ -119,8 +119,9 @@ func benchmarkScrapeOf(b *testing.B, e *Exporter, apart benchApart) {
 		b.ReportMetric(float64(apart.kubelet.cpu(b)-kubelet0)/float64(n), "kubelet-cpu-ns/op")
 	}
 	if apart.sim != nil {
-		sim := float64(apart.sim.ns.Load()-sim0) / float64(n)
-		b.ReportMetric(sim, "sim-cpu-ns/op")
-		b.ReportMetric(cpu-sim, "own-cpu-ns/op")
+		c := apart.sim.since(sim0, windows0, n)
+		b.ReportMetric(c.sim, "sim-cpu-ns/op")
+		b.ReportMetric(c.meter, "meter-cpu-ns/op")
+		b.ReportMetric(cpu-c.sim-c.meter, "own-cpu-ns/op")
 	}
 }
