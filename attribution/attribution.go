@@ -156,6 +156,16 @@ type Ownership struct {
 	// where a Slurm task whose job could not be told uses the device, which
 	// may be another job's.
 	Allocated bool
+	// Reused are the device's PIDs that named another process at the
+	// previous scrape (its pidfd said it exited, or its start time
+	// changed): a vendor that samples usage by PID (NVML) has both
+	// processes' time in that PID's samples over the window, and nothing
+	// says where one ends.
+	Reused []uint32
+	// ReusedByOther says a Reused PID's former process was another owner's,
+	// or one whose owner is not known: the device's split between its
+	// owners, a sole owner's included, cannot be told for this window.
+	ReusedByOther bool
 }
 
 // Unattributed marks a process that belongs to no owner of its device.

@@ -305,7 +305,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	r.mu.Lock()
 	prev := r.procs // the previous scrape's, for exited processes
 	r.mu.Unlock()
-	procs, hidden, same, procErr := r.processes(devices)
+	procs, hidden, same, reused, procErr := r.processes(devices)
 	if same.shared && r.cfg.Slurm != nil {
 		// slurmJobs writes procs, which is the last scrape's, while a
 		// concurrent scrape may be reading it.
@@ -385,7 +385,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		// instance (its owners unknown then as the instance's are).
 		heldUnseen := len(kube[d.UUID]) == 0 && !parents[d.UUID] && unplaced.mayHold(d)
 		if d.ParentUUID != "" || len(d.PIDs) > 0 || len(d.ExitedPIDs) > 0 || kube[d.UUID] != nil || sl.gres[d.GRESIndex] != nil {
-			r.attribute(own, d, procs, prev, partial, kube[d.UUID], kubeDown, heldUnseen, sl, pods)
+			r.attribute(own, d, procs, prev, reused, partial, kube[d.UUID], kubeDown, heldUnseen, sl, pods)
 		} else {
 			// No allocation and no process seen: none, unless the list of
 			// processes is not whole.
@@ -618,7 +618,7 @@ func stateOf(err error) sourceState {
 // rather than guessed at. Nor are owners taken from a partial list of the
 // device's processes (partial): the owners seen need not be all of them,
 // and one alone would be taken for the device's sole owner.
-func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]procInfo, partial bool, kube []Claim, kubeDown, heldUnseen bool, sl slurmState, pods podOwners) {
+func (r *Resolver) attribute(own *Ownership, d Device, procs, prev, reused map[uint32]procInfo, partial bool, kube []Claim, kubeDown, heldUnseen bool, sl slurmState, pods podOwners) {
 	switch {
 	case len(kube) > 0:
 		own.Claims = kube
@@ -662,6 +662,10 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 			continue
 		}
 		owner, known := r.processOwner(p, sl, pods, &scratch)
+		if former, ok := reused[pid]; ok {
+			own.Reused = append(own.Reused, pid)
+			own.ReusedByOther = own.ReusedByOther || !r.sameOwner(former, owner, known, sl, pods)
+		}
 		if !known && p.info.Cgroup.SlurmSLUID != "" {
 			// A Slurm task of a job that could not be told may be another
 			// job's than the GRES holders' (a GPU Slurm does not fence
@@ -746,6 +750,21 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev map[uint32]pr
 			own.Claims[i].Share = 1 / float64(n)
 		}
 	}
+}
+
+// sameOwner says whether the process former, which a PID named at the
+// previous scrape, ran for the known owner of the process the PID names now:
+// then the PID's samples over the window, both processes' time, are that
+// owner's all the same. A pod's container restarted in place, a job's next
+// step, a unit's worker.
+func (r *Resolver) sameOwner(former procInfo, owner *Owner, known bool, sl slurmState, pods podOwners) bool {
+	if !known {
+		return false
+	}
+	key := owner.Key() // owner may be processOwner's scratch
+	var scratch Owner
+	was, wasKnown := r.processOwner(former, sl, pods, &scratch)
+	return wasKnown && was.Key() == key
 }
 
 // attributeExited maps the processes that used the device earlier in the
@@ -1003,13 +1022,13 @@ func PodOwner(md kubernetes.MetadataSource, namespace, pod, container string) (o
 // a process that exited, such a process still uses its device. The error
 // says why processes could not be attributed at all, such as not seeing
 // the host's PIDs from a container.
-func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden map[uint32]bool, same sameProcs, err error) {
+func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden map[uint32]bool, same sameProcs, reused map[uint32]procInfo, err error) {
 	n := 0
 	for _, d := range devices {
 		n += len(d.PIDs)
 	}
 	if r.cfg.Procfs == nil {
-		return make(map[uint32]procInfo), nil, sameProcs{}, nil
+		return make(map[uint32]procInfo), nil, sameProcs{}, nil, nil
 	}
 	exits := r.cfg.Exits
 	var pollErr error
@@ -1041,7 +1060,7 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		// there is nothing to read, and the last scrape's map is this
 		// one's, shared (ResolveRead copies it before writing to it).
 		same.pids, same.shared = exact, true
-		return prev, nil, same, nil
+		return prev, nil, same, nil, nil
 	}
 	out = make(map[uint32]procInfo, n)
 	// Each scrape checks the start of at most startChecks cached PIDs
@@ -1063,8 +1082,9 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 				continue
 			}
 			seen++
-			if p, ok := prev[pid]; ok && r.same(pid, p, round, period) {
-				out[pid] = p
+			former, known := prev[pid]
+			if known && r.same(pid, former, round, period) {
+				out[pid] = former
 				continue
 			}
 			// Watched before it is read: what is read is then of the
@@ -1089,6 +1109,14 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 				read.pod = unique.Make(podProcess{info.Cgroup.PodUID, info.Cgroup.ContainerID})
 			}
 			out[pid] = procInfo{info: read}
+			if known {
+				// Another process than the previous scrape's has this
+				// PID now.
+				if reused == nil {
+					reused = map[uint32]procInfo{}
+				}
+				reused[pid] = former
+			}
 		}
 	}
 	if exits != nil {
@@ -1121,7 +1149,7 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		// AMD or Gaudi node finds its GPU processes in it before they get
 		// here.
 		if _, err := os.Stat(r.procRoot()); err != nil {
-			return out, hidden, same, fmt.Errorf("procfs %s: %w", r.procRoot(), err)
+			return out, hidden, same, reused, fmt.Errorf("procfs %s: %w", r.procRoot(), err)
 		}
 	}
 	if seen > 0 && missing == seen {
@@ -1133,9 +1161,9 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		for _, pid := range gone {
 			hidden[pid] = true
 		}
-		return out, hidden, same, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
+		return out, hidden, same, reused, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
 	}
-	return out, hidden, same, firstErr
+	return out, hidden, same, reused, firstErr
 }
 
 // sameProcs is what a scrape's processes tell the next (Resolver.exactPIDs):

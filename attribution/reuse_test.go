@@ -55,35 +55,51 @@ func writeUnitProcesses(t *testing.T, root string, n int) []uint32 {
 // kept the departed process's owner for the new one's whole life (found by
 // probing). A process whose start is unchanged, or cannot be read, keeps
 // what is cached: it is the same process.
+//
+// The scrape that finds the PID reused says so (Ownership.Reused): the
+// vendor's samples of that PID over the window hold the former process's
+// time too, another owner's where ReusedByOther (probe27 PB1: the new pod
+// was billed for its predecessor's half of the window). The scrape after
+// finds the same process again and says nothing.
 func TestResolvePIDGivenToAnotherProcess(t *testing.T) {
 	const pid = 6101
 	for _, tc := range []struct {
 		name                 string
 		startBefore, startAt uint64 // 0: no stat file
+		unitAt               string
 		want                 string
+		reused, byOther      bool
 	}{
-		{"another process", 500, 900, "infc.service"},
-		{"the same process", 500, 500, "infa.service"},
-		{"no stat to tell", 0, 0, "infa.service"},
+		{"another owner's process", 500, 900, "infc.service", "infc.service", true, true},
+		{"another process of the same owner", 500, 900, "infa.service", "infa.service", true, false},
+		{"the same process", 500, 500, "infc.service", "infa.service", false, false},
+		{"no stat to tell", 0, 0, "infc.service", "infa.service", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			writeProcess(t, root, pid, "/system.slice/infa.service", tc.startBefore)
 			r := New(Config{Procfs: procfs(t, nil)})
 			r.cfg.Procfs.Root = root
-			owner := func() string {
+			resolve := func() *Ownership {
 				own := r.Resolve(context.Background(), []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{pid}}}).Devices[gpuA]
 				if len(own.Claims) != 1 {
 					t.Fatalf("%d owners %+v, want one", len(own.Claims), own.Claims)
 				}
-				return own.Claims[0].Owner.Unit
+				return own
 			}
-			if got := owner(); got != "infa.service" {
-				t.Fatalf("first scrape: unit %q, want infa.service", got)
+			if own := resolve(); own.Claims[0].Owner.Unit != "infa.service" || own.Reused != nil || own.ReusedByOther {
+				t.Fatalf("first scrape: unit %q, reused %v (by another owner %v); want infa.service, none", own.Claims[0].Owner.Unit, own.Reused, own.ReusedByOther)
 			}
-			writeProcess(t, root, pid, "/system.slice/infc.service", tc.startAt)
-			if got := owner(); got != tc.want {
+			writeProcess(t, root, pid, "/system.slice/"+tc.unitAt, tc.startAt)
+			own := resolve()
+			if got := own.Claims[0].Owner.Unit; got != tc.want {
 				t.Errorf("after the PID was reused: unit %q, want %q", got, tc.want)
+			}
+			if got := slices.Equal(own.Reused, []uint32{pid}); got != tc.reused || own.ReusedByOther != tc.byOther {
+				t.Errorf("after the PID was reused: reused %v (by another owner %v), want %d reused %v, by another owner %v", own.Reused, own.ReusedByOther, pid, tc.reused, tc.byOther)
+			}
+			if own := resolve(); own.Reused != nil || own.ReusedByOther {
+				t.Errorf("the scrape after: reused %v (by another owner %v), want none: the same process again", own.Reused, own.ReusedByOther)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -59,6 +60,58 @@ kubernetes:
 	check, absent = oracleChecks(scrapeText(t, e, 10*time.Second))
 	check(t, "xpu_workload_utilization_ratio", 0.6, `pod="a-g1"`)
 	absent(t, "xpu_workload_utilization_ratio", `workload_kind="unattributed"`)
+}
+
+// TestPIDReusedMidWindow is TestPodChangeMidWindow where the new pod's
+// process is given the old one's PID: the demo's churn hands PIDs out again
+// after 40 generations, as a PID space that wraps does. The driver's
+// samples name PID 700 all through the window, five periods for the old
+// pod and ten for the new one, and nothing in them says which: the new pod
+// was billed the whole 0.6 (probe27 PB1). Whether the exporter learns of
+// the reuse from a pidfd or from the start time, the split is left out
+// for that window, and so is the PID's own utilization, which is both
+// processes'.
+func TestPIDReusedMidWindow(t *testing.T) {
+	const gpu = "GPU-e0000000-0000-4000-8000-000000000001"
+	for _, pidfd := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pidfd=%v", pidfd), func(t *testing.T) {
+			e, clk, replace := podReplacedBy(t, fmt.Sprintf(`node: reuse-node
+churn_every: 1h
+pidfd: %v
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {temperature: 50}}
+devices:
+  - uuid: %s
+    processes: [{pid: 700, pod: ml/a, memory_used: 4GiB, utilization: 0.6}]
+kubernetes:
+  pods:
+    - {namespace: ml, name: a, uid: 0a000000-0000-4000-8000-000000000002, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [%s]}]}]}
+  allocatable: [{resource: nvidia.com/gpu, ids: [%s]}]
+`, pidfd, gpu, gpu, gpu), 40)
+			scrapeText(t, e, 10*time.Second)
+
+			// Generation 40: pod a-g40, PID 700 + (40 mod 40) × 100,000 =
+			// 700 again, 5.5 s later.
+			replace()
+			clk.set(testNow.Add(15 * time.Second))
+			check, absent := oracleChecks(scrapeText(t, e, 10*time.Second))
+			// Fifteen periods at 0.6: the device 0.6. The right split,
+			// a-g40 10 × 0.6 / 15 = 0.4 and its predecessor's 0.2
+			// unattributed, cannot be told from PID 700's samples.
+			check(t, "xpu_utilization_ratio", 0.6, `uuid="`+gpu+`"`)
+			absent(t, "xpu_workload_utilization_ratio", `pod="a-g40"`)
+			absent(t, "xpu_workload_utilization_ratio", `workload_kind="unattributed"`)
+			absent(t, "xpu_process_utilization_ratio", `pid="700"`)
+			// Memory is of the moment: the new pod's process's 4 GiB.
+			check(t, "xpu_workload_memory_used_bytes", 4<<30, `pod="a-g40"`)
+			check(t, "xpu_process_memory_used_bytes", 4<<30, `pid="700"`, `pod="a-g40"`)
+
+			// The next window is the new process's alone.
+			clk.set(testNow.Add(30 * time.Second))
+			check, _ = oracleChecks(scrapeText(t, e, 10*time.Second))
+			check(t, "xpu_workload_utilization_ratio", 0.6, `pod="a-g40"`)
+			check(t, "xpu_process_utilization_ratio", 0.6, `pid="700"`)
+		})
+	}
 }
 
 // The driver's garbage beside zombie processes (garbage_samples: zero-filled
@@ -201,6 +254,13 @@ func TestMIGExitsFollowReadOrder(t *testing.T) {
 // lists the new pod.
 func podReplacedExporter(t *testing.T, scenario string) (e *Exporter, clk *testClock, replace func()) {
 	t.Helper()
+	return podReplacedBy(t, scenario, 1)
+}
+
+// podReplacedBy is podReplacedExporter whose replace moves the node to
+// churn generation gen (ml/a by ml/a-g<gen>).
+func podReplacedBy(t *testing.T, scenario string, gen uint64) (e *Exporter, clk *testClock, replace func()) {
+	t.Helper()
 	s, err := demo.Parse([]byte(scenario))
 	if err != nil {
 		t.Fatal(err)
@@ -210,13 +270,14 @@ func podReplacedExporter(t *testing.T, scenario string) (e *Exporter, clk *testC
 	e = newExporterWith(t, s, sim, attribution.New(cfg), nil, clk.now)
 	return e, clk, func() {
 		t.Helper()
-		sim.Churn(1, testNow.Add(5500*time.Millisecond))
+		sim.Churn(gen, testNow.Add(5500*time.Millisecond))
+		name := fmt.Sprintf("a-g%d", gen)
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, ok := cfg.Metadata.Pod("ml", "a-g1"); ok {
+			if _, ok := cfg.Metadata.Pod("ml", name); ok {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatal("the Pods API never listed the new pod ml/a-g1")
+				t.Fatalf("the Pods API never listed the new pod ml/%s", name)
 			}
 		}
 	}

@@ -56,7 +56,7 @@ func (processCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prom
 			if p.MemoryUsed != nil {
 				e.emit(processMemory, l, float64(*p.MemoryUsed))
 			}
-			if p.Utilization != nil {
+			if p.Utilization != nil && !p.Mixed {
 				e.emit(processUtil, l, *p.Utilization)
 			}
 		}

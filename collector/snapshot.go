@@ -61,8 +61,14 @@ type Device struct {
 	// ExitedUnnamed says a process left the device in the window that
 	// Exited cannot name: its PID is another process's now (an AMD client
 	// that closed since the previous scrape, whose process's PID was given
-	// out again). Its part of the utilization and its owner are unknown.
+	// out again; an NVIDIA process whose PID another owner's process has
+	// taken). Its part of the utilization and its owner are unknown.
 	ExitedUnnamed bool
+	// SamplesByPID says the vendor samples its processes' usage by PID
+	// (NVML's process utilization samples), not by a client or file that
+	// ends with the process: a PID given to another process within the
+	// window has both processes' time (Process.Mixed).
+	SamplesByPID bool
 	// ProcessesPartial says Processes may lack some of the device's
 	// processes: a vendor's list call failed, or procfs could not be read
 	// for every process of the node. The per-owner split is then left out,
@@ -148,6 +154,11 @@ type Process struct {
 	// Utilization is the process's share of the device's time over the
 	// snapshot's utilization window (0..1); nil when the vendor has none.
 	Utilization *float64
+	// Mixed says the PID named another process earlier in the window
+	// (attribution.Ownership.Reused), whose time is in Utilization too:
+	// their owner's part where both were that owner's, not this process's
+	// own.
+	Mixed bool
 }
 
 // Snapshot is everything one scrape read from the node. Every collector of
@@ -432,6 +443,9 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		if own := res.Devices[attributionKey(d)]; own != nil {
 			d.Claims, d.ProcessOwner, d.OwnersUnknown, d.OwnersAllocated = own.Claims, own.Process, own.OwnersUnknown, own.Allocated
 			d.ProcessStrays = own.Strays
+			if d.SamplesByPID && len(own.Reused) > 0 {
+				markReused(d, own)
+			}
 		}
 	}
 	// An instance nothing can be tied to may be held: so may its GPU, as
@@ -451,6 +465,21 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
 	snap.endedPods = res.EndedPods
 	snap.enginePods, snap.engineSplitPods, snap.engineOthers = res.EnginePods, res.EngineSplitPods, res.EngineOthers
+}
+
+// markReused marks the processes of d whose PID named another process at
+// the previous scrape: the vendor's samples of that PID over the window are
+// both processes' (found by probing: probe27 PB1, a reused PID billed its
+// new pod for its predecessor's time). Where the former process was another
+// owner's, that owner's part is unknown, as an exited process's whose PID
+// is another's now.
+func markReused(d *Device, own *attribution.Ownership) {
+	for i := range d.Processes {
+		if slices.Contains(own.Reused, d.Processes[i].PID) {
+			d.Processes[i].Mixed = true
+		}
+	}
+	d.ExitedUnnamed = d.ExitedUnnamed || own.ReusedByOther
 }
 
 // nvidiaMinors maps each NVIDIA GPU's UUID to the N of its /dev/nvidiaN,
