@@ -280,8 +280,10 @@ type Client struct {
 	Capacity    map[string]uint64
 	Memory      map[string]Memory
 	// behind says Baseline kept counts of an earlier scan for some of the
-	// client's engines, whose own fell: they are not this scan's.
+	// client's engines, whose own fell: they are not this scan's. held
+	// names those engines.
 	behind bool
+	held   map[string]bool
 }
 
 // FdinfoScanner reads the DRM clients of given processes.
@@ -589,7 +591,12 @@ func EngineShares(t0 time.Time, before []Client, complete bool, t1 time.Time, af
 // would count again time already counted; measured from t0's, it would
 // count the time run between t0 and t1 as its own (the counter catches up
 // with what it missed), so that window leaves the client unknown too
-// (behind), and the one after measures from what it reads.
+// (behind), and the one after measures from what it reads. A counter still
+// below the kept value a whole window later has not dipped but started
+// again (a reset, which the documentation's "catch up ... within a
+// reasonable period" does not describe): kept on, the value would leave
+// the device's split out until the client had run as long again, days for
+// a long job's (probe27 PA1), so it is taken as read.
 func Baseline(before, after []Client) []Client {
 	prev := make(map[ClientKey]Client, len(before))
 	for _, c := range before {
@@ -603,18 +610,21 @@ func Baseline(before, after []Client) []Client {
 		}
 		was := p.Engines
 		var raised map[string]uint64
+		var held map[string]bool
 		for name, v := range was {
 			// An engine without its line is at 0 (amdgpu prints none for
 			// an engine at 0): fallen too, unless it was 0.
-			if now := c.Engines[name]; now < v {
-				if raised == nil {
-					raised = maps.Clone(c.Engines)
-					if raised == nil {
-						raised = map[string]uint64{}
-					}
-				}
-				raised[name] = v
+			if now := c.Engines[name]; now >= v || p.held[name] {
+				continue
 			}
+			if raised == nil {
+				raised = maps.Clone(c.Engines)
+				if raised == nil {
+					raised = map[string]uint64{}
+				}
+				held = map[string]bool{}
+			}
+			raised[name], held[name] = v, true
 		}
 		if raised == nil {
 			continue
@@ -622,7 +632,7 @@ func Baseline(before, after []Client) []Client {
 		if !copied {
 			out, copied = slices.Clone(after), true // the caller's scan stays as read
 		}
-		out[i].Engines, out[i].behind = raised, true
+		out[i].Engines, out[i].behind, out[i].held = raised, true, held
 	}
 	return out
 }

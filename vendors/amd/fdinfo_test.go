@@ -275,19 +275,25 @@ func TestEngineSharesReusedClientID(t *testing.T) {
 // both windows in one; measured from 0, 5.2e9 / 2e9, capped at 1 (probe22-
 // amdseq 01: 0 served, then 1). The one after measures from what it read:
 // 6e8 / 2e9 = 0.3. A count that fell (5e9 → 3e9) and caught up is alike.
+//
+// A count that fell and stays below (a reset: 4e9 → 1e8, then 6e8 a
+// window) is unknown for the same two windows, and the one after measures
+// from what it read, not from 4e9 until the count passed it, six windows
+// on (probe27 PA1): 1.3e9 - 7e8 = 6e8 over 2e9 is 0.3, and so on.
 func TestEngineSharesAfterALineIsGone(t *testing.T) {
 	k := ClientKey{"0000:22:00.0", 3101}
 	start := time.Unix(1000, 0)
 	for _, tc := range []struct {
-		name string
-		gap  map[string]uint64
+		name  string
+		scans []map[string]uint64
+		want  []float64 // per window; -1: unknown
 	}{
-		{"line gone", map[string]uint64{}},
-		{"count fell", map[string]uint64{"gfx": 3000000000}},
+		{"line gone", []map[string]uint64{{"gfx": 4000000000}, {}, {"gfx": 5200000000}, {"gfx": 5800000000}}, []float64{-1, -1, 0.3}},
+		{"count fell", []map[string]uint64{{"gfx": 4000000000}, {"gfx": 3000000000}, {"gfx": 5200000000}, {"gfx": 5800000000}}, []float64{-1, -1, 0.3}},
+		{"count started again", []map[string]uint64{{"gfx": 4000000000}, {"gfx": 100000000}, {"gfx": 700000000}, {"gfx": 1300000000}, {"gfx": 1900000000}}, []float64{-1, -1, 0.3, 0.3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			scans := []map[string]uint64{{"gfx": 4000000000}, tc.gap, {"gfx": 5200000000}, {"gfx": 5800000000}}
-			want := []float64{-1, -1, 0.3} // -1: unknown
+			scans, want := tc.scans, tc.want
 			prev := []Client{{Key: k, PIDs: []int{3101}, Engines: scans[0]}}
 			for i, engines := range scans[1:] {
 				t0, t1 := start.Add(time.Duration(2*i)*time.Second), start.Add(time.Duration(2*i+2)*time.Second)
