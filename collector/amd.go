@@ -182,6 +182,11 @@ type amdWindow struct {
 	// Both nil until a window has been measured.
 	shares  map[amd.ClientKey]float64
 	unknown map[amd.ClientKey]bool
+	// closed are the clients busy in the window before that closed in this
+	// one, and anew those of their processes that started anew by this
+	// scan: what a scrape too soon after it serves again, as its shares.
+	closed []amd.Client
+	anew   map[int]bool
 }
 
 // amdMinWindow is the shortest window the engine counters are divided by.
@@ -1168,39 +1173,54 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 	// one per open DRM file ("drm-client-id: Unique value relating to the
 	// open DRM file descriptor"). The exited process cannot be named by
 	// that PID any more (Device.ExitedUnnamed).
-	closed := map[*Device]map[int]bool{}
+	//
+	// A scrape too soon after the last one serves that one's window again,
+	// and so its closed clients too, beside any closed since: found only
+	// against that scrape's clients, the former would be none, and a split
+	// that scrape left out would be served, the closed client's time its
+	// sole remaining owner's (probe27 PA2).
+	var gone []amd.Client
+	var anew map[int]bool
 	if !prev.at.IsZero() {
-		open := make(map[amd.ClientKey]int, len(clients))
-		for i, cl := range clients {
-			open[cl.Key] = i
+		gone, anew = c.closedSince(prev, clients)
+	}
+	switch {
+	case again:
+		gone = append(gone, prev.closed...)
+		for pid := range prev.anew {
+			if anew == nil {
+				anew = map[int]bool{}
+			}
+			anew[pid] = true
 		}
-		for _, cl := range prev.clients {
-			// A client ID given to another file since (amd.Reused) is
-			// the old file closed, not the same one open (review13
-			// R13-2).
-			if i, ok := open[cl.Key]; ok && !amd.Reused(cl, clients[i]) || !prev.busy[cl.Key] {
-				continue
+	case advance && !prev.at.IsZero():
+		c.mu.Lock()
+		if w := c.windowOf(m); w.at.Equal(now) {
+			w.closed, w.anew = gone, anew
+		}
+		c.mu.Unlock()
+	}
+	closed := map[*Device]map[int]bool{}
+	for _, cl := range gone {
+		d := deviceOf(cl)
+		if d == nil {
+			if partitioned[cl.Key.PDev] || cl.Key.PDev == "" {
+				markPartial(devs)
 			}
-			d := deviceOf(cl)
-			if d == nil {
-				if partitioned[cl.Key.PDev] || cl.Key.PDev == "" {
-					markPartial(devs)
-				}
-				continue
-			}
-			if closed[d] == nil {
-				closed[d] = map[int]bool{}
-			}
-			for _, pid := range cl.PIDs {
-				closed[d][pid] = true
-			}
+			continue
+		}
+		if closed[d] == nil {
+			closed[d] = map[int]bool{}
+		}
+		for _, pid := range cl.PIDs {
+			closed[d][pid] = true
 		}
 	}
 	for d, pids := range closed {
 		for pid := range pids {
 			u := per[d][pid]
 			switch {
-			case u != nil && c.startedAnew(pid, prev.starts):
+			case u != nil && anew[pid]:
 				d.ExitedUnnamed = true
 			case u != nil:
 				u.utilOK = false
@@ -1230,6 +1250,33 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 			d.Processes = append(d.Processes, p)
 		}
 	}
+}
+
+// closedSince lists the clients of the window prev that were busy in it
+// and are closed at this scan (clients), and which of their processes
+// started anew since: those PIDs are other processes now.
+func (c *amdCollector) closedSince(prev amdWindow, clients []amd.Client) (gone []amd.Client, anew map[int]bool) {
+	open := make(map[amd.ClientKey]int, len(clients))
+	for i, cl := range clients {
+		open[cl.Key] = i
+	}
+	for _, cl := range prev.clients {
+		// A client ID given to another file since (amd.Reused) is the old
+		// file closed, not the same one open (review13 R13-2).
+		if i, ok := open[cl.Key]; ok && !amd.Reused(cl, clients[i]) || !prev.busy[cl.Key] {
+			continue
+		}
+		gone = append(gone, cl)
+		for _, pid := range cl.PIDs {
+			if c.startedAnew(pid, prev.starts) {
+				if anew == nil {
+					anew = map[int]bool{}
+				}
+				anew[pid] = true
+			}
+		}
+	}
+	return gone, anew
 }
 
 // startsOf reads the start times of the processes holding busy clients

@@ -2191,6 +2191,66 @@ func TestAMDScrapeTooSoonServesThePreviousWindow(t *testing.T) {
 	}
 }
 
+// TestAMDClosedClientScrapeTooSoon: a scrape too soon after one that found
+// a busy client closed serves that window again, the closed client with
+// it. Pod a's PID 200 (client 21, 1 GiB) is the GPU's sole allocated owner;
+// PID 300 (client 22), of an owner gone, ran beside it and exits between
+// the scrapes at 2 s and 4 s, busy in the window before (1e9 → 1.3e9 ns
+// over 2 s, 0.15). Its time in the window 2 to 4 s is unknown, so a's part
+// is too, not the GPU's whole 0.45: at 4 s and again at 4.005 s (the
+// re-scrape found no client closed against the 4 s scan, and billed a
+// 0.45, probe27 PA2). a's process's own time is its client's: 1.6e9 →
+// 2.2e9 ns, 0.6e9 / 2e9 = 0.3. At 5.5 s the window 4 to 5.5 s has a
+// alone: the moment's 0.45, its process 2.2e9 → 2.65e9 ns, 0.45e9 / 1.5e9
+// = 0.3.
+func TestAMDClosedClientScrapeTooSoon(t *testing.T) {
+	const mib = 1 << 20
+	files := busyMI300X()
+	files["gpu_busy_percent"] = "45\n"
+	tr := newAMDTree(t, files)
+	clk := &fakeClock{t: testNow}
+	c := newAMDCollectorFor(t, tr, clk)
+	for _, step := range []struct {
+		after time.Duration
+		a, b  string // gfx ns; b "": PID 300 has exited
+		want  []usageWant
+		proc  *float64 // PID 200's utilization
+	}{
+		{0, "1000000000", "1000000000", nil, nil},
+		{2 * time.Second, "1600000000", "1300000000", nil, nil},
+		{2 * time.Second, "2200000000", "", []usageWant{{some(1024 * mib), nil}}, some(0.3)},
+		{5 * time.Millisecond, "2200000000", "", []usageWant{{some(1024 * mib), nil}}, some(0.3)},
+		{1495 * time.Millisecond, "2650000000", "", []usageWant{{some(1024 * mib), some(0.45)}}, some(0.3)},
+	} {
+		clk.t = clk.t.Add(step.after)
+		tr.fd(200, 5, amdgpuClient("21", "1024", step.a))
+		if step.b != "" {
+			tr.fd(300, 6, amdgpuClient("22", "512", step.b))
+		} else if err := os.RemoveAll(filepath.Join(tr.procs, "300")); err != nil {
+			t.Fatal(err)
+		}
+		devs, err := c.readDevices(context.Background(), moveScrape)
+		if err != nil || len(devs) != 1 {
+			t.Fatalf("%d devices, %v", len(devs), err)
+		}
+		if step.want == nil {
+			continue
+		}
+		d := devs[0]
+		d.Claims = []attribution.Claim{{Owner: attribution.Owner{Kind: attribution.Kubernetes, Namespace: "ml", Pod: "a", Container: "main"}, Share: 1}}
+		d.ProcessOwner, d.OwnersAllocated = map[uint32]int{200: 0}, true
+		t.Run(clk.t.Sub(testNow).String(), func(t *testing.T) {
+			checkUsage(t, d.Usage(), step.want)
+			if len(d.Processes) != 1 || d.Processes[0].PID != 200 {
+				t.Fatalf("processes %+v, want PID 200 alone", d.Processes)
+			}
+			if u := d.Processes[0].Utilization; (u == nil) != (step.proc == nil) || u != nil && math.Abs(*u-*step.proc) > 1e-12 {
+				t.Errorf("PID 200's utilization %v, want %v", deref(u), deref(step.proc))
+			}
+		})
+	}
+}
+
 // scrapeAMDPair scrapes, every 10 s from testNow (5400 s after boot), an
 // MI300X whose PID 3001 (a.service, 8 GiB, 0.4 busy) has option and PID
 // 3002 (b.service, 4 GiB, 0.2) none, served through the demo's sysfs and
