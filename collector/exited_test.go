@@ -70,7 +70,7 @@ kubernetes:
 // was billed the whole 0.6 (probe27 PB1). Whether the exporter learns of
 // the reuse from a pidfd or from the start time, the split is left out
 // for that window, and so is the PID's own utilization, which is both
-// processes'.
+// processes', also by a scrape that serves that window again.
 func TestPIDReusedMidWindow(t *testing.T) {
 	const gpu = "GPU-e0000000-0000-4000-8000-000000000001"
 	for _, pidfd := range []bool{true, false} {
@@ -104,6 +104,16 @@ kubernetes:
 			// Memory is of the moment: the new pod's process's 4 GiB.
 			check(t, "xpu_workload_memory_used_bytes", 4<<30, `pod="a-g40"`)
 			check(t, "xpu_process_memory_used_bytes", 4<<30, `pid="700"`, `pod="a-g40"`)
+
+			// A scrape 0.1 s later, before the driver ends another sample
+			// period, serves that window again, and so leaves out what
+			// that scrape left out, though the resolver sees the new
+			// process at both.
+			clk.set(testNow.Add(15*time.Second + 100*time.Millisecond))
+			check, absent = oracleChecks(scrapeText(t, e, 10*time.Second))
+			check(t, "xpu_utilization_ratio", 0.6, `uuid="`+gpu+`"`)
+			absent(t, "xpu_workload_utilization_ratio", `pod="a-g40"`)
+			absent(t, "xpu_process_utilization_ratio", `pid="700"`)
 
 			// The next window is the new process's alone.
 			clk.set(testNow.Add(30 * time.Second))

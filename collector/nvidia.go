@@ -251,7 +251,7 @@ func (c *nvidiaCollector) devices(nds []nvidia.Device, read uint64) []*Device {
 		if nd.Utilization.OK {
 			d.Utilization = &nd.Utilization.Value
 		}
-		d.ProcessesPartial, d.SamplesByPID = nd.ProcessesPartial, true
+		d.ProcessesPartial, d.SamplesByPID, d.WindowEnd = nd.ProcessesPartial, true, nd.WindowEnd
 		d.Processes = make([]Process, 0, len(nd.Processes))
 		// Pointers into nd's own slice, not into a per-process copy.
 		for i := range nd.Processes {

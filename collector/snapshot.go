@@ -69,6 +69,9 @@ type Device struct {
 	// ends with the process: a PID given to another process within the
 	// window has both processes' time (Process.Mixed).
 	SamplesByPID bool
+	// WindowEnd tells the utilization window apart from the last one: the
+	// same end is the same window served again. 0 where unknown.
+	WindowEnd uint64
 	// ProcessesPartial says Processes may lack some of the device's
 	// processes: a vendor's list call failed, or procfs could not be read
 	// for every process of the node. The per-owner split is then left out,
@@ -240,6 +243,19 @@ type snapshotter struct {
 	vendors map[string]bool
 	// coalesced counts scrapes served from another scrape's snapshot.
 	coalesced atomic.Uint64
+	// reused are the PIDs found given to another process (markReused) in
+	// the window each device's last snapshot served, by device: a snapshot
+	// serving that window again has them too, though the resolver, whose
+	// processes are those of the last snapshot by then, finds none.
+	reused map[string]reusedIn
+}
+
+// reusedIn is what a device's PIDs found reused say of one window
+// (attribution.Ownership's Reused and ReusedByOther).
+type reusedIn struct {
+	end     uint64 // Device.WindowEnd
+	pids    []uint32
+	byOther bool
 }
 
 // build is a snapshot being built, and what it moves on.
@@ -443,11 +459,9 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 		if own := res.Devices[attributionKey(d)]; own != nil {
 			d.Claims, d.ProcessOwner, d.OwnersUnknown, d.OwnersAllocated = own.Claims, own.Process, own.OwnersUnknown, own.Allocated
 			d.ProcessStrays = own.Strays
-			if d.SamplesByPID && len(own.Reused) > 0 {
-				markReused(d, own)
-			}
 		}
 	}
+	s.carryReused(snap.Devices, res.Devices)
 	// An instance nothing can be tied to may be held: so may its GPU, as
 	// the resolver has it for the instances it sees (an instance's unknown
 	// owners are its GPU's).
@@ -467,19 +481,51 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 	snap.enginePods, snap.engineSplitPods, snap.engineOthers = res.EnginePods, res.EngineSplitPods, res.EngineOthers
 }
 
+// carryReused marks the devices' reused PIDs (markReused): those the
+// resolver found, and a window's served again, whose PIDs it found before.
+// What was found is kept, while the device is there, until the resolver
+// finds more on it: a read that serves another window (a /devices read
+// between scrapes, over the time since the last) does not make the next
+// scrape, which may serve the last one's again, forget it.
+func (s *snapshotter) carryReused(devs []*Device, owners map[string]*attribution.Ownership) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next map[string]reusedIn
+	for _, d := range devs {
+		if !d.SamplesByPID {
+			continue
+		}
+		key := attributionKey(d)
+		r, ok := s.reused[key]
+		if own := owners[key]; own != nil && len(own.Reused) > 0 {
+			r, ok = reusedIn{end: d.WindowEnd, pids: own.Reused, byOther: own.ReusedByOther}, true
+			markReused(d, r)
+		} else if ok && d.WindowEnd != 0 && r.end == d.WindowEnd {
+			markReused(d, r)
+		}
+		if ok && r.end != 0 {
+			if next == nil {
+				next = map[string]reusedIn{}
+			}
+			next[key] = r
+		}
+	}
+	s.reused = next
+}
+
 // markReused marks the processes of d whose PID named another process at
 // the previous scrape: the vendor's samples of that PID over the window are
 // both processes' (found by probing: probe27 PB1, a reused PID billed its
 // new pod for its predecessor's time). Where the former process was another
 // owner's, that owner's part is unknown, as an exited process's whose PID
 // is another's now.
-func markReused(d *Device, own *attribution.Ownership) {
+func markReused(d *Device, r reusedIn) {
 	for i := range d.Processes {
-		if slices.Contains(own.Reused, d.Processes[i].PID) {
+		if slices.Contains(r.pids, d.Processes[i].PID) {
 			d.Processes[i].Mixed = true
 		}
 	}
-	d.ExitedUnnamed = d.ExitedUnnamed || own.ReusedByOther
+	d.ExitedUnnamed = d.ExitedUnnamed || r.byOther
 }
 
 // nvidiaMinors maps each NVIDIA GPU's UUID to the N of its /dev/nvidiaN,

@@ -124,6 +124,10 @@ type Device struct {
 	MemoryUtilization  Opt[float64]
 	EncoderUtilization Opt[float64]
 	DecoderUtilization Opt[float64]
+	// WindowEnd is the timestamp (µs) of the newest device sample the
+	// window ends at: a read that ended no sample period since the last
+	// one serves that window again, with its end. 0 without a window.
+	WindowEnd uint64
 
 	MemoryTotal    Opt[uint64] // bytes
 	MemoryUsed     Opt[uint64]

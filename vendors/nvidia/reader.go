@@ -168,12 +168,12 @@ func (r *reader) utilization(d *Device, h nvml.Device) {
 		// than the driver's sample period see the most recent complete
 		// window again.
 		if r.prev != nil {
-			d.Utilization = reading.Some(r.prev.device)
+			d.Utilization, d.WindowEnd = reading.Some(r.prev.device), r.prev.end
 		}
 	case r.ok("GetSamples", ret):
 		r.periods = devicePeriods(r.lastSeen, typ, samples)
 		if w := newWindow(r.periods, nil, r.buffered()); w.length > 0 {
-			d.Utilization = reading.Some(w.device)
+			d.Utilization, d.WindowEnd = reading.Some(w.device), w.end
 			r.win = &w
 		} else {
 			r.periods = nil
