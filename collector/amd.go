@@ -1576,11 +1576,11 @@ func (c *amdCollector) logDown(card string, d *Device, why string) {
 		return
 	}
 	if why == "" {
-		c.logger.Info("AMD device is back", "gpu", d.Index, "uuid", d.UUID, "card", card)
+		c.logger.Info("AMD device is back", "gpu", d.Index, "uuid", d.UUID, "pci", d.PCIBusID, "card", card)
 		delete(c.down, card)
 		return
 	}
-	c.logger.Warn("AMD device down", "gpu", d.Index, "uuid", d.UUID, "card", card, "reason", why)
+	c.logger.Warn("AMD device down", "gpu", d.Index, "uuid", d.UUID, "pci", d.PCIBusID, "card", card, "reason", why)
 	c.down[card] = why
 }
 
@@ -1611,7 +1611,9 @@ func (c *amdCollector) Update(_ context.Context, snap *Snapshot, ch chan<- prome
 			continue
 		}
 		l := deviceLabels(d)
-		if d.UUID != "" {
+		// A GPU hung since start has no identity but the PCI address its
+		// card's link names: the one name to chase it by (probe27 PA6).
+		if d.UUID != "" || d.PCIBusID != "" {
 			info := identityLabels(d)
 			if driver.OK {
 				info = info.with("driver_version", driver.Value)

@@ -586,6 +586,15 @@ func TestAMDHungFromStartNamedByItsAddress(t *testing.T) {
 	if strings.Contains(logs.String(), "no card in class/drm lists") {
 		t.Errorf("its holder was logged as holding a device no card lists:\n%s", logs.String())
 	}
+	// Its series and its log line name it by that address, which is all
+	// there is to chase it by (probe27 PA6: gpu="0" alone, uuid="").
+	if !strings.Contains(logs.String(), "pci=0000:0c:00.0") {
+		t.Errorf("the down line does not name the address:\n%s", logs.String())
+	}
+	out := updateText(t, c, &Snapshot{Devices: []*Device{d}})
+	if !strings.Contains(out, `xpu_device_info{gpu="0",pci_bus_id="0000:0c:00.0",vendor="amd"} 1`) {
+		t.Errorf("no xpu_device_info naming 0000:0c:00.0:\n%s", out)
+	}
 }
 
 // TestAMDSlowCardIsWaitedOn: a card read that a scrape with a tiny budget
