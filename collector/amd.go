@@ -1448,13 +1448,17 @@ func (c *amdCollector) logScan(errs []amd.ScanError) {
 
 // scanHint says what commonly causes a scan error: procfs that cannot be
 // listed at all is not the host's, or not mounted where --path.procfs
-// says; a process's files that cannot be read need a capability.
+// says; a process's files that cannot be read need a capability; a DRM
+// file's usage stats the exporter does not understand are the driver's
+// format, not a permission (probe27 PA10).
 func scanHint(e amd.ScanError) string {
 	switch {
 	case strings.HasPrefix(e.File, "/"):
 		return "procfs itself cannot be listed: --path.procfs must be the host's /proc (hostPID in Kubernetes)"
 	case errors.Is(e.Err, fs.ErrPermission):
 		return "other processes' fd and fdinfo need CAP_SYS_PTRACE (chart: amd.ptrace)"
+	case errors.Is(e.Err, amd.ErrMalformed):
+		return "the driver printed a DRM usage stats line in a form the kernel documentation (\"DRM client usage stats\") does not give; please report it with the fdinfo file"
 	}
 	return "see README, AMD Instinct: least privilege"
 }

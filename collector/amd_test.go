@@ -399,7 +399,7 @@ func TestAMDModelWithoutProductName(t *testing.T) {
 // TestAMDScanHint: the warning names the likely cause: a procfs that
 // cannot be listed is not the host's (it blamed a missing capability, found
 // by probing with --path.procfs=/nonexistent); a process's files refused
-// need CAP_SYS_PTRACE.
+// need CAP_SYS_PTRACE; a usage stats line not understood is the driver's.
 func TestAMDScanHint(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -409,6 +409,9 @@ func TestAMDScanHint(t *testing.T) {
 		{"procfs missing", amd.ScanError{File: "/nonexistent", Err: &fs.PathError{Op: "open", Path: "/nonexistent", Err: syscall.ENOENT}}, "--path.procfs must be the host's /proc"},
 		{"fd refused", amd.ScanError{PID: 300, File: "fd", Err: &fs.PathError{Op: "open", Path: "/proc/300/fd", Err: syscall.EACCES}}, "CAP_SYS_PTRACE"},
 		{"fdinfo refused", amd.ScanError{PID: 300, File: "fdinfo/7", Err: syscall.EPERM}, "CAP_SYS_PTRACE"},
+		// A value the parser refuses is the driver's format, not a
+		// permission (probe27 PA10: "3 GiB" pointed at least privilege).
+		{"fdinfo malformed", amd.ScanError{PID: 300, File: "fdinfo/5", Err: fmt.Errorf("%w: drm-memory-vram: memory \"3 GiB\"", amd.ErrMalformed)}, "DRM client usage stats"},
 	} {
 		if got := scanHint(tc.err); !strings.Contains(got, tc.want) {
 			t.Errorf("%s: hint %q, want one saying %q", tc.name, got, tc.want)
