@@ -406,6 +406,13 @@ func (r Reader) ReadDevice(card string) Device {
 	d.MemBusy = value(dr, "mem_busy_percent", parsePercent)
 	d.VRAMTotal = value(dr, "mem_info_vram_total", parseUint)
 	d.VRAMUsed = value(dr, "mem_info_vram_used", parseUint)
+	if d.VRAMUsed.OK && d.VRAMTotal.OK && d.VRAMUsed.Value > d.VRAMTotal.Value {
+		// Used is part of total (amdgpu.rst: "the total amount of
+		// currently used VRAM" of "the total amount of VRAM"): more than
+		// it is a misread, not a reading (probe27 PA8).
+		dr.fail("mem_info_vram_used", fmt.Errorf("%w: %d bytes used of %d", ErrMalformed, d.VRAMUsed.Value, d.VRAMTotal.Value))
+		d.VRAMUsed = Opt[uint64]{}
+	}
 	d.LinkSpeed = optional(dr, "current_link_speed", parseLinkSpeed)
 	d.LinkWidth = optional(dr, "current_link_width", parseLinkWidth)
 

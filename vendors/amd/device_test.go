@@ -194,6 +194,31 @@ func TestSecondaryDiePowerIsNoReading(t *testing.T) {
 	}
 }
 
+// TestReadDeviceUsedAboveTotal: VRAM used above VRAM total cannot both be
+// right (probe27 PA8: 3e11 bytes used of 2.06e11 served): used is filed as
+// malformed and unset, total kept; used equal to total is a full GPU.
+func TestReadDeviceUsedAboveTotal(t *testing.T) {
+	for _, tc := range []struct {
+		used     string
+		wantUsed bool
+	}{
+		{"300000000000\n", false},
+		{"205822885888\n", true},
+	} {
+		root := buildCard(t, map[string]string{"vendor": "0x1002\n", "mem_info_vram_total": "205822885888\n", "mem_info_vram_used": tc.used})
+		d := Reader{SysfsRoot: root}.ReadDevice("card0")
+		if !d.VRAMTotal.OK || d.VRAMTotal.Value != 205822885888 {
+			t.Errorf("used %s: total %+v, want 205822885888", tc.used, d.VRAMTotal)
+		}
+		if d.VRAMUsed.OK != tc.wantUsed {
+			t.Errorf("used %s: read %+v, want set %v", tc.used, d.VRAMUsed, tc.wantUsed)
+		}
+		if got, want := errorFiles(d), []string{"mem_info_vram_used"}; tc.wantUsed == (len(got) > 0) || !tc.wantUsed && !reflect.DeepEqual(got, want) {
+			t.Errorf("used %s: errors in %v", tc.used, got)
+		}
+	}
+}
+
 func TestReadDeviceMissingMalformedOversized(t *testing.T) {
 	root := buildCard(t, map[string]string{
 		"vendor":                       "0x1002\n",
