@@ -196,7 +196,7 @@ code{font-size:11px;word-break:break-all}
 <td>{{range .Owners}}<div class="owner"><span class="kind">{{.Kind}}</span>
 {{- range $k, $v := .Labels}} {{$k}}=<b><bdi>{{text $v}}</bdi></b>{{end}}
 {{- with .Share}} · share {{pct .}}{{end}} · util {{pct .Utilization}} · mem {{gib .MemoryUsed}}</div>
-{{else}}<span class="kind">{{if .OwnersUnknown}}owners unknown (README: xpu_device_owners){{else}}no owner{{end}}</span>{{end}}</td>
+{{end}}{{if .OwnersUnknown}}<span class="kind">{{if .Owners}}other {{end}}owners unknown (README: xpu_device_owners)</span>{{else if not .Owners}}<span class="kind">no owner</span>{{end}}</td>
 </tr>
 {{end}}</tbody></table>
 {{with .Sources}}<h2>Attribution sources</h2><ul>

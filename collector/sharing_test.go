@@ -785,6 +785,67 @@ kubernetes:
 	absent(t, "xpu_utilization_ratio", `gpu="1"`, `pod=`)
 }
 
+// TestOwnersUnknownNoOwnerLabels: one pod, ts-x, holds time-slicing
+// replica ::3 of GPU 0 and runs its one process there. Where the device
+// plugin advertises the GPU's four replicas, ts-x is its one known owner:
+// the device series carry its labels, its share is 1/4, and its part is
+// the whole device's 0.4 (its process's 0.4 is all of the device's). Where
+// the plugin advertises none of them (sharing reconfigured, or the GPU
+// unhealthy), the resolver says the GPU's owners are unknown
+// (xpu_device_owners left out): the device series then carry no owner
+// labels, as while the kubelet is down, since sum by (pod) over them would
+// bill ts-x the whole GPU (probe B PB2: they carried ts-x's). Its own
+// series still name it: the process is its, 0.4 and 10 GiB.
+func TestOwnersUnknownNoOwnerLabels(t *testing.T) {
+	const gpu = "GPU-c0000000-0000-4000-8000-000000000000"
+	devices := []string{"xpu_device_up", "xpu_utilization_ratio", "xpu_memory_used_bytes", "xpu_power_watts", "xpu_temperature_celsius"}
+	for _, tc := range []struct {
+		name        string
+		allocatable string
+		known       bool
+	}{
+		{name: "replicas advertised", allocatable: `[` + gpu + `::0, ` + gpu + `::1, ` + gpu + `::2, ` + gpu + `::3]`, known: true},
+		{name: "replicas not advertised", allocatable: `[GPU-c0000000-0000-4000-8000-000000000001]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := demo.Parse([]byte(`node: n1
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.4, memory_used: 40GiB, temperature: 50, power: 300}}
+devices:
+  - uuid: ` + gpu + `
+    processes: [{pid: 5101, pod: ml/ts-x, memory_used: 10GiB, utilization: 0.4}]
+  - uuid: GPU-c0000000-0000-4000-8000-000000000001
+kubernetes:
+  pods:
+    - {namespace: ml, name: ts-x, uid: c0000000-0000-4000-8000-0000000000a2, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: ["` + gpu + `::3"]}]}]}
+  allocatable:
+    - {resource: nvidia.com/gpu, ids: ` + tc.allocatable + `}
+`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := scrapeText(t, newAttributedExporterFor(t, s), 10*time.Second)
+			check, absent := oracleChecks(out)
+			owner := []string{`gpu="0"`, `namespace="ml"`, `pod="ts-x"`, `container="main"`}
+			if tc.known {
+				for _, f := range devices {
+					sample(t, out, f, owner...)
+				}
+				check(t, "xpu_device_owners", 1, `gpu="0"`)
+				check(t, "xpu_workload_allocated_devices", 0.25, owner...)
+			} else {
+				for _, f := range devices {
+					sample(t, out, f, `gpu="0"`)
+					absent(t, f, `gpu="0"`, `pod=`)
+				}
+				absent(t, "xpu_device_owners", `gpu="0"`)
+				absent(t, "xpu_workload_allocated_devices", `gpu="0"`)
+			}
+			check(t, "xpu_workload_utilization_ratio", 0.4, owner...)
+			check(t, "xpu_workload_memory_used_bytes", 10<<30, owner...)
+		})
+	}
+}
+
 // TestProcessOwnerOnAPartialList: GPU 0's graphics list is refused
 // (NO_PERMISSION), so its owners are unknown and its split left out; the
 // process NVML does list still runs in a.service, and its own series say

@@ -106,8 +106,12 @@ type Device struct {
 
 // owner is the device's owner when it has exactly one: only then do its
 // series carry owner labels, so that sum() over a shared device stays right.
+// A device whose owners are unknown has none, though one be seen: it may
+// have others, and sum by (pod) would bill that one the whole device (a
+// time-slicing replica the device plugin no longer advertises, probe B
+// PB2).
 func (d *Device) owner() (attribution.Owner, bool) {
-	if len(d.Claims) == 0 {
+	if len(d.Claims) == 0 || d.OwnersUnknown {
 		return attribution.Owner{}, false
 	}
 	o := d.Claims[0].Owner
