@@ -229,8 +229,10 @@ type Result struct {
 	Devices map[string]*Ownership
 	Sources []Source
 	// UnknownDeviceIDs counts the device-plugin IDs in this scrape that name
-	// no device in a form the resolver understands; such an ID is not
-	// attributed, the other devices of its container are.
+	// no device in a form the resolver understands, and the GRES indices
+	// Slurm's running jobs hold that no device here has, one per job; such
+	// an ID is not attributed, the other devices of its container or job
+	// are.
 	UnknownDeviceIDs int
 	// EndedPods counts the pods the kubelet listed with devices though
 	// they have ended (Resolver.withoutEnded); their devices are not

@@ -357,6 +357,9 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	if r.cfg.Slurm != nil {
 		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: slurmErr})
 		slurmDown = slurmErr != nil
+		if !slurmDown {
+			res.UnknownDeviceIDs += r.gresNamingNoDevice(devices, sl, unread)
+		}
 	}
 	if len(sl.environUnread) > 0 {
 		// A file of procfs that could not be read, as a hidden process's.
@@ -2026,6 +2029,46 @@ func (sl slurmState) unseenHolder(d Device) bool {
 // worked out may be a job's: jobs hold GRES on the node, seen or hidden.
 func (sl slurmState) mayHoldUnplaced(d Device) bool {
 	return d.GRESUnplaced && (len(sl.gres) > 0 || sl.holdersUnseen)
+}
+
+// gresNamingNoDevice counts the GRES indices running jobs hold on this node
+// that no device here has, one for each job holding one, and logs each
+// once, naming the job and the index: a GPU the vendor's library does not
+// list (fallen off the bus, never identified), or GRES numbered in another
+// order than --slurm.gres-order says. Such a job's billed share misses that
+// GPU, as a pod's misses the device a device-plugin ID names that is not
+// here (UnknownDeviceIDs). Not counted where an index may name a device
+// read here after all: one whose GRES index could not be worked out, or
+// none, the vendors whose devices could not be read this time (unread,
+// which their collector's failure tells), or no device read at all.
+func (r *Resolver) gresNamingNoDevice(devices []Device, sl slurmState, unread map[string]bool) int {
+	if len(sl.gres) == 0 || len(unread) > 0 {
+		return 0
+	}
+	placed := make(map[int]bool, len(devices))
+	for _, d := range devices {
+		if d.GRESUnplaced {
+			return 0
+		}
+		if d.GRESIndex >= 0 {
+			placed[d.GRESIndex] = true
+		}
+	}
+	if len(placed) == 0 {
+		return 0
+	}
+	n := 0
+	for idx, holds := range sl.gres {
+		if placed[idx] {
+			continue
+		}
+		for _, h := range holds {
+			n++
+			r.logOnceMsg(fmt.Errorf("job %s holds GRES index %d, which no GPU read on this node has", h.job, idx),
+				"Slurm job's GRES index names no GPU of this node (a GPU the vendor's library does not list, or --slurm.gres-order not gres.conf's); that GPU is not attributed to the job (its other GPUs are)")
+		}
+	}
+	return n
 }
 
 // gresHold is a job's hold on a GPU through GRES: the whole GPU (share 1),

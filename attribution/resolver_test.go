@@ -2088,6 +2088,60 @@ func TestSlurmUnplacedJobsMakeOwnersUnknown(t *testing.T) {
 	}
 }
 
+// TestSlurmGRESIndexNamingNoGPU: job 5003's record gives it GRES indices
+// 0, 3 and 7 on a node whose GPUs are GRES 0 to 5. It holds GPUs 0 and 3;
+// index 7 names no GPU of the node (one NVML does not list, or the wrong
+// --slurm.gres-order), so it is counted in UnknownDeviceIDs as a device
+// plugin's ID naming no device is, and logged once, naming the job and the
+// index (probe B PB3: ignored, no count, no log). Not where the index may
+// name a GPU read here all the same: one whose GRES index is unknown, a
+// vendor whose devices could not be read this time, or no GPU read.
+func TestSlurmGRESIndexNamingNoGPU(t *testing.T) {
+	squeue := fakeBinary(t, "squeue", `printf '5003|5003|2026-11-22T09:00:00\n'`)
+	scontrol := fakeBinary(t, "scontrol", `case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+printf 'JobId=5003 JobName=train\n   UserId=carol(1002) GroupId=carol(1002) MCS_label=N/A\n   Priority=1 Nice=0 Account=acct-c QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:a100:3\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:a100:3(IDX:0,3,7)\n'`)
+	gpus := func(n int) []Device {
+		var devs []Device
+		for i := range n {
+			devs = append(devs, Device{UUID: fmt.Sprintf("GPU-%d", i), Index: i, MIGIndex: -1, GRESIndex: i})
+		}
+		return devs
+	}
+	unplaced := gpus(6)
+	unplaced[5].GRESIndex, unplaced[5].GRESUnplaced = -1, true
+	for _, tc := range []struct {
+		name    string
+		devices []Device
+		unread  map[string]bool
+		want    int
+	}{
+		{name: "index beyond the node's GPUs", devices: gpus(6), want: 1},
+		{name: "every index a GPU of the node", devices: gpus(8)},
+		{name: "a GPU's GRES index unknown", devices: unplaced},
+		{name: "a vendor's devices unread", devices: gpus(6), unread: map[string]bool{"nvidia": true}},
+		{name: "no GPU read", devices: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			for range 2 {
+				res := r.ResolveRead(context.Background(), tc.devices, tc.unread)
+				if res.UnknownDeviceIDs != tc.want {
+					t.Errorf("unknown device IDs %d, want %d", res.UnknownDeviceIDs, tc.want)
+				}
+				for _, uuid := range []string{"GPU-0", "GPU-3"} {
+					if own := res.Devices[uuid]; own != nil && (len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != "5003") {
+						t.Errorf("%s: claims %+v, want job 5003's", uuid, own.Claims)
+					}
+				}
+			}
+			if n := strings.Count(logs.String(), "job 5003 holds GRES index 7"); n != tc.want {
+				t.Errorf("index 7 logged %d times over two scrapes, want %d:\n%s", n, tc.want, logs.String())
+			}
+		})
+	}
+}
+
 // TestSlurmNodeNameLearnt: with no --slurm.node-name, the host's name is
 // taken, and where Slurm knows the node by another (NodeName apart from
 // NodeHostname, as AWS ParallelCluster names its nodes queue-dy-gpu-1 on

@@ -20,7 +20,7 @@ var (
 	workloadMemory    = gauge("workload_memory_used_bytes", "Device memory used by the owner's processes (0 for an owner without processes).")
 	workloadUtil      = gauge("workload_utilization_ratio", "The owner's part of the device's utilization since the previous scrape, split in proportion to per-process samples of the same window; the parts of a device add up to xpu_utilization_ratio, but on AMD, whose device reading is of the moment: there each part is its processes' busy time over the window.")
 	sourceUp          = gauge("attribution_source_up", "1 if the attribution source answered in this scrape, 0 if not (owner labels from it are missing).")
-	unknownIDs        = gauge("attribution_unknown_device_ids", "Device-plugin IDs in this scrape that name no device of this node (in no known form, or no such device); such an ID is not attributed, the other devices of its container are.")
+	unknownIDs        = gauge("attribution_unknown_device_ids", "Device-plugin IDs, and Slurm GRES indices held by running jobs, in this scrape that name no device of this node (in no known form, or no such device); such an ID is not attributed, the other devices of its container or job are.")
 	unresolvedClaims  = gauge("attribution_unresolved_claim_devices", "DRA claim devices in this scrape that match no device of the node (CDI spec missing, malformed, oversized or stale); such a device is not attributed, the other devices of its container are.")
 	endedPods         = gauge("attribution_ended_pods", "Pods the kubelet lists with devices in this scrape though they have ended (Succeeded or Failed, per the kubelet Pods API); their devices are not attributed to them.")
 )
