@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -278,6 +279,18 @@ func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
 	if err := os.WriteFile(notCSV, []byte("hl-smi: \"unterminated\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// hl-smi's answer cut inside its last cell, without its line end
+	// (probe A PA3): device 7's pcie.link.width.max "16" became "1".
+	query := exec.Command(selfPath(t), (&gaudi.Runner{}).Args()...)
+	query.Env = append(os.Environ(), "HLSMI_FAKE_TABLE="+table)
+	answer, err := query.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "cut")
+	if err := os.WriteFile(cut, answer[:len(answer)-2], 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name, mode, table, reason string
 		timeout                   time.Duration
@@ -288,11 +301,13 @@ func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
 		{"not UTF-8", "nonutf8", table, "non_utf8", 5 * time.Second},
 		{"not CSV", "raw", notCSV, "malformed", 5 * time.Second},
 		{"exit status", "exit", table, "exit_status", 5 * time.Second},
+		{"cut short", "raw", cut, "malformed", 5 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("HLSMI_FAKE_MODE", tt.mode)
 			t.Setenv("HLSMI_FAKE_TABLE", tt.table)
 			before := strings.Count(logs.String(), fmt.Sprintf("reason=%s", tt.reason))
+			counted := sample(t, out, "xpu_hlsmi_errors_total", `reason="`+tt.reason+`"`)
 			start := time.Now()
 			for range 2 {
 				out = scrapeText(t, e, tt.timeout)
@@ -316,7 +331,7 @@ func TestGaudiFailuresReportKnownDevicesDown(t *testing.T) {
 			if got := seriesCount(out, "xpu_utilization_ratio"); got != 0 {
 				t.Errorf("%d readings served from a failed run, want none", got)
 			}
-			if got := sample(t, out, "xpu_hlsmi_errors_total", `reason="`+tt.reason+`"`); got != 2 {
+			if got := sample(t, out, "xpu_hlsmi_errors_total", `reason="`+tt.reason+`"`) - counted; got != 2 {
 				t.Errorf("%s counted %v times over two scrapes, want 2", tt.reason, got)
 			}
 			if n := strings.Count(logs.String(), fmt.Sprintf("reason=%s", tt.reason)) - before; n != 1 {

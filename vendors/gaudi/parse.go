@@ -36,6 +36,9 @@ func Parse(out []byte, fields []string, header bool) ([]Device, error) {
 	if !utf8.Valid(out) {
 		return nil, &Error{Reason: ReasonNonUTF8, Detail: excerpt(out)}
 	}
+	if err := checkLineEnd(out); err != nil {
+		return nil, err
+	}
 	br := readers.Get().(*bufio.Reader)
 	br.Reset(bytes.NewReader(out))
 	defer func() {
@@ -98,6 +101,22 @@ func Parse(out []byte, fields []string, header bool) ([]Device, error) {
 		}
 	}
 	return devices, nil
+}
+
+// checkLineEnd refuses output whose last line has no line end. hl-smi
+// ends every line with one, so such output was cut short, and the cut may
+// fall inside the last cell: "16" read as "1" is a plausible number, where
+// a cut between cells at least shows as a column missing. The whole output
+// is refused rather than its last row left out: its device would read as
+// no longer listed, falsely down, and a cause that lasts (a wrapper that
+// strips the last line end) would keep it so while the collector looked
+// healthy. A tail of white space only holds no cell to misread.
+func checkLineEnd(out []byte) error {
+	tail := out[bytes.LastIndexByte(out, '\n')+1:]
+	if len(bytes.TrimSpace(tail)) == 0 {
+		return nil
+	}
+	return &Error{Reason: ReasonMalformed, Detail: "output cut short, its last line has no line end: " + excerpt(tail)}
 }
 
 // readers are the buffered readers Parse reads through, which csv.NewReader

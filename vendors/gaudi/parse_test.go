@@ -339,3 +339,37 @@ var tableFields = []string{
 	"ecc.errors.dram.aggregate.total", "ecc.errors.dram.volatile.total",
 	"pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
 }
+
+// TestParseCutShort: output whose last line has no line end was cut short,
+// perhaps inside its last cell, and is refused as a whole: gaudi3-8x.csv
+// cut before its last 2 bytes ends "…, 16, 1", and pcie.link.width.max
+// read 1 where hl-smi said 16 (probe A PA3).
+func TestParseCutShort(t *testing.T) {
+	table := string(readFixture(t, "gaudi3-8x.csv"))
+	header := table[:strings.IndexByte(table, '\n')+1]
+	for _, tc := range []struct {
+		name    string
+		out     string
+		reason  Reason // "" for success
+		devices int
+	}{
+		{"inside the last cell", table[:len(table)-2], ReasonMalformed, 0},
+		{"the line end only", table[:len(table)-1], ReasonMalformed, 0},
+		{"the header's line end", header[:len(header)-1], ReasonMalformed, 0},
+		{"whole", table, "", 8},
+		{"header only", header, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			devices, err := Parse([]byte(tc.out), tableFields, true)
+			if got := ReasonOf(err); got != tc.reason {
+				t.Fatalf("reason %q (%v), want %q", got, err, tc.reason)
+			}
+			if err != nil && !strings.Contains(err.Error(), "cut short") {
+				t.Errorf("%v does not say the output was cut short", err)
+			}
+			if len(devices) != tc.devices {
+				t.Errorf("%d devices, want %d", len(devices), tc.devices)
+			}
+		})
+	}
+}
