@@ -28,6 +28,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("0, HL-225, 1e308, 1e-320\n"), false, false)
 	f.Add([]byte("index\n-1\n"), true, false)
+	f.Add([]byte("\ufeffindex, name, memory.used [MiB], utilization.aip [%]\n \t\n0, HL-225, 512, 10\n   "), true, false)
 
 	f.Fuzz(func(t *testing.T, out []byte, header, defaultFields bool) {
 		fields := caseFields

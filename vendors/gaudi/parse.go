@@ -18,6 +18,8 @@ import (
 // devices; thousands of rows mean the output is not what was asked for.
 const maxDevices = 1024
 
+var utf8BOM = []byte("\ufeff")
+
 // notAvailable is what hl-smi prints for a reading the device or driver
 // does not give (the and the manual's "N/A").
 const notAvailable = "N/A"
@@ -36,6 +38,9 @@ func Parse(out []byte, fields []string, header bool) ([]Device, error) {
 	if !utf8.Valid(out) {
 		return nil, &Error{Reason: ReasonNonUTF8, Detail: excerpt(out)}
 	}
+	// A byte order mark is no part of the header's first name, which
+	// would read as a column not asked for ("\ufeffindex").
+	out = bytes.TrimPrefix(out, utf8BOM)
 	if err := checkLineEnd(out); err != nil {
 		return nil, err
 	}
@@ -51,10 +56,21 @@ func Parse(out []byte, fields []string, header bool) ([]Device, error) {
 	// Each record is used before the next is read; the cells' strings
 	// stay valid (csv.Reader.ReuseRecord).
 	r.ReuseRecord = true
+	// csv.Reader skips empty lines but reads a line of spaces as a row of
+	// one empty cell, which would refuse the table as a row too short: it
+	// holds no cell either, and is skipped as well.
+	read := func() ([]string, error) {
+		for {
+			rec, err := r.Read()
+			if err != nil || len(rec) > 1 || strings.TrimSpace(rec[0]) != "" {
+				return rec, err
+			}
+		}
+	}
 
 	columns := fields
 	if header {
-		rec, err := r.Read()
+		rec, err := read()
 		if errors.Is(err, io.EOF) {
 			return nil, &Error{Reason: ReasonMalformed, Detail: "no header line"}
 		}
@@ -71,7 +87,7 @@ func Parse(out []byte, fields []string, header bool) ([]Device, error) {
 	// A row a line: room for every row, up to the bound.
 	devices := make([]Device, 0, min(bytes.Count(out, []byte{'\n'})+1, maxDevices))
 	for line := 1; ; line++ {
-		rec, err := r.Read()
+		rec, err := read()
 		if errors.Is(err, io.EOF) {
 			break
 		}

@@ -373,3 +373,44 @@ func TestParseCutShort(t *testing.T) {
 		})
 	}
 }
+
+// TestParseBlankLinesAndBOM: a line of white space holds no cell and is
+// skipped as an empty line is, wherever it is; it refused the table as a
+// row of 1 column. A UTF-8 byte order mark before the first line is no
+// part of it; it refused the table as a column "\ufeffindex" not asked for
+// (probe A PA9).
+func TestParseBlankLinesAndBOM(t *testing.T) {
+	table := string(readFixture(t, "gaudi3-8x.csv"))
+	header, rows, _ := strings.Cut(table, "\n")
+	for _, tc := range []struct {
+		name   string
+		out    string
+		header bool
+	}{
+		{"spaces after the table", table + "\n\n   \n", true},
+		{"spaces without a line end", table + "   ", true},
+		{"tabs and a CRLF", table + " \t \r\n", true},
+		{"spaces before the header", "  \n" + table, true},
+		{"spaces between rows", header + "\n \n" + rows, true},
+		{"BOM", "\ufeff" + table, true},
+		{"BOM without a header", "\ufeff" + rows, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			devices, err := Parse([]byte(tc.out), tableFields, tc.header)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(devices) != 8 {
+				t.Fatalf("%d devices, want 8", len(devices))
+			}
+			// The first row is index 0, module 1; the last index 7 at
+			// 0000:db:00.0 (gaudi3-8x.csv).
+			if d := devices[0]; d.Index != 0 || d.ModuleID != reading.Some(1) {
+				t.Errorf("first device: index %d, module %+v", d.Index, d.ModuleID)
+			}
+			if d := devices[7]; d.Index != 7 || d.BusID != "0000:db:00.0" {
+				t.Errorf("last device: index %d, bus %s", d.Index, d.BusID)
+			}
+		})
+	}
+}
