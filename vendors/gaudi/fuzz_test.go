@@ -59,6 +59,9 @@ func FuzzParse(f *testing.F) {
 					t.Fatalf("reading %v is not finite", v.Value)
 				}
 			}
+			if d.MemoryUsed.OK && d.MemoryTotal.OK && d.MemoryUsed.Value > d.MemoryTotal.Value {
+				t.Fatalf("memory used %d above total %d", d.MemoryUsed.Value, d.MemoryTotal.Value)
+			}
 			if d.BusID != "" && pciaddr.Canonical(d.BusID) != d.BusID {
 				t.Fatalf("bus id %q not normalised", d.BusID)
 			}

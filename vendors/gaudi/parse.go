@@ -228,5 +228,13 @@ func parseRow(d *Device, rec []string, columns []string) error {
 			d.Problems = append(d.Problems, &Error{Reason: ReasonBadValue, Field: name, Detail: excerpt([]byte(rec[i]))})
 		}
 	}
+	// More memory used than the device has is no reading: the used cell is
+	// the unreadable one, as the total is the device's size, which its
+	// model fixes.
+	if used, total := d.MemoryUsed, d.MemoryTotal; used.OK && total.OK && used.Value > total.Value {
+		d.MemoryUsed = Opt[uint64]{}
+		d.Problems = append(d.Problems, &Error{Reason: ReasonBadValue, Field: "memory.used",
+			Detail: fmt.Sprintf("%d bytes, above memory.total's %d", used.Value, total.Value)})
+	}
 	return nil
 }

@@ -414,3 +414,41 @@ func TestParseBlankLinesAndBOM(t *testing.T) {
 		})
 	}
 }
+
+// TestParseMemoryUsedAboveTotal: memory.used above memory.total is an
+// impossible pair; the used reading is left out as a bad value and the
+// total kept. It was served as is (probe A PA8: 200000 MiB used of 131072).
+func TestParseMemoryUsedAboveTotal(t *testing.T) {
+	fields := []string{"index", "memory.total", "memory.used"}
+	const gaudi3 = 137438953472 // 131072 MiB × 1048576
+	for _, tc := range []struct {
+		name        string
+		row         string
+		used, total Opt[uint64]
+		bad         bool
+	}{
+		{"above", "0, 131072, 200000", Opt[uint64]{}, reading.Some(uint64(gaudi3)), true},
+		// Full is possible: 131072 MiB of 131072.
+		{"equal", "0, 131072, 131072", reading.Some(uint64(gaudi3)), reading.Some(uint64(gaudi3)), false},
+		// 672 MiB × 1048576 = 704643072 bytes.
+		{"below", "0, 131072, 672", reading.Some(uint64(704643072)), reading.Some(uint64(gaudi3)), false},
+		// Without a total nothing says 200000 MiB is too much:
+		// 200000 × 1048576 = 209715200000 bytes.
+		{"no total", "0, N/A, 200000", reading.Some(uint64(209715200000)), Opt[uint64]{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			devices, err := Parse([]byte(tc.row+"\n"), fields, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := devices[0]
+			if d.MemoryUsed != tc.used || d.MemoryTotal != tc.total {
+				t.Errorf("used %+v, total %+v; want %+v, %+v", d.MemoryUsed, d.MemoryTotal, tc.used, tc.total)
+			}
+			bad := len(d.Problems) == 1 && d.Problems[0].Reason == ReasonBadValue && d.Problems[0].Field == "memory.used"
+			if bad != tc.bad || (!tc.bad && len(d.Problems) != 0) {
+				t.Errorf("problems %v, want a bad memory.used: %v", d.Problems, tc.bad)
+			}
+		})
+	}
+}
