@@ -262,8 +262,12 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		return nil, nil, false, err
 	}
 	c.mu.Lock()
-	keys := c.identify(nds)
-	unlisted := map[string]bool{} // bus_id of known devices this run lacks
+	rows := nds
+	nds, keys, leftOut := placed(rows, c.identify(rows))
+	// bus_id of known devices this run lacks, and of rows left out: a
+	// process holding one is that device's, not a hole in the others'
+	// lists.
+	unlisted := map[string]bool{}
 	for _, kd := range c.known {
 		if kd.BusID != "" {
 			unlisted[kd.BusID] = true
@@ -272,6 +276,11 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	c.mu.Unlock()
 	for i := range nds {
 		delete(unlisted, nds[i].BusID)
+	}
+	for _, nd := range leftOut {
+		if nd.BusID != "" {
+			unlisted[nd.BusID] = true
+		}
 	}
 	uses, unreadable, scanErr := c.procs.Scan(ctx)
 	partial = scanErr != nil || unreadable > 0
@@ -301,7 +310,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		c.logger.Info("every process holding a Gaudi device is tied to its device again")
 	}
 	c.unmatched = unmatched > 0
-	c.logBadFields(nds)
+	c.logBadFields(rows)
 	var scanFails gaudi.Reason
 	if scanErr != nil {
 		scanFails = gaudi.ReasonOf(scanErr)
@@ -363,6 +372,22 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	return nds, down, partial, nil
 }
 
+// placed splits a run's rows into those identify gave a key, with their
+// keys, and those it left out (key "").
+func placed(rows []gaudi.Device, keys []string) (nds []gaudi.Device, ndKeys []string, leftOut []gaudi.Device) {
+	if !slices.Contains(keys, "") {
+		return rows, keys, nil
+	}
+	for i := range rows {
+		if keys[i] == "" {
+			leftOut = append(leftOut, rows[i])
+			continue
+		}
+		nds, ndKeys = append(nds, rows[i]), append(ndKeys, keys[i])
+	}
+	return nds, ndKeys, leftOut
+}
+
 // logBadFields names a field whose cells stop reading (counted as
 // bad_value, their reading left out) with the first device and cell, once,
 // and its return once. c.mu must be held.
@@ -370,7 +395,15 @@ func (c *gaudiCollector) logBadFields(nds []gaudi.Device) {
 	now := map[string]bool{}
 	for i := range nds {
 		for _, p := range nds[i].Problems {
-			if !now[p.Field] && !c.badFields[p.Field] {
+			switch {
+			case now[p.Field] || c.badFields[p.Field]:
+			case p.Field == "index":
+				attrs := []any{"bus_id", nds[i].BusID, "uuid", nds[i].UUID, "err", p}
+				if nds[i].Index != gaudi.NoIndex {
+					attrs = append(attrs, "gpu", nds[i].Index)
+				}
+				c.logger.Warn("hl-smi printed an index that cannot be read; the row is served at the index of the known device its bus_id, uuid or serial names, where no other row holds it, and left out otherwise (xpu_hlsmi_errors_total{reason=\"bad_value\"})", attrs...)
+			default:
 				c.logger.Warn("hl-smi printed a value that cannot be read; that reading is left out while it does (xpu_hlsmi_errors_total{reason=\"bad_value\"})", "field", p.Field, "gpu", nds[i].Index, "err", p)
 			}
 			now[p.Field] = true
@@ -396,7 +429,10 @@ func (c *gaudiCollector) logBadFields(nds []gaudi.Device) {
 // matched by its index alone cannot take a device a later row names; then
 // rows by index (indexKey); then, where one nameless row is left and one
 // known device, that device (by elimination: hl-smi renumbered it while
-// its cells read N/A); the rest are devices of their own (newKey).
+// its cells read N/A); the rest are devices of their own (newKey). A row
+// whose index could not be read is matched by name only, and placed at
+// its device's index (placeUnindexed); its key is "" where it cannot be:
+// the row is left out.
 func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 	keys := make([]string, len(nds))
 	seen := make(map[string]bool, len(nds))
@@ -406,7 +442,7 @@ func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 		}
 	}
 	for i := range nds {
-		if keys[i] != "" {
+		if keys[i] != "" || nds[i].Index == gaudi.NoIndex {
 			continue
 		}
 		if k, ok := c.indexKey(&nds[i], seen); ok {
@@ -417,11 +453,12 @@ func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 		keys[row], seen[key] = key, true
 	}
 	for i := range nds {
-		if keys[i] == "" {
+		if keys[i] == "" && nds[i].Index != gaudi.NoIndex {
 			keys[i] = c.newKey(&nds[i], seen)
 			seen[keys[i]] = true
 		}
 	}
+	c.placeUnindexed(nds, keys)
 	for i := range nds {
 		nd := &nds[i]
 		kd, ok := c.known[keys[i]]
@@ -441,6 +478,32 @@ func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 		}
 	}
 	return keys
+}
+
+// placeUnindexed gives each row whose index hl-smi did not print readably
+// the index of the known device its name matched (identify), and takes
+// the key of one it cannot place: a row no known device matches (its
+// index would be a guess), and one whose device's index another row of
+// this run holds (renumbered since): two devices at one index would mix
+// the owners the device plugin's hl<n> and Slurm's GRES indices give
+// them. Such a row is left out, its device (if known) not listed this
+// run. c.mu must be held.
+func (c *gaudiCollector) placeUnindexed(nds []gaudi.Device, keys []string) {
+	taken := make(map[int]bool, len(nds))
+	for i := range nds {
+		taken[nds[i].Index] = true
+	}
+	for i := range nds {
+		if nds[i].Index != gaudi.NoIndex {
+			continue
+		}
+		kd, ok := c.known[keys[i]]
+		if !ok || taken[kd.Index] {
+			keys[i] = ""
+			continue
+		}
+		nds[i].Index, taken[kd.Index] = kd.Index, true
+	}
 }
 
 // namedKey is the key of the known device that nd names, unless another
@@ -502,7 +565,10 @@ func (c *gaudiCollector) eliminated(nds []gaudi.Device, keys []string, seen map[
 		if keys[i] != "" {
 			continue
 		}
-		if row >= 0 || !anonymousGaudi(&nds[i]) {
+		// A row left without an index, like a named one, is a device no
+		// known one matched: then the nameless row may be a new device
+		// as well.
+		if row >= 0 || !anonymousGaudi(&nds[i]) || nds[i].Index == gaudi.NoIndex {
 			return 0, "", false
 		}
 		row = i

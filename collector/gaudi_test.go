@@ -846,6 +846,30 @@ func TestGaudiUnlistedDeviceKeepsOthersOwners(t *testing.T) {
 	check(t, "xpu_device_owners", 2, `gpu="6"`, `vendor="habana"`)
 }
 
+// TestGaudiRowLeftOutKeepsOthersOwners: a row left out for an index no
+// known device gives it (TestGaudiRowWithoutIndex) is a device hl-smi
+// listed: a process holding it is that device's, and the other devices'
+// process lists are whole, as for a device no longer listed. Device 6,
+// owned by its two host services alone, keeps both.
+func TestGaudiRowLeftOutKeepsOthersOwners(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	// Row 0 is device 0, which process 3001 holds.
+	gaudiTableWith(t, s, 0, map[string]string{"index": "N/A"})
+	logs := &syncbuf.Buffer{}
+	e := newAttributedExporterFor(t, s, func(c *Config) {
+		c.HLSMIPath = selfPath(t)
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	out := scrapeText(t, e, 10*time.Second)
+	check, absent := oracleChecks(out)
+	absent(t, "xpu_device_up", `gpu="0"`)
+	// Device 6: hl-qual.service and habana-perf.service, two owners.
+	check(t, "xpu_device_owners", 2, `gpu="6"`, `vendor="habana"`)
+	if strings.Contains(logs.String(), "no hl-smi device could be tied to") {
+		t.Errorf("the left-out device's process is taken for one sysfs cannot tie:\n%s", logs.String())
+	}
+}
+
 // TestGaudiWithoutUUIDHasOwners: a device whose uuid hl-smi has never
 // printed (N/A from the first run) has no uuid label, and still its owners:
 // the device plugin names it by serial, its processes are tied to it by
@@ -1266,4 +1290,67 @@ func inflightWaiters(c *gaudiCollector) int {
 		return 0
 	}
 	return c.inflight.waiters
+}
+
+// TestGaudiRowWithoutIndex: a row whose index hl-smi prints unreadably is
+// counted (bad_value, one a run) and matched by its bus_id, uuid or serial
+// to a known device, served at that device's index; the other rows are
+// served as ever. One such row made the whole output malformed and every
+// device down (probe A PA5). A row no known device matches, or whose
+// device's index another row now holds, is left out: never served at an
+// index guessed, nor two devices at one index. Device 1 is uuid
+// …-01-04-03, utilization 87 % (fixtures/scenarios/gaudi.yaml).
+func TestGaudiRowWithoutIndex(t *testing.T) {
+	full := string(loadScenarioTable(t))
+	const uuid1 = `uuid="01P0-HL2080A0-15-B3B6AE52-01-04-03"`
+	noIndex := func(cell string) string { return setCells(t, full, 1, map[string]string{"index": cell}) }
+	for _, tc := range []struct {
+		name   string
+		tables []string // served in turn, the last twice
+		// devices and down are the xpu_device_up series and how many are
+		// 0; served says device 1 is up at gpu="1", its readings served.
+		devices, down int
+		served        bool
+		warning       string // in the one warning about the index
+	}{
+		{"N/A", []string{full, noIndex("N/A")}, 8, 0, true, "gpu=1"},
+		{"[N/A]", []string{full, noIndex("[N/A]")}, 8, 0, true, "gpu=1"},
+		{"empty", []string{full, noIndex("")}, 8, 0, true, "gpu=1"},
+		// Known by its uuid alone, bus_id and serial N/A.
+		{"matched by uuid", []string{full, setCells(t, full, 1, map[string]string{"index": "N/A", "bus_id": "N/A", "serial": "N/A"})}, 8, 0, true, "gpu=1"},
+		// Never listed with an index: no device to take one from.
+		{"never known", []string{noIndex("N/A")}, 7, 0, false, "bus_id=0000:"},
+		// Device 2 is listed at index 1 now: device 1, at 1 before, is
+		// left out and reported down.
+		{"index held by another row", []string{full, setCells(t, noIndex("N/A"), 2, map[string]string{"index": "1"})}, 8, 1, false, "bus_id=0000:"},
+		// Nothing names the row: device 1 is not listed, not taken by
+		// elimination.
+		{"no name either", []string{full, setCells(t, full, 1, map[string]string{"index": "N/A", "bus_id": "N/A", "uuid": "N/A", "serial": "N/A"})}, 8, 1, false, `bus_id=""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, logs := gaudiRuns(t, tc.tables...)
+			if n, down := seriesCount(out, "xpu_device_up"), gaudiDown(out); n != tc.devices || down != tc.down {
+				t.Errorf("%d devices, %d down; want %d, %d down:\n%s", n, down, tc.devices, tc.down, grepLines(out, "xpu_device_up{"))
+			}
+			if !strings.Contains(out, `xpu_scrape_collector_success{collector="gaudi"} 1`) {
+				t.Error("the collector fails")
+			}
+			check, absent := oracleChecks(out)
+			if tc.served {
+				check(t, "xpu_device_up", 1, `gpu="1"`, uuid1)
+				check(t, "xpu_utilization_ratio", 0.87, `gpu="1"`, uuid1)
+			} else {
+				absent(t, "xpu_utilization_ratio", uuid1)
+			}
+			// Every other device is served: device 0's utilization is 77 %.
+			check(t, "xpu_utilization_ratio", 0.77, `gpu="0"`)
+			// The bad index in each of the last table's two runs.
+			check(t, "xpu_hlsmi_errors_total", 2, `reason="bad_value"`)
+			check(t, "xpu_hlsmi_errors_total", 0, `reason="malformed"`)
+			warning := regexp.MustCompile(`(?m)^.*an index that cannot be read.*$`).FindAllString(logs, -1)
+			if len(warning) != 1 || !strings.Contains(warning[0], tc.warning) {
+				t.Errorf("%d warnings about the index, want 1 with %s:\n%s", len(warning), tc.warning, logs)
+			}
+		})
+	}
 }

@@ -38,10 +38,17 @@ type ECCCounter struct {
 	Memory string
 }
 
+// NoIndex is the Index of a row whose index cell hl-smi printed
+// unreadably (N/A, empty, not a number). Its device can be told only by
+// its identity cells (BusID, UUID, Serial); numbering it by its row would
+// be a guess.
+const NoIndex = -1
+
 // Device is one Gaudi device as read in one hl-smi run.
 type Device struct {
 	// Index is hl-smi's index column: the order in which hl-smi lists the
-	// devices, which is not the OAM module slot (ModuleID). Always set.
+	// devices, which is not the OAM module slot (ModuleID). NoIndex when
+	// the row's cell could not be read (listed in Problems).
 	Index    int
 	ModuleID Opt[int]
 

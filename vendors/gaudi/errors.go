@@ -17,7 +17,7 @@ const (
 	ReasonBusy           Reason = "busy"             // the previous run has not exited yet; no new run started
 	ReasonOutputTooLarge Reason = "output_too_large" // stdout beyond Runner.MaxOutput
 	ReasonNonUTF8        Reason = "non_utf8"         // stdout is not valid UTF-8
-	ReasonMalformed      Reason = "malformed"        // not CSV, rows of the wrong width, no usable index
+	ReasonMalformed      Reason = "malformed"        // not CSV, rows of the wrong width, an index listed twice
 	ReasonExtraColumn    Reason = "extra_column"     // a column that was not asked for
 	ReasonMissingColumn  Reason = "missing_column"   // a column that was asked for is absent
 	ReasonUnit           Reason = "unexpected_unit"  // a header unit other than the documented one

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
@@ -47,7 +48,11 @@ func FuzzParse(f *testing.F) {
 		}
 		seen := map[int]bool{}
 		for _, d := range devices {
-			if d.Index < 0 || seen[d.Index] {
+			if d.Index == NoIndex {
+				if !slices.ContainsFunc(d.Problems, func(p *Error) bool { return p.Field == "index" }) {
+					t.Fatalf("no index without a bad index cell: %v", d.Problems)
+				}
+			} else if d.Index < 0 || seen[d.Index] {
 				t.Fatalf("index %d negative or repeated", d.Index)
 			}
 			seen[d.Index] = true

@@ -105,13 +105,11 @@ func Parse(out []byte, fields []string, header bool) ([]Device, error) {
 		}
 		devices = append(devices, Device{Index: line - 1})
 		d := &devices[len(devices)-1]
-		if err := parseRow(d, rec, columns); err != nil {
-			return nil, err
-		}
+		parseRow(d, rec, columns)
 		// Among the rows before, at most maxDevices: for a node's few,
 		// cheaper than a set.
 		for i := range len(devices) - 1 {
-			if devices[i].Index == d.Index {
+			if d.Index != NoIndex && devices[i].Index == d.Index {
 				return nil, &Error{Reason: ReasonMalformed, Field: "index", Detail: fmt.Sprintf("index %d listed twice", d.Index)}
 			}
 		}
@@ -203,7 +201,7 @@ func splitHeader(cell string) (name, unit string) {
 // index column (recorded by others, or asked for without it) is numbered in
 // row order: every recorded output with the column lists it in that order
 // (fixtures/gaudi/real), and there is no other identity to go by.
-func parseRow(d *Device, rec []string, columns []string) error {
+func parseRow(d *Device, rec []string, columns []string) {
 	for i, name := range columns {
 		spec, known := fieldSpecs[name]
 		if !known {
@@ -211,8 +209,11 @@ func parseRow(d *Device, rec []string, columns []string) error {
 		}
 		v := strings.TrimSpace(rec[i])
 		if name == "index" {
+			// N/A included: hl-smi numbers every device it lists, so a row
+			// without a number is one odd cell, and the other rows stand.
 			if !spec.set(d, v) {
-				return &Error{Reason: ReasonMalformed, Field: name, Detail: excerpt([]byte(v))}
+				d.Index = NoIndex
+				d.Problems = append(d.Problems, &Error{Reason: ReasonBadValue, Field: name, Detail: excerpt([]byte(rec[i]))})
 			}
 			continue
 		}
@@ -236,5 +237,4 @@ func parseRow(d *Device, rec []string, columns []string) error {
 		d.Problems = append(d.Problems, &Error{Reason: ReasonBadValue, Field: "memory.used",
 			Detail: fmt.Sprintf("%d bytes, above memory.total's %d", used.Value, total.Value)})
 	}
-	return nil
 }

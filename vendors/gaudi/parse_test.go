@@ -40,7 +40,7 @@ func TestParseCases(t *testing.T) {
 		{"short-row.csv", ReasonMissingColumn, 0},
 		{"wrong-unit.csv", ReasonUnit, 0},
 		{"duplicate-index.csv", ReasonMalformed, 0},
-		{"index-not-available.csv", ReasonMalformed, 0},
+		{"index-not-available.csv", "", 1},
 		{"not-csv.csv", ReasonMalformed, 0},
 		{"empty.csv", ReasonMalformed, 0},
 		{"non-utf8.csv", ReasonNonUTF8, 0},
@@ -448,6 +448,42 @@ func TestParseMemoryUsedAboveTotal(t *testing.T) {
 			bad := len(d.Problems) == 1 && d.Problems[0].Reason == ReasonBadValue && d.Problems[0].Field == "memory.used"
 			if bad != tc.bad || (!tc.bad && len(d.Problems) != 0) {
 				t.Errorf("problems %v, want a bad memory.used: %v", d.Problems, tc.bad)
+			}
+		})
+	}
+}
+
+// TestParseUnreadableIndex: a row whose index cell cannot be read is one
+// odd cell, a bad value: the row is returned with NoIndex, for the
+// collector to place by its identity cells, and the other rows stand. One
+// such row made the whole output malformed, every device down (probe A
+// PA5). Two such rows are not one index listed twice.
+func TestParseUnreadableIndex(t *testing.T) {
+	fields := []string{"index", "bus_id", "memory.used"}
+	for _, cell := range []string{"N/A", "[N/A]", "", "x1"} {
+		t.Run(cell, func(t *testing.T) {
+			out := "0, 0000:19:00.0, 512\n" + cell + ", 0000:1a:00.0, 1024\n2, 0000:1b:00.0, 0\n" + cell + ", 0000:1c:00.0, 0\n"
+			devices, err := Parse([]byte(out), fields, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(devices) != 4 {
+				t.Fatalf("%d devices, want 4", len(devices))
+			}
+			for i, want := range []int{0, NoIndex, 2, NoIndex} {
+				if devices[i].Index != want {
+					t.Errorf("row %d: index %d, want %d", i, devices[i].Index, want)
+				}
+			}
+			// The row's other cells are read: 1024 MiB × 1048576.
+			if d := devices[1]; d.BusID != "0000:1a:00.0" || d.MemoryUsed != reading.Some(uint64(1073741824)) {
+				t.Errorf("row 1: %+v", d)
+			}
+			if p := devices[1].Problems; len(p) != 1 || p[0].Reason != ReasonBadValue || p[0].Field != "index" {
+				t.Errorf("row 1 problems %v, want one bad index", p)
+			}
+			if len(devices[0].Problems) != 0 || len(devices[2].Problems) != 0 {
+				t.Errorf("problems in rows 0 and 2: %v, %v", devices[0].Problems, devices[2].Problems)
 			}
 		})
 	}
