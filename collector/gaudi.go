@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,8 @@ var (
 		"Scans of procfs for the processes holding a Gaudi device open that failed, by reason; devices are then served without processes.")
 	gaudiUnreadable = gauge("gaudi_processes_unreadable",
 		"Processes whose open files the last scan could not read for lack of permission: their use of a Gaudi device is not seen.")
+	gaudiUnlisted = gauge("gaudi_devices_unlisted",
+		"Gaudi devices the habanalabs driver has (compute nodes in sysfs) at a PCI address no hl-smi row and no device served has: not served, since hl-smi names none of their readings; see README, Intel Gaudi.")
 	gaudiDRAMECC = counter("gaudi_dram_ecc_errors_total",
 		"ECC errors of the device's HBM (hl-smi ecc.errors.dram*), by type and scope; xpu_ecc_errors_total has hl-smi's device-wide totals.")
 )
@@ -59,6 +62,9 @@ type gaudiCollector struct {
 	unmatched  bool            // processes hold devices no listed one could be tied to; logged on change only
 	scanFails  gaudi.Reason    // why the last process scan failed, "" if it did not; logged on change only
 	badFields  map[string]bool // fields with cells hl-smi printed unreadably; logged on change only
+	// unlistedNodes are the PCI addresses of the driver's devices hl-smi
+	// does not list (unlistedBy); logged on change only.
+	unlistedNodes []string
 	// waitedOut counts snapshots that gave up waiting for a run under way.
 	waitedOut float64
 	// noBusID says hl-smi is not asked for bus_id: no process can be tied
@@ -284,6 +290,13 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	}
 	uses, unreadable, scanErr := c.procs.Scan(ctx)
 	partial = scanErr != nil || unreadable > 0
+	c.mu.Lock()
+	missing := c.unlistedBy(rows, c.procs.NodeAddresses())
+	c.mu.Unlock()
+	for _, addr := range missing {
+		// A process holding it holds that device, not one of the others.
+		unlisted[addr] = true
+	}
 	unmatched := 0
 	if scanErr == nil {
 		// A process holds a Gaudi that no listed device could be tied to
@@ -310,6 +323,14 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		c.logger.Info("every process holding a Gaudi device is tied to its device again")
 	}
 	c.unmatched = unmatched > 0
+	switch {
+	case slices.Equal(missing, c.unlistedNodes):
+	case len(missing) > 0:
+		c.logger.Warn("the habanalabs driver has Gaudi devices that hl-smi does not list; they are not served (xpu_gaudi_devices_unlisted), and a process holding one is counted as theirs", "pci", strings.Join(missing, ","))
+	default:
+		c.logger.Info("hl-smi lists every Gaudi device the habanalabs driver has again")
+	}
+	c.unlistedNodes = missing
 	c.logBadFields(rows)
 	var scanFails gaudi.Reason
 	if scanErr != nil {
@@ -370,6 +391,34 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		down = append(down, nd)
 	}
 	return nds, down, partial, nil
+}
+
+// unlistedBy are the PCI addresses of the driver's compute nodes (nodes,
+// from sysfs) that no row of the run and no known device has: devices
+// hl-smi does not list, which would otherwise be neither served nor seen
+// (probe27 PA4). None where a row's address is unknown (bus_id N/A, or
+// not asked for): that row may be one of them. c.mu must be held.
+func (c *gaudiCollector) unlistedBy(rows []gaudi.Device, nodes []string) []string {
+	if c.noBusID || len(nodes) == 0 {
+		return nil
+	}
+	have := make(map[string]bool, len(rows)+len(c.known))
+	for i := range rows {
+		if rows[i].BusID == "" {
+			return nil
+		}
+		have[rows[i].BusID] = true
+	}
+	for _, kd := range c.known {
+		have[kd.BusID] = true
+	}
+	var missing []string
+	for _, addr := range nodes {
+		if !have[addr] {
+			missing = append(missing, addr)
+		}
+	}
+	return missing
 }
 
 // placed splits a run's rows into those identify gave a key, with their
@@ -736,6 +785,7 @@ func (c *gaudiCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pro
 	}
 	if c.scanned {
 		e.emit(gaudiUnreadable, labels{}, c.unreadable)
+		e.emit(gaudiUnlisted, labels{}, float64(len(c.unlistedNodes)))
 	}
 	c.mu.Unlock()
 	for _, d := range snap.Devices {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/demo/hlsmisim"
+	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 	"github.com/xpu-exporter/xpu_exporter/vendors/gaudi"
 )
@@ -870,6 +871,51 @@ func TestGaudiRowLeftOutKeepsOthersOwners(t *testing.T) {
 	}
 }
 
+// TestGaudiDeviceHLSMIDoesNotList: the habanalabs driver has a device
+// (its compute node in sysfs, with its PCI address) that hl-smi leaves out
+// of its table. It cannot be served, since hl-smi names none of its
+// readings, but it is counted and named in one warning, not left unseen;
+// a process holding it holds that device, so the other devices' lists stay
+// whole and their owners known. It was neither seen nor logged, and its
+// holder was blamed on --path.sysfs while every owner was withheld (probe27
+// PA4). Device 0 (the TGI pod's process 3001) and device 7 (idle) in turn.
+func TestGaudiDeviceHLSMIDoesNotList(t *testing.T) {
+	for _, row := range []int{0, 7} {
+		t.Run(fmt.Sprintf("device %d", row), func(t *testing.T) {
+			s := loadScenario(t, "gaudi")
+			path := gaudiTable(t, s)
+			table := string(s.HLSMITable(testStart, testNow))
+			lines := strings.SplitAfter(table, "\n")
+			if err := os.WriteFile(path, []byte(strings.Join(slices.Delete(lines, 1+row, 2+row), "")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			logs := &syncbuf.Buffer{}
+			e := newAttributedExporterFor(t, s, func(c *Config) {
+				c.HLSMIPath = selfPath(t)
+				c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			})
+			out := scrapeText(t, e, 10*time.Second)
+			if !strings.Contains(out, "\nxpu_gaudi_devices_unlisted 1\n") {
+				t.Errorf("want xpu_gaudi_devices_unlisted 1:\n%s", grepLines(out, "xpu_gaudi_devices_unlisted"))
+			}
+			check, _ := oracleChecks(out)
+			// Device 6: hl-qual.service and habana-perf.service, two owners.
+			check(t, "xpu_device_owners", 2, `gpu="6"`, `vendor="habana"`)
+			if n := strings.Count(out, "\nxpu_device_up{"); n != 7 {
+				t.Errorf("%d devices served, want the 7 hl-smi lists", n)
+			}
+			log := logs.String()
+			if !strings.Contains(log, "hl-smi does not list") || strings.Contains(log, "no hl-smi device could be tied to") {
+				t.Errorf("want the unlisted device named, not its holder blamed on sysfs:\n%s", log)
+			}
+			addr := pciaddr.Canonical(cell(t, table, row, "bus_id"))
+			if addr == "" || !strings.Contains(log, "pci="+addr) {
+				t.Errorf("the warning does not name the device's address %s:\n%s", addr, log)
+			}
+		})
+	}
+}
+
 // TestGaudiWithoutUUIDHasOwners: a device whose uuid hl-smi has never
 // printed (N/A from the first run) has no uuid label, and still its owners:
 // the device plugin names it by serial, its processes are tied to it by
@@ -896,6 +942,17 @@ func TestGaudiWithoutUUIDHasOwners(t *testing.T) {
 	if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
 		t.Errorf("device plugin IDs name no device:\n%s", grepLines(out, "xpu_attribution_unknown_device_ids"))
 	}
+}
+
+// cell is the named cell of device row (0 is the first device) of table.
+func cell(t *testing.T, table string, row int, name string) string {
+	t.Helper()
+	lines := strings.Split(table, "\n")
+	col := slices.Index(strings.Split(lines[0], ", "), name)
+	if col < 0 {
+		t.Fatalf("no %s column in %q", name, lines[0])
+	}
+	return strings.Split(lines[1+row], ", ")[col]
 }
 
 // setCells returns table with the named cells of device row (0 is the

@@ -81,6 +81,9 @@ type ProcessScanner struct {
 	// nodes is what sysfs said of the compute nodes, used by one scan at
 	// a time (running).
 	nodes nodeCache
+	// addresses are the PCI addresses of the compute nodes the last scan
+	// found in sysfs (NodeAddresses).
+	addresses atomic.Pointer[[]string]
 	// stat follows a descriptor to its file. Tests replace it to play a
 	// stat that never returns.
 	stat func(string) (fs.FileInfo, error)
@@ -145,6 +148,14 @@ func (s *ProcessScanner) scan(ctx context.Context) (uses []NodeUse, unreadable i
 		sysRoot = "/sys"
 	}
 	nodes := s.nodes.read(sysRoot)
+	addrs := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		if n.busID != "" && !slices.Contains(addrs, n.busID) {
+			addrs = append(addrs, n.busID)
+		}
+	}
+	slices.Sort(addrs)
+	s.addresses.Store(&addrs)
 
 	holders, perrs, err := procfd.Scanner{Root: procRoot, MaxFDs: maxFDs}.Scan(ctx, computeNodeLink)
 	switch {
@@ -172,6 +183,17 @@ func (s *ProcessScanner) scan(ctx context.Context) (uses []NodeUse, unreadable i
 		}
 	}
 	return uses, unreadable, nil
+}
+
+// NodeAddresses are the PCI addresses (pciaddr.Canonical) of the compute
+// nodes sysfs showed at the last scan, sorted: the devices the habanalabs
+// driver has, whether or not hl-smi lists them. Nil before a scan read
+// sysfs.
+func (s *ProcessScanner) NodeAddresses() []string {
+	if p := s.addresses.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // computeNodeLink preselects the descriptors worth a stat: those whose link's
