@@ -77,18 +77,28 @@ type windowCost struct{ inside, outside float64 }
 var meterCost = sync.OnceValue(calibrateMeter)
 
 // calibrateMeter times empty windows: what they metered is the inside part,
-// the process's CPU for them less that the outside part. Measured hot, in a
-// loop, it is the least a window costs, so own-cpu-ns/op still errs high.
+// the CPU of the thread that ran them less that the outside part (the
+// thread's, not the process's, which other goroutines' work would add to).
+// Measured hot, in a loop, it is the least a window costs, so
+// own-cpu-ns/op still errs high.
 func calibrateMeter() windowCost {
 	const n = 20000
 	var m simMeter
-	cpu0 := cpuTime()
+	total := emptyWindows(&m, n)
+	inside := float64(m.ns.Load()) / n
+	return windowCost{inside: inside, outside: max(float64(total)/n-inside, 0)}
+}
+
+// emptyWindows meters n empty calls on one thread and returns that
+// thread's CPU for them, clock reads included.
+func emptyWindows(m *simMeter, n int) time.Duration {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	t0 := threadCPU()
 	for range n {
 		m.time(func() {})
 	}
-	inside := float64(m.ns.Load()) / n
-	outside := float64(cpuTime()-cpu0)/n - inside
-	return windowCost{inside: inside, outside: max(outside, 0)}
+	return threadCPU() - t0
 }
 
 // wrap returns lib with its devices' costly calls timed.
@@ -188,11 +198,7 @@ func TestMeterCost(t *testing.T) {
 	var misses []string
 	for range 3 {
 		var m simMeter
-		cpu0 := cpuTime()
-		for range calls {
-			m.time(func() {})
-		}
-		cpu := float64(cpuTime() - cpu0)
+		cpu := float64(emptyWindows(&m, calls))
 		got := m.since(0, 0, 1)
 		own, sim := (cpu-got.sim-got.meter)/calls, got.sim/calls
 		if math.Abs(own) <= bound && sim <= bound {
