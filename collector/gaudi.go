@@ -494,7 +494,7 @@ func (c *gaudiCollector) identify(nds []gaudi.Device) []string {
 		if keys[i] != "" || nds[i].Index == gaudi.NoIndex {
 			continue
 		}
-		if k, ok := c.indexKey(&nds[i], seen); ok {
+		if k, ok := c.indexKey(&nds[i], seen, len(nds)); ok {
 			keys[i], seen[k] = k, true
 		}
 	}
@@ -589,10 +589,19 @@ func (c *gaudiCollector) namedKey(nd *gaudi.Device, seen map[string]bool) (strin
 // is nothing else to go by, and a device whose identity becomes readable,
 // or unreadable, stays one device, rather than leave a phantom reported
 // down for good. c.mu must be held.
-func (c *gaudiCollector) indexKey(nd *gaudi.Device, seen map[string]bool) (string, bool) {
+func (c *gaudiCollector) indexKey(nd *gaudi.Device, seen map[string]bool, rows int) (string, bool) {
 	match := ""
 	for k, kd := range c.known {
 		if seen[k] || kd.Index != nd.Index || !(anonymousGaudi(&kd) || anonymousGaudi(nd)) {
+			continue
+		}
+		if anonymousGaudi(nd) && !anonymousGaudi(&kd) && rows < c.listedWith[k] {
+			// A nameless row at a named device's index, in a run of
+			// fewer rows than the last that listed it: a device left,
+			// and hl-smi may have renumbered the rest, so the index
+			// names none of them for sure. Matched, the row served
+			// another device's readings under this one's uuid
+			// (probe27 PA7).
 			continue
 		}
 		if match != "" {

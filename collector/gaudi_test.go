@@ -916,6 +916,58 @@ func TestGaudiDeviceHLSMIDoesNotList(t *testing.T) {
 	}
 }
 
+// TestGaudiNamelessRowsAfterADeviceLeft: hl-smi named its 8 devices, then
+// device 0 left and the 7 others were listed renumbered 0..6 with uuid,
+// bus_id and serial all N/A. Matched by index, row 0 (device 1's readings)
+// was served under device 0's uuid, and device 7, still there, was
+// reported gone (probe27 PA7). With fewer rows than before, an index names
+// no device for sure: the nameless rows are served without a uuid, and
+// every named device, none of which a row names, is down.
+func TestGaudiNamelessRowsAfterADeviceLeft(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	path := gaudiTable(t, s)
+	table := string(s.HLSMITable(testStart, testNow))
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	first := scrapeText(t, e, 10*time.Second)
+	uuid := func(row int) string { return cell(t, table, row, "uuid") }
+	check, _ := oracleChecks(first)
+	check(t, "xpu_device_up", 1, `uuid="`+uuid(0)+`"`)
+
+	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
+	header := strings.Split(lines[0], ", ")
+	renumbered := []string{lines[0]}
+	for row := 1; row < 8; row++ {
+		fields := strings.Split(lines[1+row], ", ")
+		for col, name := range header {
+			switch name {
+			case "index":
+				fields[col] = strconv.Itoa(row - 1)
+			case "uuid", "bus_id", "serial":
+				fields[col] = "N/A"
+			}
+		}
+		renumbered = append(renumbered, strings.Join(fields, ", "))
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(renumbered, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := scrapeText(t, e, 10*time.Second)
+	check, absent := oracleChecks(out)
+	for row := range 8 {
+		check(t, "xpu_device_up", 0, `uuid="`+uuid(row)+`"`)
+		absent(t, "xpu_memory_used_bytes", `uuid="`+uuid(row)+`"`)
+	}
+	// The 7 rows, up, under no uuid: row 0 has device 1's memory.used.
+	if n := len(regexp.MustCompile(`(?m)^xpu_device_up\{[^}]*\} 1$`).FindAllString(out, -1)); n != 7 {
+		t.Errorf("%d devices up, want the 7 nameless rows:\n%s", n, grepLines(out, "xpu_device_up"))
+	}
+	mib, err := strconv.ParseFloat(cell(t, table, 1, "memory.used [MiB]"), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "xpu_memory_used_bytes", mib*(1<<20), `gpu="0"`, `vendor="habana"`)
+}
+
 // TestGaudiWithoutUUIDHasOwners: a device whose uuid hl-smi has never
 // printed (N/A from the first run) has no uuid label, and still its owners:
 // the device plugin names it by serial, its processes are tied to it by
