@@ -80,9 +80,10 @@ local util = import '../lib/util.libsonnet';
           // which XpuDeviceLost leaves to this alert); and an
           // attribution source that is down (the kubelet, the pod metadata,
           // Slurm: devices are served without the owners it gives, so
-          // their GPU-hours go to nobody), or device-plugin IDs the
-          // exporter cannot place (xpu_attribution_unknown_device_ids:
-          // the devices they may name have unknown owners). One alert for all, as the mixin
+          // their GPU-hours go to nobody), or device-plugin IDs or Slurm
+          // GRES indices the exporter cannot place
+          // (xpu_attribution_unknown_device_ids: the devices they may
+          // name have unknown owners; a job's GPU no GPU here is). One alert for all, as the mixin
           // keeps to its 17 alerts.
           // The first two arms keep the same labels, the target's and
           // node (which the chart sets on every series of a target): an
@@ -121,7 +122,7 @@ local util = import '../lib/util.libsonnet';
             description: 'The {{ with $labels.exporter }}{{ . }} {{ end }}exporter on {{ $labels.instance }}%s ' % util.clusterText(c)
                          + '{{ if $labels.collector }}has had its {{ $labels.collector }} collector failing for %s: the devices it reads are not reported, and no alert about them can fire.' % c.exporterDownFor
                          + '{{ else if $labels.source }}has had its {{ $labels.source }} attribution source down for %s: its devices are served without the owners that source gives (no GPU-hours or cost for them, alerts name no owner).' % c.attributionDownFor
-                         + '{{ else if $labels.attribution }}has had device-plugin IDs it cannot place for %s (its log names them): the devices they may name have unknown owners (no GPU-hours or cost for them; owners_unknown in the capacity split).' % c.attributionDownFor
+                         + '{{ else if $labels.attribution }}has had device-plugin IDs or Slurm GRES indices it cannot place for %s (its log names them): a device an ID may name has unknown owners (no GPU-hours or cost for it; owners_unknown in the capacity split), and a job holding a GRES index no GPU of the node has is billed without that GPU.' % c.attributionDownFor
                          + '{{ else }}has not been scraped successfully for %s; no alert about its devices can fire.{{ end }}' % c.exporterDownFor,
           },
         }),
