@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -73,8 +74,15 @@ kubernetes:
 // processes', also by a scrape that serves that window again.
 func TestPIDReusedMidWindow(t *testing.T) {
 	const gpu = "GPU-e0000000-0000-4000-8000-000000000001"
-	for _, pidfd := range []bool{true, false} {
-		t.Run(fmt.Sprintf("pidfd=%v", pidfd), func(t *testing.T) {
+	for _, tc := range []struct {
+		pidfd bool
+		// devicesFirst reads /devices at 12 s, after the reuse and before
+		// the scrape: the resolver finds the new process there, and only
+		// there.
+		devicesFirst bool
+	}{{true, false}, {false, false}, {true, true}, {false, true}} {
+		pidfd := tc.pidfd
+		t.Run(fmt.Sprintf("pidfd=%v,devices-first=%v", pidfd, tc.devicesFirst), func(t *testing.T) {
 			e, clk, replace := podReplacedBy(t, fmt.Sprintf(`node: reuse-node
 churn_every: 1h
 pidfd: %v
@@ -92,6 +100,14 @@ kubernetes:
 			// Generation 40: pod a-g40, PID 700 + (40 mod 40) × 100,000 =
 			// 700 again, 5.5 s later.
 			replace()
+			if tc.devicesFirst {
+				clk.set(testNow.Add(12 * time.Second))
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if snap := e.Snapshot(ctx); snap == nil {
+					t.Fatal("no /devices snapshot")
+				}
+				cancel()
+			}
 			clk.set(testNow.Add(15 * time.Second))
 			check, absent := oracleChecks(scrapeText(t, e, 10*time.Second))
 			// Fifteen periods at 0.6: the device 0.6. The right split,

@@ -984,7 +984,7 @@ func TestUnidentifiedInstanceOwnersUnknown(t *testing.T) {
 	mig := &Device{Vendor: "nvidia", Index: "0", Up: true, MIG: &MIGInstance{ParentUUID: "GPU-1", Index: 0}}
 	snap := &Snapshot{Devices: []*Device{gpu, mig}, sources: map[string]sourceResult{}}
 	s := &snapshotter{resolver: attribution.New(attribution.Config{})}
-	s.attribute(context.Background(), snap)
+	s.attribute(context.Background(), snap, moveScrape)
 	if !mig.OwnersUnknown {
 		t.Error("the MIG instance without a uuid has known owners, want unknown")
 	}

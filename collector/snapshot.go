@@ -260,6 +260,10 @@ type reusedIn struct {
 	end     uint64 // Device.WindowEnd
 	pids    []uint32
 	byOther bool
+	// pending says a read that moved no scrape window found them (a
+	// /devices read): they are in the next scrape's window, which starts
+	// at the last scrape as that read's did, whatever its end.
+	pending bool
 }
 
 // build is a snapshot being built, and what it moves on.
@@ -386,13 +390,13 @@ func (s *snapshotter) build(ctx context.Context, m move) *Snapshot {
 	}
 	sortDevices(snap.Devices)
 	if s.resolver != nil {
-		s.attribute(ctx, snap)
+		s.attribute(ctx, snap, m)
 	}
 	return snap
 }
 
 // attribute resolves the owners of every device that answered.
-func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
+func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot, m move) {
 	devs := make([]attribution.Device, 0, len(snap.Devices))
 	several := s.severalVendors(snap.Devices)
 	gres := gresIndices(snap.Devices, several, s.gresByFile)
@@ -465,7 +469,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 			d.ProcessStrays = own.Strays
 		}
 	}
-	s.carryReused(snap.Devices, res.Devices)
+	s.carryReused(snap.Devices, res.Devices, m)
 	// An instance nothing can be tied to may be held: so may its GPU, as
 	// the resolver has it for the instances it sees (an instance's unknown
 	// owners are its GPU's).
@@ -490,8 +494,10 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot) {
 // What was found is kept, while the device is there, until the resolver
 // finds more on it: a read that serves another window (a /devices read
 // between scrapes, over the time since the last) does not make the next
-// scrape, which may serve the last one's again, forget it.
-func (s *snapshotter) carryReused(devs []*Device, owners map[string]*attribution.Ownership) {
+// scrape, which may serve the last one's again, forget it. The resolver
+// finds a reused PID once, at whichever read comes first; found by a read
+// that moved no scrape window (m), it is the next scrape's too.
+func (s *snapshotter) carryReused(devs []*Device, owners map[string]*attribution.Ownership, m move) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var next map[string]reusedIn
@@ -501,13 +507,19 @@ func (s *snapshotter) carryReused(devs []*Device, owners map[string]*attribution
 		}
 		key := attributionKey(d)
 		r, ok := s.reused[key]
-		if own := owners[key]; own != nil && len(own.Reused) > 0 {
-			r, ok = reusedIn{end: d.WindowEnd, pids: own.Reused, byOther: own.ReusedByOther}, true
+		switch own := owners[key]; {
+		case own != nil && len(own.Reused) > 0:
+			r, ok = reusedIn{end: d.WindowEnd, pids: own.Reused, byOther: own.ReusedByOther, pending: m != moveScrape}, true
 			markReused(d, r)
-		} else if ok && d.WindowEnd != 0 && r.end == d.WindowEnd {
+		case ok && r.pending:
+			markReused(d, r)
+			if m == moveScrape {
+				r.end, r.pending = d.WindowEnd, false
+			}
+		case ok && d.WindowEnd != 0 && r.end == d.WindowEnd:
 			markReused(d, r)
 		}
-		if ok && r.end != 0 {
+		if ok && (r.end != 0 || r.pending) {
 			if next == nil {
 				next = map[string]reusedIn{}
 			}
