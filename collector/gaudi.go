@@ -595,13 +595,14 @@ func (c *gaudiCollector) indexKey(nd *gaudi.Device, seen map[string]bool, rows i
 		if seen[k] || kd.Index != nd.Index || !(anonymousGaudi(&kd) || anonymousGaudi(nd)) {
 			continue
 		}
-		if anonymousGaudi(nd) && !anonymousGaudi(&kd) && rows < c.listedWith[k] {
+		if anonymousGaudi(nd) && !anonymousGaudi(&kd) && rows != c.listedWith[k] {
 			// A nameless row at a named device's index, in a run of
-			// fewer rows than the last that listed it: a device left,
-			// and hl-smi may have renumbered the rest, so the index
-			// names none of them for sure. Matched, the row served
-			// another device's readings under this one's uuid
-			// (probe27 PA7).
+			// another number of rows than the last that listed it: a
+			// device left or came, and hl-smi may have renumbered the
+			// rest, so the index names none of them for sure. Matched,
+			// the row served another device's readings under this
+			// one's uuid (probe27 PA7, and probe28 PC3 for a device
+			// added).
 			continue
 		}
 		if match != "" {

@@ -920,52 +920,73 @@ func TestGaudiDeviceHLSMIDoesNotList(t *testing.T) {
 // device 0 left and the 7 others were listed renumbered 0..6 with uuid,
 // bus_id and serial all N/A. Matched by index, row 0 (device 1's readings)
 // was served under device 0's uuid, and device 7, still there, was
-// reported gone (probe27 PA7). With fewer rows than before, an index names
-// no device for sure: the nameless rows are served without a uuid, and
-// every named device, none of which a row names, is down.
+// reported gone (probe27 PA7). Likewise when a device came, listed first,
+// and the 8 others moved up one (probe28 PC3). With another number of rows
+// than before, an index names no device for sure: the nameless rows are
+// served without a uuid, and every named device, none of which a row
+// names, is down.
 func TestGaudiNamelessRowsAfterADeviceLeft(t *testing.T) {
-	s := loadScenario(t, "gaudi")
-	path := gaudiTable(t, s)
-	table := string(s.HLSMITable(testStart, testNow))
-	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
-	first := scrapeText(t, e, 10*time.Second)
-	uuid := func(row int) string { return cell(t, table, row, "uuid") }
-	check, _ := oracleChecks(first)
-	check(t, "xpu_device_up", 1, `uuid="`+uuid(0)+`"`)
+	for _, tc := range []struct {
+		name string
+		// rows are the device rows of the second run, by their row in
+		// the first; -1 is a new device, with 4096 MiB used.
+		rows []int
+	}{
+		{"device 0 left", []int{1, 2, 3, 4, 5, 6, 7}},
+		{"a device came first", []int{-1, 0, 1, 2, 3, 4, 5, 6, 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := loadScenario(t, "gaudi")
+			path := gaudiTable(t, s)
+			table := string(s.HLSMITable(testStart, testNow))
+			e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+			first := scrapeText(t, e, 10*time.Second)
+			uuid := func(row int) string { return cell(t, table, row, "uuid") }
+			check, _ := oracleChecks(first)
+			check(t, "xpu_device_up", 1, `uuid="`+uuid(0)+`"`)
 
-	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
-	header := strings.Split(lines[0], ", ")
-	renumbered := []string{lines[0]}
-	for row := 1; row < 8; row++ {
-		fields := strings.Split(lines[1+row], ", ")
-		for col, name := range header {
-			switch name {
-			case "index":
-				fields[col] = strconv.Itoa(row - 1)
-			case "uuid", "bus_id", "serial":
-				fields[col] = "N/A"
+			lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
+			header := strings.Split(lines[0], ", ")
+			second := []string{lines[0]}
+			for i, row := range tc.rows {
+				fields := strings.Split(lines[1+max(row, 0)], ", ")
+				for col, name := range header {
+					switch {
+					case name == "index":
+						fields[col] = strconv.Itoa(i)
+					case name == "uuid", name == "bus_id", name == "serial":
+						fields[col] = "N/A"
+					case name == "memory.used [MiB]" && row < 0:
+						fields[col] = "4096"
+					}
+				}
+				second = append(second, strings.Join(fields, ", "))
 			}
-		}
-		renumbered = append(renumbered, strings.Join(fields, ", "))
+			if err := os.WriteFile(path, []byte(strings.Join(second, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := scrapeText(t, e, 10*time.Second)
+			check, absent := oracleChecks(out)
+			for row := range 8 {
+				check(t, "xpu_device_up", 0, `uuid="`+uuid(row)+`"`)
+				absent(t, "xpu_memory_used_bytes", `uuid="`+uuid(row)+`"`)
+			}
+			if n := len(regexp.MustCompile(`(?m)^xpu_device_up\{[^}]*\} 1$`).FindAllString(out, -1)); n != len(tc.rows) {
+				t.Errorf("%d devices up, want the %d nameless rows:\n%s", n, len(tc.rows), grepLines(out, "xpu_device_up"))
+			}
+			// gpu 0 is the second run's first row: device 1's memory.used,
+			// or the new device's 4096 MiB.
+			mib := 4096.0
+			if tc.rows[0] >= 0 {
+				v, err := strconv.ParseFloat(cell(t, table, tc.rows[0], "memory.used [MiB]"), 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mib = v
+			}
+			check(t, "xpu_memory_used_bytes", mib*(1<<20), `gpu="0"`, `vendor="habana"`)
+		})
 	}
-	if err := os.WriteFile(path, []byte(strings.Join(renumbered, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := scrapeText(t, e, 10*time.Second)
-	check, absent := oracleChecks(out)
-	for row := range 8 {
-		check(t, "xpu_device_up", 0, `uuid="`+uuid(row)+`"`)
-		absent(t, "xpu_memory_used_bytes", `uuid="`+uuid(row)+`"`)
-	}
-	// The 7 rows, up, under no uuid: row 0 has device 1's memory.used.
-	if n := len(regexp.MustCompile(`(?m)^xpu_device_up\{[^}]*\} 1$`).FindAllString(out, -1)); n != 7 {
-		t.Errorf("%d devices up, want the 7 nameless rows:\n%s", n, grepLines(out, "xpu_device_up"))
-	}
-	mib, err := strconv.ParseFloat(cell(t, table, 1, "memory.used [MiB]"), 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check(t, "xpu_memory_used_bytes", mib*(1<<20), `gpu="0"`, `vendor="habana"`)
 }
 
 // TestGaudiWithoutUUIDHasOwners: a device whose uuid hl-smi has never
