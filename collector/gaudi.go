@@ -63,8 +63,10 @@ type gaudiCollector struct {
 	scanFails  gaudi.Reason    // why the last process scan failed, "" if it did not; logged on change only
 	badFields  map[string]bool // fields with cells hl-smi printed unreadably; logged on change only
 	// unlistedNodes are the PCI addresses of the driver's devices hl-smi
-	// does not list (unlistedBy); logged on change only.
+	// does not list (unlistedBy) as last told; logged on change only.
+	// unlistedTold says the last run could tell.
 	unlistedNodes []string
+	unlistedTold  bool
 	// waitedOut counts snapshots that gave up waiting for a run under way.
 	waitedOut float64
 	// noBusID says hl-smi is not asked for bus_id: no process can be tied
@@ -291,7 +293,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	uses, unreadable, scanErr := c.procs.Scan(ctx)
 	partial = scanErr != nil || unreadable > 0
 	c.mu.Lock()
-	missing := c.unlistedBy(rows, c.procs.NodeAddresses())
+	missing, told := c.unlistedBy(rows, c.procs.NodeAddresses())
 	c.mu.Unlock()
 	for _, addr := range missing {
 		// A process holding it holds that device, not one of the others.
@@ -317,6 +319,8 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	switch {
 	case unmatched > 0 && !c.unmatched && c.noBusID:
 		c.logger.Warn("processes hold Gaudi devices, but --gaudi.query-fields leaves out bus_id, through which a process's device node is tied to an hl-smi device; per-owner figures are left out until bus_id is asked for", "uses", unmatched)
+	case unmatched > 0 && !c.unmatched && !told:
+		c.logger.Warn("processes hold Gaudi devices that no hl-smi device could be tied to: hl-smi printed no bus_id for a device, which may be theirs; per-owner figures are left out until they can be tied", "uses", unmatched)
 	case unmatched > 0 && !c.unmatched:
 		c.logger.Warn("processes hold Gaudi devices that no hl-smi device could be tied to through sysfs (check --path.sysfs); per-owner figures are left out until they can", "uses", unmatched)
 	case unmatched == 0 && c.unmatched:
@@ -324,13 +328,19 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	}
 	c.unmatched = unmatched > 0
 	switch {
+	case !told:
+		// Not known this run: no line, and no gauge (probe28 PC2: "lists
+		// every device again" while one was unlisted still).
 	case slices.Equal(missing, c.unlistedNodes):
 	case len(missing) > 0:
 		c.logger.Warn("the habanalabs driver has Gaudi devices that hl-smi does not list; they are not served (xpu_gaudi_devices_unlisted), and a process holding one is counted as theirs", "pci", strings.Join(missing, ","))
 	default:
 		c.logger.Info("hl-smi lists every Gaudi device the habanalabs driver has again")
 	}
-	c.unlistedNodes = missing
+	if told {
+		c.unlistedNodes = missing
+	}
+	c.unlistedTold = told
 	c.logBadFields(rows)
 	var scanFails gaudi.Reason
 	if scanErr != nil {
@@ -396,29 +406,29 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 // unlistedBy are the PCI addresses of the driver's compute nodes (nodes,
 // from sysfs) that no row of the run and no known device has: devices
 // hl-smi does not list, which would otherwise be neither served nor seen
-// (probe27 PA4). None where a row's address is unknown (bus_id N/A, or
-// not asked for): that row may be one of them. c.mu must be held.
-func (c *gaudiCollector) unlistedBy(rows []gaudi.Device, nodes []string) []string {
-	if c.noBusID || len(nodes) == 0 {
-		return nil
+// (probe27 PA4). Not told (told false) where a row's address is unknown
+// (bus_id N/A, or not asked for): that row may be one of them. c.mu must
+// be held.
+func (c *gaudiCollector) unlistedBy(rows []gaudi.Device, nodes []string) (missing []string, told bool) {
+	if c.noBusID {
+		return nil, false
 	}
 	have := make(map[string]bool, len(rows)+len(c.known))
 	for i := range rows {
 		if rows[i].BusID == "" {
-			return nil
+			return nil, false
 		}
 		have[rows[i].BusID] = true
 	}
 	for _, kd := range c.known {
 		have[kd.BusID] = true
 	}
-	var missing []string
 	for _, addr := range nodes {
 		if !have[addr] {
 			missing = append(missing, addr)
 		}
 	}
-	return missing
+	return missing, true
 }
 
 // placed splits a run's rows into those identify gave a key, with their
@@ -795,7 +805,9 @@ func (c *gaudiCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pro
 	}
 	if c.scanned {
 		e.emit(gaudiUnreadable, labels{}, c.unreadable)
-		e.emit(gaudiUnlisted, labels{}, float64(len(c.unlistedNodes)))
+		if c.unlistedTold {
+			e.emit(gaudiUnlisted, labels{}, float64(len(c.unlistedNodes)))
+		}
 	}
 	c.mu.Unlock()
 	for _, d := range snap.Devices {

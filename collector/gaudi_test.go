@@ -989,6 +989,34 @@ func TestGaudiNamelessRowsAfterADeviceLeft(t *testing.T) {
 	}
 }
 
+// TestGaudiUnlistedUntold: device 7 unlisted as in
+// TestGaudiDeviceHLSMIDoesNotList, and device 3's bus_id printed N/A: that
+// row may be the unlisted device, so whether one is unlisted cannot be
+// told. The gauge is left out rather than served 0, nothing says every
+// device is listed again, and a holder that cannot be tied is put down to
+// the missing bus_id, not to --path.sysfs (probe28 PC2).
+func TestGaudiUnlistedUntold(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	path := gaudiTable(t, s)
+	table := setCells(t, string(s.HLSMITable(testStart, testNow)), 3, map[string]string{"bus_id": "N/A"})
+	lines := strings.SplitAfter(table, "\n")
+	if err := os.WriteFile(path, []byte(strings.Join(slices.Delete(lines, 8, 9), "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	e := newAttributedExporterFor(t, s, func(c *Config) {
+		c.HLSMIPath = selfPath(t)
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	out := scrapeText(t, e, 10*time.Second)
+	if strings.Contains(out, "\nxpu_gaudi_devices_unlisted ") {
+		t.Errorf("served though it cannot be told:\n%s", grepLines(out, "xpu_gaudi_devices_unlisted"))
+	}
+	if log := logs.String(); strings.Contains(log, "again") || strings.Contains(log, "check --path.sysfs") {
+		t.Errorf("want no line saying every device is listed, nor sysfs blamed:\n%s", log)
+	}
+}
+
 // TestGaudiWithoutUUIDHasOwners: a device whose uuid hl-smi has never
 // printed (N/A from the first run) has no uuid label, and still its owners:
 // the device plugin names it by serial, its processes are tied to it by
