@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +70,11 @@ type gaudiCollector struct {
 	unlistedTold  bool
 	// waitedOut counts snapshots that gave up waiting for a run under way.
 	waitedOut float64
+	// badValues counts the values the collector found unreadable, beside
+	// the parser's (checkMemory), and totals is each device's memory.total
+	// as the last run that printed it gave it.
+	badValues float64
+	totals    map[string]uint64
 	// noBusID says hl-smi is not asked for bus_id: no process can be tied
 	// to its device.
 	noBusID bool
@@ -91,7 +97,7 @@ func newGaudiCollector(cfg Config) (Collector, error) {
 		noBusID: len(cfg.HLSMIFields) > 0 && !slices.Contains(cfg.HLSMIFields, "bus_id"),
 		procs:   &gaudi.ProcessScanner{ProcRoot: cfg.Procfs, SysRoot: cfg.Sysfs},
 		logger:  cfg.Logger,
-		known:   map[string]gaudi.Device{}, listedWith: map[string]int{}, gone: map[string]bool{}, badFields: map[string]bool{}, scanErrors: map[gaudi.Reason]float64{},
+		known:   map[string]gaudi.Device{}, listedWith: map[string]int{}, totals: map[string]uint64{}, gone: map[string]bool{}, badFields: map[string]bool{}, scanErrors: map[gaudi.Reason]float64{},
 	}, nil
 }
 
@@ -272,6 +278,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	c.mu.Lock()
 	rows := nds
 	nds, keys, leftOut := placed(rows, c.identify(rows))
+	c.checkMemory(nds, keys)
 	// bus_id of known devices this run lacks, and of rows left out: a
 	// process holding one is that device's, not a hole in the others'
 	// lists.
@@ -401,6 +408,34 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		down = append(down, nd)
 	}
 	return nds, down, partial, nil
+}
+
+// checkMemory leaves out a row's memory used above the device's total as
+// the last run that printed it gave it, where this run's total is N/A: a
+// used value above the device's size is no reading, whichever run said
+// the size (probe28 PC5; the parser checks a row against its own total).
+// Counted as bad_value. c.mu must be held.
+func (c *gaudiCollector) checkMemory(nds []gaudi.Device, keys []string) {
+	for i := range nds {
+		nd := &nds[i]
+		if nd.MemoryTotal.OK {
+			c.totals[keys[i]] = nd.MemoryTotal.Value
+			continue
+		}
+		total, ok := c.totals[keys[i]]
+		if !ok || !nd.MemoryUsed.OK || nd.MemoryUsed.Value <= total {
+			continue
+		}
+		nd.Problems = append(nd.Problems, &gaudi.Error{Reason: gaudi.ReasonBadValue, Field: "memory.used",
+			Detail: fmt.Sprintf("%d bytes, above memory.total's %d at an earlier run", nd.MemoryUsed.Value, total)})
+		nd.MemoryUsed = gaudi.Opt[uint64]{}
+		c.badValues++
+	}
+	// Only the known devices' totals, which maxKnownGaudi bounds.
+	maps.DeleteFunc(c.totals, func(k string, _ uint64) bool {
+		_, known := c.known[k]
+		return !known && !slices.Contains(keys, k)
+	})
 }
 
 // unlistedBy are the PCI addresses of the driver's compute nodes (nodes,
@@ -797,6 +832,8 @@ func (c *gaudiCollector) Update(_ context.Context, snap *Snapshot, ch chan<- pro
 			continue // the process scan's, in gaudiScanErrors
 		case gaudi.ReasonBusy:
 			v += c.waitedOut
+		case gaudi.ReasonBadValue:
+			v += c.badValues
 		}
 		e.emit(hlsmiErrors, labels{}.with("reason", string(reason)), v)
 	}

@@ -1017,6 +1017,33 @@ func TestGaudiUnlistedUntold(t *testing.T) {
 	}
 }
 
+// TestGaudiMemoryAboveAnEarlierTotal: device 1 printed its total, 96 GiB
+// (98,304 MiB), then a run prints its total N/A and 200,000 MiB used: more
+// than the device has, left out and counted as one bad_value, not served
+// as 2.1e11 bytes (probe28 PC5). The parser alone could not tell: that
+// run's row has no total to check against.
+func TestGaudiMemoryAboveAnEarlierTotal(t *testing.T) {
+	s := loadScenario(t, "gaudi")
+	path := gaudiTable(t, s)
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_memory_total_bytes", 98304*(1<<20), `gpu="1"`, `vendor="habana"`)
+	table := setCells(t, string(s.HLSMITable(testStart, testNow)), 1, map[string]string{"memory.total [MiB]": "N/A", "memory.used [MiB]": "200000"})
+	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Twice: the second run's total is N/A too, and the first run's
+	// total still says the size.
+	for n := 1; n <= 2; n++ {
+		out := scrapeText(t, e, 10*time.Second)
+		_, absent := oracleChecks(out)
+		absent(t, "xpu_memory_used_bytes", `gpu="1"`, `vendor="habana"`)
+		if want := fmt.Sprintf(`xpu_hlsmi_errors_total{reason="bad_value"} %d`, n); !strings.Contains(out, want+"\n") {
+			t.Errorf("run %d: want %s:\n%s", n, want, grepLines(out, "xpu_hlsmi_errors_total"))
+		}
+	}
+}
+
 // TestGaudiWithoutUUIDHasOwners: a device whose uuid hl-smi has never
 // printed (N/A from the first run) has no uuid label, and still its owners:
 // the device plugin names it by serial, its processes are tied to it by
