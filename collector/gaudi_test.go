@@ -883,18 +883,8 @@ func TestGaudiDeviceHLSMIDoesNotList(t *testing.T) {
 	for _, row := range []int{0, 7} {
 		t.Run(fmt.Sprintf("device %d", row), func(t *testing.T) {
 			s := loadScenario(t, "gaudi")
-			path := gaudiTable(t, s)
 			table := string(s.HLSMITable(testStart, testNow))
-			lines := strings.SplitAfter(table, "\n")
-			if err := os.WriteFile(path, []byte(strings.Join(slices.Delete(lines, 1+row, 2+row), "")), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			logs := &syncbuf.Buffer{}
-			e := newAttributedExporterFor(t, s, func(c *Config) {
-				c.HLSMIPath = selfPath(t)
-				c.Logger = slog.New(slog.NewTextHandler(logs, nil))
-			})
-			out := scrapeText(t, e, 10*time.Second)
+			out, logs := scrapeGaudiWithout(t, s, table, row)
 			if !strings.Contains(out, "\nxpu_gaudi_devices_unlisted 1\n") {
 				t.Errorf("want xpu_gaudi_devices_unlisted 1:\n%s", grepLines(out, "xpu_gaudi_devices_unlisted"))
 			}
@@ -989,6 +979,24 @@ func TestGaudiNamelessRowsAfterADeviceLeft(t *testing.T) {
 	}
 }
 
+// scrapeGaudiWithout scrapes the scenario's node once, hl-smi printing
+// table without device row row (0 is the first device), and returns the
+// scrape and the exporter's log.
+func scrapeGaudiWithout(t *testing.T, s *demo.Scenario, table string, row int) (string, *syncbuf.Buffer) {
+	t.Helper()
+	path := gaudiTable(t, s)
+	lines := strings.SplitAfter(table, "\n")
+	if err := os.WriteFile(path, []byte(strings.Join(slices.Delete(lines, 1+row, 2+row), "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	e := newAttributedExporterFor(t, s, func(c *Config) {
+		c.HLSMIPath = selfPath(t)
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	return scrapeText(t, e, 10*time.Second), logs
+}
+
 // TestGaudiUnlistedUntold: device 7 unlisted as in
 // TestGaudiDeviceHLSMIDoesNotList, and device 3's bus_id printed N/A: that
 // row may be the unlisted device, so whether one is unlisted cannot be
@@ -997,18 +1005,8 @@ func TestGaudiNamelessRowsAfterADeviceLeft(t *testing.T) {
 // the missing bus_id, not to --path.sysfs (probe28 PC2).
 func TestGaudiUnlistedUntold(t *testing.T) {
 	s := loadScenario(t, "gaudi")
-	path := gaudiTable(t, s)
 	table := setCells(t, string(s.HLSMITable(testStart, testNow)), 3, map[string]string{"bus_id": "N/A"})
-	lines := strings.SplitAfter(table, "\n")
-	if err := os.WriteFile(path, []byte(strings.Join(slices.Delete(lines, 8, 9), "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncbuf.Buffer{}
-	e := newAttributedExporterFor(t, s, func(c *Config) {
-		c.HLSMIPath = selfPath(t)
-		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	})
-	out := scrapeText(t, e, 10*time.Second)
+	out, logs := scrapeGaudiWithout(t, s, table, 7)
 	if strings.Contains(out, "\nxpu_gaudi_devices_unlisted ") {
 		t.Errorf("served though it cannot be told:\n%s", grepLines(out, "xpu_gaudi_devices_unlisted"))
 	}
