@@ -11,8 +11,6 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -151,42 +149,37 @@ type advServer struct {
 // startAdv serves each connection with serve (its number from 1).
 func startAdv(t *testing.T, serve func(s *advConn)) *advServer {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "adv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	as := &advServer{socket: filepath.Join(dir, "s.sock")}
-	l, err := net.Listen("unix", as.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			n := int(as.conns.Add(1))
-			go func() {
-				defer nc.Close()
-				pre := make([]byte, len(http2.ClientPreface))
-				if _, err := io.ReadFull(nc, pre); err != nil {
-					return
-				}
-				s := &advConn{t: t, nc: nc, n: n, bw: bufio.NewWriterSize(nc, 1<<20)}
-				s.fr = http2.NewFramer(s.bw, nc)
-				s.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-				s.henc = hpack.NewEncoder(&s.hbuf)
-				_ = s.fr.WriteSettings()
-				s.flush()
-				serve(s)
-				s.flush()
-			}()
+	as := &advServer{}
+	as.socket = listenUnix(t, func(nc net.Conn) {
+		n := int(as.conns.Add(1))
+		defer nc.Close()
+		pre := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(nc, pre); err != nil {
+			return
 		}
-	}()
+		s := &advConn{t: t, nc: nc, n: n, bw: bufio.NewWriterSize(nc, 1<<20)}
+		s.fr = http2.NewFramer(s.bw, nc)
+		s.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		s.henc = hpack.NewEncoder(&s.hbuf)
+		_ = s.fr.WriteSettings()
+		s.flush()
+		serve(s)
+		s.flush()
+	})
 	return as
+}
+
+// bothAnswered makes calls A and B to the server at socket on one client
+// and fails t unless each got its own answer ("answer-A", "answer-B").
+func bothAnswered(t *testing.T, socket string) {
+	t.Helper()
+	u := newUnaryClient(socket)
+	defer u.close()
+	a, b := twoCalls()
+	u.calls(ctxFor(t, 3*time.Second), a, b)
+	if a.err != nil || b.err != nil || string(a.out) != "answer-A" || string(b.out) != "answer-B" {
+		t.Fatalf("A %q %v; B %q %v", a.out, a.err, b.out, b.err)
+	}
 }
 
 func twoCalls() (*unaryCall, *unaryCall) {
@@ -283,13 +276,7 @@ func TestAdvGoAwayLastA(t *testing.T) {
 					s.flush()
 				}
 			})
-			u := newUnaryClient(as.socket)
-			defer u.close()
-			a, b := twoCalls()
-			u.calls(ctxFor(t, 3*time.Second), a, b)
-			if a.err != nil || b.err != nil || string(a.out) != "answer-A" || string(b.out) != "answer-B" {
-				t.Fatalf("A %q %v; B %q %v", a.out, a.err, b.out, b.err)
-			}
+			bothAnswered(t, as.socket)
 		})
 	}
 }
@@ -492,13 +479,7 @@ func TestAdvRestartMidAnswer(t *testing.T) {
 		s.flush()
 		time.Sleep(100 * time.Millisecond)
 	})
-	u := newUnaryClient(as.socket)
-	defer u.close()
-	a, b := twoCalls()
-	u.calls(ctxFor(t, 3*time.Second), a, b)
-	if a.err != nil || b.err != nil || string(a.out) != "answer-A" || string(b.out) != "answer-B" {
-		t.Fatalf("A %q %v; B %q %v", a.out, a.err, b.out, b.err)
-	}
+	bothAnswered(t, as.socket)
 }
 
 // RST_STREAM REFUSED_STREAM on B (MAX_CONCURRENT_STREAMS 1): B is made
@@ -524,13 +505,7 @@ func TestAdvRefusedStream(t *testing.T) {
 		s.flush()
 		time.Sleep(100 * time.Millisecond)
 	})
-	u := newUnaryClient(as.socket)
-	defer u.close()
-	a, b := twoCalls()
-	u.calls(ctxFor(t, 3*time.Second), a, b)
-	if a.err != nil || b.err != nil || string(a.out) != "answer-A" || string(b.out) != "answer-B" {
-		t.Fatalf("A %q %v; B %q %v", a.out, a.err, b.out, b.err)
-	}
+	bothAnswered(t, as.socket)
 }
 
 // Stale frames of a finished stream arriving on the next round trip of a

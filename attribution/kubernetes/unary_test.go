@@ -56,26 +56,7 @@ func TestUnaryNotGRPC(t *testing.T) {
 		{"silent", func(net.Conn) {}, codes.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, err := os.MkdirTemp("", "unary") // unix socket paths are short
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(dir) })
-			socket := filepath.Join(dir, "s.sock")
-			l, err := net.Listen("unix", socket)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { l.Close() })
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					go tc.serve(c)
-				}
-			}()
+			socket := listenUnix(t, tc.serve)
 			c, err := Dial(socket, WithCallTimeout(300*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -91,6 +72,33 @@ func TestUnaryNotGRPC(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listenUnix serves each connection to a new unix socket with serve, in a
+// goroutine of its own, until the test ends, and returns the socket's path.
+func listenUnix(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "unary") // unix socket paths are short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "s.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return socket
 }
 
 // ListAllocatable asks both questions in one round trip and answers each
