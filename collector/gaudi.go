@@ -448,22 +448,34 @@ func (c *gaudiCollector) unlistedBy(rows []gaudi.Device, nodes []string) (missin
 	if c.noBusID {
 		return nil, false
 	}
-	have := make(map[string]bool, len(rows)+len(c.known))
 	for i := range rows {
 		if rows[i].BusID == "" {
 			return nil, false
 		}
-		have[rows[i].BusID] = true
 	}
-	for _, kd := range c.known {
-		have[kd.BusID] = true
-	}
+	// A node's few devices: scanned, not indexed, at every scrape.
 	for _, addr := range nodes {
-		if !have[addr] {
+		if !c.hasBusID(rows, addr) {
 			missing = append(missing, addr)
 		}
 	}
 	return missing, true
+}
+
+// hasBusID says whether a row or a known device has the PCI address addr.
+// c.mu must be held.
+func (c *gaudiCollector) hasBusID(rows []gaudi.Device, addr string) bool {
+	for i := range rows {
+		if rows[i].BusID == addr {
+			return true
+		}
+	}
+	for _, kd := range c.known {
+		if kd.BusID == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // placed splits a run's rows into those identify gave a key, with their
