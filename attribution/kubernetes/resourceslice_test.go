@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -173,7 +174,12 @@ func TestResourceSliceSourceNotDecodable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	eventually(t, "the list", func() bool { idx, _ := s.Index(); return len(idx) == len(wantSliceIndex) })
+	// Until the list has completed, the slices stored so far are indexed
+	// and the error is that one: waited out, not taken for the answer.
+	eventually(t, "the list", func() bool {
+		idx, err := s.Index()
+		return len(idx) == len(wantSliceIndex) && !errors.Is(err, errSlicesNotListed)
+	})
 	idx, err := s.Index()
 	if err == nil || err.Error() != "ResourceSlice watch for node a100-dra-node: 1 slices not decodable as resource.k8s.io/v1" {
 		t.Errorf("Index error %v", err)
