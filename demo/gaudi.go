@@ -33,19 +33,23 @@ const HLSMIEnv = "XPU_DEMO_HLSMI"
 // HLSMIFaults make the demo's hl-smi fail as a real one can.
 type HLSMIFaults struct {
 	// Mode is "" (answer), "hang" (never answer: a process stuck in the
-	// driver), "exit" (print Stderr and exit 1) or "garbage" (print what
-	// is not the table asked for).
+	// driver), "exit" (print Stderr and exit 1), "garbage" (print what
+	// is not the table asked for) or "cut" (print the table cut short
+	// inside its last cell, with no line end after it, and exit 0, as a
+	// run whose writing stopped early while its status said nothing).
 	Mode   string `yaml:"mode"`
 	Stderr string `yaml:"stderr"`
 }
 
 func (f *HLSMIFaults) validate() error {
 	switch f.Mode {
-	case "", "hang", "exit", "garbage":
+	case "", "hang", "exit", "garbage", "cut":
 		return nil
 	}
-	return fmt.Errorf("mode: %q is not hang, exit or garbage", f.Mode)
+	return fmt.Errorf("mode: %q is not hang, exit, garbage or cut", f.Mode)
 }
+
+func (d *DeviceSpec) isGaudi() bool { return d.Vendor == VendorGaudi }
 
 // validateGaudi refuses what a Gaudi device cannot have: readings hl-smi
 // does not print, NVIDIA's MIG, NVLink and faults, and per-process
@@ -73,7 +77,23 @@ func (d *DeviceSpec) validateGaudi() []error {
 	}
 	f := d.Faults
 	if f.Lost || len(f.Unsupported)+len(f.Errors)+len(f.NoPermission)+len(f.Hang)+len(f.Panic)+len(f.FailingLinks) > 0 {
-		bad("faults: NVML faults; a Gaudi's failures are the scenario's hl_smi")
+		bad("faults: NVML faults; a Gaudi's failures are the scenario's hl_smi and the device's unlisted, unlisted_after and not_available")
+	}
+	if f.UnlistedAfter != "" {
+		if dur, err := time.ParseDuration(f.UnlistedAfter); err != nil || dur <= 0 {
+			bad("faults.unlisted_after: %q is not a positive duration", f.UnlistedAfter)
+		} else {
+			d.Faults.unlistedAfter = dur
+		}
+	}
+	fields := make([]string, len(hlsmiColumns))
+	for i, c := range hlsmiColumns {
+		fields[i] = hlsmiField(c)
+	}
+	for _, name := range f.NotAvailable {
+		if !slices.Contains(fields, name) {
+			bad("faults.not_available: %q is not an hl-smi field the exporter asks for (%s)", name, strings.Join(fields, ", "))
+		}
 	}
 	for i, p := range d.Processes {
 		if p.Utilization != nil || p.MemoryUsed != nil {
@@ -116,6 +136,19 @@ var hlsmiColumns = []string{
 // notAvailable is what hl-smi prints for a reading it does not have.
 const notAvailable = "N/A"
 
+// hlsmiField is a header cell's field name, its unit left off.
+func hlsmiField(column string) string {
+	name, _, _ := strings.Cut(column, " [")
+	return name
+}
+
+// listed tells whether hl-smi lists the device at now, for a node booted
+// at start (Faults.Unlisted, Faults.UnlistedAfter).
+func (d *DeviceSpec) listed(start, now time.Time) bool {
+	f := &d.Faults
+	return !f.Unlisted && (f.unlistedAfter == 0 || now.Sub(start) < f.unlistedAfter)
+}
+
 // HLSMITable is the scenario's Gaudi devices as hl-smi would list them at
 // now, for a node booted at start: a CSV table with hl-smi's header and
 // values without units. A reading the scenario does not set is "N/A", as
@@ -126,6 +159,9 @@ func (s *Scenario) HLSMITable(start, now time.Time) []byte {
 	var b bytes.Buffer
 	b.WriteString(strings.Join(hlsmiColumns, ", ") + "\n")
 	for k, d := range s.gaudiDevices() {
+		if !d.listed(start, now) {
+			continue
+		}
 		at := func(key string) (float64, bool) {
 			v, ok := d.Metrics[key]
 			if !ok {
@@ -172,6 +208,11 @@ func (s *Scenario) HLSMITable(start, now time.Time) []byte {
 			count("dram_ecc_corrected"), count("dram_ecc_corrected"),
 			count("dram_ecc_uncorrected"), count("dram_ecc_uncorrected"),
 			whole("pcie_generation", 1), whole("pcie_max_generation", 1), whole("pcie_width", 1), whole("pcie_max_width", 1),
+		}
+		for i, c := range hlsmiColumns {
+			if slices.Contains(d.Faults.NotAvailable, hlsmiField(c)) {
+				row[i] = notAvailable
+			}
 		}
 		b.WriteString(strings.Join(row, ", ") + "\n")
 	}
@@ -220,8 +261,17 @@ func ServeHLSMI(spec string, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	if err := hlsmisim.Answer(bytes.NewReader(s.HLSMITable(sp.Start, time.Now())), args, stdout); err != nil {
+	var out bytes.Buffer
+	if err := hlsmisim.Answer(bytes.NewReader(s.HLSMITable(sp.Start, time.Now())), args, &out); err != nil {
 		return fail(err)
+	}
+	table := out.Bytes()
+	if s.HLSMI.Mode == "cut" {
+		table = bytes.TrimSuffix(table, []byte("\n"))
+		table = table[:max(len(table)-1, 0)]
+	}
+	if _, err := stdout.Write(table); err != nil {
+		return 1
 	}
 	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,11 @@ func TestParseGaudiErrors(t *testing.T) {
 		// one the exporter's parser refuses would never be attributed.
 		{"serial with a space", g + "serial: \"AN15 000001\"}\n", `devices[0]: serial: "AN15 000001" is not a board serial the Gaudi device plugin can name (letters and digits, dashes inside, at most 64)`},
 		{"serial like a device name", g + "serial: hl1}\n", `devices[0]: serial: "hl1" is not a board serial`},
-		{"bad hl-smi mode", g + "}\nhl_smi: {mode: explode}\n", `hl_smi: mode: "explode" is not hang, exit or garbage`},
+		{"unlisted NVIDIA GPU", "devices:\n  - {model: X, memory_total: 1GiB, faults: {unlisted: true}}\n", "devices[0]: faults: unlisted, unlisted_after and not_available are hl-smi's, for a Gaudi"},
+		{"not_available on an AMD GPU", "devices:\n  - {vendor: amd, model: X, memory_total: 1GiB, faults: {not_available: [index]}}\n", "devices[0]: faults: unlisted, unlisted_after and not_available are hl-smi's"},
+		{"bad unlisted_after", g + "faults: {unlisted_after: soon}}\n", `devices[0]: faults.unlisted_after: "soon" is not a positive duration`},
+		{"field hl-smi is not asked for", g + "faults: {not_available: [\"memory.total [MiB]\"]}}\n", `devices[0]: faults.not_available: "memory.total [MiB]" is not an hl-smi field the exporter asks for (index, module_id, uuid`},
+		{"bad hl-smi mode", g + "}\nhl_smi: {mode: explode}\n", `hl_smi: mode: "explode" is not hang, exit, garbage or cut`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))
@@ -91,6 +96,43 @@ devices:
 	}
 }
 
+// The device faults change the table as hl-smi would print it: a device
+// left out from unlisted_after on, the others keeping their index (the
+// driver's), and the not_available fields printed as N/A in its row alone.
+func TestHLSMITableFaults(t *testing.T) {
+	s, err := Parse([]byte(`devices:
+  - {vendor: gaudi, model: HL-225, memory_total: 96GiB}
+  - {vendor: gaudi, model: HL-225, memory_total: 96GiB, faults: {unlisted_after: 10s}}
+  - {vendor: gaudi, model: HL-225, memory_total: 96GiB, faults: {not_available: [index, bus_id, memory.total]}}
+  - {vendor: gaudi, model: HL-225, memory_total: 96GiB, faults: {unlisted: true}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		at   time.Duration
+		want [][3]string // index, bus_id, memory.total of each row
+	}{
+		// Bus ids are the generated ones, 0x19 + index×0x10; 96 GiB is
+		// 98304 MiB.
+		{9 * time.Second, [][3]string{{"0", "0000:19:00.0", "98304"}, {"1", "0000:29:00.0", "98304"}, {"N/A", "N/A", "N/A"}}},
+		{10 * time.Second, [][3]string{{"0", "0000:19:00.0", "98304"}, {"N/A", "N/A", "N/A"}}},
+	} {
+		rows, err := csv.NewReader(bytes.NewReader(s.HLSMITable(start, start.Add(tc.at)))).ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [][3]string
+		for _, row := range rows[1:] {
+			got = append(got, [3]string{strings.TrimSpace(row[0]), strings.TrimSpace(row[4]), strings.TrimSpace(row[8])})
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("at %v: rows (index, bus_id, memory.total) %q, want %q", tc.at, got, tc.want)
+		}
+	}
+}
+
 func TestGaudiScenariosParse(t *testing.T) {
 	for _, name := range []string{"gaudi", "mixed"} {
 		s, err := Load(filepath.Join("..", "fixtures", "scenarios", name+".yaml"))
@@ -134,6 +176,17 @@ func TestServeHLSMI(t *testing.T) {
 	code := ServeHLSMI(spec(scenario+"hl_smi: {mode: exit, stderr: \"habanalabs: device is in reset\"}\n"), args, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "device is in reset") || stdout.Len() != 0 {
 		t.Errorf("exit mode: code %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+
+	// Cut: the table without its line end and the last cell's last
+	// character, "N/A" becoming "N/", and a status that says nothing.
+	stdout.Reset()
+	stderr.Reset()
+	if code := ServeHLSMI(spec(scenario+"hl_smi: {mode: cut}\n"), args, &stdout, &stderr); code != 0 {
+		t.Errorf("cut mode exits %d, want 0: %s", code, stderr.String())
+	}
+	if want := "index, temperature.aip [C], power.draw [W]\n0, 41, N/"; stdout.String() != want {
+		t.Errorf("cut mode printed %q, want %q", stdout.String(), want)
 	}
 
 	if code := ServeHLSMI(filepath.Join(dir, "missing.json"), args, &stdout, &stderr); code != 1 {

@@ -329,8 +329,18 @@ type Faults struct {
 	// XGMIGaps are an AMD GPU's XGMI links (0..6) the firmware leaves out
 	// of every other gpu_metrics table (AMDSim.xgmiLinks).
 	XGMIGaps []int `yaml:"xgmi_gaps"`
+	// Unlisted leaves a Gaudi out of hl-smi's table, from UnlistedAfter
+	// after the node booted on if that is set, while the habanalabs driver
+	// keeps its accel node and its holders keep it open: the exporter
+	// sees the device in sysfs and procfs only.
+	Unlisted      bool   `yaml:"unlisted"`
+	UnlistedAfter string `yaml:"unlisted_after"`
+	// NotAvailable are hl-smi fields (index, uuid, bus_id, serial, or a
+	// reading's, such as memory.total) a Gaudi's row prints as N/A, as
+	// hl-smi prints a value it cannot read.
+	NotAvailable []string `yaml:"not_available"`
 
-	hangFor, lostAfter time.Duration
+	hangFor, lostAfter, unlistedAfter time.Duration
 }
 
 // MetricKeys are the readings a scenario can drive, with their units.
@@ -851,6 +861,9 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 		if d.NVLinks == nil || l < 0 || l >= *d.NVLinks {
 			bad("faults.failing_links: link %d does not exist", l)
 		}
+	}
+	if !d.isGaudi() && (f.Unlisted || f.UnlistedAfter != "" || len(f.NotAvailable) > 0) {
+		bad("faults: unlisted, unlisted_after and not_available are hl-smi's, for a Gaudi")
 	}
 	for _, l := range f.XGMIGaps {
 		if !d.isAMD() || l < 0 || l >= amdXGMILinks {

@@ -108,6 +108,74 @@ func TestGaudiDemo(t *testing.T) {
 	}
 }
 
+// gaudiScenarioWith writes fixtures/scenarios/gaudi.yaml with extra put
+// after the line old, and returns the file's path.
+func gaudiScenarioWith(t *testing.T, old, extra string) string {
+	t.Helper()
+	b, err := os.ReadFile("../fixtures/scenarios/gaudi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), old+"\n") {
+		t.Fatalf("gaudi.yaml has no line %q", old)
+	}
+	path := filepath.Join(t.TempDir(), "gaudi.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), old+"\n", old+"\n"+extra, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The demo's hl-smi leaves devices out as the scenario says, while their
+// accel nodes and holders stay: one from the start (the driver has it,
+// hl-smi never listed it), one after a while (listed, then no more).
+func TestGaudiDemoDevicesHLSMIDoesNotList(t *testing.T) {
+	const tgi0 = "    processes: [{pid: 3001, pod: inference/tgi-gaudi-6b8d7f9c5-m2p7x, command: text-generation-server}]"
+	gpu0 := `uuid="01P0-HL2080A0-15-B3B6AE52-00-04-03"`
+
+	t.Run("never listed", func(t *testing.T) {
+		e := start(t, "--demo", "--demo.scenario="+gaudiScenarioWith(t, tgi0, "    faults: {unlisted: true}\n"))
+		_, out := get(t, http.DefaultClient, "http://"+e.addr+"/metrics")
+		if got := value(t, out, "xpu_gaudi_devices_unlisted"); got != 1 {
+			t.Errorf("xpu_gaudi_devices_unlisted = %v, want 1", got)
+		}
+		if n := strings.Count(out, "\nxpu_device_up{"); n != 7 {
+			t.Errorf("%d devices served, want the 7 hl-smi lists", n)
+		}
+		// The TGI pod holds devices 0 and 1: device 1 keeps it as its owner.
+		if got := value(t, out, "xpu_device_owners", `gpu="1"`); got != 1 {
+			t.Errorf("device 1 has %v owners, want 1 (the TGI pod)", got)
+		}
+		// Device 0's generated bus id: 0x19 + 0×0x10.
+		waitUntil(t, "the warning naming device 0", func() bool { return strings.Contains(e.Logs(), "pci=0000:19:00.0") })
+	})
+
+	t.Run("no longer listed", func(t *testing.T) {
+		e := start(t, "--demo", "--demo.scenario="+gaudiScenarioWith(t, tgi0, "    faults: {unlisted_after: 8s}\n"))
+		url := "http://" + e.addr + "/metrics"
+		_, out := get(t, http.DefaultClient, url)
+		if got := value(t, out, "xpu_device_up", gpu0); got != 1 {
+			t.Fatalf("device 0 up = %v before it leaves hl-smi's table, want 1", got)
+		}
+		waitUntil(t, "device 0 to leave hl-smi's table", func() bool {
+			time.Sleep(250 * time.Millisecond) // each scrape runs hl-smi
+			_, out = get(t, http.DefaultClient, url)
+			return value(t, out, "xpu_device_up", gpu0) == 0
+		})
+		// Known, so down rather than unlisted; the seven others up.
+		if got := value(t, out, "xpu_gaudi_devices_unlisted"); got != 0 {
+			t.Errorf("xpu_gaudi_devices_unlisted = %v, want 0: device 0 is known and reported down", got)
+		}
+		if got := value(t, out, "xpu_device_up", `gpu="1"`); got != 1 {
+			t.Errorf("device 1 up = %v, want 1", got)
+		}
+		_, out = get(t, http.DefaultClient, url)
+		if n := strings.Count(e.Logs(), "no longer listed"); n != 1 {
+			t.Errorf("%d log lines for device 0 leaving, want 1:\n%s", n, e.Logs())
+		}
+	})
+}
+
 // A hung hl-smi (the scenario's hl_smi: {mode: hang}) costs a scrape no
 // more than its deadline: the run is killed there and counted.
 func TestGaudiHungHLSMI(t *testing.T) {
