@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,7 +62,13 @@ type dcgmCollector struct {
 	// state is the kind of the last failure ("" when the last scrape
 	// worked), so that a failure and a recovery are logged once each.
 	state string
+	// leftOut is the series the last answer had left out, sorted and
+	// joined, so that a change of that set is logged once.
+	leftOut string
 }
+
+var dcgmLeftOut = gauge("dcgm_series_left_out",
+	"dcgm-exporter profiling series the last scrape left out: malformed (a ratio outside 0..1, a negative or non-finite value), stamped more than 5 minutes ago, or naming no GPU by a UUID label; named in one warning when the set changes.")
 
 func newDCGMCollector(cfg Config) (Collector, error) {
 	if *dcgmMaxBytes <= 0 {
@@ -86,6 +93,37 @@ func (c *dcgmCollector) logChange(err error) {
 	} else {
 		c.logger.Info("dcgm-exporter scraped", "url", redact(*dcgmURL))
 	}
+}
+
+// maxLeftOutNamed bounds the series one warning names: a dcgm-exporter
+// whose every series is malformed must not write a line per series.
+const maxLeftOutNamed = 5
+
+// logLeftOut logs the series an answer left out when their set changes:
+// the collector succeeds with the rest, so without this a GPU's profiling
+// would go missing unseen.
+func (c *dcgmCollector) logLeftOut(left []engines.DCGMLeftOut) {
+	series := make([]string, len(left))
+	for i, l := range left {
+		series[i] = l.Series
+	}
+	state := strings.Join(series, "\n")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if state == c.leftOut {
+		return
+	}
+	c.leftOut = state
+	if len(left) == 0 {
+		c.logger.Info("dcgm-exporter series all read again", "url", redact(*dcgmURL))
+		return
+	}
+	named := make([]string, 0, min(len(left), maxLeftOutNamed))
+	for _, l := range left[:min(len(left), maxLeftOutNamed)] {
+		named = append(named, l.Series+": "+l.Why)
+	}
+	c.logger.Warn("dcgm-exporter series left out: malformed, stale or naming no GPU (xpu_dcgm_series_left_out)",
+		"url", redact(*dcgmURL), "count", len(left), "series", strings.Join(named, "; "))
 }
 
 // dcgmMetrics are the families DCGM fills, by profiling key.
@@ -117,9 +155,10 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 	byDevice := map[key]map[string]float64{}
 	families, err := engines.Scrape(ctx, c.client, *dcgmURL, engines.Limits{MaxBytes: *dcgmMaxBytes, MaxSeries: 100000, Keep: engines.DCGMWanted})
 	var readings []engines.DCGMReading
+	var left []engines.DCGMLeftOut
 	if err == nil {
-		var skipped int
-		readings, skipped = engines.DCGMProfiling(families)
+		readings, left = engines.DCGMProfiling(families, time.Now())
+		skipped := len(left)
 		switch {
 		case len(families) == 0:
 			// An answer without a single profiling field is another
@@ -131,7 +170,7 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 			// dcgm-exporter labels every series with its GPU's UUID;
 			// profiling fields none of which can be joined are not its
 			// output as documented.
-			err = fmt.Errorf("none of the %d DCGM_FI_PROF_* series names its GPU (a UUID label) with a valid value", skipped)
+			err = fmt.Errorf("none of the %d DCGM_FI_PROF_* series could be read: each names no GPU (a UUID label), or is malformed or stale (first: %s)", skipped, left[0].Series)
 		case len(readings) > 0 && !namesAGPUOf(readings, snap):
 			// Another node's dcgm-exporter (its pod's address, or a
 			// Service in front of all of them): a good answer that joins
@@ -140,9 +179,14 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 		}
 	}
 	c.logChange(err)
+	e := newEmitter(ch)
+	defer e.flush()
 	if err != nil {
 		err = fmt.Errorf("dcgm-exporter: %w", err)
 		readings = nil
+	} else {
+		c.logLeftOut(left)
+		e.emit(dcgmLeftOut, labels{}, float64(len(left)))
 	}
 	for _, r := range readings {
 		// NVML prints UUIDs with lower-case hex, and so does
@@ -163,8 +207,6 @@ func (c *dcgmCollector) Update(ctx context.Context, snap *Snapshot, ch chan<- pr
 	for _, d := range snap.Devices {
 		sharing[devKey(d)]++
 	}
-	e := newEmitter(ch)
-	defer e.flush()
 	for _, d := range snap.Devices {
 		nd, ok := d.vendorData.(*nvidia.Device)
 		if !ok || !d.Up || nd.GPM {

@@ -2,15 +2,18 @@ package collector
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/demo"
+	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 )
 
 // dcgmEndpoint serves body, after delay.
@@ -387,4 +390,64 @@ func secondScrapeWithGPM(t *testing.T) string {
 	scrapeText(t, e, 5*time.Second)
 	now = now.Add(15 * time.Second)
 	return scrapeText(t, e, 5*time.Second)
+}
+
+// TestDCGMBridgeNamesSeriesLeftOut: readings left out as malformed or
+// stale are counted and named in one warning when the set changes, not
+// dropped unseen behind a successful collector (found by probing).
+func TestDCGMBridgeNamesSeriesLeftOut(t *testing.T) {
+	var body atomic.Pointer[string]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, *body.Load()) }))
+	t.Cleanup(srv.Close)
+	oldURL := *dcgmURL
+	*dcgmURL = srv.URL + "/metrics"
+	t.Cleanup(func() { *dcgmURL = oldURL })
+
+	const t4 = `gpu="0",UUID="GPU-7e47e47e-0000-4000-8000-000000000000"`
+	bad := func(tensor string) string {
+		// The tensor ratio is malformed; the DRAM reading is stamped 1 s
+		// after the epoch.
+		return t4Profiling + "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{" + t4 + `,GPU_I_ID="5"} ` + tensor + "\n" +
+			"DCGM_FI_PROF_DRAM_ACTIVE{" + t4 + `,GPU_I_ID="6"} 0.2 1000` + "\n"
+	}
+	var logs syncbuf.Buffer
+	s := loadScenario(t, "not-supported")
+	now := func() time.Time { return testNow }
+	e := newExporterOf(t, Config{NVML: s.NVML(testStart, now), Now: now, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia", "dcgm")
+
+	for i, tc := range []struct {
+		body     string
+		leftOut  float64
+		warnings int
+	}{
+		{bad("1.5"), 2, 1},
+		// The same series, another bad value: no new line.
+		{bad("1.6"), 2, 1},
+		{t4Profiling, 0, 1},
+	} {
+		body.Store(&tc.body)
+		out := scrapeText(t, e, 5*time.Second)
+		if want := fmt.Sprintf("\nxpu_dcgm_series_left_out %v\n", tc.leftOut); !strings.Contains(out, want) {
+			t.Errorf("scrape %d: want%s", i, want)
+		}
+		if !strings.Contains(out, `xpu_scrape_collector_success{collector="dcgm"} 1`) {
+			t.Errorf("scrape %d: the good readings are served, the collector must succeed", i)
+		}
+		if got := sample(t, out, "xpu_sm_active_ratio", `uuid="GPU-7e47e47e-0000-4000-8000-000000000000"`); got != 0.412 {
+			t.Errorf("scrape %d: the good reading xpu_sm_active_ratio = %v, want 0.412", i, got)
+		}
+		if n := strings.Count(logs.String(), "dcgm-exporter series left out"); n != tc.warnings {
+			t.Errorf("scrape %d: %d warnings, want %d:\n%s", i, n, tc.warnings, logs.String())
+		}
+	}
+	for _, want := range []string{
+		`DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{GPU_I_ID=\"5\",UUID=\"GPU-7e47e47e-0000-4000-8000-000000000000\",gpu=\"0\"}: value 1.5 is not a ratio 0..1`,
+		`stamped 1970-01-01T00:00:01Z, more than 5m0s ago`,
+		"count=2",
+		"dcgm-exporter series all read again",
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, logs.String())
+		}
+	}
 }

@@ -1,7 +1,11 @@
 package engines
 
 import (
+	"fmt"
 	"math"
+	"slices"
+	"strings"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -45,13 +49,24 @@ var dcgmRates = map[string]bool{
 	"nvlink_tx_bytes_per_second": true, "nvlink_rx_bytes_per_second": true,
 }
 
-// DCGMProfiling reads the profiling fields out of a dcgm-exporter scrape.
-// Series that name no GPU (no UUID label), or whose value is not a finite
-// non-negative number (at most 1 for a ratio: dcgm-exporter documents each
-// as a "Ratio of" cycles or time, etc/dcp-metrics-included.csv), cannot be
-// joined to a device or are malformed, and are counted in skipped rather
-// than guessed at.
-func DCGMProfiling(families map[string]*dto.MetricFamily) (readings []DCGMReading, skipped int) {
+// DCGMLeftOut is a dcgm-exporter profiling series DCGMProfiling left out,
+// and why.
+type DCGMLeftOut struct {
+	// Series is the series' name and labels, without its value: the same
+	// series left out at two scrapes has the same Series.
+	Series string
+	Why    string
+}
+
+// DCGMProfiling reads the profiling fields out of a dcgm-exporter scrape
+// made at now, and the series it leaves out, in the order of their names.
+// A series that names no GPU (no UUID label) cannot be joined to a device;
+// one whose value is not a finite non-negative number (at most
+// 1 for a ratio: dcgm-exporter documents each as a "Ratio of" cycles or
+// time, etc/dcp-metrics-included.csv) is malformed; one stamped more than
+// maxSampleAge before now is stale, as for an engine (Prometheus would not
+// return it for now). Each is left out, with why, rather than guessed at.
+func DCGMProfiling(families map[string]*dto.MetricFamily, now time.Time) (readings []DCGMReading, left []DCGMLeftOut) {
 	for name, field := range dcgmFields {
 		mf := families[name]
 		if mf == nil {
@@ -68,14 +83,29 @@ func DCGMProfiling(families map[string]*dto.MetricFamily) (readings []DCGMReadin
 				}
 			}
 			v, ok := plainValue(m)
-			if uuid == "" || !ok || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || v > 1 && !dcgmRates[field] {
-				skipped++
+			var why string
+			switch {
+			case uuid == "":
+				why = "no UUID label names its GPU"
+			case !ok:
+				why = "not a gauge, counter or untyped sample"
+			case math.IsNaN(v) || math.IsInf(v, 0) || v < 0:
+				why = fmt.Sprintf("value %v is not a finite non-negative number", v)
+			case v > 1 && !dcgmRates[field]:
+				why = fmt.Sprintf("value %v is not a ratio 0..1", v)
+			case m.TimestampMs != nil && now.Sub(time.UnixMilli(m.GetTimestampMs())) > maxSampleAge:
+				why = fmt.Sprintf("stamped %s, more than %v ago", time.UnixMilli(m.GetTimestampMs()).UTC().Format(time.RFC3339), maxSampleAge)
+			default:
+				readings = append(readings, DCGMReading{UUID: uuid, GPUInstance: gi, Field: field, Value: v})
 				continue
 			}
-			readings = append(readings, DCGMReading{UUID: uuid, GPUInstance: gi, Field: field, Value: v})
+			left = append(left, DCGMLeftOut{Series: seriesName(name, m), Why: why})
 		}
 	}
-	return readings, skipped
+	// In a fixed order, which the families' map does not have: the
+	// collector logs when the set changes.
+	slices.SortFunc(left, func(a, b DCGMLeftOut) int { return strings.Compare(a.Series, b.Series) })
+	return readings, left
 }
 
 // plainValue is the value of a gauge, counter or untyped sample.
