@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -133,5 +134,140 @@ func TestResolveProcEntriesVanishing(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "source=procfs"); n != 2 || !strings.Contains(logs.String(), "answering again") {
 		t.Errorf("want one failure and one recovery line for procfs, got:\n%s", logs.String())
+	}
+}
+
+// A PID the driver lists read after read while procfs will not show it
+// (procfs mounted with hidepid=2, a context the driver keeps after its
+// process) is no exit: its device's process list is not whole (probe E
+// PE1). The first read cannot tell it from a process that exited between
+// the driver's list and procfs, and takes it as one; the second, with the
+// PID still listed, does not. gpuA runs a.service (100) and the hidden 101;
+// gpuB only the hidden 110; gpuC a.service (120) and c.service (121).
+func TestResolvePIDProcfsWillNotShow(t *testing.T) {
+	var logs bytes.Buffer
+	reader := procfs(t, map[uint32]string{
+		100: "/system.slice/a.service",
+		120: "/system.slice/a.service",
+		121: "/system.slice/c.service",
+	})
+	r := New(Config{Procfs: reader, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	listed := []Device{
+		{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100, 101}},
+		{UUID: gpuB, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{110}},
+		{UUID: gpuC, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{120, 121}},
+	}
+	exited := []Device{
+		{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100}},
+		{UUID: gpuB, MIGIndex: -1, GRESIndex: -1},
+		{UUID: gpuC, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{120, 121}},
+	}
+	// gpuC's two units share it: 1/2 each, at every read.
+	sharedC := func(t *testing.T, res Result) {
+		t.Helper()
+		own := res.Devices[gpuC]
+		if own.OwnersUnknown || len(own.Claims) != 2 || own.Claims[0].Share != 0.5 || own.Claims[1].Share != 0.5 {
+			t.Errorf("gpuC: claims %+v (unknown %v), want a.service and c.service at 1/2 each", own.Claims, own.OwnersUnknown)
+		}
+	}
+	// What a process that exited leaves: a.service, gpuA's one process
+	// read, owns it whole; gpuB has no process, so no owner.
+	asExited := func(t *testing.T, res Result) {
+		t.Helper()
+		if err := res.Sources[0].Err; err != nil {
+			t.Errorf("procfs failing: %v", err)
+		}
+		if own := res.Devices[gpuA]; own.OwnersUnknown || len(own.Claims) != 1 || own.Claims[0].Owner.Unit != "a.service" || own.Claims[0].Share != 1 {
+			t.Errorf("gpuA: claims %+v (unknown %v), want a.service alone at 1", own.Claims, own.OwnersUnknown)
+		}
+		if own := res.Devices[gpuB]; own.OwnersUnknown || len(own.Claims) != 0 {
+			t.Errorf("gpuB: claims %+v (unknown %v), want none, known", own.Claims, own.OwnersUnknown)
+		}
+		sharedC(t, res)
+	}
+	// What a process procfs will not show leaves: gpuA's owners are
+	// a.service and whoever runs 101, so none is served, and a.service
+	// is not handed the device; gpuB's are unknown, not none.
+	asHidden := func(t *testing.T, res Result) {
+		t.Helper()
+		if err := res.Sources[0].Err; err == nil || !strings.Contains(err.Error(), "hidepid") {
+			t.Errorf("procfs error %v, want one naming hidepid", err)
+		}
+		own := res.Devices[gpuA]
+		if !own.OwnersUnknown || len(own.Claims) != 0 || own.Allocated {
+			t.Errorf("gpuA: claims %+v (unknown %v, allocated %v), want none, unknown", own.Claims, own.OwnersUnknown, own.Allocated)
+		}
+		if _, ok := own.Process[100]; ok || own.Strays[100].Unit != "a.service" {
+			t.Errorf("gpuA: process 100 %v, stray %+v; want it out of the split, a.service's", own.Process, own.Strays[100])
+		}
+		if own := res.Devices[gpuB]; !own.OwnersUnknown || len(own.Claims) != 0 {
+			t.Errorf("gpuB: claims %+v (unknown %v), want none, unknown", own.Claims, own.OwnersUnknown)
+		}
+		sharedC(t, res)
+	}
+
+	t.Run("first read", func(t *testing.T) { asExited(t, r.Resolve(context.Background(), listed)) })
+	t.Run("listed again", func(t *testing.T) { asHidden(t, r.Resolve(context.Background(), listed)) })
+	t.Run("and again", func(t *testing.T) { asHidden(t, r.Resolve(context.Background(), listed)) })
+	t.Run("listed no more", func(t *testing.T) {
+		asExited(t, r.Resolve(context.Background(), exited))
+		if r.unshown != nil {
+			t.Errorf("PIDs kept after the driver stopped listing them: %v", r.unshown)
+		}
+	})
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	want := []string{
+		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=procfs err="procfs ` + reader.Root + ` does not show GPU process 101 (2 in all), which the GPU driver still lists: procfs is mounted with hidepid=2 or invisible (proc(5); its gid= option lets a group see every process), or the driver keeps a context whose process has ended"`,
+		`level=INFO msg="attribution source answering again" source=procfs`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d log lines, want %d:\n%s", len(lines), len(want), logs.String())
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i], w) {
+			t.Errorf("log line %d = %q, want it to end in %q", i, lines[i], w)
+		}
+	}
+}
+
+// A process that exits between the driver's list and procfs is missing at
+// one read and listed no more at the next: an exit, as it always was. The
+// PID is forgotten then, so that a process given it later and missing once
+// is an exit too, not taken for one procfs will not show.
+func TestResolvePIDMissingOnceIsAnExit(t *testing.T) {
+	var logs bytes.Buffer
+	r := New(Config{Procfs: procfs(t, map[uint32]string{100: "/system.slice/a.service"}), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	withExit := []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100, 101}}}
+	after := []Device{{UUID: gpuA, MIGIndex: -1, GRESIndex: -1, PIDs: []uint32{100}}}
+	for i, devices := range [][]Device{withExit, after, withExit, after} {
+		res := r.Resolve(context.Background(), devices)
+		if err := res.Sources[0].Err; err != nil {
+			t.Errorf("read %d: procfs failing: %v", i, err)
+		}
+		// a.service, the one process read, owns gpuA whole.
+		if own := res.Devices[gpuA]; own.OwnersUnknown || len(own.Claims) != 1 || own.Claims[0].Owner.Unit != "a.service" || own.Claims[0].Share != 1 {
+			t.Errorf("read %d: claims %+v (unknown %v), want a.service alone at 1", i, own.Claims, own.OwnersUnknown)
+		}
+	}
+	if logs.Len() != 0 {
+		t.Errorf("an exit was logged:\n%s", logs.String())
+	}
+}
+
+// Reads that overlap (a /devices read beside a scrape) may share the
+// driver's list of processes: the second to end does not confirm what the
+// first found missing, a read begun after both have ended does.
+func TestNoteUnshownOverlappingReads(t *testing.T) {
+	r := New(Config{})
+	r.round = 2 // read A has round 1, read B round 2, both begun
+	if got := r.noteUnshown([]uint32{101}, 1); got != nil {
+		t.Errorf("read A: %v confirmed, want none", got)
+	}
+	if got := r.noteUnshown([]uint32{101}, 2); got != nil {
+		t.Errorf("read B, begun before A ended: %v confirmed, want none", got)
+	}
+	r.round = 3
+	if got := r.noteUnshown([]uint32{101, 101}, 3); !slices.Equal(got, []uint32{101}) {
+		t.Errorf("read C, begun after both: %v confirmed, want [101] (once, though on two devices)", got)
 	}
 }

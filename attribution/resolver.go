@@ -150,6 +150,11 @@ type Resolver struct {
 	procs map[uint32]procInfo
 	// round counts the scrapes, to spread the start time checks over them.
 	round uint64
+	// unshown are the devices' PIDs that procfs did not show at the last
+	// read, each with the round that had begun when the read that first
+	// found it missing ended (noteUnshown). Only PIDs still listed are
+	// kept.
+	unshown map[uint32]uint64
 	// badIDs remembers the device-plugin IDs already logged as not
 	// understood, so that each is logged once.
 	badIDs map[string]bool
@@ -1021,10 +1026,11 @@ func PodOwner(md kubernetes.MetadataSource, namespace, pod, container string) (o
 }
 
 // processes reads procfs for every PID on the devices. hidden are the PIDs
-// procfs has but would not show (no permission, a malformed file): unlike
-// a process that exited, such a process still uses its device. The error
-// says why processes could not be attributed at all, such as not seeing
-// the host's PIDs from a container.
+// procfs has but would not show (no permission, a malformed file, a PID
+// missing read after read: noteUnshown): unlike a process that exited,
+// such a process still uses its device. The error says why processes
+// could not be attributed at all, such as not seeing the host's PIDs from
+// a container.
 func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden map[uint32]bool, same sameProcs, reused map[uint32]procInfo, err error) {
 	n := 0
 	for _, d := range devices {
@@ -1122,6 +1128,15 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 			}
 		}
 	}
+	if unshown := r.noteUnshown(gone, round); len(unshown) > 0 {
+		if hidden == nil {
+			hidden = make(map[uint32]bool, len(unshown))
+		}
+		for _, pid := range unshown {
+			hidden[pid] = true
+		}
+		firstErr = cmpErr(firstErr, fmt.Errorf("procfs %s does not show GPU process %d (%d in all), which the GPU driver still lists: procfs is mounted with hidepid=2 or invisible (proc(5); its gid= option lets a group see every process), or the driver keeps a context whose process has ended", r.procRoot(), unshown[0], len(unshown)))
+	}
 	if exits != nil {
 		dropped := false
 		exits.Retain(func(pid uint32) bool {
@@ -1167,6 +1182,39 @@ func (r *Resolver) processes(devices []Device) (out map[uint32]procInfo, hidden 
 		return out, hidden, same, reused, fmt.Errorf("none of the %d GPU processes is in %s: the exporter must see the host's PIDs (hostPID: true)", seen, r.procRoot())
 	}
 	return out, hidden, same, reused, firstErr
+}
+
+// noteUnshown remembers gone, the PIDs procfs did not show at the read of
+// round, and returns those it did not show at an earlier read either, one
+// that ended before this one began. A process that exited between the
+// driver's list and procfs is missing once: the driver lists it no more at
+// the next read. One the driver lists read after read while procfs will
+// not show it (hidepid, a context the driver keeps after its process) is
+// no exit: it still uses its device, for an owner nobody can tell. Reads
+// that overlap (a /devices read beside a scrape) may share the driver's
+// list, so they do not confirm each other.
+func (r *Resolver) noteUnshown(gone []uint32, round uint64) (unshown []uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(gone) == 0 {
+		r.unshown = nil
+		return nil
+	}
+	next := make(map[uint32]uint64, len(gone))
+	for _, pid := range gone {
+		if _, dup := next[pid]; dup {
+			continue // on several devices
+		}
+		since, ok := r.unshown[pid]
+		if !ok {
+			since = r.round
+		} else if round > since {
+			unshown = append(unshown, pid)
+		}
+		next[pid] = since
+	}
+	r.unshown = next
+	return unshown
 }
 
 // sameProcs is what a scrape's processes tell the next (Resolver.exactPIDs):

@@ -463,6 +463,61 @@ devices:
 	}
 }
 
+// TestPIDProcfsWillNotShow: a GPU process the driver lists at every scrape
+// that procfs will not show (mounted with hidepid=2) is no exit: its GPU's
+// owners are unknown, rather than the one process seen owning it whole and
+// an idle GPU's 0 where it is alone (probe E PE1). GPU 0 runs a.service's
+// 9100 and b.service's 9101, hidden; GPU 1 a.service's 9110 and
+// c.service's 9111; GPU 2 only 9120, hidden.
+func TestPIDProcfsWillNotShow(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: bare
+defaults:
+  model: NVIDIA H100 80GB HBM3
+  memory_total: 80GiB
+  metrics: {utilization: 0.5, memory_utilization: 0.25, memory_used: 20GiB, temperature: 50, power: 300}
+devices:
+  - processes:
+      - {pid: 9100, unit: a.service, user: root, command: alpha, memory_used: 3GiB, utilization: 0.3}
+      - {pid: 9101, unit: b.service, user: root, command: beta, memory_used: 2GiB, utilization: 0.2}
+  - processes:
+      - {pid: 9110, unit: a.service, user: root, command: alpha, memory_used: 3GiB, utilization: 0.3}
+      - {pid: 9111, unit: c.service, user: root, command: gamma, memory_used: 2GiB, utilization: 0.2}
+  - processes:
+      - {pid: 9120, unit: d.service, user: root, command: delta, memory_used: 3GiB, utilization: 0.3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, sim := newAttributedExporterSim(t, s)
+	for _, pid := range []string{"9101", "9120"} {
+		if err := os.RemoveAll(filepath.Join(sim.Procfs, pid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first read that misses them cannot tell them from processes
+	// that exited before procfs was read; the second, with the driver
+	// still listing them, can.
+	scrapeText(t, e, 10*time.Second)
+	out := scrapeText(t, e, 10*time.Second)
+	check, absent := oracleChecks(out)
+	gpu := func(i int) string { return fmt.Sprintf(`gpu="%d"`, i) }
+
+	// GPU 0: a.service and an owner nobody can tell, so no count, no
+	// allocation handed to a.service, and the device's series carry no
+	// owner: its 0.5 utilization is the device's alone.
+	absent(t, "xpu_device_owners", gpu(0))
+	absent(t, "xpu_workload_allocated_devices", gpu(0))
+	absent(t, "xpu_utilization_ratio", gpu(0), `unit=`)
+	check(t, "xpu_utilization_ratio", 0.5, gpu(0))
+	// GPU 2: its only process is hidden: owners unknown, not 0.
+	absent(t, "xpu_device_owners", gpu(2))
+	// GPU 1 is whole: two units, 1/2 each.
+	check(t, "xpu_device_owners", 2, gpu(1))
+	check(t, "xpu_workload_allocated_devices", 0.5, gpu(1), `unit="a.service"`)
+	check(t, "xpu_workload_allocated_devices", 0.5, gpu(1), `unit="c.service"`)
+	check(t, "xpu_attribution_source_up", 0, `source="procfs"`)
+}
+
 // BenchmarkScrapeAttributed is one scrape of the demo node with attribution:
 // NVML reads, kubelet gRPC calls, procfs and the Slurm cache.
 func BenchmarkScrapeAttributed(b *testing.B) {
