@@ -1942,7 +1942,7 @@ func indexDevices(devices []Device) (byRef func(kubernetes.DeviceRef) (string, b
 				byName[d.DeviceName] = d.UUID
 			}
 		}
-		byUUID[d.UUID] = d.UUID
+		byUUID[foldUUID(d.UUID)] = d.UUID
 		if d.Partition != "" {
 			// A PCI address in either form; an amdgpu_xcp_<n> name is
 			// left as it is (normalizeBusID only lower-cases it).
@@ -1962,7 +1962,7 @@ func indexDevices(devices []Device) (byRef func(kubernetes.DeviceRef) (string, b
 		if d.ParentUUID != "" && d.MIGInstance >= 0 {
 			// Compute instances sharing a GPU instance cannot be told apart
 			// by it: such a name matches none of them.
-			key := d.ParentUUID + "/" + strconv.Itoa(d.MIGInstance)
+			key := foldUUID(d.ParentUUID) + "/" + strconv.Itoa(d.MIGInstance)
 			if _, dup := byMIG[key]; dup {
 				byMIG[key] = ""
 			} else {
@@ -1982,7 +1982,11 @@ func indexDevices(devices []Device) (byRef func(kubernetes.DeviceRef) (string, b
 		var lacks func(Device) bool
 		switch {
 		case ref.Serial != "":
-			lacks = func(d Device) bool { return d.Serial == "" }
+			// A serial that matches only without regard to case may be
+			// this board's, written by another tool, or another board's:
+			// nothing says two boards' serials cannot differ only in
+			// case. It names no board, and may name this one.
+			lacks = func(d Device) bool { return d.Serial == "" || strings.EqualFold(d.Serial, ref.Serial) }
 		case ref.PCIBusID != "":
 			lacks = func(d Device) bool { return d.PCIBusID == "" }
 		case ref.DeviceName != "":
@@ -2008,7 +2012,7 @@ func indexDevices(devices []Device) (byRef func(kubernetes.DeviceRef) (string, b
 		var ok bool
 		switch {
 		case ref.UUID != "":
-			uuid, ok = byUUID[ref.UUID]
+			uuid, ok = byUUID[foldUUID(ref.UUID)]
 		case ref.PCIBusID != "":
 			bus := normalizeBusID(ref.PCIBusID)
 			e, found := byPartition[bus]
@@ -2026,11 +2030,17 @@ func indexDevices(devices []Device) (byRef func(kubernetes.DeviceRef) (string, b
 		case ref.DeviceName != "":
 			uuid, ok = byName[ref.DeviceName]
 		case ref.MIGParentUUID != "":
-			uuid, ok = byMIG[ref.MIGParentUUID+"/"+strconv.Itoa(ref.MIGGPUInstance)]
+			uuid, ok = byMIG[foldUUID(ref.MIGParentUUID)+"/"+strconv.Itoa(ref.MIGGPUInstance)]
 		}
 		return uuid, ok && uuid != ""
 	}
 	return byRef, unnamed
+}
+
+// foldUUID is a GPU or MIG UUID in lower case: its digits are hexadecimal,
+// which NVML prints in lower case and a device plugin or CDI spec may not.
+func foldUUID(uuid string) string {
+	return strings.ToLower(uuid)
 }
 
 // normalizeBusID turns NVML's "00000000:3B:00.0" and sysfs' "0000:3b:00.0"

@@ -1094,6 +1094,52 @@ func TestIndexDevicesMixedNode(t *testing.T) {
 	}
 }
 
+// A GPU or MIG UUID is hexadecimal: a device plugin or CDI spec that
+// writes it in upper case names the GPU NVML prints in lower case (probe E
+// PE4: the pod's GPU read 0 owners). A Gaudi serial is matched as written:
+// nothing says two boards' serials cannot differ only in case, so one
+// that does names no device, and may name the board whose serial it
+// matches without regard to case (unnamed), as it may one without a serial.
+func TestIndexDevicesCase(t *testing.T) {
+	up := func(uuid string) string { return uuid[:4] + strings.ToUpper(uuid[4:]) }
+	lookup, unnamed := indexDevices([]Device{
+		{UUID: gpuA, Vendor: "nvidia", Index: 0, MIGIndex: -1, MIGInstance: -1},
+		{UUID: gpuM, Vendor: "nvidia", Index: 1, MIGIndex: -1, MIGInstance: -1},
+		{UUID: mig1, Vendor: "nvidia", Index: 1, ParentUUID: gpuM, MIGIndex: 0, MIGInstance: 1},
+		{UUID: "hl-uuid-0", Vendor: "habana", Index: 0, Serial: "AN15000001", MIGIndex: -1},
+		{UUID: "hl-uuid-1", Vendor: "habana", Index: 1, Serial: "AN15000002", MIGIndex: -1},
+	})
+	for _, tt := range []struct {
+		resource, id, want string
+		mayName            []string
+	}{
+		{"nvidia.com/gpu", up(gpuA), gpuA, nil},
+		{"nvidia.com/gpu", up(gpuA) + "::2", gpuA, nil},
+		{"nvidia.com/mig-3g.40gb", up(mig1), mig1, nil},
+		{"example.com/gpu", up(gpuA), gpuA, nil},
+		{"habana.ai/gaudi", "AN15000002", "hl-uuid-1", nil},
+		{"habana.ai/gaudi", "an15000002", "", []string{"hl-uuid-1"}},
+		{"habana.ai/gaudi", "An15000001", "", []string{"hl-uuid-0"}},
+	} {
+		ref, err := kubernetes.NormalizeDeviceID(tt.resource, tt.id)
+		if err != nil {
+			t.Fatalf("NormalizeDeviceID(%q, %q): %v", tt.resource, tt.id, err)
+		}
+		got, ok := lookup(ref)
+		if got != tt.want || ok != (tt.want != "") {
+			t.Errorf("%s %s names %q (%v), want %q", tt.resource, tt.id, got, ok, tt.want)
+		}
+		if may := unnamed(ref); !ok && !slices.Equal(may, tt.mayName) {
+			t.Errorf("%s %s may name %v, want %v", tt.resource, tt.id, may, tt.mayName)
+		}
+	}
+	// A MIG instance named by its GPU's UUID and GPU instance (a DRA
+	// driver's CDI device nodes, turned into a UUID by the driver's tables).
+	if got, ok := lookup(kubernetes.DeviceRef{Vendor: "nvidia", MIGParentUUID: up(gpuM), MIGGPUInstance: 1}); got != mig1 || !ok {
+		t.Errorf("GPU instance 1 of %s names %q (%v), want %s", up(gpuM), got, ok, mig1)
+	}
+}
+
 // GKE's device plugin names a GPU by its device node and a MIG GPU
 // instance by that and its GPU instance ID. Minors need not follow NVML's
 // index (here GPU index 0 is /dev/nvidia1), so "nvidia1" is index 0's GPU.

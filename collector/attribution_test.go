@@ -518,6 +518,64 @@ devices:
 	check(t, "xpu_attribution_source_up", 0, `source="procfs"`)
 }
 
+// TestDeviceIDCase: a device plugin that writes a GPU's UUID in upper case
+// names the GPU NVML prints in lower case, hexadecimal either way: its pod
+// owns it, 1 owner. A Gaudi serial in another case may be another board's
+// (nothing says serials cannot differ only in case): it is counted among
+// the unknown IDs, and the board whose serial it matches but for case has
+// unknown owners, not 0 while the pod's process runs on it (probe E PE4).
+func TestDeviceIDCase(t *testing.T) {
+	t.Run("NVIDIA UUID", func(t *testing.T) {
+		nv, err := demo.Parse([]byte(`node: k8s-ids
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_used: 20GiB, temperature: 50}}
+devices:
+  - uuid: GPU-abcdef00-0000-4000-8000-000000000000
+    processes: [{pid: 3000, pod: ml/upper, memory_used: 8GiB, utilization: 0.4}]
+kubernetes:
+  pods:
+    - {namespace: ml, name: upper, uid: 00000000-0000-4000-8000-0000000000e0, containers: [{name: main, devices: [{resource: nvidia.com/gpu, ids: [GPU-ABCDEF00-0000-4000-8000-000000000000]}]}]}
+  allocatable:
+    - {resource: nvidia.com/gpu, ids: [GPU-ABCDEF00-0000-4000-8000-000000000000]}
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := scrapeText(t, newAttributedExporterFor(t, nv), 10*time.Second)
+		if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 0\n") {
+			t.Error("the upper-case UUID is counted as naming no device")
+		}
+		check, _ := oracleChecks(out)
+		check(t, "xpu_device_owners", 1, `gpu="0"`)
+		check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `pod="upper"`)
+	})
+	t.Run("Gaudi serial", func(t *testing.T) {
+		gaudi, err := demo.Parse([]byte(`node: gaudi1
+defaults: {vendor: gaudi, model: HL-225, memory_total: 96GiB, metrics: {utilization: 0.8, memory_used: 64GiB, temperature: 55, power: 420}}
+devices:
+  - {serial: AN15000001, pci_bus_id: "0000:49:00.0", processes: [{pid: 7000, pod: ml/g-exact, command: python3}]}
+  - {serial: AN15000002, pci_bus_id: "0000:4a:00.0", processes: [{pid: 7100, pod: ml/g-lower, command: python3}]}
+kubernetes:
+  pods:
+    - {namespace: ml, name: g-exact, uid: 9a000000-0000-4000-8000-0000000000a0, containers: [{name: main, devices: [{resource: habana.ai/gaudi, ids: [AN15000001]}]}]}
+    - {namespace: ml, name: g-lower, uid: 9a000000-0000-4000-8000-0000000000a1, containers: [{name: main, devices: [{resource: habana.ai/gaudi, ids: [an15000002]}]}]}
+  allocatable:
+    - {resource: habana.ai/gaudi, ids: [AN15000001, an15000002]}
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gaudiTable(t, gaudi)
+		out := scrapeText(t, newAttributedExporterFor(t, gaudi, func(c *Config) { c.HLSMIPath = selfPath(t) }), 10*time.Second)
+		if !strings.Contains(out, "\nxpu_attribution_unknown_device_ids 1\n") {
+			t.Error("the serial in another case is not counted as naming no device")
+		}
+		check, absent := oracleChecks(out)
+		absent(t, "xpu_device_owners", `gpu="1"`, `vendor="habana"`)
+		check(t, "xpu_device_owners", 1, `gpu="0"`, `vendor="habana"`)
+		check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `pod="g-exact"`)
+	})
+}
+
 // BenchmarkScrapeAttributed is one scrape of the demo node with attribution:
 // NVML reads, kubelet gRPC calls, procfs and the Slurm cache.
 func BenchmarkScrapeAttributed(b *testing.B) {
