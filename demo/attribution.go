@@ -280,7 +280,14 @@ func (s *Scenario) writeProcesses(root string, gen uint64) error {
 			jobUsers[j.ID] = j.User
 		}
 	}
+	hidden := map[uint32]bool{}
+	for _, p := range s.processes() {
+		hidden[p.PID] = hidden[p.PID] || p.ProcfsHidden
+	}
 	write := func(p ProcessSpec) error {
+		if hidden[p.PID] {
+			return nil
+		}
 		pid := churnPID(p.PID, gen)
 		dir := filepath.Join(root, fmt.Sprint(pid))
 		if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -179,3 +179,26 @@ func TestChurnPIDsComeBackAsOtherProcesses(t *testing.T) {
 		t.Errorf("PID 4242 started at %v ticks in generations 0 and %d, want 1000 and 5000", starts, churnPIDCycle)
 	}
 }
+
+// A process with procfs_hidden has no /proc entry on any device it uses,
+// in every generation, while NVML lists it (the scenario must say so on
+// one device only).
+func TestProcfsHiddenProcess(t *testing.T) {
+	s, err := Parse([]byte(`devices:
+  - {model: X, memory_total: 1GiB, processes: [{pid: 10, unit: a.service}, {pid: 11, unit: b.service, procfs_hidden: true}]}
+  - {model: X, memory_total: 1GiB, processes: [{pid: 11, unit: b.service}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := s.writeProcesses(root, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "10", "cgroup")); err != nil {
+		t.Errorf("the shown process: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "11")); !os.IsNotExist(err) {
+		t.Errorf("the hidden process has a /proc entry (%v)", err)
+	}
+}

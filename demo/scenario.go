@@ -268,6 +268,13 @@ type ProcessSpec struct {
 	// uses /dev/kfd, so no usage is recorded in fdinfo"). Unset: a client
 	// whose work the kernel schedules (graphics, video, Mesa compute).
 	KFD bool `yaml:"kfd"`
+	// ProcfsHidden leaves an NVIDIA process out of the simulated procfs
+	// while NVML keeps listing it: another user's process under /proc
+	// mounted with hidepid=2 or invisible ("/proc/[pid] directories
+	// [...] invisible to other users", proc(5)), or a context the driver
+	// keeps after its process ended. On any device, it hides the PID on
+	// all of them.
+	ProcfsHidden bool `yaml:"procfs_hidden"`
 }
 
 // DutySpec is a process's duty cycle: busy for Busy at the start of every
@@ -888,6 +895,9 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 			}
 			if (p.DRMNode != "" || p.KFD || p.EngineDip || p.EngineDipToZero) && !d.isAMD() {
 				bad("%s[%d]: drm_node, engine_dip, engine_dip_to_zero and kfd are for AMD processes", where, i)
+			}
+			if p.ProcfsHidden && (d.isAMD() || d.isGaudi()) {
+				bad("%s[%d].procfs_hidden: only NVML lists a process procfs does not show; an AMD or Gaudi process is found through procfs", where, i)
 			}
 			if p.DRMNode != "" && p.DRMNode != "render" && p.DRMNode != "primary" {
 				bad("%s[%d].drm_node: %q (want render or primary)", where, i, p.DRMNode)

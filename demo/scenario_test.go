@@ -75,6 +75,7 @@ func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, want string
 	}{
+		{"procfs_hidden on a Gaudi", "devices:\n  - {vendor: gaudi, model: HL-225, memory_total: 96GiB, processes: [{pid: 1, unit: a.service, procfs_hidden: true}]}\n", "devices[0]: processes[0].procfs_hidden: only NVML lists a process procfs does not show"},
 		{"empty", "node: x\n", "devices: a scenario needs at least one device"},
 		{"unknown top-level key", "nodes: x\n", "field nodes not found"},
 		{"missing model", "devices:\n  - memory_total: 1GiB\n", "devices[0]: model: missing"},
