@@ -2408,6 +2408,15 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 				st.holdersUnseen = true
 			}
 			continue
+		case errors.Is(err, slurm.ErrIncompleteRecord):
+			// Handled as a forged record, which may have cut it short,
+			// but told apart: the operator has no line break to look for
+			// where the record is merely not whole.
+			r.logOnceMsg(err, "Slurm job's record refused: it lacks UserId or JobState, which scontrol prints in every record (cut short by a line its free text forged, or not scontrol's output); its processes are labelled with its ID alone, and GPUs no other job holds have unknown owners")
+			if _, ok := running[id]; ok {
+				st.holdersUnseen = true
+			}
+			continue
 		case err != nil:
 			errs = append(errs, err)
 			continue

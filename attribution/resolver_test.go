@@ -2483,3 +2483,53 @@ func TestPodClaimAddedOnceForItsProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestSlurmIncompleteRecord: job 506's record lacks UserId= (probe E,
+// PE5), or JobState=, which scontrol prints in every record. It is refused
+// as a forged record is: the job is labelled with its ID alone and GPU 1,
+// which no other job is seen to hold, has unknown owners, while GPU 0 is
+// job 505's. But the log says what is wrong, once over two scrapes, and
+// sends no one looking for line breaks in job names.
+func TestSlurmIncompleteRecord(t *testing.T) {
+	const (
+		record505 = `JobId=505 JobName=ok\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=acctA QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:0)\n`
+		user      = `   UserId=gina(1006) GroupId=gina(1006) MCS_label=N/A\n`
+		state     = `   JobState=RUNNING Reason=None Dependency=(null)\n`
+	)
+	for _, tc := range []struct{ name, record506 string }{
+		{"no UserId", `JobId=506 JobName=x\n   Priority=1 Nice=0 Account=acctG QOS=normal\n` + state + `   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=2-3 Mem=0 GRES=gpu:1(IDX:1)\n`},
+		{"no JobState", `JobId=506 JobName=x\n` + user + `   Priority=1 Nice=0 Account=acctG QOS=normal\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=2-3 Mem=0 GRES=gpu:1(IDX:1)\n`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+505) printf '`+record505+`' ;;
+506) printf '`+tc.record506+`' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+			squeue := fakeBinary(t, "squeue", `printf '505|505|s\n506|506|s\n'`)
+			var logs bytes.Buffer
+			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1",
+				Procfs: procfs(t, map[uint32]string{5006: "/system.slice/slurmstepd.scope/job_506/step_0/user/task_0"}),
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			devices := []Device{
+				{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0},
+				{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{5006}},
+			}
+			for scrape := 1; scrape <= 2; scrape++ {
+				res := r.Resolve(context.Background(), devices)
+				if own := res.Devices["GPU-0"]; len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != "505" || own.OwnersUnknown {
+					t.Errorf("scrape %d: GPU-0: claims %+v, owners unknown %v; want job 505 alone", scrape, own.Claims, own.OwnersUnknown)
+				}
+				own := res.Devices["GPU-1"]
+				if len(own.Claims) != 1 || own.Claims[0].Owner.Key() != (Owner{Kind: Slurm, SlurmJobID: "506"}).Key() || !own.OwnersUnknown {
+					t.Errorf("scrape %d: GPU-1: claims %+v, owners unknown %v; want job 506 by its ID alone, owners unknown", scrape, own.Claims, own.OwnersUnknown)
+				}
+			}
+			if n := strings.Count(logs.String(), "record refused: it lacks UserId or JobState"); n != 1 || strings.Contains(logs.String(), "line breaks") {
+				t.Errorf("%d log lines saying the record lacks UserId or JobState over two scrapes, want 1 and none of line breaks:\n%s", n, logs.String())
+			}
+		})
+	}
+}

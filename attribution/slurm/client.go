@@ -407,7 +407,7 @@ func (c *Client) fetch(ctx context.Context, key, flightKey string, r RunningJob,
 		}
 	case errors.Is(err, ErrJobNotFound):
 		c.store(key, cacheEntry{err: err, start: r.Start, expires: time.Now().Add(min(notFoundTTL, c.cacheTTL()))})
-	case errors.Is(err, ErrOutputTooLarge), errors.Is(err, ErrUntrustedRecord):
+	case errors.Is(err, ErrOutputTooLarge), errors.Is(err, ErrUntrustedRecord), errors.Is(err, ErrIncompleteRecord):
 		// As large at the next scrape: the array it names is as large.
 		// Free text changes only when its owner updates it.
 		c.store(key, cacheEntry{err: err, start: r.Start, expires: time.Now().Add(c.cacheTTL())})

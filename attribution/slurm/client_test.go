@@ -682,7 +682,7 @@ esac`)
 // Slurm's: GPU 3 alone, where two records for one task used to be an
 // error. A name writing a JOB_GRES= line makes the record untrusted:
 // ErrUntrustedRecord, remembered like an answer (one scontrol run for two
-// asks).
+// asks); so is a record without UserId=, ErrIncompleteRecord.
 func TestJobOfForgedRecord(t *testing.T) {
 	record := func(id, extra string) string {
 		return "JobId=" + id + " ArrayJobId=302 ArrayTaskId=1 JobName=x" + extra + "\n   UserId=mallory(1002) GroupId=m(1002) MCS_label=N/A\n" +
@@ -712,6 +712,17 @@ cat '`+dir+`'/"$last"`)
 	}
 	if n := strings.Count(strings.Join(calls(), "\n"), "show job 303_1"); n != 1 {
 		t.Errorf("scontrol asked for 303_1 %d times, want 1: the refusal is remembered", n)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "304_1"), []byte(strings.Replace(record("304", ""), "UserId=", "User=", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if job, err := c.JobOf(context.Background(), RunningJob{ID: "304", Query: "304_1", Start: "s"}); !errors.Is(err, ErrIncompleteRecord) {
+			t.Errorf("JobOf(304_1) = %+v, %v; want ErrIncompleteRecord", job, err)
+		}
+	}
+	if n := strings.Count(strings.Join(calls(), "\n"), "show job 304_1"); n != 1 {
+		t.Errorf("scontrol asked for 304_1 %d times, want 1: the refusal is remembered", n)
 	}
 }
 

@@ -32,6 +32,14 @@ type pair struct{ key, value string }
 // then not known. For a job it is remembered like an answer.
 var ErrUntrustedRecord = errors.New("job record holds lines written by its free text")
 
+// ErrIncompleteRecord is returned for scontrol text in which a job's
+// record lacks the UserId= or JobState= that scontrol prints in every
+// record: the record was cut short (a "JobId=" line its free text forged
+// starts another) or is not scontrol's. Like ErrUntrustedRecord, the
+// job's metadata and GPUs are then not known, and it is remembered like
+// an answer.
+var ErrIncompleteRecord = errors.New("job record lacks UserId or JobState")
+
 // onceKeys are the keys the parser relies on that scontrol prints once in
 // a record, every one at a fixed place (src/api/job_info.c:437-790 @
 // slurm-23-11-1-1): seen twice, one was written by free text, and which
@@ -56,9 +64,10 @@ var onceKeys = map[string]bool{
 //   - "Nodes=" lines count only where Slurm prints them, right after the
 //     record's JOB_GRES= line (job_info.c:787-896 @ slurm-23-11-1-1) or,
 //     before 20.02, its Socks/Node= line, with no free text in between;
-//   - a record with a key of onceKeys twice, or without the UserId= or
-//     JobState= that every record has (a forged "JobId=" line cut it
-//     short), makes the output ErrUntrustedRecord. Free text can only
+//   - a record with a key of onceKeys twice makes the output
+//     ErrUntrustedRecord, and one without the UserId= or JobState= that
+//     every record has (a forged "JobId=" line cut it short)
+//     ErrIncompleteRecord. Free text can only
 //     harm the job it belongs to, and the records of one output are one
 //     job's (its array or heterogeneous components, one user's).
 func ParseJobText(out []byte) ([]Job, error) {
@@ -124,7 +133,7 @@ func ParseJobText(out []byte) ([]Job, error) {
 			continue
 		}
 		if !records[i].seen["UserId"] || !records[i].seen["JobState"] {
-			return nil, fmt.Errorf("%w: the record of job %s has no UserId or JobState", ErrUntrustedRecord, j.ID)
+			return nil, fmt.Errorf("%w: the record of job %s", ErrIncompleteRecord, j.ID)
 		}
 		valid = append(valid, j)
 	}
