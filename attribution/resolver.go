@@ -2388,6 +2388,16 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 		case errors.Is(err, slurm.ErrJobNotFound):
 			st.unknown[id] = true
 			continue
+		case errors.Is(err, slurm.ErrOtherJobsRecord):
+			// Asked for by its number, the job was answered with others'
+			// records (an array's ID whose own task was purged): no job of
+			// that ID is known, and if it runs here its GPUs are not.
+			r.logOnceMsg(err, "scontrol answered for a Slurm job with another job's record; the job is taken as unknown: its processes are labelled with its ID alone, and GPUs no other job holds have unknown owners")
+			st.unknown[id] = true
+			if _, ok := running[id]; ok {
+				st.holdersUnseen = true
+			}
+			continue
 		case errors.Is(err, slurm.ErrOutputTooLarge):
 			// One job's record too large to read (an array task asked
 			// by its array's ID: squeue did not list it on this node, so

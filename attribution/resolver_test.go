@@ -2533,3 +2533,47 @@ esac`)
 		})
 	}
 }
+
+// TestSlurmRecordOfAnotherJob: asked for job 504, which squeue lists on
+// node1, scontrol prints job 505's record alone (probe E, PE6). Job 505
+// holds GRES 1. By hand: job 504 is not 505, so it gets neither 505's
+// labels nor its GPU; GPU 1 is job 505's alone, share 1 (not 1/2 each
+// with a 504 that took 505's GRES); job 504's GPUs are unknown, so GPU 0,
+// which no job is seen to hold and where 504's process runs, has unknown
+// owners, the process labelled with its job's ID alone. Logged once over
+// two scrapes, the source up.
+func TestSlurmRecordOfAnotherJob(t *testing.T) {
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+504|505) printf 'JobId=505 JobName=theirs\n   UserId=frank(1005) GroupId=frank(1005) MCS_label=N/A\n   Priority=1 Nice=0 Account=acctF QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:1)\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '504|504|s\n505|505|s\n'`)
+	var logs bytes.Buffer
+	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1",
+		Procfs: procfs(t, map[uint32]string{5004: "/system.slice/slurmstepd.scope/job_504/step_0/user/task_0"}),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	devices := []Device{
+		{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{5004}},
+		{UUID: "GPU-1", Index: 1, MIGIndex: -1, GRESIndex: 1},
+	}
+	for scrape := 1; scrape <= 2; scrape++ {
+		res := r.Resolve(context.Background(), devices)
+		for _, s := range res.Sources {
+			if s.Err != nil {
+				t.Errorf("scrape %d: source %s failing: %v", scrape, s.Name, s.Err)
+			}
+		}
+		if own := res.Devices["GPU-1"]; len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != "505" || own.Claims[0].Owner.SlurmUser != "frank" || own.Claims[0].Share != 1 || own.OwnersUnknown {
+			t.Errorf("scrape %d: GPU-1: claims %+v, owners unknown %v; want job 505 alone, share 1", scrape, own.Claims, own.OwnersUnknown)
+		}
+		own := res.Devices["GPU-0"]
+		if len(own.Claims) != 1 || own.Claims[0].Owner.Key() != (Owner{Kind: Slurm, SlurmJobID: "504"}).Key() || own.Claims[0].Owner.SlurmJobName != "" || !own.OwnersUnknown {
+			t.Errorf("scrape %d: GPU-0: claims %+v, owners unknown %v; want job 504 by its ID alone, owners unknown", scrape, own.Claims, own.OwnersUnknown)
+		}
+	}
+	if n := strings.Count(logs.String(), "another job's record"); n != 1 {
+		t.Errorf("%d log lines of job 504's answer over two scrapes, want 1:\n%s", n, logs.String())
+	}
+}

@@ -405,7 +405,7 @@ func (c *Client) fetch(ctx context.Context, key, flightKey string, r RunningJob,
 		if job.ID != key {
 			c.store(job.ID, e)
 		}
-	case errors.Is(err, ErrJobNotFound):
+	case errors.Is(err, ErrJobNotFound), errors.Is(err, ErrOtherJobsRecord):
 		c.store(key, cacheEntry{err: err, start: r.Start, expires: time.Now().Add(min(notFoundTTL, c.cacheTTL()))})
 	case errors.Is(err, ErrOutputTooLarge), errors.Is(err, ErrUntrustedRecord), errors.Is(err, ErrIncompleteRecord):
 		// As large at the next scrape: the array it names is as large.

@@ -696,3 +696,35 @@ func FuzzParseIndexList(f *testing.F) {
 		}
 	})
 }
+
+// TestPickJobRecordOfAnotherID: scontrol answers an array task (800_5), a
+// heterogeneous component (501+1) and a SLUID with one record whose JobId
+// is the job's own number, which is taken; a plain number answered by
+// records of other IDs (an array's ID whose own task was purged: its
+// other tasks are printed) is not that job (probe E, PE6).
+func TestPickJobRecordOfAnotherID(t *testing.T) {
+	one := []Job{{ID: "805", ArrayJobID: "800"}}
+	two := []Job{{ID: "805", ArrayJobID: "800"}, {ID: "806", ArrayJobID: "800"}}
+	for _, tc := range []struct {
+		id      string
+		jobs    []Job
+		want    string // "" for an error
+		another bool   // the error is ErrOtherJobsRecord
+	}{
+		{id: "805", jobs: two, want: "805"},
+		{id: "800_5", jobs: one, want: "805"},
+		{id: "501+1", jobs: []Job{{ID: "502", HetJobID: "501"}}, want: "502"},
+		{id: "s5K1KKYAYG5D00", jobs: one, want: "805"},
+		{id: "800", jobs: one, another: true},
+		{id: "800", jobs: two, another: true},
+		{id: "501+1", jobs: two},
+	} {
+		got, err := pickJob(tc.jobs, tc.id)
+		switch {
+		case tc.want != "" && (err != nil || got.ID != tc.want):
+			t.Errorf("pickJob(%d records, %s) = %+v, %v; want job %s", len(tc.jobs), tc.id, got, err, tc.want)
+		case tc.want == "" && (err == nil || errors.Is(err, ErrOtherJobsRecord) != tc.another):
+			t.Errorf("pickJob(%d records, %s) = %+v, %v; want an error, ErrOtherJobsRecord %v", len(tc.jobs), tc.id, got, err, tc.another)
+		}
+	}
+}

@@ -254,19 +254,30 @@ func isJobNumber(s string) bool {
 	return true
 }
 
+// ErrOtherJobsRecord is returned when scontrol, asked for a job by its
+// number, prints no record with that JobId: the records are other jobs'.
+// Slurm does so for an array's ArrayJobId once the task that has that ID
+// is purged (the array's other tasks are printed), a job that ended; its
+// labels, and worse its GRES, are no other job's.
+var ErrOtherJobsRecord = errors.New("scontrol printed other jobs' records")
+
 // pickJob selects the job asked for among the records scontrol returned for
 // id: asking for an array or heterogeneous job's ID returns all its parts,
-// and asking for an array task (123_4) or a SLUID returns one record whose
-// JobId differs from what was asked. A record that free text wrote into
-// the output comes after the real one it sits in, so the first record
-// with the ID, or for a task or SLUID the first record, is Slurm's.
+// and asking for an array task (123_4), a heterogeneous job's component
+// (123+1) or a SLUID returns one record whose JobId differs from what was
+// asked. A record that free text wrote into the output comes after the
+// real one it sits in, so the first record with the ID, or for a task or
+// SLUID the first record, is Slurm's.
 func pickJob(jobs []Job, id string) (Job, error) {
 	for _, j := range jobs {
 		if j.ID == id {
 			return j, nil
 		}
 	}
-	if len(jobs) == 1 || len(jobs) > 1 && (strings.Contains(id, "_") || slurmid.IsSLUID(id)) {
+	switch {
+	case isJobNumber(id) && len(jobs) > 0:
+		return Job{}, fmt.Errorf("%w: asked for job %s, got %d records, the first of job %s", ErrOtherJobsRecord, id, len(jobs), jobs[0].ID)
+	case len(jobs) == 1 || strings.Contains(id, "_") || slurmid.IsSLUID(id):
 		return jobs[0], nil
 	}
 	return Job{}, fmt.Errorf("%d job records for %s, none with that ID", len(jobs), id)
