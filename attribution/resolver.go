@@ -210,6 +210,9 @@ type slurmProc struct {
 	// the process.
 	slurmdJob   bool
 	askedSlurmd time.Time
+	// twoJobs says slurmd listed the process under two jobs at its last
+	// answer: its job is unknown.
+	twoJobs bool
 	// stepdChecked says whether the process descends from slurmstepd
 	// (underStepd) was read: asked of a process in a container's cgroup
 	// before its environment is believed (Resolver.outsideSystemd).
@@ -674,8 +677,9 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev, reused map[u
 			own.Reused = append(own.Reused, pid)
 			own.ReusedByOther = own.ReusedByOther || !r.sameOwner(former, owner, known, sl, pods)
 		}
-		if !known && p.info.Cgroup.SlurmSLUID != "" {
-			// A Slurm task of a job that could not be told may be another
+		if !known && (p.info.Cgroup.SlurmSLUID != "" || p.slurm != nil && p.slurm.twoJobs) {
+			// A Slurm task of a job that could not be told (an unresolved
+			// SLUID, a PID slurmd lists under two jobs) may be another
 			// job's than the GRES holders' (a GPU Slurm does not fence
 			// with ConstrainDevices): the allocation does not name every
 			// owner of the device's processes, and the holder is not
@@ -924,6 +928,10 @@ func (r *Resolver) processOwner(p procInfo, sl slurmState, pods podOwners, scrat
 			pods[p.info.pod] = a
 		}
 		return &a.owner, a.known
+	}
+	if p.slurm != nil && p.slurm.twoJobs {
+		*scratch = Owner{}
+		return scratch, false
 	}
 	if job := p.job(); job != "" && !(p.slurm.environ && sl.unknown[job]) {
 		*scratch = slurmOwner(job, sl.jobs)
@@ -2192,6 +2200,10 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 	c := r.cfg.Slurm
 	var errs []error
 	var listed map[int]string // PID → job, from slurmd, asked only if needed
+	// twoJobs are the PIDs slurmd lists under two jobs, naming them: a
+	// task that exited and whose PID another job's task took between
+	// scontrol's questions to their steps' slurmstepds.
+	var twoJobs map[int]string
 	listFailed := false
 	stepsElsewhere := false // listpids found no step while squeue lists jobs here
 	var environUnread map[uint32]bool
@@ -2251,11 +2263,29 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 					listFailed = true
 				}
 				for _, s := range steps {
-					listed[s.PID] = s.JobID
+					switch other, ok := listed[s.PID]; {
+					case !ok:
+						listed[s.PID] = s.JobID
+					case other != s.JobID && twoJobs[s.PID] == "":
+						if twoJobs == nil {
+							twoJobs = map[int]string{}
+						}
+						twoJobs[s.PID] = other + " and " + s.JobID
+					}
 				}
 			}
 			id := listed[int(pid)]
+			sp.twoJobs = twoJobs[int(pid)] != ""
 			switch {
+			case sp.twoJobs:
+				// Which of the two is the process's cannot be told: it is
+				// some job's, unknown, as a task whose SLUID could not be
+				// resolved, never the last row's. Asked again at the next
+				// scrape, when the PID's former task is gone from slurmd's
+				// answer.
+				r.logOnceMsg(fmt.Errorf("scontrol listpids lists GPU process %d under jobs %s", pid, twoJobs[int(pid)]),
+					"slurmd gives one process to two Slurm jobs (its PID reused between scontrol's questions to their steps); its owner is unknown, and its GPU's split leaves it out")
+				return ""
 			case id != "":
 				sp.slurmdJob = true
 			case stepsElsewhere && container:
@@ -2303,7 +2333,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			// slurmstepd, it is believed only of a process that descends
 			// from a slurmstepd, as linuxproc tells its tasks. Asked
 			// once: a process keeps its ancestors.
-			slurmdSaidNo := !sp.askedSlurmd.IsZero() && now.Sub(sp.askedSlurmd) < slurmdRecheck
+			slurmdSaidNo := sp.twoJobs || !sp.askedSlurmd.IsZero() && now.Sub(sp.askedSlurmd) < slurmdRecheck
 			if job == "" && r.cfg.Procfs != nil && container && !slurmdSaidNo && !sp.stepdChecked {
 				under, err := r.cfg.Procfs.DescendsFrom(int(pid), "slurmstepd")
 				if err != nil {
@@ -2330,12 +2360,15 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 				environ = job != ""
 			}
 		}
-		if job != "" {
+		switch {
+		case job != "":
 			if sp.job != job {
 				sp.jobSeen = time.Now()
 			}
 			sp.job, sp.environ = job, environ
 			ids[job] = true
+		case sp.twoJobs:
+			sp.job, sp.environ = "", false
 		}
 		// A new value rather than a change in place: the previous scrape's
 		// map, which a concurrent Resolve may be reading, shares it.

@@ -2577,3 +2577,63 @@ esac`)
 		t.Errorf("%d log lines of job 504's answer over two scrapes, want 1:\n%s", n, logs.String())
 	}
 }
+
+// TestSlurmdListsAPIDUnderTwoJobs: on a proctrack/linuxproc node (tasks in
+// slurmd.service), scontrol listpids prints PID 8103 under job 1103 (step
+// 0; its GRES hold GPU 2) and under job 1100 (step extern; GRES GPU 0), as
+// a PID reused between scontrol's questions to two steps is (probe E, PE2).
+// By hand, in either row order: 8103's job is unknown, so on GPU 2 it is
+// left unresolved and job 1103, the GRES holder, is not taken for the
+// GPU's only user (Allocated false: the split is left out), and job 1100
+// gets no claim there; 8100 stays job 1100's on GPU 0. Asked again at the
+// second scrape (2 listpids runs), logged once naming the PID and both
+// jobs.
+func TestSlurmdListsAPIDUnderTwoJobs(t *testing.T) {
+	for _, tc := range []struct{ name, rows, jobs string }{
+		{"1103 first", `8103     1103     0        0       0\n8103     1100     extern   0       0\n`, "1103 and 1100"},
+		{"1100 first", `8103     1100     extern   0       0\n8103     1103     0        0       0\n`, "1100 and 1103"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := filepath.Join(t.TempDir(), "listpids-calls")
+			scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+listpids) echo x >> `+calls+`; printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n8100     1100     batch    0       0\n`+tc.rows+`'; exit 0 ;; esac
+case "$last" in
+1100|1103) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$(( (last - 1100) * 2 / 3 ))" ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+			squeue := fakeBinary(t, "squeue", `printf '1100|1100|s\n1103|1103|s\n'`)
+			var logs bytes.Buffer
+			r := New(Config{
+				Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1",
+				Procfs: procfs(t, map[uint32]string{8100: "/system.slice/slurmd.service", 8103: "/system.slice/slurmd.service"}),
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			devices := []Device{
+				{UUID: "GPU-0", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{8100}},
+				{UUID: "GPU-2", Index: 2, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{8103}},
+			}
+			for scrape := 1; scrape <= 2; scrape++ {
+				res := r.Resolve(context.Background(), devices)
+				for _, src := range res.Sources {
+					if src.Err != nil {
+						t.Errorf("scrape %d: source %s failing: %v", scrape, src.Name, src.Err)
+					}
+				}
+				if own := res.Devices["GPU-0"]; len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != "1100" || own.Process[8100] != 0 || !own.Allocated {
+					t.Errorf("scrape %d: GPU-0: claims %+v, processes %v; want job 1100's, 8100 its", scrape, own.Claims, own.Process)
+				}
+				own := res.Devices["GPU-2"]
+				if _, resolved := own.Process[8103]; resolved || len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != "1103" || own.Claims[0].Share != 1 || own.Allocated {
+					t.Errorf("scrape %d: GPU-2: claims %+v, processes %v, allocated %v; want job 1103 by GRES alone, 8103 unresolved, the split left out", scrape, own.Claims, own.Process, own.Allocated)
+				}
+			}
+			if b, _ := os.ReadFile(calls); strings.Count(string(b), "x") != 2 {
+				t.Errorf("listpids ran %d times in 2 scrapes, want 2", strings.Count(string(b), "x"))
+			}
+			if n := strings.Count(logs.String(), "GPU process 8103 under jobs "+tc.jobs); n != 1 {
+				t.Errorf("%d log lines naming 8103 and jobs %s, want 1:\n%s", n, tc.jobs, logs.String())
+			}
+		})
+	}
+}
