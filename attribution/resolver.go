@@ -186,6 +186,9 @@ type Resolver struct {
 	slurmNode          string
 	nodeCandidate      string
 	nodeCandidateSince time.Time
+	// slurmPods are the pods seen running Slurm jobs (slurmInPods), by
+	// namespace and name, for as long as they hold devices.
+	slurmPods map[podRef]bool
 }
 
 // procInfo is who a process runs for, as far as procfs tells. It is two
@@ -361,6 +364,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	}
 	inheritWholeAllocations(devices, kube)
 	<-slurmDone
+	r.slurmInPods(procs, kube)
 	slurmDown := false
 	if r.cfg.Slurm != nil {
 		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: slurmErr})
@@ -651,7 +655,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev, reused map[u
 	// metadata names has an owner nobody can tell.
 	podOnDevice := (kubeDown || r.cfg.Kubelet == nil) && slices.ContainsFunc(d.PIDs, func(pid uint32) bool {
 		p, ok := procs[pid]
-		if !ok || p.info.Cgroup.PodUID == "" {
+		if !ok || p.info.Cgroup.PodUID == "" || r.jobInPod(p) {
 			return false
 		}
 		if kubeDown {
@@ -686,7 +690,7 @@ func (r *Resolver) attribute(own *Ownership, d Device, procs, prev, reused map[u
 			// handed its usage.
 			own.Allocated = false
 		}
-		if !known && !kubeDown && r.cfg.Kubelet != nil && r.podOfNoClaim(p.info.Cgroup.PodUID, own.Claims) {
+		if !known && !kubeDown && r.cfg.Kubelet != nil && !r.jobInPod(p) && r.podOfNoClaim(p.info.Cgroup.PodUID, own.Claims) {
 			// A pod the kubelet no longer lists (it ended, or was
 			// force-deleted while its process still runs), on a device
 			// now held by others or by nobody: its usage is shown apart,
@@ -793,7 +797,7 @@ func (r *Resolver) attributeExited(own *Ownership, exited []uint32, prev map[uin
 		}
 		owner, known := r.processOwner(p, sl, pods, scratch)
 		switch {
-		case !known && !kubeDown && r.cfg.Kubelet != nil && r.podOfNoClaim(p.info.Cgroup.PodUID, own.Claims):
+		case !known && !kubeDown && r.cfg.Kubelet != nil && !r.jobInPod(p) && r.podOfNoClaim(p.info.Cgroup.PodUID, own.Claims):
 			own.Process[pid] = Unattributed // a pod the kubelet lists no more
 		case !known || (kubeDown && owner.Kind == Kubernetes):
 		default:
@@ -907,7 +911,8 @@ func (c *claims) ofProcess(owner *Owner, p procInfo, pods podOwners) (index int,
 	return a.index, a.ambiguous
 }
 
-// processOwner is who a process runs for: its pod, else its Slurm job, else
+// processOwner is who a process runs for: its pod (but a Slurm job's task
+// in a pod's cgroup is its job's, jobInPod), else its Slurm job, else
 // its systemd unit (the stable one: process.Cgroup.OwnerUnit) and user. It
 // is unknown for a pod the metadata source does not know, and for a job
 // cgroup named by a SLUID that could not be resolved: a wrong guess would
@@ -920,7 +925,7 @@ func (c *claims) ofProcess(owner *Owner, p procInfo, pods podOwners) (index int,
 // asks this for every process at every scrape: copying it each time was
 // most of the time attribution spent on each process.
 func (r *Resolver) processOwner(p procInfo, sl slurmState, pods podOwners, scratch *Owner) (*Owner, bool) {
-	if p.info.Cgroup.PodUID != "" {
+	if p.info.Cgroup.PodUID != "" && !r.jobInPod(p) {
 		a := pods[p.info.pod]
 		if a == nil {
 			a = &podOwnerAnswer{}
@@ -945,6 +950,97 @@ func (r *Resolver) processOwner(p procInfo, sl slurmState, pods podOwners, scrat
 	// owner per container or login: OwnerUnit names what is stable.
 	*scratch = Owner{Kind: Process, Unit: p.info.Cgroup.OwnerUnit(), User: p.info.User, Command: p.info.Comm}
 	return scratch, true
+}
+
+// jobInPod says the process is a Slurm job's task whose cgroup nests under a
+// pod's (slurmd in a pod, as Slinky's slurm-operator runs it), and Slurm is
+// asked: the job owns it, not the pod, which is infrastructure like slurmd
+// on a host (slurmInPods).
+func (r *Resolver) jobInPod(p procInfo) bool {
+	cg := p.info.Cgroup
+	return r.cfg.Slurm != nil && cg.PodUID != "" && (cg.SlurmJobID != "" || cg.SlurmSLUID != "")
+}
+
+// slurmInPods finds the pods whose cgroups hold Slurm jobs' GPU processes.
+// With Slurm asked, their devices are the jobs' to hold, by GRES, as on a
+// node where slurmd runs on the host: the pods' own claims (slurmd's
+// device-plugin allocation of every GPU of the node) are left out of kube.
+// The sites that run Slurm this way bill Slurm accounts. A pod is known to
+// be one from the first job process seen in it, and remembered while it
+// holds devices, so that its GPUs stay the jobs' while their processes
+// come and go. Without Slurm the pod keeps its claims, and is billed for
+// its jobs. Logged once each time a pod becomes known as one.
+func (r *Resolver) slurmInPods(procs map[uint32]procInfo, kube map[string][]Claim) {
+	if r.cfg.Kubelet == nil || r.cfg.Metadata == nil {
+		return
+	}
+	seen := map[podRef]string{} // a job of each pod
+	for _, p := range procs {
+		cg := p.info.Cgroup
+		if cg.PodUID == "" || cg.SlurmJobID == "" && cg.SlurmSLUID == "" {
+			continue
+		}
+		if meta, ok := r.cfg.Metadata.PodByUID(cg.PodUID); ok {
+			seen[podRef{meta.Namespace, meta.Name}] = cg.SlurmJobID + cg.SlurmSLUID
+		}
+	}
+	r.mu.Lock()
+	none := len(seen) == 0 && len(r.slurmPods) == 0
+	r.mu.Unlock()
+	if none {
+		return
+	}
+	holding := map[podRef]bool{}
+	for _, list := range kube {
+		for _, c := range list {
+			if c.Owner.Kind == Kubernetes {
+				holding[podRef{c.Owner.Namespace, c.Owner.Pod}] = true
+			}
+		}
+	}
+	var fresh []podRef
+	r.mu.Lock()
+	for ref := range r.slurmPods {
+		if kube != nil && !holding[ref] && seen[ref] == "" {
+			delete(r.slurmPods, ref)
+		}
+	}
+	for ref := range seen {
+		if r.slurmPods == nil {
+			r.slurmPods = map[podRef]bool{}
+		}
+		if !r.slurmPods[ref] {
+			r.slurmPods[ref] = true
+			fresh = append(fresh, ref)
+		}
+	}
+	slurmPods := maps.Clone(r.slurmPods)
+	r.mu.Unlock()
+	for _, ref := range fresh {
+		if r.cfg.Slurm == nil {
+			r.cfg.Logger.Warn("a pod runs Slurm jobs (slurmd in a pod), and Slurm attribution is off: the pod is billed for the GPUs it holds and for its jobs' processes; enable --attribution.slurm to bill the jobs",
+				"pod", ref.namespace+"/"+ref.pod, "slurm_job", seen[ref])
+		} else {
+			r.cfg.Logger.Info("a pod runs Slurm jobs (slurmd in a pod): the GPUs it holds are attributed to the jobs, by their GRES and processes, not to the pod",
+				"pod", ref.namespace+"/"+ref.pod, "slurm_job", seen[ref])
+		}
+	}
+	if r.cfg.Slurm == nil || kube == nil {
+		return
+	}
+	isSlurmPod := func(c Claim) bool {
+		return c.Owner.Kind == Kubernetes && slurmPods[podRef{c.Owner.Namespace, c.Owner.Pod}]
+	}
+	for uuid, list := range kube {
+		if !slices.ContainsFunc(list, isSlurmPod) {
+			continue
+		}
+		if list = slices.DeleteFunc(slices.Clone(list), isSlurmPod); len(list) == 0 {
+			delete(kube, uuid)
+		} else {
+			kube[uuid] = list
+		}
+	}
 }
 
 // podOfNoClaim says a process of the pod uid, which the metadata source does

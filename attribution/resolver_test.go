@@ -2637,3 +2637,86 @@ esac`)
 		})
 	}
 }
+
+// TestSlurmInAPod: probe E's sc/slinky.yaml (PE3), slurmd in a pod as
+// Slinky's slurm-operator runs it. Pod slurm/slurmd-0 (StatefulSet
+// slurmd) holds GPUs 0 and 1 through the device plugin; Slurm jobs 700
+// (alice, account a, GRES 0) and 701 (bob, account b, GRES 1) run
+// processes 7700 on GPU 0 and 7701 on GPU 1, whose cgroups nest the jobs'
+// under the pod's container. By hand, with Slurm asked: GPU 0 is job 700's
+// alone (share 1, allocated, 7700 its process), GPU 1 job 701's (7701),
+// and slurmd-0 owns nothing; at a second scrape, the jobs' processes gone,
+// each GPU is still its job's by GRES, not the pod's again. Logged once.
+// Without Slurm, the pod owns both GPUs and both processes, and the log
+// says the pod is billed.
+func TestSlurmInAPod(t *testing.T) {
+	const uid = "6f000000-0000-4000-8000-0000000000a0"
+	gpu0, gpu1 := "GPU-6f000000-0000-4000-8000-000000000000", "GPU-6f000000-0000-4000-8000-000000000001"
+	nested := func(job string) string {
+		return "/kubepods.slice/kubepods-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope/system.slice/slurmstepd.scope/job_" + job + "/step_0/user/task_0"
+	}
+	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
+case "$last" in
+700) printf 'JobId=700 JobName=a\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=a QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+701) printf 'JobId=701 JobName=b\n   UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A\n   Priority=1 Nice=0 Account=b QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=2-3 Mem=0 GRES=gpu:1(IDX:1)\n' ;;
+*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+	squeue := fakeBinary(t, "squeue", `printf '700|700|s\n701|701|s\n'`)
+	kubelet := &fakeKubelet{
+		pods:        []kubernetes.PodResources{pod("slurm", "slurmd-0", "slurmd", "nvidia.com/gpu", gpu0, gpu1)},
+		allocatable: []kubernetes.ResourceDevices{{Resource: "nvidia.com/gpu", IDs: []string{gpu0, gpu1}}},
+	}
+	meta := fakeMetadata{uid: {UID: uid, Namespace: "slurm", Name: "slurmd-0", Workload: "slurmd", WorkloadKind: "StatefulSet"}}
+	running := []Device{
+		{UUID: gpu0, Vendor: "nvidia", Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{7700}},
+		{UUID: gpu1, Vendor: "nvidia", Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{7701}},
+	}
+	idle := []Device{
+		{UUID: gpu0, Vendor: "nvidia", Index: 0, MIGIndex: -1, GRESIndex: 0},
+		{UUID: gpu1, Vendor: "nvidia", Index: 1, MIGIndex: -1, GRESIndex: 1},
+	}
+	for _, slurmOn := range []bool{true, false} {
+		t.Run(fmt.Sprintf("slurm %v", slurmOn), func(t *testing.T) {
+			var logs bytes.Buffer
+			cfg := Config{Kubelet: kubelet, Metadata: meta, NodeName: "node1",
+				Procfs: procfs(t, map[uint32]string{7700: nested("700"), 7701: nested("701")}),
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+			if slurmOn {
+				cfg.Slurm = &slurm.Client{Path: scontrol, SqueuePath: squeue}
+			}
+			r := New(cfg)
+			for scrape, devices := range [][]Device{running, idle} {
+				res := r.Resolve(context.Background(), devices)
+				for _, s := range res.Sources {
+					if s.Err != nil {
+						t.Errorf("scrape %d: source %s failing: %v", scrape, s.Name, s.Err)
+					}
+				}
+				for i, d := range devices {
+					own := res.Devices[d.UUID]
+					want := Owner{Kind: Kubernetes, Namespace: "slurm", Pod: "slurmd-0", Container: "slurmd", Workload: "slurmd", WorkloadKind: "StatefulSet"}
+					if slurmOn {
+						want = []Owner{
+							{Kind: Slurm, SlurmJobID: "700", SlurmUser: "alice", SlurmAccount: "a", SlurmPartition: "gpu", SlurmQOS: "normal"},
+							{Kind: Slurm, SlurmJobID: "701", SlurmUser: "bob", SlurmAccount: "b", SlurmPartition: "gpu", SlurmQOS: "normal"},
+						}[i]
+					}
+					if len(own.Claims) != 1 || own.Claims[0].Owner.Key() != want.Key() || own.Claims[0].Share != 1 || !own.Allocated || own.OwnersUnknown {
+						t.Errorf("scrape %d: GPU %d: claims %+v, allocated %v, owners unknown %v; want %s alone, share 1", scrape, i, own.Claims, own.Allocated, own.OwnersUnknown, want.Key())
+						continue
+					}
+					for _, pid := range d.PIDs {
+						if i, ok := own.Process[pid]; !ok || i != 0 {
+							t.Errorf("scrape %d: GPU %d: process %d not its owner's: %v", scrape, i, pid, own.Process)
+						}
+					}
+				}
+			}
+			msg := map[bool]string{true: "not to the pod", false: "the pod is billed"}[slurmOn]
+			if n := strings.Count(logs.String(), msg); n != 1 || !strings.Contains(logs.String(), "pod=slurm/slurmd-0") {
+				t.Errorf("%d log lines saying %q over two scrapes, want 1 naming the pod:\n%s", n, msg, logs.String())
+			}
+		})
+	}
+}

@@ -12,7 +12,8 @@ import (
 // Cgroup is what a process's /proc/<pid>/cgroup says about its owner. Every
 // field is empty when the file does not say. Pod and Slurm fields can both be
 // set: Slurm run inside Kubernetes (slurmd in a pod) nests job cgroups under
-// the pod's, and which of the two owns a device is the caller's decision.
+// the pod's, and which of the two owns a device is the caller's decision
+// (the attribution package gives it to the job when Slurm is asked).
 type Cgroup struct {
 	// Path is the cgroup path the owner was read from (the Slurm one when
 	// both a pod and a job are found), as written in the file, relative to
