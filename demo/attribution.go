@@ -55,15 +55,9 @@ func (s *Scenario) validateOwners() []error {
 				errs = append(errs, fmt.Errorf("%s: %s, but devices[%d]'s process %d has %s; a process has one owner on every device it uses",
 					where, strings.Join(own, ", "), f.device, p.PID, strings.Join(other, ", ")))
 			}
-			set := 0
-			for _, v := range []string{p.Pod, p.SlurmJob, p.Unit} {
-				if v != "" {
-					set++
-				}
-			}
 			switch {
-			case set > 1:
-				errs = append(errs, fmt.Errorf("%s: runs in one of pod, slurm_job and unit, not several", where))
+			case p.Unit != "" && (p.Pod != "" || p.SlurmJob != ""):
+				errs = append(errs, fmt.Errorf("%s: runs in one of pod, slurm_job and unit, or in a slurm_job inside a pod (slurmd in a pod), not in a unit and another", where))
 			case p.Pod != "" && !pods[p.Pod]:
 				errs = append(errs, fmt.Errorf("%s: pod %q is not in kubernetes.pods (write it namespace/name)", where, p.Pod))
 			case p.Container != "" && !containers[p.Pod+"/"+p.Container]:
@@ -300,6 +294,18 @@ func (s *Scenario) writeProcesses(root string, gen uint64) error {
 			uid := podUIDs[p.Pod]
 			cgroup = fmt.Sprintf("/kubepods.slice/kubepods-pod%s.slice/cri-containerd-%s.scope",
 				strings.ReplaceAll(uid, "-", "_"), kubelettest.ContainerID(uid, containers[p.Pod+"/"+p.Container]))
+			if p.SlurmJob != "" {
+				// slurmd in the pod (Slinky's slurm-operator): its jobs'
+				// cgroups nest under the container's, as slurmd's
+				// cgroup/v2 plugin makes them under its own; with
+				// proctrack/linuxproc tasks stay in slurmd's.
+				if s.Slurm.Proctrack != "linuxproc" {
+					cgroup += fmt.Sprintf("/system.slice/slurmstepd.scope/job_%s/step_0/user/task_0", p.SlurmJob)
+				}
+				if user == "" {
+					user = jobUsers[p.SlurmJob]
+				}
+			}
 		case p.SlurmJob != "" && s.Slurm.Proctrack == "linuxproc":
 			// proctrack/linuxproc leaves tasks in slurmd's cgroup.
 			cgroup = "/system.slice/slurmd.service"

@@ -10,6 +10,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes/kubelettest"
 	"github.com/xpu-exporter/xpu_exporter/internal/procself"
 )
 
@@ -200,5 +201,39 @@ func TestProcfsHiddenProcess(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "11")); !os.IsNotExist(err) {
 		t.Errorf("the hidden process has a /proc entry (%v)", err)
+	}
+}
+
+// A process in a Slurm job inside a pod (slurmd in the pod) has its job's
+// cgroup nested under the pod's container, as slurmd's cgroup plugin
+// makes it; a unit with either is refused.
+func TestSlurmJobInAPod(t *testing.T) {
+	const uid = "6f000000-0000-4000-8000-0000000000a0"
+	const node = `devices:
+  - {model: X, memory_total: 1GiB, processes: [{pid: 7700, pod: slurm/slurmd-0, slurm_job: "700"%s}]}
+kubernetes:
+  pods: [{namespace: slurm, name: slurmd-0, uid: ` + uid + `, containers: [{name: slurmd}]}]
+slurm:
+  jobs: [{id: "700", user: alice, gpus: [0]}]
+`
+	s, err := Parse([]byte(strings.Replace(node, "%s", "", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := s.writeProcesses(root, 0); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "7700", "cgroup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "0::/kubepods.slice/kubepods-pod6f000000_0000_4000_8000_0000000000a0.slice/cri-containerd-" +
+		kubelettest.ContainerID(uid, "slurmd") + ".scope/system.slice/slurmstepd.scope/job_700/step_0/user/task_0\n"
+	if string(b) != want {
+		t.Errorf("cgroup %q, want %q", b, want)
+	}
+	if _, err := Parse([]byte(strings.Replace(node, "%s", ", unit: a.service", 1))); err == nil || !strings.Contains(err.Error(), "not in a unit and another") {
+		t.Errorf("a unit beside a pod and a job: %v", err)
 	}
 }

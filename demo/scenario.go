@@ -219,8 +219,9 @@ type MIGSpec struct {
 const maxMIGDevices = 7
 
 // ProcessSpec is a compute process on a device. It runs in at most one of a
-// pod (namespace/name), a Slurm job or a systemd unit; with none it runs in
-// a login session.
+// pod (namespace/name), a Slurm job or a systemd unit, or in a Slurm job
+// inside a pod (slurmd run in the pod); with none it runs in a login
+// session.
 type ProcessSpec struct {
 	PID uint32 `yaml:"pid"`
 	Pod string `yaml:"pod"`

@@ -471,3 +471,54 @@ func seriesWith(text, family string, matchers ...string) []string {
 	}
 	return out
 }
+
+// slurmd in a pod (Slinky's slurm-operator): the pod holds both GPUs
+// through the device plugin and its jobs' cgroups nest under its own. With
+// Slurm on, the jobs own their processes and the GPUs their GRES hold; the
+// pod, infrastructure like slurmd on a host, owns nothing (probe E, PE3).
+func TestAttributionSlurmdInAPod(t *testing.T) {
+	scenario := filepath.Join(t.TempDir(), "slinky.yaml")
+	if err := os.WriteFile(scenario, []byte(`node: slinky
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {utilization: 0.5, memory_used: 20GiB}}
+devices:
+  - uuid: GPU-6f000000-0000-4000-8000-000000000000
+    processes: [{pid: 7700, pod: slurm/slurmd-0, slurm_job: "700", memory_used: 4GiB, utilization: 0.4}]
+  - uuid: GPU-6f000000-0000-4000-8000-000000000001
+    processes: [{pid: 7701, pod: slurm/slurmd-0, slurm_job: "701", memory_used: 4GiB, utilization: 0.3}]
+kubernetes:
+  pods:
+    - {namespace: slurm, name: slurmd-0, uid: 6f000000-0000-4000-8000-0000000000a0, ownerReferences: [{apiVersion: apps/v1, kind: StatefulSet, name: slurmd, controller: true}], containers: [{name: slurmd, devices: [{resource: nvidia.com/gpu, ids: [GPU-6f000000-0000-4000-8000-000000000000, GPU-6f000000-0000-4000-8000-000000000001]}]}]}
+  allocatable:
+    - {resource: nvidia.com/gpu, ids: [GPU-6f000000-0000-4000-8000-000000000000, GPU-6f000000-0000-4000-8000-000000000001]}
+slurm:
+  version: "24.05"
+  jobs:
+    - {id: "700", name: a, user: alice, account: a, partition: gpu, qos: normal, gpus: [0]}
+    - {id: "701", name: b, user: bob, account: b, partition: gpu, qos: normal, gpus: [1]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, "--demo", "--demo.scenario="+scenario)
+	var out string
+	// The pod is known to run jobs from the first read that sees their
+	// processes; poll rather than count reads.
+	waitUntil(t, "the jobs to own their GPUs", func() bool {
+		out = scrapeXPU(t, e)
+		return len(seriesWith(out, "xpu_workload_allocated_devices", `slurm_job_id="700"`)) == 1
+	})
+	// Each job holds its GPU whole, and its process's usage is its own.
+	for gpu, job := range map[string]string{"0": "700", "1": "701"} {
+		if v := value(t, out, "xpu_workload_allocated_devices", `gpu="`+gpu+`"`, `slurm_job_id="`+job+`"`); v != 1 {
+			t.Errorf("job %s holds %v of GPU %s, want 1", job, v, gpu)
+		}
+	}
+	if v := value(t, out, "xpu_workload_utilization_ratio", `gpu="0"`, `slurm_job_id="700"`); v != 0.4 {
+		t.Errorf("job 700's utilization of GPU 0 = %v, want its process's 0.4", v)
+	}
+	if n := len(seriesWith(out, "xpu_workload_allocated_devices", `pod="slurmd-0"`)); n != 0 {
+		t.Errorf("the slurmd pod holds %d GPUs, want none: it is infrastructure", n)
+	}
+	if !strings.Contains(e.Logs(), "a pod runs Slurm jobs") {
+		t.Errorf("no log line says the pod runs Slurm jobs:\n%s", e.Logs())
+	}
+}
