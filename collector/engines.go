@@ -132,6 +132,10 @@ type enginesCollector struct {
 	// fetches are the fetches under way, which concurrent scrapes (an HA
 	// pair of Prometheus servers) share as they share device reads: an
 	// engine's /metrics is fetched and parsed once, not once per scraper.
+	// A fetch is cut short at its scrape's deadline, so it is joined only
+	// within flight.ScrapeSlack of the joiner's own, as a snapshot is: a
+	// scrape with a longer timeout was served a shorter one's timeout, the
+	// engine down and its series missing (probe D, PD1).
 	fetches flight.Group[engineTarget, engineResult]
 }
 
@@ -158,7 +162,8 @@ func newEnginesCollector(cfg Config) (Collector, error) {
 	if err := checkEngineLimits(*engineMaxBytes, *engineParallel, *engineMaxSeries, *engineMaxModels); err != nil {
 		return nil, err
 	}
-	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, counters: map[string]*engines.Corrector{}, joins: map[string]engineJoin{}}
+	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, counters: map[string]*engines.Corrector{}, joins: map[string]engineJoin{},
+		fetches: flight.Group[engineTarget, engineResult]{Slack: flight.ScrapeSlack}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata
 	}
@@ -587,8 +592,9 @@ func (c *enginesCollector) engineLabel(target string, r engineResult) string {
 	return r.engine
 }
 
-// shared joins a fetch of t under way that ends by ctx's deadline, else
-// fetches t itself (internal/flight).
+// shared joins a fetch of t under way that ends by ctx's deadline, and not
+// more than flight.ScrapeSlack sooner, else fetches t itself
+// (internal/flight).
 func (c *enginesCollector) shared(ctx context.Context, t engineTarget) engineResult {
 	call, leader := c.fetches.Join(t, flight.Deadline(ctx), engineResult{}, nil)
 	if leader {

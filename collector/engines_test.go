@@ -860,6 +860,45 @@ func TestConcurrentScrapesShareEngineFetch(t *testing.T) {
 	}
 }
 
+// TestLongerScrapeDoesNotJoinShorterFetch: scrape A, with a 0.5 s
+// timeout, starts a fetch of an engine that answers after 1.5 s; scrape B
+// starts 0.1 s later with a 5 s timeout. A's fetch is due at 0.5 s, B's
+// deadline is 5.1 s, 4.6 s later, past flight.ScrapeSlack (1 s): B fetches
+// on its own and gets the engine up (about 1.6 s in), A alone its timeout.
+// B was served A's failure, the engine down (probe D, PD1).
+func TestLongerScrapeDoesNotJoinShorterFetch(t *testing.T) {
+	const body = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 3\n"
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		select {
+		case <-time.After(1500 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
+	e := newExporterOf(t, Config{Logger: slog.New(slog.DiscardHandler)}, "engines")
+	short := make(chan string, 1)
+	go func() { short <- scrapeText(t, e, 500*time.Millisecond) }()
+	time.Sleep(100 * time.Millisecond)
+	long := scrapeText(t, e, 5*time.Second)
+	if v := sample(t, long, "xpu_inference_up", `engine="vllm"`); v != 1 {
+		t.Errorf("the 5 s scrape: up %v, want 1 (it was served the 0.5 s scrape's timeout)", v)
+	}
+	if v := sample(t, long, "xpu_inference_requests_running", `model="m"`); v != 3 {
+		t.Errorf("the 5 s scrape: requests running %v, want 3", v)
+	}
+	if v := sample(t, <-short, "xpu_inference_up", `engine="vllm"`); v != 0 {
+		t.Errorf("the 0.5 s scrape: up %v, want 0", v)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d fetches, want 2: one per deadline", n)
+	}
+}
+
 // TestEngineErrorStateIgnoresLocalPort: a connection reset names the
 // connection's ephemeral local port, new at every scrape; the state logged
 // on change must not, or every scrape logs again (found by probing).
