@@ -644,7 +644,7 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 			// Series left out, a counter reading NaN or ±Inf or one
 			// Normalize cannot map, are told but do not fail the target:
 			// the rest is still right.
-			notFinite := c.corrector(t).Correct(families, engines.Kept(read), engines.Replicas(read))
+			notFinite := c.corrector(t).Correct(families, read)
 			r.samples, r.skipped = engines.Normalize(read, families, t.Model)
 			r.skipped = errors.Join(stale, notFinite, r.skipped)
 			if others := engines.Others(read, families); len(others) > 0 {

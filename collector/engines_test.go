@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -964,6 +965,40 @@ func TestEngineForeignAnswerIsDown(t *testing.T) {
 	for _, want := range []string{"no inference engine metrics in the response", "none of vllm's metrics in the response", "11 models, more than --engines.max-models=10"} {
 		if n := strings.Count(logs.String(), want); n != 1 {
 			t.Errorf("%q logged %d times in three scrapes, want 1:\n%s", want, n, logs.String())
+		}
+	}
+}
+
+// TestRotatingAdaptersStayUnderMaxModels: a vLLM answering the base model
+// and one LoRA adapter, a new one at each scrape, names two models in each
+// answer: with --engines.max-models=3 it stays up, serving base (its
+// count, the scrape's number) and the current adapter (5) only. Every
+// adapter that left was served for an hour and counted, so the third
+// scrape failed with "4 models" (probe D, PD2).
+func TestRotatingAdaptersStayUnderMaxModels(t *testing.T) {
+	var body atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body.Load().(string))) }))
+	t.Cleanup(srv.Close)
+	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
+	old := *engineMaxModels
+	*engineMaxModels = 3
+	t.Cleanup(func() { *engineMaxModels = old })
+	e := newExporterOf(t, Config{Logger: slog.New(slog.DiscardHandler)}, "engines")
+	for i := 1; i <= 6; i++ {
+		body.Store(fmt.Sprintf("# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"base\"} %d\nvllm:prompt_tokens_total{model_name=\"adapter-%d\"} 5\n", i, i))
+		out := scrapeText(t, e, 5*time.Second)
+		if v := sample(t, out, "xpu_inference_up", `engine="vllm"`); v != 1 {
+			t.Fatalf("scrape %d: up %v, want 1", i, v)
+		}
+		got := map[string]float64{}
+		for _, line := range strings.Split(grepLines(out, "xpu_inference_tokens_total{"), "\n") {
+			if _, rest, ok := strings.Cut(line, `model="`); ok {
+				model, _, _ := strings.Cut(rest, `"`)
+				got[model] = sample(t, out, "xpu_inference_tokens_total", `model="`+model+`"`)
+			}
+		}
+		if want := map[string]float64{"base": float64(i), fmt.Sprintf("adapter-%d", i): 5}; !maps.Equal(got, want) {
+			t.Errorf("scrape %d: tokens by model %v, want %v", i, got, want)
 		}
 	}
 }

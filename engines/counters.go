@@ -26,14 +26,16 @@ import (
 // up, as Prometheus's own reset handling would read each of them: a series
 // whose value goes down (a histogram whose count or sum does) has restarted,
 // and what it had counted before is kept as an offset added to it from then
-// on; a series that disappears while others of its family remain is still
-// given, frozen at its last value, for ghostTTL, so that the sum it was
-// part of does not drop. Past ghostTTL its count is handed to a live series
-// it was added up with (one that differs from it only in labels the
-// engine's mapping adds up, such as the engine core), so that the sum goes
-// on; where there is none, the canonical series it fed ends with it. A
-// counter's value is therefore the engine's own until its first reset,
-// and counts on from there after.
+// on; a series that disappears while its family still has a series of the
+// same model is still given, frozen at its last value, for ghostTTL, so
+// that the sum it was part of does not drop. Past ghostTTL its count is
+// handed to a live series it was added up with (one that differs from it
+// only in labels the engine's mapping adds up, such as the engine core),
+// so that the sum goes on; where there is none, the canonical series it fed
+// ends with it. A series whose model is no longer in its family has no sum
+// to keep: the model ended (unloaded, a LoRA adapter rotated out), and so
+// do its series, at once. A counter's value is therefore the engine's own
+// until its first reset, and counts on from there after.
 type Corrector struct {
 	mu     sync.Mutex
 	series map[string]*counterState
@@ -79,11 +81,11 @@ func NewCorrector() *Corrector {
 
 // Correct makes the counters and histograms of one scrape of the target
 // monotonic, in place, and adds back the series that vanished since.
-// Gauges are left as they are. kept names, by family, the labels the
-// engine's mapping keeps apart (Kept); nil hands no vanished series'
-// count to a sibling. replicas names the rank labels whose series are
-// copies of one another (Replicas): a copy's count is never handed to
-// another copy.
+// Gauges are left as they are. engine is the engine whose names families
+// are read by: the labels its mapping keeps apart (Kept) say which live
+// series a vanished one's count may be handed to, its rank labels whose
+// series are copies of one another (Replicas) that a copy's count is never
+// handed to another copy, and its model labels which model a series is of.
 //
 // A series holding NaN or an infinity is taken out of families and named
 // in the error: kept as its last reading, +Inf became the offset of the
@@ -100,13 +102,15 @@ func NewCorrector() *Corrector {
 // Being in the answer, it is not a vanished series either: given beside
 // it, its ghost could be read in its place, and past ghostTTL its offset
 // was forgotten.
-func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[string][]string, replicas []string) error {
+func (c *Corrector) Correct(families map[string]*dto.MetricFamily, engine Engine) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
 	c.gen++
 	var errs []error
-	unreadable := map[string]bool{}
+	// unreadable and notFinite are series of the answer Correct left
+	// unread: neither has vanished.
+	unreadable, notFinite := map[string]bool{}, map[string]bool{}
 	for name, f := range families {
 		if !counting(name, f) {
 			continue
@@ -126,6 +130,7 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 			}
 			if !got.finite() {
 				errs = append(errs, fmt.Errorf("%s: a reading that is not a finite number is left out, not counted on from", seriesName(name, m)))
+				notFinite[seriesKey(name, m.Label)] = true
 				continued = true
 				continue
 			}
@@ -167,7 +172,7 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, kept map[stri
 			c.restartWhole(name, f)
 		}
 	}
-	c.addGhosts(families, kept, replicas, unreadable, now)
+	c.addGhosts(families, engine, unreadable, notFinite, now)
 	return errors.Join(errs...)
 }
 
@@ -193,11 +198,15 @@ func (c *Corrector) restartWhole(name string, f *dto.MetricFamily) {
 	}
 }
 
-// addGhosts gives each series that vanished its last corrected value, and
-// forgets those gone longer than ghostTTL, handing their count to a
-// sibling, or past maxCorrected. unreadable are in the scrape, though
-// Correct left them unread.
-func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, kept map[string][]string, replicas []string, unreadable map[string]bool, now time.Time) {
+// addGhosts gives each series that vanished its last corrected value
+// while its family has a live series of its model, and forgets those whose
+// model left the family, those gone longer than ghostTTL, handing their
+// count to a sibling, and those past maxCorrected. unreadable and
+// notFinite are in the scrape, though Correct left them unread; a series
+// reading NaN is given at its last count as a vanished one is, but is not
+// forgotten while its model has no other.
+func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, engine Engine, unreadable, notFinite map[string]bool, now time.Time) {
+	kept, replicas, modelBy := Kept(engine), Replicas(engine), modelLabels(engine)
 	var ghosts, expired []string
 	for key, st := range c.series {
 		switch {
@@ -229,21 +238,37 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, kept map[st
 		}
 		ghosts = ghosts[min(over, len(ghosts)):]
 	}
-	slices.Sort(ghosts)      // a stable order of series within each family
-	live := map[string]int{} // family → its live series, ahead of any ghost
+	slices.Sort(ghosts) // a stable order of series within each family
+	// live is each family's live series, ahead of any ghost, and models
+	// the models they are of.
+	live, models := map[string]int{}, map[string]map[string]bool{}
 	for _, key := range ghosts {
 		st := c.series[key]
 		f := families[st.family]
-		// A family with no live series left (a model unloaded, a broken
-		// histogram gone) has no sum to keep from dropping: its series end,
-		// which Prometheus reads as their end, not as a reset.
-		if f == nil || len(f.Metric) == 0 || f.GetType() != st.typ {
-			continue
-		}
 		n, ok := live[st.family]
-		if !ok {
+		if !ok && f != nil {
 			n = len(f.Metric)
 			live[st.family] = n
+			models[st.family] = map[string]bool{}
+			for _, m := range f.Metric {
+				models[st.family][modelOf(m.Label, modelBy)] = true
+			}
+		}
+		// A model with no live series left in the family (a model
+		// unloaded, a LoRA adapter rotated out, a broken histogram gone)
+		// has no sum to keep from dropping: its series end, which
+		// Prometheus reads as their end, not as a reset. Another model's
+		// series are not its parts: kept for them, an engine rotating
+		// adapters served each for an hour and went over
+		// --engines.max-models with two in its answer (probe D, PD2).
+		if !models[st.family][modelOf(st.labels, modelBy)] {
+			if !notFinite[key] {
+				delete(c.series, key)
+			}
+			continue
+		}
+		if f.GetType() != st.typ {
+			continue
 		}
 		// A histogram in other buckets than the live ones (the engine came
 		// back upgraded: vLLM V1 has other TTFT bounds than V0) cannot be
@@ -306,6 +331,21 @@ func (c *Corrector) handOver(st *counterState, f *dto.MetricFamily, kept map[str
 		}
 		return
 	}
+}
+
+// modelOf names the model of a series by the values of its model labels,
+// a label absent read as empty, as Prometheus reads it.
+func modelOf(labels []*dto.LabelPair, names []string) string {
+	var b strings.Builder
+	for _, n := range names {
+		for _, lp := range labels {
+			if lp.GetName() == n {
+				b.WriteString(lp.GetValue())
+			}
+		}
+		b.WriteByte(0xff)
+	}
+	return b.String()
 }
 
 // without is labels less those named in names.

@@ -21,7 +21,7 @@ func correctedScrape(t *testing.T, k *Corrector, at time.Time, body string) []Sa
 		t.Fatal(err)
 	}
 	k.now = func() time.Time { return at }
-	if err := k.Correct(families, Kept(VLLM), Replicas(VLLM)); err != nil {
+	if err := k.Correct(families, VLLM); err != nil {
 		t.Fatal(err)
 	}
 	samples, err := Normalize(VLLM, families, "")
@@ -99,46 +99,137 @@ func TestCorrectorKeepsSummedCountersMonotonic(t *testing.T) {
 	}
 }
 
-// TestCorrectorGoneModelEnds: a vanished series is handed only to a live
-// one it was added up with. Model b unloaded beside a live model a has no
-// such sibling: b's series is given for the hour, then ends (Prometheus
-// reads an end, not a reset), and a's count is its own throughout.
+// TestCorrectorGoneModelEnds: a vanished series is kept in its sum only
+// while its model is still in its family's answer; another model's series
+// are not its parts. Found by probe D (PD2): a model that left was served
+// for an hour, and counted towards --engines.max-models, whenever any
+// other model remained, so an engine rotating LoRA adapters, two in each
+// answer, went down with "101 models".
 func TestCorrectorGoneModelEnds(t *testing.T) {
-	body := func(a, b int) string {
-		out := "# TYPE vllm:generation_tokens counter\n" + fmt.Sprintf("vllm:generation_tokens_total{engine=\"0\",model_name=\"a\"} %d\n", a)
-		if b >= 0 {
-			out += fmt.Sprintf("vllm:generation_tokens_total{engine=\"0\",model_name=\"b\"} %d\n", b)
-		}
-		return out
+	vllmTokens := func(series ...string) string {
+		return "# TYPE vllm:generation_tokens counter\n" + strings.Join(series, "\n") + "\n"
 	}
-	tokensOf := func(samples []Sample) map[string]float64 {
-		out := map[string]float64{}
-		for _, s := range samples {
-			if s.Name == "xpu_inference_tokens_total" {
-				out[s.Labels["model"]] = s.Value
+	tritonSuccess := func(series ...string) string {
+		return "# TYPE nv_inference_request_success counter\n" + strings.Join(series, "\n") + "\n"
+	}
+	type step struct {
+		after time.Duration
+		body  string
+		want  map[string]float64 // by model, and model_version where there is one
+	}
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		engine Engine
+		family string
+		steps  []step
+	}{{
+		name: "a model unloaded", engine: VLLM, family: tokensTotal,
+		steps: []step{
+			{0, vllmTokens(`vllm:generation_tokens_total{engine="0",model_name="a"} 100`, `vllm:generation_tokens_total{engine="0",model_name="b"} 50`),
+				map[string]float64{"a": 100, "b": 50}},
+			// b unloaded: it ends at once, a keeps its own 110.
+			{15 * time.Second, vllmTokens(`vllm:generation_tokens_total{engine="0",model_name="a"} 110`),
+				map[string]float64{"a": 110}},
+			// b loaded again at 7: a new series, the engine's 7.
+			{30 * time.Second, vllmTokens(`vllm:generation_tokens_total{engine="0",model_name="a"} 120`, `vllm:generation_tokens_total{engine="0",model_name="b"} 7`),
+				map[string]float64{"a": 120, "b": 7}},
+		},
+	}, {
+		// The probe's case: the base model and the one adapter served
+		// now, nothing of adapter-1 once it left.
+		name: "LoRA adapters rotated", engine: VLLM, family: tokensTotal,
+		steps: []step{
+			{0, vllmTokens(`vllm:generation_tokens_total{model_name="base"} 1`, `vllm:generation_tokens_total{model_name="adapter-1"} 5`),
+				map[string]float64{"base": 1, "adapter-1": 5}},
+			{15 * time.Second, vllmTokens(`vllm:generation_tokens_total{model_name="base"} 2`, `vllm:generation_tokens_total{model_name="adapter-2"} 5`),
+				map[string]float64{"base": 2, "adapter-2": 5}},
+			{30 * time.Second, vllmTokens(`vllm:generation_tokens_total{model_name="base"} 3`, `vllm:generation_tokens_total{model_name="adapter-3"} 4`),
+				map[string]float64{"base": 3, "adapter-3": 4}},
+		},
+	}, {
+		// Model a's core 1 left with model b, which only it served: a
+		// still answers, so core 1 stays in a's sum, 1,000 + 500 = 1,500,
+		// then 1,010 + 500 = 1,510; b ends.
+		name: "a core gone with a model of its own", engine: VLLM, family: tokensTotal,
+		steps: []step{
+			{0, vllmTokens(`vllm:generation_tokens_total{engine="0",model_name="a"} 990`, `vllm:generation_tokens_total{engine="1",model_name="a"} 500`,
+				`vllm:generation_tokens_total{engine="1",model_name="b"} 70`),
+				map[string]float64{"a": 1490, "b": 70}},
+			{15 * time.Second, vllmTokens(`vllm:generation_tokens_total{engine="0",model_name="a"} 1000`),
+				map[string]float64{"a": 1500}},
+			{30 * time.Second, vllmTokens(`vllm:generation_tokens_total{engine="0",model_name="a"} 1010`),
+				map[string]float64{"a": 1510}},
+		},
+	}, {
+		// Triton unloads model d and version 1 of model m: both end, m's
+		// version 2 is its own 4 (a version is not a part of another).
+		name: "Triton models and versions unloaded", engine: Triton, family: requestsTotal,
+		steps: []step{
+			{0, tritonSuccess(`nv_inference_request_success{model="d",version="1"} 3`, `nv_inference_request_success{model="m",version="1"} 9`,
+				`nv_inference_request_success{model="m",version="2"} 1`),
+				map[string]float64{"d/1": 3, "m/1": 9, "m/2": 1}},
+			{15 * time.Second, tritonSuccess(`nv_inference_request_success{model="m",version="2"} 4`),
+				map[string]float64{"m/2": 4}},
+		},
+	}, {
+		// A model's one series reads NaN: it is in the answer, not gone,
+		// so the 1,000 it counted is kept though nothing of it is served;
+		// back at 5 after a restart it counts on, 1,000 + 5 = 1,005.
+		name: "a model's only series not finite", engine: VLLM, family: tokensTotal,
+		steps: []step{
+			{0, vllmTokens(`vllm:generation_tokens_total{model_name="a"} 1000`, `vllm:generation_tokens_total{model_name="b"} 1`),
+				map[string]float64{"a": 1000, "b": 1}},
+			{15 * time.Second, vllmTokens(`vllm:generation_tokens_total{model_name="a"} NaN`, `vllm:generation_tokens_total{model_name="b"} 2`),
+				map[string]float64{"b": 2}},
+			{30 * time.Second, vllmTokens(`vllm:generation_tokens_total{model_name="a"} 5`, `vllm:generation_tokens_total{model_name="b"} 3`),
+				map[string]float64{"a": 1005, "b": 3}},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := NewCorrector()
+			for i, s := range tc.steps {
+				families, err := parse(strings.NewReader(s.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				k.now = func() time.Time { return t0.Add(s.after) }
+				k.Correct(families, tc.engine) // a NaN is named; that is TestCorrectorLeavesOutNonFiniteCounters's
+				samples, err := Normalize(tc.engine, families, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]float64{}
+				for _, smp := range samples {
+					if smp.Name == tc.family {
+						key := smp.Labels[modelLabel]
+						if v, ok := smp.Labels[modelVersionLabel]; ok {
+							key += "/" + v
+						}
+						got[key] = smp.Value
+					}
+				}
+				if !maps.Equal(got, s.want) {
+					t.Errorf("scrape %d: by model %v, want %v", i+1, got, s.want)
+				}
 			}
-		}
-		return out
+		})
 	}
+}
+
+// TestCorrectorForgetsModelsThatLeft: an engine naming a new adapter at
+// each scrape, base and one adapter in each answer, leaves the Corrector
+// remembering those two series, not every adapter it ever named (probe D:
+// 2,000 such scrapes held 20,000 series until maxCorrected).
+func TestCorrectorForgetsModelsThatLeft(t *testing.T) {
 	k := NewCorrector()
 	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	for _, step := range []struct {
-		name  string
-		after time.Duration
-		a, b  int // b -1: unloaded
-		want  map[string]float64
-	}{
-		{"both models", 0, 100, 50, map[string]float64{"a": 100, "b": 50}},
-		// b unloaded: its last 50 is given for the hour.
-		{"b unloaded", 15 * time.Second, 110, -1, map[string]float64{"a": 110, "b": 50}},
-		// Past the hour b has no live sibling (another model is not one):
-		// it ends, and a keeps its own 130.
-		{"past the hour", 2 * time.Hour, 130, -1, map[string]float64{"a": 130}},
-	} {
-		got := tokensOf(correctedScrape(t, k, t0.Add(step.after), body(step.a, step.b)))
-		if !maps.Equal(got, step.want) {
-			t.Errorf("%s: tokens by model %v, want %v", step.name, got, step.want)
-		}
+	for i := range 150 {
+		correctedScrape(t, k, t0.Add(time.Duration(i)*15*time.Second), fmt.Sprintf(
+			"# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{model_name=\"base\"} %d\nvllm:prompt_tokens_total{model_name=\"adapter-%d\"} 5\n", i, i))
+	}
+	if n := len(k.series); n != 2 {
+		t.Errorf("%d series remembered, want 2", n)
 	}
 }
 
@@ -295,7 +386,7 @@ func BenchmarkCorrect(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		if err := k.Correct(families, Kept(VLLM), Replicas(VLLM)); err != nil {
+		if err := k.Correct(families, VLLM); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -355,7 +446,7 @@ func TestCorrectorLeavesOutNonFiniteCounters(t *testing.T) {
 	} {
 		families := parseFixture(t, fmt.Sprintf("constructed/vllm-v1-counter-not-finite-%d.prom", i+1))
 		k.now = func() time.Time { return t0.Add(time.Duration(i) * 15 * time.Second) }
-		err := k.Correct(families, Kept(VLLM), Replicas(VLLM))
+		err := k.Correct(families, VLLM)
 		switch {
 		case step.wantErr == "" && err != nil:
 			t.Errorf("scrape %d: unexpected error %v", i+1, err)
@@ -451,7 +542,7 @@ func TestCorrectorReplicasAreNotHandedOver(t *testing.T) {
 					t.Fatal(err)
 				}
 				k.now = func() time.Time { return t0.Add(s.after) }
-				if err := k.Correct(families, Kept(SGLang), Replicas(SGLang)); err != nil {
+				if err := k.Correct(families, SGLang); err != nil {
 					t.Fatal(err)
 				}
 				samples, err := Normalize(SGLang, families, "")
@@ -572,7 +663,7 @@ func TestCorrectorSkipsUnreadableHistograms(t *testing.T) {
 					t.Fatal(err)
 				}
 				k.now = func() time.Time { return t0.Add(s.after) }
-				if err := k.Correct(families, Kept(SGLang), Replicas(SGLang)); err != nil {
+				if err := k.Correct(families, SGLang); err != nil {
 					t.Fatalf("scrape %d: %v", i+1, err)
 				}
 				samples, err := Normalize(SGLang, families, "")

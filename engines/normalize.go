@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -167,6 +168,19 @@ func Kept(engine Engine) map[string][]string { return keptLabels[engine] }
 // another (see spec.replicas): Normalize reads one of them, never their
 // sum. The slice is shared: read it only.
 func Replicas(engine Engine) []string { return specs[engine].replicas }
+
+// modelLabels are the labels of engine's series that tell one model from
+// another: its model label and those kept with it (Triton's version), in
+// a fixed order. Every other label is a part of the model's series or
+// tells its series apart.
+func modelLabels(engine Engine) []string {
+	sp := specs[engine]
+	names := slices.Sorted(maps.Keys(sp.keep))
+	if sp.model != "" {
+		names = append(names, sp.model)
+	}
+	return names
+}
 
 // keptLabels is Kept's answer for every engine, worked out once rather than
 // at each scrape of each target.
