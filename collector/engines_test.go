@@ -671,6 +671,95 @@ func TestEngineSeriesLeftOutAreTold(t *testing.T) {
 	}
 }
 
+// TestEngineSeriesLeftOutChangesAreTold: the warning names the series
+// left out again whenever they, or why, change, once per change, also
+// while an earlier problem is still told; the same problem with other
+// numbers (a count further ahead of its +Inf bucket) is no change. Found
+// by probe D (PD5): a time-to-first-token typed gauge, left out after a
+// NaN core had been told, was never named.
+func TestEngineSeriesLeftOutChangesAreTold(t *testing.T) {
+	const nanCore = "# TYPE vllm:num_requests_running gauge\n" +
+		"vllm:num_requests_running{engine=\"0\",model_name=\"m\"} NaN\nvllm:num_requests_running{engine=\"1\",model_name=\"m\"} 4\n"
+	const running = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 3\n"
+	const ttftGauge = "# TYPE vllm:time_to_first_token_seconds gauge\nvllm:time_to_first_token_seconds{model_name=\"m\"} 10\n"
+	latencyAhead := func(count int) string {
+		return "# TYPE vllm:e2e_request_latency_seconds histogram\n" +
+			"vllm:e2e_request_latency_seconds_bucket{le=\"+Inf\",model_name=\"m\"} 5000\n" +
+			"vllm:e2e_request_latency_seconds_sum{model_name=\"m\"} 60\n" +
+			fmt.Sprintf("vllm:e2e_request_latency_seconds_count{model_name=\"m\"} %d\n", count)
+	}
+	var body atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body.Load().(string))) }))
+	t.Cleanup(srv.Close)
+	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
+	var logs syncbuf.Buffer
+	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
+	for i, step := range []struct {
+		body string
+		up   float64
+		// want is the line this scrape logs of series left out, if any.
+		want string
+	}{
+		{nanCore, 1, "not a finite number"},
+		{nanCore, 1, ""},
+		{running + `vllm:num_requests_running{model_name="m"} 3` + "\n", 0, ""}, // a series given twice: down, nothing mapped
+		{running + ttftGauge, 1, "not a histogram"},
+		{running + ttftGauge + latencyAhead(5001), 1, "count 5001 differs from the +Inf bucket 5000"},
+		{running + ttftGauge + latencyAhead(5002), 1, ""},
+		{running, 1, "inference engine series all mapped again"},
+		{running, 1, ""},
+	} {
+		before := len(logs.String())
+		body.Store(step.body)
+		out := scrapeText(t, e, 5*time.Second)
+		if v := sample(t, out, "xpu_inference_up", `engine="vllm"`); v != step.up {
+			t.Errorf("scrape %d: up %v, want %v", i+1, v, step.up)
+		}
+		var told []string
+		for _, line := range strings.Split(logs.String()[before:], "\n") {
+			if strings.Contains(line, `msg="inference engine series`) {
+				told = append(told, line)
+			}
+		}
+		switch {
+		case step.want == "" && len(told) != 0:
+			t.Errorf("scrape %d: logged %q, want nothing", i+1, told)
+		case step.want != "" && (len(told) != 1 || !strings.Contains(told[0], step.want)):
+			t.Errorf("scrape %d: logged %q, want one line saying %q", i+1, told, step.want)
+		}
+	}
+}
+
+// TestSkippedSet: what an answer left out is one set whatever the order of
+// its errors and the numbers in why; a series of other labels, or another
+// reason, is another set.
+func TestSkippedSet(t *testing.T) {
+	ahead := func(model string, count int) error {
+		return fmt.Errorf(`vllm:e2e_request_latency_seconds{model_name="%s"}: count %d differs from the +Inf bucket 5000`, model, count)
+	}
+	ttft := errors.New(`vllm:time_to_first_token_seconds{model_name="m"}: not a histogram`)
+	base := skippedSet(errors.Join(ahead("adapter-1", 5001), ttft))
+	for _, tc := range []struct {
+		name    string
+		skipped error
+		same    bool
+	}{
+		{"the same", errors.Join(ahead("adapter-1", 5001), ttft), true},
+		{"in another order, nested", errors.Join(ttft, errors.Join(ahead("adapter-1", 5001))), true},
+		{"other numbers", errors.Join(ahead("adapter-1", 5003), ttft), true},
+		{"another series", errors.Join(ahead("adapter-2", 5001), ttft), false},
+		{"one fewer", ahead("adapter-1", 5001), false},
+		{"another reason", errors.Join(ahead("adapter-1", 5001), errors.New(`vllm:time_to_first_token_seconds{model_name="m"}: histogram has no _sum`)), false},
+	} {
+		if got := skippedSet(tc.skipped) == base; got != tc.same {
+			t.Errorf("%s: same set %v, want %v", tc.name, got, tc.same)
+		}
+	}
+	if skippedSet(nil) != 0 {
+		t.Error("nothing left out is not 0")
+	}
+}
+
 // TestEngineHistogramReturnsAfterOneUnreadableAnswer: one SGLang answer
 // whose inter-token _count is one ahead of its +Inf bucket (a racing
 // prometheus_client collection) is left out, and the same histogram is
