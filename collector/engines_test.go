@@ -840,6 +840,32 @@ func TestNonFiniteCounterIsTold(t *testing.T) {
 	}
 }
 
+// TestMalformedEngineValuesAreTold: the probe's KV-cache ratio of 1.5 on
+// one engine core and -0.2 on the other, and a token counter at -5, are
+// left out and named in the one warning of series left out, while the
+// target stays up with its requests running (probe D, PD6).
+func TestMalformedEngineValuesAreTold(t *testing.T) {
+	const body = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 3\n" +
+		"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 1.5\nvllm:kv_cache_usage_perc{engine=\"1\",model_name=\"m\"} -0.2\n" +
+		"# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"m\"} -5\n"
+	e, logs := fixedEngineExporter(t, "vllm", body)
+	for range 2 {
+		out := scrapeText(t, e, 5*time.Second)
+		if v := sample(t, out, "xpu_inference_requests_running", `model="m"`); v != 3 {
+			t.Errorf("requests running = %v, want 3", v)
+		}
+		for _, family := range []string{"xpu_inference_kv_cache_usage_ratio{", "xpu_inference_tokens_total{"} {
+			if strings.Contains(out, family) {
+				t.Errorf("%s is served:\n%s", family, grepLines(out, family))
+			}
+		}
+	}
+	if n := strings.Count(logs.String(), "inference engine series left out"); n != 1 ||
+		!strings.Contains(logs.String(), "1.5 is outside 0..1") || !strings.Contains(logs.String(), "-0.2 is outside 0..1") || !strings.Contains(logs.String(), "a negative count") {
+		t.Errorf("%d warnings over two scrapes, want 1 naming each:\n%s", n, logs.String())
+	}
+}
+
 // TestNIMPassingVLLMThrough: NIM for LLMs 2.x serves its vLLM backend's
 // own metrics, vllm: names; a nim target reads them by vLLM's names and is
 // still the NIM: up, engine="nim", 3 running, 1 waiting, KV cache 0.42. It

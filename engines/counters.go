@@ -91,7 +91,10 @@ func NewCorrector() *Corrector {
 // in the error: kept as its last reading, +Inf became the offset of the
 // next reset and the counter stayed +Inf for the exporter's life, and NaN
 // handed to a sibling would do the same. Left out, it is in this scrape
-// what a vanished series is, its last finite count kept in its sum.
+// what a vanished series is, its last finite count kept in its sum. So is
+// a series with a negative count (a counter, a histogram's count, sum or
+// bucket), which no count of tokens, requests or seconds can be: served,
+// a counter at -5 then 5 read as 10 made (probe D, PD6).
 //
 // A histogram Normalize cannot read (its count is not its +Inf bucket's,
 // its buckets go down, it has no _sum) is left in families as the engine
@@ -108,9 +111,9 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, engine Engine
 	now := c.now()
 	c.gen++
 	var errs []error
-	// unreadable and notFinite are series of the answer Correct left
+	// unreadable and malformed are series of the answer Correct left
 	// unread: neither has vanished.
-	unreadable, notFinite := map[string]bool{}, map[string]bool{}
+	unreadable, malformed := map[string]bool{}, map[string]bool{}
 	for name, f := range families {
 		if !counting(name, f) {
 			continue
@@ -128,9 +131,16 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, engine Engine
 				continued = true
 				continue
 			}
-			if !got.finite() {
-				errs = append(errs, fmt.Errorf("%s: a reading that is not a finite number is left out, not counted on from", seriesName(name, m)))
-				notFinite[seriesKey(name, m.Label)] = true
+			var why string
+			switch {
+			case !got.finite():
+				why = "a reading that is not a finite number"
+			case got.negative():
+				why = "a negative count"
+			}
+			if why != "" {
+				errs = append(errs, fmt.Errorf("%s: %s is left out, not counted on from", seriesName(name, m), why))
+				malformed[seriesKey(name, m.Label)] = true
 				continued = true
 				continue
 			}
@@ -172,7 +182,7 @@ func (c *Corrector) Correct(families map[string]*dto.MetricFamily, engine Engine
 			c.restartWhole(name, f)
 		}
 	}
-	c.addGhosts(families, engine, unreadable, notFinite, now)
+	c.addGhosts(families, engine, unreadable, malformed, now)
 	return errors.Join(errs...)
 }
 
@@ -202,10 +212,10 @@ func (c *Corrector) restartWhole(name string, f *dto.MetricFamily) {
 // while its family has a live series of its model, and forgets those whose
 // model left the family, those gone longer than ghostTTL, handing their
 // count to a sibling, and those past maxCorrected. unreadable and
-// notFinite are in the scrape, though Correct left them unread; a series
-// reading NaN is given at its last count as a vanished one is, but is not
-// forgotten while its model has no other.
-func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, engine Engine, unreadable, notFinite map[string]bool, now time.Time) {
+// malformed are in the scrape, though Correct left them unread; a series
+// left out as malformed (NaN, negative) is given at its last count as a
+// vanished one is, but is not forgotten while its model has no other.
+func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, engine Engine, unreadable, malformed map[string]bool, now time.Time) {
 	kept, replicas, modelBy := Kept(engine), Replicas(engine), modelLabels(engine)
 	var ghosts, expired []string
 	for key, st := range c.series {
@@ -262,7 +272,7 @@ func (c *Corrector) addGhosts(families map[string]*dto.MetricFamily, engine Engi
 		// adapters served each for an hour and went over
 		// --engines.max-models with two in its answer (probe D, PD2).
 		if !models[st.family][modelOf(st.labels, modelBy)] {
-			if !notFinite[key] {
+			if !malformed[key] {
 				delete(c.series, key)
 			}
 			continue
@@ -477,6 +487,11 @@ func countsOf(typ dto.MetricType, m *dto.Metric) (counts, bool) {
 // finite says every number of c is finite.
 func (c counts) finite() bool {
 	return !notFinite(c.value) && !notFinite(c.count) && !notFinite(c.sum) && !slices.ContainsFunc(c.buckets, notFinite)
+}
+
+// negative says a number of c is below 0, which no count is.
+func (c counts) negative() bool {
+	return c.value < 0 || c.count < 0 || c.sum < 0 || slices.ContainsFunc(c.buckets, func(v float64) bool { return v < 0 })
 }
 
 // zero says c counts nothing: a series that never restarted is left as the

@@ -469,6 +469,50 @@ func TestCorrectorLeavesOutNonFiniteCounters(t *testing.T) {
 	}
 }
 
+// TestCorrectorLeavesOutNegativeCounters: a counter reading below 0 is
+// left out and named, and never counted on from. Found by probe D (PD6):
+// -5 was served, and the 5 after it read as 10 tokens made; -5 between 100
+// and 105 was taken for a reset, and 105 served as 100 + 105 = 205.
+func TestCorrectorLeavesOutNegativeCounters(t *testing.T) {
+	k := NewCorrector()
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for i, step := range []struct {
+		value int
+		want  float64 // -1: not served
+	}{
+		{-5, -1},
+		// The first count seen: the engine's own.
+		{5, 5},
+		{100, 100},
+		{-5, -1},
+		// 100 was the last count: 105 is 5 more, no reset.
+		{105, 105},
+	} {
+		families, err := parse(strings.NewReader(fmt.Sprintf("# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{model_name=\"h\"} %d\n", step.value)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.now = func() time.Time { return t0.Add(time.Duration(i) * 15 * time.Second) }
+		err = k.Correct(families, VLLM)
+		if named := err != nil && strings.Contains(err.Error(), `vllm:prompt_tokens_total{model_name="h"}: a negative count is left out`); named != (step.value < 0) {
+			t.Errorf("scrape %d: error %v", i+1, err)
+		}
+		samples, err := Normalize(VLLM, families, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := -1.0
+		for _, s := range samples {
+			if s.Name == tokensTotal {
+				got = s.Value
+			}
+		}
+		if got != step.want {
+			t.Errorf("scrape %d: %v tokens, want %v (-1: none)", i+1, got, step.want)
+		}
+	}
+}
+
 // TestCorrectorReplicasAreNotHandedOver: SGLang's TP ranks write copies of
 // one queue-time histogram, of which Normalize reads one. A rank that goes
 // away (the server restarted at TP=1) has a live copy counting the same

@@ -440,6 +440,9 @@ func (n *normalizer) read(f Family, m mapping, src source) (map[string]Sample, m
 		labels := n.labels(metric, m)
 		key := labelKey(labels)
 		s, err := src.sample(f.Kind, metric)
+		if err == nil && f.Kind != Histogram {
+			err = f.malformed(s.Value)
+		}
 		if prev, ok := out[key]; ok && err == nil {
 			s, err = merge(f, prev, s)
 		}
@@ -462,15 +465,21 @@ func (n *normalizer) ratio(f Family, m mapping, src source) (map[string]Sample, 
 	num, brokenNum, errNum := n.sums(m, src)
 	den, brokenDen, errDen := n.sums(m, *src.over)
 	broken := union(brokenNum, brokenDen)
+	errs := []error{errNum, errDen}
 	out := map[string]Sample{}
 	for key, p := range num {
 		d, ok := den[key]
 		if !ok || !(d.value > 0) || broken[key] {
 			continue
 		}
+		if err := f.malformed(p.value / d.value); err != nil {
+			errs = append(errs, fmt.Errorf("%s%s over %s: %w", src.name, key, src.over.name, err))
+			broken[key] = true
+			continue
+		}
 		out[key] = Sample{Name: f.Name, Kind: f.Kind, Labels: p.labels, Value: p.value / d.value}
 	}
-	return out, broken, errors.Join(errNum, errDen)
+	return out, broken, errors.Join(errs...)
 }
 
 func (n *normalizer) durations(f Family, m mapping, src source) (map[string]Sample, map[string]bool, error) {
@@ -487,6 +496,11 @@ func (n *normalizer) durations(f Family, m mapping, src source) (map[string]Samp
 		count, err := toCount(c.value)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s%s: %w", src.count.name, key, err))
+			broken[key] = true
+			continue
+		}
+		if p.value < 0 {
+			errs = append(errs, fmt.Errorf("%s%s: %g is negative, which no count is", src.name, key, p.value))
 			broken[key] = true
 			continue
 		}

@@ -602,7 +602,7 @@ vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
 vllm:kv_cache_usage_perc{engine="1",model_name="m"} NaN
 vllm:kv_cache_usage_perc{engine="0",model_name="m2"} 0.25
 vllm:kv_cache_usage_perc{engine="1",model_name="m2"} 0.75
-vllm:kv_cache_usage_perc{engine="0",model_name="m3"} +Inf
+vllm:kv_cache_usage_perc{engine="0",model_name="m3"} NaN
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -615,11 +615,96 @@ vllm:kv_cache_usage_perc{engine="0",model_name="m3"} +Inf
 	}
 	const want = `# TYPE xpu_inference_kv_cache_usage_ratio gauge
 xpu_inference_kv_cache_usage_ratio{model="m2"} 0.75
-xpu_inference_kv_cache_usage_ratio{model="m3"} +Inf
+xpu_inference_kv_cache_usage_ratio{model="m3"} NaN
 # TYPE xpu_inference_requests_running gauge
 xpu_inference_requests_running{model="m2"} 3
 `
 	if got := render(samples); got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestNormalizeMalformedValues: a KV-cache ratio outside 0..1 and a
+// negative count are left out and named, where a part of a sum is, the
+// model's whole series. Found by probe D (PD6): 1.5 and -0.2 were served
+// as the cache in use, and a token counter at -5.
+func TestNormalizeMalformedValues(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		engine Engine
+		body   string
+		want   string // what is served
+		named  []string
+	}{{
+		name: "ratio above 1 and below 0", engine: VLLM,
+		body: `# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 1.5
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} -0.2
+vllm:kv_cache_usage_perc{engine="0",model_name="ok"} 0
+vllm:kv_cache_usage_perc{engine="1",model_name="ok"} 1
+vllm:kv_cache_usage_perc{model_name="inf"} +Inf
+`,
+		// ok: max(0, 1) = 1, the bounds included.
+		want: `# TYPE xpu_inference_kv_cache_usage_ratio gauge
+xpu_inference_kv_cache_usage_ratio{model="ok"} 1
+`,
+		named: []string{`vllm:kv_cache_usage_perc{engine="0",model_name="m"}: 1.5 is outside 0..1`,
+			`vllm:kv_cache_usage_perc{engine="1",model_name="m"}: -0.2 is outside 0..1`,
+			`vllm:kv_cache_usage_perc{model_name="inf"}: +Inf is outside 0..1`},
+	}, {
+		// used ÷ max: 7 ÷ 5 = 1.4 is more blocks in use than there are.
+		name: "TensorRT-LLM used over max", engine: Triton,
+		body: `# TYPE nv_trt_llm_kv_cache_block_metrics gauge
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="a",version="1"} 7
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="a",version="1"} 5
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="b",version="1"} 1
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="b",version="1"} 4
+`,
+		// b: 1 ÷ 4.
+		want: `# TYPE xpu_inference_kv_cache_usage_ratio gauge
+xpu_inference_kv_cache_usage_ratio{model="b",model_version="1"} 0.25
+`,
+		named: []string{`nv_trt_llm_kv_cache_block_metrics{model="a",model_version="1"} over nv_trt_llm_kv_cache_block_metrics: 1.4 is outside 0..1`},
+	}, {
+		// Typed gauge, read as the counter it is: the Corrector, which
+		// reads counters only, does not see it.
+		name: "negative counter typed gauge", engine: VLLM,
+		body: `# TYPE vllm:prompt_tokens_total gauge
+vllm:prompt_tokens_total{engine="0",model_name="h"} -5
+vllm:prompt_tokens_total{engine="1",model_name="h"} 20
+vllm:prompt_tokens_total{model_name="ok"} 0
+`,
+		want: `# TYPE xpu_inference_tokens_total counter
+xpu_inference_tokens_total{model="ok",type="prompt"} 0
+`,
+		named: []string{`vllm:prompt_tokens_total{engine="0",model_name="h"}: -5 is negative`},
+	}, {
+		// Triton's cumulative duration: -2,000,000 µs over 4 requests.
+		name: "negative cumulative duration", engine: Triton,
+		body: `# TYPE nv_inference_request_success gauge
+nv_inference_request_success{model="a",version="1"} 4
+# TYPE nv_inference_request_duration_us gauge
+nv_inference_request_duration_us{model="a",version="1"} -2000000
+`,
+		want: `# TYPE xpu_inference_requests_total counter
+xpu_inference_requests_total{model="a",model_version="1",outcome="success"} 4
+`,
+		named: []string{`nv_inference_request_duration_us{model="a",model_version="1"}: -2 is negative`},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			families, err := parse(strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			samples, err := Normalize(tc.engine, families, "")
+			for _, want := range tc.named {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("error %v does not name %s", err, want)
+				}
+			}
+			if got := render(samples); got != tc.want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
 	}
 }

@@ -64,6 +64,22 @@ type Family struct {
 	// one model) keep the largest value: a ratio cannot be added up, and
 	// the fullest KV cache is the one that throttles the model.
 	max bool
+	// ratio says a value lies in 0..1.
+	ratio bool
+}
+
+// malformed says why v cannot be a value of the gauge or counter family f:
+// a counter below 0 (-5 then 5 read as 10 made), a ratio outside 0..1.
+// NaN is not told here: merge tells it where it is added up, and a series
+// of its own passes through as the engine gave it.
+func (f Family) malformed(v float64) error {
+	switch {
+	case f.Kind == Counter && v < 0:
+		return fmt.Errorf("%g is negative, which no count is", v)
+	case f.ratio && (v < 0 || v > 1):
+		return fmt.Errorf("%g is outside 0..1, which a ratio is not", v)
+	}
+	return nil
 }
 
 // Canonical family names.
@@ -106,7 +122,7 @@ var families = []Family{
 	{Name: timePerOutputToken, Kind: Histogram, Help: "Mean time per generated token of a request, one observation per request."},
 	{Name: requestDuration, Kind: Histogram, Help: "End-to-end request latency measured by the inference engine."},
 	{Name: queueTime, Kind: Histogram, Help: "Time requests spent queued before the inference engine started them."},
-	{Name: kvCacheUsage, Kind: Gauge, Help: "Fraction of the inference engine's KV cache in use, 0 to 1.", max: true},
+	{Name: kvCacheUsage, Kind: Gauge, Help: "Fraction of the inference engine's KV cache in use, 0 to 1.", max: true, ratio: true},
 	{Name: requestsTotal, Kind: Counter, Help: "Requests the inference engine finished, by outcome (success, error, aborted, rejected)."},
 	{Name: preemptionsTotal, Kind: Counter, Help: "Requests the inference engine preempted to free KV cache."},
 }
