@@ -107,6 +107,21 @@ type engineTarget struct {
 	// runs on.
 	Pod  string `yaml:"pod"`
 	Unit string `yaml:"unit"`
+	// refused is why a pod's annotations give no endpoint to scrape; its
+	// URL is then the pod's namespace/name.
+	refused string
+}
+
+// engineName is name as the engine label spells it, for an engine known
+// whatever its case (engines.ParseEngine) and auto; else name as given.
+func engineName(name string) string {
+	if strings.EqualFold(name, "auto") {
+		return "auto"
+	}
+	if e, err := engines.ParseEngine(name); err == nil {
+		return string(e)
+	}
+	return name
 }
 
 type enginesCollector struct {
@@ -188,7 +203,9 @@ func newEnginesCollector(cfg Config) (Collector, error) {
 		c.static = append(c.static, targets...)
 	}
 	first := map[string]engineTarget{}
-	for i, t := range c.static {
+	for i := range c.static {
+		c.static[i].Engine = engineName(c.static[i].Engine)
+		t := c.static[i]
 		if err := t.validate(); err != nil {
 			return nil, fmt.Errorf("engine target %d: %w", i, err)
 		}
@@ -231,7 +248,9 @@ func (t engineTarget) validate() error {
 	return nil
 }
 
-// targets are the static targets and the annotated pods of the node.
+// targets are the static targets and the annotated pods of the node. A
+// pod whose annotations give no endpoint is a target too, refused: one log
+// line alone left nothing to alert on (probe D, PD7).
 func (c *enginesCollector) targets() []engineTarget {
 	out := append([]engineTarget(nil), c.static...)
 	if c.metadata == nil {
@@ -245,36 +264,48 @@ func (c *enginesCollector) targets() []engineTarget {
 			}
 			continue
 		}
-		e, err := engines.ParseEngine(engine)
-		if err != nil && engine != "auto" {
-			c.logChange(p.Namespace+"/"+p.Name, fmt.Errorf("pod annotation %s: %w", engineAnnotation, err))
-			continue
-		}
-		if p.IP == "" {
-			c.logChange(p.Namespace+"/"+p.Name, fmt.Errorf("no pod IP known (it comes from the kubelet Pods API)"))
-			continue
-		}
-		port := p.Annotations[portAnnotation]
-		if port == "" {
-			port = defaultPorts[e]
-		}
-		if port == "" {
-			// auto has no usual port: port 80 would be a guess.
-			c.logChange(p.Namespace+"/"+p.Name, fmt.Errorf("pod annotation %s: auto needs %s", engineAnnotation, portAnnotation))
-			continue
-		}
-		path := p.Annotations[pathAnnotation]
-		if path == "" {
-			path = metricsPath(e)
-		}
-		scheme := p.Annotations[schemeAnnotation]
-		if scheme != "https" {
-			scheme = "http"
-		}
-		u := url.URL{Scheme: scheme, Host: net.JoinHostPort(p.IP, port), Path: path}
-		out = append(out, engineTarget{Engine: engine, URL: u.String(), Model: p.Annotations[modelAnnotation], Pod: p.Namespace + "/" + p.Name})
+		out = append(out, podTarget(p, engineName(engine)))
 	}
 	return out
+}
+
+// podTarget is the endpoint the annotations of pod p name, of engine.
+func podTarget(p kubernetes.PodMeta, engine string) engineTarget {
+	pod := p.Namespace + "/" + p.Name
+	refuse := func(format string, args ...any) engineTarget {
+		return engineTarget{Engine: engine, URL: pod, Pod: pod, refused: fmt.Sprintf(format, args...)}
+	}
+	e, err := engines.ParseEngine(engine)
+	if err != nil && engine != "auto" {
+		return refuse("pod annotation %s: %v", engineAnnotation, err)
+	}
+	if p.IP == "" {
+		return refuse("no pod IP known (it comes from the kubelet Pods API)")
+	}
+	port := p.Annotations[portAnnotation]
+	if port == "" {
+		port = defaultPorts[e]
+	}
+	if port == "" {
+		// auto has no usual port: port 80 would be a guess.
+		return refuse("pod annotation %s: auto needs %s", engineAnnotation, portAnnotation)
+	}
+	path := p.Annotations[pathAnnotation]
+	if path == "" {
+		path = metricsPath(e)
+	}
+	// A query string is the endpoint's, as in a configured URL: kept as
+	// a path, its ? was escaped and the engine answered 404.
+	path, query, _ := strings.Cut(path, "?")
+	scheme := p.Annotations[schemeAnnotation]
+	if scheme != "https" {
+		scheme = "http"
+	}
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(p.IP, port), Path: path, RawQuery: query}
+	if _, err := url.Parse(u.String()); err != nil {
+		return refuse("pod annotations %s, %s: %v", portAnnotation, pathAnnotation, err)
+	}
+	return engineTarget{Engine: engine, URL: u.String(), Model: p.Annotations[modelAnnotation], Pod: pod}
 }
 
 // imageTarget is the engine of a pod found by its container's image and
@@ -519,6 +550,10 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 	sem := make(chan struct{}, max(1, *engineParallel))
 	var wg sync.WaitGroup
 	for i, t := range targets {
+		if t.refused != "" {
+			results[i] = engineResult{target: t, engine: t.Engine, err: errors.New(t.refused)}
+			continue
+		}
 		if joinOnly[t] && t.Engine != "auto" {
 			// Named by its configuration or annotation: no need to ask.
 			// An "auto" one is asked at every scrape, as the serving
@@ -564,7 +599,9 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		tl := labels{names: []string{"engine", "target"}, values: []string{engine, target}}
 		if !joinOnly[r.target] {
 			e.emit(inferenceUp, tl, boolValue(r.err == nil))
-			e.emit(inferenceDuration, tl, r.duration.Seconds())
+			if r.target.refused == "" {
+				e.emit(inferenceDuration, tl, r.duration.Seconds())
+			}
 		}
 		owner, devices := c.join(snap, target, r.target)
 		base := tl

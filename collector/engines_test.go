@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,6 +135,44 @@ func TestEnginesDiscoveredAndJoinedToPodGPUs(t *testing.T) {
 	}
 	for _, gpu := range []string{`gpu="0"`, `gpu="1"`} {
 		sample(t, out, "xpu_inference_device_info", append(owner, gpu)...)
+	}
+}
+
+// TestRefusedPodAnnotationIsDown: a pod whose annotations give no endpoint
+// (an engine name mistyped, auto without a port) is down, named by the
+// pod as its target, with its GPUs and owner on the info metric the alert
+// takes them from; told once. Found by probe D (PD7): one log line and no
+// series, so a typo made the engine vanish with nothing to alert on.
+func TestRefusedPodAnnotationIsDown(t *testing.T) {
+	_, pods := vllmOnDemoPod(t)
+	pods[0].Annotations[engineAnnotation] = "vlm"
+	pods = append(pods, kubernetes.PodMeta{Namespace: "inference", Name: "router", IP: pods[0].IP,
+		Annotations: map[string]string{engineAnnotation: "auto"}})
+	var logs syncbuf.Buffer
+	e := newAttributedExporterFor(t, demo.Default(), func(c *Config) {
+		c.PodMetadata = pods
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	const target = `target="inference/llm-serve-7d9f8b6c5d-x2k4q"`
+	for range 2 {
+		out := scrapeText(t, e, 10*time.Second)
+		if v := sample(t, out, "xpu_inference_up", `engine="vlm"`, target); v != 0 {
+			t.Errorf("the mistyped pod: up %v, want 0", v)
+		}
+		if v := sample(t, out, "xpu_inference_up", `engine="auto"`, `target="inference/router"`); v != 0 {
+			t.Errorf("the auto pod without a port: up %v, want 0", v)
+		}
+		for _, gpu := range []string{`gpu="0"`, `gpu="1"`} {
+			sample(t, out, "xpu_inference_device_info", `engine="vlm"`, target, `namespace="inference"`, `pod="llm-serve-7d9f8b6c5d-x2k4q"`, `workload="llm-serve"`, gpu)
+		}
+		if strings.Contains(out, "xpu_inference_scrape_duration_seconds{") {
+			t.Error("a scrape duration is served for targets never scraped")
+		}
+	}
+	for _, want := range []string{`unknown inference engine \"vlm\"`, "auto needs " + portAnnotation} {
+		if n := strings.Count(logs.String(), want); n != 1 {
+			t.Errorf("%q logged %d times over two scrapes, want 1:\n%s", want, n, logs.String())
+		}
 	}
 }
 
@@ -481,6 +518,16 @@ func TestEnginesConfigFile(t *testing.T) {
 			t.Errorf("%q: error %v, want %q", body, err, want)
 		}
 	}
+	// Engines are named whatever their case, and labelled as the README
+	// spells them.
+	setEngineConfig(t, "targets:\n  - {engine: vLLM, url: http://x/metrics}\n  - {engine: Auto, url: http://y/metrics}\n")
+	c, err := newEnginesCollector(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{c.(*enginesCollector).static[0].Engine, c.(*enginesCollector).static[1].Engine}; got[0] != "vllm" || got[1] != "auto" {
+		t.Errorf("engines %q, want vllm and auto", got)
+	}
 }
 
 func TestEngineDiscoveryByImageAndPort(t *testing.T) {
@@ -516,31 +563,48 @@ func TestEngineDiscoveryByImageAndPort(t *testing.T) {
 }
 
 // TestAnnotatedTargetPaths: an annotated pod is scraped at its engine's
-// usual path, /v1/metrics for NIM, unless xpu-exporter.io/path says.
+// usual path, /v1/metrics for NIM, unless xpu-exporter.io/path says, with
+// its query string if it has one (probe D, PD7: "q2?x=1" was escaped to
+// /q2%3Fx=1 and answered 404). An engine is named whatever its case. A
+// pod whose annotations give no endpoint is a refused target named by
+// the pod, saying why.
 func TestAnnotatedTargetPaths(t *testing.T) {
-	pod := func(name string, ann map[string]string) kubernetes.PodMeta {
-		return kubernetes.PodMeta{Namespace: "a", Name: name, IP: "10.0.0.5", Annotations: ann}
-	}
-	var log syncbuf.Buffer
-	c := &enginesCollector{state: map[string]targetState{}, logger: slog.New(slog.NewTextHandler(&log, nil)), metadata: enginePods{
-		pod("nim", map[string]string{engineAnnotation: "nim"}),
-		pod("nim-path", map[string]string{engineAnnotation: "nim", pathAnnotation: "/metrics"}),
-		pod("vllm", map[string]string{engineAnnotation: "vllm"}),
-		// auto has no usual port: not scraped on port 80 by guess, and
-		// told (probe6-eng).
-		pod("auto", map[string]string{engineAnnotation: "auto"}),
-		pod("auto-port", map[string]string{engineAnnotation: "auto", portAnnotation: "9400"}),
-	}}
-	var got []string
-	for _, tg := range c.targets() {
-		got = append(got, tg.Pod+" "+tg.URL)
-	}
-	want := []string{"a/nim http://10.0.0.5:8000/v1/metrics", "a/nim-path http://10.0.0.5:8000/metrics", "a/vllm http://10.0.0.5:8000/metrics", "a/auto-port http://10.0.0.5:9400/metrics"}
-	if !slices.Equal(got, want) {
-		t.Errorf("targets %q, want %q", got, want)
-	}
-	if !strings.Contains(log.String(), "auto needs "+portAnnotation) {
-		t.Errorf("the auto pod without a port is not told:\n%s", log.String())
+	for _, tc := range []struct {
+		name        string
+		ann         map[string]string
+		ip          string
+		engine, url string
+		refused     string
+	}{
+		{name: "nim", ann: map[string]string{engineAnnotation: "nim"}, engine: "nim", url: "http://10.0.0.5:8000/v1/metrics"},
+		{name: "nim-path", ann: map[string]string{engineAnnotation: "nim", pathAnnotation: "/metrics"}, engine: "nim", url: "http://10.0.0.5:8000/metrics"},
+		{name: "vllm", ann: map[string]string{engineAnnotation: "vllm"}, engine: "vllm", url: "http://10.0.0.5:8000/metrics"},
+		{name: "capital", ann: map[string]string{engineAnnotation: "vLLM"}, engine: "vllm", url: "http://10.0.0.5:8000/metrics"},
+		{name: "query", ann: map[string]string{engineAnnotation: "sglang", pathAnnotation: "q2?x=1"}, engine: "sglang", url: "http://10.0.0.5:30000/q2?x=1"},
+		{name: "auto-port", ann: map[string]string{engineAnnotation: "Auto", portAnnotation: "9400"}, engine: "auto", url: "http://10.0.0.5:9400/metrics"},
+		// auto has no usual port: not scraped on port 80 by guess
+		// (probe6-eng).
+		{name: "auto", ann: map[string]string{engineAnnotation: "auto"}, engine: "auto", refused: "auto needs " + portAnnotation},
+		{name: "typo", ann: map[string]string{engineAnnotation: "vlm"}, engine: "vlm", refused: `unknown inference engine "vlm"`},
+		{name: "bad-port", ann: map[string]string{engineAnnotation: "vllm", portAnnotation: "http"}, engine: "vllm", refused: "invalid port"},
+		{name: "no-ip", ann: map[string]string{engineAnnotation: "vllm"}, ip: "-", engine: "vllm", refused: "no pod IP known"},
+	} {
+		ip := "10.0.0.5"
+		if tc.ip == "-" {
+			ip = ""
+		}
+		got := podTarget(kubernetes.PodMeta{Namespace: "a", Name: tc.name, IP: ip, Annotations: tc.ann}, engineName(tc.ann[engineAnnotation]))
+		want := engineTarget{Engine: tc.engine, URL: tc.url, Pod: "a/" + tc.name}
+		if tc.refused != "" {
+			want.URL = "a/" + tc.name
+			if !strings.Contains(got.refused, tc.refused) {
+				t.Errorf("%s: refused %q, want it to say %q", tc.name, got.refused, tc.refused)
+			}
+			want.refused = got.refused
+		}
+		if got != want {
+			t.Errorf("%s: target %+v, want %+v", tc.name, got, want)
+		}
 	}
 }
 

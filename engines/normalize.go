@@ -40,16 +40,18 @@ var specs = map[Engine]spec{
 // which are the least specific.
 var detectOrder = []Engine{Triton, VLLM, SGLang, TGI, NIM}
 
-// ParseEngine validates an engine name taken from configuration.
+// ParseEngine validates an engine name taken from configuration, whatever
+// its case: people write the names as the projects do (vLLM, SGLang, TGI),
+// and no two engines differ in case only.
 func ParseEngine(name string) (Engine, error) {
-	if _, ok := specs[Engine(name)]; !ok {
+	if _, ok := specs[Engine(strings.ToLower(name))]; !ok {
 		known := make([]string, len(detectOrder))
 		for i, e := range detectOrder {
 			known[i] = string(e)
 		}
 		return "", fmt.Errorf("unknown inference engine %q (known: %s)", name, strings.Join(known, ", "))
 	}
-	return Engine(name), nil
+	return Engine(strings.ToLower(name)), nil
 }
 
 // Wanted says whether an engine family is read by some mapping, or tells

@@ -464,6 +464,11 @@ func TestParseEngine(t *testing.T) {
 			t.Errorf("ParseEngine(%q) = %q, %v", e, got, err)
 		}
 	}
+	for name, want := range map[string]Engine{"vLLM": VLLM, "SGLang": SGLang, "TGI": TGI, "Triton": Triton, "NIM": NIM} {
+		if got, err := ParseEngine(name); err != nil || got != want {
+			t.Errorf("ParseEngine(%q) = %q, %v; want %q", name, got, err, want)
+		}
+	}
 	if _, err := ParseEngine("auto"); err == nil {
 		t.Error(`ParseEngine("auto") succeeded; detection is the caller's choice, not an engine`)
 	}
