@@ -109,11 +109,12 @@
   // compute instances of one GPU instance and profile differ by uuid
   // alone, and would be one label set once it is replaced (found by
   // review19: rules and panels failed for every GPU). Parenthesized.
-  onGpuPerParent(aggregation, metric, sel)::
-    '(\n%s\n  or\n  %s{%s, parent_uuid=""}\n)\n' % [
-      std.rstripChars(self.indent(self.onGpu('%s (%s{%s, parent_uuid!=""})' % [aggregation, metric, sel])), '\n '),
-      metric,
-      sel,
+  // read, if given, turns each selector into the expression read (say
+  // perScrape).
+  onGpuPerParent(aggregation, metric, sel, read=function(selector) selector)::
+    '(\n%s\n  or\n%s\n)\n' % [
+      std.rstripChars(self.indent(self.onGpu('%s (%s)' % [aggregation, read('%s{%s, parent_uuid!=""}' % [metric, sel])])), '\n '),
+      self.indent(read('%s{%s, parent_uuid=""}' % [metric, sel])),
     ],
 
   // expr on physical GPUs, each partition's uuid kept in "device" while it
@@ -162,24 +163,58 @@
   partitionFraction(c, sel, expr)::
     '(\n%s\n  * on (%s) group_left ()\n  xpu_partition_share_ratio{%s}\n)\n' % [self.indent(expr), self.labels(c.deviceKeyLabels), sel],
 
-  // A gauge (an instant selector) averaged over one evaluation interval of
-  // the usage groups, for rules whose evaluations are summed into
-  // GPU-hours or cost: the instant value read once per evaluation samples a
-  // load at the same phase every time when its period divides the
-  // interval (0.9 busy for 20 s of every minute was billed 0.18 or 0.72,
-  // never 0.30). The window is 1 ms short of the interval because
-  // Prometheus 2 closes ranges at both ends, so a sample stamped exactly on
-  // an evaluation would count in two of them (always so in promtool tests,
-  // where scrapes and evaluations share a grid); Prometheus 3's left-open
-  // ranges then skip a sample stamped exactly 1 ms after an evaluation,
-  // which moves the mean by one sample of many. Only series present now
-  // are averaged, as allocations are read now: an owner gone at the
-  // evaluation is billed for neither. A window without a sample (a scrape
-  // interval longer than the rules') takes the latest value, which is then
-  // counted once per evaluation it covers, as before.
-  meanOverInterval(c, series)::
-    local window = '%dms' % (self.seconds(c.usageRulesInterval) * 1000 - 1);
-    '(\n  avg_over_time(%s[%s])\n    and %s\n  or %s\n)' % [series, window, series, series],
+  // The window of one evaluation of the usage groups: 1 ms short of their
+  // interval because Prometheus 2 closes ranges at both ends, so a sample
+  // stamped exactly on an evaluation would count in two of them (always so
+  // in promtool tests, where scrapes and evaluations share a grid);
+  // Prometheus 3's left-open ranges then skip a sample stamped exactly 1 ms
+  // after an evaluation, which moves a mean by one sample of many.
+  usageWindow(c):: '%dms' % (self.seconds(c.usageRulesInterval) * 1000 - 1),
+
+  // Per exporter (by its target labels), the scrapes of it that succeeded
+  // in the window of one usage evaluation: xpu_exporter_build_info is
+  // served at every one, and a failed scrape leaves it out (stale).
+  // Summed over its label sets, which follow one another (a new version).
+  scrapesInInterval(c)::
+    'sum by (%s) (count_over_time(xpu_exporter_build_info{%s}[%s]))' % [self.labels(c.targetLabels), c.xpuSelector, self.usageWindow(c)],
+
+  // A per-owner amount (an allocation, a utilized share: an instant
+  // selector) weighed by the scrapes of its exporter in the window of one
+  // usage evaluation: the sum of its samples there over the number of
+  // successful scrapes. Read at the instant, one failed scrape just before
+  // an evaluation left every owner of the exporter out of it, a minute of
+  // GPU-hours and cost lost (probe F PF1); averaged per series, the old
+  // and the new owner of a device both counted whole in the minute of a
+  // change. Weighed so, a failed scrape takes no part, and at a change
+  // each owner has the part of the scrapes it held the device at (3 of 4:
+  // 0.75, and 0.25 for the other). Where the window holds no scrape of the
+  // exporter (a scrape interval longer than the rules', an exporter
+  // without build info) the latest value is read, counted once per
+  // evaluation it covers, or, with mean, the mean of the window's samples
+  // of the series present now.
+  perScrape(c, series, mean=false)::
+    local window = self.usageWindow(c);
+    local scrapes = self.scrapesInInterval(c);
+    local target = self.labels(c.targetLabels);
+    local fallback =
+      if mean then '(avg_over_time(%s[%s]) and %s or %s)' % [series, window, series, series]
+      else series;
+    '(\n  sum_over_time(%s[%s])\n    / on (%s) group_left ()\n  %s\n  or\n  %s\n    unless on (%s)\n  %s\n)' % [
+      series,
+      window,
+      target,
+      scrapes,
+      fallback,
+      target,
+      scrapes,
+    ],
+
+  // A gauge averaged over one evaluation interval of the usage groups
+  // (perScrape), for rules whose evaluations are summed into GPU-hours or
+  // cost: the instant value read once per evaluation samples a load at the
+  // same phase every time when its period divides the interval (0.9 busy
+  // for 20 s of every minute was billed 0.18 or 0.72, never 0.30).
+  meanOverInterval(c, series):: self.perScrape(c, series, mean=true),
 
   // The utilization of each GPU that has none of its own (a GPU in MIG
   // mode), by the device key: its partitions' scaled by their share

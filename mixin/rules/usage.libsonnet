@@ -29,10 +29,11 @@ local util = import '../lib/util.libsonnet';
   ],
   local chargebackLevels = [levels[0], levels[2], levels[3]],
   // series: a recorded series, or a raw one (with the exporter selector).
-  local sumBy(level, extra, series) = 'sum by (%s) (%s{%s})\n' % [
+  // A raw one is weighed by its exporter's scrapes (util.perScrape).
+  local sumBy(level, extra, series) = 'sum by (%s) (%s)\n' % [
     util.labels([c.clusterLabel] + level.labels + extra),
-    series,
-    if std.startsWith(series, 'xpu_') then '%s, %s' % [c.xpuSelector, level.filter] else level.filter,
+    if std.startsWith(series, 'xpu_') then util.perScrape(c, '%s{%s, %s}' % [series, c.xpuSelector, level.filter])
+    else '%s{%s}' % [series, level.filter],
   ],
 
   // Price and energy exist per physical GPU. A MIG instance's allocation
@@ -42,7 +43,9 @@ local util = import '../lib/util.libsonnet';
   // An owner's compute instances of one GPU instance and profile, which
   // differ by uuid alone, are added up first (util.onGpuPerParent; a pod
   // holding two 1c.3g.40gb instances failed chargeback cluster-wide).
-  local allocationOnGpu = util.onGpuPerParent('sum without (uuid)', 'xpu_workload_allocated_devices', c.xpuSelector),
+  // Allocations are weighed by their exporter's scrapes (util.perScrape).
+  local allocated(selector) = util.perScrape(c, selector),
+  local allocationOnGpu = util.onGpuPerParent('sum without (uuid)', 'xpu_workload_allocated_devices', c.xpuSelector, allocated),
   // An owner's series on one physical GPU, its instances' added up.
   local physical(expr) = 'sum without (parent_uuid, mig_instance, mig_profile, device) (\n%s\n)' % util.indent(util.onGpuKeepingDevice(expr)),
   // The owners' utilized shares summed per physical GPU.
@@ -55,7 +58,7 @@ local util = import '../lib/util.libsonnet';
   // allocated_busy 0.029 where (0.6 × 3 + 0.2 × 1)/7 = 0.286).
   local deviceLabels = '%(key)s, parent_uuid, node, vendor, model' % fmt,
   local ownersUse = 'sum by (%s) (device_owner:xpu_utilized_devices:ratio)' % deviceLabels,
-  local instanceAllocation = 'sum by (%s) (xpu_workload_allocated_devices{%s, parent_uuid!=""})' % [deviceLabels, c.xpuSelector],
+  local instanceAllocation = 'sum by (%s) %s' % [deviceLabels, allocated('xpu_workload_allocated_devices{%s, parent_uuid!=""}' % c.xpuSelector)],
   local instanceUse = migSliceFraction('max by (%s) (%s)' % [deviceLabels, util.meanOverInterval(c, 'xpu_utilization_ratio{%s, parent_uuid!=""}' % c.xpuSelector)]),
   local usedOnDevice = |||
     %(owners)s
@@ -68,8 +71,12 @@ local util = import '../lib/util.libsonnet';
   local usedOnGpu = util.sumOnGpu(c, usedOnDevice),
 
   // One price per physical GPU. Taken per device key so that labels a
-  // price series might gain never make the joins below ambiguous.
-  local price = 'max by (%(key)s, currency) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})' % fmt,
+  // price series might gain never make the joins below ambiguous. The
+  // latest in the window of the evaluation, so that the allocations
+  // weighed by scrapes (util.perScrape) keep their price when the last
+  // scrape failed; the price of the moment where the window has none.
+  local priceSeries = 'xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""}' % fmt,
+  local price = 'max by (%s, currency) (last_over_time(%s[%s]) or %s)' % [fmt.key, priceSeries, util.usageWindow(c), priceSeries],
   // A GPU's energy rate, summed over its counter series: a device with one
   // owner carries that owner's labels on its counter, so after an owner
   // change the old and the new series both have a rate in the window.
@@ -337,10 +344,11 @@ local util = import '../lib/util.libsonnet';
               %(price)s
             ||| % (fmt {
                      price: price,
-                     alloc: physical(|||
-                       xpu_workload_allocated_devices{%(xpuSelector)s, parent_uuid!=""} and device_owner:xpu_utilized_devices:ratio
-                       or xpu_workload_allocated_devices{%(xpuSelector)s, parent_uuid=""}
-                     ||| % c),
+                     alloc: physical(
+                       allocated('xpu_workload_allocated_devices{%(xpuSelector)s, parent_uuid!=""}' % c)
+                       + ' and device_owner:xpu_utilized_devices:ratio\nor '
+                       + allocated('xpu_workload_allocated_devices{%(xpuSelector)s, parent_uuid=""}' % c)
+                     ),
                      used: physical('device_owner:xpu_utilized_devices:ratio'),
                    }),
           },
@@ -374,10 +382,11 @@ local util = import '../lib/util.libsonnet';
             ||| % (fmt { energyRate: energyRate }),
           },
           {
+            // Each price weighed by its exporter's scrapes, as allocations.
             record: 'cluster:xpu_cost_per_hour:sum',
             expr: |||
-              sum by (%(clusterLabel)s, currency) (%(price)s)
-            ||| % (fmt { price: price }),
+              sum by (%(clusterLabel)s, currency) (max by (%(key)s, currency) %(price)s)
+            ||| % (fmt { price: util.perScrape(c, priceSeries) }),
           },
           {
             // What the unused part of every device costs, allocated or not.
