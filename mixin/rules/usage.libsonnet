@@ -109,12 +109,12 @@ local util = import '../lib/util.libsonnet';
     )
   ||| % fmt,
 
-  // Each physical GPU's utilization (util.gpuUtilization); the idle cost,
-  // summed over evaluations, takes its mean over the interval.
+  // Each physical GPU's utilization (util.gpuUtilization).
   local gpuUtilization = util.gpuUtilization(c, c.xpuSelector),
-  local gpuUtilizationMean = util.gpuUtilization(c, c.xpuSelector, mean=true),
-  // The capacity states place every GPU: one in MIG mode with an unread
-  // instance counts its read instances' use (a lower bound), not none.
+  // The capacity states and the cluster's idle cost place every GPU: one
+  // in MIG mode with an unread instance counts its read instances' use (a
+  // lower bound), not none. The idle cost, summed over evaluations, takes
+  // its mean over the interval.
   local gpuUtilizationKnownPart = util.gpuUtilization(c, c.xpuSelector, mean=true, complete=false),
   local migSliceFraction(expr) = util.partitionFraction(c, c.xpuSelector, expr),
 
@@ -397,11 +397,13 @@ local util = import '../lib/util.libsonnet';
                   * on (%(key)s) group_left ()
                   clamp_min(1 - (
             ||| % (fmt { price: price }) + util.indent(util.indent(util.indent(
-              // A device that is down or has no reading is wholly idle; a
-              // GPU in MIG mode one of whose instances has none is left
-              // out: its use is unknown, not none.
-              gpuUtilizationMean + '\nor 0 * max by (%(key)s) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})\n  unless on (%(key)s)\n' % fmt
-              + util.indent(util.unreadPartitionGpus(c, c.xpuSelector))
+              // A device that is down or has no reading is wholly idle. A
+              // GPU in MIG mode counts its read instances' use only: an
+              // instance without a reading adds its slice of the price
+              // as idle. Left out, such a GPU added nothing, as if fully
+              // used, where every MIG GPU without GPM or DCGM has unread
+              // instances (probe F PF2: 2.78 USD/h where 6.44 at least).
+              gpuUtilizationKnownPart + '\nor 0 * max by (%(key)s) (xpu_device_hourly_cost{%(xpuSelector)s, parent_uuid=""})' % fmt
             ))) + '\n    ), 0)\n)\n',
           },
           {
