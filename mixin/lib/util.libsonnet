@@ -49,6 +49,10 @@
   //    for a few scrapes with the same target labels, so the new start time sits next to the
   //    old pod's Xid series, which must not look new. After a real restart
   //    a series re-counted with old labels is seen as new 2m later.
+  //    It is taken per target (by targetLabels) before the join: another
+  //    target label that changes (a node or rack relabelled) leaves two
+  //    start time series of one target for 2m, and the join failed for
+  //    every device of the fleet (many-to-many; probe F PF3).
   //    Where the last 2m hold no start time while the instant lookback
   //    still shows one (Prometheus itself was down 2 to 5 minutes: no
   //    sample since), only the lookback counts too, where every old
@@ -70,7 +74,7 @@
           unless (
             max_over_time(timestamp(%(x)s)[%(lookback)s:1m] offset %(w)s)
               >= on (%(target)s) group_left ()
-              min_over_time(%(start)s[2m])
+              min by (%(target)s) (min_over_time(%(start)s[2m]))
             or (
               present_over_time(%(x)s[%(lookback)s] offset %(w)s)
                 unless on (%(target)s) min_over_time(%(start)s[2m])
