@@ -201,7 +201,11 @@ local util = import '../lib/util.libsonnet';
           alert: 'XpuClocksThrottled',
           // The flags are sampled at each scrape; their average over the
           // window is the fraction of samples throttled. The largest over
-          // the reasons makes one alert per device, whichever reason.
+          // the reasons makes one alert per device, whichever reason. The
+          // samples may cover less than the window (Prometheus or the
+          // device's owner series started within it), so the description
+          // speaks of the samples, not of the whole window (probe F PF8:
+          // "100% of the last 15m" after 5 minutes of data).
           expr: |||
             max without (reason) (
               avg_over_time(xpu_clock_throttled{%(xpuSelector)s, reason=~"%(throttleRegex)s"}[%(throttleWindow)s])
@@ -211,7 +215,7 @@ local util = import '../lib/util.libsonnet';
           labels: { severity: 'warning' },
           annotations: {
             summary: 'A device is slowed down by hardware, thermal or power limits.',
-            description: '%s (owner: %s) was throttled {{ $value | humanizePercentage }} of the last %s by hardware, thermal or power-brake limits.' % [device, owner, c.throttleWindow],
+            description: '%s (owner: %s) was throttled in {{ $value | humanizePercentage }} of its samples of the last %s by hardware, thermal or power-brake limits.' % [device, owner, c.throttleWindow],
           },
         }),
       ],
