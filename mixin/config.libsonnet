@@ -60,6 +60,15 @@
     // A GPU that stopped answering the driver (fell off the bus) pages
     // within minutes.
     deviceLostFor: '2m',
+    // Alerts held on instant values (allocated idle, memory, device lost,
+    // fleet idle, health, the start of a temperature hold) read each
+    // series' last sample within this window, so that a failed scrape
+    // (its target's series stale for an evaluation) does not start their
+    // `for` again. Longer than two scrape intervals: just before the
+    // scrape after a failed one, the last sample is nearly two intervals
+    // old. 90s covers one failed scrape at a 30s interval, two at 15s; a
+    // series that is gone is read this much longer.
+    missedScrapeWindow: '90s',
     // Below this utilization a device counts as idle (alerts, fleet idle
     // fraction, health score's busy gate).
     idleUtilizationThreshold: 0.05,

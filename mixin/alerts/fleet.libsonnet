@@ -44,7 +44,7 @@ local util = import '../lib/util.libsonnet';
             %(gpu)s
               )
               > %(fleetIdleFraction)g
-          ||| % (c { gpu: util.indent(util.indent(util.gpuUtilization(c, c.xpuSelector))) }),
+          ||| % (c { gpu: util.indent(util.indent(util.gpuUtilization(c, c.xpuSelector, read=function(series) util.lastDeviceReading(c, series)))) }),
           'for': c.fleetIdleFor,
           labels: { severity: 'info' },
           annotations: {
@@ -56,9 +56,11 @@ local util = import '../lib/util.libsonnet';
           alert: 'XpuDeviceHealthDegraded',
           // A GPU's MIG instances or partitions as unhealthy as it are
           // its one alert.
-          expr: util.withoutPartitionsOf(c,
-                                         'device:xpu_health_score:clamp_min < %(healthScoreThreshold)g' % c,
-                                         'device:xpu_health_score:clamp_min{parent_uuid="", uuid!=""} < %(healthScoreThreshold)g' % c) + '\n',
+          // Its score read as lastReading: the record is not written at
+          // an evaluation after a failed scrape.
+          expr: util.withoutDeadExporters(c, util.withoutPartitionsOf(c,
+                                                                      util.lastReading(c, 'device:xpu_health_score:clamp_min') + ' < %(healthScoreThreshold)g' % c,
+                                                                      util.lastReading(c, 'device:xpu_health_score:clamp_min{parent_uuid="", uuid!=""}') + ' < %(healthScoreThreshold)g' % c)),
           'for': c.healthScoreFor,
           labels: { severity: 'warning' },
           annotations: {

@@ -230,13 +230,16 @@
   // (meanOverInterval).
   // With complete false, such a GPU has its read partitions' part: a
   // lower bound of its use, for rules that must place every GPU.
-  partitionsOnGpu(c, sel, mean=false, complete=true)::
+  // read, if given, turns each selector into the expression read
+  // (lastReading), in place of mean.
+  partitionsOnGpu(c, sel, mean=false, complete=true, read=null)::
     local u = 'xpu_utilization_ratio{%s, parent_uuid!=""}' % sel;
     local key = self.labels(c.deviceKeyLabels);
+    local value = if read != null then read(u) else if mean then self.meanOverInterval(c, u) else u;
     'sum by (%s) (\n' % key
-    + self.indent(self.onGpu(self.partitionFraction(c, sel, if mean then self.meanOverInterval(c, u) else u)))
+    + self.indent(self.onGpu(self.partitionFraction(c, sel, value)))
     + '\n)'
-    + if complete then '\nunless on (%s)\n' % key + self.unreadPartitionGpus(c, sel) else '',
+    + if complete then '\nunless on (%s)\n' % key + self.unreadPartitionGpus(c, sel, read) else '',
 
   // The GPUs (by the device key, labelled as the partition that has none)
   // one of whose partitions has no utilization reading: their own
@@ -244,24 +247,49 @@
   // One series per GPU (grouped by its parent_uuid first: two compute
   // instances of one profile differ by uuid alone, and would be two series
   // of one label set once it is replaced).
-  unreadPartitionGpus(c, sel)::
-    self.onGpu('group by (%s, parent_uuid) (\n  xpu_device_info{%s, parent_uuid!=""}\n    unless on (%s)\n    xpu_utilization_ratio{%s, parent_uuid!=""}\n)' % [self.labels(std.filter(function(l) l != 'uuid', c.deviceKeyLabels)), sel, self.labels(c.deviceKeyLabels), sel]),
+  unreadPartitionGpus(c, sel, read=null)::
+    local r = if read == null then function(s) s else read;
+    self.onGpu('group by (%s, parent_uuid) (\n  %s\n    unless on (%s)\n    %s\n)' % [
+      self.labels(std.filter(function(l) l != 'uuid', c.deviceKeyLabels)),
+      r('xpu_device_info{%s, parent_uuid!=""}' % sel),
+      self.labels(c.deviceKeyLabels),
+      r('xpu_utilization_ratio{%s, parent_uuid!=""}' % sel),
+    ]),
 
   // Each physical GPU's utilization, by the device key: its own, or for a
   // GPU that has none (a GPU in MIG mode) its partitions' (partitionsOnGpu).
   // An AMD GPU in compute partitions has its own (its partitions are left
   // out). Not parenthesized: wrap it before comparing it.
-  gpuUtilization(c, sel, mean=false, complete=true)::
+  gpuUtilization(c, sel, mean=false, complete=true, read=null)::
     local u = 'xpu_utilization_ratio{%s, parent_uuid=""}' % sel;
-    'max by (%s) (%s)\n' % [self.labels(c.deviceKeyLabels), if mean then self.meanOverInterval(c, u) else u]
-    + 'or ' + self.partitionsOnGpu(c, sel, mean, complete),
+    'max by (%s) (%s)\n' % [self.labels(c.deviceKeyLabels), if read != null then read(u) else if mean then self.meanOverInterval(c, u) else u]
+    + 'or ' + self.partitionsOnGpu(c, sel, mean, complete, read),
 
   // Every device's utilization, by the device key: a GPU's, a MIG
   // instance's or a partition's own, and for a GPU in MIG mode, which has
   // none, its instances' (partitionsOnGpu). Not parenthesized.
-  deviceUtilization(c, sel)::
-    'max by (%s) (xpu_utilization_ratio{%s})\n' % [self.labels(c.deviceKeyLabels), sel]
-    + 'or ' + self.partitionsOnGpu(c, sel),
+  deviceUtilization(c, sel, read=null)::
+    local u = 'xpu_utilization_ratio{%s}' % sel;
+    'max by (%s) (%s)\n' % [self.labels(c.deviceKeyLabels), if read == null then u else read(u)]
+    + 'or ' + self.partitionsOnGpu(c, sel, read=read),
+
+  // A series as its last sample within missedScrapeWindow, for alerts
+  // that hold a condition on instant values: a failed scrape leaves every
+  // series of its target stale for an evaluation, which emptied the
+  // condition and started each alert's `for` again, so an exporter that
+  // misses a scrape every quarter of an hour never raised a 15m alert
+  // (probe F PF5). Range functions skip staleness markers. A series that
+  // is gone for good is read missedScrapeWindow longer; a new value is
+  // read at once. Owner labels are kept: a replaced owner's series is
+  // read on for that long beside its successor's.
+  lastReading(c, series):: 'last_over_time(%s[%s])' % [series, c.missedScrapeWindow],
+
+  // lastReading per device, without owner labels: the device's last
+  // reading once, where an owner change within the window leaves two
+  // series of one device (the sum of a GPU's MIG instances counted such
+  // an instance twice).
+  lastDeviceReading(c, series)::
+    'max without (%s) (%s)' % [self.labels(self.ownerLabels(c)), self.lastReading(c, series)],
 
   // The temperature series of one kind of sensor ('core': every sensor but
   // the memory's, i.e. NVIDIA's and Gaudi's gpu, AMD's edge and junction;
@@ -335,7 +363,20 @@
       or
       max by (%(on)s) (%(sample)s) * 0
     ||| % { expr: $.indent(expr), on: on, sample: sample },
-  heldOnDevice(sample, on, record, duration, bridge)::
+  // The hold is judged on the record's samples, over which a gap is
+  // bridged as the alert is: it was 1 at the last evaluation within
+  // `missed` (missedScrapeWindow) or the bridge, the longer, before the
+  // hold's start, and is 0 at none since. Read at the instant, the start
+  // found no record where a scrape had failed `duration` before (a
+  // staleness marker), which resolved the alert for an evaluation, and
+  // fired XpuTemperatureHigh in XpuTemperatureCritical's place, `duration`
+  // after every missed scrape (probe F PF4); and a hold that had to be 1
+  // at some evaluation of the last `duration` ended within a gap longer
+  // than that while the bridge went on: Critical (2m) resolved 2 minutes
+  // into an exporter's death and High, bridged for 3, fired in its place
+  // on the dead exporter's samples (PF6).
+  heldOnDevice(sample, on, record, duration, bridge, missed)::
+    local start = if $.seconds(bridge) > $.seconds(missed) then bridge else missed;
     // A bridge of 0 is none (a range of 0 does not parse).
     (
       if $.seconds(bridge) == 0 then |||
@@ -352,14 +393,33 @@
         last_over_time(%(record)s[%(bridge)s]) == 1
       |||
     ) % { sample: sample, on: on, record: record, bridge: bridge }
-    + (if $.seconds(duration) == 0 then '' else '  and on (%s)\n' % on)
     + (
-      if $.seconds(duration) == 0 then '' else |||
-        min_over_time(%(record)s[%(duration)s]) == 1
-          and on (%(on)s)
-        %(record)s offset %(duration)s
-      ||| % { on: on, record: record, duration: duration }
+      if $.seconds(duration) == 0 then '' else
+        '  and on (%(on)s)\nlast_over_time(%(record)s[%(start)s] offset %(duration)s) == 1\n  unless on (%(on)s)\nmin_over_time(%(record)s[%(duration)s]) < 1\n' % { on: on, record: record, duration: duration, start: start }
     ),
+
+  // expr (device alerts) without the devices of the targets that had no
+  // successful scrape for exporterDownFor and missedScrapeWindow, the time
+  // XpuExporterDown waits from the last one (its `for` from the first
+  // failed scrape, read one to two scrape intervals later), or that are no
+  // longer scraped: XpuExporterDown says none of their alerts can fire.
+  // Their windows (increase, avg_over_time, a held temperature) went on
+  // reading the dead exporter's last samples, which kept alerts firing for
+  // up to 15 minutes and let a temperature hold complete (probe F PF6).
+  // The targets are those up names within exporterGoneLookback.
+  withoutDeadExporters(c, expr)::
+    local target = self.labels(c.targetLabels);
+    local up = 'up{%s}' % c.xpuSelector;
+    '(\n%s\n)\n  unless on (%s)\n(\n  group by (%s) (max_over_time(%s[%s]))\n    unless on (%s)\n  (max_over_time(%s[%ds]) == 1)\n)\n' % [
+      self.indent(expr),
+      target,
+      target,
+      up,
+      c.exporterGoneLookback,
+      target,
+      up,
+      self.seconds(c.exporterDownFor) + self.seconds(c.missedScrapeWindow),
+    ],
 
   // '1m' -> 60, '2m30s' -> 150, '500ms' -> 0.5, '0' -> 0: rules need some
   // windows as numbers (time() arithmetic, evaluations per hour) while the
@@ -395,8 +455,9 @@
   // that falls off the bus leaves its collector succeeding; NVML failing
   // whole, init or device count, is left to page as the devices' loss.)
   // Not parenthesized.
-  collectorFailing(c)::
-    'label_replace(xpu_scrape_collector_success{%s, collector="gaudi"} == 0, "vendor", "habana", "", "")' % c.xpuSelector,
+  // read, if given, turns the selector into the expression read.
+  collectorFailing(c, read=function(selector) selector)::
+    'label_replace(%s == 0, "vendor", "habana", "", "")' % read('xpu_scrape_collector_success{%s, collector="gaudi"}' % c.xpuSelector),
 
   // 'a|b|c' for a regex matcher.
   regex(list):: std.join('|', list),
