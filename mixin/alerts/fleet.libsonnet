@@ -125,7 +125,7 @@ local util = import '../lib/util.libsonnet';
                          + '{{ if $labels.collector }}has had its {{ $labels.collector }} collector failing for %s: the devices it reads are not reported, and no alert about them can fire.' % c.exporterDownFor
                          + '{{ else if $labels.source }}has had its {{ $labels.source }} attribution source down for %s: its devices are served without the owners that source gives (no GPU-hours or cost for them, alerts name no owner).' % c.attributionDownFor
                          + '{{ else if $labels.attribution }}has had device-plugin IDs or Slurm GRES indices it cannot place for %s (its log names them): a device an ID may name has unknown owners (no GPU-hours or cost for it; owners_unknown in the capacity split), and a job holding a GRES index no GPU of the node has is billed without that GPU.' % c.attributionDownFor
-                         + '{{ else }}has not been scraped successfully for %s; no alert about its devices can fire.{{ end }}' % c.exporterDownFor,
+                         + '{{ else }}has not been scraped successfully for %s; no new alert about its devices can fire, and those firing resolve within minutes, their faults not known to have cleared.{{ end }}' % c.exporterDownFor,
           },
         }),
       ],
