@@ -49,6 +49,7 @@ func TestGridCarbonIntensityWithExternalClusterLabel(t *testing.T) {
 		}
 		fmt.Fprintf(&series, "      - series: 'xpu_workload_allocated_devices{%s}'\n        values: '1x20'\n", labels)
 		fmt.Fprintf(&series, "      - series: 'xpu_energy_joules_total{%s}'\n        values: '0+%dx20'\n", labels, owner.joules)
+		fmt.Fprintf(&series, "      - series: 'xpu_device_up{%s}'\n        values: '1x20'\n", labels)
 	}
 	tests := `rule_files: [rules.yaml]
 evaluation_interval: 1m

@@ -407,10 +407,25 @@ local util = import '../lib/util.libsonnet';
             ))) + '\n    ), 0)\n)\n',
           },
           {
+            // Each device's energy rate weighed by the part of its
+            // exporter's scrapes in the evaluation's window that it
+            // answered in (util.perScrape of xpu_device_up): the rate reads
+            // the last energyRateWindow, so a replaced node's devices, or a
+            // GPU lost (its xpu_device_up 0, without uuid), counted on for
+            // that long (probe F PF9: 2.95 kWh/h where the 6 GPUs present
+            // drew 1.8). A failed scrape is left out of the weight, as it is
+            // of the owners' allocations.
             record: 'cluster:xpu_energy_kwh_per_hour:sum',
             expr: |||
-              sum by (%(clusterLabel)s) (%(energyRate)s) / 1000
-            ||| % (fmt { energyRate: energyRate }),
+              sum by (%(clusterLabel)s) (
+              %(energyRate)s
+                  * on (%(key)s)
+                %(present)s
+              ) / 1000
+            ||| % (fmt {
+                     energyRate: util.indent(energyRate),
+                     present: 'sum by (%s) %s' % [fmt.key, std.lstripChars(util.indent(util.perScrape(c, 'xpu_device_up{%(xpuSelector)s, parent_uuid=""}' % c)), ' ')],
+                   }),
           },
         ] + std.flattenArrays([
           [
