@@ -181,9 +181,13 @@ local util = import '../lib/util.libsonnet';
                 )
               )
             ||| % (fmt { ecc: ecc, deviceIncrease: util.deviceIncrease(c, ecc, c.eccUncorrectableWindow, ['scope']) }),
-            expr: uncorrected('xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % c)
-                  + 'or on (%s)\n' % fmt.deviceKey
-                  + uncorrected('xpu_gaudi_dram_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % c),
+            // Rounded, as the value counts errors: increase() extrapolates
+            // (9.31, probe F PF10).
+            expr: 'round(\n%s\n)\n' % util.indent(
+              uncorrected('xpu_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % c)
+              + 'or on (%s)\n' % fmt.deviceKey
+              + uncorrected('xpu_gaudi_dram_ecc_errors_total{%(xpuSelector)s, type="uncorrected"}' % c)
+            ),
             'for': c.eccUncorrectableFor,
             labels: { severity: 'critical' },
             annotations: {
@@ -194,8 +198,9 @@ local util = import '../lib/util.libsonnet';
           util.alert(c, {
             alert: 'XpuXidErrors',
             // Hardware Xids only (xidHardware); the counter carries the owner
-            // at the moment of the event.
-            expr: util.xidRecent(c, c.xidWindow),
+            // at the moment of the event. Rounded, as the value counts
+            // events: increase() extrapolates.
+            expr: 'round(\n%s\n)\n' % util.indent(util.xidRecent(c, c.xidWindow)),
             'for': c.xidFor,
             labels: { severity: 'warning' },
             annotations: {

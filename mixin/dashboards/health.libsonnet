@@ -32,13 +32,17 @@ local common = import 'common.libsonnet';
   // device whose count grew across an owner change (the error killed the
   // job, its count moved to a series born with the change), as the
   // device's series are labelled now; as XpuEccUncorrectableErrors reads it.
+  // Rounded: increase() extrapolates a whole count to the edges of the
+  // range (5.29 errors, probe F PF10).
   local eccInRange(x) = |||
-    max without (scope) (increase(%(x)s[$__range])) > 0
-    or on (%(key)s, type)
-    (
-      max without (scope) (%(x)s) * 0
-        + on (%(key)s, type) group_left ()
-        (max by (%(key)s, type) (%(increase)s) > 0)
+    round(
+      max without (scope) (increase(%(x)s[$__range])) > 0
+      or on (%(key)s, type)
+      (
+        max without (scope) (%(x)s) * 0
+          + on (%(key)s, type) group_left ()
+          (max by (%(key)s, type) (%(increase)s) > 0)
+      )
     )
   ||| % { x: x, key: key, increase: util.deviceIncrease(c, x, '$__range', ['scope', 'type']) },
   // The events an exporter-kept counter (Xid, AMD RAS: born with its
