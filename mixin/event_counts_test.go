@@ -2,7 +2,6 @@ package mixin_test
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -44,15 +43,7 @@ func TestEventCountsAreWhole(t *testing.T) {
 		t.Fatalf("no alert %s", name)
 		return ""
 	}
-	d, ok := m.Dashboards["xpu-health.json"]
-	if !ok {
-		t.Fatal("no xpu-health.json")
-	}
-	i := slices.IndexFunc(d.Panels, func(p panel) bool { return p.Title == "ECC errors in the time range" && len(p.Targets) > 0 })
-	if i < 0 {
-		t.Fatal("xpu-health.json: no panel ECC errors in the time range")
-	}
-	panel := strings.ReplaceAll(regexp.MustCompile(`"\$[a-z_]+"`).ReplaceAllString(d.Panels[i].Targets[0].Expr, `".*"`), "$__range", "10m")
+	panel := strings.ReplaceAll(panelQuery(t, m, "xpu-health.json", "ECC errors in the time range"), "$__range", "10m")
 
 	tests := "tests:\n  - interval: 15s\n    input_series:\n" + series + "    promql_expr_test:\n"
 	for _, c := range []struct {

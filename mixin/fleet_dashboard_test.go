@@ -114,7 +114,6 @@ func TestFleetUtilizationCountsPhysicalGPUs(t *testing.T) {
 func TestDevicesDownCountsPhysicalDevices(t *testing.T) {
 	promtool := testenv.LookPath(t, "promtool", "make test-deps installs Debian's prometheus package")
 	m := evaluate(t, "{}")
-	variables := regexp.MustCompile(`"\$[a-z_]+"`)
 	var series strings.Builder
 	up := func(gpu, uuid, vendor, extra string, value int) {
 		fmt.Fprintf(&series, "      - series: 'xpu_device_up{cluster=\"c1\", job=\"xpu-exporter\", instance=\"n1\", node=\"n1\", gpu=%q, uuid=%q, vendor=%q%s}'\n        values: '%dx20'\n",
@@ -146,18 +145,28 @@ func TestDevicesDownCountsPhysicalDevices(t *testing.T) {
 		{"xpu-health.json", "Devices down"},
 		{"xpu-health.json", "Unhealthy devices"},
 	} {
-		d, ok := m.Dashboards[p.file]
-		if !ok {
-			t.Fatalf("no %s", p.file)
-		}
-		i := slices.IndexFunc(d.Panels, func(x panel) bool { return x.Title == p.title && len(x.Targets) > 0 })
-		if i < 0 {
-			t.Fatalf("%s: no panel %s", p.file, p.title)
-		}
-		expr := variables.ReplaceAllString(d.Panels[i].Targets[0].Expr, `".*"`)
+		expr := panelQuery(t, m, p.file, p.title)
 		tests += fmt.Sprintf("      - expr: %q\n        eval_time: 10m\n        exp_samples: [{labels: '{}', value: 4}]\n", expr)
 	}
 	promtoolTest(t, promtool, tests)
+}
+
+// variables are a panel query's Grafana variables, each quoted.
+var variables = regexp.MustCompile(`"\$[a-z_]+"`)
+
+// panelQuery is the first query of the panel titled title in the rendered
+// dashboard file, its variables at All (any value).
+func panelQuery(t *testing.T, m mixin, file, title string) string {
+	t.Helper()
+	d, ok := m.Dashboards[file]
+	if !ok {
+		t.Fatalf("no %s", file)
+	}
+	i := slices.IndexFunc(d.Panels, func(p panel) bool { return p.Title == title && len(p.Targets) > 0 })
+	if i < 0 {
+		t.Fatalf("%s: no panel %s", file, title)
+	}
+	return variables.ReplaceAllString(d.Panels[i].Targets[0].Expr, `".*"`)
 }
 
 // promtoolTest runs promtool's rule tests, without rules, on tests: a

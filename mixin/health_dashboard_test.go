@@ -2,8 +2,6 @@ package mixin_test
 
 import (
 	"fmt"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -29,15 +27,7 @@ import (
 func TestHealthXidPanelCountsEventsInRange(t *testing.T) {
 	promtool := testenv.LookPath(t, "promtool", "make test-deps installs Debian's prometheus package")
 	m := evaluate(t, "{}")
-	d, ok := m.Dashboards["xpu-health.json"]
-	if !ok {
-		t.Fatal("no xpu-health.json")
-	}
-	i := slices.IndexFunc(d.Panels, func(p panel) bool { return p.Title == "Hardware XID errors" && len(p.Targets) > 0 })
-	if i < 0 {
-		t.Fatal("xpu-health.json: no panel Hardware XID errors")
-	}
-	expr := regexp.MustCompile(`"\$[a-z_]+"`).ReplaceAllString(d.Panels[i].Targets[0].Expr, `".*"`)
+	expr := panelQuery(t, m, "xpu-health.json", "Hardware XID errors")
 	expr = strings.ReplaceAll(expr, "$__range", "10m")
 
 	const labels = `cluster="c1", job="xpu-exporter", instance="n1", node="n1", vendor="nvidia", model="H100", gpu="%s", uuid="GPU-%s", xid="%s", namespace="ml", pod="p%s"`
