@@ -944,6 +944,21 @@ func fakeBinary(t *testing.T, name, body string) string {
 	return path
 }
 
+// textScontrol is an scontrol of a Slurm that prints job records as text
+// only (before 21.08, --json is an unknown option): arms are shell case
+// arms on the command's last argument, the job asked for, each ending in
+// ";;"; any other job is "Invalid job id specified". first, if not empty,
+// are case arms on its first argument (listpids), each ending in ";;".
+func textScontrol(t *testing.T, first, arms string) string {
+	t.Helper()
+	return fakeBinary(t, "scontrol", `for last; do :; done
+case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+`+first+` esac
+case "$last" in
+`+arms+`*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac`)
+}
+
 // TestSlurmdAskedAgainAfterRecheck: a process slurmd listed in no job is
 // asked about again once slurmdRecheck has passed, and a job it has joined
 // since (an sbatch step attaching an existing PID, here) becomes its owner.
@@ -2501,13 +2516,9 @@ func TestSlurmIncompleteRecord(t *testing.T) {
 		{"no JobState", `JobId=506 JobName=x\n` + user + `   Priority=1 Nice=0 Account=acctG QOS=normal\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=2-3 Mem=0 GRES=gpu:1(IDX:1)\n`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			scontrol := fakeBinary(t, "scontrol", `for last; do :; done
-case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
-case "$last" in
-505) printf '`+record505+`' ;;
+			scontrol := textScontrol(t, "", `505) printf '`+record505+`' ;;
 506) printf '`+tc.record506+`' ;;
-*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
-esac`)
+`)
 			squeue := fakeBinary(t, "squeue", `printf '505|505|s\n506|506|s\n'`)
 			var logs bytes.Buffer
 			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1",
@@ -2543,12 +2554,8 @@ esac`)
 // owners, the process labelled with its job's ID alone. Logged once over
 // two scrapes, the source up.
 func TestSlurmRecordOfAnotherJob(t *testing.T) {
-	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
-case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
-case "$last" in
-504|505) printf 'JobId=505 JobName=theirs\n   UserId=frank(1005) GroupId=frank(1005) MCS_label=N/A\n   Priority=1 Nice=0 Account=acctF QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:1)\n' ;;
-*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
-esac`)
+	scontrol := textScontrol(t, "", `504|505) printf 'JobId=505 JobName=theirs\n   UserId=frank(1005) GroupId=frank(1005) MCS_label=N/A\n   Priority=1 Nice=0 Account=acctF QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:1)\n' ;;
+`)
 	squeue := fakeBinary(t, "squeue", `printf '504|504|s\n505|505|s\n'`)
 	var logs bytes.Buffer
 	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1",
@@ -2595,13 +2602,8 @@ func TestSlurmdListsAPIDUnderTwoJobs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := filepath.Join(t.TempDir(), "listpids-calls")
-			scontrol := fakeBinary(t, "scontrol", `for last; do :; done
-case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
-listpids) echo x >> `+calls+`; printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n8100     1100     batch    0       0\n`+tc.rows+`'; exit 0 ;; esac
-case "$last" in
-1100|1103) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$(( (last - 1100) * 2 / 3 ))" ;;
-*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
-esac`)
+			scontrol := textScontrol(t, `listpids) echo x >> `+calls+`; printf 'PID      JOBID    STEPID   LOCALID GLOBALID\n8100     1100     batch    0       0\n`+tc.rows+`'; exit 0 ;;`, `1100|1103) printf 'JobId=%s JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=physics QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:%s)\n' "$last" "$(( (last - 1100) * 2 / 3 ))" ;;
+`)
 			squeue := fakeBinary(t, "squeue", `printf '1100|1100|s\n1103|1103|s\n'`)
 			var logs bytes.Buffer
 			r := New(Config{
@@ -2655,13 +2657,9 @@ func TestSlurmInAPod(t *testing.T) {
 	nested := func(job string) string {
 		return "/kubepods.slice/kubepods-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope/system.slice/slurmstepd.scope/job_" + job + "/step_0/user/task_0"
 	}
-	scontrol := fakeBinary(t, "scontrol", `for last; do :; done
-case "$1" in --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;; esac
-case "$last" in
-700) printf 'JobId=700 JobName=a\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=a QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
+	scontrol := textScontrol(t, "", `700) printf 'JobId=700 JobName=a\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n   Priority=1 Nice=0 Account=a QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:0)\n' ;;
 701) printf 'JobId=701 JobName=b\n   UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A\n   Priority=1 Nice=0 Account=b QOS=normal\n   JobState=RUNNING Reason=None Dependency=(null)\n   Partition=gpu AllocNode:Sid=node1:1\n   NodeList=node1\n   JOB_GRES=gpu:1\n     Nodes=node1 CPU_IDs=2-3 Mem=0 GRES=gpu:1(IDX:1)\n' ;;
-*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
-esac`)
+`)
 	squeue := fakeBinary(t, "squeue", `printf '700|700|s\n701|701|s\n'`)
 	kubelet := &fakeKubelet{
 		pods:        []kubernetes.PodResources{pod("slurm", "slurmd-0", "slurmd", "nvidia.com/gpu", gpu0, gpu1)},
