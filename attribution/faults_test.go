@@ -30,20 +30,11 @@ func TestResolveLogsSourceChangesOnce(t *testing.T) {
 			t.Fatalf("scrape %d: sources %+v, want the kubelet failing with %v", i, res.Sources, err)
 		}
 	}
-	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	want := []string{
+	wantLogLines(t, logs.String(),
 		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="connection refused"`,
 		`level=INFO msg="attribution source answering again" source=kubelet`,
 		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="deadline exceeded"`,
-	}
-	if len(lines) != len(want) {
-		t.Fatalf("%d log lines, want %d:\n%s", len(lines), len(want), logs.String())
-	}
-	for i, w := range want {
-		if !strings.HasSuffix(lines[i], w) {
-			t.Errorf("log line %d = %q, want it to end in %q", i, lines[i], w)
-		}
-	}
+	)
 }
 
 // A watch source that has not listed yet at the first scrape (the API
@@ -58,21 +49,12 @@ func TestLogChangesNamesTheCauseAfterPending(t *testing.T) {
 	for _, err := range []error{pending, pending, forbidden, forbidden, nil, pending} {
 		r.logChanges([]Source{{Name: kubernetes.SourceAPIServer, Err: err}})
 	}
-	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	want := []string{
+	wantLogLines(t, logs.String(),
 		`level=INFO msg="attribution source has not listed yet; owners it tells are missing until it does" source=apiserver`,
 		`level=WARN msg="attribution source failing; what it said last is used until it answers" source=apiserver err="GET /api/v1/pods: 403 Forbidden: pods is forbidden"`,
 		`level=INFO msg="attribution source answering again" source=apiserver`,
 		`level=INFO msg="attribution source has not listed yet; owners it tells are missing until it does" source=apiserver`,
-	}
-	if len(lines) != len(want) {
-		t.Fatalf("%d log lines, want %d:\n%s", len(lines), len(want), logs.String())
-	}
-	for i, w := range want {
-		if !strings.HasSuffix(lines[i], w) {
-			t.Errorf("log line %d = %q, want it to end in %q", i, lines[i], w)
-		}
-	}
+	)
 }
 
 // /proc entries vanish while they are read: a process that exits between
@@ -215,19 +197,10 @@ func TestResolvePIDProcfsWillNotShow(t *testing.T) {
 			t.Errorf("PIDs kept after the driver stopped listing them: %v", r.unshown)
 		}
 	})
-	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	want := []string{
-		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=procfs err="procfs ` + reader.Root + ` does not show GPU process 101 (2 in all), which the GPU driver still lists: procfs is mounted with hidepid=2 or invisible (proc(5); its gid= option lets a group see every process), or the driver keeps a context whose process has ended"`,
+	wantLogLines(t, logs.String(),
+		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=procfs err="procfs `+reader.Root+` does not show GPU process 101 (2 in all), which the GPU driver still lists: procfs is mounted with hidepid=2 or invisible (proc(5); its gid= option lets a group see every process), or the driver keeps a context whose process has ended"`,
 		`level=INFO msg="attribution source answering again" source=procfs`,
-	}
-	if len(lines) != len(want) {
-		t.Fatalf("%d log lines, want %d:\n%s", len(lines), len(want), logs.String())
-	}
-	for i, w := range want {
-		if !strings.HasSuffix(lines[i], w) {
-			t.Errorf("log line %d = %q, want it to end in %q", i, lines[i], w)
-		}
-	}
+	)
 }
 
 // A process that exits between the driver's list and procfs is missing at
@@ -269,5 +242,20 @@ func TestNoteUnshownOverlappingReads(t *testing.T) {
 	r.round = 3
 	if got := r.noteUnshown([]uint32{101, 101}, 3); !slices.Equal(got, []uint32{101}) {
 		t.Errorf("read C, begun after both: %v confirmed, want [101] (once, though on two devices)", got)
+	}
+}
+
+// wantLogLines checks that logs has as many lines as want, each ending in
+// the line of want at its place (the time and source attributes vary).
+func wantLogLines(t *testing.T, logs string, want ...string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d log lines, want %d:\n%s", len(lines), len(want), logs)
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i], w) {
+			t.Errorf("log line %d = %q, want it to end in %q", i, lines[i], w)
+		}
 	}
 }
