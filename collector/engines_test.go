@@ -705,11 +705,8 @@ func TestEngineSeriesLeftOutAreTold(t *testing.T) {
 		"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\",model_name=\"m\"} 3\n" +
 		"vllm:time_to_first_token_seconds_sum{model_name=\"m\"} 1\n" +
 		"vllm:time_to_first_token_seconds_count{model_name=\"m\"} 3\n"
-	var body atomic.Value
+	body := engineEndpoint(t, "vllm")
 	body.Store(gauge + broken)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body.Load().(string))) }))
-	t.Cleanup(srv.Close)
-	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
 	var logs syncbuf.Buffer
 	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
 	for range 2 {
@@ -752,10 +749,7 @@ func TestEngineSeriesLeftOutChangesAreTold(t *testing.T) {
 			"vllm:e2e_request_latency_seconds_sum{model_name=\"m\"} 60\n" +
 			fmt.Sprintf("vllm:e2e_request_latency_seconds_count{model_name=\"m\"} %d\n", count)
 	}
-	var body atomic.Value
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body.Load().(string))) }))
-	t.Cleanup(srv.Close)
-	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
+	body := engineEndpoint(t, "vllm")
 	var logs syncbuf.Buffer
 	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
 	for i, step := range []struct {
@@ -841,10 +835,7 @@ func TestEngineHistogramReturnsAfterOneUnreadableAnswer(t *testing.T) {
 			"sglang:inter_token_latency_seconds_sum{model_name=\"m\"} 60\n" +
 			fmt.Sprintf("sglang:inter_token_latency_seconds_count{model_name=\"m\"} %d\n", count)
 	}
-	var body atomic.Value
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body.Load().(string))) }))
-	t.Cleanup(srv.Close)
-	setEngineFlags(t, []string{"sglang=" + srv.URL + "/metrics"})
+	body := engineEndpoint(t, "sglang")
 	var logs syncbuf.Buffer
 	e := newExporterOf(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "engines")
 	// The engine's own 5000 whenever its answer is whole: nothing was
@@ -1155,10 +1146,7 @@ func TestEngineForeignAnswerIsDown(t *testing.T) {
 // adapter that left was served for an hour and counted, so the third
 // scrape failed with "4 models" (probe D, PD2).
 func TestRotatingAdaptersStayUnderMaxModels(t *testing.T) {
-	var body atomic.Value
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body.Load().(string))) }))
-	t.Cleanup(srv.Close)
-	setEngineFlags(t, []string{"vllm=" + srv.URL + "/metrics"})
+	body := engineEndpoint(t, "vllm")
 	old := *engineMaxModels
 	*engineMaxModels = 3
 	t.Cleanup(func() { *engineMaxModels = old })
@@ -1283,4 +1271,15 @@ func TestDiscoveredDuplicateOfAConfiguredTargetIsTold(t *testing.T) {
 	if n := strings.Count(log.String(), "is a configured target's too"); n != 1 {
 		t.Errorf("%d log lines for the duplicate, want 1:\n%s", n, log.String())
 	}
+}
+
+// engineEndpoint is the one engine target, of engine, whose answer is the
+// string stored in the returned value at each request.
+func engineEndpoint(t *testing.T, engine string) *atomic.Value {
+	t.Helper()
+	var body atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body.Load().(string))) }))
+	t.Cleanup(srv.Close)
+	setEngineFlags(t, []string{engine + "=" + srv.URL + "/metrics"})
+	return &body
 }
