@@ -238,6 +238,11 @@ type Result struct {
 	// they have ended (Resolver.withoutEnded); their devices are not
 	// attributed to them.
 	EndedPods int
+	// SlurmJobsRefused counts, by reason (Refused*), the jobs of this
+	// scrape whose record scontrol gave but that could not be used: their
+	// processes keep the job's ID alone, and a GPU such a running job may
+	// hold has unknown owners. Nil when Slurm is not a source.
+	SlurmJobsRefused map[string]int
 	// EnginePods says, by "namespace/name" of the pods the kubelet lists,
 	// whether this exporter serves a pod's inference engine (see
 	// Resolver.enginePods); nil where every pod's is (one exporter serves

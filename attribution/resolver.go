@@ -32,6 +32,25 @@ const (
 	SourceCDI = "cdi"
 )
 
+// Reasons a Slurm job's record is refused (Result.SlurmJobsRefused), the
+// values of the exporter's reason label.
+const (
+	// RefusedOtherJobsRecord: asked for a job by its ID, scontrol printed
+	// other jobs' records (an array's ID whose own task was purged).
+	RefusedOtherJobsRecord = "other_jobs_record"
+	// RefusedTooLarge: the record is larger than the exporter reads.
+	RefusedTooLarge = "too_large"
+	// RefusedForgedLines: the job's free text (name, comment, paths) holds
+	// line breaks that forge record lines.
+	RefusedForgedLines = "forged_lines"
+	// RefusedIncomplete: the record lacks UserId or JobState, which
+	// scontrol prints in every record.
+	RefusedIncomplete = "incomplete"
+)
+
+// RefusedReasons are the Refused* reasons, in the order served.
+var RefusedReasons = []string{RefusedOtherJobsRecord, RefusedTooLarge, RefusedForgedLines, RefusedIncomplete}
+
 // Kubelet is the kubelet's pod-resources API: its List and
 // GetAllocatableResources, asked together (kubernetes.Client makes them
 // one round trip), each answer with its own error. A slice it returns is
@@ -372,6 +391,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		if !slurmDown {
 			res.UnknownDeviceIDs += r.gresNamingNoDevice(devices, sl, unread)
 		}
+		res.SlurmJobsRefused = sl.refused
 	}
 	if len(sl.environUnread) > 0 {
 		// A file of procfs that could not be read, as a hidden process's.
@@ -2176,6 +2196,10 @@ type slurmState struct {
 	// jobs are unknown, not none.
 	environUnread map[uint32]bool
 	environErr    error
+	// refused counts the jobs whose record Slurm gave but that could not
+	// be used, by reason (Refused*): logged once each, counted here so
+	// that an alert can tell why GPUs have unknown owners.
+	refused map[string]int
 }
 
 // unseenHolder says whether a device may be held by a job the state does
@@ -2475,7 +2499,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 	}
 	gres := map[int][]gresHold{}
 	running := map[string]slurm.RunningJob{}
-	st := slurmState{jobs: map[string]slurm.Job{}, unknown: map[string]bool{}, gres: gres, environUnread: environUnread, environErr: environErr}
+	st := slurmState{jobs: map[string]slurm.Job{}, unknown: map[string]bool{}, gres: gres, environUnread: environUnread, environErr: environErr, refused: map[string]int{}}
 	if r.cfg.NodeName != "" {
 		list, err := c.NodeJobs(ctx, r.cfg.NodeName)
 		if since := jobsSeenSince(list, procs); err == nil && !since.IsZero() {
@@ -2518,6 +2542,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			st.unknown[id] = true
 			continue
 		case errors.Is(err, slurm.ErrOtherJobsRecord):
+			st.refused[RefusedOtherJobsRecord]++
 			// Asked for by its number, the job was answered with others'
 			// records (an array's ID whose own task was purged): no job of
 			// that ID is known, and if it runs here its GPUs are not.
@@ -2528,6 +2553,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			}
 			continue
 		case errors.Is(err, slurm.ErrOutputTooLarge):
+			st.refused[RefusedTooLarge]++
 			// One job's record too large to read (an array task asked
 			// by its array's ID: squeue did not list it on this node, so
 			// it holds none of its GPUs): its processes keep its ID,
@@ -2539,6 +2565,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			}
 			continue
 		case errors.Is(err, slurm.ErrUntrustedRecord):
+			st.refused[RefusedForgedLines]++
 			// Its free text wrote lines into its record (slurm's
 			// ParseJobText): its GPUs are not known, the other jobs'
 			// are. Remembered by the client, logged once per job.
@@ -2548,6 +2575,7 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 			}
 			continue
 		case errors.Is(err, slurm.ErrIncompleteRecord):
+			st.refused[RefusedIncomplete]++
 			// Handled as a forged record, which may have cut it short,
 			// but told apart: the operator has no line break to look for
 			// where the record is merely not whole.

@@ -1867,6 +1867,15 @@ esac`)
 			if c := res.Devices["GPU-1"].Claims; len(c) != 1 || c[0].Owner.Key() != job41.Key() {
 				t.Errorf("node %q: GPU-1 claims %+v, want %+v", tc.node, c, job41)
 			}
+			// Without the node's name the job is asked for by the
+			// array's ID, whose record is too large.
+			want := map[string]int{}
+			if tc.node == "" {
+				want[RefusedTooLarge] = 1
+			}
+			if !maps.Equal(res.SlurmJobsRefused, want) {
+				t.Errorf("node %q: jobs refused %v, want %v", tc.node, res.SlurmJobsRefused, want)
+			}
 		}
 		want := 0
 		if tc.node == "" {
@@ -1936,6 +1945,9 @@ esac`)
 			if got != w {
 				t.Errorf("scrape %d: %s: %+v, want %+v", scrape, uuid, got, w)
 			}
+		}
+		if want := map[string]int{RefusedForgedLines: 1}; !maps.Equal(res.SlurmJobsRefused, want) {
+			t.Errorf("scrape %d: jobs refused %v, want %v", scrape, res.SlurmJobsRefused, want)
 		}
 	}
 	if n := strings.Count(logs.String(), "record refused"); n != 1 {
@@ -2537,6 +2549,11 @@ func TestSlurmIncompleteRecord(t *testing.T) {
 				if len(own.Claims) != 1 || own.Claims[0].Owner.Key() != (Owner{Kind: Slurm, SlurmJobID: "506"}).Key() || !own.OwnersUnknown {
 					t.Errorf("scrape %d: GPU-1: claims %+v, owners unknown %v; want job 506 by its ID alone, owners unknown", scrape, own.Claims, own.OwnersUnknown)
 				}
+				// Job 506 alone is refused, at each scrape (the client
+				// remembers the refusal; it is counted again).
+				if want := map[string]int{RefusedIncomplete: 1}; !maps.Equal(res.SlurmJobsRefused, want) {
+					t.Errorf("scrape %d: jobs refused %v, want %v", scrape, res.SlurmJobsRefused, want)
+				}
 			}
 			if n := strings.Count(logs.String(), "record refused: it lacks UserId or JobState"); n != 1 || strings.Contains(logs.String(), "line breaks") {
 				t.Errorf("%d log lines saying the record lacks UserId or JobState over two scrapes, want 1 and none of line breaks:\n%s", n, logs.String())
@@ -2578,6 +2595,9 @@ func TestSlurmRecordOfAnotherJob(t *testing.T) {
 		own := res.Devices["GPU-0"]
 		if len(own.Claims) != 1 || own.Claims[0].Owner.Key() != (Owner{Kind: Slurm, SlurmJobID: "504"}).Key() || own.Claims[0].Owner.SlurmJobName != "" || !own.OwnersUnknown {
 			t.Errorf("scrape %d: GPU-0: claims %+v, owners unknown %v; want job 504 by its ID alone, owners unknown", scrape, own.Claims, own.OwnersUnknown)
+		}
+		if want := map[string]int{RefusedOtherJobsRecord: 1}; !maps.Equal(res.SlurmJobsRefused, want) {
+			t.Errorf("scrape %d: jobs refused %v, want %v", scrape, res.SlurmJobsRefused, want)
 		}
 	}
 	if n := strings.Count(logs.String(), "another job's record"); n != 1 {

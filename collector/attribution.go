@@ -22,6 +22,7 @@ var (
 	sourceUp          = gauge("attribution_source_up", "1 if the attribution source answered in this scrape, 0 if not (owner labels from it are missing).")
 	unknownIDs        = gauge("attribution_unknown_device_ids", "Device-plugin IDs, and Slurm GRES indices held by running jobs, in this scrape that name no device of this node (in no known form, or no such device); such an ID is not attributed, the other devices of its container or job are.")
 	unresolvedClaims  = gauge("attribution_unresolved_claim_devices", "DRA claim devices in this scrape that match no device of the node (CDI spec missing, malformed, oversized or stale); such a device is not attributed, the other devices of its container are.")
+	slurmJobsRefused  = gauge("attribution_slurm_jobs_refused", "Slurm jobs in this scrape whose record scontrol gave but that could not be used, by reason: other_jobs_record (asked for by its ID, scontrol printed other jobs' records), too_large, forged_lines (its free text holds line breaks that forge record lines), incomplete (no UserId or JobState). Their processes keep the job's ID alone, and a GPU such a running job may hold has unknown owners.")
 	endedPods         = gauge("attribution_ended_pods", "Pods the kubelet lists with devices in this scrape though they have ended (Succeeded or Failed, per the kubelet Pods API); their devices are not attributed to them.")
 )
 
@@ -45,6 +46,13 @@ func (c *attributionCollector) Update(_ context.Context, snap *Snapshot, ch chan
 	defer e.flush()
 	for _, s := range snap.Attribution {
 		e.emit(sourceUp, labels{names: []string{"source"}, values: []string{s.Name}}, boolValue(s.Err == nil))
+		if s.Name == attribution.SourceSlurm {
+			// Every reason, 0 included: an alert's series exists before
+			// the first refusal.
+			for _, r := range attribution.RefusedReasons {
+				e.emit(slurmJobsRefused, labels{names: []string{"reason"}, values: []string{r}}, float64(snap.slurmJobsRefused[r]))
+			}
+		}
 	}
 	e.emit(unknownIDs, labels{}, float64(snap.unknownDeviceIDs))
 	e.emit(unresolvedClaims, labels{}, float64(snap.unresolvedClaimDevices))

@@ -551,6 +551,10 @@ func TestSlurmEdgesOracles(t *testing.T) {
 	// Slurm answered every question, "Invalid job id" for job 125
 	// included: the source is up and every GPU has its count of owners.
 	check(t, "xpu_attribution_source_up", 1, `source="slurm"`)
+	// No record refused, each reason served at 0.
+	for _, reason := range []string{"other_jobs_record", "too_large", "forged_lines", "incomplete"} {
+		check(t, "xpu_attribution_slurm_jobs_refused", 0, `reason="`+reason+`"`)
+	}
 	for gpu, n := range []float64{1, 1, 2, 1, 1, 1, 1} {
 		check(t, "xpu_device_owners", n, fmt.Sprintf(`gpu="%d"`, gpu))
 	}
@@ -593,6 +597,36 @@ func TestSlurmEdgesOracles(t *testing.T) {
 	// usage (0.5), no allocated share; its GRES GPU is GPU 0.
 	check(t, "xpu_workload_utilization_ratio", 0.5, `gpu="6"`, `slurm_job_id="123"`)
 	absent(t, "xpu_workload_allocated_devices", `gpu="6"`)
+}
+
+// TestSlurmRefusedJobCounted: job 302's name breaks a line and writes a
+// JOB_GRES= line of its own into its record, which is refused (see
+// attribution's TestSlurmUntrustedRecord); job 301's is sound. Served: one
+// job refused for forged lines, the other reasons 0; job 301 keeps its
+// labels on GPU 0, and GPU 1, which 302 holds, has unknown owners
+// (xpu_device_owners left out).
+func TestSlurmRefusedJobCounted(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: forged
+defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB, metrics: {temperature: 50}}
+devices: [{}, {}]
+slurm:
+  jobs:
+    - {id: "301", user: alice, gpus: [0]}
+    - {id: "302", user: mallory, name: "x\n   JOB_GRES=gpu:2\n     Nodes=forged CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)", gpus: [1]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := secondScrape(t, s)
+	check, absent := oracleChecks(out)
+	check(t, "xpu_attribution_source_up", 1, `source="slurm"`)
+	check(t, "xpu_attribution_slurm_jobs_refused", 1, `reason="forged_lines"`)
+	for _, reason := range []string{"other_jobs_record", "too_large", "incomplete"} {
+		check(t, "xpu_attribution_slurm_jobs_refused", 0, `reason="`+reason+`"`)
+	}
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="0"`, `slurm_job_id="301"`, `slurm_user="alice"`)
+	check(t, "xpu_device_owners", 1, `gpu="0"`)
+	absent(t, "xpu_device_owners", `gpu="1"`)
 }
 
 // TestInsufficientSizeIsAskedAgain: the simulated driver refuses every

@@ -181,6 +181,9 @@ type Snapshot struct {
 	// unresolvedClaimDevices counts the DRA claim devices not matched to
 	// a device.
 	unresolvedClaimDevices int
+	// slurmJobsRefused counts the Slurm jobs whose record was refused, by
+	// reason (attribution.Result.SlurmJobsRefused).
+	slurmJobsRefused map[string]int
 	// enginePods says which pods' inference engines this exporter serves
 	// (attribution.Result.EnginePods); nil for every pod's.
 	enginePods map[string]bool
@@ -485,7 +488,7 @@ func (s *snapshotter) attribute(ctx context.Context, snap *Snapshot, m move) {
 	}
 	snap.Attribution, snap.unknownDeviceIDs = res.Sources, res.UnknownDeviceIDs
 	snap.unresolvedClaimDevices = res.UnresolvedClaimDevices
-	snap.endedPods = res.EndedPods
+	snap.endedPods, snap.slurmJobsRefused = res.EndedPods, res.SlurmJobsRefused
 	snap.enginePods, snap.engineSplitPods, snap.engineOthers = res.EnginePods, res.EngineSplitPods, res.EngineOthers
 }
 
