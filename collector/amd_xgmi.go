@@ -17,33 +17,39 @@ type xgmiLinks struct {
 	// unreported; base what a link had counted when it first appeared
 	// after the first read, which this exporter did not see carried.
 	last, base map[int]uint64
+	// carried is what links counted before they started again.
+	carried float64
 }
 
-// sum takes one read's links and returns the counter to serve: the links
-// reported now, and those reported before at their last count, each less
-// its base. A link that counts less than before means the driver was
-// reloaded (the accumulators start again): the counter starts again from
-// this read's links, a reset Prometheus reads as one. ok is false when no
-// link was ever reported.
+// sum takes one read's links and returns the counter to serve: what the
+// links carried since the first read, the links reported now and those
+// reported before at their last count, each less its base. A link that
+// counts less than before started again from 0 (a driver reload restarts
+// them all): what it had counted is kept and it counts on from 0, so the
+// counter never falls. Starting the whole sum again from that read's
+// links instead gave, when one link restarted and a later one had not,
+// the later link's count from before it appeared: a rise Prometheus took
+// for traffic (probe G, PG1). ok is false when no link was ever reported.
 func (x *xgmiLinks) sum(links []amd.Opt[uint64]) (total float64, ok bool) {
-	reset := x.last == nil
-	for i, v := range links {
-		if last, seen := x.last[i]; v.OK && seen && v.Value < last {
-			reset = true
-		}
-	}
-	if reset {
+	first := x.last == nil
+	if first {
 		x.last, x.base = map[int]uint64{}, map[int]uint64{}
 	}
 	for i, v := range links {
 		if !v.OK {
 			continue
 		}
-		if _, seen := x.last[i]; !seen && !reset {
+		last, seen := x.last[i]
+		switch {
+		case seen && v.Value < last:
+			x.carried += float64(last - x.base[i])
+			x.base[i] = 0
+		case !seen && !first:
 			x.base[i] = v.Value
 		}
 		x.last[i] = v.Value
 	}
+	total = x.carried
 	for i, v := range x.last {
 		total += float64(v - x.base[i])
 	}

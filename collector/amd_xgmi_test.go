@@ -16,8 +16,8 @@ import (
 )
 
 // TestXGMILinksSum: the probe's sequence (links in KB × 1000 = bytes). The
-// served counter must grow by what the links carried, never fall but at a
-// driver reload.
+// served counter must grow by what the links carried, and never fall: a
+// link that restarts counts on from 0.
 func TestXGMILinksSum(t *testing.T) {
 	link := func(kb ...int64) []amd.Opt[uint64] {
 		out := make([]amd.Opt[uint64], len(kb))
@@ -50,13 +50,36 @@ func TestXGMILinksSum(t *testing.T) {
 		{"new link", link(1_000_300, 2_000_300, 3_000_300, 500), 6_000_900_000},
 		// It carries 50 KB: 6,000,950,000.
 		{"new link counts", link(1_000_300, 2_000_300, 3_000_300, 550), 6_000_950_000},
-		// Driver reloaded: the accumulators start again at 10, 20, 30 KB;
-		// the counter starts again from them, 60,000 bytes.
-		{"driver reload", link(10, 20, 30, -1), 60_000},
+		// Driver reloaded: the accumulators start again at 10, 20, 30 KB,
+		// link 3 unreported. Each counts on from 0: 6,000,950,000 + 60 KB
+		// = 6,001,010,000, never a fall.
+		{"driver reload", link(10, 20, 30, -1), 6_001_010_000},
+		// Link 3 back at 5 KB, below its 550: it restarted too; its 50 KB
+		// are kept and it counts from 0, +5 KB; the others +1 KB each:
+		// 6,001,010,000 + 5,000 + 3,000 = 6,001,018,000.
+		{"late link restarted", link(11, 21, 31, 5), 6_001_018_000},
 	} {
 		got, ok := x.sum(step.links)
 		if !ok || got != step.want {
 			t.Errorf("%s: %v (ok %v), want %v", step.name, got, ok, step.want)
+		}
+	}
+	// Probe G's sequence (PG1): link 2 appears at 5,000 KB, then link 1
+	// alone restarts. A: 1,000 + 2,000 + 0 = 3,000 KB. B: link 0 +500,
+	// link 2 counts from its 5,000: 3,500 KB. C: link 0 +100, link 1 from
+	// 0 to 100 (its 2,000 kept), link 2 +100: 3,500 + 300 = 3,800 KB,
+	// never link 2's 5,000 from before it appeared (6,800 KB was served).
+	var pg1 xgmiLinks
+	for _, step := range []struct {
+		links []amd.Opt[uint64]
+		want  float64
+	}{
+		{link(1000, 2000, -1, 0), 3e6},
+		{link(1500, 2000, 5000, 0), 3.5e6},
+		{link(1600, 100, 5100, 0), 3.8e6},
+	} {
+		if got, ok := pg1.sum(step.links); !ok || got != step.want {
+			t.Errorf("PG1 links %v: %v (ok %v), want %v", step.links, got, ok, step.want)
 		}
 	}
 	var none xgmiLinks
