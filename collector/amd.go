@@ -1068,14 +1068,7 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 	// none.
 	opaque := 0
 	for _, o := range scan.opaque {
-		var d *Device
-		if o.RenderMinor.OK {
-			d = byMinor[o.RenderMinor.Value]
-		}
-		if d == nil && o.CardMinor.OK {
-			d = byCard[o.CardMinor.Value]
-		}
-		if d != nil {
+		if d := nodeDevice(byMinor, byCard, o.NodeMinor, o.RenderMinor, o.CardMinor); d != nil {
 			d.ProcessesPartial = true
 			opaque++
 			c.countFile("fdinfo")
@@ -1086,18 +1079,13 @@ func (c *amdCollector) attachProcesses(scan procScan, devs []*Device, m move) {
 	deviceOf := func(cl amd.Client) *Device {
 		d := byPCI[cl.Key.PDev]
 		// The node names a partition of the GPU drm-pdev names, or the GPU
-		// where drm-pdev is missing. It does not overrule drm-pdev: the
-		// link is the name in the process's own mount namespace, which a
-		// container may have given another GPU's node (docker run
+		// where drm-pdev is missing. It does not overrule drm-pdev: where
+		// its minor could not be read, its name is the link's, the name
+		// in the process's own mount namespace, which a container may
+		// have given another GPU's node (docker run
 		// --device=/dev/dri/renderD129:/dev/dri/renderD128), while amdgpu
 		// prints the PCI address of the device the file was opened on.
-		var node *Device
-		if cl.RenderMinor.OK {
-			node = byMinor[cl.RenderMinor.Value]
-		}
-		if node == nil && cl.CardMinor.OK {
-			node = byCard[cl.CardMinor.Value]
-		}
+		node := nodeDevice(byMinor, byCard, cl.NodeMinor, cl.RenderMinor, cl.CardMinor)
 		if node != nil && (cl.Key.PDev == "" || node.PCIBusID == cl.Key.PDev) {
 			d = node
 		}
@@ -1775,4 +1763,26 @@ func meanSet(vs []amd.Opt[float64]) (float64, bool) {
 		return 0, false
 	}
 	return sum / float64(n), true
+}
+
+// nodeDevice is the device or partition of a DRM node, from the devices by
+// render minor and by card number: by the node's minor where stat gave it
+// (amd.Client.NodeMinor; drm_drv.c gives render and primary nodes their
+// minors from one table, so at most one map has it), else by the name of
+// the fd's link.
+func nodeDevice(byMinor, byCard map[int]*Device, minor, render, card amd.Opt[int]) *Device {
+	if minor.OK {
+		if d := byMinor[minor.Value]; d != nil {
+			return d
+		}
+		return byCard[minor.Value]
+	}
+	var d *Device
+	if render.OK {
+		d = byMinor[render.Value]
+	}
+	if d == nil && card.OK {
+		d = byCard[card.Value]
+	}
+	return d
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/demo"
 	"github.com/xpu-exporter/xpu_exporter/internal/syncbuf"
 	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // amdTree is a minimal amdgpu node written by hand: one GPU at
@@ -2397,5 +2398,38 @@ func TestAMDClientClosedAfterAnUnknownWindow(t *testing.T) {
 				t.Errorf("window of the close: exited %+v, want PID 300, its time unknown", d.Exited)
 			}
 		})
+	}
+}
+
+// TestNodeDeviceByMinor: a QPX GPU's partitions have render nodes
+// renderD128..131 and primary nodes card1..4. A client in a container
+// whose renderD128 is the host's renderD131 (stat's minor 131) is
+// partition 3's, not partition 0's its link names (probe G, PG2); a minor
+// of a primary node finds its card (card2, partition 1); where stat gave
+// no minor, the link's render name, else its card name, places it; a
+// minor no node has places it nowhere, whatever the link says.
+func TestNodeDeviceByMinor(t *testing.T) {
+	parts := make([]*Device, 4)
+	byMinor, byCard := map[int]*Device{}, map[int]*Device{}
+	for i := range parts {
+		parts[i] = &Device{Index: strconv.Itoa(i)}
+		byMinor[128+i], byCard[1+i] = parts[i], parts[i]
+	}
+	none := amd.Opt[int]{}
+	some := reading.Some[int]
+	for _, tc := range []struct {
+		name                string
+		minor, render, card amd.Opt[int]
+		want                *Device
+	}{
+		{"renamed render node", some(131), some(128), none, parts[3]},
+		{"primary node by minor", some(2), none, some(2), parts[1]},
+		{"no minor: the link's render name", none, some(129), none, parts[1]},
+		{"no minor: the link's card name", none, none, some(4), parts[3]},
+		{"a minor of no node", some(200), some(128), none, nil},
+	} {
+		if got := nodeDevice(byMinor, byCard, tc.minor, tc.render, tc.card); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

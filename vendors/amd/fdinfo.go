@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 	"github.com/xpu-exporter/xpu_exporter/internal/rawfile"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
@@ -276,9 +278,19 @@ type Client struct {
 	// the partitions of one GPU, which share drm-pdev.
 	RenderMinor Opt[int]
 	CardMinor   Opt[int]
-	Engines     map[string]uint64
-	Capacity    map[string]uint64
-	Memory      map[string]Memory
+	// NodeMinor is the DRM minor of the node the file is open on, from
+	// stat(2) of the fd (st_rdev): a render node's minor is its renderD
+	// number, a primary node's its card number. Unlike the link, which is
+	// the node's name in the process's mount namespace, a container cannot
+	// rename it (docker run --device=/dev/dri/renderD131:/dev/dri/renderD128
+	// makes a renderD128 whose st_rdev is 226:131), and it tells apart the
+	// partitions of one GPU, which share drm-pdev (probe G, PG2). Unset
+	// where stat fails or gives no DRM node (the fd closed since, a tree
+	// that is not procfs): the link's name is then all there is.
+	NodeMinor Opt[int]
+	Engines   map[string]uint64
+	Capacity  map[string]uint64
+	Memory    map[string]Memory
 	// behind says Baseline kept counts of an earlier scan for some of the
 	// client's engines, whose own fell: they are not this scan's. held
 	// names those engines.
@@ -292,6 +304,33 @@ type FdinfoScanner struct {
 	ProcRoot string
 	// Driver keeps only clients of this DRM driver ("amdgpu").
 	Driver string
+	// stat is fstatat(2) following links, replaced by tests: a DRM node's
+	// st_rdev cannot be made without CAP_MKNOD.
+	stat func(dirfd int, path string, st *unix.Stat_t) error
+}
+
+// drmMajor is the DRM subsystem's character device major
+// (include/uapi/linux/major.h: "#define DRM_MAJOR 226").
+const drmMajor = 226
+
+// nodeMinor is the DRM minor of the node that fd num of pid is open on,
+// from stat(2) of /proc/<pid>/fd/<num>, which follows the fd to the file
+// open whatever its name (Client.NodeMinor).
+func (s FdinfoScanner) nodeMinor(rootFD int, rootErr error, root string, pid, num int) Opt[int] {
+	stat := s.stat
+	if stat == nil {
+		stat = func(dirfd int, path string, st *unix.Stat_t) error { return unix.Fstatat(dirfd, path, st, 0) }
+	}
+	rel := strconv.Itoa(pid) + "/fd/" + strconv.Itoa(num)
+	dirfd := rootFD
+	if rootErr != nil {
+		dirfd, rel = unix.AT_FDCWD, filepath.Join(root, rel)
+	}
+	var st unix.Stat_t
+	if stat(dirfd, rel, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != drmMajor {
+		return Opt[int]{}
+	}
+	return reading.Some(int(unix.Minor(st.Rdev)))
 }
 
 // ScanError is one fd or process that could not be read.
@@ -337,6 +376,7 @@ func (s FdinfoScanner) Scan(pids []int) ([]Client, []ScanError) {
 type Opaque struct {
 	PID                    int
 	RenderMinor, CardMinor Opt[int]
+	NodeMinor              Opt[int] // as Client's
 }
 
 // ScanHolders reads /proc/<pid>/fdinfo/<fd> of the fds of each holder (as
@@ -379,7 +419,7 @@ func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) (_ []Client, opaque 
 				continue // another driver's device (i915, simpledrm)
 			}
 			if !ok || !f.ClientID.OK {
-				o := Opaque{PID: pid}
+				o := Opaque{PID: pid, NodeMinor: s.nodeMinor(rootFD, rootErr, root, pid, fd.Num)}
 				o.RenderMinor, o.CardMinor = nodeMinorOf(fd.Target)
 				opaque = append(opaque, o)
 				continue
@@ -390,8 +430,9 @@ func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) (_ []Client, opaque 
 				c = &Client{Key: key, Driver: f.Driver, Engines: f.Engines, Capacity: f.Capacity, Memory: f.Memory}
 				byKey[key] = c
 			}
-			if !c.RenderMinor.OK && !c.CardMinor.OK {
+			if !c.RenderMinor.OK && !c.CardMinor.OK && !c.NodeMinor.OK {
 				c.RenderMinor, c.CardMinor = nodeMinorOf(fd.Target)
+				c.NodeMinor = s.nodeMinor(rootFD, rootErr, root, pid, fd.Num)
 			}
 			if n := len(c.PIDs); n == 0 || c.PIDs[n-1] != pid {
 				c.PIDs = append(c.PIDs, pid)

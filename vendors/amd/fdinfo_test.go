@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xpu-exporter/xpu_exporter/internal/procfd"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
@@ -419,5 +421,60 @@ func TestScanReadsLongFdinfoWhole(t *testing.T) {
 		if len(errs) != 0 || len(clients) != 1 || clients[0].Engines["gfx"] != 77 {
 			t.Errorf("%d bytes: clients %+v, errors %v", size, clients, errs)
 		}
+	}
+}
+
+// TestScanNodeMinorFromStat: in a container run with
+// --device=/dev/dri/renderD131:/dev/dri/renderD128, PID 7's fd 5 links to
+// "/dev/dri/renderD128" while the file is open on minor 131 (stat's
+// st_rdev 226:131): the client's NodeMinor is 131, its RenderMinor from
+// the link 128 (probe G, PG2). PID 8's fd 6 is a primary node, card1
+// (226:1), under its own name; PID 9's fd 4 is no DRM node by stat (a
+// character device of another major, as a tree that is not procfs may
+// give): its NodeMinor is unset, the link's renderD130 is all there is.
+// Each fdinfo's stat is asked at "<pid>/fd/<fd>" under the procfs root.
+func TestScanNodeMinorFromStat(t *testing.T) {
+	root := t.TempDir()
+	for _, f := range []struct{ pid, fd, id string }{{"7", "5", "1"}, {"8", "6", "2"}, {"9", "4", "3"}} {
+		if err := os.MkdirAll(filepath.Join(root, f.pid, "fdinfo"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		content := "drm-driver:\tamdgpu\ndrm-pdev:\t0000:0c:00.0\ndrm-client-id:\t" + f.id + "\n"
+		if err := os.WriteFile(filepath.Join(root, f.pid, "fdinfo", f.fd), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdev := map[string]uint64{"7/fd/5": unix.Mkdev(drmMajor, 131), "8/fd/6": unix.Mkdev(drmMajor, 1), "9/fd/4": unix.Mkdev(1, 3)}
+	var asked []string
+	s := FdinfoScanner{ProcRoot: root, Driver: "amdgpu", stat: func(_ int, path string, st *unix.Stat_t) error {
+		asked = append(asked, path)
+		dev, ok := rdev[path]
+		if !ok {
+			return unix.ENOENT
+		}
+		*st = unix.Stat_t{Mode: unix.S_IFCHR | 0o666, Rdev: dev}
+		return nil
+	}}
+	holders := []procfd.Holder{
+		{PID: 7, FDs: []procfd.FD{{Num: 5, Target: "/dev/dri/renderD128"}}},
+		{PID: 8, FDs: []procfd.FD{{Num: 6, Target: "/dev/dri/card1"}}},
+		{PID: 9, FDs: []procfd.FD{{Num: 4, Target: "/dev/dri/renderD130"}}},
+	}
+	clients, _, errs := s.ScanHolders(holders)
+	if len(errs) != 0 || len(clients) != 3 {
+		t.Fatalf("clients %+v, errors %v", clients, errs)
+	}
+	for i, want := range []struct{ node, render, card Opt[int] }{
+		{reading.Some(131), reading.Some(128), Opt[int]{}},
+		{reading.Some(1), Opt[int]{}, reading.Some(1)},
+		{Opt[int]{}, reading.Some(130), Opt[int]{}},
+	} {
+		c := clients[i] // sorted by client ID: PIDs 7, 8, 9
+		if c.NodeMinor != want.node || c.RenderMinor != want.render || c.CardMinor != want.card {
+			t.Errorf("PID %v: node %v, render %v, card %v; want %v, %v, %v", c.PIDs, c.NodeMinor, c.RenderMinor, c.CardMinor, want.node, want.render, want.card)
+		}
+	}
+	if want := []string{"7/fd/5", "8/fd/6", "9/fd/4"}; !slices.Equal(asked, want) {
+		t.Errorf("stat asked for %v, want %v", asked, want)
 	}
 }
