@@ -750,10 +750,20 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 		// kfd_topology_add_device), so a scrape during a mode switch or a
 		// driver load sees some. Each partition's share, which partition
 		// number each one has, and Slurm's GRES places are then unknown.
-		whole := want == 0 || found == want
+		// A GPU that says it is one partition (SPX) has none on platform
+		// devices: one listed is a KFD node a switch has not removed yet.
+		spx := pd.ComputePartition.OK && pd.ComputePartition.Value == "SPX"
+		whole := !spx && (want == 0 || found == want)
 		parent.HasMIG, parent.MIGListed = true, whole
+		// Its number from its KFD node, else its place among those found,
+		// which is its number only when they are all listed (amdkfd adds
+		// them in order, and a listing in part during a switch need not
+		// be the first ones).
 		n := number[p.ParentPCIBusID]
 		number[p.ParentPCIBusID]++
+		if p.Number.OK {
+			n = p.Number.Value
+		}
 		data := &amdData{dev: pd, partition: n}
 		d := &Device{
 			Vendor:                 "amd",
@@ -765,7 +775,7 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 			UtilizationOfTheMoment: true,
 			MIG: &MIGInstance{
 				ParentUUID: parent.UUID,
-				Profile:    strings.ToLower(pd.ComputePartition.Value),
+				Profile:    partitionProfile(pd),
 				Instance:   strconv.Itoa(n),
 				Index:      n,
 				// The ROCm device plugin's name for it: the GPU's PCI
@@ -836,6 +846,18 @@ func (l partLayout) mode() string {
 		return "spx"
 	}
 	return l.profile
+}
+
+// partitionProfile is a partition's mig_profile: its GPU's mode ("dpx"),
+// or "unknown" while the GPU cannot tell it (amdgpu prints UNKNOWN during
+// a switch, amdgpu_gfx.c, amdgpu_gfx_compute_mode_desc), never empty,
+// which would serve a partition as no partition and log its layout as SPX
+// (probe G, PG4).
+func partitionProfile(d *amd.Device) string {
+	if !d.ComputePartition.OK || d.ComputePartition.Value == "" {
+		return "unknown"
+	}
+	return strings.ToLower(d.ComputePartition.Value)
 }
 
 // partitionCount is how many compute partitions the GPU says it is in:

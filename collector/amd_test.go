@@ -2433,3 +2433,56 @@ func TestNodeDeviceByMinor(t *testing.T) {
 		}
 	}
 }
+
+// TestAMDPartitionsListedInPartKeepTheirNumbers: a QPX GPU (4 partitions)
+// in a mode switch lists partition 0 and the platform partitions whose KFD
+// nodes say they are partitions 2 and 3 (amdgpu_xcp_1 and _2; partition
+// 1's node is gone). Each keeps its own number, -xcp0, -xcp2, -xcp3,
+// never -xcp1 for the one that is partition 2 (probe G, PG3); the listing
+// is in part, so none has a share. A partition whose KFD node tells no
+// number takes its place among those found.
+func TestAMDPartitionsListedInPartKeepTheirNumbers(t *testing.T) {
+	pd := &amd.Device{ComputePartition: amd.Opt[string]{Value: "QPX", OK: true}}
+	gpu := &Device{Vendor: "amd", Index: "0", UUID: "00000000000000aa", PCIBusID: "0000:0c:00.0", Up: true, vendorData: &amdData{dev: pd, partition: -1}}
+	parts := []amd.Partition{
+		{Name: "0000:0c:00.0", ParentPCIBusID: gpu.PCIBusID, Card: 1, RenderMinor: 128, Number: reading.Some(0)},
+		{Name: "amdgpu_xcp_1", ParentPCIBusID: gpu.PCIBusID, Card: 3, RenderMinor: 130, Number: reading.Some(2)},
+		{Name: "amdgpu_xcp_2", ParentPCIBusID: gpu.PCIBusID, Card: 4, RenderMinor: 131, Number: reading.Some(3)},
+	}
+	c := &amdCollector{logger: slog.New(slog.DiscardHandler), layouts: map[string]partLayout{}, partlyListed: map[string]bool{}}
+	devs := c.partitions(parts, map[string]*Device{gpu.PCIBusID: gpu})
+	var got []string
+	for _, d := range devs {
+		got = append(got, d.UUID+" "+d.MIG.Instance)
+		if d.MIG.Fraction != 0 {
+			t.Errorf("%s: share %v in a listing in part, want none", d.UUID, d.MIG.Fraction)
+		}
+	}
+	if want := []string{"00000000000000aa-xcp0 0", "00000000000000aa-xcp2 2", "00000000000000aa-xcp3 3"}; !slices.Equal(got, want) {
+		t.Errorf("partitions %v, want %v", got, want)
+	}
+	if gpu.MIGListed {
+		t.Error("the GPU's partitions are taken as all listed")
+	}
+	parts[2].Number = amd.Opt[int]{}
+	devs = c.partitions(parts, map[string]*Device{gpu.PCIBusID: gpu})
+	if d := devs[2]; d.UUID != "00000000000000aa-xcp2" {
+		t.Errorf("a partition of no known number, third found: %s, want -xcp2", d.UUID)
+	}
+	// The GPU's mode unreadable (UNKNOWN during a switch), its two
+	// partitions listed: their profile is "unknown", never empty (probe G,
+	// PG4).
+	pd.ComputePartition = amd.Opt[string]{}
+	if devs = c.partitions(parts[:2], map[string]*Device{gpu.PCIBusID: gpu}); devs[0].MIG.Profile != "unknown" || devs[1].MIG.Profile != "unknown" {
+		t.Errorf("mode unknown: profiles %q, %q, want unknown", devs[0].MIG.Profile, devs[1].MIG.Profile)
+	}
+	// In SPX mode with a platform partition's KFD node left over from a
+	// switch (partition 1): the listing is not whole, so it has no share
+	// of a GPU that is one partition (probe G, PG3).
+	pd.ComputePartition = amd.Opt[string]{Value: "SPX", OK: true}
+	left := []amd.Partition{{Name: "amdgpu_xcp_7", ParentPCIBusID: gpu.PCIBusID, Card: 9, RenderMinor: 137, Number: reading.Some(1)}}
+	devs = c.partitions(left, map[string]*Device{gpu.PCIBusID: gpu})
+	if len(devs) != 1 || devs[0].UUID != "00000000000000aa-xcp1" || devs[0].MIG.Fraction != 0 || gpu.MIGListed {
+		t.Errorf("SPX with a leftover partition: %+v (GPU's listing whole %v), want -xcp1 with no share", devs[0], gpu.MIGListed)
+	}
+}

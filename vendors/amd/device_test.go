@@ -328,12 +328,12 @@ func TestPartitions(t *testing.T) {
 	// function (card1) and amdgpu_xcp_0 (card2, renderD129, whose KFD node
 	// has location_id 3073 = 0x0c00 | 1: bus 0x0c, device 0, and the
 	// kernel's partition number 1 in the function bits, 0c:00.1, which is
-	// no GPU: its parent is the GPU at 0c:00).
+	// no GPU: its parent is the GPU at 0c:00, and it is partition 1).
 	// amdgpu_xcp_1 has no KFD node, so it is idle; the MI210 is in no
 	// partition mode.
 	want := []Partition{
-		{Name: "0000:0c:00.0", DevicePluginID: "0000:0c:00.0", ParentPCIBusID: "0000:0c:00.0", Card: 1, RenderMinor: 128},
-		{Name: "amdgpu_xcp_0", DevicePluginID: "amdgpu_xcp_0", ParentPCIBusID: "0000:0c:00.0", Card: 2, RenderMinor: 129},
+		{Name: "0000:0c:00.0", DevicePluginID: "0000:0c:00.0", ParentPCIBusID: "0000:0c:00.0", Card: 1, RenderMinor: 128, Number: reading.Some(0)},
+		{Name: "amdgpu_xcp_0", DevicePluginID: "amdgpu_xcp_0", ParentPCIBusID: "0000:0c:00.0", Card: 2, RenderMinor: 129, Number: reading.Some(1)},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Partitions() =\n%+v\nwant\n%+v", got, want)
@@ -344,6 +344,28 @@ func TestPartitions(t *testing.T) {
 	gpus[0].ComputePartition = Opt[string]{}
 	if got, _ := r.Partitions(gpus); !reflect.DeepEqual(got, want) {
 		t.Errorf("mode unknown: Partitions() =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestPartitionNumber: a platform partition's number is the function bits
+// of its KFD node's address when its GPU's own function is 0 (the kernel
+// ORs node_id into them); 0 (partition 0's, on the GPU's own function) and
+// any address of another slot or of a GPU on another function tell none.
+func TestPartitionNumber(t *testing.T) {
+	for _, tc := range []struct {
+		kfd, parent string
+		want        Opt[int]
+	}{
+		{"0000:0c:00.3", "0000:0c:00.0", reading.Some(3)},
+		{"0000:0c:00.7", "0000:0c:00.0", reading.Some(7)},
+		{"0000:0c:00.0", "0000:0c:00.0", Opt[int]{}},
+		{"0000:0c:00.3", "0000:0c:00.1", Opt[int]{}},
+		{"0000:1c:00.3", "0000:0c:00.0", Opt[int]{}},
+		{"0000:0c:00", "0000:0c:00.0", Opt[int]{}},
+	} {
+		if got := partitionNumber(tc.kfd, tc.parent); got != tc.want {
+			t.Errorf("partitionNumber(%q, %q) = %v, want %v", tc.kfd, tc.parent, got, tc.want)
+		}
 	}
 }
 

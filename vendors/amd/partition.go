@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 // Compute partitions (MI300 in DPX, QPX or CPX mode) are separate DRM
@@ -65,6 +67,14 @@ type Partition struct {
 	// (Client.RenderMinor) tells the partitions apart.
 	Card        int
 	RenderMinor int
+	// Number is the partition's number in its GPU (its KFD node's node_id,
+	// which the kernel ORs into the function bits of location_id, see
+	// above): 0 for partition 0; unset where the KFD node does not tell
+	// it (its GPU's own function is not 0, so the OR cannot be undone).
+	// Numbering the partitions found one after another gave, in a listing
+	// in part (a mode switch under way), one partition another's number
+	// (probe G, PG3).
+	Number Opt[int]
 }
 
 // kfdNode is what a KFD topology node says about its GPU.
@@ -127,6 +137,7 @@ func (r Reader) Partitions(gpus []Device) ([]Partition, []ReadError) {
 			continue
 		}
 		p.ParentPCIBusID = parentOf(node.pciBusID, gpus)
+		p.Number = partitionNumber(node.pciBusID, p.ParentPCIBusID)
 		out = append(out, p)
 	}
 	// A GPU whose mode could not be read ("UNKNOWN" while a mode switch is
@@ -173,6 +184,23 @@ func parentOf(kfdBusID string, gpus []Device) string {
 	return found
 }
 
+// partitionNumber is the number of a platform partition whose KFD node
+// says kfdBusID, of the GPU at parent: the function bits the kernel ORed
+// the node's node_id into, where the GPU's own are 0. A platform partition
+// is never partition 0, which is on the GPU's own function; unset for an
+// address that does not tell.
+func partitionNumber(kfdBusID, parent string) Opt[int] {
+	slot, fn, ok := strings.Cut(kfdBusID, ".")
+	if !ok || parent != slot+".0" {
+		return Opt[int]{}
+	}
+	n, err := strconv.Atoi(fn)
+	if err != nil || n < 1 || n > 7 {
+		return Opt[int]{}
+	}
+	return reading.Some(n)
+}
+
 // firstPartition is partition 0 of a partitioned GPU: the GPU's own PCI
 // function and DRM nodes.
 func firstPartition(d Device) Partition {
@@ -184,7 +212,7 @@ func firstPartition(d Device) Partition {
 	if d.RenderMinor.OK {
 		minor = d.RenderMinor.Value
 	}
-	return Partition{Name: d.PCIBusID, DevicePluginID: d.PCIBusID, ParentPCIBusID: d.PCIBusID, Card: card, RenderMinor: minor}
+	return Partition{Name: d.PCIBusID, DevicePluginID: d.PCIBusID, ParentPCIBusID: d.PCIBusID, Card: card, RenderMinor: minor, Number: reading.Some(0)}
 }
 
 // partitionLess orders by parent, then partition 0 first, then by
