@@ -389,7 +389,11 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: slurmErr})
 		slurmDown = slurmErr != nil
 		if !slurmDown {
-			res.UnknownDeviceIDs += r.gresNamingNoDevice(devices, sl, unread)
+			n, beyond := r.gresNamingNoDevice(devices, sl, unread)
+			res.UnknownDeviceIDs += n
+			if beyond {
+				devices = withoutGRESPlaces(devices)
+			}
 		}
 		res.SlurmJobsRefused = sl.refused
 	}
@@ -2227,34 +2231,64 @@ func (sl slurmState) mayHoldUnplaced(d Device) bool {
 // read here after all: one whose GRES index could not be worked out, or
 // none, the vendors whose devices could not be read this time (unread,
 // which their collector's failure tells), or no device read at all.
-func (r *Resolver) gresNamingNoDevice(devices []Device, sl slurmState, unread map[string]bool) int {
+//
+// beyond says an index is past the highest a device has: where devices
+// are numbered one after another (NVML's, ROCm's order), Slurm numbered
+// a GPU that is not read here, and every index from its place on, which
+// is not known, names the next GPU. An index in a gap between devices'
+// (hl-smi's indices, of which a device hl-smi does not list keeps its
+// own) names that device alone.
+func (r *Resolver) gresNamingNoDevice(devices []Device, sl slurmState, unread map[string]bool) (n int, beyond bool) {
 	if len(sl.gres) == 0 || len(unread) > 0 {
-		return 0
+		return 0, false
 	}
 	placed := make(map[int]bool, len(devices))
+	highest := -1
 	for _, d := range devices {
 		if d.GRESUnplaced {
-			return 0
+			return 0, false
 		}
 		if d.GRESIndex >= 0 {
 			placed[d.GRESIndex] = true
+			highest = max(highest, d.GRESIndex)
 		}
 	}
 	if len(placed) == 0 {
-		return 0
+		return 0, false
 	}
-	n := 0
 	for idx, holds := range sl.gres {
 		if placed[idx] {
 			continue
 		}
+		beyond = beyond || idx > highest
 		for _, h := range holds {
 			n++
+			if idx > highest {
+				r.logOnceMsg(fmt.Errorf("job %s holds GRES index %d, past the %d GPUs read on this node", h.job, idx, highest+1),
+					"Slurm job's GRES index names no GPU of this node: Slurm numbered more GPUs than are read here (a GPU the vendor's library does not list, lost before the exporter started), so which index names which GPU is not known; no GPU is attributed by GRES index while it lasts (owners unknown where jobs hold GRES; processes still name their jobs)")
+				continue
+			}
 			r.logOnceMsg(fmt.Errorf("job %s holds GRES index %d, which no GPU read on this node has", h.job, idx),
-				"Slurm job's GRES index names no GPU of this node (a GPU the vendor's library does not list, or --slurm.gres-order not gres.conf's); that GPU is not attributed to the job (its other GPUs are)")
+				"Slurm job's GRES index names no GPU of this node (a device the vendor's tool does not list); that GPU is not attributed to the job (its other GPUs are)")
 		}
 	}
-	return n
+	return n, beyond
+}
+
+// withoutGRESPlaces returns a copy of devices none of which has a GRES
+// index: a job holds an index no device has, so Slurm numbered a GPU that
+// is not read here, and every index from that GPU's place on names the
+// next GPU (probe I, PI1, PI2: jobs billed their neighbours' GPUs). Which
+// place that is cannot be told, so no index is trusted: a device jobs may
+// hold is GRESUnplaced, its owners unknown (slurmState.mayHoldUnplaced).
+func withoutGRESPlaces(devices []Device) []Device {
+	out := slices.Clone(devices)
+	for i := range out {
+		if out[i].GRESIndex >= 0 {
+			out[i].GRESIndex, out[i].GRESUnplaced = -1, true
+		}
+	}
+	return out
 }
 
 // gresHold is a job's hold on a GPU through GRES: the whole GPU (share 1),

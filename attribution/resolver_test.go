@@ -1482,6 +1482,7 @@ func TestSlurmEnvironNotTrustedInContainersOnSystemdNodes(t *testing.T) {
 			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
 			res := r.Resolve(context.Background(), []Device{
 				{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{4001}},
+				{UUID: gpuB, Index: 1, MIGIndex: -1, GRESIndex: 1}, // job 124's
 				{UUID: gpuM, Index: 2, MIGIndex: -1, GRESIndex: 2, PIDs: []uint32{4002}},
 				{UUID: gpuC + "3", Index: 3, MIGIndex: -1, GRESIndex: 3, PIDs: []uint32{4003}},
 				{UUID: gpuC + "5", Index: 5, MIGIndex: -1, GRESIndex: 5, PIDs: []uint32{4005}},
@@ -1515,7 +1516,7 @@ func TestSlurmNoStepsIsAnAnswerOutsideContainers(t *testing.T) {
 	}
 	writeEnviron(t, fs, 4004, "SLURM_JOB_ID=124\x00")
 	r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
-	res := r.Resolve(context.Background(), []Device{{UUID: gpuM, Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{4004}}})
+	res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0}, {UUID: gpuM, Index: 1, MIGIndex: -1, GRESIndex: 1, PIDs: []uint32{4004}}})
 	m := res.Devices[gpuM]
 	if i, ok := m.Process[4004]; !ok || i != Unattributed || len(m.Claims) != 1 || m.Claims[0].Owner.SlurmJobID != "124" {
 		t.Errorf("claims %+v, processes %v; want job 124 by GRES, the login shell's process unattributed", m.Claims, m.Process)
@@ -1744,7 +1745,7 @@ esac`)
 			squeue := fakeBinary(t, "squeue", `printf '501|501|2026-11-22T09:00:00\n502|502|2026-11-22T09:00:00\n'`)
 			fs := procfs(t, map[uint32]string{6001: "/system.slice/slurmstepd.scope/" + sluid + "/step_0/user/task_0"})
 			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1", Procfs: fs})
-			res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{6001}}})
+			res := r.Resolve(context.Background(), []Device{{UUID: gpuA, Index: 0, MIGIndex: -1, GRESIndex: 0, PIDs: []uint32{6001}}, {UUID: gpuB, Index: 1, MIGIndex: -1, GRESIndex: 1}})
 			a := res.Devices[gpuA]
 			if len(a.Claims) == 0 || a.Claims[0].Owner.SlurmJobID != "501" || a.Claims[0].Share != 1 {
 				t.Fatalf("claims %+v; want job 501 first, holding the GPU by GRES", a.Claims)
@@ -2162,11 +2163,15 @@ func TestSlurmUnplacedJobsMakeOwnersUnknown(t *testing.T) {
 }
 
 // TestSlurmGRESIndexNamingNoGPU: job 5003's record gives it GRES indices
-// 0, 3 and 7 on a node whose GPUs are GRES 0 to 5. It holds GPUs 0 and 3;
-// index 7 names no GPU of the node (one NVML does not list, or the wrong
-// --slurm.gres-order), so it is counted in UnknownDeviceIDs as a device
-// plugin's ID naming no device is, and logged once, naming the job and the
-// index (probe B PB3: ignored, no count, no log). Not where the index may
+// 0, 3 and 7 on a node whose GPUs are GRES 0 to 5. Index 7 names no GPU
+// of the node: Slurm numbered a GPU not read here (one NVML does not
+// list), so it is counted in UnknownDeviceIDs as a device plugin's ID
+// naming no device is, and logged once, naming the job and the index
+// (probe B PB3: ignored, no count, no log); and since which index names
+// which GPU is then not known, GPUs 0 and 3 are not the job's by GRES
+// but have unknown owners (probe I, PI1, PI2). On a node of 8 GPUs it
+// holds GPUs 0 and 3; and so it does on a node whose indices (hl-smi's)
+// skip 7, a device hl-smi does not list, which index 7 alone names. Not where the index may
 // name a GPU read here all the same: one whose GRES index is unknown, a
 // vendor whose devices could not be read this time, or no GPU read.
 func TestSlurmGRESIndexNamingNoGPU(t *testing.T) {
@@ -2182,13 +2187,18 @@ printf 'JobId=5003 JobName=train\n   UserId=carol(1002) GroupId=carol(1002) MCS_
 	}
 	unplaced := gpus(6)
 	unplaced[5].GRESIndex, unplaced[5].GRESUnplaced = -1, true
+	// hl-smi's indices 0 to 8 but 7, which it does not list: index 7 names
+	// that device alone, the others keep theirs.
+	gap := slices.Delete(gpus(9), 7, 8)
 	for _, tc := range []struct {
-		name    string
-		devices []Device
-		unread  map[string]bool
-		want    int
+		name     string
+		devices  []Device
+		unread   map[string]bool
+		want     int
+		distrust bool // no GRES index trusted
 	}{
-		{name: "index beyond the node's GPUs", devices: gpus(6), want: 1},
+		{name: "index beyond the node's GPUs", devices: gpus(6), want: 1, distrust: true},
+		{name: "index in a gap between GPUs' indices", devices: gap, want: 1},
 		{name: "every index a GPU of the node", devices: gpus(8)},
 		{name: "a GPU's GRES index unknown", devices: unplaced},
 		{name: "a vendor's devices unread", devices: gpus(6), unread: map[string]bool{"nvidia": true}},
@@ -2203,7 +2213,16 @@ printf 'JobId=5003 JobName=train\n   UserId=carol(1002) GroupId=carol(1002) MCS_
 					t.Errorf("unknown device IDs %d, want %d", res.UnknownDeviceIDs, tc.want)
 				}
 				for _, uuid := range []string{"GPU-0", "GPU-3"} {
-					if own := res.Devices[uuid]; own != nil && (len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != "5003") {
+					own := res.Devices[uuid]
+					switch {
+					case own == nil:
+					case tc.distrust:
+						// Slurm numbered a GPU not read here: no index
+						// is trusted (PI1, PI2), owners unknown.
+						if len(own.Claims) != 0 || !own.OwnersUnknown {
+							t.Errorf("%s: claims %+v, owners unknown %v; want none by GRES, unknown", uuid, own.Claims, own.OwnersUnknown)
+						}
+					case len(own.Claims) != 1 || own.Claims[0].Owner.SlurmJobID != "5003":
 						t.Errorf("%s: claims %+v, want job 5003's", uuid, own.Claims)
 					}
 				}

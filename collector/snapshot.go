@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution"
+	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
@@ -677,6 +678,18 @@ func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 		if d.Vendor != devs[0].Vendor {
 			return out
 		}
+	}
+	if devs[0].Vendor == kubernetes.VendorHabana {
+		// hl-smi's index is the GRES index (see above), gaps included: a
+		// device hl-smi leaves out keeps its number, and numbering those
+		// listed one after another gave the devices after it their
+		// neighbours' jobs (probe I, PI1).
+		for _, d := range devs {
+			if n, err := strconv.Atoi(d.Index); err == nil && n >= 0 {
+				out[d] = n
+			}
+		}
+		return out
 	}
 	place := func(d *Device) int { return atoi(d.Index) }
 	switch vendor := devs[0].Vendor; {
