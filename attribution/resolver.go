@@ -1839,7 +1839,12 @@ func (r *Resolver) withoutEnded(pods []kubernetes.PodResources, res *Result) []k
 			if out == nil {
 				out = append(make([]kubernetes.PodResources, 0, len(pods)-1), pods[:i]...)
 			}
-			res.EndedPods++
+			// The kubelet lists every pod, a finished CPU-only Job's too:
+			// counted are those it lists with devices, the case of
+			// kubernetes#119423 (probe I, PI6).
+			if slices.ContainsFunc(p.Containers, func(c kubernetes.ContainerResources) bool { return len(c.Devices) > 0 || len(c.Claims) > 0 }) {
+				res.EndedPods++
+			}
 		case out != nil:
 			out = append(out, p)
 		}

@@ -856,7 +856,9 @@ kubernetes:
 // ml/failed (Failed) with GPU 1, now idle (kubernetes/kubernetes#119423).
 // GPU 0 is ml/next's alone: 1 owner, allocated 1 device (counting ml/done
 // made 2 owners of 1/2 each, billing a finished Job for half the GPU). GPU
-// 1 has no owner (it was ml/failed's, with 1). Two ended pods are counted.
+// 1 has no owner (it was ml/failed's, with 1). Two ended pods are counted,
+// not ml/cpu, a finished CPU-only Job's pod the kubelet lists too, with no
+// device (probe I, PI6).
 func TestEndedPodsHoldNoDevice(t *testing.T) {
 	s, err := demo.Parse([]byte(`node: ended
 defaults: {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
@@ -869,6 +871,7 @@ kubernetes:
     - {namespace: ml, name: done,   uid: 0f000000-0000-4000-8000-0000000000a0, phase: Succeeded, containers: [{name: c, devices: [{resource: nvidia.com/gpu, ids: [GPU-0f000000-0000-4000-8000-000000000000]}]}]}
     - {namespace: ml, name: next,   uid: 0f000000-0000-4000-8000-0000000000a1, containers: [{name: c, devices: [{resource: nvidia.com/gpu, ids: [GPU-0f000000-0000-4000-8000-000000000000]}]}]}
     - {namespace: ml, name: failed, uid: 0f000000-0000-4000-8000-0000000000a2, phase: Failed, containers: [{name: c, devices: [{resource: nvidia.com/gpu, ids: [GPU-0f000000-0000-4000-8000-000000000001]}]}]}
+    - {namespace: ml, name: cpu,    uid: 0f000000-0000-4000-8000-0000000000a3, phase: Succeeded, containers: [{name: c}]}
 `))
 	if err != nil {
 		t.Fatal(err)
