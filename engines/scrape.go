@@ -67,6 +67,14 @@ const DefaultMaxLabelPairs = 200_000
 // number of targets, so that peak memory is that of a few bounded parses.
 var parseSlots = make(chan struct{}, 2)
 
+// readAhead is how much of a body is read before a parse slot is taken:
+// engines' and dcgm-exporter's are a few hundred KiB at most on a node of
+// 8 GPUs, and a body read whole is parsed in milliseconds.
+const readAhead = 1 << 20
+
+// readAheads are the read-ahead buffers, reused across scrapes.
+var readAheads = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // Scrape fetches an engine's metrics endpoint within ctx's deadline, with
 // client, or http.DefaultClient if nil, within lim. Duplicate series are
 // rejected, as Prometheus would reject them.
@@ -112,12 +120,6 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 		// allocated before a byte of it is read.
 		return nil, fmt.Errorf("GET %s: content type %q was not asked for", req.URL.Redacted(), resp.Header.Get("Content-Type"))
 	}
-	select {
-	case parseSlots <- struct{}{}:
-		defer func() { <-parseSlots }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("GET %s: waiting to parse: %w", req.URL.Redacted(), ctx.Err())
-	}
 	// expfmt.ResponseFormat knows only the text and protobuf types, and
 	// reads OpenMetrics as unknown.
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
@@ -126,7 +128,36 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
 	}
-	body := newLineFilter(&cappedReader{r: content, left: lim.MaxBytes}, lim)
+	capped := &cappedReader{r: content, left: lim.MaxBytes}
+	// The body is read ahead without a parse slot, up to readAhead bytes:
+	// a slot is then held by a parse that runs on, never by a body that
+	// trickles in. An endpoint that sent its headers and then its body a
+	// byte at a time held a slot to the deadline, and two of them failed
+	// every other engine and dcgm-exporter (probe H, PH1). A larger body
+	// is parsed as it comes, under a slot, as memory is bounded by
+	// parsing few at once.
+	head := readAheads.Get().(*bytes.Buffer)
+	defer func() {
+		if head.Cap() <= readAhead {
+			head.Reset()
+			readAheads.Put(head)
+		}
+	}()
+	n, err := head.ReadFrom(io.LimitReader(capped, readAhead))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
+	}
+	var src io.Reader = bytes.NewReader(head.Bytes())
+	if n == readAhead {
+		src = io.MultiReader(src, capped)
+	}
+	select {
+	case parseSlots <- struct{}{}:
+		defer func() { <-parseSlots }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("GET %s: waiting to parse: %w", req.URL.Redacted(), ctx.Err())
+	}
+	body := newLineFilter(src, lim)
 	body.openMetrics = openMetrics
 	maxPairs := lim.MaxLabelPairs
 	if maxPairs <= 0 {

@@ -534,3 +534,56 @@ func TestScrapeAsksForNoCompression(t *testing.T) {
 		})
 	}
 }
+
+// TestTricklingBodiesHoldNoParseSlot: three endpoints send their headers,
+// then a byte of a small body every 100 ms (a stalled engine, a slow
+// proxy, a hostile pod); while they trickle, a healthy endpoint is scraped
+// in full, not left waiting for one of the parse slots until its deadline
+// (probe H, PH1: with two such endpoints every other engine and
+// dcgm-exporter failed). A body over the read-ahead streams into its parse
+// as before, its series read whole.
+func TestTricklingBodiesHoldNoParseSlot(t *testing.T) {
+	stop := make(chan struct{})
+	trickle := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", textContentType)
+		w.WriteHeader(http.StatusOK)
+		for _, b := range []byte("# TYPE x gauge\nx 1\n") {
+			w.Write([]byte{b})
+			w.(http.Flusher).Flush()
+			select {
+			case <-stop:
+				return
+			case <-r.Context().Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}))
+	defer trickle.Close()
+	defer close(stop)
+	slow, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range cap(parseSlots) + 1 {
+		go Scrape(slow, nil, trickle.URL, Limits{MaxBytes: 1 << 20})
+	}
+	time.Sleep(300 * time.Millisecond) // their headers are in, their bodies trickling
+	// A second to answer, well before the trickles' 1.9 s.
+	ctx, cancelHealthy := context.WithTimeout(context.Background(), time.Second)
+	defer cancelHealthy()
+	families, err := Scrape(ctx, nil, serve(t, textContentType, http.StatusOK, "# TYPE up gauge\nup 1\n"), Limits{MaxBytes: 1 << 20})
+	if err != nil || families["up"] == nil {
+		t.Fatalf("healthy endpoint beside trickling ones: %v, %v", families, err)
+	}
+	var big strings.Builder
+	big.WriteString("# TYPE big gauge\n")
+	for i := 0; big.Len() <= 2<<20; i++ {
+		fmt.Fprintf(&big, "big{i=\"%d\"} 1\n", i)
+	}
+	families, err = Scrape(context.Background(), nil, serve(t, textContentType, http.StatusOK, big.String()), Limits{MaxBytes: 8 << 20, MaxLabelPairs: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(families["big"].GetMetric()), strings.Count(big.String(), "\n")-1; got != want {
+		t.Errorf("a body over the read-ahead: %d series, want %d", got, want)
+	}
+}
