@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -60,12 +61,22 @@ func TestTinyTimeoutReportsDevicesDown(t *testing.T) {
 }
 
 // Clients that send requests and never read the answers hold request slots
-// no longer than the server's write timeout: a normal scrape gets through.
+// no longer than a body's write time, 10 s for the demo's, whatever the
+// longest scrape allowed (2 minutes by default, whose 125 s write timeout
+// locked scrapers out for as long: probe H, PH2): a normal scrape gets
+// through.
 func TestSlowReadersDoNotStarveScrapes(t *testing.T) {
-	e := start(t, "--demo", "--web.max-requests=2", "--scrape.max-timeout=1s", "--scrape.timeout=1s")
+	e := start(t, "--demo", "--web.max-requests=2")
 	var conns []net.Conn
-	for range 4 {
-		c, err := net.Dial("tcp", e.addr)
+	// A small receive buffer, set before connecting (it sets the TCP
+	// window), so that a response blocks its write, as on a real network.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return err
+	}}
+	for range 2 {
+		c, err := d.Dial("tcp", e.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,15 +87,33 @@ func TestSlowReadersDoNotStarveScrapes(t *testing.T) {
 				break
 			}
 		}
+		// Its answers fill the socket buffers, and the last one's write
+		// blocks, holding a slot, before the next connection asks: one
+		// turned away first would block writing its 503s, holding none.
+		time.Sleep(2 * time.Second)
 	}
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
-	// The write timeout is 1 s + 5 s; well within the 40 s below a normal scrape must
-	// succeed, at the latest once those connections are cut.
+	// First the slow readers hold both slots: scrapes are turned away.
 	client := &http.Client{Timeout: 40 * time.Second}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := client.Get("http://" + e.addr + "/metrics")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow readers never held both request slots")
+		}
+	}
+	// Their writes end after 10 s; well within the 40 s below a normal
+	// scrape must succeed, at the latest once those connections are cut.
 	deadline := time.Now().Add(40 * time.Second)
 	for {
 		resp, err := client.Get("http://" + e.addr + "/metrics")
