@@ -563,7 +563,8 @@ devices:
 
 // A read cut because the exporter stops (SIGTERM, or a start that fails
 // after the collectors started) did not find its GPUs down: they are not
-// logged down, while a read that misses its deadline is.
+// logged down, while a GPU whose read misses the deadline of two scrapes
+// in a row (it hangs 2 s) is.
 func TestNvidiaReadCutByShutdownLogsNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -593,6 +594,7 @@ devices:
 				stop()
 				time.Sleep(300 * time.Millisecond) // for the cut read to answer
 			} else {
+				scrapeText(t, e, 300*time.Millisecond)
 				scrapeText(t, e, 300*time.Millisecond)
 			}
 			if n := strings.Count(logs.String(), "NVIDIA device down"); n != tc.downLines {
@@ -627,4 +629,49 @@ func (d hangingDevice) GetPowerUsage() (uint32, nvml.Return) {
 		time.Sleep(900 * time.Millisecond)
 	}
 	return d.Device.GetPowerUsage()
+}
+
+// TestOneScrapeDeadlineLogsNoGPUDown: GPU 0's power reads take 200 ms
+// (hang_for). A scrape that gives itself 50 ms (a client may ask any
+// deadline) serves it down, but logs nothing: the next scrapes, of a
+// second each, find it answering (probe H, PH4: every GPU was logged
+// down, twice under two reasons, then back). A GPU whose reads take 2 s,
+// past two scrapes in a row, is logged down once, under one state
+// whatever the reason each scrape saw.
+func TestOneScrapeDeadlineLogsNoGPUDown(t *testing.T) {
+	for _, tc := range []struct {
+		hang      string
+		downLines int
+	}{{"200ms", 0}, {"2s", 1}} {
+		t.Run(tc.hang, func(t *testing.T) {
+			s, err := demo.Parse([]byte(`
+defaults: {model: X, memory_total: 1GiB, metrics: {power: 100}}
+devices:
+  - faults: {hang: [power], hang_for: ` + tc.hang + `}
+  - {}
+`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs syncbuf.Buffer
+			e := newExporterOf(t, Config{NVML: s.NVML(time.Now(), time.Now), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
+			ctx, stop := context.WithCancel(context.Background())
+			t.Cleanup(stop)
+			e.Start(ctx)
+			time.Sleep(100 * time.Millisecond)
+			if v := sample(t, scrapeText(t, e, 50*time.Millisecond), "xpu_device_up", `gpu="0"`); v != 0 {
+				t.Fatalf("GPU 0 up = %v in a scrape of 50 ms while its read hangs: the test proves nothing", v)
+			}
+			time.Sleep(300 * time.Millisecond)
+			for range 3 {
+				scrapeText(t, e, time.Second)
+			}
+			if n := strings.Count(logs.String(), "NVIDIA device down"); n != tc.downLines {
+				t.Errorf("%d down lines, want %d:\n%s", n, tc.downLines, logs.String())
+			}
+			if n := strings.Count(logs.String(), "NVIDIA device is back"); n != 0 {
+				t.Errorf("%d back lines, want none:\n%s", n, logs.String())
+			}
+		})
+	}
 }

@@ -85,6 +85,9 @@ type nvidiaCollector struct {
 	mu         sync.Mutex
 	lastErr    string            // logged on change only
 	down       map[string]string // device → why it is down, logged on change only
+	// timedOut counts each device's reads in a row that ran out of time
+	// and were not logged (logDown).
+	timedOut map[string]int
 	partial    map[string]bool   // devices whose process list is not whole, logged on change only
 	driver     string
 	cuda       string
@@ -120,7 +123,7 @@ func newNvidiaCollector(cfg Config) (Collector, error) {
 	}
 	return &nvidiaCollector{
 		client: nvidia.New(lib, nvidia.DriverTable(procfs)), logger: cfg.Logger, events: newEventRecorder(cfg.Logger, cfg.Now),
-		callErrors: map[[2]string]float64{}, down: map[string]string{}, partial: map[string]bool{}, logged: map[string]uint64{},
+		callErrors: map[[2]string]float64{}, down: map[string]string{}, timedOut: map[string]int{}, partial: map[string]bool{}, logged: map[string]uint64{},
 	}, nil
 }
 
@@ -352,13 +355,25 @@ func (c *nvidiaCollector) logState(d *Device, why string, read uint64) {
 }
 
 // logDown logs the device going down or coming back; c.mu is held.
+//
+// A read that ran out of time is logged at the second in a row: the
+// deadline is the scraper's, and one scrape asking for a millisecond (any
+// client may) logged every GPU down and back, twice under two reasons for
+// one state (probe H, PH4). A GPU that hangs is still not answering at
+// the next scrape ("previous query still running"), and is logged then.
 func (c *nvidiaCollector) logDown(key string, d *Device, why string) {
 	state := why
-	if why == "previous query still running" {
-		// The read that timed out is still hung: one state, not a new
-		// one at every other scrape.
+	if timedOut(why) {
+		// The read that timed out may still be hung: one state, not a
+		// new one at every other scrape.
 		state = "timeout"
+		if c.down[key] != state {
+			if c.timedOut[key]++; c.timedOut[key] < 2 {
+				return
+			}
+		}
 	}
+	delete(c.timedOut, key)
 	if c.down[key] == state {
 		return
 	}
