@@ -82,13 +82,13 @@ type nvidiaCollector struct {
 	logger *slog.Logger
 	events *eventRecorder
 
-	mu         sync.Mutex
-	lastErr    string            // logged on change only
-	down       map[string]string // device → why it is down, logged on change only
+	mu      sync.Mutex
+	lastErr string            // logged on change only
+	down    map[string]string // device → why it is down, logged on change only
 	// timedOut counts each device's reads in a row that ran out of time
 	// and were not logged (logDown).
-	timedOut map[string]int
-	partial    map[string]bool   // devices whose process list is not whole, logged on change only
+	timedOut   map[string]int
+	partial    map[string]bool // devices whose process list is not whole, logged on change only
 	driver     string
 	cuda       string
 	callErrors map[[2]string]float64 // call, error → count
