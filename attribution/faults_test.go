@@ -11,6 +11,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 )
@@ -34,6 +38,33 @@ func TestResolveLogsSourceChangesOnce(t *testing.T) {
 		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="connection refused"`,
 		`level=INFO msg="attribution source answering again" source=kubelet`,
 		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="deadline exceeded"`,
+	)
+}
+
+// TestSourceLateOnceIsNotLogged: the kubelet, answering, misses one
+// scrape's deadline (a client asked for a millisecond; the gRPC status
+// DeadlineExceeded) and answers the next: nothing is logged (probe H, PH4:
+// failing and back). Late for a second or more, it is logged once, and
+// back once; another failure is logged at once.
+func TestSourceLateOnceIsNotLogged(t *testing.T) {
+	var logs bytes.Buffer
+	r := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	late := fmt.Errorf("kubelet pod-resources List: %w", status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
+	for _, err := range []error{nil, late, nil, context.DeadlineExceeded, nil} {
+		r.logChanges([]Source{{Name: SourceKubelet, Err: err}})
+	}
+	if logs.Len() != 0 {
+		t.Errorf("late at one scrape in two, logged:\n%s", logs.String())
+	}
+	r.logChanges([]Source{{Name: SourceKubelet, Err: late}})
+	r.lateSince[SourceKubelet] = r.lateSince[SourceKubelet].Add(-2 * time.Second) // late since 2 s
+	for _, err := range []error{late, late, nil, errors.New("connection refused")} {
+		r.logChanges([]Source{{Name: SourceKubelet, Err: err}})
+	}
+	wantLogLines(t, logs.String(),
+		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="kubelet pod-resources List: rpc error: code = DeadlineExceeded desc = context deadline exceeded"`,
+		`level=INFO msg="attribution source answering again" source=kubelet`,
+		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="connection refused"`,
 	)
 }
 

@@ -16,6 +16,9 @@ import (
 	"time"
 	"unique"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
 	"github.com/xpu-exporter/xpu_exporter/attribution/slurm"
@@ -196,6 +199,9 @@ type Resolver struct {
 	// failure and a recovery are logged once each; the state of every
 	// scrape is in the sources' up metric.
 	down map[string]sourceState
+	// lateSince is when a source that answered began to miss the
+	// scrapes' deadlines, while that is not logged yet (logChanges).
+	lateSince map[string]time.Time
 	// slurmHidden says Slurm hid other users' jobs in the previous scrape
 	// (slurm.Client.JobsHidden), so that a change is logged once.
 	slurmHidden bool
@@ -585,13 +591,30 @@ func (r *Resolver) logHidden(hidden bool) {
 }
 
 // logChanges logs a source that starts failing, with why, and one that
-// answers again. r.mu must be held.
+// answers again. r.mu must be held. A source that answered and then misses
+// a scrape's deadline is logged once it has not answered in time for a
+// second or more: one scrape asking for a millisecond (any client may)
+// logged the kubelet failing and back (probe H, PH4).
 func (r *Resolver) logChanges(sources []Source) {
 	for _, s := range sources {
 		if s.Name == SourceCDI {
 			continue // logCDIState names the CDI specs' problems as they change.
 		}
 		was, now := r.down[s.Name], stateOf(s.Err)
+		if was == sourceUp && now == sourceFailing && pastDeadline(s.Err) {
+			since, late := r.lateSince[s.Name]
+			if !late {
+				if r.lateSince == nil {
+					r.lateSince = map[string]time.Time{}
+				}
+				r.lateSince[s.Name] = time.Now()
+				continue
+			}
+			if time.Since(since) < time.Second {
+				continue
+			}
+		}
+		delete(r.lateSince, s.Name)
 		if now == was {
 			continue
 		}
@@ -611,6 +634,12 @@ func (r *Resolver) logChanges(sources []Source) {
 			r.cfg.Logger.Info("attribution source answering again", "source", s.Name)
 		}
 	}
+}
+
+// pastDeadline says err is the scrape's deadline passing, as the context
+// or as the kubelet's gRPC status tells it.
+func pastDeadline(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
 }
 
 // watched says the source is a watch whose cache, what it said last,

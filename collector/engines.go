@@ -339,13 +339,34 @@ type targetState struct {
 	// why (skippedSet), logged when it changes.
 	skipping bool
 	skipped  uint64
+	// slowSince is when a target logged as scraped began to miss the
+	// scrapes' deadlines, while that is not logged yet (logChange).
+	slowSince time.Time
 }
 
+// logChange logs a target's change of state. A target scraped before that
+// misses a scrape's deadline is logged once it has not answered in time
+// for a second or more: an HA pair whose timeouts differ logged a target
+// slower than one's and faster than the other's as lost and back at every
+// round, and one scrape asking for a millisecond every target (probe H,
+// PH4).
 func (c *enginesCollector) logChange(target string, err error) {
 	msg := errorState(err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, known := c.state[target]
+	if known && old.err == "" && errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case old.slowSince.IsZero():
+			old.slowSince, old.gen = time.Now(), c.gen
+			c.state[target] = old
+			return
+		case time.Since(old.slowSince) < time.Second:
+			old.gen = c.gen
+			c.state[target] = old
+			return
+		}
+	}
 	c.state[target] = targetState{err: msg, gen: c.gen, skipping: old.skipping, skipped: old.skipped}
 	if known && old.err == msg {
 		return

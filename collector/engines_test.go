@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -1282,4 +1283,37 @@ func engineEndpoint(t *testing.T, engine string) *atomic.Value {
 	t.Cleanup(srv.Close)
 	setEngineFlags(t, []string{engine + "=" + srv.URL + "/metrics"})
 	return &body
+}
+
+// TestEngineDeadlineLoggedWhenItLasts: a target scraped, then missing one
+// scrape's deadline (an HA pair's other server asks for less time, or a
+// client for a millisecond) and answering the next, logs nothing after
+// its first "scraped" (probe H, PH4: "not scraped" and "scraped" at every
+// round). Missing deadlines for a second or more, it is logged once; an
+// error other than the deadline is logged at once.
+func TestEngineDeadlineLoggedWhenItLasts(t *testing.T) {
+	var logs syncbuf.Buffer
+	c := &enginesCollector{state: map[string]targetState{}, detected: map[string]string{}, logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	const target = "http://127.0.0.1:1/metrics"
+	late := fmt.Errorf("Get %q: %w", target, context.DeadlineExceeded)
+	c.logChange(target, nil)
+	c.logChange(target, late)
+	c.logChange(target, nil)
+	c.logChange(target, late)
+	if got := strings.Count(logs.String(), "inference engine"); got != 1 {
+		t.Errorf("%d lines for a target late at one scrape in two, want 1 (scraped):\n%s", got, logs.String())
+	}
+	st := c.state[target]
+	st.slowSince = st.slowSince.Add(-2 * time.Second) // late since 2 s
+	c.state[target] = st
+	c.logChange(target, late)
+	c.logChange(target, late)
+	if got := strings.Count(logs.String(), "inference engine not scraped"); got != 1 {
+		t.Errorf("%d not-scraped lines for a target late for 2 s, want 1:\n%s", got, logs.String())
+	}
+	c.logChange(target, nil)
+	c.logChange(target, errors.New("unexpected status 500"))
+	if got := strings.Count(logs.String(), "inference engine not scraped"); got != 2 {
+		t.Errorf("a 500 after it answered again: %d not-scraped lines, want 2:\n%s", got, logs.String())
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
@@ -85,9 +86,9 @@ type nvidiaCollector struct {
 	mu      sync.Mutex
 	lastErr string            // logged on change only
 	down    map[string]string // device → why it is down, logged on change only
-	// timedOut counts each device's reads in a row that ran out of time
-	// and were not logged (logDown).
-	timedOut   map[string]int
+	// timedOut is when each device's reads began to run out of time, while
+	// that is not logged yet (logDown).
+	timedOut   map[string]time.Time
 	partial    map[string]bool // devices whose process list is not whole, logged on change only
 	driver     string
 	cuda       string
@@ -123,7 +124,7 @@ func newNvidiaCollector(cfg Config) (Collector, error) {
 	}
 	return &nvidiaCollector{
 		client: nvidia.New(lib, nvidia.DriverTable(procfs)), logger: cfg.Logger, events: newEventRecorder(cfg.Logger, cfg.Now),
-		callErrors: map[[2]string]float64{}, down: map[string]string{}, timedOut: map[string]int{}, partial: map[string]bool{}, logged: map[string]uint64{},
+		callErrors: map[[2]string]float64{}, down: map[string]string{}, timedOut: map[string]time.Time{}, partial: map[string]bool{}, logged: map[string]uint64{},
 	}, nil
 }
 
@@ -356,21 +357,26 @@ func (c *nvidiaCollector) logState(d *Device, why string, read uint64) {
 
 // logDown logs the device going down or coming back; c.mu is held.
 //
-// A read that ran out of time is logged at the second in a row: the
-// deadline is the scraper's, and one scrape asking for a millisecond (any
-// client may) logged every GPU down and back, twice under two reasons for
-// one state (probe H, PH4). A GPU that hangs is still not answering at
-// the next scrape ("previous query still running"), and is logged then.
+// A read that ran out of time is logged once the GPU has not answered for
+// a second or more, or its read from an earlier scrape is still running:
+// the deadline is the scraper's, and one scrape asking for a millisecond
+// (any client may) logged every GPU down and back, twice under two
+// reasons for one state (probe H, PH4). A GPU that hangs, or whose reads
+// always take longer than its scrapes allow, is logged at the next scrape.
 func (c *nvidiaCollector) logDown(key string, d *Device, why string) {
 	state := why
 	if timedOut(why) {
 		// The read that timed out may still be hung: one state, not a
 		// new one at every other scrape.
 		state = "timeout"
-		if c.down[key] != state {
-			if c.timedOut[key]++; c.timedOut[key] < 2 {
-				return
-			}
+		since, seen := c.timedOut[key]
+		switch {
+		case c.down[key] == state:
+		case !seen:
+			c.timedOut[key] = time.Now()
+			return
+		case why != "previous query still running" && time.Since(since) < time.Second:
+			return
 		}
 	}
 	delete(c.timedOut, key)
