@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -254,7 +255,7 @@ func run() int {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	srv := newServer(mux, *maxTimeout, logger)
+	srv := newServer(mux, *maxTimeout, logger, *toolkitFlags.WebConfigFile)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP, which reloads Prometheus and Alertmanager, would otherwise
@@ -405,7 +406,8 @@ func shutdown(srv *http.Server, stopScrapes context.CancelFunc, grace, drain tim
 // after a time that follows from the longest scrape allowed, so it cannot
 // hold a request slot or a connection for ever. net/http's own error lines
 // go to logger (httpErrors).
-func newServer(h http.Handler, maxScrape time.Duration, logger *slog.Logger) *http.Server {
+func newServer(h http.Handler, maxScrape time.Duration, logger *slog.Logger, webConfig string) *http.Server {
+	errs := &httpErrors{logger: logger, webConfig: webConfig, validate: web.Validate}
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -413,7 +415,14 @@ func newServer(h http.Handler, maxScrape time.Duration, logger *slog.Logger) *ht
 		WriteTimeout:      maxScrape + 5*time.Second,
 		IdleTimeout:       2 * maxScrape,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          log.New(httpErrors{logger}, "", 0),
+		ErrorLog:          log.New(errs, "", 0),
+		// A connection that reads a request has been through its TLS
+		// handshake: the web configuration file is usable again.
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateActive && errs.isBroken.Load() {
+				errs.fixed()
+			}
+		},
 	}
 }
 
@@ -424,16 +433,71 @@ func newServer(h http.Handler, maxScrape time.Duration, logger *slog.Logger) *ht
 // still on http://, which sees its own error), one line per connection.
 // The other lines are the server's failures (a handler's panic, accept
 // failing), logged as errors.
-type httpErrors struct{ logger *slog.Logger }
+//
+// But the web configuration file is read at every handshake: once it
+// cannot be used (a certificate or key gone, a bad edit), every handshake
+// fails, and the only trace was a client's-doing debug line per
+// connection (probe H, PH3). At a failed handshake, at most once a
+// second, the file is checked, and its failure logged as an error once
+// until it is usable again.
+type httpErrors struct {
+	logger    *slog.Logger
+	webConfig string
+	validate  func(path string) error // web.Validate
 
-func (w httpErrors) Write(p []byte) (int, error) {
+	mu       sync.Mutex
+	checked  time.Time
+	broken   string // the file's error as last logged, "" when usable
+	isBroken atomic.Bool
+}
+
+func (w *httpErrors) Write(p []byte) (int, error) {
 	msg := strings.TrimSuffix(string(p), "\n")
 	level := slog.LevelError
 	if strings.HasPrefix(msg, "http: TLS handshake error") {
 		level = slog.LevelDebug
+		w.checkConfig()
 	}
 	w.logger.Log(context.Background(), level, msg)
 	return len(p), nil
+}
+
+// checkConfig logs the web configuration file's change between usable and
+// not, checking it at most once a second.
+func (w *httpErrors) checkConfig() {
+	if w.webConfig == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if time.Since(w.checked) < time.Second {
+		return
+	}
+	w.checked = time.Now()
+	err := w.validate(w.webConfig)
+	switch {
+	case err != nil && err.Error() != w.broken:
+		w.broken = err.Error()
+		w.isBroken.Store(true)
+		w.logger.Error("the web configuration file cannot be used: every TLS handshake fails until it is fixed", "file", w.webConfig, "err", err)
+	case err == nil:
+		w.fixedLocked()
+	}
+}
+
+// fixed logs the web configuration file usable again, if it was not.
+func (w *httpErrors) fixed() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fixedLocked()
+}
+
+func (w *httpErrors) fixedLocked() {
+	if w.broken != "" {
+		w.broken = ""
+		w.isBroken.Store(false)
+		w.logger.Info("the web configuration file is usable again", "file", w.webConfig)
+	}
 }
 
 // addOTLPFlags declares the OTLP bridge's flags. Each one left unset falls
