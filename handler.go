@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -304,8 +305,13 @@ func (h *metricsHandler) deadline(r *http.Request) time.Duration {
 		// Under a millisecond is no timeout Prometheus sends (its
 		// durations have millisecond resolution), and would leave a
 		// deadline of zero: such a header is ignored like a malformed one.
-		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0.001 && s < 3600 {
-			timeout = min(time.Duration(s*float64(time.Second)), h.opts.maxTimeout)
+		// A longer one than allowed is the longest allowed (compared in
+		// seconds: 1e300 s is no Duration).
+		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0.001 && !math.IsInf(s, 1) {
+			timeout = h.opts.maxTimeout
+			if s < h.opts.maxTimeout.Seconds() {
+				timeout = time.Duration(s * float64(time.Second))
+			}
 		}
 	}
 	if timeout-h.opts.timeoutOffset < timeout/2 {

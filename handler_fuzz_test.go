@@ -26,7 +26,10 @@ func FuzzScrapeTimeoutHeader(f *testing.F) {
 // Worked by hand with the default flags (10s, at most 2m, 500ms kept back):
 // 15 s leaves 15 - 0.5 = 14.5 s; 0.8 s would leave 0.3 s, less than half of
 // 0.8, so half: 0.4 s; 600 s is capped at 120 s, less 0.5: 119.5 s; no or a
-// bad header takes the 10 s default: 9.5 s. 1e-10 s, under a nanosecond,
+// bad header takes the 10 s default: 9.5 s. 3600 s and 1e9 s, numbers
+// past the longest allowed, are that longest less 0.5: 119.5 s (they fell
+// back to the default: probe H, PH6); NaN and +Inf are no numbers, the
+// default. 1e-10 s, under a nanosecond,
 // was a zero deadline that expired at once (found by fuzzing): the default
 // too. 0.001 s is the shortest honoured: 1 ms less 0.5 s is under half of
 // it, so half: 0.5 ms.
@@ -40,6 +43,11 @@ func TestScrapeDeadline(t *testing.T) {
 		"soon":  9500 * time.Millisecond,
 		"1e-10": 9500 * time.Millisecond,
 		"0.001": 500 * time.Microsecond,
+		"3600":  119500 * time.Millisecond,
+		"1e9":   119500 * time.Millisecond,
+		"1e300": 119500 * time.Millisecond,
+		"NaN":   9500 * time.Millisecond,
+		"+Inf":  9500 * time.Millisecond,
 	} {
 		r := httptest.NewRequest("GET", "/metrics", nil)
 		if header != "" {
