@@ -595,19 +595,25 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 
 	e := newEmitter(ch)
 	defer e.flush()
-	seen := map[string]bool{}
+	seen := map[string]engineTarget{} // by endpoint, the target served
 	for _, r := range results {
 		target := redact(r.target.URL)
-		if seen[target] {
+		if first, ok := seen[target]; ok {
 			// The same endpoint configured and found on a pod (two
-			// configured targets are refused at start): scraped once, as
-			// the configured one, which the pod's owner is told of.
-			if r.target.Pod != "" {
+			// configured targets are refused at start), or found on two
+			// pods (a pod's IP handed to its successor while it ends):
+			// scraped once, as the first, which the pod's owner is told
+			// of, naming which it is (probe H, PH5).
+			switch {
+			case r.target.Pod == "":
+			case first.Pod == "":
 				c.logChange(r.target.Pod, fmt.Errorf("its endpoint %s is a configured target's too; scraped once, as that one", target))
+			default:
+				c.logChange(r.target.Pod, fmt.Errorf("its endpoint %s is pod %s's too (a pod's IP handed to another while it ends); scraped once, as that pod's", target, first.Pod))
 			}
 			continue
 		}
-		seen[target] = true
+		seen[target] = r.target
 		if joinOnly[r.target] {
 			c.keep(target)
 		} else {

@@ -1274,6 +1274,35 @@ func TestDiscoveredDuplicateOfAConfiguredTargetIsTold(t *testing.T) {
 	}
 }
 
+// Two pods annotated for one endpoint (a pod's IP handed to its successor
+// while it ends), no target configured: scraped once, as the first pod's,
+// and the other told once that it is that pod's endpoint, not a
+// configured target's (probe H, PH5).
+func TestTwoPodsOfOneEndpointAreTold(t *testing.T) {
+	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
+	setEngineFlags(t, nil)
+	annotations := map[string]string{engineAnnotation: "vllm", portAnnotation: port}
+	pods := enginePods{
+		{Namespace: "inference", Name: "llm-0", IP: host, Annotations: annotations},
+		{Namespace: "inference", Name: "llm-1", IP: host, Annotations: annotations},
+	}
+	var log syncbuf.Buffer
+	e := newAttributedExporterFor(t, demo.Default(), func(c *Config) {
+		c.PodMetadata = pods
+		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	})
+	for range 2 {
+		out := scrapeText(t, e, 10*time.Second)
+		if n := strings.Count(out, "xpu_inference_up{"); n != 1 {
+			t.Errorf("%d xpu_inference_up series, want the endpoint once", n)
+		}
+	}
+	if n := strings.Count(log.String(), "is pod inference/llm-0's too"); n != 1 || strings.Contains(log.String(), "configured target") {
+		t.Errorf("%d log lines naming pod llm-0 for the duplicate, want 1 and none of a configured target:\n%s", n, log.String())
+	}
+}
+
 // engineEndpoint is the one engine target, of engine, whose answer is the
 // string stored in the returned value at each request.
 func engineEndpoint(t *testing.T, engine string) *atomic.Value {
