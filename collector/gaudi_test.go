@@ -1537,3 +1537,84 @@ func TestGaudiRowWithoutIndex(t *testing.T) {
 		})
 	}
 }
+
+// TestAttachByElimination: hl-smi printed N/A for one row's bus_id. The
+// driver's compute nodes are as many as the rows, and one node's address
+// is no row's: its uses are that row's (probe I, PI3, PI4). Not where two
+// rows lack a bus_id, two nodes are no row's, or the counts differ (a
+// device hl-smi does not list).
+func TestAttachByElimination(t *testing.T) {
+	rows := func(busIDs ...string) []gaudi.Device {
+		out := make([]gaudi.Device, len(busIDs))
+		for i, b := range busIDs {
+			out[i] = gaudi.Device{Index: i, BusID: b}
+		}
+		return out
+	}
+	uses := []gaudi.NodeUse{{PID: 4102, BusID: "0000:29:00.0"}, {PID: 4101, BusID: "0000:29:00.0"}}
+	for _, tc := range []struct {
+		name      string
+		rows      []gaudi.Device
+		nodes     []string
+		tied      int // the row given the uses, -1 for none
+		stillLeft int
+	}{
+		{"one nameless row, one unnamed node", rows("0000:19:00.0", "", "0000:39:00.0"), []string{"0000:19:00.0", "0000:29:00.0", "0000:39:00.0"}, 1, 0},
+		{"two nameless rows", rows("", "", "0000:39:00.0"), []string{"0000:19:00.0", "0000:29:00.0", "0000:39:00.0"}, -1, 2},
+		{"more nodes than rows", rows("0000:19:00.0", ""), []string{"0000:19:00.0", "0000:29:00.0", "0000:39:00.0"}, -1, 2},
+		{"two unnamed nodes", rows("0000:19:00.0", "", "0000:49:00.0"), []string{"0000:19:00.0", "0000:29:00.0", "0000:39:00.0"}, -1, 2},
+	} {
+		nds := tc.rows
+		still := attachByElimination(nds, tc.nodes, slices.Clone(uses))
+		if len(still) != tc.stillLeft {
+			t.Errorf("%s: %d uses left untied, want %d", tc.name, len(still), tc.stillLeft)
+		}
+		for i := range nds {
+			want := []int(nil)
+			if i == tc.tied {
+				want = []int{4101, 4102}
+			}
+			if !slices.Equal(nds[i].Processes, want) {
+				t.Errorf("%s: row %d processes %v, want %v", tc.name, i, nds[i].Processes, want)
+			}
+		}
+	}
+}
+
+// TestGaudiNamelessRowTiedByElimination: hl-smi prints N/A for Gaudi 1's
+// bus_id; the driver has three compute nodes and the other two rows name
+// theirs, so Gaudi 1 is the node at 0000:29:00.0, and its processes are
+// its own (probe I, PI3, PI4). By hand: Gaudi 2's list is whole, so
+// a.service, its sole process's unit, is its owner with its 0.8; Gaudi 1
+// is held by pod p1 and by hl-qual.service, a host daemon: the pod has
+// the device (allocated 1) but none of its utilization, as where bus_id
+// is printed (a pod beside a host daemon gets none).
+func TestGaudiNamelessRowTiedByElimination(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: gna
+defaults: {vendor: gaudi, model: HL-225, memory_total: 96GiB, power_limit_watts: 600, metrics: {utilization: 0.5, memory_used: 20GiB, temperature: 40, power: 300}}
+devices:
+  - {serial: AN1, pci_bus_id: "0000:19:00.0", metrics: {utilization: 0.6}}
+  - serial: AN2
+    pci_bus_id: "0000:29:00.0"
+    metrics: {utilization: 0.7}
+    processes: [{pid: 4101, pod: g/p1, command: python3}, {pid: 4102, unit: hl-qual.service, command: hl_qual}]
+  - {serial: AN3, pci_bus_id: "0000:39:00.0", metrics: {utilization: 0.8}, processes: [{pid: 4201, unit: a.service, command: a}]}
+kubernetes:
+  pods:
+    - {namespace: g, name: p1, uid: 9f000000-0000-4000-8000-0000000000a1, containers: [{name: main, devices: [{resource: habana.ai/gaudi, ids: [AN2]}]}]}
+  allocatable:
+    - {resource: habana.ai/gaudi, ids: [AN1, AN2, AN3]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaudiTableWith(t, s, 1, map[string]string{"bus_id": "N/A"})
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	out := scrapeText(t, e, 10*time.Second)
+	check, absent := oracleChecks(out)
+	check(t, "xpu_device_owners", 1, `gpu="2"`)
+	check(t, "xpu_workload_utilization_ratio", 0.8, `gpu="2"`, `unit="a.service"`)
+	check(t, "xpu_device_owners", 1, `gpu="1"`)
+	check(t, "xpu_workload_allocated_devices", 1, `gpu="1"`, `pod="p1"`)
+	absent(t, "xpu_workload_utilization_ratio", `gpu="1"`, `pod="p1"`)
+}
