@@ -21,6 +21,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
 	"github.com/xpu-exporter/xpu_exporter/internal/flight"
 	"github.com/xpu-exporter/xpu_exporter/vendors/amd"
+	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
 
 func init() {
@@ -784,6 +785,9 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 			},
 			// Its DRM nodes join the partition's fdinfo clients to it.
 			vendorData: &amdPartition{amdData: data, renderMinor: p.RenderMinor, card: p.Card},
+		}
+		if p.RenderMinor >= 0 {
+			d.Minor = reading.Some(p.RenderMinor)
 		}
 		if !whole {
 			delete(layouts, p.ParentPCIBusID) // the last whole one stays

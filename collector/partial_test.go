@@ -276,6 +276,19 @@ func TestGRESOrderAMD(t *testing.T) {
 	if got := gresIndices([]*Device{g0, {Vendor: "amd", Index: "1", Up: true}}, false, false); len(got) != 0 {
 		t.Errorf("a GPU without a PCI address: %v, want no indices", got)
 	}
+	// By render node (File= lines): GPU 3's partition 0 is on its GPU's
+	// renderD131, partition 1 on renderD132, after every GPU, so by hand
+	// renderD128 g0 0, 129 g1 1, 130 g2 2, 131 p0 3, 132 p1 4 (p1 was
+	// placed next to its GPU: probe I, PI5).
+	p0.Minor, p1.Minor = reading.Some(131), reading.Some(132)
+	if got, want := gresIndices([]*Device{g0, g1, g2, m3, p1, p0}, false, true), (map[*Device]int{g0: 0, g1: 1, g2: 2, p0: 3, p1: 4}); !maps.Equal(got, want) {
+		t.Errorf("gpu 3 in DPX, render node order: %v, want %v", got, want)
+	}
+	// Partition 1 on renderD127 (a node numbered before the GPUs'): first.
+	p1.Minor = reading.Some(127)
+	if got, want := gresIndices([]*Device{g0, g1, g2, m3, p1, p0}, false, true), (map[*Device]int{p1: 0, g0: 1, g1: 2, g2: 3, p0: 4}); !maps.Equal(got, want) {
+		t.Errorf("partition 1 on a lower node: %v, want %v", got, want)
+	}
 }
 
 // A node that has shown devices of two vendors stays a node of several

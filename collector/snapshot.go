@@ -32,7 +32,7 @@ type Device struct {
 	// plugin uses as its device IDs; "" when unknown.
 	Serial string
 	// Minor is the N of a GPU's device file, where read: an NVIDIA GPU's
-	// /dev/nvidiaN, an AMD GPU's /dev/dri/renderDN.
+	// /dev/nvidiaN, an AMD GPU's or compute partition's /dev/dri/renderDN.
 	Minor reading.Opt[int]
 	MIG   *MIGInstance // nil for a whole device
 	// HasMIG is set on a GPU in MIG mode, whose instances are devices of
@@ -693,7 +693,19 @@ func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 	}
 	place := func(d *Device) int { return atoi(d.Index) }
 	switch vendor := devs[0].Vendor; {
-	case byFile && (vendor == "nvidia" || vendor == "amd"):
+	case byFile && vendor == "amd":
+		// Each compute partition has a render node of its own, which a
+		// gres.conf File= line names: sorted by device file, a partition
+		// is in its node's place, not its GPU's (probe I, PI5). The GPU
+		// of its partitions and partition 0 share one node, the GPU
+		// first (migIndex).
+		for _, d := range devs {
+			if !d.Minor.OK {
+				return out
+			}
+		}
+		place = func(d *Device) int { return d.Minor.Value }
+	case byFile && vendor == "nvidia":
 		minor := map[string]int{} // GPU index → its device file's minor
 		for _, d := range devs {
 			if d.MIG == nil {
