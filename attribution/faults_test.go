@@ -45,26 +45,31 @@ func TestResolveLogsSourceChangesOnce(t *testing.T) {
 // scrape's deadline (a client asked for a millisecond; the gRPC status
 // DeadlineExceeded) and answers the next: nothing is logged (probe H, PH4:
 // failing and back). Late for a second or more, it is logged once, and
-// back once; another failure is logged at once.
+// back once; another failure is logged at once, and so is a deadline in
+// a scrape whose time has not run out (the source's own timeout).
 func TestSourceLateOnceIsNotLogged(t *testing.T) {
 	var logs bytes.Buffer
 	r := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	late := fmt.Errorf("kubelet pod-resources List: %w", status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
 	for _, err := range []error{nil, late, nil, context.DeadlineExceeded, nil} {
-		r.logChanges([]Source{{Name: SourceKubelet, Err: err}})
+		r.logChanges([]Source{{Name: SourceKubelet, Err: err}}, err != nil)
 	}
 	if logs.Len() != 0 {
 		t.Errorf("late at one scrape in two, logged:\n%s", logs.String())
 	}
-	r.logChanges([]Source{{Name: SourceKubelet, Err: late}})
+	r.logChanges([]Source{{Name: SourceKubelet, Err: late}}, true)
 	r.lateSince[SourceKubelet] = r.lateSince[SourceKubelet].Add(-2 * time.Second) // late since 2 s
 	for _, err := range []error{late, late, nil, errors.New("connection refused")} {
-		r.logChanges([]Source{{Name: SourceKubelet, Err: err}})
+		r.logChanges([]Source{{Name: SourceKubelet, Err: err}}, err != nil)
 	}
+	r.logChanges([]Source{{Name: SourceKubelet, Err: nil}}, false)
+	r.logChanges([]Source{{Name: SourceKubelet, Err: context.DeadlineExceeded}}, false)
 	wantLogLines(t, logs.String(),
 		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="kubelet pod-resources List: rpc error: code = DeadlineExceeded desc = context deadline exceeded"`,
 		`level=INFO msg="attribution source answering again" source=kubelet`,
 		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="connection refused"`,
+		`level=INFO msg="attribution source answering again" source=kubelet`,
+		`level=WARN msg="attribution source failing; owners it tells are missing until it answers" source=kubelet err="context deadline exceeded"`,
 	)
 }
 
@@ -78,7 +83,7 @@ func TestLogChangesNamesTheCauseAfterPending(t *testing.T) {
 	pending := fmt.Errorf("API server pod %w", kubernetes.ErrNotListedYet)
 	forbidden := errors.New(`GET /api/v1/pods: 403 Forbidden: pods is forbidden`)
 	for _, err := range []error{pending, pending, forbidden, forbidden, nil, pending} {
-		r.logChanges([]Source{{Name: kubernetes.SourceAPIServer, Err: err}})
+		r.logChanges([]Source{{Name: kubernetes.SourceAPIServer, Err: err}}, false)
 	}
 	wantLogLines(t, logs.String(),
 		`level=INFO msg="attribution source has not listed yet; owners it tells are missing until it does" source=apiserver`,

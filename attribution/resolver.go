@@ -467,7 +467,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 	// Else a concurrent scrape (a /devices read beside a scrape) found
 	// processes that exited since this one looked: some of this one's may
 	// be those, and what that scrape keeps is the newer.
-	r.logChanges(res.Sources)
+	r.logChanges(res.Sources, ctx.Err() != nil)
 	r.mu.Unlock()
 	// A GPU in MIG mode is shared by the owners of its instances.
 	for _, d := range devices {
@@ -592,16 +592,17 @@ func (r *Resolver) logHidden(hidden bool) {
 
 // logChanges logs a source that starts failing, with why, and one that
 // answers again. r.mu must be held. A source that answered and then misses
-// a scrape's deadline is logged once it has not answered in time for a
-// second or more: one scrape asking for a millisecond (any client may)
-// logged the kubelet failing and back (probe H, PH4).
-func (r *Resolver) logChanges(sources []Source) {
+// the deadline of a scrape whose time ran out (late) is logged once it has
+// not answered in time for a second or more: one scrape asking for a
+// millisecond (any client may) logged the kubelet failing and back (probe
+// H, PH4). A source's own timeout (scontrol's) is its failure at once.
+func (r *Resolver) logChanges(sources []Source, late bool) {
 	for _, s := range sources {
 		if s.Name == SourceCDI {
 			continue // logCDIState names the CDI specs' problems as they change.
 		}
 		was, now := r.down[s.Name], stateOf(s.Err)
-		if was == sourceUp && now == sourceFailing && pastDeadline(s.Err) {
+		if late && was == sourceUp && now == sourceFailing && pastDeadline(s.Err) {
 			since, late := r.lateSince[s.Name]
 			if !late {
 				if r.lateSince == nil {

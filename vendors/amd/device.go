@@ -461,9 +461,14 @@ func (r Reader) ReadDevice(card string) Device {
 	// metrics data." An ASIC without the table gives an empty file.
 	if b := dr.read("gpu_metrics", maxTableSize); len(b) > 0 {
 		m, err := DecodeGPUMetrics(b)
-		if err != nil {
+		switch {
+		case err != nil:
 			dr.fail("gpu_metrics", err)
-		} else {
+		case len(m.OutOfRange) > 0:
+			// Its other fields are read as usual.
+			dr.fail("gpu_metrics", fmt.Errorf("%w: %s", ErrMalformed, strings.Join(m.OutOfRange, ", ")))
+			d.Metrics = m
+		default:
 			d.Metrics = m
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
@@ -80,6 +81,9 @@ func (e *MetricsError) Unwrap() error { return e.kind }
 // instance number.
 type GPUMetrics struct {
 	FormatRevision, ContentRevision uint8
+	// OutOfRange names the fields, with their values, that hold none the
+	// kernel documents (an activity above 100 %): left unset.
+	OutOfRange []string
 
 	// Temperatures in °C. v1.1-v1.3 hold edge, hotspot, mem, VR and HBM
 	// stack temperatures; v1.4+ only hotspot, mem and VR SoC.
@@ -234,13 +238,33 @@ func (t table) scaled16(off int, k float64) Opt[float64] {
 }
 
 // percent16 reads a uint16 percentage as a ratio; a value above 100 is
-// not a percentage and stays unset.
-func (t table) percent16(off int) Opt[float64] {
+// not a percentage and stays unset, named in m.OutOfRange.
+func (t table) percent16(m *GPUMetrics, name string, off int) Opt[float64] {
 	v := t.u16(off)
+	if v.OK && v.Value > 100 {
+		m.outOfRange(name, uint64(v.Value))
+	}
 	if !v.OK || v.Value > 100 {
 		return Opt[float64]{}
 	}
 	return reading.Some(float64(v.Value) / 100)
+}
+
+// percents16 is percent16 of the field name, for array16.
+func (t table) percents16(m *GPUMetrics, name string) func(int) Opt[float64] {
+	return func(off int) Opt[float64] { return t.percent16(m, name, off) }
+}
+
+// outOfRange names a field whose value is none the kernel documents, as
+// gpu_busy_percent's 101 is a file's error: counted and logged, where it
+// was dropped without a word (probe G, PG6). One entry a field.
+func (m *GPUMetrics) outOfRange(name string, v uint64) {
+	for _, o := range m.OutOfRange {
+		if strings.HasPrefix(o, name+" ") {
+			return
+		}
+	}
+	m.OutOfRange = append(m.OutOfRange, fmt.Sprintf("%s %d %%", name, v))
 }
 
 func (t table) width16(off int) Opt[int] {
@@ -270,9 +294,12 @@ func (t table) array64(off, n int, k uint64) []Opt[uint64] {
 	return out
 }
 
-// percent32 reads a uint32 percentage as a ratio.
-func (t table) percent32(off int) Opt[float64] {
+// percent32 reads a uint32 percentage as a ratio (see percent16).
+func (t table) percent32(m *GPUMetrics, name string, off int) Opt[float64] {
 	v := t.u32(off)
+	if v.OK && v.Value > 100 {
+		m.outOfRange(name, uint64(v.Value))
+	}
 	if !v.OK || v.Value > 100 {
 		return Opt[float64]{}
 	}
@@ -350,9 +377,9 @@ func decodeV1_1(t table, m *GPUMetrics) {
 	m.TemperatureVRGFX = t.scaled16(10, 1)
 	m.TemperatureVRSoC = t.scaled16(12, 1)
 	m.TemperatureVRMem = t.scaled16(14, 1)
-	m.GFXActivity = t.percent16(16)
-	m.UMCActivity = t.percent16(18)
-	m.MMActivity = t.percent16(20)
+	m.GFXActivity = t.percent16(m, "average_gfx_activity", 16)
+	m.UMCActivity = t.percent16(m, "average_umc_activity", 18)
+	m.MMActivity = t.percent16(m, "average_mm_activity", 20)
 	// average_socket_power is 0 on an MI250X's secondary die, which has no
 	// power data (aldebaran_ppt.c, aldebaran_get_gpu_metrics: "Valid
 	// power data is available only from primary die"): no reading.
@@ -389,12 +416,12 @@ func decodeV1_4(t table, m *GPUMetrics, v15 bool) {
 	m.TemperatureMem = t.scaled16(6, 1)
 	m.TemperatureVRSoC = t.scaled16(8, 1)
 	m.SocketPower = t.scaled16(10, 1)
-	m.GFXActivity = t.percent16(12)
-	m.UMCActivity = t.percent16(14)
-	m.VCNActivity = t.array16(16, 4, t.percent16)
+	m.GFXActivity = t.percent16(m, "average_gfx_activity", 12)
+	m.UMCActivity = t.percent16(m, "average_umc_activity", 14)
+	m.VCNActivity = t.array16(16, 4, t.percents16(m, "vcn_activity"))
 	o := 24 // after vcn_activity[4]
 	if v15 {
-		m.JPEGActivity = t.array16(24, 32, t.percent16)
+		m.JPEGActivity = t.array16(24, 32, t.percents16(m, "jpeg_activity"))
 		o = 88
 	}
 	if e := t.u64(o); e.OK {
@@ -458,8 +485,8 @@ func decodeV1_6(t table, m *GPUMetrics, crev uint8) {
 	m.TemperatureMem = t.scaled16(6, 1)
 	m.TemperatureVRSoC = t.scaled16(8, 1)
 	m.SocketPower = t.scaled16(10, 1)
-	m.GFXActivity = t.percent16(12)
-	m.UMCActivity = t.percent16(14)
+	m.GFXActivity = t.percent16(m, "average_gfx_activity", 12)
+	m.UMCActivity = t.percent16(m, "average_umc_activity", 14)
 	e := 16
 	if crev >= 7 {
 		m.MemMaxBandwidth = t.u64(16)
@@ -521,11 +548,11 @@ func decodeV1_6(t table, m *GPUMetrics, crev uint8) {
 			x := XCPMetrics{
 				GFXBusy:    make([]Opt[float64], 8),
 				GFXBusyAcc: make([]Opt[uint64], 8),
-				JPEGBusy:   t.array16(base+32, jpeg, t.percent16),
-				VCNBusy:    t.array16(base+32+2*jpeg, 4, t.percent16),
+				JPEGBusy:   t.array16(base+32, jpeg, t.percents16(m, "jpeg_busy")),
+				VCNBusy:    t.array16(base+32+2*jpeg, 4, t.percents16(m, "vcn_busy")),
 			}
 			for i := 0; i < 8; i++ {
-				x.GFXBusy[i] = t.percent32(base + 4*i)
+				x.GFXBusy[i] = t.percent32(m, "gfx_busy_inst", base+4*i)
 				x.GFXBusyAcc[i] = t.u64(acc + 8*i)
 			}
 			m.Partitions = append(m.Partitions, x)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -360,5 +361,42 @@ func TestDecodeGPUMetricsV1_6toV1_8(t *testing.T) {
 				t.Errorf("xgmi link status %v", m.XGMILinkStatus)
 			}
 		})
+	}
+}
+
+// TestDecodeGPUMetricsActivityOutOfRange: a v1.4 table whose
+// average_gfx_activity (offset 12) is 101 and UMC activity (14) 40: the
+// GFX activity is left unset and named with its value, the UMC one read
+// (0.4), and the table's other fields too; an activity of 100 is read.
+// Read from a card, the file is then counted as malformed, its readings
+// kept (probe G, PG6: dropped without a word).
+func TestDecodeGPUMetricsActivityOutOfRange(t *testing.T) {
+	b := blank(288, 1, 4)
+	put16 := func(off int, v uint16) { binary.LittleEndian.PutUint16(b[off:], v) }
+	put16(10, 700) // curr_socket_power
+	put16(12, 101) // average_gfx_activity
+	put16(14, 40)  // average_umc_activity
+	m, err := DecodeGPUMetrics(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantUnset(t, "gfx activity", m.GFXActivity)
+	wantF(t, "umc activity", m.UMCActivity, 0.4)
+	wantF(t, "power", m.SocketPower, 700)
+	if want := []string{"average_gfx_activity 101 %"}; !slices.Equal(m.OutOfRange, want) {
+		t.Errorf("out of range %q, want %q", m.OutOfRange, want)
+	}
+	put16(12, 100)
+	if m, _ := DecodeGPUMetrics(b); len(m.OutOfRange) != 0 || !m.GFXActivity.OK {
+		t.Errorf("100 %%: out of range %q, gfx activity %+v", m.OutOfRange, m.GFXActivity)
+	}
+	put16(12, 101)
+	root := buildCard(t, map[string]string{"gpu_metrics": string(b)})
+	d := Reader{SysfsRoot: root}.ReadDevice("card0")
+	if d.Metrics == nil || !d.Metrics.SocketPower.OK {
+		t.Fatalf("the table's readings dropped: %+v", d.Metrics)
+	}
+	if got := errorFiles(d); !slices.Equal(got, []string{"gpu_metrics"}) || !errors.Is(d.Errors[0].Err, ErrMalformed) {
+		t.Errorf("errors %v (%v), want gpu_metrics malformed", got, d.Errors)
 	}
 }
