@@ -139,9 +139,13 @@ func (h *devicesHandler) view(snap *collector.Snapshot) devicesPage {
 			}
 			dv.Owners = append(dv.Owners, ov)
 		}
+		// The unattributed part as /metrics serves it: where it has a
+		// figure (probe I, PI7: an empty entry on a device whose owners
+		// are unknown, which no series stood for).
 		if len(usage) > len(d.Claims) {
-			u := usage[len(d.Claims)]
-			dv.Owners = append(dv.Owners, ownerView{Kind: "unattributed", Labels: map[string]string{}, Utilization: u.Utilization, MemoryUsed: u.MemoryUsed})
+			if u := usage[len(d.Claims)]; u.Utilization != nil || u.MemoryUsed != nil {
+				dv.Owners = append(dv.Owners, ownerView{Kind: "unattributed", Labels: map[string]string{}, Utilization: u.Utilization, MemoryUsed: u.MemoryUsed})
+			}
 		}
 		page.Devices = append(page.Devices, dv)
 	}

@@ -117,3 +117,24 @@ func TestDevicesPageLinksTelemetryPath(t *testing.T) {
 		}
 	}
 }
+
+// The unattributed part of a device is listed as /metrics serves it: with
+// its figures, and not at all where it has none (probe I, PI7: an empty
+// "unattributed" entry on a Gaudi whose owners were unknown). GPU 3's
+// stray process uses 2 GiB, listed; Gaudi 1's has no figure.
+func TestDevicesUnattributedAsServed(t *testing.T) {
+	mem := uint64(2 << 30)
+	snap := &collector.Snapshot{Devices: []*collector.Device{
+		{Vendor: "habana", Index: "1", UUID: "G-1", Up: true, OwnersUnknown: true,
+			Processes: []collector.Process{{PID: 7}}, ProcessOwner: map[uint32]int{7: attribution.Unattributed}},
+		{Vendor: "nvidia", Index: "3", UUID: "GPU-3", Up: true,
+			Processes: []collector.Process{{PID: 8, MemoryUsed: &mem}}, ProcessOwner: map[uint32]int{8: attribution.Unattributed}},
+	}}
+	view := (&devicesHandler{}).view(snap)
+	if o := view.Devices[0].Owners; len(o) != 0 {
+		t.Errorf("Gaudi 1: owners %+v, want none", o)
+	}
+	if o := view.Devices[1].Owners; len(o) != 1 || o[0].Kind != "unattributed" || o[0].MemoryUsed == nil || *o[0].MemoryUsed != float64(mem) {
+		t.Errorf("GPU 3: owners %+v, want the unattributed 2 GiB", o)
+	}
+}
