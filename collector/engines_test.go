@@ -1250,56 +1250,46 @@ func TestUnitEngineKeepsItsOwnerWhileItsProcessesAreUnread(t *testing.T) {
 	}
 }
 
-// A pod annotated for an endpoint that is also a configured target is
-// scraped once, as configured, and that is told once, not dropped unseen
-// (found in review).
-func TestDiscoveredDuplicateOfAConfiguredTargetIsTold(t *testing.T) {
+// One endpoint, two targets: scraped once, the second told once which
+// target has it. A pod annotated for an endpoint that is also a configured
+// target: scraped as configured, the pod told so, not dropped unseen
+// (found in review). Two pods annotated for one endpoint (a pod's IP
+// handed to its successor while it ends), nothing configured: scraped as
+// the first pod's, the other told it is that pod's, not a configured
+// target's (probe H, PH5).
+func TestDuplicateEndpointIsTold(t *testing.T) {
 	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
-	setEngineFlags(t, []string{"vllm=" + vllm.URL + "/metrics"})
-	pods := enginePods{{Namespace: "inference", Name: "llm-0", IP: host, Annotations: map[string]string{engineAnnotation: "vllm", portAnnotation: port}}}
-	var log syncbuf.Buffer
-	e := newAttributedExporterFor(t, demo.Default(), func(c *Config) {
-		c.PodMetadata = pods
-		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
-	})
-	for range 2 {
-		out := scrapeText(t, e, 10*time.Second)
-		if n := strings.Count(out, "xpu_inference_up{"); n != 1 {
-			t.Errorf("%d xpu_inference_up series, want the endpoint once", n)
-		}
-	}
-	if n := strings.Count(log.String(), "is a configured target's too"); n != 1 {
-		t.Errorf("%d log lines for the duplicate, want 1:\n%s", n, log.String())
-	}
-}
-
-// Two pods annotated for one endpoint (a pod's IP handed to its successor
-// while it ends), no target configured: scraped once, as the first pod's,
-// and the other told once that it is that pod's endpoint, not a
-// configured target's (probe H, PH5).
-func TestTwoPodsOfOneEndpointAreTold(t *testing.T) {
-	vllm := engineServer(t, "vllm-0.10.0-v1-fragment-production-stack-issue617.prom")
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(vllm.URL, "http://"))
-	setEngineFlags(t, nil)
 	annotations := map[string]string{engineAnnotation: "vllm", portAnnotation: port}
-	pods := enginePods{
-		{Namespace: "inference", Name: "llm-0", IP: host, Annotations: annotations},
-		{Namespace: "inference", Name: "llm-1", IP: host, Annotations: annotations},
+	llm := func(name string) kubernetes.PodMeta {
+		return kubernetes.PodMeta{Namespace: "inference", Name: name, IP: host, Annotations: annotations}
 	}
-	var log syncbuf.Buffer
-	e := newAttributedExporterFor(t, demo.Default(), func(c *Config) {
-		c.PodMetadata = pods
-		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
-	})
-	for range 2 {
-		out := scrapeText(t, e, 10*time.Second)
-		if n := strings.Count(out, "xpu_inference_up{"); n != 1 {
-			t.Errorf("%d xpu_inference_up series, want the endpoint once", n)
-		}
-	}
-	if n := strings.Count(log.String(), "is pod inference/llm-0's too"); n != 1 || strings.Contains(log.String(), "configured target") {
-		t.Errorf("%d log lines naming pod llm-0 for the duplicate, want 1 and none of a configured target:\n%s", n, log.String())
+	for _, tc := range []struct {
+		name       string
+		configured []string
+		pods       enginePods
+		told, not  string
+	}{
+		{"configured and a pod's", []string{"vllm=" + vllm.URL + "/metrics"}, enginePods{llm("llm-0")}, "is a configured target's too", "is pod "},
+		{"two pods'", nil, enginePods{llm("llm-0"), llm("llm-1")}, "is pod inference/llm-0's too", "configured target"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setEngineFlags(t, tc.configured)
+			var log syncbuf.Buffer
+			e := newAttributedExporterFor(t, demo.Default(), func(c *Config) {
+				c.PodMetadata = tc.pods
+				c.Logger = slog.New(slog.NewTextHandler(&log, nil))
+			})
+			for range 2 {
+				out := scrapeText(t, e, 10*time.Second)
+				if n := strings.Count(out, "xpu_inference_up{"); n != 1 {
+					t.Errorf("%d xpu_inference_up series, want the endpoint once", n)
+				}
+			}
+			if n := strings.Count(log.String(), tc.told); n != 1 || strings.Contains(log.String(), tc.not) {
+				t.Errorf("%d log lines saying %q for the duplicate, want 1 and none saying %q:\n%s", n, tc.told, tc.not, log.String())
+			}
+		})
 	}
 }
 

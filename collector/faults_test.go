@@ -561,6 +561,27 @@ devices:
 	}
 }
 
+// startedHangingGPU is a started exporter of two simulated GPUs, GPU 0's
+// power reads taking hang, its log, and what stops it.
+func startedHangingGPU(t *testing.T, hang string) (*Exporter, *syncbuf.Buffer, context.CancelFunc) {
+	t.Helper()
+	s, err := demo.Parse([]byte(`
+defaults: {model: X, memory_total: 1GiB, metrics: {power: 100}}
+devices:
+  - faults: {hang: [power], hang_for: ` + hang + `}
+  - {}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := new(syncbuf.Buffer)
+	e := newExporterOf(t, Config{NVML: s.NVML(time.Now(), time.Now), Logger: slog.New(slog.NewTextHandler(logs, nil))}, "nvidia")
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	e.Start(ctx)
+	return e, logs, stop
+}
+
 // A read cut because the exporter stops (SIGTERM, or a start that fails
 // after the collectors started) did not find its GPUs down: they are not
 // logged down, while a GPU whose read misses the deadline of two scrapes
@@ -575,20 +596,7 @@ func TestNvidiaReadCutByShutdownLogsNothing(t *testing.T) {
 		{"shutdown", true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := demo.Parse([]byte(`
-defaults: {model: X, memory_total: 1GiB, metrics: {power: 100}}
-devices:
-  - faults: {hang: [power], hang_for: 2s}
-  - {}
-`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var logs syncbuf.Buffer
-			e := newExporterOf(t, Config{NVML: s.NVML(time.Now(), time.Now), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
-			ctx, stop := context.WithCancel(context.Background())
-			t.Cleanup(stop)
-			e.Start(ctx) // its warm-up read waits for GPU 0
+			e, logs, stop := startedHangingGPU(t, "2s") // its warm-up read waits for GPU 0
 			time.Sleep(100 * time.Millisecond)
 			if tc.stop {
 				stop()
@@ -644,20 +652,7 @@ func TestOneScrapeDeadlineLogsNoGPUDown(t *testing.T) {
 		downLines int
 	}{{"200ms", 0}, {"2s", 1}} {
 		t.Run(tc.hang, func(t *testing.T) {
-			s, err := demo.Parse([]byte(`
-defaults: {model: X, memory_total: 1GiB, metrics: {power: 100}}
-devices:
-  - faults: {hang: [power], hang_for: ` + tc.hang + `}
-  - {}
-`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var logs syncbuf.Buffer
-			e := newExporterOf(t, Config{NVML: s.NVML(time.Now(), time.Now), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, "nvidia")
-			ctx, stop := context.WithCancel(context.Background())
-			t.Cleanup(stop)
-			e.Start(ctx)
+			e, logs, _ := startedHangingGPU(t, tc.hang)
 			time.Sleep(100 * time.Millisecond)
 			if v := sample(t, scrapeText(t, e, 50*time.Millisecond), "xpu_device_up", `gpu="0"`); v != 0 {
 				t.Fatalf("GPU 0 up = %v in a scrape of 50 ms while its read hangs: the test proves nothing", v)
