@@ -30,7 +30,8 @@ func init() {
 
 var (
 	amdReadErrors = counter("amd_read_errors_total", "amdgpu sysfs and procfs files that exist but could not be read or parsed, by file (not counting readings a model lacks).")
-	amdXGMIData   = counter("amd_xgmi_data_bytes_total", "Data the GPU's XGMI links carried since the driver was loaded, summed over its links (one the firmware leaves out of a read counts at its last value, one that appears later from then on), by direction (read, write), from gpu_metrics.")
+	amdXGMIData   = counter("amd_xgmi_data_bytes_total", "Data the GPU's XGMI links carried since the driver was loaded, summed over its links (one the firmware leaves out of a read counts at its last value, one that appears later from then on, one that starts again counts on from 0), by direction (read, write), from gpu_metrics.")
+	amdPCIeNAKs   = counter("amd_pcie_naks_total", "PCIe NAKs the GPU's link generated and received, from amdgpu's pcie_replay_count: each asks the other end for a replay, so this counts replays on both ends of the link, where xpu_pcie_replays_total counts the GPU's own.")
 	amdRASErrors  = counter("amd_ras_errors_total", "Errors the amdgpu RAS block counted since the driver was loaded, by block (umc, gfx, sdma, xgmi_wafl, …) and type (corrected, uncorrected, deferred).")
 )
 
@@ -1714,6 +1715,9 @@ func emitAMDReadings(e emitter, l labels, d *Device, data *amdData) {
 	amdOpt(e, amdXGMIData, l.with("direction", "write"), data.xgmiWrite)
 	if m != nil && m.PCIeReplayCount.OK {
 		e.emit(pcieReplays, l, float64(m.PCIeReplayCount.Value))
+	}
+	if ad.PCIeNAKs.OK {
+		e.emit(amdPCIeNAKs, l, float64(ad.PCIeNAKs.Value))
 	}
 	if ad.LinkSpeed.OK {
 		if g, ok := amd.LinkGeneration(ad.LinkSpeed.Value); ok {

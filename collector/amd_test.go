@@ -2486,3 +2486,25 @@ func TestAMDPartitionsListedInPartKeepTheirNumbers(t *testing.T) {
 		t.Errorf("SPX with a leftover partition: %+v (GPU's listing whole %v), want -xcp1 with no share", devs[0], gpu.MIGListed)
 	}
 }
+
+// TestAMDPCIeNAKsServedApart: the simulated MI300X's pcie_replay_count
+// file says 42 NAKs (pcie_naks) and its gpu_metrics replay count 7
+// (pcie_replays): each is served as read, under its own family, never one
+// for the other (probe G, PG5: the file was not read).
+func TestAMDPCIeNAKsServedApart(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: naks
+devices:
+  - {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750, metrics: {pcie_naks: 42, pcie_replays: 7}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, sim := newAttributedExporterSim(t, s)
+	sim.AMD.Reset(testStart)
+	if err := sim.AMD.WriteAt(testNow); err != nil {
+		t.Fatal(err)
+	}
+	check, _ := oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_amd_pcie_naks_total", 42, `gpu="0"`)
+	check(t, "xpu_pcie_replays_total", 7, `gpu="0"`)
+}

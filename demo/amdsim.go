@@ -50,6 +50,9 @@ var amdOnlyKeys = map[string]string{
 	// links (gpu_metrics' per-link xgmi_read/write_data_acc, in KB).
 	"xgmi_read":  "bytes over the XGMI links (counter)",
 	"xgmi_write": "bytes over the XGMI links (counter)",
+	// pcie_naks is amdgpu's pcie_replay_count: NAKs the link generated
+	// and received.
+	"pcie_naks": "count (counter)",
 }
 
 // amdXGMILinks are the XGMI links of an MI300X in an 8-GPU hive, one to
@@ -63,7 +66,7 @@ var amdKeys = []string{
 	"utilization", "memory_utilization", "memory_used", "temperature", "memory_temperature",
 	"power", "energy", "clock_graphics", "clock_memory", "pcie_generation", "pcie_max_generation",
 	"pcie_width", "pcie_max_width", "pcie_replays", "ecc_corrected", "ecc_uncorrected", "driver_reloads",
-	"xgmi_read", "xgmi_write",
+	"xgmi_read", "xgmi_write", "pcie_naks",
 }
 
 // amdRASKeys are the readings that fill ras/umc_err_count.
@@ -492,6 +495,7 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	files["max_link_speed"] = pcieSpeed(maxGen)
 	files["current_link_width"] = fmt.Sprintf("%d\n", int(m("pcie_width", 16)))
 	files["max_link_width"] = fmt.Sprintf("%d\n", int(m("pcie_max_width", 16)))
+	files["pcie_replay_count"] = fmt.Sprintf("%d\n", uint64(m("pcie_naks", 0)))
 	sclk := int(m("clock_graphics", 500+util*1600))
 	mclk := int(m("clock_memory", 1300))
 	files["pp_dpm_sclk"] = fmt.Sprintf("0: 500Mhz\n1: %dMhz *\n2: 2100Mhz\n", sclk)

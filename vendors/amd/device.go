@@ -72,6 +72,15 @@ type Device struct {
 	LinkWidth    Opt[int]
 	MaxLinkWidth Opt[int]
 
+	// PCIeNAKs is pcie_replay_count: amdgpu.rst (DOC: pcie_replay_count)
+	// "returns the total number of replays as a sum of the NAKs generated
+	// and NAKs received". Each NAK asks the other end for a replay, so it
+	// counts replays on both ends of the link, where gpu_metrics'
+	// pcie_replay_count_acc (v1.4+) counts the GPU's own: a reading of its
+	// own, which MI100 and MI200 (gpu_metrics v1.3) have and the table
+	// lacks.
+	PCIeNAKs Opt[uint64]
+
 	// SClock and MClock are the active pp_dpm_sclk / pp_dpm_mclk levels in Hz.
 	SClock Opt[float64]
 	MClock Opt[float64]
@@ -415,6 +424,7 @@ func (r Reader) ReadDevice(card string) Device {
 	}
 	d.LinkSpeed = optional(dr, "current_link_speed", parseLinkSpeed)
 	d.LinkWidth = optional(dr, "current_link_width", parseLinkWidth)
+	d.PCIeNAKs = value(dr, "pcie_replay_count", parseUint)
 
 	// Fixed when the GPU registers: amdgpu reads the product name, serial
 	// and unique ID from the FRU and SMU at init

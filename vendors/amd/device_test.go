@@ -469,3 +469,20 @@ func TestIsPCIAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestReadDevicePCIeNAKs: pcie_replay_count, "%llu\n" (amdgpu_device.c,
+// amdgpu_device_get_pcie_replay_count), is read as a count; a card
+// without it (an APU) has none, and a malformed one is the file's error.
+func TestReadDevicePCIeNAKs(t *testing.T) {
+	d := Reader{SysfsRoot: buildCard(t, map[string]string{"pcie_replay_count": "17\n"})}.ReadDevice("card0")
+	if !d.PCIeNAKs.OK || d.PCIeNAKs.Value != 17 || len(d.Errors) != 0 {
+		t.Errorf("NAKs %+v, errors %v; want 17", d.PCIeNAKs, d.Errors)
+	}
+	if d := (Reader{SysfsRoot: buildCard(t, map[string]string{"gpu_busy_percent": "5\n"})}).ReadDevice("card0"); d.PCIeNAKs.OK {
+		t.Errorf("no pcie_replay_count: NAKs %+v, want none", d.PCIeNAKs)
+	}
+	d = Reader{SysfsRoot: buildCard(t, map[string]string{"pcie_replay_count": "-1\n"})}.ReadDevice("card0")
+	if got := errorFiles(d); d.PCIeNAKs.OK || !reflect.DeepEqual(got, []string{"pcie_replay_count"}) {
+		t.Errorf("-1: NAKs %+v, errors %v; want none, the file's error", d.PCIeNAKs, got)
+	}
+}
