@@ -397,7 +397,7 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		if !slurmDown {
 			n, beyond := r.gresNamingNoDevice(devices, sl, unread)
 			res.UnknownDeviceIDs += n
-			if beyond {
+			if beyond || r.gresCountShort(devices, sl, unread) {
 				devices = withoutGRESPlaces(devices)
 			}
 		}
@@ -2239,6 +2239,10 @@ type slurmState struct {
 	// be used, by reason (Refused*): logged once each, counted here so
 	// that an alert can tell why GPUs have unknown owners.
 	refused map[string]int
+	// nodeGPUs is how many GPUs Slurm numbers on the node (GRES indices),
+	// where nodeGPUsKnown.
+	nodeGPUs      int
+	nodeGPUsKnown bool
 }
 
 // unseenHolder says whether a device may be held by a job the state does
@@ -2308,6 +2312,31 @@ func (r *Resolver) gresNamingNoDevice(devices []Device, sl slurmState, unread ma
 		}
 	}
 	return n, beyond
+}
+
+// gresCountShort says whether Slurm numbers more GPUs on the node than
+// the devices read here are numbered to (their highest GRES index + 1): a
+// GPU it numbered is not read here, and wherever in the order it was, the
+// indices from its place on name their neighbours (probe J, PJ2), even
+// where no job holds an index past the last. Not told where some device's
+// index is unknown or a vendor's devices could not be read.
+func (r *Resolver) gresCountShort(devices []Device, sl slurmState, unread map[string]bool) bool {
+	if !sl.nodeGPUsKnown || len(unread) > 0 {
+		return false
+	}
+	highest := -1
+	for _, d := range devices {
+		if d.GRESUnplaced {
+			return false
+		}
+		highest = max(highest, d.GRESIndex)
+	}
+	if highest < 0 || sl.nodeGPUs <= highest+1 {
+		return false
+	}
+	r.logOnceMsg(fmt.Errorf("Slurm numbers %d GPUs on this node, %d are read here", sl.nodeGPUs, highest+1),
+		"Slurm numbered more GPUs on this node than are read here (a GPU the vendor's library does not list, lost before the exporter started), so which GRES index names which GPU is not known; no GPU is attributed by GRES index while it lasts (owners unknown where jobs hold GRES; processes still name their jobs)")
+	return true
 }
 
 // withoutGRESPlaces returns a copy of devices none of which has a GRES
@@ -2587,6 +2616,13 @@ func (r *Resolver) slurmJobs(ctx context.Context, procs map[uint32]procInfo) (sl
 		for _, j := range list {
 			running[j.ID] = j
 			ids[j.ID] = true
+		}
+		if len(list) > 0 {
+			n, err := c.NodeGPUs(ctx, r.cfg.NodeName)
+			if err != nil {
+				r.logOnceMsg(err, "cannot read how many GPUs Slurm numbers on this node (scontrol show node); a GPU it numbered that is not read here is told only by a job holding an index past the last")
+			}
+			st.nodeGPUs, st.nodeGPUsKnown = n, err == nil
 		}
 		// Jobs squeue did not list may hold GPUs here: their owners are
 		// unknown, not none.

@@ -2624,6 +2624,71 @@ func TestSlurmRecordOfAnotherJob(t *testing.T) {
 	}
 }
 
+// TestSlurmGRESCountShort: Slurm numbers 5 GPUs on node1 (scontrol show
+// node: Gres=gpu:5) and 4 are read here, GRES 0 to 3; job 801 holds GRES
+// 1, its process on GPU 3. No job holds an index past the last, but one of
+// the 5 is missing somewhere in the order, so GRES 1 may be GPU 1 or 2: no
+// GPU is job 801's by GRES, and every GPU's owners are unknown; its
+// process still names it on GPU 3 (probe J, PJ2). With Gres=gpu:4 the
+// count agrees: GPU 1 is job 801's, share 1, owners known. Logged once
+// over two scrapes.
+func TestSlurmGRESCountShort(t *testing.T) {
+	for _, tc := range []struct {
+		gres  string
+		short bool
+	}{{"gpu:5(S:0-1)", true}, {"gpu:4(S:0-1)", false}} {
+		t.Run(tc.gres, func(t *testing.T) {
+			scontrol := textScontrol(t, `show) [ "$2" != node ] || { printf 'NodeName=node1 Arch=x86_64 CoresPerSocket=1
+   Gres=`+tc.gres+`
+'; exit 0; } ;;`, `801) printf 'JobId=801 JobName=train
+   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A
+   Priority=1 Nice=0 Account=physics QOS=normal
+   JobState=RUNNING Reason=None Dependency=(null)
+   Partition=gpu AllocNode:Sid=node1:1
+   NodeList=node1
+   JOB_GRES=gpu:1
+     Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:1(IDX:1)
+' ;;
+`)
+			squeue := fakeBinary(t, "squeue", `printf '801|801|2026-11-22T09:00:00
+'`)
+			var logs bytes.Buffer
+			r := New(Config{Slurm: &slurm.Client{Path: scontrol, SqueuePath: squeue}, NodeName: "node1",
+				Procfs: procfs(t, map[uint32]string{8001: "/system.slice/slurmstepd.scope/job_801/step_0/user/task_0"}),
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			var devices []Device
+			for i := range 4 {
+				d := Device{UUID: fmt.Sprintf("GPU-%d", i), Index: i, MIGIndex: -1, GRESIndex: i}
+				if i == 3 {
+					d.PIDs = []uint32{8001}
+				}
+				devices = append(devices, d)
+			}
+			for range 2 {
+				res := r.Resolve(context.Background(), devices)
+				gpu1 := res.Devices["GPU-1"]
+				if tc.short {
+					if len(gpu1.Claims) != 0 || !gpu1.OwnersUnknown || !res.Devices["GPU-0"].OwnersUnknown {
+						t.Errorf("GPU 1: claims %+v, owners unknown %v; want none by GRES, every GPU's owners unknown", gpu1.Claims, gpu1.OwnersUnknown)
+					}
+				} else if len(gpu1.Claims) != 1 || gpu1.Claims[0].Owner.SlurmJobID != "801" || gpu1.Claims[0].Share != 1 || gpu1.OwnersUnknown {
+					t.Errorf("GPU 1: claims %+v, owners unknown %v; want job 801, share 1", gpu1.Claims, gpu1.OwnersUnknown)
+				}
+				if c := res.Devices["GPU-3"].Claims; len(c) != 1 || c[0].Owner.SlurmJobID != "801" {
+					t.Errorf("GPU 3: claims %+v, want job 801 by its process", c)
+				}
+			}
+			want := 0
+			if tc.short {
+				want = 1
+			}
+			if n := strings.Count(logs.String(), "Slurm numbers 5 GPUs on this node, 4 are read here"); n != want {
+				t.Errorf("%d log lines of the count, want %d:\n%s", n, want, logs.String())
+			}
+		})
+	}
+}
+
 // TestSlurmdListsAPIDUnderTwoJobs: on a proctrack/linuxproc node (tasks in
 // slurmd.service), scontrol listpids prints PID 8103 under job 1103 (step
 // 0; its GRES hold GPU 2) and under job 1100 (step extern; GRES GPU 0), as

@@ -360,7 +360,9 @@ func (s *Scenario) writeSlurm(dir, node string, start time.Time) (scontrol, sque
 	script := "#!/bin/sh\n# The demo's stand-in for Slurm " + or(s.Slurm.Version, "22.05") + "'s scontrol; its answers are in " + answers + ".\n" +
 		"json=\n" +
 		"case \"$1\" in\n" + jsonOption + "\nlistpids) " + s.listPIDs() + " ;;\n" +
-		"show) [ \"$2\" != config ] || { printf 'PrivateData             = %s\\nSlurmUser               = slurm(64030)\\n' '" + or(s.Slurm.PrivateData, "none") + "'; exit 0; } ;;\nesac\n" +
+		"show) [ \"$2\" != config ] || { printf 'PrivateData             = %s\\nSlurmUser               = slurm(64030)\\n' '" + or(s.Slurm.PrivateData, "none") + "'; exit 0; }\n" +
+		"  [ \"$2\" != node ] || { [ \"$3\" = '" + node + "' ] || { echo \"Node $3 not found\" >&2; exit 1; }\n" +
+		"    printf 'NodeName=%s Arch=x86_64 CoresPerSocket=1\\n   Gres=%s\\n   State=MIXED\\n' '" + node + "' '" + s.nodeGres() + "'; exit 0; } ;;\nesac\n" +
 		hidden +
 		"details=\nfor last; do case \"$last\" in -d|--details) details=1 ;; esac; done\n" +
 		"case \"$last\" in *[!0-9_]*|'') last=invalid ;; esac\n" +
@@ -425,6 +427,29 @@ job() {
 [ -z "$node" ] || [ "$node" = '` + node + `' ] || exit 0
 ` + squeueHidden + squeueLines.String()
 	return scontrol, squeue, os.WriteFile(squeue, []byte(body), 0o755)
+}
+
+// nodeGres is the node's Gres= field in `scontrol show node`: the GPUs
+// slurmd numbered when it started, every device of the scenario (one hl-smi
+// does not list or that left the bus since included), a GPU in MIG mode as
+// its instances and a partitioned AMD GPU as its partitions, as NVML's and
+// ROCm's autodetection count them; "(null)" for none.
+func (s *Scenario) nodeGres() string {
+	n := 0
+	for _, d := range s.Devices {
+		switch {
+		case len(d.MIG) > 0:
+			n += len(d.MIG)
+		case len(d.Partitions) > 0:
+			n += len(d.Partitions)
+		default:
+			n++
+		}
+	}
+	if n == 0 {
+		return "(null)"
+	}
+	return fmt.Sprintf("gpu:%d", n)
 }
 
 // listPIDs is the shell command answering `scontrol listpids`: under

@@ -91,6 +91,12 @@ type Client struct {
 	config        slurmConfig
 	configErr     error
 	configExpires time.Time
+	// nodeGPUs is how many gpu GRES `scontrol show node` gave the node
+	// nodeGPUsOf, or nodeGPUsErr, until nodeGPUsExpires (NodeGPUs).
+	nodeGPUs        int
+	nodeGPUsOf      string
+	nodeGPUsErr     error
+	nodeGPUsExpires time.Time
 }
 
 // nodeJobsTTL is how long the list of a node's running jobs is reused: a job
