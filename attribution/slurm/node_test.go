@@ -18,7 +18,7 @@ func TestParseNodeGPUs(t *testing.T) {
 	}{
 		{"gpu:8(S:0-1)", 8},
 		{"gpu:4", 4},
-		{"gpu:a100:2(S:0),gpu:1g.10gb:7", 9},       // a whole A100 pair and 7 MIG devices
+		{"gpu:a100:2(S:0),gpu:1g.10gb:7", 9},          // a whole A100 pair and 7 MIG devices
 		{"gpu:h100:4(S:0,2),shard:h100:32(S:0,2)", 4}, // shards are parts of the 4
 		{"gpu:2,mps:200", 2},
 		{"(null)", 0},
