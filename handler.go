@@ -114,9 +114,11 @@ func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeTime is how long a scraper has to read a body of n bytes: 10 s, and
-// a second per MiB (a scraper across a slow link).
+// 10 s per MiB begun, so that a scraper reading at 100 KiB/s (across a slow
+// link, a body asked for without gzip) gets it whole: at a second per MiB
+// a 4 MiB body was cut short for one reading at 300 kB/s (probe J, PJ4).
 func writeTime(n int) time.Duration {
-	return 10*time.Second + time.Duration(n>>20)*time.Second
+	return 10*time.Second + time.Duration((n+1<<20-1)>>20)*10*time.Second
 }
 
 // body renders this scrape's body, or joins the one being rendered when it

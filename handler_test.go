@@ -383,3 +383,16 @@ func (g *blockingGatherer) Gather() ([]*dto.MetricFamily, error) {
 	<-g.release
 	return nil, nil
 }
+
+// TestWriteTime: 10 s, and 10 s per MiB begun. By hand: an empty body 10
+// s; the demo's 200,000 bytes begin one MiB, 20 s; probe J's 4,193,802
+// bytes (64 GPUs, --collector.process, no gzip) are 3.9995 MiB, four
+// begun, 50 s, more than the 40.96 s a scraper reading 100 KiB/s takes
+// (4,193,802 / 102,400).
+func TestWriteTime(t *testing.T) {
+	for n, want := range map[int]time.Duration{0: 10 * time.Second, 200_000: 20 * time.Second, 4_193_802: 50 * time.Second, 1 << 20: 20 * time.Second} {
+		if got := writeTime(n); got != want {
+			t.Errorf("writeTime(%d) = %v, want %v", n, got, want)
+		}
+	}
+}

@@ -69,7 +69,7 @@ func run() int {
 		scrapeTimeout = kingpin.Flag("scrape.timeout",
 			"Deadline of a scrape when Prometheus does not send X-Prometheus-Scrape-Timeout-Seconds, and the longest an OTLP push reads the devices (at most half of --otlp.interval).").Default("10s").Duration()
 		maxTimeout = kingpin.Flag("scrape.max-timeout",
-			"Longest scrape deadline a client may ask for with X-Prometheus-Scrape-Timeout-Seconds; the HTTP server's write and idle timeouts follow from it (a response once rendered has 10 s, and a second per MiB, to be read, so that a client that never reads its responses holds a request slot no longer).").Default("2m").Duration()
+			"Longest scrape deadline a client may ask for with X-Prometheus-Scrape-Timeout-Seconds; the HTTP server's write and idle timeouts follow from it (a response once rendered has 10 s, and 10 s per MiB, to be read, so that a client that never reads its responses holds a request slot no longer).").Default("2m").Duration()
 		enablePprof = kingpin.Flag("web.enable-pprof",
 			"Serve Go's profiling endpoints under /debug/pprof/, to send profiles with a bug report.").Bool()
 		timeoutOffset = kingpin.Flag("scrape.timeout-offset",

@@ -777,7 +777,7 @@ func (c *amdCollector) partitions(parts []amd.Partition, byPCI map[string]*Devic
 			UtilizationOfTheMoment: true,
 			MIG: &MIGInstance{
 				ParentUUID: parent.UUID,
-				Profile:    partitionProfile(pd),
+				Profile:    partitionProfile(pd, spx),
 				Instance:   strconv.Itoa(n),
 				Index:      n,
 				// The ROCm device plugin's name for it: the GPU's PCI
@@ -857,9 +857,10 @@ func (l partLayout) mode() string {
 // or "unknown" while the GPU cannot tell it (amdgpu prints UNKNOWN during
 // a switch, amdgpu_gfx.c, amdgpu_gfx_compute_mode_desc), never empty,
 // which would serve a partition as no partition and log its layout as SPX
-// (probe G, PG4).
-func partitionProfile(d *amd.Device) string {
-	if !d.ComputePartition.OK || d.ComputePartition.Value == "" {
+// (probe G, PG4); "unknown" too for a partition of a GPU that says it is
+// one partition (spx: a switch under way), not "spx" (probe J, PJ7).
+func partitionProfile(d *amd.Device, spx bool) string {
+	if spx || !d.ComputePartition.OK || d.ComputePartition.Value == "" {
 		return "unknown"
 	}
 	return strings.ToLower(d.ComputePartition.Value)

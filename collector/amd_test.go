@@ -2482,8 +2482,8 @@ func TestAMDPartitionsListedInPartKeepTheirNumbers(t *testing.T) {
 	pd.ComputePartition = amd.Opt[string]{Value: "SPX", OK: true}
 	left := []amd.Partition{{Name: "amdgpu_xcp_7", ParentPCIBusID: gpu.PCIBusID, Card: 9, RenderMinor: 137, Number: reading.Some(1)}}
 	devs = c.partitions(left, map[string]*Device{gpu.PCIBusID: gpu})
-	if len(devs) != 1 || devs[0].UUID != "00000000000000aa-xcp1" || devs[0].MIG.Fraction != 0 || gpu.MIGListed {
-		t.Errorf("SPX with a leftover partition: %+v (GPU's listing whole %v), want -xcp1 with no share", devs[0], gpu.MIGListed)
+	if len(devs) != 1 || devs[0].UUID != "00000000000000aa-xcp1" || devs[0].MIG.Fraction != 0 || gpu.MIGListed || devs[0].MIG.Profile != "unknown" {
+		t.Errorf("SPX with a leftover partition: %+v (GPU's listing whole %v), want -xcp1 with no share, profile unknown (PJ7)", devs[0], gpu.MIGListed)
 	}
 }
 

@@ -61,7 +61,7 @@ func TestTinyTimeoutReportsDevicesDown(t *testing.T) {
 }
 
 // Clients that send requests and never read the answers hold request slots
-// no longer than a body's write time, 10 s for the demo's, whatever the
+// no longer than a body's write time, 20 s for the demo's, whatever the
 // longest scrape allowed (2 minutes by default, whose 125 s write timeout
 // locked scrapers out for as long: probe H, PH2): a normal scrape gets
 // through.
@@ -112,7 +112,7 @@ func TestSlowReadersDoNotStarveScrapes(t *testing.T) {
 			t.Fatal("the slow readers never held both request slots")
 		}
 	}
-	// Their writes end after 10 s; well within the 40 s below a normal
+	// Their writes end after 20 s (writeTime); within the 40 s below a normal
 	// scrape must succeed, at the latest once those connections are cut.
 	deadline := time.Now().Add(40 * time.Second)
 	for {
