@@ -2334,7 +2334,7 @@ func (r *Resolver) gresCountShort(devices []Device, sl slurmState, unread map[st
 	if highest < 0 || sl.nodeGPUs <= highest+1 {
 		return false
 	}
-	r.logOnceMsg(fmt.Errorf("Slurm numbers %d GPUs on this node, %d are read here", sl.nodeGPUs, highest+1),
+	r.logOnceMsg(fmt.Errorf("gres/gpu count %d in scontrol show node, %d GPUs read here", sl.nodeGPUs, highest+1),
 		"Slurm numbered more GPUs on this node than are read here (a GPU the vendor's library does not list, lost before the exporter started), so which GRES index names which GPU is not known; no GPU is attributed by GRES index while it lasts (owners unknown where jobs hold GRES; processes still name their jobs)")
 	return true
 }

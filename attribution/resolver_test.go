@@ -2682,7 +2682,7 @@ func TestSlurmGRESCountShort(t *testing.T) {
 			if tc.short {
 				want = 1
 			}
-			if n := strings.Count(logs.String(), "Slurm numbers 5 GPUs on this node, 4 are read here"); n != want {
+			if n := strings.Count(logs.String(), "gres/gpu count 5 in scontrol show node, 4 GPUs read here"); n != want {
 				t.Errorf("%d log lines of the count, want %d:\n%s", n, want, logs.String())
 			}
 		})
