@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/gzip"
 	dto "github.com/prometheus/client_model/go"
@@ -72,6 +73,13 @@ var parseSlots = make(chan struct{}, 2)
 // 8 GPUs, and a body read whole is parsed in milliseconds.
 const readAhead = 1 << 20
 
+// readBudget is the bytes of bodies read ahead past their first readAhead,
+// across targets, at most maxReadBudget: two bodies of the default
+// --engines.max-bytes. Past it, a body streams into its parse.
+var readBudget atomic.Int64
+
+const maxReadBudget = 32 << 20
+
 // readAheads are the read-ahead buffers, reused across scrapes.
 var readAheads = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
@@ -129,13 +137,15 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
 	}
 	capped := &cappedReader{r: content, left: lim.MaxBytes}
-	// The body is read ahead without a parse slot, up to readAhead bytes:
-	// a slot is then held by a parse that runs on, never by a body that
-	// trickles in. An endpoint that sent its headers and then its body a
-	// byte at a time held a slot to the deadline, and two of them failed
-	// every other engine and dcgm-exporter (probe H, PH1). A larger body
-	// is parsed as it comes, under a slot, as memory is bounded by
-	// parsing few at once.
+	// The body is read ahead without a parse slot: a slot is then held by
+	// a parse that runs on, never by a body that trickles in. An endpoint
+	// that sent its headers and then its body a byte at a time held a slot
+	// to the deadline, and two of them failed every other engine and
+	// dcgm-exporter (probe H, PH1; over the first MiB, probe J, PJ1). The
+	// first readAhead bytes of every body are read so; the rest while the
+	// bytes read ahead of all targets stay within readBudget. A body the
+	// budget cannot hold is parsed as it comes, under a slot, as memory is
+	// bounded by parsing few at once.
 	head := readAheads.Get().(*bytes.Buffer)
 	defer func() {
 		if head.Cap() <= readAhead {
@@ -144,11 +154,22 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 		}
 	}()
 	n, err := head.ReadFrom(io.LimitReader(capped, readAhead))
+	whole := n < readAhead
+	var taken int64
+	defer func() { readBudget.Add(-taken) }()
+	for err == nil && !whole && readBudget.Add(readAhead) <= maxReadBudget {
+		taken += readAhead
+		n, err = head.ReadFrom(io.LimitReader(capped, readAhead))
+		whole = n < readAhead
+	}
+	if !whole && err == nil {
+		readBudget.Add(-readAhead) // the step the budget could not hold
+	}
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", req.URL.Redacted(), err)
 	}
 	var src io.Reader = bytes.NewReader(head.Bytes())
-	if n == readAhead {
+	if !whole {
 		src = io.MultiReader(src, capped)
 	}
 	select {

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -537,16 +538,22 @@ func TestScrapeAsksForNoCompression(t *testing.T) {
 
 // TestTricklingBodiesHoldNoParseSlot: three endpoints send their headers,
 // then a byte of a small body every 100 ms (a stalled engine, a slow
-// proxy, a hostile pod); while they trickle, a healthy endpoint is scraped
-// in full, not left waiting for one of the parse slots until its deadline
-// (probe H, PH1: with two such endpoints every other engine and
-// dcgm-exporter failed). A body over the read-ahead streams into its parse
+// proxy, a hostile pod), and three more send 1.5 MiB first; while they
+// trickle, a healthy endpoint is scraped in full, not left waiting for one
+// of the parse slots until its deadline (probe H, PH1: with two such
+// endpoints every other engine and dcgm-exporter failed; probe J, PJ1:
+// so they did with bodies past the first MiB). A body over the read-ahead streams into its parse
 // as before, its series read whole.
 func TestTricklingBodiesHoldNoParseSlot(t *testing.T) {
 	stop := make(chan struct{})
 	trickle := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", textContentType)
 		w.WriteHeader(http.StatusOK)
+		if r.URL.Path == "/big" {
+			// 1.5 MiB of comments at once, past the first MiB read ahead
+			// (probe J, PJ1), then the trickle.
+			w.Write(bytes.Repeat([]byte("# padding\n"), 3<<20/20))
+		}
 		for _, b := range []byte("# TYPE x gauge\nx 1\n") {
 			w.Write([]byte{b})
 			w.(http.Flusher).Flush()
@@ -562,9 +569,12 @@ func TestTricklingBodiesHoldNoParseSlot(t *testing.T) {
 	defer trickle.Close()
 	defer close(stop)
 	slow, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	var trickling sync.WaitGroup
+	defer trickling.Wait() // their read-ahead budget given back
 	defer cancel()
 	for range cap(parseSlots) + 1 {
-		go Scrape(slow, nil, trickle.URL, Limits{MaxBytes: 1 << 20})
+		trickling.Go(func() { Scrape(slow, nil, trickle.URL, Limits{MaxBytes: 1 << 20}) })
+		trickling.Go(func() { Scrape(slow, nil, trickle.URL+"/big", Limits{MaxBytes: 4 << 20}) })
 	}
 	time.Sleep(300 * time.Millisecond) // their headers are in, their bodies trickling
 	// A second to answer, well before the trickles' 1.9 s.
@@ -585,5 +595,29 @@ func TestTricklingBodiesHoldNoParseSlot(t *testing.T) {
 	}
 	if got, want := len(families["big"].GetMetric()), strings.Count(big.String(), "\n")-1; got != want {
 		t.Errorf("a body over the read-ahead: %d series, want %d", got, want)
+	}
+}
+
+// TestReadBudgetGivenBack: the bytes a body took of the read-ahead budget
+// past its first MiB are given back when its scrape ends, parsed (a 3 MiB
+// body) or refused (over --engines.max-bytes): none is left taken.
+func TestReadBudgetGivenBack(t *testing.T) {
+	var big strings.Builder
+	big.WriteString("# TYPE big gauge\n")
+	for i := 0; big.Len() <= 3<<20; i++ {
+		fmt.Fprintf(&big, "big{i=\"%d\"} 1\n", i)
+	}
+	url := serve(t, textContentType, http.StatusOK, big.String())
+	if _, err := Scrape(context.Background(), nil, url, Limits{MaxBytes: 8 << 20, MaxLabelPairs: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if n := readBudget.Load(); n != 0 {
+		t.Errorf("after a 3 MiB body: %d bytes of the budget taken, want 0", n)
+	}
+	if _, err := Scrape(context.Background(), nil, url, Limits{MaxBytes: 2 << 20}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a 3 MiB body over a 2 MiB limit: %v, want ErrTooLarge", err)
+	}
+	if n := readBudget.Load(); n != 0 {
+		t.Errorf("after a body refused: %d bytes of the budget taken, want 0", n)
 	}
 }
