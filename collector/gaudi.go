@@ -131,8 +131,11 @@ type gaudiRead struct {
 	down []gaudi.Device // known from earlier runs, not listed by this one
 	// partial says the process scan failed or could not read every
 	// process: any device may lack processes (Device.ProcessesPartial).
-	partial bool
-	err     error
+	// namelessPartial says the processes no listed device could be tied to
+	// hold nodes sysfs places at an address no row names: only the rows
+	// without a bus_id may lack them.
+	partial, namelessPartial bool
+	err                      error
 }
 
 // readDevices reads every Gaudi device: one hl-smi run, then the processes
@@ -214,7 +217,7 @@ func (c *gaudiCollector) readDevices(ctx context.Context, _ move) ([]*Device, er
 	devs := make([]*Device, 0, len(r.up)+len(r.down))
 	for i := range r.up {
 		d := gaudiDevice(&r.up[i], true)
-		d.ProcessesPartial = r.partial
+		d.ProcessesPartial = r.partial || r.namelessPartial && r.up[i].BusID == ""
 		devs = append(devs, d)
 	}
 	for i := range r.down {
@@ -226,9 +229,9 @@ func (c *gaudiCollector) readDevices(ctx context.Context, _ move) ([]*Device, er
 // lead does read r under ctx, which ends when r's last waiter leaves, and
 // wakes its waiters.
 func (c *gaudiCollector) lead(ctx context.Context, r *gaudiRead) {
-	up, down, partial, err := c.read(ctx)
+	up, down, partial, namelessPartial, err := c.read(ctx)
 	c.mu.Lock()
-	r.up, r.down, r.partial, r.err = up, down, partial, err
+	r.up, r.down, r.partial, r.namelessPartial, r.err = up, down, partial, namelessPartial, err
 	if c.inflight == r {
 		c.inflight = nil
 	}
@@ -264,7 +267,7 @@ func (c *gaudiCollector) waitedOutFor(ctx context.Context) ([]*Device, error) {
 // read runs hl-smi and the process scan once, and keeps track of the
 // devices known across runs. partial says the scan failed or could not read
 // every process.
-func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, partial bool, err error) {
+func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, partial, namelessPartial bool, err error) {
 	nds, err := c.runner.Query(ctx)
 	if r := gaudi.ReasonOf(err); !c.stopping() || r != gaudi.ReasonTimeout && r != gaudi.ReasonBusy {
 		// A run the stop ended says nothing of hl-smi: the devices are
@@ -273,7 +276,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		c.logChange(err)
 	}
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, false, false, err
 	}
 	c.mu.Lock()
 	rows := nds
@@ -319,12 +322,19 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		if len(untied) > 0 && len(leftOut) == 0 {
 			untied = attachByElimination(nds, nodes, untied)
 		}
+		// A node sysfs places at an address no row names is a row's
+		// without a bus_id (or a device hl-smi does not list), never a
+		// named row's: those rows' lists are whole (probe J, PJ3). One
+		// sysfs could not place may be any device's.
+		placed := true
 		for _, u := range untied {
 			if !unlisted[u.BusID] {
 				unmatched++
+				placed = placed && u.BusID != ""
 			}
 		}
-		partial = partial || unmatched > 0
+		namelessPartial = unmatched > 0 && placed
+		partial = partial || unmatched > 0 && !placed
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -332,7 +342,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 	case unmatched > 0 && !c.unmatched && c.noBusID:
 		c.logger.Warn("processes hold Gaudi devices, but --gaudi.query-fields leaves out bus_id, through which a process's device node is tied to an hl-smi device; per-owner figures are left out until bus_id is asked for", "uses", unmatched)
 	case unmatched > 0 && !c.unmatched && !told:
-		c.logger.Warn("processes hold Gaudi devices that no hl-smi device could be tied to: hl-smi printed no bus_id for a device, which may be theirs; per-owner figures are left out until they can be tied", "uses", unmatched)
+		c.logger.Warn("processes hold Gaudi devices that no hl-smi device could be tied to: hl-smi printed no bus_id for a device, which may be theirs; the per-owner figures of the devices without a bus_id are left out until they can be tied", "uses", unmatched)
 	case unmatched > 0 && !c.unmatched:
 		c.logger.Warn("processes hold Gaudi devices that no hl-smi device could be tied to through sysfs (check --path.sysfs); per-owner figures are left out until they can", "uses", unmatched)
 	case unmatched == 0 && c.unmatched:
@@ -412,7 +422,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		}
 		down = append(down, nd)
 	}
-	return nds, down, partial, nil
+	return nds, down, partial, namelessPartial, nil
 }
 
 // attachByElimination ties to the one row without a bus_id (hl-smi printed

@@ -1618,3 +1618,34 @@ kubernetes:
 	check(t, "xpu_workload_allocated_devices", 1, `gpu="1"`, `pod="p1"`)
 	absent(t, "xpu_workload_utilization_ratio", `gpu="1"`, `pod="p1"`)
 }
+
+// TestGaudiNamelessRowsLeaveNamedListsWhole: hl-smi prints N/A for the
+// bus_id of Gaudis 0 and 1, whose processes (pods p0, p1) hold nodes sysfs
+// places at 0000:19:00.0 and 0000:29:00.0, addresses no row names: they
+// are those two rows' (which is which is not known), never Gaudi 2's,
+// whose bus_id is printed. By hand: Gaudi 2's list is whole, so a.service
+// is its owner with its 0.8; Gaudis 0 and 1 have unknown owners
+// (xpu_device_owners left out) (probe J, PJ3: Gaudi 2 lost its owner).
+func TestGaudiNamelessRowsLeaveNamedListsWhole(t *testing.T) {
+	s, err := demo.Parse([]byte(`node: gna3
+defaults: {vendor: gaudi, model: HL-225, memory_total: 96GiB, power_limit_watts: 600, metrics: {utilization: 0.5, memory_used: 20GiB, temperature: 40, power: 300}}
+devices:
+  - {serial: AN1, pci_bus_id: "0000:19:00.0", metrics: {utilization: 0.6}, processes: [{pid: 4001, unit: p0.service, command: a}]}
+  - {serial: AN2, pci_bus_id: "0000:29:00.0", metrics: {utilization: 0.7}, processes: [{pid: 4101, unit: p1.service, command: a}]}
+  - {serial: AN3, pci_bus_id: "0000:39:00.0", metrics: {utilization: 0.8}, processes: [{pid: 4201, unit: a.service, command: a}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := gaudiTable(t, s)
+	table := setCells(t, setCells(t, string(s.HLSMITable(testStart, testNow)), 0, map[string]string{"bus_id": "N/A"}), 1, map[string]string{"bus_id": "N/A"})
+	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newAttributedExporterFor(t, s, func(c *Config) { c.HLSMIPath = selfPath(t) })
+	check, absent := oracleChecks(scrapeText(t, e, 10*time.Second))
+	check(t, "xpu_device_owners", 1, `gpu="2"`)
+	check(t, "xpu_workload_utilization_ratio", 0.8, `gpu="2"`, `unit="a.service"`)
+	absent(t, "xpu_device_owners", `gpu="0"`)
+	absent(t, "xpu_device_owners", `gpu="1"`)
+}
