@@ -1347,6 +1347,20 @@ type procScan struct {
 // scanProcesses walks procfs for the processes holding DRM files, and
 // reads the holders' fdinfo.
 func (c *amdCollector) scanProcesses(ctx context.Context) procScan {
+	// A client's node tells the partitions of a GPU apart: its minor is
+	// read for the GPUs partitioned at their last answer, and those not
+	// answered yet.
+	c.mu.Lock()
+	partitioned := make(map[string]bool, len(c.layouts))
+	for pci, l := range c.layouts {
+		partitioned[pci] = len(l.ids) > 0
+	}
+	c.mu.Unlock()
+	scanner := c.scanner
+	scanner.NodeMatters = func(pdev string) bool {
+		p, known := partitioned[pdev]
+		return p || !known
+	}
 	holders, herrs, err := amd.DRMHolders(ctx, c.scanner.ProcRoot)
 	if err != nil {
 		return procScan{}
@@ -1358,7 +1372,7 @@ func (c *amdCollector) scanProcesses(ctx context.Context) procScan {
 		c.logScan(herrs)
 		return procScan{}
 	}
-	clients, opaque, serrs := c.scanner.ScanHolders(holders)
+	clients, opaque, serrs := scanner.ScanHolders(holders)
 	for _, e := range serrs {
 		c.countFile(scanFile(e.File))
 	}

@@ -304,9 +304,20 @@ type FdinfoScanner struct {
 	ProcRoot string
 	// Driver keeps only clients of this DRM driver ("amdgpu").
 	Driver string
+	// NodeMatters says whether a client of the GPU at PCI address pdev
+	// needs its node's minor (Client.NodeMinor): where the GPU is one
+	// device, drm-pdev names it and the node adds nothing, and the stat
+	// of each client's fd was a system call per client and scrape. Nil:
+	// every client's; a client without drm-pdev always.
+	NodeMatters func(pdev string) bool
 	// stat is fstatat(2) following links, replaced by tests: a DRM node's
 	// st_rdev cannot be made without CAP_MKNOD.
 	stat func(dirfd int, path string, st *unix.Stat_t) error
+}
+
+// nodeMatters applies NodeMatters.
+func (s FdinfoScanner) nodeMatters(pdev string) bool {
+	return pdev == "" || s.NodeMatters == nil || s.NodeMatters(pdev)
 }
 
 // drmMajor is the DRM subsystem's character device major
@@ -432,7 +443,9 @@ func (s FdinfoScanner) ScanHolders(holders []procfd.Holder) (_ []Client, opaque 
 			}
 			if !c.RenderMinor.OK && !c.CardMinor.OK && !c.NodeMinor.OK {
 				c.RenderMinor, c.CardMinor = nodeMinorOf(fd.Target)
-				c.NodeMinor = s.nodeMinor(rootFD, rootErr, root, pid, fd.Num)
+				if s.nodeMatters(f.PDev) {
+					c.NodeMinor = s.nodeMinor(rootFD, rootErr, root, pid, fd.Num)
+				}
 			}
 			if n := len(c.PIDs); n == 0 || c.PIDs[n-1] != pid {
 				c.PIDs = append(c.PIDs, pid)

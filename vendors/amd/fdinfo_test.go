@@ -477,4 +477,12 @@ func TestScanNodeMinorFromStat(t *testing.T) {
 	if want := []string{"7/fd/5", "8/fd/6", "9/fd/4"}; !slices.Equal(asked, want) {
 		t.Errorf("stat asked for %v, want %v", asked, want)
 	}
+	// The GPU at 0000:0c:00.0 is one device (not partitioned): its
+	// clients' nodes are not asked for, drm-pdev names it.
+	asked = nil
+	s.NodeMatters = func(pdev string) bool { return pdev != "0000:0c:00.0" }
+	clients, _, _ = s.ScanHolders(holders)
+	if len(asked) != 0 || clients[0].NodeMinor.OK || !clients[0].RenderMinor.OK {
+		t.Errorf("an unpartitioned GPU's clients: stat asked for %v, node %v, render %v; want none asked, the link's render name kept", asked, clients[0].NodeMinor, clients[0].RenderMinor)
+	}
 }
