@@ -603,8 +603,8 @@ func (r *Resolver) logChanges(sources []Source, late bool) {
 		}
 		was, now := r.down[s.Name], stateOf(s.Err)
 		if late && was == sourceUp && now == sourceFailing && pastDeadline(s.Err) {
-			since, late := r.lateSince[s.Name]
-			if !late {
+			since, seen := r.lateSince[s.Name]
+			if !seen {
 				if r.lateSince == nil {
 					r.lateSince = map[string]time.Time{}
 				}
