@@ -22,6 +22,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/attribution/process"
 	"github.com/xpu-exporter/xpu_exporter/attribution/slurm"
+	"github.com/xpu-exporter/xpu_exporter/internal/grace"
 	"github.com/xpu-exporter/xpu_exporter/internal/pciaddr"
 	"github.com/xpu-exporter/xpu_exporter/internal/validutf8"
 )
@@ -199,9 +200,9 @@ type Resolver struct {
 	// failure and a recovery are logged once each; the state of every
 	// scrape is in the sources' up metric.
 	down map[string]sourceState
-	// lateSince is when a source that answered began to miss the
-	// scrapes' deadlines, while that is not logged yet (logChanges).
-	lateSince map[string]time.Time
+	// lateSince are the sources that answered and miss the scrapes'
+	// deadlines, not logged yet (logChanges).
+	lateSince grace.Holds
 	// slurmHidden says Slurm hid other users' jobs in the previous scrape
 	// (slurm.Client.JobsHidden), so that a change is logged once.
 	slurmHidden bool
@@ -593,7 +594,7 @@ func (r *Resolver) logHidden(hidden bool) {
 // logChanges logs a source that starts failing, with why, and one that
 // answers again. r.mu must be held. A source that answered and then misses
 // the deadline of a scrape whose time ran out (late) is logged once it has
-// not answered in time for a second or more: one scrape asking for a
+// not answered in time for grace.Period: one scrape asking for a
 // millisecond (any client may) logged the kubelet failing and back (probe
 // H, PH4). A source's own timeout (scontrol's) is its failure at once.
 func (r *Resolver) logChanges(sources []Source, late bool) {
@@ -602,18 +603,8 @@ func (r *Resolver) logChanges(sources []Source, late bool) {
 			continue // logCDIState names the CDI specs' problems as they change.
 		}
 		was, now := r.down[s.Name], stateOf(s.Err)
-		if late && was == sourceUp && now == sourceFailing && pastDeadline(s.Err) {
-			since, seen := r.lateSince[s.Name]
-			if !seen {
-				if r.lateSince == nil {
-					r.lateSince = map[string]time.Time{}
-				}
-				r.lateSince[s.Name] = time.Now()
-				continue
-			}
-			if time.Since(since) < time.Second {
-				continue
-			}
+		if late && was == sourceUp && now == sourceFailing && pastDeadline(s.Err) && r.lateSince.Hold(s.Name, time.Now()) {
+			continue
 		}
 		delete(r.lateSince, s.Name)
 		if now == was {

@@ -28,6 +28,7 @@ import (
 	"github.com/xpu-exporter/xpu_exporter/attribution/kubernetes"
 	"github.com/xpu-exporter/xpu_exporter/engines"
 	"github.com/xpu-exporter/xpu_exporter/internal/flight"
+	"github.com/xpu-exporter/xpu_exporter/internal/grace"
 )
 
 func init() {
@@ -136,6 +137,9 @@ type enginesCollector struct {
 	// forgotten, so pod churn does not grow it.
 	state map[string]targetState
 	gen   uint64
+	// late are the targets logged as scraped that miss the scrapes'
+	// deadlines, not logged yet (logChange).
+	late grace.Holds
 	// detected remembers the engine found behind an "auto" target, so that
 	// its xpu_inference_up series keeps its engine label while it is down.
 	detected map[string]string
@@ -339,14 +343,11 @@ type targetState struct {
 	// why (skippedSet), logged when it changes.
 	skipping bool
 	skipped  uint64
-	// slowSince is when a target logged as scraped began to miss the
-	// scrapes' deadlines, while that is not logged yet (logChange).
-	slowSince time.Time
 }
 
 // logChange logs a target's change of state. A target scraped before that
 // misses a scrape's deadline is logged once it has not answered in time
-// for a second or more: an HA pair whose timeouts differ logged a target
+// for grace.Period: an HA pair whose timeouts differ logged a target
 // slower than one's and faster than the other's as lost and back at every
 // round, and one scrape asking for a millisecond every target (probe H,
 // PH4).
@@ -355,18 +356,12 @@ func (c *enginesCollector) logChange(target string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, known := c.state[target]
-	if known && old.err == "" && errors.Is(err, context.DeadlineExceeded) {
-		switch {
-		case old.slowSince.IsZero():
-			old.slowSince, old.gen = time.Now(), c.gen
-			c.state[target] = old
-			return
-		case time.Since(old.slowSince) < time.Second:
-			old.gen = c.gen
-			c.state[target] = old
-			return
-		}
+	if known && old.err == "" && errors.Is(err, context.DeadlineExceeded) && c.late.Hold(target, time.Now()) {
+		old.gen = c.gen
+		c.state[target] = old
+		return
 	}
+	delete(c.late, target)
 	c.state[target] = targetState{err: msg, gen: c.gen, skipping: old.skipping, skipped: old.skipped}
 	if known && old.err == msg {
 		return
@@ -671,6 +666,7 @@ func (c *enginesCollector) forget(gen uint64) {
 	maps.DeleteFunc(c.detected, func(k, _ string) bool { return gone(k) })
 	maps.DeleteFunc(c.counters, func(k string, _ *engines.Corrector) bool { return gone(k) })
 	maps.DeleteFunc(c.joins, func(k string, _ engineJoin) bool { return gone(k) })
+	maps.DeleteFunc(c.late, func(k string, _ time.Time) bool { return gone(k) })
 	maps.DeleteFunc(c.state, func(_ string, st targetState) bool { return st.gen < gen })
 }
 

@@ -1322,9 +1322,7 @@ func TestEngineDeadlineLoggedWhenItLasts(t *testing.T) {
 	if got := strings.Count(logs.String(), "inference engine"); got != 1 {
 		t.Errorf("%d lines for a target late at one scrape in two, want 1 (scraped):\n%s", got, logs.String())
 	}
-	st := c.state[target]
-	st.slowSince = st.slowSince.Add(-2 * time.Second) // late since 2 s
-	c.state[target] = st
+	c.late[target] = c.late[target].Add(-2 * time.Second) // late since 2 s
 	c.logChange(target, late)
 	c.logChange(target, late)
 	if got := strings.Count(logs.String(), "inference engine not scraped"); got != 1 {

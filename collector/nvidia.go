@@ -14,6 +14,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xpu-exporter/xpu_exporter/internal/grace"
 	"github.com/xpu-exporter/xpu_exporter/vendors/nvidia"
 	"github.com/xpu-exporter/xpu_exporter/vendors/reading"
 )
@@ -86,9 +87,9 @@ type nvidiaCollector struct {
 	mu      sync.Mutex
 	lastErr string            // logged on change only
 	down    map[string]string // device → why it is down, logged on change only
-	// timedOut is when each device's reads began to run out of time, while
-	// that is not logged yet (logDown).
-	timedOut   map[string]time.Time
+	// timedOut are the devices whose reads ran out of time, not logged
+	// yet (logDown).
+	timedOut   grace.Holds
 	partial    map[string]bool // devices whose process list is not whole, logged on change only
 	driver     string
 	cuda       string
@@ -124,7 +125,7 @@ func newNvidiaCollector(cfg Config) (Collector, error) {
 	}
 	return &nvidiaCollector{
 		client: nvidia.New(lib, nvidia.DriverTable(procfs)), logger: cfg.Logger, events: newEventRecorder(cfg.Logger, cfg.Now),
-		callErrors: map[[2]string]float64{}, down: map[string]string{}, timedOut: map[string]time.Time{}, partial: map[string]bool{}, logged: map[string]uint64{},
+		callErrors: map[[2]string]float64{}, down: map[string]string{}, partial: map[string]bool{}, logged: map[string]uint64{},
 	}, nil
 }
 
@@ -358,24 +359,20 @@ func (c *nvidiaCollector) logState(d *Device, why string, read uint64) {
 // logDown logs the device going down or coming back; c.mu is held.
 //
 // A read that ran out of time is logged once the GPU has not answered for
-// a second or more, or its read from an earlier scrape is still running:
-// the deadline is the scraper's, and one scrape asking for a millisecond
-// (any client may) logged every GPU down and back, twice under two
-// reasons for one state (probe H, PH4). A GPU that hangs, or whose reads
-// always take longer than its scrapes allow, is logged at the next scrape.
+// grace.Period, or its read that timed out before is still running (a
+// hang): the deadline is the scraper's, and one scrape asking for a
+// millisecond logged every GPU down and back, twice under two reasons for
+// one state (probe H, PH4). A GPU whose reads always take longer than its
+// scrapes allow is logged at the next scrape.
 func (c *nvidiaCollector) logDown(key string, d *Device, why string) {
 	state := why
 	if timedOut(why) {
 		// The read that timed out may still be hung: one state, not a
 		// new one at every other scrape.
 		state = "timeout"
-		since, seen := c.timedOut[key]
-		switch {
-		case c.down[key] == state:
-		case !seen:
-			c.timedOut[key] = time.Now()
-			return
-		case why != "previous query still running" && time.Since(since) < time.Second:
+		_, before := c.timedOut[key]
+		hung := before && why == "previous query still running"
+		if c.down[key] != state && !hung && c.timedOut.Hold(key, time.Now()) {
 			return
 		}
 	}
