@@ -396,9 +396,8 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: slurmErr})
 		slurmDown = slurmErr != nil
 		if !slurmDown {
-			n, beyond := r.gresNamingNoDevice(devices, sl, unread)
-			res.UnknownDeviceIDs += n
-			if beyond || r.gresCountShort(devices, sl, unread) {
+			res.UnknownDeviceIDs += r.gresNamingNoDevice(devices, sl, unread)
+			if r.gresShort(devices, sl, unread) {
 				devices = withoutGRESPlaces(devices)
 			}
 		}
@@ -2254,79 +2253,82 @@ func (sl slurmState) mayHoldUnplaced(d Device) bool {
 // gresNamingNoDevice counts the GRES indices running jobs hold on this node
 // that no device here has, one for each job holding one, and logs each
 // once, naming the job and the index: a GPU the vendor's library does not
-// list (fallen off the bus, never identified), or GRES numbered in another
-// order than --slurm.gres-order says. Such a job's billed share misses that
-// GPU, as a pod's misses the device a device-plugin ID names that is not
-// here (UnknownDeviceIDs). Not counted where an index may name a device
+// list (fallen off the bus, never identified). Such a job's billed share
+// misses that GPU, as a pod's misses the device a device-plugin ID names
+// that is not here (UnknownDeviceIDs); past the last GPU, no index is
+// trusted (gresShort). Not counted where an index may name a device
 // read here after all: one whose GRES index could not be worked out, or
 // none, the vendors whose devices could not be read this time (unread,
 // which their collector's failure tells), or no device read at all.
-//
-// beyond says an index is past the highest a device has: where devices
-// are numbered one after another (NVML's, ROCm's order), Slurm numbered
-// a GPU that is not read here, and every index from its place on, which
-// is not known, names the next GPU. An index in a gap between devices'
-// (hl-smi's indices, of which a device hl-smi does not list keeps its
-// own) names that device alone.
-func (r *Resolver) gresNamingNoDevice(devices []Device, sl slurmState, unread map[string]bool) (n int, beyond bool) {
-	if len(sl.gres) == 0 || len(unread) > 0 {
-		return 0, false
+func (r *Resolver) gresNamingNoDevice(devices []Device, sl slurmState, unread map[string]bool) int {
+	highest, ok := gresHighest(devices, unread)
+	if len(sl.gres) == 0 || !ok {
+		return 0
 	}
-	placed := make(map[int]bool, len(devices))
-	highest := -1
+	placed := make(map[int]bool, highest+1)
 	for _, d := range devices {
-		if d.GRESUnplaced {
-			return 0, false
-		}
 		if d.GRESIndex >= 0 {
 			placed[d.GRESIndex] = true
-			highest = max(highest, d.GRESIndex)
 		}
 	}
-	if len(placed) == 0 {
-		return 0, false
-	}
+	n := 0
 	for idx, holds := range sl.gres {
 		if placed[idx] {
 			continue
 		}
-		beyond = beyond || idx > highest
 		for _, h := range holds {
 			n++
-			if idx > highest {
-				r.logOnceMsg(fmt.Errorf("job %s holds GRES index %d, past the %d GPUs read on this node", h.job, idx, highest+1),
-					"Slurm job's GRES index names no GPU of this node: Slurm numbered more GPUs than are read here (a GPU the vendor's library does not list, lost before the exporter started), so which index names which GPU is not known; no GPU is attributed by GRES index while it lasts (owners unknown where jobs hold GRES; processes still name their jobs)")
-				continue
-			}
 			r.logOnceMsg(fmt.Errorf("job %s holds GRES index %d, which no GPU read on this node has", h.job, idx),
-				"Slurm job's GRES index names no GPU of this node (a device the vendor's tool does not list); that GPU is not attributed to the job (its other GPUs are)")
+				"Slurm job's GRES index names no GPU of this node (a GPU the vendor's library does not list, or one lost before the exporter started); that index is not attributed to the job")
 		}
 	}
-	return n, beyond
+	return n
 }
 
-// gresCountShort says whether Slurm numbers more GPUs on the node than
-// the devices read here are numbered to (their highest GRES index + 1): a
-// GPU it numbered is not read here, and wherever in the order it was, the
-// indices from its place on name their neighbours (probe J, PJ2), even
-// where no job holds an index past the last. Not told where some device's
-// index is unknown or a vendor's devices could not be read.
-func (r *Resolver) gresCountShort(devices []Device, sl slurmState, unread map[string]bool) bool {
-	if !sl.nodeGPUsKnown || len(unread) > 0 {
-		return false
+// gresHighest is the highest GRES index of the devices, which are
+// numbered to it; ok is false where it tells nothing: some device's index
+// is unknown, a vendor's devices could not be read, or none is placed.
+func gresHighest(devices []Device, unread map[string]bool) (highest int, ok bool) {
+	if len(unread) > 0 {
+		return -1, false
 	}
-	highest := -1
+	highest = -1
 	for _, d := range devices {
 		if d.GRESUnplaced {
-			return false
+			return -1, false
 		}
 		highest = max(highest, d.GRESIndex)
 	}
-	if highest < 0 || sl.nodeGPUs <= highest+1 {
+	return highest, highest >= 0
+}
+
+// gresShort says whether Slurm numbers more GPUs on the node than the
+// devices read here are numbered to: its gres/gpu count (scontrol show
+// node) is larger, or a job holds an index past the last. A GPU it
+// numbered is then not read here, and wherever it was in the order (not
+// known), every index from its place on names its neighbour (probe I,
+// PI2; probe J, PJ2: jobs billed their neighbours' GPUs). An index in a
+// gap between devices' (hl-smi's, of which a device hl-smi does not list
+// keeps its own) names that device alone and is no such sign.
+func (r *Resolver) gresShort(devices []Device, sl slurmState, unread map[string]bool) bool {
+	highest, ok := gresHighest(devices, unread)
+	if !ok {
 		return false
 	}
-	r.logOnceMsg(fmt.Errorf("gres/gpu count %d in scontrol show node, %d GPUs read here", sl.nodeGPUs, highest+1),
-		"Slurm numbered more GPUs on this node than are read here (a GPU the vendor's library does not list, lost before the exporter started), so which GRES index names which GPU is not known; no GPU is attributed by GRES index while it lasts (owners unknown where jobs hold GRES; processes still name their jobs)")
+	held := -1
+	for idx := range sl.gres {
+		held = max(held, idx)
+	}
+	var err error
+	switch {
+	case sl.nodeGPUsKnown && sl.nodeGPUs > highest+1:
+		err = fmt.Errorf("gres/gpu count %d in scontrol show node, %d GPUs read here", sl.nodeGPUs, highest+1)
+	case held > highest:
+		err = fmt.Errorf("GRES index %d held by a job, %d GPUs read here", held, highest+1)
+	default:
+		return false
+	}
+	r.logOnceMsg(err, "Slurm numbered more GPUs on this node than are read here (a GPU the vendor's library does not list, lost before the exporter started), so which GRES index names which GPU is not known; no GPU is attributed by GRES index while it lasts (owners unknown where jobs hold GRES; processes still name their jobs)")
 	return true
 }
 
