@@ -685,7 +685,7 @@ func gresIndices(devs []*Device, several, byFile bool) map[*Device]int {
 		// listed one after another gave the devices after it their
 		// neighbours' jobs (probe I, PI1).
 		for _, d := range devs {
-			if n, err := strconv.Atoi(d.Index); err == nil && n >= 0 {
+			if n := atoi(d.Index); n >= 0 {
 				out[d] = n
 			}
 		}
