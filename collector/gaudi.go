@@ -320,7 +320,7 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		// whole.
 		untied := gaudi.AttachProcesses(nds, uses)
 		if len(untied) > 0 && len(leftOut) == 0 {
-			untied = attachByElimination(nds, nodes, untied)
+			untied = gaudi.AttachByElimination(nds, nodes, untied)
 		}
 		// A node sysfs places at an address no row names is a row's
 		// without a bus_id (or a device hl-smi does not list), never a
@@ -423,57 +423,6 @@ func (c *gaudiCollector) read(ctx context.Context) (up, down []gaudi.Device, par
 		down = append(down, nd)
 	}
 	return nds, down, partial, namelessPartial, nil
-}
-
-// attachByElimination ties to the one row without a bus_id (hl-smi printed
-// N/A) the uses of the one compute node no row names, where the rows are as
-// many as the driver's nodes: that node can be no other device. Such uses
-// left untied made every device's list of processes not whole, taking the
-// owners off devices whose lists were (probe I, PI4), and left a pod the
-// sole owner of the nameless device beside a host daemon that held it too
-// (PI3). It returns the uses still untied.
-func attachByElimination(nds []gaudi.Device, nodes []string, untied []gaudi.NodeUse) []gaudi.NodeUse {
-	if len(nodes) != len(nds) {
-		return untied
-	}
-	nameless := -1
-	named := make(map[string]bool, len(nds))
-	for i := range nds {
-		switch {
-		case nds[i].BusID != "":
-			named[nds[i].BusID] = true
-		case nameless >= 0:
-			return untied // two rows without one: which is which is not known
-		default:
-			nameless = i
-		}
-	}
-	addr := ""
-	for _, a := range nodes {
-		switch {
-		case named[a]:
-		case addr != "":
-			return untied
-		default:
-			addr = a
-		}
-	}
-	if nameless < 0 || addr == "" {
-		return untied
-	}
-	d := &nds[nameless]
-	var still []gaudi.NodeUse
-	for _, u := range untied {
-		if u.BusID != addr {
-			still = append(still, u)
-			continue
-		}
-		if !slices.Contains(d.Processes, u.PID) {
-			d.Processes = append(d.Processes, u.PID)
-		}
-	}
-	slices.Sort(d.Processes)
-	return still
 }
 
 // checkMemory leaves out a row's memory used above the device's total as

@@ -1538,49 +1538,6 @@ func TestGaudiRowWithoutIndex(t *testing.T) {
 	}
 }
 
-// TestAttachByElimination: hl-smi printed N/A for one row's bus_id. The
-// driver's compute nodes are as many as the rows, and one node's address
-// is no row's: its uses are that row's (probe I, PI3, PI4). Not where two
-// rows lack a bus_id, two nodes are no row's, or the counts differ (a
-// device hl-smi does not list).
-func TestAttachByElimination(t *testing.T) {
-	rows := func(busIDs ...string) []gaudi.Device {
-		out := make([]gaudi.Device, len(busIDs))
-		for i, b := range busIDs {
-			out[i] = gaudi.Device{Index: i, BusID: b}
-		}
-		return out
-	}
-	uses := []gaudi.NodeUse{{PID: 4102, BusID: "0000:29:00.0"}, {PID: 4101, BusID: "0000:29:00.0"}}
-	for _, tc := range []struct {
-		name      string
-		rows      []gaudi.Device
-		nodes     []string
-		tied      int // the row given the uses, -1 for none
-		stillLeft int
-	}{
-		{"one nameless row, one unnamed node", rows("0000:19:00.0", "", "0000:39:00.0"), []string{"0000:19:00.0", "0000:29:00.0", "0000:39:00.0"}, 1, 0},
-		{"two nameless rows", rows("", "", "0000:39:00.0"), []string{"0000:19:00.0", "0000:29:00.0", "0000:39:00.0"}, -1, 2},
-		{"more nodes than rows", rows("0000:19:00.0", ""), []string{"0000:19:00.0", "0000:29:00.0", "0000:39:00.0"}, -1, 2},
-		{"two unnamed nodes", rows("0000:19:00.0", "", "0000:49:00.0"), []string{"0000:19:00.0", "0000:29:00.0", "0000:39:00.0"}, -1, 2},
-	} {
-		nds := tc.rows
-		still := attachByElimination(nds, tc.nodes, slices.Clone(uses))
-		if len(still) != tc.stillLeft {
-			t.Errorf("%s: %d uses left untied, want %d", tc.name, len(still), tc.stillLeft)
-		}
-		for i := range nds {
-			want := []int(nil)
-			if i == tc.tied {
-				want = []int{4101, 4102}
-			}
-			if !slices.Equal(nds[i].Processes, want) {
-				t.Errorf("%s: row %d processes %v, want %v", tc.name, i, nds[i].Processes, want)
-			}
-		}
-	}
-}
-
 // TestGaudiNamelessRowTiedByElimination: hl-smi prints N/A for Gaudi 1's
 // bus_id; the driver has three compute nodes and the other two rows name
 // theirs, so Gaudi 1 is the node at 0000:29:00.0, and its processes are
