@@ -429,27 +429,47 @@ job() {
 	return scontrol, squeue, os.WriteFile(squeue, []byte(body), 0o755)
 }
 
-// nodeGres is the node's Gres= field in `scontrol show node`: the GPUs
-// slurmd numbered when it started, every device of the scenario (one hl-smi
-// does not list or that left the bus since included), a GPU in MIG mode as
-// its instances and a partitioned AMD GPU as its partitions, as NVML's and
-// ROCm's autodetection count them; "(null)" for none.
+// nodeGres is the node's Gres= field in `scontrol show node`, as Slurm
+// prints it (gres_node_state_list: name, type where gres.conf gives one,
+// count, the sockets in parentheses; entries comma-separated): the GPUs
+// slurmd numbered when it started, every device of the scenario (one
+// hl-smi does not list or that left the bus since included), whole GPUs
+// and partitions untyped, a GPU in MIG mode as its instances typed by
+// profile (as NVML autodetection names them), then the shards; "(null)"
+// for none. The reader must sum the gpu entries and leave shards out.
 func (s *Scenario) nodeGres() string {
-	n := 0
+	whole := 0
+	var profiles []string
+	byProfile := map[string]int{}
 	for _, d := range s.Devices {
 		switch {
 		case len(d.MIG) > 0:
-			n += len(d.MIG)
+			for _, m := range d.MIG {
+				if byProfile[m.Profile] == 0 {
+					profiles = append(profiles, m.Profile)
+				}
+				byProfile[m.Profile]++
+			}
 		case len(d.Partitions) > 0:
-			n += len(d.Partitions)
+			whole += len(d.Partitions)
 		default:
-			n++
+			whole++
 		}
 	}
-	if n == 0 {
+	var entries []string
+	if whole > 0 {
+		entries = append(entries, fmt.Sprintf("gpu:%d(S:0-1)", whole))
+	}
+	for _, p := range profiles {
+		entries = append(entries, fmt.Sprintf("gpu:%s:%d(S:0-1)", p, byProfile[p]))
+	}
+	if s.Slurm.ShardsPerGPU > 0 && whole > 0 {
+		entries = append(entries, fmt.Sprintf("shard:%d(S:0-1)", whole*s.Slurm.ShardsPerGPU))
+	}
+	if len(entries) == 0 {
 		return "(null)"
 	}
-	return fmt.Sprintf("gpu:%d", n)
+	return strings.Join(entries, ",")
 }
 
 // listPIDs is the shell command answering `scontrol listpids`: under

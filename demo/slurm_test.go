@@ -339,3 +339,40 @@ slurm:
 		t.Errorf("GRES index 4: %v, want it refused as not in 0..3", err)
 	}
 }
+
+// `scontrol show node` answers the node's Gres= field as Slurm prints it:
+// whole GPUs untyped, a MIG GPU's instances typed by profile, shards
+// after, each with its sockets. By hand: GPUs 0 and 2 whole (2), GPU 1's
+// instances 3g.40gb ×2 and 1g.10gb ×1, 4 shards on each whole GPU (8);
+// the client sums the gpu entries, 2 + 2 + 1 = 5, and leaves the shards
+// out. Another node's name is not found.
+func TestSlurmStandInShowNode(t *testing.T) {
+	s, err := Parse([]byte(`devices:
+  - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
+  - model: NVIDIA A100-SXM4-80GB
+    memory_total: 80GiB
+    mig:
+      - {profile: 3g.40gb, gpu_instance: 1}
+      - {profile: 3g.40gb, gpu_instance: 2}
+      - {profile: 1g.10gb, gpu_instance: 9}
+  - {model: NVIDIA H100 80GB HBM3, memory_total: 80GiB}
+slurm:
+  shards_per_gpu: 4
+  jobs: [{id: "501", user: alice, gpus: [0]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := started(t, s)
+	out, _, code := runStandIn(t, a.Scontrol, "show", "node", a.Node)
+	if want := "   Gres=gpu:2(S:0-1),gpu:3g.40gb:2(S:0-1),gpu:1g.10gb:1(S:0-1),shard:8(S:0-1)\n"; code != 0 || !strings.Contains(string(out), want) {
+		t.Errorf("show node %q (exit %d), want the line %q", out, code, want)
+	}
+	n, err := (&slurm.Client{Path: a.Scontrol}).NodeGPUs(context.Background(), a.Node)
+	if err != nil || n != 5 {
+		t.Errorf("NodeGPUs = %d, %v; want 5", n, err)
+	}
+	if _, _, code := runStandIn(t, a.Scontrol, "show", "node", "other-node"); code == 0 {
+		t.Error("another node's record answered")
+	}
+}
