@@ -83,7 +83,7 @@ var (
 	engineDiscover = kingpin.Flag("engines.discover",
 		"Scrape the engines of this node's pods annotated "+engineAnnotation+": ENGINE (with "+portAnnotation+", "+pathAnnotation+"), and of pods running an engine's official image that declare its metrics port. Needs the kubelet Pods API for pod IPs.").Default("true").Bool()
 	engineMaxBytes = kingpin.Flag("engines.max-bytes", "Largest engine response read; a larger one fails that target.").Default("16777216").Int64()
-	engineParallel = kingpin.Flag("engines.concurrency", "Engine endpoints scraped at once.").Default("8").Int()
+	engineParallel = kingpin.Flag("engines.concurrency", "Engine endpoints scraped at once; beside them, half as many that were slow at their last scrape, so that endpoints that stall hold no other's slot.").Default("8").Int()
 	// A vLLM exposes a few hundred series per model; 20,000 is far above
 	// any engine seen, and bounds one parse to some tens of megabytes.
 	engineMaxSeries = kingpin.Flag("engines.max-series", "Most series of the families the exporter reads kept from one engine response; more fails that target.").Default("20000").Int()
@@ -150,6 +150,9 @@ type enginesCollector struct {
 	// joins are the owner and GPUs each unit target was last joined to,
 	// forgotten with the target (join).
 	joins map[string]engineJoin
+	// pace is each target's pace at its last fetch that says one (pace),
+	// which orders the fetches (Update); forgotten with the target.
+	pace map[string]pace
 	// fetches are the fetches under way, which concurrent scrapes (an HA
 	// pair of Prometheus servers) share as they share device reads: an
 	// engine's /metrics is fetched and parsed once, not once per scraper.
@@ -184,7 +187,7 @@ func newEnginesCollector(cfg Config) (Collector, error) {
 		return nil, err
 	}
 	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, counters: map[string]*engines.Corrector{}, joins: map[string]engineJoin{},
-		fetches: flight.Group[engineTarget, engineResult]{Slack: flight.ScrapeSlack}}
+		pace: map[string]pace{}, fetches: flight.Group[engineTarget, engineResult]{Slack: flight.ScrapeSlack}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata
 	}
@@ -563,7 +566,25 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		targets = append(targets, t)
 	}
 	results := make([]engineResult, len(targets))
-	sem := make(chan struct{}, max(1, *engineParallel))
+	// Endpoints that accept and never answer held every slot until the
+	// deadline when there were as many as --engines.concurrency, and every
+	// engine after them was reported down (probe J, PJ5): any tenant can
+	// annotate pods. So targets that were slow at their last fetch wait
+	// for slots of their own, half as many, and targets of no known pace
+	// (new ones) take theirs after every target that was quick: a stalling
+	// endpoint costs its own series, and from the next scrape on no other
+	// target's slot.
+	quick := make(chan struct{}, max(1, *engineParallel))
+	slow := make(chan struct{}, max(1, *engineParallel/2))
+	begun := time.Now()
+	fetched := make([]bool, len(targets))
+	paces := make([]pace, len(targets))
+	var quickFirst sync.WaitGroup // the quick targets' turns at a slot
+	c.mu.Lock()
+	for i, t := range targets {
+		paces[i] = c.pace[redact(t.URL)]
+	}
+	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		if t.refused != "" {
@@ -578,15 +599,30 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 			results[i] = engineResult{target: t, engine: t.Engine}
 			continue
 		}
+		fetched[i] = true
+		sem := quick
+		switch paces[i] {
+		case paceSlow:
+			sem = slow
+		case paceQuick:
+			quickFirst.Add(1)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if paces[i] == paceUnknown {
+				quickFirst.Wait()
+			}
 			sem <- struct{}{}
+			if paces[i] == paceQuick {
+				quickFirst.Done()
+			}
 			defer func() { <-sem }()
 			results[i] = c.shared(ctx, t)
 		}()
 	}
 	wg.Wait()
+	c.notePaces(ctx, begun, results, fetched)
 
 	e := newEmitter(ch)
 	defer e.flush()
@@ -667,6 +703,7 @@ func (c *enginesCollector) forget(gen uint64) {
 	maps.DeleteFunc(c.counters, func(k string, _ *engines.Corrector) bool { return gone(k) })
 	maps.DeleteFunc(c.joins, func(k string, _ engineJoin) bool { return gone(k) })
 	maps.DeleteFunc(c.late, func(k string, _ time.Time) bool { return gone(k) })
+	maps.DeleteFunc(c.pace, func(k string, _ pace) bool { return gone(k) })
 	maps.DeleteFunc(c.state, func(_ string, st targetState) bool { return st.gen < gen })
 }
 
@@ -770,6 +807,39 @@ func (c *enginesCollector) scrape(ctx context.Context, t engineTarget) engineRes
 	}
 	r.err, r.duration = err, time.Since(start)
 	return r
+}
+
+// pace is how long a target's last fetch that said so took.
+type pace uint8
+
+const (
+	paceUnknown pace = iota // never fetched, or only with its slot late
+	paceQuick               // answered, or failed, in less than half the scrape's time
+	paceSlow                // took half the scrape's time or more
+)
+
+// notePaces notes the pace of the targets fetched: slow where their fetch
+// (from when it had a slot) took half the scrape's time or more. One that
+// ran out of time in less had its slot late, behind slow ones, which says
+// nothing of it: its pace stays as it was.
+func (c *enginesCollector) notePaces(ctx context.Context, begun time.Time, results []engineResult, fetched []bool) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return
+	}
+	budget := deadline.Sub(begun)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range results {
+		key := redact(r.target.URL)
+		switch {
+		case !fetched[i]:
+		case r.duration >= budget/2:
+			c.pace[key] = paceSlow
+		case !errors.Is(r.err, context.DeadlineExceeded):
+			c.pace[key] = paceQuick
+		}
+	}
 }
 
 func joinEngines(es []engines.Engine) string {

@@ -98,6 +98,57 @@ func TestEnginesStaticTargets(t *testing.T) {
 	}
 }
 
+// TestStallingEnginesLeaveSlotsToOthers: as many endpoints that accept and
+// never answer as --engines.concurrency held every fetch slot until the
+// deadline, and every engine after them was reported down at every scrape
+// (probe J, PJ5). A target whose fetch took half the scrape's time waits
+// for slots of its own from then on, and a new target waits for the quick
+// ones: each scrape judges as many stalled targets as there are slots,
+// so Triton among 24 of them and 4 slots is up from the eighth scrape at
+// the latest (25 targets, 4 a scrape: 7 scrapes), and once up, stays up. The stalled
+// ones are still asked, and down.
+func TestStallingEnginesLeaveSlotsToOthers(t *testing.T) {
+	triton := engineServer(t, "triton-densenet-t4-datadog-fixture.prom")
+	release := make(chan struct{})
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(stuck.Close)
+	t.Cleanup(func() { close(release) }) // first: Close waits for the handlers
+	// setEngineFlags' concurrency is 4. Triton is in the middle: the
+	// fetches start in no set order, and the last target's often first.
+	var targets []string
+	for i := range 24 {
+		if i == 12 {
+			targets = append(targets, "triton="+triton.URL+"/metrics")
+		}
+		targets = append(targets, fmt.Sprintf("vllm=%s/metrics?i=%d", stuck.URL, i))
+	}
+	setEngineFlags(t, targets)
+	e := newTestExporter(t, loadScenario(t, "lost"), map[string]bool{"engines": true})
+	up := 0 // the first scrape Triton was up in
+	for i := 1; i <= 10; i++ {
+		out := scrapeText(t, e, 400*time.Millisecond)
+		v := sample(t, out, "xpu_inference_up", `engine="triton"`)
+		switch {
+		case v == 1 && up == 0:
+			up = i
+		case v != 1 && (up > 0 || i >= 8):
+			t.Errorf("scrape %d: Triton up = %v beside 24 stalled endpoints (up first at scrape %d)", i, v, up)
+		}
+		vllm := grepLines(out, `xpu_inference_up{engine="vllm"`)
+		if n := strings.Count(vllm, "xpu_inference_up"); n != 24 {
+			t.Errorf("scrape %d: %d stalled targets served, want 24:\n%s", i, n, vllm)
+		}
+		if strings.Contains(vllm, "} 1") {
+			t.Errorf("scrape %d: a stalled target is up:\n%s", i, vllm)
+		}
+	}
+}
+
 // vllmOnDemoPod serves a vLLM endpoint as the demo node's llm-serve pod's
 // (which holds GPUs 0 and 1), found by its annotations.
 func vllmOnDemoPod(t *testing.T) (*httptest.Server, enginePods) {
