@@ -233,6 +233,39 @@ func TestCorrectorForgetsModelsThatLeft(t *testing.T) {
 	}
 }
 
+// TestCorrectorChurningLabelStaysMonotonicAndBounded: an engine whose
+// added-up label takes new values at every answer (engine="0".."2", then
+// "3".."5", …) leaves three vanished series at each answer. Past
+// maxGhosts, the oldest were dropped with their counts, and the served sum
+// fell from 3,000,015 to 2,000,018 to 20,000 (probe K, PK1), while the
+// Corrector held 20,000 of them (PK2). Now they are handed to the live
+// series, as past ghostTTL: the first answer's three at 1,000,000 and
+// every later answer's three at 1 give 3,000,000 + 3(k−1) after answer k,
+// k = 1..400, and no more than maxGhosts vanished series are kept.
+func TestCorrectorChurningLabelStaysMonotonicAndBounded(t *testing.T) {
+	k := NewCorrector()
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for answer := 1; answer <= 400; answer++ {
+		var b strings.Builder
+		b.WriteString("# TYPE vllm:prompt_tokens counter\n")
+		for core := 3 * (answer - 1); core < 3*answer; core++ {
+			v := 1
+			if answer == 1 {
+				v = 1_000_000
+			}
+			fmt.Fprintf(&b, "vllm:prompt_tokens_total{engine=\"%d\",model_name=\"m\"} %d\n", core, v)
+		}
+		// Within the hour: a second between answers, 400 s in all.
+		got := value(t, correctedScrape(t, k, t0.Add(time.Duration(answer)*time.Second), b.String()), "xpu_inference_tokens_total")
+		if want := float64(3_000_000 + 3*(answer-1)); got.Value != want {
+			t.Fatalf("answer %d: %v tokens, want %v", answer, got.Value, want)
+		}
+		if n := len(k.series); n > maxGhosts+3 {
+			t.Fatalf("answer %d: %d series remembered, want at most %d vanished and 3 live", answer, n, maxGhosts)
+		}
+	}
+}
+
 // TestKept: the labels a mapping keeps apart are the model, the renamed
 // ones, the reason made an outcome; an engine core's is added up.
 func TestKept(t *testing.T) {
