@@ -482,9 +482,14 @@ func errorState(err error) string {
 	var uerr *url.Error
 	var operr *net.OpError
 	var errno syscall.Errno
+	var status *engines.StatusError
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &status):
+		// By its code: its reason phrase is the server's to word, and one
+		// with a request ID in it was logged at every scrape (probe K, PK3).
+		return fmt.Sprintf("status %d", status.Code)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "timeout"
 	case errors.Is(err, engines.ErrTooLarge):

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -1361,6 +1362,56 @@ func engineEndpoint(t *testing.T, engine string) *atomic.Value {
 // its first "scraped" (probe H, PH4: "not scraped" and "scraped" at every
 // round). Missing deadlines for a second or more, it is logged once; an
 // error other than the deadline is logged at once.
+// TestEngineStatusLoggedByCode: an endpoint answering 503 with a reason
+// phrase of its own that changes at every answer (a request ID) was logged
+// at every scrape, as if its state changed (probe K, PK3). Its state is
+// its status code: three 503s are one line, a 500 after them another.
+func TestEngineStatusLoggedByCode(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var answers atomic.Int32
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := answers.Add(1)
+			code := 503
+			if n > 3 {
+				code = 500
+			}
+			br := bufio.NewReader(conn)
+			for { // the request's head
+				line, err := br.ReadString('\n')
+				if err != nil || line == "\r\n" {
+					break
+				}
+			}
+			fmt.Fprintf(conn, "HTTP/1.1 %d Service Unavailable req-%d\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", code, n)
+			conn.Close()
+		}
+	}()
+	var logs syncbuf.Buffer
+	c := &enginesCollector{client: &http.Client{}, state: map[string]targetState{}, detected: map[string]string{}, logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	target := "http://" + ln.Addr().String() + "/metrics"
+	for range 4 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := engines.Scrape(ctx, c.client, target, engines.Limits{MaxBytes: 1 << 20})
+		cancel()
+		c.logChange(target, err)
+	}
+	if got := strings.Count(logs.String(), "inference engine not scraped"); got != 2 {
+		t.Errorf("%d lines for three 503s and a 500, each 503 worded anew, want 2:\n%s", got, logs.String())
+	}
+	if !strings.Contains(logs.String(), "req-1") || !strings.Contains(logs.String(), "unexpected status 500") {
+		t.Errorf("the lines do not give the first 503's and the 500's status as the server worded it:\n%s", logs.String())
+	}
+}
+
 func TestEngineDeadlineLoggedWhenItLasts(t *testing.T) {
 	var logs syncbuf.Buffer
 	c := &enginesCollector{state: map[string]targetState{}, detected: map[string]string{}, logger: slog.New(slog.NewTextHandler(&logs, nil))}

@@ -115,7 +115,7 @@ func Scrape(ctx context.Context, client *http.Client, url string, lim Limits) (m
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, fmt.Errorf("GET %s: unexpected status %s", req.URL.Redacted(), resp.Status)
+		return nil, &StatusError{URL: req.URL.Redacted(), Code: resp.StatusCode, Status: resp.Status}
 	}
 	format := expfmt.ResponseFormat(resp.Header)
 	switch format.FormatType() {
@@ -411,4 +411,17 @@ func (c *cappedReader) Read(p []byte) (int, error) {
 		return 0, ErrTooLarge
 	}
 	return n, err
+}
+
+// StatusError is an answer whose status is not 2xx. Status is the status
+// line's code and reason phrase, which the server words as it likes (a
+// request ID in it changes at every answer): Code is what the answer says.
+type StatusError struct {
+	URL    string
+	Code   int
+	Status string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("GET %s: unexpected status %s", e.URL, e.Status)
 }
