@@ -498,7 +498,7 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	files["pcie_replay_count"] = fmt.Sprintf("%d\n", uint64(m("pcie_naks", 0)))
 	sclk := int(m("clock_graphics", 500+util*1600))
 	mclk := int(m("clock_memory", 1300))
-	files["pp_dpm_sclk"] = fmt.Sprintf("0: 500Mhz\n1: %dMhz *\n2: 2100Mhz\n", sclk)
+	files["pp_dpm_sclk"] = gfxClockTable(500, 2100, sclk)
 	files["pp_dpm_mclk"] = fmt.Sprintf("0: 900Mhz\n1: %dMhz *\n", mclk)
 	files["ras/features"] = "feature mask: 0x00003fff\n"
 	umc, umcFile := a.rasFile(g, m, t)
@@ -917,4 +917,24 @@ func (a *AMDSim) close() {
 		close(stop)
 		<-done
 	}
+}
+
+// gfxClockTable is pp_dpm_sclk as the MI300 driver prints it
+// (smu_v13_0_6_ppt.c, smu_v13_0_6_print_clk_levels, case SMU_SCLK): the
+// current clock as a middle level "1: <now>Mhz *" when it is within 1 MHz
+// of neither the soft minimum nor the maximum; else the two alone, each
+// marked where the clock is within 1 MHz of it ("0: %uMhz %s\n", so an
+// unmarked line ends in a space), both when they are that close.
+func gfxClockTable(minMHz, maxMHz, now int) string {
+	near := func(f int) bool { return max(f-now, now-f) <= 1 }
+	if !near(minMHz) && !near(maxMHz) {
+		return fmt.Sprintf("0: %dMhz\n1: %dMhz *\n2: %dMhz\n", minMHz, now, maxMHz)
+	}
+	mark := func(f int) string {
+		if near(f) {
+			return "*"
+		}
+		return ""
+	}
+	return fmt.Sprintf("0: %dMhz %s\n1: %dMhz %s\n", minMHz, mark(minMHz), maxMHz, mark(maxMHz))
 }

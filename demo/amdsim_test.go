@@ -597,3 +597,24 @@ func TestAMDSimRenderNodesLinkTheirDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestGfxClockTable: pp_dpm_sclk as smu_v13_0_6_print_clk_levels prints
+// it, the awkward forms included: a clock at its soft minimum or maximum
+// gives two lines, the unmarked one ending in a space, and a locked clock
+// (minimum = maximum) marks both (probe L, PL1, PL3).
+func TestGfxClockTable(t *testing.T) {
+	for _, tc := range []struct {
+		min, max, now int
+		want          string
+	}{
+		{500, 2100, 1300, "0: 500Mhz\n1: 1300Mhz *\n2: 2100Mhz\n"},
+		{500, 2100, 2100, "0: 500Mhz \n1: 2100Mhz *\n"},
+		{500, 2100, 501, "0: 500Mhz *\n1: 2100Mhz \n"}, // 1 MHz off: the same level
+		{500, 2100, 502, "0: 500Mhz\n1: 502Mhz *\n2: 2100Mhz\n"},
+		{1700, 1700, 1700, "0: 1700Mhz *\n1: 1700Mhz *\n"},
+	} {
+		if got := gfxClockTable(tc.min, tc.max, tc.now); got != tc.want {
+			t.Errorf("%d..%d at %d: %q, want %q", tc.min, tc.max, tc.now, got, tc.want)
+		}
+	}
+}

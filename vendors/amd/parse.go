@@ -149,10 +149,26 @@ func parseLinkWidth(b []byte) (int, bool, error) {
 // levels." The active level is marked with "*". Lines look like
 // "1: 1700Mhz *"; the driver writes "Mhz", a few ASICs "MHz", and a
 // deep-sleep level is indexed "S:" rather than by a number. A table with no
-// marked level is absent (the clock is gated); one with several is
-// malformed.
+// marked level is absent (the clock is gated).
+//
+// The Instinct drivers mark every level within 1 MHz of the current clock
+// (arcturus_ppt.c, aldebaran_ppt.c, smu_v13_0_6_ppt.c: "*" where
+// *_freqs_in_same_level(level, now), "abs(frequency1 - frequency2) <=
+// EPSILON", EPSILON 1), so a locked clock (soft minimum = maximum) marks
+// both lines of "0: 1700Mhz *\n1: 1700Mhz *": the clock is theirs, the
+// middle of them where they differ, within 1 MHz of the truth. Marked
+// levels more than 2 MHz apart cannot both be within 1 MHz of one clock,
+// and are malformed (probe L, PL1: the clock was left out as malformed).
+//
+// Once a fatal RAS interrupt fired, the same functions print
+// "unavailable" alone ("if (amdgpu_ras_intr_triggered()) ...
+// "unavailable\n""): no reading now, as the RAS files' "Query currently
+// inaccessible", not a malformed file (PL2).
 func parseDPMCurrent(b []byte) (float64, bool, error) {
-	var hz float64
+	if string(bytes.TrimSpace(b)) == dpmUnavailable {
+		return 0, false, nil
+	}
+	var lo, hi float64
 	found := false
 	for rest := b; len(rest) > 0; {
 		var line []byte
@@ -174,14 +190,21 @@ func parseDPMCurrent(b []byte) (float64, bool, error) {
 			return 0, false, fmt.Errorf("%w: line %q", ErrMalformed, truncate(string(line)))
 		}
 		if n == 2 {
-			if found {
-				return 0, false, fmt.Errorf("%w: more than one level marked active", ErrMalformed)
+			if !found {
+				lo, hi = mhz, mhz
 			}
-			hz, found = mhz*1e6, true
+			lo, hi, found = min(lo, mhz), max(hi, mhz), true
 		}
 	}
-	return hz, found, nil
+	if hi-lo > 2 {
+		return 0, false, fmt.Errorf("%w: levels %g and %g MHz both marked active", ErrMalformed, lo, hi)
+	}
+	return (lo + hi) / 2 * 1e6, found, nil
 }
+
+// dpmUnavailable is what the Instinct drivers' print_clk_levels print
+// once amdgpu_ras_intr_triggered.
+const dpmUnavailable = "unavailable"
 
 // twoFields splits b around white space as strings.Fields does, giving the
 // first two fields and how many there are (3 for three or more).

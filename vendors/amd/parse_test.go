@@ -108,7 +108,17 @@ func TestParseDPMCurrent(t *testing.T) {
 		{"MHz spelling", "0: 96MHz *\n1: 1000MHz\n", 96e6, true, false},
 		{"deep sleep level", "S: 19Mhz *\n0: 500Mhz\n1: 2100Mhz\n", 19e6, true, false},
 		{"no active level", "0: 500Mhz\n1: 1700Mhz\n", 0, false, false},
-		{"two active levels", "0: 500Mhz *\n1: 1700Mhz *\n", 0, false, true},
+		// Levels 1,200 MHz apart cannot both be within the drivers' 1 MHz
+		// of one clock.
+		{"two active levels far apart", "0: 500Mhz *\n1: 1700Mhz *\n", 0, false, true},
+		// A locked clock: both levels are the current one (probe L, PL1).
+		{"locked clock, both marked", "0: 1700Mhz *\n1: 1700Mhz *\n", 1700e6, true, false},
+		// 1699 and 1701 are each within 1 MHz of a clock of 1700:
+		// (1699 + 1701) / 2 = 1700 MHz.
+		{"marked levels 2 MHz apart", "0: 1699Mhz *\n1: 1701Mhz *\n", 1700e6, true, false},
+		{"marked levels 3 MHz apart", "0: 1699Mhz *\n1: 1702Mhz *\n", 0, false, true},
+		// Once a fatal RAS interrupt fired: no reading now (PL2).
+		{"unavailable", "unavailable\n", 0, false, false},
 		{"no unit", "0: 500 *\n", 0, false, true},
 		{"garbage", "hello\n", 0, false, true},
 		{"extra column", "0: 500Mhz 800mV *\n", 0, false, true},
