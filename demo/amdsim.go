@@ -631,8 +631,9 @@ type amdNodes struct{ card, render int }
 
 // writeClient writes the process's one DRM client, fd 5 on its render
 // node (or primary node: ProcessSpec.DRMNode), as amdgpu_show_fdinfo
-// prints it with drm_print_memory_stats (drm-total-/drm-resident- in KiB),
-// its legacy drm-memory-vram alias of the resident size, and one
+// prints it with drm_print_memory_stats (drm-total-/drm-resident- in the
+// unit drmSize picks), its legacy drm-memory-vram alias of the resident
+// size in KiB, and one
 // drm-engine-gfx line once the client has used the engine. drm-total-vram
 // counts a buffer by its preferred placement whether or not it is there
 // (amdgpu_bo_mem_stats_placement): every client here has an evicted 512
@@ -651,7 +652,8 @@ func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, nodes amdNodes, index 
 	fmt.Fprintf(&b, "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t%d\n", 1000+nodes.render)
 	fmt.Fprintf(&b, "drm-driver:\tamdgpu\ndrm-client-id:\t%d\ndrm-pdev:\t%s\npasid:\t%d\n", pid, pdev, 32768+pid%32768)
 	kib := uint64(mem) / 1024
-	fmt.Fprintf(&b, "drm-total-vram:\t%d KiB\ndrm-resident-vram:\t%d KiB\ndrm-total-gtt:\t2048 KiB\ndrm-resident-gtt:\t2048 KiB\ndrm-memory-vram:\t%d KiB\namd-evicted-vram:\t524288 KiB\n", kib+512*1024, kib, kib)
+	fmt.Fprintf(&b, "drm-total-vram:\t%s\ndrm-resident-vram:\t%s\ndrm-total-gtt:\t%s\ndrm-resident-gtt:\t%s\ndrm-memory-vram:\t%d KiB\namd-evicted-vram:\t524288 KiB\n",
+		drmSize((kib+512*1024)*1024), drmSize(kib*1024), drmSize(2<<20), drmSize(2<<20), kib)
 	if p.KFD {
 		// Its work is on KFD queues: no engine time, and fd 4 on /dev/kfd.
 		return errors.Join(
@@ -937,4 +939,20 @@ func gfxClockTable(minMHz, maxMHz, now int) string {
 		return ""
 	}
 	return fmt.Sprintf("0: %dMhz %s\n1: %dMhz %s\n", minMHz, mark(minMHz), maxMHz, mark(maxMHz))
+}
+
+// drmSize is a size as drm_print_memory_stats prints it (drm_file.c,
+// print_size: units "", " KiB", " MiB", divided by 1024 while the size is
+// not 0 and "IS_ALIGNED(sz, SZ_1K)"): 2 MiB is "2 MiB", 3 KiB "3 KiB",
+// 0 "0".
+func drmSize(bytes uint64) string {
+	units := []string{"", " KiB", " MiB"}
+	u := 0
+	for ; u < len(units)-1; u++ {
+		if bytes == 0 || bytes%1024 != 0 {
+			break
+		}
+		bytes /= 1024
+	}
+	return fmt.Sprintf("%d%s", bytes, units[u])
 }

@@ -618,3 +618,23 @@ func TestGfxClockTable(t *testing.T) {
 		}
 	}
 }
+
+// TestDRMSize: fdinfo sizes in the unit print_size picks (probe L, PL3:
+// the demo wrote every size in KiB).
+func TestDRMSize(t *testing.T) {
+	for _, tc := range []struct {
+		bytes uint64
+		want  string
+	}{
+		{0, "0"},
+		{1000, "1000"},                      // not KiB-aligned
+		{3 << 10, "3 KiB"},                  // 3,072 B
+		{(1 << 20) + (1 << 10), "1025 KiB"}, // 1,049,600 B: KiB- not MiB-aligned
+		{2 << 20, "2 MiB"},
+		{96 << 30, "98304 MiB"}, // MiB is the largest unit: 96 GiB = 98,304 MiB
+	} {
+		if got := drmSize(tc.bytes); got != tc.want {
+			t.Errorf("%d B: %q, want %q", tc.bytes, got, tc.want)
+		}
+	}
+}
