@@ -224,6 +224,13 @@ type AMDSim struct {
 	// that comes back in a later generation is a new process, whose
 	// client starts from nothing.
 	gen map[uint32]uint64
+	// clients are each process's DRM client ID, by PID, in the churn
+	// generation it was given in, from nextClient: the kernel numbers
+	// clients with one counter for the whole node as they open
+	// (drm_file.c, drm_file_alloc: "file->client_id =
+	// atomic64_inc_return(&ident)"), so an ID says nothing of its PID.
+	clients    map[uint32]drmClient
+	nextClient uint64
 	// energy is each GPU's energy counter (J) as of energyAt, by scenario
 	// index: the integral of its power.
 	energy   map[int]float64
@@ -234,6 +241,10 @@ type AMDSim struct {
 	stop   chan struct{}
 	done   chan struct{}
 }
+
+// drmClient is a DRM client ID and the churn generation of the process
+// it was given to.
+type drmClient struct{ gen, id uint64 }
 
 type amdGPU struct {
 	spec   *DeviceSpec
@@ -254,7 +265,7 @@ type amdPart struct {
 // the further partitions follow as amdgpu_xcp_<n> with the next cards and
 // render minors, numbered across the node as the amdxcp driver does.
 func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
-	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, gen: map[uint32]uint64{}, energy: map[int]float64{}, energyAt: map[int]time.Time{}, tables: map[int]int{}}
+	a := &AMDSim{s: s, sysfs: sysfs, procfs: procfs, start: start, engine: map[uint32]float64{}, last: map[uint32]time.Time{}, printed: map[uint32]uint64{}, writes: map[uint32]int{}, gen: map[uint32]uint64{}, clients: map[uint32]drmClient{}, energy: map[int]float64{}, energyAt: map[int]time.Time{}, tables: map[int]int{}}
 	for i := range s.Devices {
 		if d := &s.Devices[i]; d.isAMD() {
 			a.gpus = append(a.gpus, amdGPU{spec: d, index: i})
@@ -650,7 +661,13 @@ func (a *AMDSim) writeClient(p *ProcessSpec, pdev string, nodes amdNodes, index 
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t%d\n", 1000+nodes.render)
-	fmt.Fprintf(&b, "drm-driver:\tamdgpu\ndrm-client-id:\t%d\ndrm-pdev:\t%s\npasid:\t%d\n", pid, pdev, 32768+pid%32768)
+	c, ok := a.clients[pid]
+	if !ok || c.gen != gen {
+		a.nextClient++
+		c = drmClient{gen: gen, id: a.nextClient}
+		a.clients[pid] = c
+	}
+	fmt.Fprintf(&b, "drm-driver:\tamdgpu\ndrm-client-id:\t%d\ndrm-pdev:\t%s\npasid:\t%d\n", c.id, pdev, 32768+pid%32768)
 	kib := uint64(mem) / 1024
 	fmt.Fprintf(&b, "drm-total-vram:\t%s\ndrm-resident-vram:\t%s\ndrm-total-gtt:\t%s\ndrm-resident-gtt:\t%s\ndrm-memory-vram:\t%d KiB\namd-evicted-vram:\t524288 KiB\n",
 		drmSize((kib+512*1024)*1024), drmSize(kib*1024), drmSize(2<<20), drmSize(2<<20), kib)
@@ -881,6 +898,8 @@ func (a *AMDSim) Reset(start time.Time) {
 	clear(a.printed)
 	clear(a.writes)
 	clear(a.gen)
+	clear(a.clients)
+	a.nextClient = 0
 	clear(a.energy)
 	clear(a.energyAt)
 	clear(a.tables)
