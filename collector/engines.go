@@ -186,7 +186,7 @@ func newEnginesCollector(cfg Config) (Collector, error) {
 	if err := checkEngineLimits(*engineMaxBytes, *engineParallel, *engineMaxSeries, *engineMaxModels); err != nil {
 		return nil, err
 	}
-	c := &enginesCollector{client: &http.Client{}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, counters: map[string]*engines.Corrector{}, joins: map[string]engineJoin{},
+	c := &enginesCollector{client: &http.Client{CheckRedirect: sameHostRedirect}, logger: cfg.Logger, state: map[string]targetState{}, detected: map[string]string{}, counters: map[string]*engines.Corrector{}, joins: map[string]engineJoin{},
 		pace: map[string]pace{}, fetches: flight.Group[engineTarget, engineResult]{Slack: flight.ScrapeSlack}}
 	if *engineDiscover && cfg.PodMetadata != nil {
 		c.metadata = cfg.PodMetadata
@@ -472,7 +472,23 @@ var digits = regexp.MustCompile(`[0-9]+`)
 var (
 	errTooManyModels = errors.New("models, more than --engines.max-models")
 	errAllStale      = errors.New("every series is stale")
+	errOtherHost     = errors.New("redirected to another host, not followed")
 )
+
+// sameHostRedirect follows an engine's redirect only to the host and port
+// its target names, and at most 10 of them, as Go's client does by
+// default. An annotated pod's endpoint is its tenant's to answer, and the
+// exporter often runs in the host's network: followed anywhere, a
+// redirect made it fetch node-local addresses for that tenant (probe K).
+func sameHostRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if req.URL.Host != via[0].URL.Host {
+		return fmt.Errorf("%w: %s", errOtherHost, req.URL.Redacted())
+	}
+	return nil
+}
 
 // errorState names a target's failure for logging on change: by its kind
 // where the message varies from scrape to scrape (a redirect loop whose URLs
@@ -506,6 +522,8 @@ func errorState(err error) string {
 		return operr.Op + ": " + errno.Error()
 	case errors.As(err, &operr):
 		return operr.Op + " failed"
+	case errors.Is(err, errOtherHost):
+		return "redirect to another host"
 	case errors.As(err, &uerr) && strings.Contains(uerr.Err.Error(), "redirects"):
 		return "redirect loop"
 	case strings.Contains(err.Error(), "parsing metrics"):

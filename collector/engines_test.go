@@ -150,6 +150,45 @@ func TestStallingEnginesLeaveSlotsToOthers(t *testing.T) {
 	}
 }
 
+// TestEngineRedirectsStayOnTheTarget: an engine's redirect is followed on
+// its own host and port only. Followed anywhere, an annotated pod could
+// make the exporter, often in the host's network, fetch node-local
+// addresses for its tenant (probe K).
+func TestEngineRedirectsStayOnTheTarget(t *testing.T) {
+	body, err := os.ReadFile("../fixtures/engines/triton-densenet-t4-datadog-fixture.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		elsewhere.Add(1)
+		w.Write(append(body, '\n'))
+	}))
+	t.Cleanup(other.Close)
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/metrics":
+			http.Redirect(w, r, "/real", http.StatusFound)
+		case "/real":
+			w.Write(append(body, '\n'))
+		case "/away":
+			http.Redirect(w, r, other.URL+"/metrics", http.StatusFound)
+		}
+	}))
+	t.Cleanup(engine.Close)
+	setEngineFlags(t, []string{"triton=" + engine.URL + "/metrics", "triton=" + engine.URL + "/away"})
+	out := scrapeText(t, newTestExporter(t, loadScenario(t, "lost"), map[string]bool{"engines": true}), 5*time.Second)
+	if v := sample(t, out, "xpu_inference_up", `target="`+engine.URL+`/metrics"`); v != 1 {
+		t.Errorf("redirected on its own host: up %v, want 1", v)
+	}
+	if v := sample(t, out, "xpu_inference_up", `target="`+engine.URL+`/away"`); v != 0 {
+		t.Errorf("redirected to another host: up %v, want 0", v)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the other host was asked %d times", n)
+	}
+}
+
 // vllmOnDemoPod serves a vLLM endpoint as the demo node's llm-serve pod's
 // (which holds GPUs 0 and 1), found by its annotations.
 func vllmOnDemoPod(t *testing.T) (*httptest.Server, enginePods) {
