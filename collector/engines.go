@@ -608,27 +608,33 @@ func (c *enginesCollector) Update(ctx context.Context, snap *Snapshot, ch chan<-
 		paces[i] = c.pace[redact(t.URL)]
 	}
 	c.mu.Unlock()
-	var wg sync.WaitGroup
 	for i, t := range targets {
-		if t.refused != "" {
+		switch {
+		case t.refused != "":
 			results[i] = engineResult{target: t, engine: t.Engine, err: errors.New(t.refused)}
-			continue
-		}
-		if joinOnly[t] && t.Engine != "auto" {
+		case joinOnly[t] && t.Engine != "auto":
 			// Named by its configuration or annotation: no need to ask.
 			// An "auto" one is asked at every scrape, as the serving
 			// exporter does, so that both name it alike when another
 			// engine takes its endpoint (review19 R1).
 			results[i] = engineResult{target: t, engine: t.Engine}
+		default:
+			fetched[i] = true
+			// Counted before any fetch starts, or a new target's could
+			// find none yet to wait for.
+			if paces[i] == paceQuick {
+				quickFirst.Add(1)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		if !fetched[i] {
 			continue
 		}
-		fetched[i] = true
 		sem := quick
-		switch paces[i] {
-		case paceSlow:
+		if paces[i] == paceSlow {
 			sem = slow
-		case paceQuick:
-			quickFirst.Add(1)
 		}
 		wg.Add(1)
 		go func() {
