@@ -141,9 +141,14 @@ func launch(t *testing.T, addr string, args ...string) (e *exporter, taken bool)
 			t.Fatalf("exporter exited early:\n%s", e.Logs())
 		default:
 		}
-		if c, err := net.Dial("tcp", e.addr); err == nil {
-			c.Close()
-			return e, false
+		// Only once it says it listens: before that, a connection may
+		// reach whoever took the port (a test's server), and the exporter
+		// exit with "address already in use" after it.
+		if strings.Contains(e.Logs(), "Listening on") {
+			if c, err := net.Dial("tcp", e.addr); err == nil {
+				c.Close()
+				return e, false
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
