@@ -304,6 +304,13 @@ func (f *fakeAPIServer) watch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// watching is the number of watches open, to which send writes.
+func (f *fakeAPIServer) watching() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.watchers)
+}
+
 func (f *fakeAPIServer) counts() (lists []string, watches []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -451,7 +458,7 @@ func TestAPIServerSourceGoneRelists(t *testing.T) {
 	f.put(metav1.ObjectMeta{Namespace: "a", Name: "stays", UID: "00000000-0000-4000-8000-000000000001"})
 	f.put(metav1.ObjectMeta{Namespace: "a", Name: "goes", UID: "00000000-0000-4000-8000-000000000002"})
 	s := startAPIServerSource(t, f)
-	eventually(t, "the list and a watch", func() bool { _, w := f.counts(); return s.podCache.len() == 2 && len(w) == 1 })
+	eventually(t, "the list and a watch", func() bool { return s.podCache.len() == 2 && f.watching() == 1 })
 
 	f.compact("00000000-0000-4000-8000-000000000002")
 	eventually(t, "the pod gone", func() bool { _, ok := s.Pod("a", "goes"); return !ok })
@@ -482,9 +489,9 @@ func TestAPIServerSourceBookmarkAndRewatch(t *testing.T) {
 	eventually(t, "the list and a watch", func() bool { _, w := f.counts(); return s.podCache.len() == 1 && len(w) == 1 })
 
 	f.put(metav1.ObjectMeta{Namespace: "a", Name: "q", UID: "00000000-0000-4000-8000-000000000002"})
-	eventually(t, "ADDED", func() bool { _, ok := s.Pod("a", "q"); return ok })
+	eventually(t, "ADDED", func() bool { _, ok := s.Pod("a", "q"); return ok && f.watching() == 1 })
 	f.closeWatches()
-	eventually(t, "a second watch", func() bool { _, w := f.counts(); return len(w) == 2 })
+	eventually(t, "a second watch", func() bool { _, w := f.counts(); return len(w) == 2 && f.watching() == 1 })
 	lists, watches := f.counts()
 	if watches[1] != "2" {
 		t.Errorf("watch again from %q, want 2, the last event's", watches[1])
@@ -513,7 +520,7 @@ func TestAPIServerSourceFailedListKeepsItsVersion(t *testing.T) {
 	f := newFakeAPIServer(t, "node1")
 	f.put(metav1.ObjectMeta{Namespace: "a", Name: "p", UID: "00000000-0000-4000-8000-000000000001"})
 	s := startAPIServerSource(t, f)
-	eventually(t, "the list and a watch", func() bool { _, w := f.counts(); return s.podCache.len() == 1 && len(w) == 1 })
+	eventually(t, "the list and a watch", func() bool { return s.podCache.len() == 1 && f.watching() == 1 })
 	f.mu.Lock()
 	before := f.requests
 	f.mu.Unlock()
@@ -569,7 +576,9 @@ func TestAPIServerSourceMalformedEvent(t *testing.T) {
 	f := newFakeAPIServer(t, "node1")
 	f.put(metav1.ObjectMeta{Namespace: "a", Name: "p", UID: "00000000-0000-4000-8000-000000000001"})
 	s := startAPIServerSource(t, f)
-	eventually(t, "the list and a watch", func() bool { _, w := f.counts(); return s.podCache.len() == 1 && len(w) == 1 })
+	// send writes to the watches open: a line sent before the source's
+	// watch is, is lost, and the test waited for an error that never came.
+	eventually(t, "the list and a watch", func() bool { return s.podCache.len() == 1 && f.watching() == 1 })
 
 	f.send("{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"labels\":[1]}}}\n")
 	eventually(t, "the error", func() bool { return s.Healthy() != nil })
@@ -577,7 +586,7 @@ func TestAPIServerSourceMalformedEvent(t *testing.T) {
 		t.Errorf("Healthy() = %v", err)
 	}
 	f.put(metav1.ObjectMeta{Namespace: "a", Name: "q", UID: "00000000-0000-4000-8000-000000000002"})
-	eventually(t, "recovery", func() bool { _, ok := s.Pod("a", "q"); return ok && s.Healthy() == nil })
+	eventually(t, "recovery and a watch", func() bool { _, ok := s.Pod("a", "q"); return ok && s.Healthy() == nil && f.watching() == 1 })
 
 	// The error of this one may last no longer than the relist it starts,
 	// too short to be seen by polling on a busy machine: the relist it
