@@ -86,17 +86,10 @@ type Client struct {
 	nodeJobsNode    string
 	nodeJobsAsked   time.Time
 	nodeJobsExpires time.Time
-	// config is what `scontrol show config` said, or configErr, until
-	// configExpires (JobsHidden).
-	config        slurmConfig
-	configErr     error
-	configExpires time.Time
-	// nodeGPUs is how many gpu GRES `scontrol show node` gave the node
-	// nodeGPUsOf, or nodeGPUsErr, until nodeGPUsExpires (NodeGPUs).
-	nodeGPUs        int
-	nodeGPUsOf      string
-	nodeGPUsErr     error
-	nodeGPUsExpires time.Time
+	// config is what `scontrol show config` said (JobsHidden), nodeGPUs
+	// how many gpu GRES `scontrol show node` gave a node (NodeGPUs).
+	config   scontrolAnswer[slurmConfig]
+	nodeGPUs scontrolAnswer[int]
 }
 
 // nodeJobsTTL is how long the list of a node's running jobs is reused: a job

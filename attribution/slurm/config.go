@@ -32,27 +32,43 @@ func (c *Client) JobsHidden(ctx context.Context) (bool, error) {
 	if uid == 0 {
 		return false, nil
 	}
+	cfg, err := askCached(ctx, c, &c.config, "", parseConfig, "show", "config")
+	return cfg.hides(uid), err
+}
+
+// scontrolAnswer is an answer of scontrol about key (a node, or none),
+// kept until expires: for configTTL, a failure for notFoundTTL.
+type scontrolAnswer[T any] struct {
+	key     string
+	val     T
+	err     error
+	expires time.Time
+}
+
+// askCached returns a's answer about key while it lasts, else runs
+// scontrol with args, parses its output and keeps the answer in a.
+func askCached[T any](ctx context.Context, c *Client, a *scontrolAnswer[T], key string, parse func([]byte) (T, error), args ...string) (T, error) {
 	c.mu.Lock()
-	if time.Now().Before(c.configExpires) {
-		cfg, err := c.config, c.configErr
+	if a.key == key && time.Now().Before(a.expires) {
+		val, err := a.val, a.err
 		c.mu.Unlock()
-		return cfg.hides(uid), err
+		return val, err
 	}
 	c.mu.Unlock()
 
-	out, err := c.run(ctx, "show", "config")
-	var cfg slurmConfig
+	out, err := c.run(ctx, args...)
+	var val T
 	if err == nil {
-		cfg, err = parseConfig(out)
+		val, err = parse(out)
 	}
 	ttl := configTTL
 	if err != nil {
 		ttl = notFoundTTL
 	}
 	c.mu.Lock()
-	c.config, c.configErr, c.configExpires = cfg, err, time.Now().Add(ttl)
+	*a = scontrolAnswer[T]{key: key, val: val, err: err, expires: time.Now().Add(ttl)}
 	c.mu.Unlock()
-	return cfg.hides(uid), err
+	return val, err
 }
 
 // slurmConfig is what the exporter reads of `scontrol show config`.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // NodeGPUs is how many gpu GRES Slurm numbers on node: the sum of the
@@ -19,27 +18,8 @@ import (
 // another gres.conf: the answer is cached for configTTL, a failure for
 // notFoundTTL.
 func (c *Client) NodeGPUs(ctx context.Context, node string) (int, error) {
-	c.mu.Lock()
-	if c.nodeGPUsOf == node && time.Now().Before(c.nodeGPUsExpires) {
-		n, err := c.nodeGPUs, c.nodeGPUsErr
-		c.mu.Unlock()
-		return n, err
-	}
-	c.mu.Unlock()
-
-	out, err := c.run(ctx, "show", "node", node)
-	var n int
-	if err == nil {
-		n, err = parseNodeGPUs(out, node)
-	}
-	ttl := configTTL
-	if err != nil {
-		ttl = notFoundTTL
-	}
-	c.mu.Lock()
-	c.nodeGPUs, c.nodeGPUsOf, c.nodeGPUsErr, c.nodeGPUsExpires = n, node, err, time.Now().Add(ttl)
-	c.mu.Unlock()
-	return n, err
+	parse := func(out []byte) (int, error) { return parseNodeGPUs(out, node) }
+	return askCached(ctx, c, &c.nodeGPUs, node, parse, "show", "node", node)
 }
 
 // ErrNoNodeRecord is returned when `scontrol show node` printed no record
