@@ -396,9 +396,11 @@ func (r *Resolver) ResolveRead(ctx context.Context, devices []Device, unread map
 		res.Sources = append(res.Sources, Source{Name: SourceSlurm, Err: slurmErr})
 		slurmDown = slurmErr != nil
 		if !slurmDown {
-			res.UnknownDeviceIDs += r.gresNamingNoDevice(devices, sl, unread)
-			if r.gresShort(devices, sl, unread) {
-				devices = withoutGRESPlaces(devices)
+			if highest, ok := gresHighest(devices, unread); ok {
+				res.UnknownDeviceIDs += r.gresNamingNoDevice(devices, sl, highest)
+				if r.gresShort(sl, highest) {
+					devices = withoutGRESPlaces(devices)
+				}
 			}
 		}
 		res.SlurmJobsRefused = sl.refused
@@ -2259,10 +2261,10 @@ func (sl slurmState) mayHoldUnplaced(d Device) bool {
 // trusted (gresShort). Not counted where an index may name a device
 // read here after all: one whose GRES index could not be worked out, or
 // none, the vendors whose devices could not be read this time (unread,
-// which their collector's failure tells), or no device read at all.
-func (r *Resolver) gresNamingNoDevice(devices []Device, sl slurmState, unread map[string]bool) int {
-	highest, ok := gresHighest(devices, unread)
-	if len(sl.gres) == 0 || !ok {
+// which their collector's failure tells), or no device read at all: the
+// caller asks only where gresHighest gives highest.
+func (r *Resolver) gresNamingNoDevice(devices []Device, sl slurmState, highest int) int {
+	if len(sl.gres) == 0 {
 		return 0
 	}
 	placed := make(map[int]bool, highest+1)
@@ -2310,11 +2312,7 @@ func gresHighest(devices []Device, unread map[string]bool) (highest int, ok bool
 // PI2; probe J, PJ2: jobs billed their neighbours' GPUs). An index in a
 // gap between devices' (hl-smi's, of which a device hl-smi does not list
 // keeps its own) names that device alone and is no such sign.
-func (r *Resolver) gresShort(devices []Device, sl slurmState, unread map[string]bool) bool {
-	highest, ok := gresHighest(devices, unread)
-	if !ok {
-		return false
-	}
+func (r *Resolver) gresShort(sl slurmState, highest int) bool {
 	held := -1
 	for idx := range sl.gres {
 		held = max(held, idx)
