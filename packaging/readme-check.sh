@@ -70,9 +70,19 @@ mkdir -p "$STUBS" "$STATE" "$DOWNLOADS" "$WORK/blocks"
 cp -a dist/*.tar.gz dist/*.tgz dist/*.deb dist/*.rpm dist/sha256sums.txt "$DOWNLOADS/"
 
 # A free local port for the exporter that stands in for the README's 9835
-# (which another exporter on this machine may hold).
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-	shuf -i 20000-60000 -n 1)
+# (which another exporter on this machine may hold). It lies below the
+# kernel's ephemeral range (ip_local_port_range), from which every
+# connection's source port and every bind to port 0 is drawn: the demo's
+# engine servers and the curls of this check would otherwise be able to
+# take it while the service restarts, and the next start would fail.
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+PORT=
+for _ in $(seq 50); do
+	p=$(shuf -i "20000-$((ephemeral_low > 20100 ? ephemeral_low - 1 : 20099))" -n 1)
+	# Refused: nothing listens there.
+	if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then PORT=$p; break; fi
+done
+[ -n "$PORT" ] || fail "no free port below $ephemeral_low"
 
 new_root() {
 	rm -rf "$ROOT" "$WORK/pkgs" "$WORK/rpmdb"
@@ -111,12 +121,21 @@ verify_unit() { # systemd-analyze verify, its ExecStart moved under $ROOT
 	rm -rf "$tmp"
 	if printf '%s' "$out" | grep -Eq 'Unknown|ignoring|Failed|not executable|No such'; then die "systemd-analyze verify $f: $out"; fi
 }
-running() { [ -e "$WORK/service.pid" ] && kill -0 "$(cat "$WORK/service.pid")" 2>/dev/null; }
+running() { # a zombie, where PID 1 reaps no orphans (containers), is gone
+	local stat
+	[ -e "$WORK/service.pid" ] && stat=$(cat "/proc/$(cat "$WORK/service.pid")/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[ "${stat:0:1}" != Z ]
+}
 stop_service() {
 	if running; then kill "$(cat "$WORK/service.pid")"; wait_gone; fi
 	rm -f "$WORK/service.pid"
 }
-wait_gone() { local i; for i in $(seq 50); do running || return 0; sleep 0.1; done; }
+wait_gone() { # the exporter's shutdown takes at most 7 s (main.go, shutdownGrace and shutdownDrain)
+	local i
+	for i in $(seq 100); do running || return 0; sleep 0.1; done
+	die "the service still runs 10 s after SIGTERM: $(tail -n 5 "$WORK/service.log")"
+}
 start_service() { # as systemd would: ExecStart with the EnvironmentFile's variables, as User
 	local u=$1 f exec envfile user opts bin i
 	f=$(unit_file "$u")
@@ -372,9 +391,28 @@ allowed=" helm kubectl curl grep sleep kill sha256sum tar cd make sudo [ "
 allowed_sudo=" install make systemctl systemd-sysusers apt dnf rm "
 
 # run_block SCRIPT DIR: the block in DIR with the stand-ins, bash -e
-# stopping at the first failure; tests of absolute paths look under $ROOT.
+# stopping at the first failure, which it names with its line as the README
+# has it; tests of absolute paths look under $ROOT. Its standard error goes
+# to $WORK/block.err as well.
 run_block() {
-	(cd "$2" && PATH="$STUBS:$PATH" bash -e -o pipefail <(sed -E 's#(\[ +-[a-z] +)/#\1$ROOT/#g' "$1"))
+	local rc=0
+	(cd "$2" && PATH="$STUBS:$PATH" bash -e -o pipefail <(
+		printf "trap 'echo \"readme-check: exit \$? at: \$(sed -n \"\$((LINENO - 1))p\" %q)\" >&2' ERR\n" "$1"
+		sed -E 's#(\[ +-[a-z] +)/#\1$ROOT/#g' "$1")) 2>"$WORK/block.err" || rc=$?
+	cat "$WORK/block.err" >&2
+	return $rc
+}
+
+# failure WHAT: WHAT, the block's standard error and the service's log, kept
+# for the end of the output, which is the part a CI log shows.
+failure() {
+	failed=$((failed + 1))
+	echo "$1" >&2
+	{
+		echo "- $1"
+		tail -n 20 "$WORK/block.err" | sed 's/^/    /'
+		[ ! -s "$WORK/service.log" ] || { echo "    the service's log:"; tail -n 20 "$WORK/service.log" | sed 's/^/      /'; }
+	} >>"$WORK/failures"
 }
 
 passed=0
@@ -428,9 +466,7 @@ for block in "$WORK"/blocks/*; do
 	if run_block "$script" "$dir"; then
 		passed=$((passed + $(wc -l <"$script")))
 	else
-		failed=$((failed + 1))
-		echo "README block $(basename "$block") failed" >&2
-		[ ! -e "$WORK/service.log" ] || sed 's/^/  service: /' "$WORK/service.log" >&2
+		failure "README block $(basename "$block") failed"
 		continue
 	fi
 	# An install writes the flags file; an upgrade is the same install
@@ -438,20 +474,21 @@ for block in "$WORK"/blocks/*; do
 	flags=$ROOT/etc/default/xpu_exporter
 	if grep -q 'enable --now' "$script"; then
 		if [ ! -e "$flags" ]; then
-			failed=$((failed + 1))
-			echo "README block $(basename "$block") installed no /etc/default/xpu_exporter" >&2
+			failure "README block $(basename "$block") installed no /etc/default/xpu_exporter"
 			continue
 		fi
 		changed='XPU_EXPORTER_OPTS="--web.listen-address=:9835 --log.level=debug"'
 		echo "$changed" >"$flags"
 		echo "== README block $(basename "$block") again, as an upgrade over a changed /etc/default/xpu_exporter"
-		if run_block "$script" "$dir" >/dev/null && grep -qxF "$changed" "$flags"; then
-			passed=$((passed + 1))
+		if ! run_block "$script" "$dir" >/dev/null; then
+			failure "README block $(basename "$block"), run again as an upgrade, failed"
+		elif ! grep -qxF "$changed" "$flags"; then
+			failure "README block $(basename "$block"), run again as an upgrade, did not keep /etc/default/xpu_exporter: $(cat "$flags")"
 		else
-			failed=$((failed + 1))
-			echo "README block $(basename "$block"), run again as an upgrade, did not keep /etc/default/xpu_exporter: $(cat "$flags")" >&2
+			passed=$((passed + 1))
 		fi
 	fi
 done
 echo "readme-check: $passed passed, $failed failed"
+[ ! -e "$WORK/failures" ] || cat "$WORK/failures"
 [ "$failed" = 0 ]
