@@ -66,8 +66,13 @@ staticcheck: $(STATICCHECK)
 
 # Unit and end-to-end tests (with the race detector): e2e/ builds the real
 # binary and scrapes it.
+# A CI log shows its tail, where go test leaves only "FAIL <package>": the
+# failed tests and panics are repeated there.
 unit:
-	$(GO) test -count=1 -race ./...
+	@log=$$(mktemp); { $(GO) test -count=1 -race ./... 2>&1; echo $$? >"$$log.rc"; } | tee "$$log"; \
+	rc=$$(cat "$$log.rc"); \
+	if [ "$$rc" != 0 ]; then echo "== failed:"; grep -E -A3 -e '--- FAIL|^panic:' "$$log"; grep -E '^FAIL\s' "$$log"; fi; \
+	rm -f "$$log" "$$log.rc"; exit $$rc
 
 # NVML is reached through cgo, so building needs a C compiler.
 build-deps:
