@@ -54,7 +54,8 @@ DOWNLOADS=$WORK/downloads
 
 cleanup() {
 	for f in "$WORK"/*.pid; do
-		[ -e "$f" ] && kill "$(cat "$f")" 2>/dev/null || :
+		# shellcheck disable=SC2046
+		[ -e "$f" ] && kill $(cat "$f") 2>/dev/null || :
 	done
 	rm -rf "$WORK"
 }
@@ -121,12 +122,13 @@ verify_unit() { # systemd-analyze verify, its ExecStart moved under $ROOT
 	rm -rf "$tmp"
 	if printf '%s' "$out" | grep -Eq 'Unknown|ignoring|Failed|not executable|No such'; then die "systemd-analyze verify $f: $out"; fi
 }
-running() { # a zombie, where PID 1 reaps no orphans (containers), is gone
+alive() { # a zombie, where PID 1 reaps no orphans (containers), is gone
 	local stat
-	[ -e "$WORK/service.pid" ] && stat=$(cat "/proc/$(cat "$WORK/service.pid")/stat" 2>/dev/null) || return 1
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
 	stat=${stat##*) }
 	[ "${stat:0:1}" != Z ]
 }
+running() { [ -e "$WORK/service.pid" ] && alive "$(cat "$WORK/service.pid")"; }
 stop_service() {
 	if running; then kill "$(cat "$WORK/service.pid")"; wait_gone; fi
 	rm -f "$WORK/service.pid"
@@ -354,10 +356,11 @@ cat >"$STUBS/kubectl" <<'EOF'
 for a in "$@"; do
 	if [ "$a" = port-forward ]; then
 		"$REPO/xpu_exporter" --demo --web.listen-address="127.0.0.1:$PORT" >"$WORK/port-forward.log" 2>&1 &
-		pid=$!; echo $pid >"$WORK/port-forward.pid"
+		pid=$!
 		sleep 600 &
 		spid=$!
-		trap 'kill $pid $spid; wait $pid 2>/dev/null; exit 0' TERM INT
+		echo "$pid $spid" >"$WORK/port-forward.pid"
+		trap 'kill $pid $spid; wait $pid 2>/dev/null; rm -f "$WORK/port-forward.pid"; exit 0' TERM INT
 		wait $spid
 	fi
 done
@@ -400,21 +403,34 @@ run_block() {
 		printf "trap 'echo \"readme-check: exit \$? at: \$(sed -n \"\$((LINENO - 1))p\" %q)\" >&2' ERR\n" "$1"
 		sed -E 's#(\[ +-[a-z] +)/#\1$ROOT/#g' "$1")) 2>"$WORK/block.err" || rc=$?
 	cat "$WORK/block.err" >&2
+	# A block that stopped before its `kill %1` leaves the port-forward
+	# running, on the port the next block's service needs.
+	if [ -e "$WORK/port-forward.pid" ]; then
+		local pids _
+		read -r -a pids <"$WORK/port-forward.pid"
+		kill "${pids[@]}" 2>/dev/null || :
+		for _ in $(seq 100); do alive "${pids[0]}" || break; sleep 0.1; done
+		rm -f "$WORK/port-forward.pid"
+	fi
 	return $rc
 }
 
-# failure WHAT: WHAT, the block's standard error and the service's log, kept
-# for the end of the output, which is the part a CI log shows.
+# failure WHAT SCRIPT: WHAT, the block's standard error and the log of the
+# exporter it started, kept for the end of the output, which is the part a
+# CI log shows.
 failure() {
+	local log=$WORK/service.log
+	grep -q port-forward "$2" && log=$WORK/port-forward.log
 	failed=$((failed + 1))
 	echo "$1" >&2
 	{
 		echo "- $1"
 		tail -n 20 "$WORK/block.err" | sed 's/^/    /'
-		[ ! -s "$WORK/service.log" ] || { echo "    the service's log:"; tail -n 20 "$WORK/service.log" | sed 's/^/      /'; }
+		[ ! -s "$log" ] || { echo "    the log of the exporter it started last:"; tail -n 20 "$log" | sed 's/^/      /'; }
 	} >>"$WORK/failures"
 }
 
+. "$STUBS/.lib"
 passed=0
 failed=0
 for block in "$WORK"/blocks/*; do
@@ -466,7 +482,7 @@ for block in "$WORK"/blocks/*; do
 	if run_block "$script" "$dir"; then
 		passed=$((passed + $(wc -l <"$script")))
 	else
-		failure "README block $(basename "$block") failed"
+		failure "README block $(basename "$block") failed" "$script"
 		continue
 	fi
 	# An install writes the flags file; an upgrade is the same install
@@ -474,16 +490,16 @@ for block in "$WORK"/blocks/*; do
 	flags=$ROOT/etc/default/xpu_exporter
 	if grep -q 'enable --now' "$script"; then
 		if [ ! -e "$flags" ]; then
-			failure "README block $(basename "$block") installed no /etc/default/xpu_exporter"
+			failure "README block $(basename "$block") installed no /etc/default/xpu_exporter" "$script"
 			continue
 		fi
 		changed='XPU_EXPORTER_OPTS="--web.listen-address=:9835 --log.level=debug"'
 		echo "$changed" >"$flags"
 		echo "== README block $(basename "$block") again, as an upgrade over a changed /etc/default/xpu_exporter"
 		if ! run_block "$script" "$dir" >/dev/null; then
-			failure "README block $(basename "$block"), run again as an upgrade, failed"
+			failure "README block $(basename "$block"), run again as an upgrade, failed" "$script"
 		elif ! grep -qxF "$changed" "$flags"; then
-			failure "README block $(basename "$block"), run again as an upgrade, did not keep /etc/default/xpu_exporter: $(cat "$flags")"
+			failure "README block $(basename "$block"), run again as an upgrade, did not keep /etc/default/xpu_exporter: $(cat "$flags")" "$script"
 		else
 			passed=$((passed + 1))
 		fi
