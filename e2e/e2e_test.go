@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,20 +75,57 @@ type exporter struct {
 
 func (e *exporter) Logs() string { return e.logs.String() }
 
+// portsGiven are the ports freePort has handed out in this test binary.
+var portsGiven = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort is a loopback address no one listens on, never the same twice,
+// with a port below the kernel's ephemeral range (ip_local_port_range):
+// every connection's source port and every bind to port 0 is drawn from
+// that range, so a port there (the demo's engine servers, Prometheus's and
+// Slurm's own connections) could be taken between freePort closing it and
+// the server binding it.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := ephemeralLow()
+	portsGiven.Lock()
+	defer portsGiven.Unlock()
+	for range 200 {
+		p := 20000 + mrand.IntN(low-20000)
+		if portsGiven.ports[p] {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // someone listens there
+		}
+		l.Close()
+		portsGiven.ports[p] = true
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port from 20000 to the ephemeral range")
+	return ""
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or
+// 32768, its default, where it cannot be read or leaves too little below.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+		if n, err := strconv.Atoi(f[0]); err == nil && n > 21000 {
+			return n
+		}
+	}
+	return 32768
 }
 
 // start runs the binary with args and waits until it accepts connections.
-// freePort's port is free only until it is closed: another process, or the
-// exporter's own demo engines, may bind it first. Then the exporter exits
-// at once with "address already in use", and is started again on another.
+// freePort's port is free only until it is closed: another process may
+// bind it first. Then the exporter exits at once with "address already in
+// use", and is started again on another.
 func start(t *testing.T, args ...string) *exporter {
 	t.Helper()
 	for range 2 {
