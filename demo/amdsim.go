@@ -231,6 +231,14 @@ type AMDSim struct {
 	// atomic64_inc_return(&ident)"), so an ID says nothing of its PID.
 	clients    map[uint32]drmClient
 	nextClient uint64
+	// rasInterrupt is whether any GPU has Faults.RASInterrupt. The driver
+	// keeps one flag for every amdgpu device of the node (amdgpu_ras.h:
+	// "extern atomic_t amdgpu_ras_in_intr", read by
+	// amdgpu_ras_intr_triggered), which the Instinct drivers'
+	// print_clk_levels test: while it is up, every GPU's pp_dpm_sclk and
+	// pp_dpm_mclk print "unavailable", not only the faulty one's; and the
+	// reset it starts takes the whole XGMI hive's RAS files (rasFile).
+	rasInterrupt bool
 	// energy is each GPU's energy counter (J) as of energyAt, by scenario
 	// index: the integral of its power.
 	energy   map[int]float64
@@ -269,6 +277,7 @@ func (s *Scenario) newAMDSim(sysfs, procfs string, start time.Time) *AMDSim {
 	for i := range s.Devices {
 		if d := &s.Devices[i]; d.isAMD() {
 			a.gpus = append(a.gpus, amdGPU{spec: d, index: i})
+			a.rasInterrupt = a.rasInterrupt || d.Faults.RASInterrupt
 		}
 	}
 	next, xcp := len(a.gpus), 0
@@ -511,6 +520,11 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	mclk := int(m("clock_memory", 1300))
 	files["pp_dpm_sclk"] = gfxClockTable(500, 2100, sclk)
 	files["pp_dpm_mclk"] = fmt.Sprintf("0: 900Mhz\n1: %dMhz *\n", mclk)
+	if a.rasInterrupt {
+		// smu_v13_0_6_print_clk_levels: "if (amdgpu_ras_intr_triggered())
+		// return sysfs_emit(buf, "unavailable\n");".
+		files["pp_dpm_sclk"], files["pp_dpm_mclk"] = "unavailable\n", "unavailable\n"
+	}
 	files["ras/features"] = "feature mask: 0x00003fff\n"
 	umc, umcFile := a.rasFile(g, m, t)
 	if umc != "" {
@@ -603,7 +617,12 @@ func (a *AMDSim) rasFile(g amdGPU, m func(string, float64) float64, t time.Time)
 	if slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Unsupported, k) }) {
 		return "", name
 	}
-	if slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Errors, k) }) {
+	// After a fatal RAS interrupt the GPU is reset, with every GPU of its
+	// XGMI hive (the simulated MI300Xs are one), and amdgpu_device_gpu_recover
+	// calls amdgpu_ras_set_error_query_ready(tmp_adev, false) for each:
+	// until the reset is done amdgpu_ras_sysfs_read prints "Query currently
+	// inaccessible".
+	if a.rasInterrupt || slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Errors, k) }) {
 		return "Query currently inaccessible\n", name
 	}
 	var reloaded time.Time

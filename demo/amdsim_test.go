@@ -53,6 +53,7 @@ func TestAMDParseErrors(t *testing.T) {
 		{"throttle reasons on AMD", "devices:\n  - " + dev + ", throttle_reasons: [sw_power_cap]}\n", "devices[0]: throttle_reasons: the simulated amdgpu reports none"},
 		{"maximum clocks on AMD", "devices:\n  - " + dev + ", max_clocks_mhz: {graphics: 2100}}\n", "devices[0]: max_clocks_mhz: the simulated amdgpu serves no maximum clock"},
 		{"emergency limit on NVIDIA", "devices:\n  - {model: X, memory_total: 1GiB, faults: {unsupported: [temperature_emergency]}}\n", "only an AMD GPU (vendor: amd) has hwmon emergency limits"},
+		{"RAS interrupt on NVIDIA", "devices:\n  - {model: X, memory_total: 1GiB, faults: {ras_interrupt: true}}\n", "faults.ras_interrupt: only an AMD GPU (vendor: amd) has amdgpu's RAS interrupt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))
@@ -396,6 +397,45 @@ func TestAMDSimTemperatureLimits(t *testing.T) {
 		d := r.ReadDevice(cards[i])
 		if len(d.Errors) > 0 || !reflect.DeepEqual(d.TempLimits, want) {
 			t.Errorf("GPU %d: limits %+v (errors %v), want %+v", i, d.TempLimits, d.Errors, want)
+		}
+	}
+}
+
+// TestAMDSimRASInterrupt: a fatal RAS interrupt on one GPU raises the
+// driver's one flag for the node, so every GPU's pp_dpm_sclk and
+// pp_dpm_mclk print "unavailable" (no clock reading, and no read error),
+// and the reset of their XGMI hive leaves every RAS file "Query currently
+// inaccessible" (no UMC counts); the rest of each GPU still reads. Without
+// the fault, the same node has its clocks.
+func TestAMDSimRASInterrupt(t *testing.T) {
+	for _, tc := range []struct {
+		faults      string
+		interrupted bool
+	}{
+		{"{}", false},
+		{"{ras_interrupt: true}", true},
+	} {
+		s, err := Parse([]byte("defaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}\ndevices:\n  - {faults: " + tc.faults + "}\n  - {}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+		if err := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start).WriteAt(start.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}
+		cards, err := r.Cards()
+		if err != nil || len(cards) != 2 {
+			t.Fatalf("cards %v %v", cards, err)
+		}
+		for i, card := range cards {
+			d := r.ReadDevice(card)
+			_, umc := d.RAS["umc"]
+			if d.SClock.OK == tc.interrupted || d.MClock.OK == tc.interrupted || umc == tc.interrupted || len(d.Errors) > 0 || !d.Power.OK {
+				t.Errorf("faults %s, GPU %d: clocks %+v %+v, UMC counts %v, power %+v, errors %v; want clocks and UMC counts %v, power, no errors",
+					tc.faults, i, d.SClock, d.MClock, umc, d.Power, d.Errors, !tc.interrupted)
+			}
 		}
 	}
 }

@@ -337,6 +337,10 @@ type Faults struct {
 	// XGMIGaps are an AMD GPU's XGMI links (0..6) the firmware leaves out
 	// of every other gpu_metrics table (AMDSim.xgmiLinks).
 	XGMIGaps []int `yaml:"xgmi_gaps"`
+	// RASInterrupt is an AMD GPU's fatal RAS interrupt, fired and not yet
+	// cleared by a reset: the flag the driver raises is one for the whole
+	// node (AMDSim.rasInterrupt).
+	RASInterrupt bool `yaml:"ras_interrupt"`
 	// Unlisted leaves a Gaudi out of hl-smi's table, from UnlistedAfter
 	// after the node booted on if that is set, while the habanalabs driver
 	// keeps its accel node and its holders keep it open: the exporter
@@ -872,6 +876,9 @@ func (d *DeviceSpec) validate(self string, seenUUIDs map[string]string) []error 
 	}
 	if !d.isGaudi() && (f.Unlisted || f.UnlistedAfter != "" || len(f.NotAvailable) > 0) {
 		bad("faults: unlisted, unlisted_after and not_available are hl-smi's, for a Gaudi")
+	}
+	if f.RASInterrupt && !d.isAMD() {
+		bad("faults.ras_interrupt: only an AMD GPU (vendor: amd) has amdgpu's RAS interrupt")
 	}
 	for _, l := range f.XGMIGaps {
 		if !d.isAMD() || l < 0 || l >= amdXGMILinks {
