@@ -237,7 +237,7 @@ type AMDSim struct {
 	// amdgpu_ras_intr_triggered), which the Instinct drivers'
 	// print_clk_levels test: while it is up, every GPU's pp_dpm_sclk and
 	// pp_dpm_mclk print "unavailable", not only the faulty one's; and the
-	// reset it starts takes the whole XGMI hive's RAS files (rasFile).
+	// reset it starts takes the whole XGMI hive's RAS files (writeGPU).
 	rasInterrupt bool
 	// energy is each GPU's energy counter (J) as of energyAt, by scenario
 	// index: the integral of its power.
@@ -520,17 +520,27 @@ func (a *AMDSim) writeGPU(g amdGPU, t time.Time) error {
 	mclk := int(m("clock_memory", 1300))
 	files["pp_dpm_sclk"] = gfxClockTable(500, 2100, sclk)
 	files["pp_dpm_mclk"] = fmt.Sprintf("0: 900Mhz\n1: %dMhz *\n", mclk)
-	if a.rasInterrupt {
-		// smu_v13_0_6_print_clk_levels: "if (amdgpu_ras_intr_triggered())
-		// return sysfs_emit(buf, "unavailable\n");".
-		files["pp_dpm_sclk"], files["pp_dpm_mclk"] = "unavailable\n", "unavailable\n"
-	}
 	files["ras/features"] = "feature mask: 0x00003fff\n"
 	umc, umcFile := a.rasFile(g, m, t)
 	if umc != "" {
 		files[umcFile] = umc
 	}
 	files["ras/gfx_err_count"] = "ue: 0\nce: 0\n"
+	if a.rasInterrupt {
+		// smu_v13_0_6_print_clk_levels: "if (amdgpu_ras_intr_triggered())
+		// return sysfs_emit(buf, "unavailable\n");".
+		files["pp_dpm_sclk"], files["pp_dpm_mclk"] = "unavailable\n", "unavailable\n"
+		// The GPU is reset, with every GPU of its XGMI hive (the simulated
+		// MI300Xs are one), and amdgpu_device_gpu_recover calls
+		// amdgpu_ras_set_error_query_ready(tmp_adev, false) for each: until
+		// the reset is done every RAS file of theirs, whatever its block,
+		// prints what amdgpu_ras_sysfs_read does then.
+		for _, f := range []string{umcFile, "ras/gfx_err_count"} {
+			if _, ok := files[f]; ok {
+				files[f] = rasInaccessible
+			}
+		}
+	}
 	hw := "hwmon/hwmon" + fmt.Sprint(2+g.card)
 	junction := m("temperature", 35+util*45)
 	files[hw+"/name"] = "amdgpu\n"
@@ -617,13 +627,8 @@ func (a *AMDSim) rasFile(g amdGPU, m func(string, float64) float64, t time.Time)
 	if slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Unsupported, k) }) {
 		return "", name
 	}
-	// After a fatal RAS interrupt the GPU is reset, with every GPU of its
-	// XGMI hive (the simulated MI300Xs are one), and amdgpu_device_gpu_recover
-	// calls amdgpu_ras_set_error_query_ready(tmp_adev, false) for each:
-	// until the reset is done amdgpu_ras_sysfs_read prints "Query currently
-	// inaccessible".
-	if a.rasInterrupt || slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Errors, k) }) {
-		return "Query currently inaccessible\n", name
+	if slices.ContainsFunc(amdRASKeys, func(k string) bool { return slices.Contains(f.Errors, k) }) {
+		return rasInaccessible, name
 	}
 	var reloaded time.Time
 	if v, ok := g.spec.Metrics["driver_reloads"]; ok {
@@ -638,6 +643,12 @@ func (a *AMDSim) rasFile(g amdGPU, m func(string, float64) float64, t time.Time)
 	}
 	return fmt.Sprintf("ue: %d\nce: %d\nde: 0\n", count("ecc_uncorrected"), count("ecc_corrected")), name
 }
+
+// rasInaccessible is what amdgpu_ras_sysfs_read prints while the
+// device's error query is not ready ("if
+// (!amdgpu_ras_get_error_query_ready(obj->adev)) return sysfs_emit(buf,
+// "Query currently inaccessible\n")").
+const rasInaccessible = "Query currently inaccessible\n"
 
 // lastReload is when the driver was last reloaded by t, a counter of
 // reloads from origin (the driver's first load) passing its last whole

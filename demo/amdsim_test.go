@@ -405,7 +405,7 @@ func TestAMDSimTemperatureLimits(t *testing.T) {
 // driver's one flag for the node, so every GPU's pp_dpm_sclk and
 // pp_dpm_mclk print "unavailable" (no clock reading, and no read error),
 // and the reset of their XGMI hive leaves every RAS file "Query currently
-// inaccessible" (no UMC counts); the rest of each GPU still reads. Without
+// inaccessible" (no UMC or GFX counts); the rest of each GPU still reads. Without
 // the fault, the same node has its clocks.
 func TestAMDSimRASInterrupt(t *testing.T) {
 	for _, tc := range []struct {
@@ -432,9 +432,10 @@ func TestAMDSimRASInterrupt(t *testing.T) {
 		for i, card := range cards {
 			d := r.ReadDevice(card)
 			_, umc := d.RAS["umc"]
-			if d.SClock.OK == tc.interrupted || d.MClock.OK == tc.interrupted || umc == tc.interrupted || len(d.Errors) > 0 || !d.Power.OK {
-				t.Errorf("faults %s, GPU %d: clocks %+v %+v, UMC counts %v, power %+v, errors %v; want clocks and UMC counts %v, power, no errors",
-					tc.faults, i, d.SClock, d.MClock, umc, d.Power, d.Errors, !tc.interrupted)
+			_, gfx := d.RAS["gfx"]
+			if d.SClock.OK == tc.interrupted || d.MClock.OK == tc.interrupted || umc == tc.interrupted || gfx == tc.interrupted || len(d.Errors) > 0 || !d.Power.OK {
+				t.Errorf("faults %s, GPU %d: clocks %+v %+v, UMC counts %v, GFX counts %v, power %+v, errors %v; want clocks and RAS counts %v, power, no errors",
+					tc.faults, i, d.SClock, d.MClock, umc, gfx, d.Power, d.Errors, !tc.interrupted)
 			}
 		}
 	}
