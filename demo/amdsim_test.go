@@ -375,20 +375,7 @@ func TestAMDSimRASCounts(t *testing.T) {
 // and emergency 110 °C, temp3 (mem) 95 and 105 °C (amdTempLimits); the
 // second GPU is one whose kernel hides temp*_emergency.
 func TestAMDSimTemperatureLimits(t *testing.T) {
-	s, err := Parse([]byte("defaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}\ndevices:\n  - {}\n  - {faults: {unsupported: [temperature_emergency]}}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	if err := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start).WriteAt(start.Add(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}
-	cards, err := r.Cards()
-	if err != nil || len(cards) != 2 {
-		t.Fatalf("cards %v %v", cards, err)
-	}
+	r, cards := twoMI300X(t, "{}", "{faults: {unsupported: [temperature_emergency]}}")
 	c := func(v float64) amd.Opt[float64] { return amd.Opt[float64]{Value: v, OK: true} }
 	for i, want := range []map[string]amd.TempLimit{
 		{"junction": {Crit: c(100), Emergency: c(110)}, "mem": {Crit: c(95), Emergency: c(105)}},
@@ -415,20 +402,7 @@ func TestAMDSimRASInterrupt(t *testing.T) {
 		{"{}", false},
 		{"{ras_interrupt: true}", true},
 	} {
-		s, err := Parse([]byte("defaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}\ndevices:\n  - {faults: " + tc.faults + "}\n  - {}\n"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-		if err := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start).WriteAt(start.Add(time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}
-		cards, err := r.Cards()
-		if err != nil || len(cards) != 2 {
-			t.Fatalf("cards %v %v", cards, err)
-		}
+		r, cards := twoMI300X(t, "{faults: "+tc.faults+"}", "{}")
 		for i, card := range cards {
 			d := r.ReadDevice(card)
 			_, umc := d.RAS["umc"]
@@ -439,6 +413,28 @@ func TestAMDSimRASInterrupt(t *testing.T) {
 			}
 		}
 	}
+}
+
+// twoMI300X writes the tree of a node of two MI300X, the devices given in
+// scenario YAML, as of a second after the start, and gives a reader of it
+// and its two cards.
+func twoMI300X(t *testing.T, dev0, dev1 string) (amd.Reader, []string) {
+	t.Helper()
+	s, err := Parse([]byte("defaults: {vendor: amd, model: AMD Instinct MI300X OAM, memory_total: 192GiB, power_limit_watts: 750}\ndevices:\n  - " + dev0 + "\n  - " + dev1 + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	if err := s.newAMDSim(filepath.Join(dir, "sys"), filepath.Join(dir, "proc"), start).WriteAt(start.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := amd.Reader{SysfsRoot: filepath.Join(dir, "sys")}
+	cards, err := r.Cards()
+	if err != nil || len(cards) != 2 {
+		t.Fatalf("cards %v %v", cards, err)
+	}
+	return r, cards
 }
 
 // TestAMDSimUpdatesReachHeldFiles: the exporter keeps a GPU's sysfs files
